@@ -1,0 +1,36 @@
+"""A one-line progress report on stderr: done / total, rate and ETA."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class Progress:
+    """Prints `label done/total (rate/s, ETA s)` at most every `every` seconds, and at the end."""
+
+    def __init__(
+        self, label: str, total: int, *, stream: TextIO | None = None, every: float = 0.5
+    ) -> None:
+        self.label, self.total, self.every = label, total, every
+        self.stream = stream if stream is not None else sys.stderr
+        self.done = 0
+        self.start = self._last = time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if now - self._last >= self.every or self.done >= self.total:
+            self._last = now
+            self._print(now)
+
+    def _print(self, now: float) -> None:
+        elapsed = max(now - self.start, 1e-9)
+        rate = self.done / elapsed
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        end = "\n" if self.done >= self.total else "\r"
+        self.stream.write(
+            f"{self.label} {self.done}/{self.total} ({rate:.1f}/s, ETA {eta:.0f} s)   {end}"
+        )
+        self.stream.flush()

@@ -1,0 +1,190 @@
+"""`evprobe generate` and `evprobe check`: files, checks, atomicity and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import bench.generate as generate_module
+from bench.generate import GenerateConfig, generate
+from bench.manifest import BenchError, read_items, resolve_image
+from experiments.cli import main
+
+SMALL = ["--families-per-system", "2", "--subset-per-cell", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def small_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench") / "b"
+    assert main(["generate", "--out", str(out), *SMALL]) == 0
+    return out
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_generate_writes_the_documented_files(small_bench: Path) -> None:
+    names = {p.name for p in small_bench.iterdir()}
+    assert {"families.jsonl", "items.jsonl", "bench.json", "images"} <= names
+    meta = json.loads((small_bench / "bench.json").read_text())
+    assert meta["n_families"] == 6 and meta["n_items"] == 6 * 52 + 6 * 24
+    fam = json.loads((small_bench / "families.jsonl").read_text().splitlines()[0])
+    for key in ("family_id", "system", "initial_property", "candidates", "constants",
+                "calibration", "thresholds", "options"):
+        assert key in fam
+    item = json.loads((small_bench / "items.jsonl").read_text().splitlines()[0])
+    for key in ("item_id", "request", "variant", "family_id", "prompt", "options", "images",
+                "image_pair_id", "threshold_pair_id", "history", "threshold_level", "test",
+                "hidden_world", "resolved", "reference_action", "reference_answer"):
+        assert key in item
+    for it in read_items(small_bench):
+        for rel in it.images:
+            assert not os.path.isabs(rel) and (small_bench / rel).is_file()
+
+
+def test_check_passes_on_a_fresh_benchmark(small_bench: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["check", str(small_bench), "--rerender"]) == 0
+    out = capsys.readouterr().out
+    assert "Reported check failures" in out and "FAILED" not in out
+    checks = json.loads((small_bench / "checks.json").read_text())
+    assert checks["n_failures"] == 0
+    assert checks["families"] == 6 and checks["worlds"] == 24
+    assert checks["decisions"] == 24 and checks["image_switches"] == checks["threshold_switches"] == 12
+    assert checks["identical_hidden_images"] == [48, 48]
+    assert checks["max_detector_error_pct"] < 1.0 and checks["min_separation_px"] >= 8
+    assert abs(checks["min_threshold_margin_pct"] - 17.2) < 0.05
+
+
+def test_same_seed_gives_identical_files(small_bench: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    assert main(["generate", "--out", str(again), *SMALL]) == 0
+    for name in ("families.jsonl", "items.jsonl"):
+        assert (again / name).read_bytes() == (small_bench / name).read_bytes()
+    for png in (small_bench / "images").rglob("*.png"):
+        assert (again / png.relative_to(small_bench)).read_bytes() == png.read_bytes()
+
+
+def test_check_fails_on_a_tampered_label(small_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bench = _copy(small_bench, tmp_path)
+    lines = (bench / "items.jsonl").read_text().splitlines()
+    row = json.loads(lines[0])
+    row["reference_action"] = "free_fall"
+    lines[0] = json.dumps(row)
+    (bench / "items.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["check", str(bench)]) == 1
+    assert row["item_id"] in capsys.readouterr().out
+
+
+def test_check_fails_on_swapped_images(small_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bench = _copy(small_bench, tmp_path)
+    fam = json.loads((bench / "families.jsonl").read_text().splitlines()[0])["family_id"]
+    a, b = bench / "images" / fam / "mass_0.png", bench / "images" / fam / "mass_1.png"
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    assert main(["check", str(bench)]) == 1
+    assert "Largest error in extracting the marked position" in capsys.readouterr().out
+
+
+def test_generate_refuses_a_non_empty_folder_without_force(small_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bench = _copy(small_bench, tmp_path)
+    assert main(["generate", "--out", str(bench), *SMALL]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["generate", "--out", str(bench), *SMALL, "--force"]) == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--systems", "sliding,rolling"], "unknown system 'rolling'"),
+        (["--families-per-system", "0"], "must be a positive integer"),
+        (["--families-per-system", "-3"], "must be a positive integer"),
+        (["--families-per-system", "2", "--subset-per-cell", "5"], "--subset-per-cell 5 exceeds"),
+        (["--price", "teleport=1"], "bad price 'teleport=1'"),
+    ],
+)
+def test_generate_rejects_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], message: str) -> None:
+    code = main(["generate", "--out", str(tmp_path / "x"), "--quiet", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def _rewrite_first_item(bench: Path, edit) -> None:
+    lines = (bench / "items.jsonl").read_text().splitlines()
+    lines[0] = edit(lines[0])
+    (bench / "items.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda line: line[:-5], "items.jsonl:1: not valid JSON"),
+        (lambda line: json.dumps({k: v for k, v in json.loads(line).items() if k != "family_id"}), "items.jsonl:1: missing field 'family_id'"),
+        (lambda line: json.dumps({**json.loads(line), "images": ["../../etc/passwd"]}), "escapes the benchmark folder"),
+        (lambda line: json.dumps({**json.loads(line), "images": ["/etc/passwd"]}), "is absolute"),
+        (lambda line: json.dumps({**json.loads(line), "images": ["images/nope.png"]}), "not found"),
+    ],
+)
+def test_check_rejects_bad_manifests_in_one_line(small_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture, edit, message: str) -> None:
+    bench = _copy(small_bench, tmp_path)
+    _rewrite_first_item(bench, edit)
+    assert main(["check", str(bench)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    if "field" in message or "images" in message:
+        assert "items.jsonl:1" in err
+
+
+def test_links_out_of_the_folder_are_rejected(small_bench: Path, tmp_path: Path) -> None:
+    bench = _copy(small_bench, tmp_path)
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(b"png")
+    (bench / "images" / "link.png").symlink_to(outside)
+    with pytest.raises(BenchError, match="outside"):
+        resolve_image(bench, "images/link.png")
+
+
+def test_check_names_a_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["check", str(tmp_path / "nowhere")]) == 2
+    assert "evprobe generate" in capsys.readouterr().err
+
+
+def test_a_killed_generation_leaves_the_old_folder_intact(small_bench: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _copy(small_bench, tmp_path)
+    before = (bench / "items.jsonl").read_bytes()
+    calls = {"n": 0}
+    real = generate_module._render_job
+
+    def dies_midway(job):
+        calls["n"] += 1
+        if calls["n"] == 10:
+            raise KeyboardInterrupt  # stands for a kill between two image writes
+        return real(job)
+
+    monkeypatch.setattr(generate_module, "_render_job", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        generate(bench, GenerateConfig(families_per_system=2, subset_per_cell=1), force=True, progress=False)
+    assert (bench / "items.jsonl").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+    fresh = tmp_path / "fresh"
+    with pytest.raises(KeyboardInterrupt):
+        calls["n"] = 0
+        generate(fresh, GenerateConfig(families_per_system=2, subset_per_cell=1), progress=False)
+    assert not fresh.exists()
+
+
+def test_pilot_is_separate_from_the_main_set(tmp_path: Path) -> None:
+    assert main(["generate", "--out", str(tmp_path / "p"), "--pilot", "--quiet"]) == 0
+    meta = json.loads((tmp_path / "p" / "bench.json").read_text())
+    assert meta["split"] == "pilot" and meta["n_families"] == 12 and meta["seed"] == 20260907
+    ids = [json.loads(l)["family_id"] for l in (tmp_path / "p" / "families.jsonl").read_text().splitlines()]
+    assert all(i.startswith("pilot-") for i in ids)
+    assert not any(json.loads(l)["variant"] for l in (tmp_path / "p" / "items.jsonl").read_text().splitlines())

@@ -1,0 +1,50 @@
+"""The README is the front door: its documented commands must keep working."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+
+
+def _commands(block: str) -> list[str]:
+    lines = [l for l in block.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    return [c.strip() for line in lines for c in line.split("&&")]
+
+
+def test_top_shows_exactly_the_two_commands() -> None:
+    assert len(_commands(BLOCKS[0])) >= 5 and "pip install torch==2.13.0" in BLOCKS[0]
+    assert _commands(BLOCKS[1])[-1] == "HF_HUB_OFFLINE=1 python -m pytest -q"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pip install -q torch==2.13.0" in ci and 'pip install -q -e ".[test]"' in ci
+    assert "HF_HUB_OFFLINE=1" in ci and "python -m pytest -q" in ci
+
+
+def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evprobe part of the first command, on the full main set, in a scratch folder."""
+    monkeypatch.chdir(tmp_path)
+    evprobe = [c for c in _commands(BLOCKS[0]) if c.startswith("evprobe ")]
+    assert [c.split()[1] for c in evprobe] == ["generate", "check"]
+    for command in evprobe:
+        assert main(shlex.split(command)[1:] + (["--quiet"] if "generate" in command else [])) == 0
+    assert (tmp_path / "out" / "bench" / "checks.json").is_file()
+
+
+def test_every_documented_flag_exists() -> None:
+    usage = re.search(r"```bash\nevprobe generate(.*?)```", README, flags=re.S)
+    assert usage is not None
+    flags = set(re.findall(r"--[a-z-]+", usage.group(0)))
+    sub = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    known = {opt for name in ("generate", "check") for a in sub[name]._actions for opt in a.option_strings}
+    assert flags and flags <= known, flags - known
