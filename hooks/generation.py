@@ -1,0 +1,136 @@
+"""Greedy generation and next-token log-probabilities on a Handle.
+
+Both batch rows through `build_inputs` (one processor call, left padding) and
+are written so that a row gives the same result batched as alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hooks.inputs import build_inputs
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from hooks.handle import Handle
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One row's greedy continuation.
+
+    text: the new tokens decoded, special tokens skipped.
+    token_ids: the new token ids, up to and including the first end-of-sequence
+        token (padding after it removed).
+    n_prompt_tokens: prompt length in tokens, padding excluded (image tokens included).
+    n_new_tokens: len(token_ids).
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    n_prompt_tokens: int
+    n_new_tokens: int
+
+
+def _eos_ids(handle: Handle) -> set[int]:
+    eos = handle.model.generation_config.eos_token_id
+    if eos is None:
+        eos = handle.tokenizer.eos_token_id
+    if eos is None:
+        return set()
+    return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
+
+
+def _batches(n: int, batch_size: int):
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    for start in range(0, n, batch_size):
+        yield slice(start, min(start + batch_size, n))
+
+
+def generate(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    *,
+    max_new_tokens: int,
+    batch_size: int = 1,
+) -> list[Generation]:
+    """Greedy (do_sample=False) continuation of each (prompt, images) row."""
+    import torch
+
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    eos = _eos_ids(handle)
+    pad = handle.tokenizer.pad_token_id
+    out: list[Generation] = []
+    for rows in _batches(len(prompts), batch_size):
+        # generate() derives position ids from the mask itself (same function).
+        enc = build_inputs(handle, list(prompts[rows]), list(images[rows]), position_ids=False)
+        prompt_len = enc["input_ids"].shape[1]
+        with torch.inference_mode():
+            ids = handle.model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=pad,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+            )  # (batch, prompt_len + new)
+        new = ids[:, prompt_len:].tolist()
+        n_prompt = enc["attention_mask"].sum(dim=1).tolist()
+        for row_ids, n in zip(new, n_prompt):
+            cut = next((i + 1 for i, t in enumerate(row_ids) if t in eos), len(row_ids))
+            row_ids = row_ids[:cut]
+            text = handle.tokenizer.decode(row_ids, skip_special_tokens=True)
+            out.append(Generation(text=text, token_ids=tuple(row_ids), n_prompt_tokens=int(n),
+                                  n_new_tokens=len(row_ids)))
+    return out
+
+
+def candidate_token_ids(handle: Handle, candidates: Sequence[str]) -> list[int]:
+    """First token id of each candidate string (no special tokens added)."""
+    ids = []
+    for c in candidates:
+        toks = handle.tokenizer(c, add_special_tokens=False)["input_ids"]
+        if not toks:
+            raise ValueError(f"candidate {c!r} tokenizes to nothing")
+        ids.append(toks[0])
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"candidates {list(candidates)} share first tokens {ids}; they cannot be told apart")
+    return ids
+
+
+def next_token_logprobs(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    candidates: Sequence[str],
+    *,
+    batch_size: int | None = None,
+) -> np.ndarray:
+    """log p(first token of candidate | row) at the position after each prompt.
+
+    Log-softmax over the full vocabulary at the last position, then restricted to
+    the candidates' first tokens (so rows need not sum to 1).
+    Returns float64 array (rows, candidates). batch_size None = all rows at once.
+    """
+    import torch
+
+    cand = candidate_token_ids(handle, candidates)
+    step = batch_size or len(prompts)
+    out = []
+    for rows in _batches(len(prompts), step):
+        enc = build_inputs(handle, list(prompts[rows]), list(images[rows]))
+        with torch.inference_mode():
+            logits = handle.model(**enc, use_cache=False, logits_to_keep=1).logits  # (batch, 1, vocab)
+        logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (batch, vocab)
+        out.append(logp[:, cand].double().cpu().numpy())
+    return np.concatenate(out, axis=0)

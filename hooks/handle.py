@@ -1,0 +1,243 @@
+"""The model handle every later stage uses: model + processor + decoder layers.
+
+`load("tiny:<arch>")` builds a tiny random model (hooks.tiny); anything else is a
+hub id or local folder loaded with AutoProcessor / AutoModelForImageTextToText.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(eq=False)
+class Handle:
+    """A loaded vision-language model and what is needed to feed and probe it.
+
+    model: the transformers model, in eval mode.
+    processor: its processor (tokenizer + image processor + chat template).
+    tokenizer: processor.tokenizer, set to pad on the left.
+    model_id: "tiny:<arch>", a hub id or a local path.
+    arch: config.model_type (e.g. "qwen2_5_vl").
+    layers: the language model's decoder layers (an nn.ModuleList); layer i's
+        output is a (batch, seq, d_model) tensor.
+    """
+
+    # repr shows model_id and arch only (the module trees are long).
+    model: PreTrainedModel = field(repr=False)
+    processor: ProcessorMixin = field(repr=False)
+    tokenizer: PreTrainedTokenizerBase = field(repr=False)
+    model_id: str
+    arch: str
+    layers: nn.ModuleList = field(repr=False)
+    _nn: Any = field(default=None, repr=False)
+
+    @classmethod
+    def from_parts(cls, model: PreTrainedModel, processor: ProcessorMixin, *, model_id: str) -> Handle:
+        from hooks.layers import find_decoder_layers
+
+        tokenizer = getattr(processor, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(f"{model_id}: processor {type(processor).__name__} has no tokenizer")
+        # Left padding keeps every row's last real token at position -1 (batched
+        # next-token reads and generation).
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model.eval()
+        return cls(
+            model=model,
+            processor=processor,
+            tokenizer=tokenizer,
+            model_id=model_id,
+            arch=model.config.model_type,
+            layers=find_decoder_layers(model),
+        )
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def d_model(self) -> int:
+        return self.model.config.get_text_config().hidden_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def nn(self):
+        """nnsight wrapper of `model` (built on first use).
+
+        `TransformersModel(model, processor=..., tokenizer=..., task="image-text-to-text")`
+        wraps the already-loaded model (no reload, offline). Its module tree mirrors
+        `model`, e.g. `handle.nn.model.language_model.layers[i].output`.
+        """
+        if self._nn is None:
+            self._nn = _wrap_nnsight(self.model, self.processor, self.tokenizer)
+            # nnsight re-derives padding; keep ours (left) whatever it decided.
+            self.tokenizer.padding_side = "left"
+        return self._nn
+
+    @property
+    def layers_path(self) -> str:
+        """Dotted path of `layers` inside `model`, e.g. "model.language_model.layers"."""
+        return _module_path(self.model, self.layers)
+
+    @property
+    def nn_layers(self):
+        """The nnsight Envoy of `layers`: `handle.nn_layers[i].output` inside a trace."""
+        return self.nn.get(self.layers_path)
+
+
+def _wrap_nnsight(model, processor, tokenizer):
+    """TransformersModel over the loaded model; plain NNsight if its pipeline cannot be built.
+
+    Both trace a forward on the keyword inputs from build_inputs
+    (`with nn.trace(**enc): ...`); only TransformersModel adds `.generate`
+    tracing through its pipeline plumbing.
+    """
+    import warnings
+
+    from nnsight import NNsight
+    from nnsight.modeling.transformers import TransformersModel
+
+    try:
+        return TransformersModel(model, processor=processor, tokenizer=tokenizer, task="image-text-to-text")
+    except Exception as err:  # noqa: BLE001 - e.g. remote-code models the pipeline rejects
+        warnings.warn(f"nnsight TransformersModel failed ({err!r}); using NNsight(model)", stacklevel=3)
+        return NNsight(model)
+
+
+def _module_path(root: nn.Module, target: nn.Module) -> str:
+    for name, module in root.named_modules():
+        if module is target:
+            return name
+    raise ValueError(f"{type(target).__name__} is not a submodule of {type(root).__name__}")
+
+
+def _resolve_dtype(dtype: str, device_map: str | None):
+    import torch
+
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    on_gpu = device_map is not None and device_map != "cpu" and torch.cuda.is_available()
+    # CPUs here have no fast bf16: float32 on CPU, the checkpoint's dtype on GPU.
+    return "auto" if on_gpu else torch.float32
+
+
+def _saved_processor_class(model: str) -> str | None:
+    """`processor_class` from a (local or cached) processor_config.json, if any."""
+    from transformers.utils import cached_file
+
+    path = cached_file(
+        model,
+        "processor_config.json",
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        _raise_exceptions_for_gated_repo=False,
+    )
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("processor_class")
+
+
+def _load_processor(model: str, *, trust_remote_code: bool):
+    """AutoProcessor, except for our torchvision-free processor classes.
+
+    A folder saved from a tiny model names one of hooks.processors' classes,
+    which AutoProcessor cannot resolve. A real Qwen-VL / SmolVLM / Pixtral
+    checkpoint on a machine without torchvision fails in AutoProcessor (video
+    processors and PixtralProcessor import torchvision); then the same files are
+    loaded with our image-only stand-in.
+    """
+    from transformers import AutoProcessor
+
+    from hooks.processors import LOCAL_PROCESSORS, TORCHVISION_FREE
+
+    saved = _saved_processor_class(model)
+    if saved in LOCAL_PROCESSORS:
+        return LOCAL_PROCESSORS[saved].from_pretrained(model)
+    try:
+        return AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except Exception:  # ImportError (torchvision) or OSError (video processor files), among others
+        from transformers.utils import is_torchvision_available
+
+        if saved in TORCHVISION_FREE and not is_torchvision_available():
+            return TORCHVISION_FREE[saved].from_pretrained(model)
+        raise
+
+
+def load(
+    model: str,
+    *,
+    dtype: str = "auto",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+) -> Handle:
+    """Load a vision-language model and its processor into a Handle.
+
+    model: "tiny:<arch>" (see hooks.tiny.TINY_ARCHS), a hub id or a local folder.
+    dtype: "auto" = float32 on CPU, the checkpoint's dtype on GPU; or an explicit one.
+    device_map: passed to from_pretrained (None = CPU).
+    trust_remote_code: off unless asked for (never implied).
+    attn_implementation: e.g. "eager" or "sdpa"; None = transformers' default.
+    """
+    if model.startswith("tiny:"):
+        import torch
+
+        from hooks.tiny import tiny
+
+        handle = tiny(model.removeprefix("tiny:"))
+        resolved = _resolve_dtype(dtype, device_map)
+        if resolved != "auto":
+            handle.model.to(resolved)
+        if device_map not in (None, "cpu") and torch.cuda.is_available():
+            # A tiny model fits anywhere: "auto" means the first GPU.
+            handle.model.to("cuda" if device_map == "auto" else device_map)
+        if attn_implementation is not None:
+            handle.model.set_attn_implementation(attn_implementation)
+        return handle
+
+    if (os.path.isabs(model) or model.startswith(".")) and not os.path.isdir(model):
+        raise FileNotFoundError(f"model folder {model!r} does not exist (and it is not a hub id)")
+
+    from transformers import AutoModelForImageTextToText
+
+    kwargs: dict[str, Any] = dict(
+        dtype=_resolve_dtype(dtype, device_map),
+        use_safetensors=True,
+        trust_remote_code=trust_remote_code,
+    )
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    processor = _load_processor(model, trust_remote_code=trust_remote_code)
+    hf_model = AutoModelForImageTextToText.from_pretrained(model, **kwargs)
+    return Handle.from_parts(hf_model, processor, model_id=model)
+
+
+# The functions that take a Handle, importable from here as well.
+from hooks.generation import Generation, generate, next_token_logprobs
+from hooks.inputs import build_inputs
+
+__all__ = ["Generation", "Handle", "build_inputs", "generate", "load", "next_token_logprobs"]

@@ -1,0 +1,115 @@
+"""Turn prompts + images into model inputs: one chat turn per row, one processor call.
+
+Every row is a single user message whose content is its images (in order) then
+its text, rendered with the processor's chat template and an assistant
+generation prompt. All rows go through ONE processor call with left padding,
+so row i of every tensor belongs to prompt i and the last position of every row
+is its last real token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from PIL import Image
+    from transformers import BatchFeature
+
+    from hooks.handle import Handle
+
+
+def user_message(prompt: str, n_images: int) -> list[dict]:
+    """A one-turn conversation: images first, then the text."""
+    content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]
+    return [{"role": "user", "content": content}]
+
+
+def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]]) -> list[str]:
+    """Chat-template text of each row (image placeholders not yet expanded)."""
+    return [
+        handle.processor.apply_chat_template(user_message(p, len(imgs)), add_generation_prompt=True, tokenize=False)
+        for p, imgs in zip(prompts, images, strict=True)
+    ]
+
+
+def _check(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]]) -> None:
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, not a string")
+    if len(prompts) == 0:
+        raise ValueError("no prompts given")
+    if len(images) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(images)} image lists (give one list per prompt)")
+    for i, imgs in enumerate(images):
+        if not isinstance(imgs, (list, tuple)):
+            raise TypeError(f"images[{i}] must be a list of PIL images (use [] for none), got {type(imgs).__name__}")
+
+
+def build_inputs(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    *,
+    position_ids: bool = True,
+) -> BatchFeature:
+    """Model inputs for a batch of (prompt, images) rows, on the model's device.
+
+    prompts: one string per row.
+    images: one list of PIL images per row (may be empty).
+    position_ids: also return the position ids generation would use, derived
+        from the attention mask (so a plain forward or trace on left-padded rows
+        sees the same positions as the same row alone; Qwen's 3D M-RoPE ids
+        included). Set False to get the processor's output only.
+
+    Returns the processor's BatchFeature: input_ids and attention_mask
+    (batch, seq), the arch's image tensors (pixel_values, image_grid_thw, ...),
+    plus position_ids ((batch, seq), or (4, batch, seq) for Qwen-VL).
+    """
+    _check(prompts, images)
+    texts = render_prompts(handle, prompts, images)
+    # Images as one sub-list per row (empty for a text-only row). All eight tiny
+    # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
+    # images as one row's).
+    rows = [list(imgs) for imgs in images]
+    handle.tokenizer.padding_side = "left"
+    kwargs = dict(text=texts, padding=True, padding_side="left", return_tensors="pt")
+    if any(rows):
+        kwargs["images"] = rows
+    enc = handle.processor(**kwargs)
+    enc = _to_model(handle, enc)
+    if position_ids and "position_ids" not in enc:
+        pos = generation_position_ids(handle, enc)
+        if pos is not None:
+            enc["position_ids"] = pos
+    return enc
+
+
+def _to_model(handle: Handle, enc: BatchFeature) -> BatchFeature:
+    """Move tensors to the model device; floating tensors (pixels) to the model dtype."""
+    import torch
+
+    device, dtype = handle.device, handle.dtype
+    for key, value in list(enc.items()):
+        if isinstance(value, torch.Tensor):
+            enc[key] = value.to(device=device, dtype=dtype if value.is_floating_point() else None)
+    return enc
+
+
+def generation_position_ids(handle: Handle, enc: BatchFeature):
+    """Position ids exactly as `model.generate` would build them for `enc`.
+
+    Uses the model's own `_prepare_position_ids_for_generation` (mask cumsum for
+    1D RoPE models, 3D M-RoPE for Qwen-VL) so forward passes and generation agree.
+    Returns None for models whose forward takes no position_ids.
+    """
+    import inspect
+
+    model = handle.model
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        return None
+    prepare = getattr(model, "_prepare_position_ids_for_generation", None)
+    kwargs = {k: v for k, v in enc.items()}
+    if prepare is not None:
+        return prepare(enc["input_ids"], kwargs)
+    mask = enc["attention_mask"]
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (batch, seq)

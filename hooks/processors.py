@@ -1,0 +1,140 @@
+"""Processor classes that work without torchvision.
+
+Two problems on a CPU machine without torchvision:
+- Qwen2.5-VL, Qwen3-VL and SmolVLM processors require a video processor, and every
+  video processor needs torchvision. The `NoVideo*` subclasses drop that argument
+  (images only); their parent's `__init__` still passes `video_processor=None`
+  positionally, which `ProcessorMixin.__init__` ignores because `get_attributes()`
+  reads our signature (image_processor, tokenizer).
+- `PixtralProcessor` (Mistral 3) cannot be imported at all without torchvision.
+  `TinyPixtralProcessor` does what it does: resize the image to whole patches
+  (PixtralImageProcessorPil) and write one `[IMG]` per merged patch, an
+  `[IMG_BREAK]` after each row and `[IMG_END]` in place of the last break.
+
+All classes here are listed in LOCAL_PROCESSORS so that `load()` can find them by
+the `processor_class` name saved in processor_config.json (AutoProcessor cannot).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from transformers.models.pixtral.image_processing_pil_pixtral import (
+    get_resize_output_image_size,
+)
+from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
+from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+from transformers.models.smolvlm.processing_smolvlm import SmolVLMProcessor
+from transformers.processing_utils import MultiModalData, ProcessorMixin
+
+
+class NoVideoQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
+    """Qwen2_5_VLProcessor for images only (no video processor, so no torchvision)."""
+
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+        super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+
+class NoVideoQwen3VLProcessor(Qwen3VLProcessor):
+    """Qwen3VLProcessor for images only (no video processor, so no torchvision)."""
+
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+        super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+
+class NoVideoSmolVLMProcessor(SmolVLMProcessor):
+    """SmolVLMProcessor for images only (no video processor, so no torchvision)."""
+
+    def __init__(self, image_processor, tokenizer, image_seq_len: int = 169, chat_template=None, **kwargs):
+        super().__init__(
+            image_processor, tokenizer, None, image_seq_len=image_seq_len, chat_template=chat_template, **kwargs
+        )
+
+    def apply_chat_template(self, conversation, chat_template=None, **kwargs):
+        # SmolVLMProcessor's override only adds video defaults read from
+        # self.video_processor (absent here); use the generic ProcessorMixin one.
+        return ProcessorMixin.apply_chat_template(self, conversation, chat_template, **kwargs)
+
+
+class TinyPixtralProcessor(ProcessorMixin):
+    """The text/image expansion of transformers' PixtralProcessor, importable without torchvision.
+
+    Uses PixtralImageProcessorPil. `patch_size` is the vision tower's patch size and
+    `spatial_merge_size` the Mistral 3 projector's merge factor: one `[IMG]` token
+    stands for a (patch_size * spatial_merge_size)^2 pixel block.
+    """
+
+    def __init__(
+        self,
+        image_processor=None,
+        tokenizer=None,
+        patch_size: int = 16,
+        spatial_merge_size: int = 1,
+        chat_template=None,
+        image_token: str = "[IMG]",
+        image_break_token: str = "[IMG_BREAK]",
+        image_end_token: str = "[IMG_END]",
+        **kwargs,
+    ):
+        super().__init__(image_processor, tokenizer, chat_template=chat_template)
+        self.patch_size = patch_size
+        self.spatial_merge_size = spatial_merge_size
+        self.image_token = image_token
+        self.image_break_token = image_break_token
+        self.image_end_token = image_end_token
+        self.image_token_id = tokenizer.convert_tokens_to_ids(image_token)
+        self.image_break_token_id = tokenizer.convert_tokens_to_ids(image_break_token)
+        self.image_end_token_id = tokenizer.convert_tokens_to_ids(image_end_token)
+
+    @property
+    def image_token_ids(self) -> list[int]:
+        return [self.image_token_id, self.image_break_token_id, self.image_end_token_id]
+
+    def _process_images(self, images, **images_kwargs):
+        # The image processor must pad/resize to whole merged blocks.
+        images_kwargs["patch_size"] = self.patch_size * self.spatial_merge_size
+        return super()._process_images(images, **images_kwargs)
+
+    def replace_image_token(self, image_inputs: dict, image_idx: int, **kwargs) -> str:
+        block = self.patch_size * self.spatial_merge_size
+        height, width = (int(v) for v in image_inputs["image_sizes"][image_idx])
+        rows, cols = height // block, width // block
+        tokens = ([self.image_token] * cols + [self.image_break_token]) * rows
+        tokens[-1] = self.image_end_token
+        return "".join(tokens)
+
+    def _get_num_multimodal_tokens(self, image_sizes=None, **kwargs):
+        vision_data = {}
+        if image_sizes is not None:
+            images_kwargs = self._merge_kwargs(**kwargs)["images_kwargs"]
+            size = images_kwargs.get("size", None) or self.image_processor.size
+            block = self.patch_size * self.spatial_merge_size
+            num_image_tokens = []
+            for height, width in image_sizes:
+                h, w = get_resize_output_image_size(
+                    np.zeros((height, width, 3)),
+                    size=(size["longest_edge"], size["longest_edge"]),
+                    patch_size=(block, block),
+                )
+                num_image_tokens.append((w // block + 1) * (h // block))
+            vision_data.update({"num_image_tokens": num_image_tokens, "num_image_patches": [1] * len(image_sizes)})
+        return MultiModalData(**vision_data)
+
+    @property
+    def model_input_names(self):
+        return self.tokenizer.model_input_names + self.image_processor.model_input_names + ["image_sizes"]
+
+
+# processor_class name (as saved in processor_config.json) -> class.
+LOCAL_PROCESSORS: dict[str, type[ProcessorMixin]] = {
+    cls.__name__: cls
+    for cls in (NoVideoQwen2_5_VLProcessor, NoVideoQwen3VLProcessor, NoVideoSmolVLMProcessor, TinyPixtralProcessor)
+}
+
+# Stock processor class -> our torchvision-free stand-in, for real checkpoints on
+# machines without torchvision.
+TORCHVISION_FREE: dict[str, type[ProcessorMixin]] = {
+    "Qwen2_5_VLProcessor": NoVideoQwen2_5_VLProcessor,
+    "Qwen3VLProcessor": NoVideoQwen3VLProcessor,
+    "SmolVLMProcessor": NoVideoSmolVLMProcessor,
+    "PixtralProcessor": TinyPixtralProcessor,
+}
