@@ -114,11 +114,113 @@ def _run_check(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a model or scripted policy on benchmark items; writes RUN/records.jsonl",
+        description="Run a model (tiny:<arch>, a hub id or a local folder) or a scripted policy "
+        "(policy:<name>) on the items of a benchmark. Resumable: rerun the same command to continue.",
+    )
+    p.add_argument("--model", required=True, help="policy:<name>, tiny:<arch>, hub id or local folder")
+    p.add_argument("--bench", required=True, type=Path, help="benchmark folder (evprobe generate)")
+    p.add_argument("--out", required=True, type=Path, help="run folder (records.jsonl, run.json)")
+    p.add_argument("--protocol", default="direct", help="direct (16 tokens) or brief (256 tokens)")
+    p.add_argument("--regime", default="standard", help="standard, guided or json")
+    p.add_argument("--requests", default=None, help="comma-separated request types and variant names (default: all)")
+    p.add_argument("--limit", type=_positive_int, default=None, help="only the first N selected items")
+    p.add_argument("--batch-size", type=_positive_int, default=8)
+    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--device-map", default=None, help="e.g. auto, cpu, cuda:0")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(run=_run_run)
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    from bench.runner import RunConfig, run
+
+    requests = tuple(r.strip() for r in args.requests.split(",") if r.strip()) if args.requests else None
+    config = RunConfig(
+        model=args.model,
+        bench=str(args.bench),
+        out=str(args.out),
+        protocol=args.protocol,
+        regime=args.regime,
+        requests=requests,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        device_map=args.device_map,
+        trust_remote_code=args.trust_remote_code,
+        seed=args.seed,
+    )
+    summary = run(config, progress=not args.quiet)
+    session = summary["last_session"]
+    print(
+        f"{summary['n_records']}/{summary['n_selected']} records in {args.out / 'records.jsonl'} "
+        f"({session['items']} new in {session['seconds']} s)"
+    )
+    return 0
+
+
+def _add_score(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "score",
+        help="score a run: every paired measure with family-bootstrap intervals",
+        description="Score RUN/records.jsonl against its benchmark; writes RUN/scores.json and "
+        "RUN/scores.md and prints the Markdown.",
+    )
+    p.add_argument("run_dir", metavar="RUN", type=Path, help="run folder written by `evprobe run`")
+    p.add_argument("--bench", type=Path, default=None, help="benchmark folder (default: the one in RUN/run.json)")
+    p.add_argument("--n-boot", type=_positive_int, default=2000, help="bootstrap resamples of whole families")
+    p.add_argument("--seed", type=int, default=20260905, help="bootstrap seed")
+    p.add_argument("--quiet", action="store_true", help="write the files without printing the tables")
+    p.set_defaults(run=_run_score)
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    from experiments.scoring_io import score_run
+
+    scores, markdown = score_run(args.run_dir, args.bench, n_boot=args.n_boot, seed=args.seed)
+    if not args.quiet:
+        print(markdown)
+    print(f"wrote {args.run_dir / 'scores.json'} and {args.run_dir / 'scores.md'}")
+    return 0
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="put the headline scores of several runs side by side",
+        description="Print the headline measures of several scored runs in one table (scores "
+        "each run first if RUN/scores.json is missing).",
+    )
+    p.add_argument("runs", metavar="RUN", type=Path, nargs="+", help="run folders")
+    p.add_argument("--out", type=Path, default=None, help="also write the table to this Markdown file")
+    p.set_defaults(run=_run_compare)
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from experiments.scoring_io import compare_runs
+
+    table = compare_runs(args.runs)
+    print(table)
+    if args.out is not None:
+        from bench.manifest import atomic_write_bytes
+
+        atomic_write_bytes(args.out, table.encode("utf-8"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="evprobe", description="Do VLMs know when their evidence is enough?")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_generate(sub)
     _add_check(sub)
+    _add_run(sub)
+    _add_score(sub)
+    _add_compare(sub)
     return parser
 
 
@@ -129,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(stop.code or 0)
     try:
         return args.run(args)
-    except ValueError as err:  # BenchError and other bad-input errors: one line, no traceback
+    except (ValueError, OSError) as err:  # bad input (BenchError, missing files): one line, no traceback
         print(f"evprobe: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,0 +1,271 @@
+"""Family bootstrap: percentile intervals from resampling whole parameter families (seed 000, B.4).
+
+Every measure of the benchmark is a ratio over units (decisions, pairs, answers, probes) that
+belong to families. Items of one family share worlds, images and thresholds, so they are not
+independent; the unit of resampling is the family. One resample draws F families with replacement;
+`counts[b, f]` says how often family f was drawn in resample b (rows sum to F).
+
+A measure is given as two per-family vectors: `num[f]`, the sum of the unit values of family f,
+and `den[f]`, its number of units. Its value is the ratio estimator over clusters,
+sum(num) / sum(den); on resample b it is (counts[b] @ num) / (counts[b] @ den). Many measures go
+through one matrix product, `counts @ NUM` and `counts @ DEN` with NUM, DEN of shape (F, M), and
+every measure of one `FamilyBootstrap` sees the same resamples, so differences and products of
+measures (paired variant differences, PECS) are computed per resample.
+
+Intervals are pointwise 95% percentile intervals: the 2.5th and 97.5th percentiles of the
+resampled values with linear interpolation between order statistics (numpy's
+`np.percentile(..., method="linear")`, Hyndman-Fan type 7). A resample whose denominator is 0 (it
+drew no family with a unit of that measure) has no value and is dropped before the percentiles;
+a measure whose observed denominator is 0 has no value and no interval.
+"""
+
+from __future__ import annotations
+
+import operator
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+import numpy as np
+
+DEFAULT_SEED = 20260905
+DEFAULT_N_BOOT = 2000
+LEVEL = 95.0
+INTERVAL_METHOD = (
+    "family bootstrap: whole families resampled with replacement (multinomial counts), "
+    "ratio estimator sum(num)/sum(den) per resample, pointwise 95% percentile interval "
+    "(2.5th and 97.5th percentiles, linear interpolation as numpy method='linear'); "
+    "resamples with a zero denominator are dropped"
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point value with its interval and n, the number of units in its denominator.
+
+    `value` is None when the denominator is empty (then `ci` is (None, None) and n is 0); `reason`
+    says why when the inputs of the measure are missing altogether (for example no select records).
+    """
+
+    value: float | None
+    ci: tuple[float | None, float | None]
+    n: int
+    reason: str | None = None
+
+    @classmethod
+    def empty(cls, reason: str | None = None) -> Estimate:
+        return cls(None, (None, None), 0, reason)
+
+    @classmethod
+    def constant(cls, value: float, n: int) -> Estimate:
+        """A value that does not depend on the sample (e.g. the random test's assigned cost)."""
+        return cls(float(value), (float(value), float(value)), n)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value, "ci": list(self.ci), "n": self.n}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Resampled:
+    """One measure on the observed sample and on every resample.
+
+    `value` is NaN when the observed denominator is 0; `draws[b]` is NaN when resample b's is.
+    Combine several with `FamilyBootstrap.combine` to get paired differences or products.
+    """
+
+    value: float
+    draws: np.ndarray  # shape (B,)
+    n: int
+
+
+def percentile_interval(draws: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Column-wise (lo, hi) percentiles of `draws` (B, M), ignoring NaN entries.
+
+    Same numbers as `np.percentile(column[~isnan], [2.5, 97.5], method="linear")` for each column,
+    done for all columns at once: sort (NaN goes last), then interpolate between order statistics
+    at position q (k - 1), k = the number of finite draws. Columns with no finite draw give NaN.
+    """
+    draws = np.asarray(draws, dtype=float)
+    if draws.ndim == 1:
+        draws = draws[:, None]
+    ordered = np.sort(draws, axis=0)
+    k = np.sum(~np.isnan(draws), axis=0)
+    cols = np.arange(draws.shape[1])
+    tail = (100.0 - level) / 2.0
+    bounds = []
+    for q in (tail, 100.0 - tail):
+        pos = q / 100.0 * np.maximum(k - 1, 0)
+        lo = np.floor(pos).astype(int)
+        hi = np.minimum(lo + 1, np.maximum(k - 1, 0))  # never step onto the NaN tail
+        frac = pos - lo
+        a, b = ordered[lo, cols], ordered[hi, cols]
+        value = np.where(frac == 0.0, a, a + (b - a) * frac)  # exact at order statistics
+        bounds.append(np.where(k > 0, value, np.nan))
+    return bounds[0], bounds[1]
+
+
+def _as_float(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def _subset_seed(seed: int, families: Sequence[str]) -> int:
+    """A seed for a sub-bootstrap that depends on the parent seed and on which families it holds,
+    so the same subset always gets the same resamples and another subset gets other ones."""
+    return zlib.crc32(f"{seed}|{'|'.join(families)}".encode()) & 0x7FFFFFFF
+
+
+class FamilyBootstrap:
+    """One seeded set of B family resamples, shared by every measure scored against it.
+
+    `counts` (B, F) is drawn once: `rng.multinomial(F, [1/F] * F, size=B)` with
+    `rng = np.random.default_rng(seed)`; row b says how many times each family is drawn.
+    """
+
+    def __init__(
+        self, families: Sequence[str], n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED
+    ) -> None:
+        families = tuple(families)
+        if not families:
+            raise ValueError("a family bootstrap needs at least one family")
+        if len(set(families)) != len(families):
+            raise ValueError("family ids must be distinct")
+        if n_boot < 1:
+            raise ValueError(f"n_boot must be a positive integer, got {n_boot}")
+        self.families = families
+        self.index = {fid: i for i, fid in enumerate(families)}
+        self.n_boot = int(n_boot)
+        self.seed = int(seed)
+        f = len(families)
+        rng = np.random.default_rng(self.seed)
+        self.counts: np.ndarray = rng.multinomial(f, np.full(f, 1.0 / f), size=self.n_boot)
+        self._weights = self.counts.astype(float)  # converted once for the matrix products
+
+    @property
+    def n_families(self) -> int:
+        return len(self.families)
+
+    def family_index(self, family_ids: Sequence[str]) -> np.ndarray:
+        """Positions of `family_ids` in `families` (a ValueError names an unknown id)."""
+        try:
+            return np.fromiter(
+                (self.index[f] for f in family_ids), dtype=int, count=len(family_ids)
+            )
+        except KeyError as err:
+            raise ValueError(f"family {err.args[0]!r} is not in this bootstrap") from None
+
+    def per_family(self, family_idx: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Sum of unit `values` per family: the `num` (or, with ones, `den`) vector of a measure."""
+        return np.bincount(family_idx, weights=values, minlength=self.n_families).astype(float)
+
+    # -- many measures at once ------------------------------------------------------------
+
+    def resample_many(self, num: np.ndarray, den: np.ndarray) -> list[Resampled]:
+        """Observed and resampled ratios of M measures; `num`, `den` have shape (F, M)."""
+        num, den = self._check(num), self._check(den)
+        top, bottom = num.sum(axis=0), den.sum(axis=0)
+        draws_num, draws_den = self._weights @ num, self._weights @ den
+        with np.errstate(invalid="ignore", divide="ignore"):
+            observed = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
+            draws = np.where(
+                draws_den > 0, draws_num / np.where(draws_den > 0, draws_den, 1.0), np.nan
+            )
+        return [
+            Resampled(float(observed[m]), draws[:, m], int(round(bottom[m])))
+            for m in range(num.shape[1])
+        ]
+
+    def rates(self, num: np.ndarray, den: np.ndarray) -> list[Estimate]:
+        """Estimates of M ratio measures from per-family (F, M) numerators and denominators."""
+        return self.estimates(self.resample_many(num, den))
+
+    @staticmethod
+    def estimates(parts: Sequence[Resampled]) -> list[Estimate]:
+        """Turn resampled measures into estimates, all percentiles in one vectorised pass."""
+        if not parts:
+            return []
+        draws = np.stack([p.draws for p in parts], axis=1)
+        lo, hi = percentile_interval(draws)
+        out = []
+        for m, part in enumerate(parts):
+            if np.isnan(part.value):
+                out.append(Estimate.empty())
+            else:
+                out.append(
+                    Estimate(float(part.value), (_as_float(lo[m]), _as_float(hi[m])), part.n)
+                )
+        return out
+
+    # -- one measure ------------------------------------------------------------------------
+
+    def resample(self, num: np.ndarray, den: np.ndarray) -> Resampled:
+        """One ratio measure from per-family vectors of length F."""
+        return self.resample_many(np.asarray(num, float)[:, None], np.asarray(den, float)[:, None])[
+            0
+        ]
+
+    def rate(self, num: np.ndarray, den: np.ndarray) -> Estimate:
+        return self.estimate(self.resample(num, den))
+
+    @staticmethod
+    def estimate(part: Resampled) -> Estimate:
+        return FamilyBootstrap.estimates([part])[0]
+
+    # -- functions of measures, per resample ------------------------------------------------
+
+    @staticmethod
+    def combine(
+        fn: Callable[..., np.ndarray | float], parts: Sequence[Resampled], n: int
+    ) -> Estimate:
+        """fn applied to the observed values and, elementwise, to every resample's values.
+
+        The parts must come from the same bootstrap (same resamples), which makes the result
+        paired. A resample where any part is undefined is dropped; an undefined observed part
+        gives an empty estimate. `n` is the count to report (the caller says what it counts).
+        """
+        values = [p.value for p in parts]
+        if any(np.isnan(v) for v in values):
+            return Estimate.empty()
+        with np.errstate(invalid="ignore"):
+            value = float(fn(*[np.float64(v) for v in values]))
+            draws = np.asarray(fn(*[p.draws for p in parts]), dtype=float)
+        return FamilyBootstrap.estimate(Resampled(value, draws, n))
+
+    @staticmethod
+    def difference(a: Resampled, b: Resampled) -> Estimate:
+        """Paired difference a - b on the same resamples; n is a's denominator."""
+        return FamilyBootstrap.combine(lambda x, y: x - y, [a, b], a.n)
+
+    @staticmethod
+    def product(parts: Sequence[Resampled], n: int) -> Estimate:
+        """Elementwise product of several measures (e.g. a success rate times a share)."""
+        return FamilyBootstrap.combine(lambda *xs: reduce(operator.mul, xs), parts, n)
+
+    # -- sub-bootstraps ---------------------------------------------------------------------
+
+    def subset(self, families: Sequence[str]) -> FamilyBootstrap:
+        """A bootstrap over some of the families (the variant subset) with its own resamples.
+
+        The subset keeps this bootstrap's family order and B; its seed is derived from this seed
+        and the subset's ids, so it is reproducible and independent of the order of `families`.
+        """
+        wanted = set(families)
+        unknown = sorted(wanted - set(self.families))
+        if unknown:
+            raise ValueError(f"family {unknown[0]!r} is not in this bootstrap")
+        kept = [f for f in self.families if f in wanted]
+        return FamilyBootstrap(kept, self.n_boot, _subset_seed(self.seed, kept))
+
+    def _check(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        if x.ndim == 1:
+            x = x[:, None]
+        if x.ndim != 2 or x.shape[0] != self.n_families:
+            raise ValueError(
+                f"expected per-family arrays of shape ({self.n_families}, M), got {x.shape}"
+            )
+        return x

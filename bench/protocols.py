@@ -1,0 +1,87 @@
+"""Response protocols and prompt regimes: the text added to an item's prompt before a model call.
+
+Protocols (seed 000, section 4 and B.2): `direct` asks for the option code within 16 new tokens;
+`brief` appends the seed's reasoning request (at most two short sentences, then a final
+`ANSWER: <option>` line) and allows 256 tokens.
+
+Regimes (seed 002, appendix C, adapted to this benchmark): `standard` adds nothing; `guided`
+tells the model not to guess when the evidence is insufficient; `json` asks for a JSON object with
+`reason` and `final_answer`. The seed used system prompts; we append the regime text to the user
+turn instead, because several supported chat templates have no system role.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.items import Item
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    max_new_tokens: int
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "direct": Protocol("direct", 16),
+    "brief": Protocol("brief", 256),
+}
+REGIMES: tuple[str, ...] = ("standard", "guided", "json")
+JSON_MAX_NEW_TOKENS = 256  # a JSON object with a reason does not fit in 16 tokens
+
+BRIEF_SUFFIX = (
+    "Give at most two short sentences of working. You must then end your reply with this exact "
+    "final line and nothing after it:\nANSWER: {slot}"
+)
+GUIDED = {
+    "select": (
+        "If the evidence is not enough to answer the question with certainty, do not stop and "
+        "guess: choose a measurement."
+    ),
+    "answer": (
+        "If the evidence is not enough to determine the answer, do not guess: choose the "
+        "undetermined option."
+    ),
+}
+JSON_SUFFIX = (
+    "You MUST respond with a JSON object in this exact format:\n"
+    '{{"reason": "<your step-by-step analysis>", "final_answer": "{slot}"}}\n'
+    "Do NOT include any text before or after the JSON."
+)
+ANSWER_REQUESTS = ("answer_initial", "answer_after_test", "both_given")
+
+
+def get_protocol(name: str) -> Protocol:
+    if name not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {name!r}; choose from {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[name]
+
+
+def check_regime(name: str) -> str:
+    if name not in REGIMES:
+        raise ValueError(f"unknown regime {name!r}; choose from {', '.join(REGIMES)}")
+    return name
+
+
+def max_new_tokens(protocol: str, regime: str) -> int:
+    limit = get_protocol(protocol).max_new_tokens
+    return max(limit, JSON_MAX_NEW_TOKENS) if regime == "json" else limit
+
+
+def build_prompt(item: Item, protocol: str, regime: str = "standard") -> str:
+    """The full user text for one call: the item's prompt, the regime's text, the protocol's."""
+    get_protocol(protocol)
+    check_regime(regime)
+    slot = "<number>" if item.request == "read_ruler" else "<option letter>"
+    parts = [item.prompt]
+    if regime == "guided":
+        if item.request == "select":
+            parts.append(GUIDED["select"])
+        elif item.request in ANSWER_REQUESTS:
+            parts.append(GUIDED["answer"])
+    if regime == "json":
+        parts.append(JSON_SUFFIX.format(slot=slot))  # JSON replaces the ANSWER line
+    elif protocol == "brief":
+        parts.append(BRIEF_SUFFIX.format(slot=slot))
+    return "\n\n".join(parts)

@@ -1,0 +1,82 @@
+"""One model (or policy) reply to one item: the line `evprobe run` appends to RUN/records.jsonl."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+RECORDS_FILE = "records.jsonl"
+RUN_META_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class Record:
+    item_id: str
+    model: str  # "tiny:qwen2_5_vl", a hub id or path, or "policy:<name>"
+    protocol: str  # direct | brief
+    regime: str  # standard | guided | json
+    request: str  # copied from the item, so records can be read without the benchmark
+    variant: str | None
+    family_id: str
+    reply: str  # the raw generated text, never edited
+    valid: bool  # the parser found exactly one acceptable reading of the reply
+    route: str  # how: answer_line | json | direct | letter | name | number, or invalid:<why>
+    choice: str | None  # the option letter read (lettered requests)
+    action: str | None  # select: the action that letter (or name) stands for
+    answer: str | None  # answer requests: yes | no | undetermined
+    value: float | None  # read_ruler: metres read; recover_property: the chosen candidate value
+    n_prompt_tokens: int | None  # without padding; None for scripted policies
+    n_new_tokens: int | None
+    seconds: float  # wall time of this item's share of its batch
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Record:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+def load_records(path: Path) -> dict[str, Record]:
+    """Finished records by item id. A torn last line (a run killed mid-write) is cut off the
+    file, so the next append starts on a clean line; a torn line elsewhere or a duplicate id
+    is an error that names the line."""
+    if not path.is_file():
+        return {}
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1  # keep every complete line
+        with path.open("r+b") as fh:
+            fh.truncate(cut)
+        data = data[:cut]
+    out: dict[str, Record] = {}
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = Record.from_json(json.loads(line))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}:{number}: not a record ({err}); move the file aside") from None
+        if record.item_id in out:
+            raise ValueError(f"{path}:{number}: duplicate record for {record.item_id}")
+        out[record.item_id] = record
+    return out
+
+
+def append_records(path: Path, records: list[Record]) -> None:
+    """Append whole lines with one write and an fsync: a kill leaves at most one torn last line,
+    which `load_records` removes."""
+    if not records:
+        return
+    data = "".join(json.dumps(r.to_json()) + "\n" for r in records).encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:  # os.write may write less than asked
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)

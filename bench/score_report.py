@@ -1,0 +1,398 @@
+"""Markdown tables of a scored run (`bench.scoring.score`), one section per table group of seed 000.
+
+Rates print as percentages with their 95% interval and n, `58.5 [55.6, 61.5] (n=576)`; costs as
+plain numbers, `0.99 [0.96, 1.02] (n=576)`; paired differences in percentage points with a sign,
+`+14.2 [+8.7, +20.5] (n=288)`. A measure without a value prints `NA` and, when the inputs were
+missing, the reason: `NA (no answer_initial records)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bench.scoring import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
+
+LABELS: dict[str, str] = {
+    "min_cost_choice": "Minimum cost choice",
+    "stop_if_enough": "Stop if enough",
+    "test_if_needed": "Test if needed",
+    "both_correct_image_pairs": "Both correct, changed image",
+    "both_correct_threshold_pairs": "Both correct, changed threshold",
+    "same_choice_image_pairs": "Same choice, changed image",
+    "same_choice_threshold_pairs": "Same choice, changed threshold",
+    "enough_evidence": "Enough evidence",
+    "useful_test_supplied": "Useful test supplied",
+    "resolved_and_correct": "Resolved and correct",
+    "mean_cost": "Mean cost",
+    "validity_select": "Valid selections",
+    "pecs": "PECS",
+    "pecs_acc": "PECS: Acc (controls correct)",
+    "pecs_abs_rec": "PECS: AbsRec (voids abstained)",
+    "pecs_false_abs": "PECS: FalseAbs (controls abstained)",
+    "known_answer": "Known answer",
+    "unknown_answer": "Unknown answer",
+    "action_agreement": "Action agreement",
+    "unneeded_test": "Unneeded test",
+    "useless_test": "Useless test",
+    "early_stop": "Early stop",
+    "repeat_known_all": "Repeat known test (all decisions)",
+    "repeat_known_unresolved": "Repeat known test (unresolved decisions)",
+    "definite_correct": "Definite answers correct",
+    "identical_response_rate": "Identical responses in the pair",
+    "always_stop": "Always stop",
+    "repeat_known": "Repeat known test",
+    "free_fall": "Free fall",
+    "test_missing": "Test unknown parameter",
+    "complete_report": "Complete report",
+    "random_test": "Random test",
+    "min_cost": "Minimum cost selector",
+    "model": "Model selector",
+    "model_exact_reader": "Model + exact reader",
+    "read_ruler": "Read the ruler",
+    "recover_property": "Infer parameter",
+    "both_given": "Given parameters",
+    "variant_base": "Base subset",
+    "text_readings": "Text readings",
+    "changed_rendering": "Changed rendering",
+    "reworded": "Reworded question",
+    "given_equations": "Given equations",
+    "check_possibilities": "Check possible worlds",
+    "no_initial_test": "No initial test",
+}
+COSTS = {"mean_cost"}  # headline measures in cost units, not rates
+PLAIN = {"pecs"}  # a score in [0, 1] printed as a plain number, as seed 002 does
+
+
+def _num(x: float, digits: int, sign: bool = False) -> str:
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    zero = f"{0:.{digits}f}"
+    if text.lstrip("+-") == zero:  # never print -0.0
+        text = f"+{zero}" if sign else zero
+    return text
+
+
+def _fmt(est: dict[str, Any] | None, scale: float, digits: int, sign: bool = False) -> str:
+    if not est:
+        return "NA"
+    if est.get("value") is None:
+        return f"NA ({est['reason']})" if est.get("reason") else "NA (n=0)"
+    lo, hi = est["ci"]
+    interval = (
+        f"[{_num(lo * scale, digits, sign)}, {_num(hi * scale, digits, sign)}]"
+        if lo is not None and hi is not None
+        else "[NA, NA]"
+    )
+    return f"{_num(est['value'] * scale, digits, sign)} {interval} (n={est['n']})"
+
+
+def pct(est: dict[str, Any] | None) -> str:
+    """A rate as a percentage: `58.5 [55.6, 61.5] (n=576)`."""
+    return _fmt(est, 100.0, 1)
+
+
+def cost(est: dict[str, Any] | None) -> str:
+    """A cost in assigned units: `0.99 [0.96, 1.02] (n=576)`."""
+    return _fmt(est, 1.0, 2)
+
+
+def points(est: dict[str, Any] | None) -> str:
+    """A paired difference of rates in percentage points: `+14.2 [+8.7, +20.5] (n=288)`."""
+    return _fmt(est, 100.0, 1, sign=True)
+
+
+def plain(est: dict[str, Any] | None) -> str:
+    """A score printed as a number with three decimals (PECS): `0.292 [0.250, 0.331] (n=5184)`."""
+    return _fmt(est, 1.0, 3)
+
+
+def headline_cell(name: str, est: dict[str, Any] | None) -> str:
+    if name in COSTS:
+        return cost(est)
+    if name in PLAIN:
+        return plain(est)
+    return pct(est)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _label(name: str) -> str:
+    return LABELS.get(name, name.replace("_", " "))
+
+
+def _section(title: str, note: str, table: str) -> str:
+    return f"## {title}\n\n{note}\n\n{table}\n" if note else f"## {title}\n\n{table}\n"
+
+
+def scores_markdown(scores: dict[str, Any], title: str) -> str:
+    """Every section of a scored run as Markdown tables (the order of seed 000's appendix)."""
+    s = scores
+    parts = [f"# {title}\n"]
+    meta = s.get("meta", {})
+    if meta:
+        parts.append(
+            f"Intervals: {meta.get('n_boot')} family bootstrap resamples, seed {meta.get('seed')}, "
+            f"{meta.get('n_families')} families; pointwise 95% percentile intervals. "
+            f"{meta.get('n_records')} records on {meta.get('n_items')} items.\n"
+        )
+
+    def rows(names: Sequence[str], source: dict[str, Any], fmt=pct) -> list[list[str]]:
+        return [[_label(n), fmt(source.get(n))] for n in names]
+
+    parts.append(
+        _section(
+            "Choice (Table 11)",
+            "Minimum cost choice over all decisions; stop if enough over resolved decisions, "
+            "test if needed over unresolved ones. Mean cost of the model's own selections.",
+            _table(
+                ["measure", "value"],
+                rows(["min_cost_choice", "stop_if_enough", "test_if_needed"], s)
+                + [[_label("mean_cost"), cost(s.get("mean_cost"))]],
+            ),
+        )
+    )
+    parts.append(
+        _section(
+            "Pairs (Tables 12-13)",
+            "Both choices of a pair correct, and the same decoded choice (two invalid replies "
+            "count as the same). The reference's same-choice rate is 0.",
+            _table(
+                ["measure", "changed image", "changed threshold"],
+                [
+                    [
+                        "Both correct",
+                        pct(s.get("both_correct_image_pairs")),
+                        pct(s.get("both_correct_threshold_pairs")),
+                    ],
+                    [
+                        "Same choice",
+                        pct(s.get("same_choice_image_pairs")),
+                        pct(s.get("same_choice_threshold_pairs")),
+                    ],
+                ],
+            ),
+        )
+    )
+    repeats = s.get("repeats", {})
+    parts.append(
+        _section(
+            "Evidence and answers (Tables 3, 17)",
+            "Enough evidence and final success over decisions (final success averages the two "
+            "hidden worlds); useful test supplied over the answers after the missing-property test "
+            "or the combined report on unresolved decisions; repeat over unresolved property "
+            "purchases.",
+            _table(
+                ["measure", "value"],
+                rows(["enough_evidence", "useful_test_supplied", "resolved_and_correct"], s)
+                + [
+                    [_label("repeat_known_unresolved"), pct(repeats.get("repeat_known_unresolved"))]
+                ],
+            ),
+        )
+    )
+    answers = s.get("answers", {})
+    hidden = s.get("hidden_alternatives", {})
+    parts.append(
+        _section(
+            "Initial answers (Table 18) and hidden alternatives (appendix D)",
+            "Known answer over resolved decisions, unknown answer (says undetermined) over "
+            "unresolved ones, agreement of 'undetermined' with buying a test over all decisions. "
+            f"Hidden alternatives: {hidden.get('pairs', 'NA')} after-test pairs with identical "
+            "inputs and opposite true answers; a deterministic answer rule scores exactly 50.0 on "
+            "definite answers.",
+            _table(
+                ["measure", "value"],
+                rows(["known_answer", "unknown_answer", "action_agreement"], answers)
+                + rows(["definite_correct", "identical_response_rate"], hidden),
+            ),
+        )
+    )
+    choices = s.get("choices", {})
+    count_rows, rate_rows = [], []
+    for group in ("resolved", "unresolved"):
+        counts = choices.get(f"{group}_counts", {})
+        count_rows.append(
+            [group, str(counts.get("n", "NA"))] + [str(counts.get(c, "NA")) for c in CATEGORIES]
+        )
+        rate_rows.append([group] + [pct(choices.get(group, {}).get(c)) for c in CATEGORIES])
+    parts.append(
+        _section(
+            "Choices by category (Tables 19-20)",
+            "Repeat measures the already observed property, missing the other one, both buys the "
+            "combined report; free fall reveals neither.",
+            _table(["decisions", "n", *CATEGORIES], count_rows)
+            + "\n\n"
+            + _table(["decisions", *CATEGORIES], rate_rows),
+        )
+    )
+    errors = s.get("errors", {})
+    parts.append(
+        _section(
+            "Errors (Table 21)",
+            "Unneeded test over resolved decisions (any valid test); useless test (repeat or free "
+            "fall) and early stop over unresolved decisions.",
+            _table(
+                ["measure", "value"], rows(["unneeded_test", "useless_test", "early_stop"], errors)
+            ),
+        )
+    )
+    parts.append(
+        _section(
+            "Repeats (Tables 22-23)",
+            "Share of single property purchases that measure the known property again; "
+            "n = purchases.",
+            _table(
+                ["measure", "value"], rows(["repeat_known_all", "repeat_known_unresolved"], repeats)
+            ),
+        )
+    )
+    policies = s.get("policies", {})
+    parts.append(
+        _section(
+            "Policy comparison (Tables 7, 24-29)",
+            "Stored answer records recombined per rule, averaged over the two hidden worlds; an "
+            "invalid model selection costs 0 and never succeeds. The exact reader scores enough "
+            "evidence.",
+            _table(
+                ["rule", "resolved and correct", "mean cost"],
+                [
+                    [
+                        _label(r),
+                        pct(policies.get(r, {}).get("correct")),
+                        cost(policies.get(r, {}).get("mean_cost")),
+                    ]
+                    for r in RULES
+                    if r in policies
+                ],
+            ),
+        )
+    )
+    repricing = s.get("repricing", {})
+    keys = [f"{p:g}" for p in REPORT_PRICES if f"{p:g}" in repricing] or list(repricing)
+    parts.append(
+        _section(
+            "Repricing the combined report (Tables 30-33)",
+            "The same selections scored with the combined report at each price; at price 1 the "
+            "missing test and the report tie on unresolved decisions and both count as correct.",
+            _table(
+                ["measure", *[f"price {k}" for k in keys]],
+                [
+                    ["Choice accuracy", *[pct(repricing[k].get("choice_accuracy")) for k in keys]],
+                    ["Mean cost", *[cost(repricing[k].get("mean_cost")) for k in keys]],
+                ],
+            ),
+        )
+    )
+    parts.append(
+        _section(
+            "Perception and calculation (Table 34)",
+            "Ruler reading within 5% of the true reading; recovered candidate value; answers with "
+            "both properties given.",
+            _table(
+                ["control", "value"],
+                rows(["read_ruler", "recover_property", "both_given"], s.get("controls", {})),
+            ),
+        )
+    )
+    validity = s.get("validity", {})
+    parts.append(
+        _section(
+            "Validity (Tables 35-36)",
+            "Fraction of replies the parser accepted.",
+            _table(
+                ["requests", "valid"],
+                [
+                    [name.removeprefix("validity_").replace("_", " "), pct(est)]
+                    for name, est in validity.items()
+                ],
+            ),
+        )
+    )
+    parts.append(_variants_section(s.get("variants", {})))
+    by_system = s.get("by_system", {})
+    if by_system:
+        names = list(next(iter(by_system.values())))
+        parts.append(
+            _section(
+                "Per system (Tables 14-16)",
+                "",
+                _table(
+                    ["measure", *by_system],
+                    [
+                        [_label(n), *[pct(by_system[sys].get(n)) for sys in by_system]]
+                        for n in names
+                    ],
+                ),
+            )
+        )
+    parts.append(
+        _section(
+            "PECS (seed 002, section 3.4)",
+            "Over answer_initial and answer_after_test replies: controls are resolved items, voids "
+            "unresolved ones. PECS = Acc x max(0, AbsRec - FalseAbs), per resample.",
+            _table(
+                ["measure", "value"],
+                [[_label("pecs"), plain(s.get("pecs"))]]
+                + rows(["pecs_acc", "pecs_abs_rec", "pecs_false_abs"], s),
+            ),
+        )
+    )
+    coverage = s.get("coverage", {})
+    if coverage:
+        parts.append(
+            _section(
+                "Coverage",
+                "Records per request type; measures use the items that have records.",
+                _table(
+                    ["requests", "records", "items", "share"],
+                    [
+                        [
+                            name.replace("_", " "),
+                            str(c["records"]),
+                            str(c["items"]),
+                            f"{100 * c['fraction']:.1f}%",
+                        ]
+                        for name, c in coverage.items()
+                    ],
+                ),
+            )
+        )
+    return "\n".join(parts)
+
+
+def _variants_section(variants: dict[str, Any]) -> str:
+    if not variants.get("families"):
+        return _section("Variants (Tables 37-49)", variants.get("reason", "No variant subset."), "")
+    rows = []
+    for name, block in variants.items():
+        if not isinstance(block, dict):
+            continue
+        rows.append(
+            [
+                _label(name),
+                pct(block.get("min_cost_choice")),
+                points(block.get("difference")) if "difference" in block else "",
+                pct(block.get("repeat")),
+            ]
+        )
+    return _section(
+        "Variants (Tables 37-49)",
+        f"Minimum cost choice on the {variants['families']}-family subset; change in percentage "
+        "points against the base subset with paired intervals (the same resampled families); "
+        "repeat among single property purchases (no initial test: the matched base's test).",
+        _table(["condition", "min cost choice", "change (pp)", "repeat"], rows),
+    )
+
+
+def compare_markdown(named_scores: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """Several runs side by side: one row per headline measure, one column per run."""
+    header = ["measure", *[name for name, _ in named_scores]]
+    rows = [
+        [_label(metric), *[headline_cell(metric, scores.get(metric)) for _, scores in named_scores]]
+        for metric in HEADLINE
+    ]
+    return _table(header, rows) + "\n"
