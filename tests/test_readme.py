@@ -42,9 +42,18 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_every_documented_flag_exists() -> None:
-    usage = re.search(r"```bash\nevprobe generate(.*?)```", README, flags=re.S)
-    assert usage is not None
-    flags = set(re.findall(r"--[a-z-]+", usage.group(0)))
+    """Each usage block (a ```bash block whose lines start with `evprobe <command>`) names only
+    flags that its subcommand accepts."""
     sub = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    known = {opt for name in ("generate", "check") for a in sub[name]._actions for opt in a.option_strings}
-    assert flags and flags <= known, flags - known
+    checked = set()
+    for block in BLOCKS:
+        for line in block.splitlines():
+            m = re.match(r"evprobe (\w[\w-]*)", line.strip())
+            if m and m.group(1) in sub and line.strip() == line.lstrip():
+                known = {opt for a in sub[m.group(1)]._actions for opt in a.option_strings}
+                # continuation lines of a usage block belong to the same command
+                text = block[block.index(line):].split("\nevprobe ")[0]
+                flags = set(re.findall(r"--[a-z][a-z-]*", text))
+                assert flags <= known, (m.group(1), flags - known)
+                checked.add(m.group(1))
+    assert {"generate", "check", "run", "score", "compare"} <= checked
