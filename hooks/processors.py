@@ -1,7 +1,7 @@
 """Processor classes that work without torchvision.
 
 Two problems on a CPU machine without torchvision:
-- Qwen2.5-VL, Qwen3-VL and SmolVLM processors require a video processor, and every
+- Qwen2.5-VL, Qwen3-VL, SmolVLM and LLaVA-NeXT-Video processors require a video processor, and every
   video processor needs torchvision. The `NoVideo*` subclasses drop that argument
   (images only); their parent's `__init__` still passes `video_processor=None`
   positionally, which `ProcessorMixin.__init__` ignores because `get_attributes()`
@@ -21,6 +21,7 @@ import numpy as np
 from transformers.models.pixtral.image_processing_pil_pixtral import (
     get_resize_output_image_size,
 )
+from transformers.models.llava_next_video.processing_llava_next_video import LlavaNextVideoProcessor
 from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 from transformers.models.smolvlm.processing_smolvlm import SmolVLMProcessor
@@ -39,6 +40,38 @@ class NoVideoQwen3VLProcessor(Qwen3VLProcessor):
 
     def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
         super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+
+class NoVideoLlavaNextVideoProcessor(LlavaNextVideoProcessor):
+    """LlavaNextVideoProcessor for images only (no video processor, so no torchvision).
+
+    The benchmark shows still measurement sheets; LLaVA-NeXT-Video reads them through its
+    image path (anyres tiles), as the seed 002 replication did with frames as images.
+    """
+
+    def __init__(
+        self,
+        image_processor=None,
+        tokenizer=None,
+        chat_template=None,
+        patch_size=None,
+        vision_feature_select_strategy=None,
+        image_token="<image>",
+        video_token="<video>",
+        num_additional_image_tokens=0,
+        **kwargs,
+    ):
+        # The parent passes (video_processor, image_processor, tokenizer) positionally, which
+        # would not line up with our attributes (image_processor, tokenizer): set its fields
+        # here and call ProcessorMixin directly.
+        self.patch_size = patch_size
+        self.num_additional_image_tokens = num_additional_image_tokens
+        self.vision_feature_select_strategy = vision_feature_select_strategy
+        self.image_token = getattr(tokenizer, "image_token", None) or image_token
+        self.video_token = getattr(tokenizer, "video_token", None) or video_token
+        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+        self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+        ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
 
 class NoVideoSmolVLMProcessor(SmolVLMProcessor):
@@ -127,7 +160,13 @@ class TinyPixtralProcessor(ProcessorMixin):
 # processor_class name (as saved in processor_config.json) -> class.
 LOCAL_PROCESSORS: dict[str, type[ProcessorMixin]] = {
     cls.__name__: cls
-    for cls in (NoVideoQwen2_5_VLProcessor, NoVideoQwen3VLProcessor, NoVideoSmolVLMProcessor, TinyPixtralProcessor)
+    for cls in (
+        NoVideoQwen2_5_VLProcessor,
+        NoVideoQwen3VLProcessor,
+        NoVideoSmolVLMProcessor,
+        NoVideoLlavaNextVideoProcessor,
+        TinyPixtralProcessor,
+    )
 }
 
 # Stock processor class -> our torchvision-free stand-in, for real checkpoints on
@@ -136,5 +175,6 @@ TORCHVISION_FREE: dict[str, type[ProcessorMixin]] = {
     "Qwen2_5_VLProcessor": NoVideoQwen2_5_VLProcessor,
     "Qwen3VLProcessor": NoVideoQwen3VLProcessor,
     "SmolVLMProcessor": NoVideoSmolVLMProcessor,
+    "LlavaNextVideoProcessor": NoVideoLlavaNextVideoProcessor,
     "PixtralProcessor": TinyPixtralProcessor,
 }

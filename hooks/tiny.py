@@ -21,6 +21,7 @@ Image sizes used by the tiny processors (any input size is resized down):
 | llava_next  | 56x56 base + anyres tiles of 56 on pinpoints up to 112x112 | 16 + up to 64 + row newlines |
 | gemma3      | 56x56 (patch 14, pooled to 2x2)       | 4 (+ boi/eoi and newlines)    |
 | mistral3    | longest edge 64 (patch 8, merge 2)    | 16 + row breaks for a square  |
+| llava_next_video | as llava_next (images through the image path; no video processor) | as llava_next |
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ TINY_ARCHS: tuple[str, ...] = (
     "gemma3",
     "mistral3",
     "smolvlm",
+    "llava_next_video",
 )
 
 # Language model shape shared by all tiny archs.
@@ -269,13 +271,13 @@ _LLAVA_IMAGE = 56  # CLIP tower input, patch 14 -> 4x4 = 16 patches (+ CLS)
 _LLAVA_PATCH = 14
 
 
-def _llava_parts():
+def _llava_parts(video: bool = False):
     from hooks.tiny_tokenizer import build_tokenizer
 
     tok = build_tokenizer(
-        special_tokens=_LLAVA_SPECIALS,
+        special_tokens=_LLAVA_SPECIALS + (["<video>"] if video else []),
         named=dict(unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"),
-        extra_named=dict(image_token="<image>"),
+        extra_named=dict(image_token="<image>", **({"video_token": "<video>"} if video else {})),
     )
     text = _llama_like_text(len(tok), tok)
     # vision_feature_layer=-2 needs at least 2 layers; the CLS token is dropped ("default").
@@ -320,6 +322,29 @@ def _build_llava_next():
     image_processor = LlavaNextImageProcessorPil(size={"shortest_edge": s}, crop_size={"height": s, "width": s},
                                                  image_grid_pinpoints=pinpoints)
     return LlavaNextForConditionalGeneration, config, LlavaNextProcessor(image_processor, tok, **processor_kwargs)
+
+
+def _build_llava_next_video():
+    from transformers import LlavaNextVideoConfig, LlavaNextVideoForConditionalGeneration
+    from transformers.models.llava_next.image_processing_pil_llava_next import (
+        LlavaNextImageProcessorPil,
+    )
+
+    from hooks.processors import NoVideoLlavaNextVideoProcessor
+
+    tok, config_kwargs, processor_kwargs = _llava_parts(video=True)
+    s = _LLAVA_IMAGE
+    pinpoints = [[s, s], [s, 2 * s], [2 * s, s], [2 * s, 2 * s]]
+    config = LlavaNextVideoConfig(
+        **config_kwargs,
+        image_grid_pinpoints=pinpoints,
+        video_token_index=tok.convert_tokens_to_ids("<video>"),
+        video_seq_length=(s // _LLAVA_PATCH) ** 2 // 4,  # frames are average-pooled 2x2
+    )
+    image_processor = LlavaNextImageProcessorPil(size={"shortest_edge": s}, crop_size={"height": s, "width": s},
+                                                 image_grid_pinpoints=pinpoints)
+    processor = NoVideoLlavaNextVideoProcessor(image_processor, tok, **processor_kwargs)
+    return LlavaNextVideoForConditionalGeneration, config, processor
 
 
 # ---------------------------------------------------------------- Gemma 3
@@ -418,6 +443,7 @@ _BUILDERS: dict[str, Callable[[], tuple[type, Any, Any]]] = {
     "gemma3": _build_gemma3,
     "mistral3": _build_mistral3,
     "smolvlm": _build_smolvlm,
+    "llava_next_video": _build_llava_next_video,
 }
 assert tuple(_BUILDERS) == TINY_ARCHS
 

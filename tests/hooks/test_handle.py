@@ -83,7 +83,7 @@ def handle(request, handles) -> Handle:
 
 def test_tiny_archs_names():
     assert TINY_ARCHS == ("qwen2_5_vl", "qwen3_vl", "idefics3", "llava", "llava_next", "gemma3", "mistral3",
-                          "smolvlm")
+                          "smolvlm", "llava_next_video")
 
 
 def test_builds_with_layers_and_width(handle: Handle):
