@@ -25,7 +25,9 @@ from bench.systems import get_system
 
 _NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
 _ANSWER_LINE = re.compile(r"^\s*[*_#>\s]*answer\s*[*_]*\s*[:：]\s*(.*?)\s*$", re.I | re.M)
-_STANDALONE = re.compile(r"(?<![A-Za-z0-9_'’-])([A-E])(?![A-Za-z0-9_'’-])")
+# A standalone letter stands between white space or bracket/quote/markdown punctuation, so "g�C"
+# in garbled output or "D-type" is not an option letter.
+_STANDALONE = re.compile(r"""(?:^|(?<=[\s(\[*"'“:]))([A-E])(?=$|[\s).\]:,;!?*"'”])""", re.M)
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 
 

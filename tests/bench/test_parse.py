@@ -122,3 +122,10 @@ def test_recover_property_values(items: dict[str, Item]) -> None:
     letter, value = next(iter(it.options.items()))
     assert parse_reply(it, letter).value == pytest.approx(float(value))
     assert parse_reply(it, f"It shows {value}").choice == letter
+
+
+def test_letters_glued_to_garbage_are_not_options(items: dict[str, Item]) -> None:
+    """Untrained models emit byte soup; a capital glued to other characters is no option code."""
+    it = _select(items, "sliding")
+    assert parse_reply(it, "bj\x0ckeectsu/ictcen g\ufffdC spict enough").route == "invalid:no_option"
+    assert parse_reply(it, "the D-type sensor").route == "invalid:no_option"
