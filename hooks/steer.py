@@ -1,0 +1,484 @@
+"""Activation steering: add alpha * unit direction to a decoder layer's output.
+
+    with steer(handle, Steering(v, layer=2, alpha=4.0)):
+        gens = generate(handle, prompts, images, max_new_tokens=16)      # steered
+        logp = next_token_logprobs(handle, prompts, images, letters)     # steered
+    # hooks removed here, also when the block raised
+
+What is edited: layer `layer`'s output (the residual stream after that decoder
+layer, a (batch, seq, d_model) tensor) gets `alpha * v` added, v the unit
+direction. `positions` picks the prompt positions ("all", "last" = index -1,
+which with left padding is every row's last real token, or explicit indices /
+a slice; negative indices are safe under left padding, non-negative ones count
+padding). On a decode step the layer sees one new position per row, and that
+position is edited under schedule "every-step" whatever `positions` says
+(each generated token is the "last" one at its step); "prompt-only" leaves all
+decode steps alone.
+
+How the prompt pass is told from decode steps (plain-hook path): a forward whose
+sequence length is > 1 is a prompt pass (a full forward, e.g. next_token_logprobs,
+or the first forward of generate); greedy decoding with a KV cache feeds exactly
+one new token per step, so a length-1 forward is a decode step. A one-token
+prompt would therefore count as a decode step (chat-templated prompts are never
+that short). The nnsight path counts steps instead (`tracer.iter` step 0 is the
+prompt); the tests check the two agree.
+
+Alpha units: `Steering.alpha` is raw (residual-stream units of that model).
+`Steering.from_norm_units(v, layer, alpha_norm, mean_norm)` takes alpha in
+multiples of the layer's mean residual norm at the read position (measured on
+the capture set with `mean_residual_norm`) and stores raw = alpha_norm * mean_norm
+plus both inputs, so doses compare across models.
+
+Why the primary path is plain torch forward hooks, not nnsight (nnsight 0.8.1):
+the project rule is nnsight everywhere unless it cannot do the job, and here it
+cannot wrap *later, ordinary* calls:
+  1. An nnsight intervention lives inside one `with model.trace(...)` /
+     `with model.generate(...)` block. The only persistent form,
+     `handle.nn.edit(inplace=True)` (replayed until `clear_edits()`), applies only
+     to runs that go through nnsight's interleaver. nnsight's own docs
+     (nnsight/intervention/editing.py): "an edit only applies to work that goes
+     through the interleaver: calling the wrapped torch.nn.Module directly runs
+     the model as it was". `hooks.generate` and `hooks.next_token_logprobs` (the
+     runner's calls) call `handle.model` directly, so an nnsight edit does not
+     steer them; checked on tiny llava (edit stored, `generate` ids and logprobs
+     unchanged, while a forward hook changes both) and kept as a test
+     (test_nnsight_edit_does_not_reach_direct_model_calls).
+  2. Even for nnsight runs, a persistent every-step edit needs an open
+     `for _ in tracer.iter[:]` loop, which by design outruns every run and warns
+     "'...layers.1.output.i5' was never reached ..." on each generate and each
+     plain trace.
+So `steer` / `ablate` register plain forward hooks (removed in `finally`), and
+`steered_generate_nnsight` does the same edit with nnsight's iteration API
+(`for step in tracer.iter[:n]`, editing `output` in place each step) as the
+cross-check: same generated ids and scores within 1e-5 on all tiny archs
+(in practice bit-identical). Cost (benchmarks/steer_overhead.py, 1 thread, shared
+2-core CPU): tiny llava, 20 prompts x 16 tokens: hooks 1.00x plain, nnsight 1.05-1.10x;
+random Qwen2-0.5B-shaped LM, 64-token prompt + 4 tokens (~1.0 s): both within
+noise of plain (min-time ratios 1.01 and 1.03).
+
+Composition pitfall: nnsight replaces each module's `forward` with its own
+wrapper and reads `.output` inside it, i.e. before torch forward hooks run. So an
+nnsight capture of the steered/ablated layer itself shows the unedited value;
+layers after it (and the next layer's `.input`) see the edit.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+
+    from hooks.handle import Handle
+
+Positions = Literal["all", "last"] | tuple[int, ...] | slice
+Schedule = Literal["every-step", "prompt-only"]
+SCHEDULES: tuple[str, ...] = ("every-step", "prompt-only")
+LETTERS: tuple[str, ...] = ("A", "B", "C", "D", "E")
+
+
+# ---------------------------------------------------------------- directions
+
+def unit_direction(direction: Any, *, d_model: int | None = None, what: str = "direction") -> np.ndarray:
+    """`direction` (numpy / torch / sequence, shape (d_model,)) as a read-only float64 unit vector.
+
+    Raises ValueError for a wrong shape, a zero or non-finite vector.
+    """
+    if hasattr(direction, "detach"):  # torch tensor
+        direction = direction.detach().to("cpu").double().numpy()
+    v = np.array(direction, dtype=np.float64)  # copy: the caller's array stays theirs
+    if v.ndim != 1:
+        raise ValueError(f"{what} must be one vector of shape (d_model,), got shape {v.shape}; "
+                         f"pass a single row (e.g. directions[i]), not a matrix")
+    if d_model is not None and v.shape[0] != d_model:
+        raise ValueError(f"{what} has {v.shape[0]} entries but the model's residual width is {d_model}; "
+                         f"use a direction fitted on this model's activations (shape ({d_model},))")
+    if not np.isfinite(v).all():
+        raise ValueError(f"{what} contains NaN or inf; check how it was computed")
+    norm = float(np.linalg.norm(v))
+    if norm == 0.0:
+        raise ValueError(f"{what} is the zero vector and has no direction; pass a nonzero vector "
+                         f"(e.g. a probe's weight vector or random_directions(...))")
+    v /= norm
+    v.flags.writeable = False
+    return v
+
+
+def random_directions(d_model: int, n: int, seed: int) -> np.ndarray:
+    """(n, d_model) float64 unit vectors, Gaussian then normalised, reproducible from `seed`."""
+    if d_model < 1 or n < 1:
+        raise ValueError(f"need d_model >= 1 and n >= 1, got d_model={d_model}, n={n}")
+    rows = np.random.default_rng(seed).standard_normal((n, d_model))  # (n, d_model)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def mean_residual_norm(acts: np.ndarray) -> float:
+    """Mean L2 norm of the rows of an (items, d_model) activation array.
+
+    This is the unit of `Steering.from_norm_units`: measure it on the capture set
+    at the steered layer and position, and store it with the direction.
+    """
+    a = np.asarray(acts, dtype=np.float64)
+    if a.ndim != 2 or a.shape[0] == 0:
+        raise ValueError(f"acts must be a non-empty (items, d_model) array, got shape {a.shape}")
+    return float(np.linalg.norm(a, axis=1).mean())
+
+
+# ---------------------------------------------------------------- the steering spec
+
+def _check_positions(positions: Any) -> Positions:
+    if isinstance(positions, str):
+        if positions in ("all", "last"):
+            return positions
+        raise ValueError(
+            f"positions must be 'all', 'last', a slice or a list of ints, got {positions!r}")
+    if isinstance(positions, slice):
+        return positions
+    try:
+        idx = tuple(int(p) for p in positions)
+    except TypeError:
+        raise ValueError(f"positions must be 'all', 'last', a slice or a list of ints, got {positions!r}") from None
+    if not idx:
+        raise ValueError("positions is an empty list; use 'all', 'last' or at least one index")
+    return idx
+
+
+@dataclass(frozen=True, eq=False)
+class Steering:
+    """Add `alpha * direction` to decoder layer `layer`'s output.
+
+    direction: unit vector, shape (d_model,) (normalised on construction; stored
+        as read-only float64 numpy).
+    layer: decoder layer index, 0 .. n_layers - 1 (checked against the model by steer()).
+    alpha: raw dose, in the model's residual-stream units.
+    positions: prompt positions edited: "all", "last" (-1: every row's last real
+        token under left padding), a tuple of indices or a slice. Decode steps
+        always edit their one new position (schedule "every-step").
+    schedule: "every-step" (prompt pass and every generated token) or
+        "prompt-only" (the prompt pass only).
+    alpha_norm, mean_norm: set by from_norm_units (alpha = alpha_norm * mean_norm).
+    """
+
+    direction: np.ndarray = field(repr=False)
+    layer: int
+    alpha: float
+    positions: Positions = "all"
+    schedule: Schedule = "every-step"
+    alpha_norm: float | None = None
+    mean_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direction", unit_direction(self.direction))
+        if isinstance(self.layer, bool) or not isinstance(self.layer, (int, np.integer)) or self.layer < 0:
+            raise ValueError(f"layer must be a decoder layer index >= 0, got {self.layer!r}")
+        object.__setattr__(self, "layer", int(self.layer))
+        alpha = float(self.alpha)
+        if not np.isfinite(alpha):
+            raise ValueError(f"alpha must be finite, got {self.alpha!r}")
+        object.__setattr__(self, "alpha", alpha)
+        object.__setattr__(self, "positions", _check_positions(self.positions))
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+
+    @classmethod
+    def from_norm_units(
+        cls,
+        direction: Any,
+        layer: int,
+        alpha_norm: float,
+        mean_norm: float,
+        *,
+        positions: Positions = "all",
+        schedule: Schedule = "every-step",
+    ) -> Steering:
+        """Alpha in multiples of the layer's mean residual norm: raw alpha = alpha_norm * mean_norm."""
+        if not (np.isfinite(mean_norm) and mean_norm > 0):
+            raise ValueError(f"mean_norm must be a positive number (mean_residual_norm(acts)), got {mean_norm!r}")
+        return cls(direction, layer, float(alpha_norm) * float(mean_norm), positions, schedule,
+                   alpha_norm=float(alpha_norm), mean_norm=float(mean_norm))
+
+    def delta(self, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+        """alpha * direction as a (d_model,) tensor: product in float64, then cast (both paths use this)."""
+        import torch
+
+        return torch.from_numpy(self.alpha * self.direction).to(device=device, dtype=dtype)
+
+
+def _as_list(steering: Steering | Sequence[Steering] | None) -> list[Steering]:
+    if steering is None:
+        return []
+    if isinstance(steering, Steering):
+        return [steering]
+    out = list(steering)
+    for s in out:
+        if not isinstance(s, Steering):
+            raise TypeError(f"expected Steering objects, got {type(s).__name__}")
+    return out
+
+
+def _check_against(handle: Any, s: Steering) -> None:
+    n_layers = len(handle.layers)
+    if s.layer >= n_layers:
+        raise ValueError(f"layer {s.layer} is out of range: this model has {n_layers} decoder layers; "
+                         f"use 0 .. {n_layers - 1}")
+    if s.direction.shape != (handle.d_model,):
+        raise ValueError(f"direction has shape {s.direction.shape} but the model's residual width is "
+                         f"{handle.d_model}; use a direction of shape ({handle.d_model},) fitted on this model")
+
+
+# ---------------------------------------------------------------- the edit itself
+
+def _replace_hidden(output: Any, hidden: torch.Tensor) -> Any:
+    """A layer's output with its hidden states replaced (transformers 5: a plain tensor)."""
+    if isinstance(output, tuple):
+        return (hidden, *output[1:])
+    return hidden
+
+
+def _hidden(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output  # (batch, seq, d_model)
+
+
+def _add_at(hidden: torch.Tensor, delta: torch.Tensor, positions: Positions, *, prompt: bool) -> torch.Tensor:
+    """hidden + delta at the chosen positions, out of place. hidden: (batch, seq, d_model)."""
+    if positions == "all" or not prompt:
+        return hidden + delta
+    out = hidden.clone()
+    if positions == "last":
+        out[:, -1] += delta
+    else:
+        out[:, list(positions) if isinstance(positions, tuple) else positions] += delta
+    return out
+
+
+@dataclass
+class SteeringLog:
+    """What the active hooks did: one (steering index, layer, seq_len, edited) entry per hook call,
+    the index being the Steering's place in the list given to steer()."""
+
+    calls: list[tuple[int, int, int, bool]] = field(default_factory=list)
+
+
+def _steering_hook(index: int, s: Steering, log: SteeringLog):
+    cache: dict[tuple[Any, Any], Any] = {}
+
+    def hook(module, args, output):
+        hidden = _hidden(output)  # (batch, seq, d_model)
+        prompt = hidden.shape[1] > 1  # a length-1 forward is a cached decode step
+        edit = prompt or s.schedule == "every-step"
+        log.calls.append((index, s.layer, int(hidden.shape[1]), edit))
+        if not edit:
+            return None
+        key = (hidden.dtype, hidden.device)
+        if key not in cache:
+            cache[key] = s.delta(hidden.dtype, hidden.device)  # (d_model,)
+        return _replace_hidden(output, _add_at(hidden, cache[key], s.positions, prompt=prompt))
+
+    return hook
+
+
+@contextmanager
+def steer(handle: Any, steering: Steering | Sequence[Steering]) -> Iterator[SteeringLog]:
+    """Steer every forward of `handle.model` inside the block (plain forward hooks).
+
+    Covers `hooks.generate` (prompt pass and every decode step, or the prompt pass
+    only), `hooks.next_token_logprobs`, plain forwards and nnsight traces alike.
+    Several Steerings apply in list order. Yields a SteeringLog of the hook calls.
+    The hooks are removed on exit, also when the block raises.
+
+    handle: a Handle, or anything with `.layers` (the decoder ModuleList) and `.d_model`.
+    """
+    specs = _as_list(steering)
+    if not specs:
+        raise ValueError("no Steering given; pass one Steering or a non-empty list")
+    for s in specs:
+        _check_against(handle, s)
+    log = SteeringLog()
+    removers = []
+    try:
+        for index, s in enumerate(specs):
+            removers.append(handle.layers[s.layer].register_forward_hook(_steering_hook(index, s, log)))
+        yield log
+    finally:
+        for r in reversed(removers):
+            r.remove()
+
+
+# ---------------------------------------------------------------- generation with scores, both paths
+
+@dataclass(frozen=True, eq=False)
+class SteeredRun:
+    """A greedy generation with its per-step scores.
+
+    token_ids: (batch, new) new token ids (rows that ended early are padded with pad_token_id).
+    scores: (batch, new, vocab) processed scores of each step (generate's output_scores).
+    prompt_len: padded prompt length.
+    edited: sequence length of each forward the first Steering edited, in order
+        (prompt pass first, then 1 per edited decode step).
+    """
+
+    token_ids: torch.Tensor
+    scores: torch.Tensor
+    prompt_len: int
+    edited: tuple[int, ...]
+
+
+def _generate_kwargs(handle: Any, max_new_tokens: int, min_new_tokens: int | None) -> dict[str, Any]:
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                              pad_token_id=handle.tokenizer.pad_token_id, temperature=None, top_p=None,
+                              top_k=None, output_scores=True, return_dict_in_generate=True)
+    if min_new_tokens is not None:
+        kw["min_new_tokens"] = min_new_tokens
+    return kw
+
+
+def _run(out: Any, prompt_len: int, edited: Sequence[int]) -> SteeredRun:
+    import torch
+
+    return SteeredRun(token_ids=out.sequences[:, prompt_len:].detach().clone(),
+                      scores=torch.stack([s.detach() for s in out.scores], dim=1),  # (batch, new, vocab)
+                      prompt_len=prompt_len, edited=tuple(edited))
+
+
+def steered_generate(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    steering: Steering | Sequence[Steering] | None,
+    max_new_tokens: int,
+    *,
+    min_new_tokens: int | None = None,
+) -> SteeredRun:
+    """Greedy generation of all rows in one batch under `steer` (plain hooks); None = unsteered."""
+    import torch
+
+    from hooks.inputs import build_inputs
+
+    specs = _as_list(steering)
+    kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
+    enc = build_inputs(handle, list(prompts), list(images), position_ids=False)
+    prompt_len = int(enc["input_ids"].shape[1])
+    if not specs:
+        with torch.inference_mode():
+            return _run(handle.model.generate(**enc, **kw), prompt_len, ())
+    with steer(handle, specs) as log, torch.inference_mode():
+        out = handle.model.generate(**enc, **kw)
+    return _run(out, prompt_len, [n for i, _, n, e in log.calls if e and i == 0])
+
+
+def steered_generate_nnsight(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    steering: Steering | Sequence[Steering] | None,
+    max_new_tokens: int,
+    *,
+    min_new_tokens: int | None = None,
+) -> SteeredRun:
+    """The same steered greedy generation done with nnsight's iteration API (the cross-check).
+
+    One `handle.nn.generate()` trace in invoke mode: the first invoke carries the
+    inputs and loops `for step in tracer.iter[:n]` (n = max_new_tokens for
+    "every-step", 1 for "prompt-only"), adding the delta to
+    `nn_layers[layer].output` in place at step 0's chosen positions and at the one
+    position of each later step; a second, empty invoke saves `tracer.result`
+    (statements after a loop the run cut short would not run). A run that ends
+    before n steps (every row hit end-of-sequence) makes nnsight warn that the
+    loop's next step "was never reached"; that expected warning is dropped,
+    anything else is re-raised as a warning.
+    """
+    import nnsight
+    import torch
+
+    from hooks.inputs import build_inputs
+
+    specs = _as_list(steering)
+    for s in specs:
+        _check_against(handle, s)
+    kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
+    enc = build_inputs(handle, list(prompts), list(images), position_ids=False)
+    prompt_len = int(enc["input_ids"].shape[1])
+    model = handle.nn
+    if not hasattr(model, "generate"):
+        raise RuntimeError(f"handle.nn is a plain {type(model).__name__} (its TransformersModel wrap failed); "
+                           "nnsight generation tracing needs TransformersModel")
+    layers = handle.nn_layers
+    # Everything the trace body reads is a local of this frame (nnsight captures the block).
+    deltas = [s.delta(handle.dtype, handle.device) for s in specs]  # each (d_model,)
+    n_steps = [max_new_tokens if s.schedule == "every-step" else 1 for s in specs]
+    n_loop = max(n_steps, default=0)
+    order = sorted(range(len(specs)), key=lambda i: specs[i].layer)  # nnsight reads must follow execution order
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.inference_mode(), model.generate(**kw) as tracer:
+            with tracer.invoke(**enc):
+                edited = nnsight.save([])
+                for step in tracer.iter[:n_loop]:
+                    for i in order:
+                        if step < n_steps[i]:
+                            out = layers[specs[i].layer].output  # (batch, seq, d_model), live tensor
+                            if step == 0 and specs[i].positions == "last":
+                                out[:, -1] += deltas[i]
+                            elif step == 0 and specs[i].positions != "all":
+                                pos = specs[i].positions
+                                out[:, list(pos) if isinstance(pos, tuple) else pos] += deltas[i]
+                            else:
+                                out[:] += deltas[i]
+                            if i == 0:
+                                edited.append(int(out.shape[1]))
+            with tracer.invoke():
+                result = tracer.result.save()
+    for w in caught:
+        if not (issubclass(w.category, UserWarning) and "was never reached" in str(w.message)):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return _run(result, prompt_len, list(edited))
+
+
+# ---------------------------------------------------------------- readouts
+
+def option_logprobs(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    letters: Sequence[str] = LETTERS,
+    steering: Steering | Sequence[Steering] | None = None,
+    *,
+    batch_size: int | None = None,
+) -> np.ndarray:
+    """Next-token log-probs of the option letters at the answer position, optionally steered.
+
+    (rows, len(letters)) float64: a full-vocabulary log-softmax at each row's last
+    position, restricted to the letters' first tokens (hooks.next_token_logprobs).
+    """
+    from hooks.generation import next_token_logprobs
+
+    specs = _as_list(steering)
+    if not specs:
+        return next_token_logprobs(handle, prompts, images, list(letters), batch_size=batch_size)
+    with steer(handle, specs):
+        return next_token_logprobs(handle, prompts, images, list(letters), batch_size=batch_size)
+
+
+__all__ = [
+    "LETTERS",
+    "SCHEDULES",
+    "SteeredRun",
+    "Steering",
+    "SteeringLog",
+    "mean_residual_norm",
+    "option_logprobs",
+    "random_directions",
+    "steer",
+    "steered_generate",
+    "steered_generate_nnsight",
+    "unit_direction",
+]
