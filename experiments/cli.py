@@ -221,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_score(sub)
     _add_compare(sub)
+    from probes.cli import add_directions_parser, add_sweep_parser
+
+    add_sweep_parser(sub)
+    add_directions_parser(sub)
     return parser
 
 

@@ -18,10 +18,10 @@ the `processor_class` name saved in processor_config.json (AutoProcessor cannot)
 from __future__ import annotations
 
 import numpy as np
+from transformers.models.llava_next_video.processing_llava_next_video import LlavaNextVideoProcessor
 from transformers.models.pixtral.image_processing_pil_pixtral import (
     get_resize_output_image_size,
 )
-from transformers.models.llava_next_video.processing_llava_next_video import LlavaNextVideoProcessor
 from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 from transformers.models.smolvlm.processing_smolvlm import SmolVLMProcessor

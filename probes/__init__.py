@@ -1,1 +1,54 @@
-"""probes"""
+"""probes: linear probes on captured activations (reads capture files; never a live model, no torch).
+
+Does the model linearly encode sufficiency, R(H, q) (`resolved`), and related variables, layer by
+layer? One concept per module:
+
+- `captures`: load a capture folder safely (`load_capture`, `load_captures` -> `CaptureSet`), a
+  run's records (`load_records`), binary labels (`labels` -> `LabelSet`: any index field,
+  `missing_property`, `initial`, and from records `stopped`, `committed`, `chose_reference`,
+  `valid`), and the confabulation restriction (`restrict_wrong`, TRAPS's Cf -> Cf).
+- `estimators`: `LogisticProbe` (StandardScaler + L2 logistic, C = 1, solved exactly in the span
+  of the training rows when n < d), `MassMeanProbe`, `NearestCentroidProbe`; scikit-learn shape,
+  each with a unit `direction_` in the residual basis.
+- `splits`: folds of whole families (`family_folds`), `check_grouped`.
+- `metrics`: AUROC and accuracy with family-bootstrap intervals on `bench.bootstrap`.
+- `engine`: fit on a training set and score every row, Gram matrix shared by real and control
+  labels, warm starts across layers, layers in threads (`cv_scores`, `map_layers`).
+- `controls`: within-family shuffled labels, input-only baselines, within-family variance.
+- `nested`: the best layer chosen on validation folds only.
+- `sweep`: every layer x position (`sweep` -> `SweepResult`, `SweepConfig`).
+- `transfer`: train on one condition, test on another (`transfer`, `conditions`).
+- `directions`, `geometry`: named unit directions with provenance for steering; cosine matrices.
+- `report`: sweep.md / sweep.png, transfer-KIND.md / .png. `cli`: `evprobe sweep`, `evprobe directions`.
+- `synthetic`: capture folders with a known answer (tests, benchmark, examples).
+"""
+
+from importlib import import_module
+from typing import Any
+
+# Imported on first use, so `import probes` (and building the CLI parser) stays cheap: the
+# estimators pull in scikit-learn and SciPy.
+_LAZY = {
+    "CaptureSet": "probes.captures",
+    "LabelSet": "probes.captures",
+    "labels": "probes.captures",
+    "load_capture": "probes.captures",
+    "load_captures": "probes.captures",
+    "load_records": "probes.captures",
+    "restrict_wrong": "probes.captures",
+    "LogisticProbe": "probes.estimators",
+    "MassMeanProbe": "probes.estimators",
+    "NearestCentroidProbe": "probes.estimators",
+    "SweepConfig": "probes.sweep",
+    "SweepResult": "probes.sweep",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'probes' has no attribute {name!r}")

@@ -1,0 +1,565 @@
+"""Read capture folders safely, and turn item fields or behaviour into binary labels.
+
+A capture folder (written by `evprobe capture`) holds:
+
+- `acts.npy`: float16, shape (n_items, n_layers, n_positions, d_model), created whole up front
+  and filled row by row. Opened with `np.load(..., mmap_mode="r", allow_pickle=False)`: nothing
+  is unpickled, ever (an object array is refused with a clear error), and nothing is read until
+  a layer is asked for.
+- `index.jsonl`: the commit log, one JSON object per finished row (`row`, `item_id` and the item
+  fields). Only rows listed here hold finished data; lines may come in any row order (the
+  capture batches items by image count). A last line without its newline is a torn append and is
+  ignored (read-only: this reader never truncates anything); any other bad line is an error
+  naming file and line.
+- `meta.json`: `model`, `layers` (the model's layer numbers, the second axis), `positions`
+  (names, the third axis), `d_model`, `regime`, `requests`, ...
+
+Several captures of the same items (prompt regimes) pool into one `CaptureSet`; its rows are the
+captures' indexed rows one after another, each index row gaining `source` (capture position) and
+`source_name` (the regime, or the folder name when two captures share a regime).
+
+Labels are binary: a `LabelSet` holds the rows whose label is known, y in {0, 1} with 1 meaning
+`value == positive`, and counts of the rows dropped and why (null field, no record, invalid
+reply, not that request type). Any index field is a label; derived labels:
+
+- `missing_property`: the property the initial test did not measure, i.e. the test that
+  resolves an unresolved decision: `mass` when the initial test measured the other property,
+  else `other`.
+- `initial`: `mass` or `other` (initial_property collapsed over systems).
+- from a run's records (joined by item_id): `stopped` (select records: action == "stop"),
+  `committed` (select: stopped; answer requests: a definite yes/no instead of undetermined),
+  `chose_reference` (select: action == reference_action; answer requests: answer ==
+  reference_answer), `valid` (the reply parsed). Invalid replies carry no behaviour, so every
+  behavioural label except `valid` is null on them (dropped and counted).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ACTS_FILE = "acts.npy"
+INDEX_FILE = "index.jsonl"
+META_FILE = "meta.json"
+RECORDS_FILE = "records.jsonl"
+
+BEHAVIOUR_LABELS = ("stopped", "committed", "chose_reference", "valid")
+DERIVED_LABELS = ("missing_property", "initial", *BEHAVIOUR_LABELS)
+ANSWER_REQUESTS = ("answer_initial", "answer_after_test", "both_given")
+# The class called 1 when a label has two values and none is named: the reading "the thing
+# happened" (resolved, stopped, ...); for the others, the first-listed value.
+DEFAULT_POSITIVE: dict[str, Any] = {
+    "resolved": True,
+    "stopped": True,
+    "committed": True,
+    "chose_reference": True,
+    "valid": True,
+    "history": 1,
+    "threshold_level": "high",
+    "missing_property": "mass",
+    "initial": "mass",
+    "initial_property": "mass",
+}
+WRONG_RULES = ("confabulated", "overcautious", "not_reference")
+
+
+class CaptureError(ValueError):
+    """A capture folder, records file or label request that cannot be used as given."""
+
+
+# -- captures ---------------------------------------------------------------------------------
+
+
+def _read_json_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """(line number, object) of every complete line, and 1 if an unterminated last line was
+    ignored (a torn append), else 0. A bad complete line is an error naming it."""
+    data = path.read_bytes()
+    torn = 0
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]  # a line without its newline was never committed
+        torn = 1
+    out = []
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise CaptureError(f"{path}:{number}: not valid JSON ({err.msg}); move the file aside") from None
+        if not isinstance(row, dict):
+            raise CaptureError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        out.append((number, row))
+    return out, torn
+
+
+def _open_acts(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise CaptureError(f"{path} not found; capture activations first (`evprobe capture --out {path.parent}`)")
+    try:
+        acts = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as err:  # object arrays need pickle: refused, never unpickled
+        raise CaptureError(f"{path}: not a plain numeric .npy file ({err}); it must be float16 "
+                           "activations written by `evprobe capture`") from None
+    if not isinstance(acts, np.ndarray):
+        raise CaptureError(f"{path}: expected one array, got {type(acts).__name__}")
+    if acts.dtype.kind != "f":
+        raise CaptureError(f"{path}: expected float16 activations, got dtype {acts.dtype}")
+    if acts.ndim != 4:
+        raise CaptureError(f"{path}: expected shape (items, layers, positions, d_model), got {acts.shape}")
+    return acts
+
+
+@dataclass(frozen=True, eq=False)
+class Capture:
+    """One capture folder: the activations memmap, its committed index rows and meta.json."""
+
+    path: Path
+    acts: np.ndarray  # memmap (n_rows_in_file, n_layers, n_positions, d_model), float16
+    index: tuple[dict[str, Any], ...]  # committed rows, sorted by `row`
+    meta: dict[str, Any]
+    n_torn: int = 0  # 1 when a torn last index line was ignored
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Row numbers (first axis of `acts`) of the committed rows, ascending."""
+        return np.fromiter((r["row"] for r in self.index), dtype=np.int64, count=len(self.index))
+
+    @property
+    def layers(self) -> list[int]:
+        return list(self.meta["layers"])
+
+    @property
+    def positions(self) -> list[str]:
+        return list(self.meta["positions"])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.meta["d_model"])
+
+    @property
+    def model(self) -> str:
+        return str(self.meta.get("model", "unknown"))
+
+    @property
+    def regime(self) -> str:
+        return str(self.meta.get("regime", "unknown"))
+
+
+def load_capture(path: str | Path) -> Capture:
+    """Open a capture folder read-only (see the module docstring for the rules)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CaptureError(f"{path}: not a folder; give the ACTS folder written by `evprobe capture`")
+    meta_path = path / META_FILE
+    if not meta_path.is_file():
+        raise CaptureError(f"{meta_path} not found; is {path} a capture folder (`evprobe capture --out ...`)?")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise CaptureError(f"{meta_path}: not valid JSON ({err.msg})") from None
+    missing = [k for k in ("layers", "positions", "d_model") if k not in meta]
+    if missing:
+        raise CaptureError(f"{meta_path}: missing {', '.join(missing)}; the capture did not finish starting")
+    acts = _open_acts(path / ACTS_FILE)
+    expected = (len(meta["layers"]), len(meta["positions"]), int(meta["d_model"]))
+    if acts.shape[1:] != expected:
+        raise CaptureError(f"{path / ACTS_FILE}: shape {acts.shape} does not match meta.json "
+                           f"(layers, positions, d_model) = {expected}")
+    index_path = path / INDEX_FILE
+    if not index_path.is_file():
+        raise CaptureError(f"{index_path} not found; the capture has no finished rows yet")
+    lines, torn = _read_json_lines(index_path)
+    seen_rows: set[int] = set()
+    seen_ids: set[str] = set()
+    rows = []
+    for number, row in lines:
+        r, item_id = row.get("row"), row.get("item_id")
+        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < acts.shape[0]:
+            raise CaptureError(f"{index_path}:{number}: row {r!r} is not a row of acts.npy (0..{acts.shape[0] - 1})")
+        if r in seen_rows or item_id in seen_ids:
+            raise CaptureError(f"{index_path}:{number}: row {r} / item {item_id!r} listed twice; move the folder aside")
+        if not isinstance(item_id, str) or "family_id" not in row:
+            raise CaptureError(f"{index_path}:{number}: an index row needs item_id and family_id")
+        seen_rows.add(r)
+        seen_ids.add(item_id)
+        rows.append(row)
+    if not rows:
+        raise CaptureError(f"{index_path}: no finished rows yet; wait for the capture or rerun it")
+    rows.sort(key=lambda x: x["row"])
+    return Capture(path, acts, tuple(rows), meta, torn)
+
+
+@dataclass(frozen=True, eq=False)
+class CaptureSet:
+    """One or more captures with the same layers, positions and d_model, pooled row-wise."""
+
+    captures: tuple[Capture, ...]
+    index: tuple[dict[str, Any], ...]  # the captures' index rows in order, with `source`, `source_name`
+    source_names: tuple[str, ...]  # one per capture: its regime, or folder name if regimes repeat
+    _offsets: np.ndarray = field(repr=False)  # (n_captures + 1,) first pooled row of each capture
+
+    @classmethod
+    def of(cls, captures: Capture | Sequence[Capture]) -> CaptureSet:
+        caps = (captures,) if isinstance(captures, Capture) else tuple(captures)
+        if not caps:
+            raise CaptureError("no capture given")
+        first = caps[0]
+        for cap in caps[1:]:
+            if (cap.layers, cap.positions, cap.d_model) != (first.layers, first.positions, first.d_model):
+                raise CaptureError(f"{cap.path} has other layers, positions or d_model than {first.path}; "
+                                   "pool only captures of one model with the same --layers and --positions")
+        regimes = Counter(c.regime for c in caps)
+        names = [c.regime if regimes[c.regime] == 1 else c.path.name for c in caps]
+        if len(set(names)) != len(names):
+            names = [f"{n}#{i}" for i, n in enumerate(names)]
+        index = tuple(
+            {**row, "source": s, "source_name": names[s]} for s, cap in enumerate(caps) for row in cap.index
+        )
+        offsets = np.cumsum([0] + [len(c.index) for c in caps])
+        return cls(caps, index, tuple(names), offsets)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.index)
+
+    @property
+    def layers(self) -> list[int]:
+        return self.captures[0].layers
+
+    @property
+    def positions(self) -> list[str]:
+        return self.captures[0].positions
+
+    @property
+    def d_model(self) -> int:
+        return self.captures[0].d_model
+
+    @property
+    def model(self) -> str:
+        return ", ".join(sorted({c.model for c in self.captures}))
+
+    def layer_index(self, layer: int) -> int:
+        """Axis-1 position of a model layer number; an error lists what was captured."""
+        try:
+            return self.layers.index(int(layer))
+        except ValueError:
+            raise CaptureError(f"layer {layer} was not captured (captured: {_short(self.layers)}); "
+                               "pick one of those") from None
+
+    def position_index(self, position: str) -> int:
+        try:
+            return self.positions.index(position)
+        except ValueError:
+            raise CaptureError(f"position {position!r} was not captured (captured: "
+                               f"{', '.join(self.positions)}); pick one of those") from None
+
+    def block(self, layer_idx: int, rows: np.ndarray, positions: Sequence[int] | None = None) -> np.ndarray:
+        """float32 activations of pooled `rows` at one layer: (len(rows), n_positions, d_model).
+
+        Reads only those rows' slices of the memmap (each row's (positions, d) slice is
+        contiguous on disk), capture by capture, in the order given.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        pos = list(range(len(self.positions))) if positions is None else list(positions)
+        out = np.empty((len(rows), len(pos), self.d_model), dtype=np.float32)
+        source = np.searchsorted(self._offsets, rows, side="right") - 1
+        for s, cap in enumerate(self.captures):
+            take = np.flatnonzero(source == s)
+            if take.size == 0:
+                continue
+            file_rows = cap.rows[rows[take] - self._offsets[s]]
+            order = np.argsort(file_rows, kind="stable")  # ascending reads from the memmap
+            data = cap.acts[file_rows[order], layer_idx]  # (k, n_positions, d) float16 copy
+            out[take[order]] = data[:, pos, :]
+        return out
+
+
+def load_captures(paths: Sequence[str | Path]) -> CaptureSet:
+    return CaptureSet.of([load_capture(p) for p in paths])
+
+
+def _short(values: Sequence[Any], limit: int = 12) -> str:
+    text = ", ".join(str(v) for v in values[:limit])
+    return text + (f", ... ({len(values)} in all)" if len(values) > limit else "")
+
+
+# -- records ----------------------------------------------------------------------------------
+
+
+def load_records(path: str | Path) -> dict[str, dict[str, Any]]:
+    """A run's records by item_id, read-only. `path` is a RUN folder or a records.jsonl file;
+    a torn last line is ignored, a duplicate id is an error naming the line."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RECORDS_FILE
+    if not path.is_file():
+        raise CaptureError(f"{path} not found; give a RUN folder written by `evprobe run`")
+    lines, _ = _read_json_lines(path)
+    out: dict[str, dict[str, Any]] = {}
+    for number, row in lines:
+        item_id = row.get("item_id")
+        if not isinstance(item_id, str) or "valid" not in row:
+            raise CaptureError(f"{path}:{number}: not a record (needs item_id and valid)")
+        if item_id in out:
+            raise CaptureError(f"{path}:{number}: duplicate record for {item_id}")
+        out[item_id] = row
+    return out
+
+
+# -- labels -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class LabelSet:
+    """A binary label on the rows of a CaptureSet where it is known."""
+
+    name: str
+    positive: Any  # y == 1 means value == positive
+    values: tuple[Any, ...]  # the distinct values seen (before binarising)
+    rows: np.ndarray  # (n,) int64, pooled CaptureSet rows, ascending
+    y: np.ndarray  # (n,) int8 in {0, 1}
+    families: np.ndarray  # (n,) str family ids of those rows
+    dropped: dict[str, int]  # reason -> rows left out
+    restriction: str | None = None  # e.g. "confabulated + image/threshold partners"
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    @property
+    def n_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+    @property
+    def title(self) -> str:
+        return f"{self.name}={self.positive}"
+
+    @property
+    def varies_within_families(self) -> bool:
+        """True when some family has rows of both classes (then a within-family shuffle moves
+        labels and a family-constant representation cannot separate them)."""
+        _, inv = np.unique(self.families, return_inverse=True)
+        lo = np.full(inv.max() + 1, 2)
+        hi = np.full(inv.max() + 1, -1)
+        np.minimum.at(lo, inv, self.y)
+        np.maximum.at(hi, inv, self.y)
+        return bool((lo != hi).any())
+
+    def subset(self, keep: np.ndarray, restriction: str | None = None, reason: str = "restricted") -> LabelSet:
+        keep = np.asarray(keep, dtype=bool)
+        dropped = dict(self.dropped)
+        if (~keep).sum():
+            dropped[reason] = dropped.get(reason, 0) + int((~keep).sum())
+        return LabelSet(self.name, self.positive, self.values, self.rows[keep], self.y[keep], self.families[keep],
+                        dropped, restriction if restriction is not None else self.restriction)
+
+
+def _missing_property(row: Mapping[str, Any]) -> str | None:
+    initial = row.get("initial_property")
+    if initial is None:
+        return None
+    return "other" if initial == "mass" else "mass"
+
+
+def _initial(row: Mapping[str, Any]) -> str | None:
+    initial = row.get("initial_property")
+    return None if initial is None else ("mass" if initial == "mass" else "other")
+
+
+def _behaviour(name: str, row: Mapping[str, Any], record: Mapping[str, Any] | None) -> tuple[Any, str | None]:
+    """(value, None) or (None, why it is unknown)."""
+    if record is None:
+        return None, "no record"
+    if name == "valid":
+        return bool(record["valid"]), None
+    if not record["valid"]:
+        return None, "invalid reply"
+    request = row.get("request")
+    if request == "select":
+        action = record.get("action")
+        if name in ("stopped", "committed"):
+            return action == "stop", None
+        return action == row.get("reference_action"), None  # chose_reference
+    if request in ANSWER_REQUESTS and name in ("committed", "chose_reference"):
+        answer = record.get("answer")
+        if name == "committed":
+            return answer in ("yes", "no"), None
+        return answer == row.get("reference_answer"), None
+    return None, f"not defined for {request}"
+
+
+def _matches(value: Any, positive: Any) -> bool:
+    if value == positive and type(value) is type(positive):
+        return True
+    return str(value).lower() == str(positive).lower()
+
+
+def select_requests(row: Mapping[str, Any], requests: Sequence[str] | None) -> bool:
+    """True when the row's request type is wanted: tokens name request types (`select` means
+    the base selections) or variant names, as `evprobe run --requests`."""
+    if not requests:
+        return True
+    key = row.get("variant") or row.get("request")
+    return key in requests
+
+
+def labels(
+    captures: Capture | CaptureSet,
+    name: str,
+    records: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Mapping[str, Any]]] | None = None,
+    positive: Any = None,
+    requests: Sequence[str] | None = None,
+) -> LabelSet:
+    """The label `name` on every row where it is known (see the module docstring).
+
+    `name` may carry its positive class, `system=sliding`. `records` is one item_id -> record
+    mapping for all captures, or one per capture (regimes come from different runs).
+    A label with more than two values needs `positive` (one-vs-rest); with one value it is an
+    error, since there is nothing to probe.
+    """
+    cs = captures if isinstance(captures, CaptureSet) else CaptureSet.of(captures)
+    if "=" in name and positive is None:
+        name, positive = name.split("=", 1)
+    if name in BEHAVIOUR_LABELS and records is None:
+        raise CaptureError(f"label {name!r} comes from a run's replies; pass the run with --records RUN")
+    per_source: list[Mapping[str, Mapping[str, Any]]] | None = None
+    if records is not None:
+        if isinstance(records, Mapping):
+            per_source = [records] * len(cs.captures)
+        else:
+            per_source = list(records)
+            if len(per_source) == 1:
+                per_source = per_source * len(cs.captures)
+            if len(per_source) != len(cs.captures):
+                raise CaptureError(f"{len(per_source)} record sets for {len(cs.captures)} captures; give one "
+                                   "--records RUN for all captures or one per capture, in the same order")
+    known = set().union(*(r.keys() for r in cs.index))
+    if name not in DERIVED_LABELS and name not in known:
+        raise CaptureError(f"unknown label {name!r}; use an index field ({', '.join(sorted(known))}) "
+                           f"or one of {', '.join(DERIVED_LABELS)}")
+    dropped: Counter[str] = Counter()
+    kept_rows, kept_values, kept_families = [], [], []
+    for i, row in enumerate(cs.index):
+        if not select_requests(row, requests):
+            dropped["other request type"] += 1
+            continue
+        why = None
+        if name == "missing_property":
+            value = _missing_property(row)
+        elif name == "initial":
+            value = _initial(row)
+        elif name in BEHAVIOUR_LABELS:
+            assert per_source is not None
+            value, why = _behaviour(name, row, per_source[row["source"]].get(row["item_id"]))
+        else:
+            value = row.get(name)
+        if value is None:
+            dropped[why or f"{name} is null"] += 1
+            continue
+        if isinstance(value, (list, dict)):
+            raise CaptureError(f"label {name!r} has non-scalar values ({value!r}); pick a scalar field")
+        kept_rows.append(i)
+        kept_values.append(value)
+        kept_families.append(row["family_id"])
+    distinct = sorted(set(kept_values), key=lambda v: (str(type(v)), str(v)))
+    if not kept_rows:
+        raise CaptureError(f"label {name!r} is null on every selected row ({dict(dropped)}); pick another "
+                           "label or other --requests")
+    if positive is None:
+        if len(distinct) == 1:
+            raise CaptureError(f"label {name!r} has one value ({distinct[0]!r}) on all {len(kept_rows)} rows; "
+                               "nothing to probe")
+        if len(distinct) > 2:
+            raise CaptureError(f"label {name!r} has {len(distinct)} values ({', '.join(map(str, distinct))}); "
+                               f"name the positive class (one-vs-rest), e.g. --label {name}={distinct[0]}")
+        default = DEFAULT_POSITIVE.get(name)
+        positive = next((v for v in distinct if default is not None and _matches(v, default)), distinct[-1])
+    else:
+        hit = [v for v in distinct if _matches(v, positive)]
+        if not hit:
+            raise CaptureError(f"label {name!r} never equals {positive!r} (values: {', '.join(map(str, distinct))})")
+        positive = hit[0]
+    y = np.fromiter((_matches(v, positive) for v in kept_values), dtype=np.int8, count=len(kept_values))
+    if y.min() == y.max():
+        raise CaptureError(f"label {name}={positive} has one class on all {len(y)} rows; nothing to probe")
+    return LabelSet(name, positive, tuple(distinct), np.asarray(kept_rows, dtype=np.int64), y,
+                    np.asarray(kept_families, dtype=object), dict(dropped))
+
+
+# -- the confabulation restriction (TRAPS "Cf -> Cf") -------------------------------------------
+
+
+def _is_wrong(rule: str, row: Mapping[str, Any], record: Mapping[str, Any] | None) -> bool:
+    if record is None or not record.get("valid"):
+        return False  # no behaviour to be wrong about
+    committed, _ = _behaviour("committed", row, record)
+    if committed is None:
+        return False
+    if rule == "confabulated":  # answered (stopped) although the evidence was not enough
+        return row.get("resolved") is False and committed
+    if rule == "overcautious":  # measured / abstained although the evidence was enough
+        return row.get("resolved") is True and not committed
+    chose, _ = _behaviour("chose_reference", row, record)
+    return chose is False  # not_reference
+
+
+def restrict_wrong(
+    captures: CaptureSet,
+    labelset: LabelSet,
+    records: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Mapping[str, Any]]],
+    rule: str = "confabulated",
+    partners: Sequence[str] = ("image_pair_id", "threshold_pair_id"),
+) -> LabelSet:
+    """Keep the rows whose behaviour was wrong under `rule` and their matched partners.
+
+    `confabulated` (default, TRAPS's Cf): unresolved and the model committed (stopped, or a
+    definite answer). `overcautious`: resolved and it did not commit. `not_reference`: any
+    action/answer other than the reference. Partners are the rows that share a pair id with a
+    wrong row (`image_pair_id`: same question, other history; `threshold_pair_id`: same image,
+    other threshold), whatever their own behaviour, as TRAPS pairs each confabulated void sample
+    with its matched control. Partners are looked up within the same capture.
+    """
+    if rule not in WRONG_RULES:
+        raise CaptureError(f"unknown restriction {rule!r}; use one of {', '.join(WRONG_RULES)}")
+    per_source = [records] * len(captures.captures) if isinstance(records, Mapping) else list(records)
+    if len(per_source) == 1:
+        per_source = per_source * len(captures.captures)
+    wrong_keys: set[tuple[int, str, str]] = set()
+    wrong_rows: set[int] = set()
+    for k, r in enumerate(labelset.rows):
+        row = captures.index[r]
+        if _is_wrong(rule, row, per_source[row["source"]].get(row["item_id"])):
+            wrong_rows.add(int(r))
+            for key in partners:
+                if row.get(key) is not None:
+                    wrong_keys.add((row["source"], key, row[key]))
+    keep = np.zeros(labelset.n, dtype=bool)
+    for k, r in enumerate(labelset.rows):
+        row = captures.index[r]
+        keep[k] = int(r) in wrong_rows or any(
+            (row["source"], key, row.get(key)) in wrong_keys for key in partners if row.get(key) is not None
+        )
+    if not wrong_rows:
+        raise CaptureError(f"no {rule} rows among the {labelset.n} labelled rows; the restriction is empty")
+    names = "/".join(p.removesuffix("_pair_id") for p in partners)
+    out = labelset.subset(keep, restriction=f"{rule} ({len(wrong_rows)} rows) + {names} partners",
+                          reason=f"not {rule} nor a partner")
+    if out.y.min() == out.y.max():
+        raise CaptureError(f"the {rule} restriction leaves one class only ({out.n} rows); nothing to probe")
+    return out
+
+
+def field_values(captures: CaptureSet, labelset: LabelSet, key: str | Callable[[Mapping[str, Any]], Any]) -> list[Any]:
+    """A field (or a function of the index row) on each labelled row, in label order."""
+    get = key if callable(key) else (lambda row: row.get(key))
+    return [get(captures.index[r]) for r in labelset.rows]
+
+
+def iter_rows(captures: CaptureSet, rows: Iterable[int]) -> Iterable[Mapping[str, Any]]:
+    return (captures.index[r] for r in rows)

@@ -1,0 +1,245 @@
+"""`evprobe sweep` and `evprobe directions`: parsers and run functions for experiments.cli.
+
+    evprobe sweep ACTS [ACTS ...] [--label resolved] [--positive VALUE] [--probe logistic|massmean|centroid]
+                  [--records RUN ...] [--requests TYPES] [--restrict confabulated|overcautious|not_reference]
+                  [--transfer system|initial|pairs|request|regime|FIELD ...] [--layers L,L] [--positions P,P]
+                  [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
+                  [--no-nested] [--jobs N] [--out DIR] [--quiet]
+    evprobe directions ACTS [ACTS ...] --layer L[,L ...] [--position last] [--label resolved] [--positive VALUE]
+                  [--probe massmean|logistic|centroid|all] [--by KIND] [--records RUN ...] [--requests TYPES]
+                  [--restrict RULE] [--C 1.0] [--pooled-covariance] [--seed 20260905] [--out DIR]
+
+Bad input raises ValueError (CaptureError) with a one-line message naming the fix; the main
+CLI prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
+from bench.manifest import atomic_write_bytes
+
+PROBE_NAMES = ("logistic", "massmean", "centroid")
+_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layer numbers") from None
+
+
+def _str_list(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("acts", metavar="ACTS", type=Path, nargs="+",
+                   help="capture folder(s) written by `evprobe capture`; several = several prompt regimes")
+    p.add_argument("--label", default="resolved",
+                   help="an index field (resolved, history, threshold_level, system, ...), missing_property, initial, "
+                        "or from --records: stopped, committed, chose_reference, valid; `name=value` names the "
+                        "positive class")
+    p.add_argument("--positive", default=None, help="the class called 1 (needed when the label has >2 values)")
+    p.add_argument("--records", type=Path, action="append", default=None,
+                   help="RUN folder (records.jsonl) for behavioural labels and --restrict; one for all captures or "
+                        "one per capture, in order (repeatable)")
+    p.add_argument("--requests", type=_str_list, default=None,
+                   help="comma-separated request types / variant names to keep (default: every captured row)")
+    p.add_argument("--restrict", choices=("confabulated", "overcautious", "not_reference"), default=None,
+                   help="keep only rows whose behaviour (--records) was wrong, with their image/threshold-pair "
+                        "partners (TRAPS's Cf -> Cf for `confabulated`)")
+    p.add_argument("--C", dest="C", type=_positive_float, default=1.0, help="logistic inverse regularisation (TRAPS: 1)")
+    p.add_argument("--pooled-covariance", action="store_true",
+                   help="mass-mean probe through the ridge-regularised pooled within-class covariance")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of folds, shuffles and bootstrap")
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    from probes.captures import labels, load_captures, load_records, restrict_wrong
+
+    captures = load_captures(args.acts)
+    records = [load_records(r) for r in args.records] if args.records else None
+    labelset = labels(captures, args.label, records, args.positive, args.requests)
+    if args.restrict:
+        if records is None:
+            raise ValueError("--restrict needs the run's replies: add --records RUN")
+        labelset = restrict_wrong(captures, labelset, records, args.restrict)
+    return captures, records, labelset
+
+
+# -- sweep ------------------------------------------------------------------------------------
+
+
+def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "sweep",
+        help="probe a label at every captured layer and position (grouped CV, controls, nested best layer)",
+        description="Linear probes per layer and position on captured activations: family-grouped cross-validated "
+        "AUROC and accuracy with family-bootstrap intervals, a within-family shuffled-label control, input-only "
+        "baselines, a within-family variance diagnostic, the best layer chosen on validation folds only, and "
+        "optional transfer matrices. Writes sweep.json, sweep.md, sweep.png (and transfer-KIND.*) in --out.",
+    )
+    _common(p)
+    p.add_argument("--probe", choices=PROBE_NAMES, default="logistic")
+    p.add_argument("--transfer", action="append", default=None, metavar="KIND",
+                   help="also a transfer matrix: system, initial, pairs (image -> threshold pairs), request, regime "
+                        "(several ACTS), or any index field (repeatable)")
+    p.add_argument("--layers", type=_int_list, default=None, help="model layer numbers to probe (default: all captured)")
+    p.add_argument("--positions", type=_str_list, default=None, help="positions to probe (default: all captured)")
+    p.add_argument("--folds", type=_positive_int, default=5, help="cross-validation folds of whole families")
+    p.add_argument("--n-boot", type=_positive_int, default=DEFAULT_N_BOOT, help="family bootstrap resamples")
+    p.add_argument("--no-nested", action="store_true", help="skip nested best-layer selection (faster)")
+    p.add_argument("--jobs", type=_positive_int, default=None, help="threads over layers (default: all CPUs)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: ACTS/probes/LABEL=POSITIVE.PROBE)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(run=run_sweep)
+    return p
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from probes.report import sweep_markdown, sweep_png, transfer_markdown, transfer_png
+    from probes.sweep import SweepConfig, stderr_progress, sweep
+    from probes.transfer import transfer
+
+    captures, _, labelset = _load(args)
+    config = SweepConfig(
+        probe=args.probe, C=args.C, pooled_covariance=args.pooled_covariance, n_splits=args.folds, seed=args.seed,
+        n_boot=args.n_boot, layers=args.layers, positions=args.positions, nested=not args.no_nested,
+        n_jobs=args.jobs,
+    )
+    out = args.out or args.acts[0] / "probes" / _SAFE.sub("_", f"{labelset.title}.{args.probe}")
+    progress = None if args.quiet else stderr_progress("sweep")
+    result = sweep(captures, labelset, config, progress)
+    _write_json(out / "sweep.json", result.to_json())
+    atomic_write_bytes(out / "sweep.md", sweep_markdown(result).encode("utf-8"))
+    sweep_png(result, out / "sweep.png")
+    written = ["sweep.json", "sweep.md", "sweep.png"]
+    for kind in args.transfer or ():
+        tprogress = None if args.quiet else stderr_progress(f"transfer {kind}")
+        tr = transfer(captures, labelset, kind, config, tprogress)
+        _write_json(out / f"transfer-{kind}.json", tr.to_json())
+        atomic_write_bytes(out / f"transfer-{kind}.md", transfer_markdown(tr).encode("utf-8"))
+        transfer_png(tr, out / f"transfer-{kind}.png")
+        written += [f"transfer-{kind}.json", f"transfer-{kind}.md", f"transfer-{kind}.png"]
+    for w in result.warnings:
+        print(f"evprobe sweep: WARNING: {w}", file=sys.stderr)
+    print(_summary(result))
+    print(f"wrote {', '.join(written)} in {out}")
+    return 0
+
+
+def _summary(result: Any) -> str:
+    from probes.report import fmt
+
+    base = "; ".join(f"{k} {fmt(e)}" for k, e in result.baselines.items())
+    if result.degenerate:
+        head = f"{result.label}={result.positive}: DEGENERATE capture, no layer can be probed (see sweep.md)"
+    elif result.best is not None:
+        b = result.best
+        head = (f"{result.label}={result.positive} ({result.probe}, n={result.n}, {result.n_families} families): "
+                f"nested best L{b.layer}/{b.position} AUROC {fmt(b.auroc)}")
+    else:
+        head = f"{result.label}={result.positive} ({result.probe}, n={result.n}): swept {len(result.rows)} layer/positions"
+    return head + (f"; input-only baselines: {base}" if base else "")
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode("utf-8"))
+
+
+def _json_default(x: Any) -> Any:
+    import numpy as np
+
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+# -- directions -------------------------------------------------------------------------------
+
+
+def add_directions_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "directions",
+        help="fit named unit directions (with provenance) at chosen layers for steering",
+        description="Fit a probe on all labelled rows at each --layer and one --position and write its unit "
+        "direction in the residual basis as DIR/<name>.npy, with provenance (model, layer, position, label, items "
+        "used, mean residual norm) in DIR/directions.json. With two or more directions in DIR, also writes their "
+        "cosine matrix: geometry.json, geometry.md, geometry.png.",
+    )
+    _common(p)
+    p.add_argument("--layer", type=_int_list, required=True, help="model layer number(s), comma-separated")
+    p.add_argument("--position", default=None, help="position (default: last if captured, else the first)")
+    p.add_argument("--probe", choices=(*PROBE_NAMES, "all"), default="massmean",
+                   help="massmean (default: the class-mean displacement that steering adds), logistic, centroid, all")
+    p.add_argument("--by", default=None, metavar="KIND",
+                   help="one direction per condition: system, initial, pairs, request, regime or an index field")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: ACTS/directions)")
+    p.set_defaults(run=run_directions)
+    return p
+
+
+def run_directions(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from probes.directions import fit_directions, read_directions, write_directions
+    from probes.geometry import cosine_matrix, geometry_markdown, heatmap_png
+    from probes.transfer import conditions
+
+    captures, _, labelset = _load(args)
+    position = args.position or ("last" if "last" in captures.positions else captures.positions[0])
+    conds = None
+    if args.by:
+        conds = [(f"{args.by}={c.name}", c.mask) for c in conditions(captures, labelset, args.by, args.seed)]
+    probes = PROBE_NAMES if args.probe == "all" else (args.probe,)
+    found = []
+    for probe in probes:
+        found += fit_directions(captures, labelset, args.layer, position, probe, conds, args.C, args.pooled_covariance)
+    out = args.out or args.acts[0] / "directions"
+    index = write_directions(out, found)
+    for d in found:
+        print(f"{d.name}: {d.provenance['n_items']} items ({d.provenance['n_positive']} positive), "
+              f"mean residual norm {d.mean_norm:.4g}")
+    written = [index.name] + [f"{d.name}.npy" for d in found]
+    every = read_directions(out)
+    if len(every) >= 2:
+        names = sorted(every)
+        by_dim: dict[int, list[str]] = {}
+        for n in names:
+            by_dim.setdefault(len(every[n].vector), []).append(n)
+        names = max(by_dim.values(), key=len)  # only directions of one d_model are comparable
+        matrix = cosine_matrix([every[n].vector for n in names])
+        _write_json(out / "geometry.json", {"names": names, "cosine": np.round(matrix, 6).tolist()})
+        atomic_write_bytes(out / "geometry.md", geometry_markdown(names, matrix).encode("utf-8"))
+        heatmap_png(out / "geometry.png", names, matrix, f"Cosine similarity between {len(names)} directions")
+        written += ["geometry.json", "geometry.md", "geometry.png"]
+    print(f"wrote {len(found)} direction(s) in {out} ({', '.join(written[:4])}{' ...' if len(written) > 4 else ''})")
+    return 0

@@ -1,0 +1,87 @@
+"""Transfer matrices: conditions, family-disjoint train/test, planted transfer and non-transfer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from probes.captures import CaptureError, labels, load_captures
+from probes.report import transfer_markdown, transfer_png
+from probes.sweep import SweepConfig
+from probes.synthetic import planted_acts, reference_rows, write_capture
+from probes.transfer import conditions, transfer
+
+FAST = {"n_boot": 300}
+
+
+@pytest.fixture(scope="module")
+def systems(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Sliding and bouncing share one sufficiency direction, spring has its own (orthogonal)."""
+    rows = reference_rows(60, seed=4)
+    y = np.array([r["resolved"] for r in rows], dtype=int)
+    rng = np.random.default_rng(0)
+    d = 24
+    u, v = np.linalg.qr(rng.standard_normal((d, 2)))[0].T
+    acts = planted_acts(np.zeros(len(rows)), 2, 1, d, seed=5)[0].astype(np.float32)
+    for i, r in enumerate(rows):
+        direction = v if r["system"] == "spring" else u
+        acts[i, 1, 0] += 3.5 * (y[i] - 0.5) * direction
+    return write_capture(tmp_path_factory.mktemp("sys") / "acts", acts.astype(np.float16), rows)
+
+
+def test_conditions(systems: Path) -> None:
+    cs = load_captures([systems])
+    ls = labels(cs, "resolved")
+    by_system = conditions(cs, ls, "system")
+    assert [c.name for c in by_system] == ["bouncing", "sliding", "spring"] and sum(c.n for c in by_system) == ls.n
+    pairs = {c.name: c for c in conditions(cs, ls, "pairs", seed=1)}
+    rows = [cs.index[r] for r in ls.rows]
+    for f in {r["family_id"] for r in rows}:
+        img = [r for r, m in zip(rows, pairs["image_pairs"].mask) if m and r["family_id"] == f]
+        thr = [r for r, m in zip(rows, pairs["threshold_pairs"].mask) if m and r["family_id"] == f]
+        assert len(img) == 2 and len({r["threshold_level"] for r in img}) == 1 and len({r["history"] for r in img}) == 2
+        assert len(thr) == 2 and len({r["history"] for r in thr}) == 1 and len({r["threshold_level"] for r in thr}) == 2
+        assert sum(r["resolved"] for r in img) == 1 and sum(r["resolved"] for r in thr) == 1  # each pair flips
+    levels = {r["threshold_level"] for r, m in zip(rows, pairs["image_pairs"].mask) if m}
+    assert levels == {"low", "high"}  # the coin varies over families
+    assert [c.name for c in conditions(cs, ls, "initial")] == ["initial_mass", "initial_other"]
+    with pytest.raises(CaptureError, match="two or more captures"):
+        conditions(cs, ls, "regime")
+    with pytest.raises(CaptureError, match="unknown transfer"):
+        conditions(cs, ls, "nonsense")
+
+
+def test_system_transfer_follows_the_planted_geometry(systems: Path, tmp_path: Path) -> None:
+    cs = load_captures([systems])
+    res = transfer(cs, labels(cs, "resolved"), "system", SweepConfig(probe="massmean", **FAST))
+    names, matrix = res.matrix()
+    assert names == ["bouncing", "sliding", "spring"]
+    assert res.cell("sliding", "bouncing").scheme == "disjoint" and res.cell("sliding", "sliding").scheme == "folds"
+    assert matrix[0, 1] > 0.9 and matrix[1, 0] > 0.9  # shared direction transfers
+    assert matrix[0, 0] > 0.9 and matrix[2, 2] > 0.9  # every system is decodable at home
+    for a, b in (("sliding", "spring"), ("spring", "bouncing")):  # orthogonal direction: chance
+        est = res.cell(a, b).best.auroc
+        assert est.ci[0] < 0.5 + 0.05 and abs(est.value - 0.5) < 0.2
+    assert all(c.best.layer == 1 for c in res.cells if c.train != "spring" or c.test == "spring")
+    md = transfer_markdown(res)
+    assert "| **sliding** |" in md and "disjoint" in md
+    assert transfer_png(res, tmp_path / "t.png").stat().st_size > 1000
+
+
+def test_pairs_and_regime_transfer_keep_families_apart(systems: Path, tmp_path: Path) -> None:
+    cs = load_captures([systems])
+    ls = labels(cs, "resolved")
+    res = transfer(cs, ls, "pairs", SweepConfig(**FAST))
+    assert {c.scheme for c in res.cells} == {"folds"}  # the same families: always through folds
+    assert res.cell("image_pairs", "threshold_pairs").best.auroc.value > 0.8
+    # two regimes of the same items: rows of one family never train and test together
+    other = write_capture(tmp_path / "guided", np.load(systems / "acts.npy"), [
+        {k: v for k, v in r.items() if k not in ("row", "source", "source_name")} for r in cs.index],
+        regime="guided")
+    both = load_captures([systems, other])
+    res2 = transfer(both, labels(both, "resolved"), "regime", SweepConfig(probe="centroid", **FAST))
+    assert [c[0] for c in res2.conditions] == ["standard", "guided"]
+    assert {c.scheme for c in res2.cells} == {"folds"}
+    assert res2.cell("standard", "guided").best.auroc.value > 0.8
