@@ -221,7 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_score(sub)
     _add_compare(sub)
+    from experiments.capture import add_capture_parser
     from probes.cli import add_directions_parser, add_sweep_parser
+
+    add_capture_parser(sub)
 
     add_sweep_parser(sub)
     add_directions_parser(sub)

@@ -7,6 +7,9 @@ Public API (`import hooks` stays cheap: nothing here imports torch until used):
     build_inputs(handle, prompts, images) -> BatchFeature
     generate(handle, prompts, images, *, max_new_tokens, batch_size) -> list[Generation]
     next_token_logprobs(handle, prompts, images, candidates) -> np.ndarray
+    capture_layers(handle, prompts, images, *, layers, positions) -> np.ndarray
+    steer(handle, Steering(direction, layer, alpha, positions, schedule))   context manager
+    ablate(handle, direction, layers)                                        context manager
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-# Eager on purpose: importing the submodule hooks.tiny sets the package attribute
-# `tiny` to that module; binding the function right after makes `hooks.tiny` the
-# function for good. hooks.tiny imports nothing heavy at module level.
+# Eager on purpose: importing a submodule (hooks.tiny, hooks.steer, hooks.ablate) sets the
+# package attribute of that name to the module; binding the function right after makes
+# `hooks.tiny` / `hooks.steer` / `hooks.ablate` the function for good. None of the three
+# imports anything heavy at module level.
+from hooks.ablate import ablate
+from hooks.steer import steer
 from hooks.tiny import TINY_ARCHS, tiny
 
 if TYPE_CHECKING:
@@ -31,9 +37,25 @@ _LAZY = {
     "generate": "hooks.generation",
     "next_token_logprobs": "hooks.generation",
     "Generation": "hooks.generation",
+    "capture_layers": "hooks.capture",
+    "capture_batch": "hooks.capture",
+    "Capture": "hooks.capture",
+    "POSITIONS": "hooks.capture",
+    "token_spans": "hooks.spans",
+    "batch_spans": "hooks.spans",
+    "Spans": "hooks.spans",
+    "Steering": "hooks.steer",
+    "SteeredRun": "hooks.steer",
+    "steered_generate": "hooks.steer",
+    "steered_generate_nnsight": "hooks.steer",
+    "option_logprobs": "hooks.steer",
+    "random_directions": "hooks.steer",
+    "mean_residual_norm": "hooks.steer",
 }
 
 __all__ = [
+    "ablate",
+    "steer",
     "TINY_ARCHS",
     "Generation",
     "Handle",
