@@ -222,9 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_score(sub)
     _add_compare(sub)
     from experiments.capture import add_capture_parser
+    from experiments.patching import add_patching_parser
     from probes.cli import add_directions_parser, add_sweep_parser
 
     add_capture_parser(sub)
+    add_patching_parser(sub)
 
     add_sweep_parser(sub)
     add_directions_parser(sub)

@@ -56,4 +56,4 @@ def test_every_documented_flag_exists() -> None:
                 flags = set(re.findall(r"--[a-z][a-z-]*", text))
                 assert flags <= known, (m.group(1), flags - known)
                 checked.add(m.group(1))
-    assert {"generate", "check", "run", "score", "compare"} <= checked
+    assert {"generate", "check", "run", "score", "compare", "capture", "patching", "sweep", "directions"} <= checked

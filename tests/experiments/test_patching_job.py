@@ -1,0 +1,59 @@
+"""`evprobe patching`: the pair-patching heatmap job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.generate import GenerateConfig, generate
+from experiments.cli import main
+from experiments.patching import aggregate
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("patch") / "bench"
+    generate(out, GenerateConfig(families_per_system=1, subset_per_cell=0), progress=False)
+    return out
+
+
+def test_job_writes_both_directions_and_resumes(bench: Path, tmp_path: Path) -> None:
+    out = tmp_path / "patch"
+    args = ["patching", "--model", "tiny:qwen2_5_vl", "--bench", str(bench), "--out", str(out),
+            "--limit-pairs", "2", "--layers", "0,3", "--n-boot", "200", "--quiet"]
+    assert main(args) == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and len({r["key"] for r in rows}) == 4  # 2 pairs x 2 directions
+    assert all(np.asarray(r["ld_patched"]).shape == (2, 3) for r in rows)
+    summary = json.loads((out / "patching.json").read_text())
+    assert summary["layers"] == [0, 3] and summary["positions"] == ["last", "text", "image"]
+    assert summary["mean_change"][0][0]["n"] == 4
+    assert (out / "patching.png").stat().st_size > 0 and "n=4" in (out / "patching.md").read_text()
+    before = (out / "results.jsonl").read_bytes()
+    lines = before.decode().splitlines(keepends=True)
+    (out / "results.jsonl").write_text("".join(lines[:-1]) + lines[-1][:20])  # killed mid-line
+    assert main(args) == 0
+    after = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(after) == 4 and len({r["key"] for r in after}) == 4
+
+
+def test_aggregate_measures_the_share_of_the_gap() -> None:
+    rows = []
+    for k, fam in enumerate(["f1", "f1", "f2", "f3"]):
+        # layer 0 patch recovers the whole gap, layer 1 nothing
+        rows.append({"family_id": fam, "ld_source": 2.0, "ld_target": -1.0,
+                     "ld_patched": [[2.0], [-1.0]], "top_source": 0, "top_target": 1,
+                     "top_patched": [[0], [1]], "key": str(k)})
+    s = aggregate(rows, [0, 1], ["last"], n_boot=200, seed=1)
+    assert s["share_of_gap"][0][0]["value"] == 1.0 and s["share_of_gap"][1][0]["value"] == 0.0
+    assert s["mean_change"][0][0]["value"] == 3.0 and s["decoded_flip"][0][0]["value"] == 1.0
+    assert s["decoded_flip"][1][0]["value"] == 0.0 and s["mean_change"][0][0]["n"] == 4
+
+
+def test_bad_positions_are_refused(bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = main(["patching", "--model", "tiny:llava", "--bench", str(bench), "--out", str(tmp_path / "x"),
+                 "--positions", "last,elsewhere"])
+    assert code == 2 and "unknown position set 'elsewhere'" in capsys.readouterr().err
