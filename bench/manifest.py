@@ -124,3 +124,50 @@ def resolve_image(bench_dir: str | Path, rel: str, *, where: str = "") -> Path:
     if not full.is_file():
         raise BenchError(f"{prefix}image {rel!r} not found under {root}; regenerate the benchmark")
     return full
+
+
+def read_log_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of every complete line of an append-only JSONL log.
+
+    A torn last line (a writer killed mid-append) is cut off the file, with an fsync, so the next
+    append starts on a clean line; nothing else is changed. A missing file has no lines.
+    """
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1  # keep every complete line
+        with path.open("r+b") as fh:
+            fh.truncate(cut)
+            fh.flush()
+            os.fsync(fh.fileno())
+        data = data[:cut]
+    lines = data.decode("utf-8").splitlines()
+    return [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+
+
+def append_log_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Append whole JSON lines with one write and an fsync: a kill leaves at most one torn last
+    line, which `read_log_lines` removes."""
+    data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
+    if not data:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:  # os.write may write less than asked
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_item_images(bench_dir: str | Path, rels: Iterable[str]) -> list[Any]:
+    """The RGB PIL images of an item's `images` paths (each checked by `resolve_image`)."""
+    from PIL import Image
+
+    out = []
+    for rel in rels:
+        with Image.open(resolve_image(bench_dir, rel)) as im:
+            out.append(im.convert("RGB"))
+    return out

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.manifest import append_log_lines, read_log_lines
 
 RECORDS_FILE = "records.jsonl"
 RUN_META_FILE = "run.json"
@@ -42,20 +43,10 @@ class Record:
 
 def load_records(path: Path) -> dict[str, Record]:
     """Finished records by item id. A torn last line (a run killed mid-write) is cut off the
-    file, so the next append starts on a clean line; a torn line elsewhere or a duplicate id
-    is an error that names the line."""
-    if not path.is_file():
-        return {}
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1  # keep every complete line
-        with path.open("r+b") as fh:
-            fh.truncate(cut)
-        data = data[:cut]
+    file (see `bench.manifest.read_log_lines`); a bad line elsewhere or a duplicate id is an
+    error that names the line."""
     out: dict[str, Record] = {}
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in read_log_lines(path):
         try:
             record = Record.from_json(json.loads(line))
         except (json.JSONDecodeError, KeyError, TypeError) as err:
@@ -67,16 +58,5 @@ def load_records(path: Path) -> dict[str, Record]:
 
 
 def append_records(path: Path, records: list[Record]) -> None:
-    """Append whole lines with one write and an fsync: a kill leaves at most one torn last line,
-    which `load_records` removes."""
-    if not records:
-        return
-    data = "".join(json.dumps(r.to_json()) + "\n" for r in records).encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(data)
-        while view:  # os.write may write less than asked
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Append whole lines with one write and an fsync (see `bench.manifest.append_log_lines`)."""
+    append_log_lines(path, (r.to_json() for r in records))

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.items import REQUESTS, VARIANTS, Item
-from bench.manifest import META_FILE, BenchError, atomic_write_json, read_families, read_items, resolve_image
+from bench.manifest import (
+    META_FILE,
+    BenchError,
+    atomic_write_json,
+    load_item_images,
+    read_families,
+    read_items,
+)
 from bench.parse import parse_reply
 from bench.policies import POLICIES, make_policy
 from bench.progress import Progress
@@ -163,8 +170,6 @@ def _replier(config: RunConfig, bench: Path, bench_meta: dict[str, Any]) -> Call
 
 
 def _model_replier(config: RunConfig, bench: Path) -> Callable[[list[Item]], list[Reply]]:
-    from PIL import Image
-
     import hooks
 
     handle = hooks.load(
@@ -174,13 +179,7 @@ def _model_replier(config: RunConfig, bench: Path) -> Callable[[list[Item]], lis
 
     def reply(batch: list[Item]) -> list[Reply]:
         prompts = [build_prompt(it, config.protocol, config.regime) for it in batch]
-        images = []
-        for it in batch:
-            row = []
-            for rel in it.images:
-                with Image.open(resolve_image(bench, rel)) as im:
-                    row.append(im.convert("RGB"))
-            images.append(row)
+        images = [load_item_images(bench, it.images) for it in batch]
         gens = hooks.generate(handle, prompts, images, max_new_tokens=limit, batch_size=len(batch))
         return [(g.text, g.n_prompt_tokens, g.n_new_tokens) for g in gens]
 

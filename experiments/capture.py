@@ -49,8 +49,11 @@ from bench.items import Item
 from bench.manifest import (
     META_FILE,
     BenchError,
+    append_log_lines,
     atomic_write_json,
+    load_item_images,
     read_items,
+    read_log_lines,
     resolve_image,
 )
 from bench.progress import Progress
@@ -204,20 +207,8 @@ def load_index(path: Path, items: Sequence[Item] | None = None) -> dict[int, dic
     """Committed index rows by row number. A torn last line (a kill mid-append) is cut off the
     file; a bad line elsewhere, a duplicate row, or a row whose item id is not the selection's is
     an error naming the line."""
-    if not path.is_file():
-        return {}
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1  # keep every complete line
-        with path.open("r+b") as fh:
-            fh.truncate(cut)
-            fh.flush()
-            os.fsync(fh.fileno())
-        data = data[:cut]
     out: dict[int, dict[str, Any]] = {}
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in read_log_lines(path):
         try:
             row = json.loads(line)
             index = row["row"]
@@ -231,19 +222,6 @@ def load_index(path: Path, items: Sequence[Item] | None = None) -> dict[int, dic
                              "selection; use another --out")
         out[index] = row
     return out
-
-
-def _append_lines(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Append whole lines with one write and an fsync (a kill leaves at most one torn line)."""
-    data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _create_acts(path: Path, shape: tuple[int, ...]) -> None:
@@ -283,16 +261,6 @@ def _to_float16(acts: np.ndarray, items: Sequence[Item]) -> tuple[np.ndarray, li
     if any(clipped):
         acts = np.clip(acts, -FLOAT16_MAX, FLOAT16_MAX)
     return acts.astype("<f2"), [int(c) for c in clipped]
-
-
-def _load_images(bench: Path, item: Item) -> list:
-    from PIL import Image
-
-    row = []
-    for rel in item.images:
-        with Image.open(resolve_image(bench, rel)) as im:
-            row.append(im.convert("RGB"))
-    return row
 
 
 def _by_image_count(rows: list[tuple[int, Item]]) -> list[list[tuple[int, Item]]]:
@@ -420,7 +388,7 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
                                cap.n_tokens[r], len(cap.spans[r].image), len(cap.spans[r].text), clipped[r])
                     for r, (row, it) in enumerate(batch)
                 ]
-                _append_lines(index_path, lines)
+                append_log_lines(index_path, lines)
                 if bar:
                     bar.update(len(batch))
     finally:
@@ -434,7 +402,7 @@ def _capture_items(handle: Handle, bench: Path, items: list[Item], config: Captu
     from hooks.capture import capture_batch
 
     prompts = [build_prompt(it, config.protocol, config.regime) for it in items]
-    images = [_load_images(bench, it) for it in items]
+    images = [load_item_images(bench, it.images) for it in items]
     markers = [question_marker(it.prompt) for it in items]
     try:
         return capture_batch(handle, prompts, images, layers=layers, positions=positions, text_markers=markers)

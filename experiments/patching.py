@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -34,7 +33,15 @@ import numpy as np
 
 from bench.bootstrap import FamilyBootstrap
 from bench.items import Item
-from bench.manifest import BenchError, atomic_write_bytes, atomic_write_json, read_items, resolve_image
+from bench.manifest import (
+    BenchError,
+    append_log_lines,
+    atomic_write_bytes,
+    atomic_write_json,
+    load_item_images,
+    read_items,
+    read_log_lines,
+)
 from bench.progress import Progress
 from bench.protocols import build_prompt, check_regime, get_protocol
 
@@ -76,25 +83,7 @@ def image_pairs(items: Sequence[Item]) -> list[tuple[Item, Item]]:
 
 
 def _load_done(path: Path) -> dict[str, dict[str, Any]]:
-    if not path.is_file():
-        return {}
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):  # a torn last line from a killed run
-        cut = data.rfind(b"\n") + 1
-        with path.open("r+b") as fh:
-            fh.truncate(cut)
-        data = data[:cut]
-    rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
-    return {row["key"]: row for row in rows}
-
-
-def _append(path: Path, row: dict[str, Any]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(row) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return {row["key"]: row for row in (json.loads(line) for _, line in read_log_lines(path))}
 
 
 def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, Any]:
@@ -133,7 +122,7 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
     started = time.perf_counter()
     for source, target in todo:
         row = _patch_one(handle, bench, source, target, layers, config, question_marker)
-        _append(results, row)
+        append_log_lines(results, [row])
         if bar:
             bar.update()
     rows = list(_load_done(results).values())
@@ -146,19 +135,12 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
 
 
 def _patch_one(handle, bench: Path, source: Item, target: Item, layers, config: PatchingConfig, marker_of) -> dict:
-    from PIL import Image
-
     from hooks.inputs import build_inputs
     from hooks.patching import patch_pair
     from hooks.spans import token_spans
 
     def inputs(item: Item):
-        prompt = build_prompt(item, config.protocol, config.regime)
-        images = []
-        for rel in item.images:
-            with Image.open(resolve_image(bench, rel)) as im:
-                images.append(im.convert("RGB"))
-        return prompt, images
+        return build_prompt(item, config.protocol, config.regime), load_item_images(bench, item.images)
 
     src, tgt = inputs(source), inputs(target)
     enc = build_inputs(handle, [tgt[0]], [tgt[1]])
