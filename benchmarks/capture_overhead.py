@@ -168,6 +168,40 @@ def memory(bench: Path, root: Path, n: int, arch: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def big_overhead(prompt_len: int, rounds: int) -> None:
+    """Capture (nnsight trace reading all 24 layers at the last token) vs a plain forward on a
+    random Qwen2-0.5B-shaped language model, one prompt of `prompt_len` random tokens."""
+    import nnsight
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()  # fp32, random weights
+    wrapped = nnsight.NNsight(model)
+    ids = torch.randint(1000, 100000, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+
+    def plain():
+        with torch.inference_mode():
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+    def trace():
+        with torch.no_grad(), wrapped.trace(input_ids=ids, use_cache=False, logits_to_keep=1):
+            nnsight.save([wrapped.model.layers[i].output[:, -1, :] for i in range(24)])
+
+    times = {"plain forward": [], "capture trace": []}
+    for _ in range(rounds):  # interleaved, so drift hits both alike
+        for name, fn in (("plain forward", plain), ("capture trace", trace)):
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\n## Random Qwen2-0.5B-shaped LM (fp32), 1 prompt x {prompt_len} tokens, median of {rounds}\n")
+    print(f"plain forward {med['plain forward']:.2f} s, capture of 24 layers {med['capture trace']:.2f} s, "
+          f"ratio {med['capture trace'] / med['plain forward']:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archs", default="llava,qwen2_5_vl")
@@ -175,10 +209,17 @@ def main() -> None:
     parser.add_argument("--memory-arch", default="llava")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--big", action="store_true", help="also time a random Qwen2-0.5B-shaped LM")
+    parser.add_argument("--big-only", action="store_true", help="only the --big part")
+    parser.add_argument("--big-prompt", type=int, default=256)
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
+    if args.big or args.big_only:
+        big_overhead(args.big_prompt, max(3, args.rounds // 2))
+        if args.big_only:
+            return
     root = args.out or Path(tempfile.mkdtemp(prefix="evprobe-capture-"))
     small = _bench(root, 2)
     print(f"## Overhead (ms per batch of 8, median of {args.rounds} rounds, 1 thread; full prompts, then "
