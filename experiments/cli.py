@@ -222,11 +222,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_score(sub)
     _add_compare(sub)
     from experiments.capture import add_capture_parser
+    from experiments.dose_response import add_dose_response_parser
     from experiments.patching import add_patching_parser
+    from experiments.quickstart import add_quickstart_parser
+    from experiments.report import add_report_parser
     from probes.cli import add_directions_parser, add_sweep_parser
 
     add_capture_parser(sub)
     add_patching_parser(sub)
+    add_dose_response_parser(sub)
+    add_report_parser(sub)
+    add_quickstart_parser(sub)
 
     add_sweep_parser(sub)
     add_directions_parser(sub)

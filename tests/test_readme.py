@@ -32,13 +32,15 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The evprobe part of the first command, on the full main set, in a scratch folder."""
+    """The evprobe part of the first command (the quickstart), in a scratch folder."""
     monkeypatch.chdir(tmp_path)
     evprobe = [c for c in _commands(BLOCKS[0]) if c.startswith("evprobe ")]
-    assert [c.split()[1] for c in evprobe] == ["generate", "check"]
-    for command in evprobe:
-        assert main(shlex.split(command)[1:] + (["--quiet"] if "generate" in command else [])) == 0
-    assert (tmp_path / "out" / "bench" / "checks.json").is_file()
+    assert evprobe == ["evprobe quickstart"]
+    assert main(shlex.split(evprobe[0])[1:]) == 0
+    report = (tmp_path / "out" / "quickstart" / "report" / "report.md").read_text()
+    for part in ("## Behaviour", "## Probe sweeps", "## Dose-response", "## Pair patching", "untrained"):
+        assert part in report
+    assert "(n=" in report and list((tmp_path / "out" / "quickstart" / "report").glob("*.png"))
 
 
 def test_every_documented_flag_exists() -> None:
@@ -56,4 +58,5 @@ def test_every_documented_flag_exists() -> None:
                 flags = set(re.findall(r"--[a-z][a-z-]*", text))
                 assert flags <= known, (m.group(1), flags - known)
                 checked.add(m.group(1))
-    assert {"generate", "check", "run", "score", "compare", "capture", "patching", "sweep", "directions"} <= checked
+    assert {"generate", "check", "run", "score", "compare", "capture", "patching", "sweep", "directions",
+            "quickstart", "dose-response", "report"} <= checked

@@ -1,0 +1,471 @@
+"""Typed configs: frozen dataclasses filled from YAML, then overridden by command-line flags.
+
+    from experiments.config import ModelConfig, load_config, load_model_config
+    cfg = load_config(DoseResponseConfig, "configs/experiments/dose_response.yaml", {"limit": 8})
+    model = load_model_config("qwen2_5_vl_7b")      # configs/models/qwen2_5_vl_7b.yaml
+
+Rules (each is tested in tests/experiments/test_config.py):
+
+- A config file is a YAML mapping whose keys are exactly the dataclass's field names. An unknown
+  key is an error naming the file, the key, the section and the valid keys; a missing required key
+  is an error naming it. Nested dataclasses are nested mappings (their section is the dotted path).
+- Values are type-checked against the field's annotation: int (not bool), float (an int is
+  accepted and converted), str, bool, None, list[...] / tuple[...] (a YAML list; tuples are stored
+  as tuples so configs stay hashable), Literal[...], unions (`X | None`) and nested dataclasses.
+  A wrong type is an error naming the file and the key.
+- Overrides (from CLI flags) are a dict of field -> value where None means "flag not given";
+  dotted keys ("model.batch_size") reach nested sections. They go through the same checks, and an
+  error in one names the command line instead of the file.
+- The dataclass's own `__post_init__` checks (ranges, choices) surface as the same one-line error,
+  prefixed with where the value came from.
+- Names: `resolve_config(ref, "models")` takes a path to a YAML file, or a bare name found in the
+  repository's `configs/<kind>/` folder (located from this package: `<repo>/configs`), with or
+  without `.yaml`.
+
+Every error is a `ConfigError` (a ValueError): `evprobe` prints it as one line and exits 2, and
+nothing has been loaded or written when it is raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_KINDS = ("models", "experiments")
+YAML_SUFFIXES = (".yaml", ".yml")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+COMMAND_LINE = "command line"
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used as given; the message is one line naming the file, key and fix."""
+
+
+# ---------------------------------------------------------------- the model config
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How to load and drive one model.
+
+    name: a short label used in output folders and reports (defaults to the YAML file's stem).
+    model: a hub id (`owner/name`), a local folder, or `tiny:<arch>` (hooks.TINY_ARCHS).
+    dtype: auto (float32 on CPU, the checkpoint's dtype on GPU), float32, bfloat16, float16.
+    attn_implementation: None = transformers' default; e.g. eager (Pixtral, seed 000 appendix I).
+    device_map: None = CPU; "auto" spreads over the visible GPUs (accelerate).
+    max_new_tokens_direct / max_new_tokens_brief: generation limits of the two protocols.
+    batch_size: rows per forward / generate call.
+    trust_remote_code: run a checkpoint's own code (never implied).
+    revision: a hub commit / tag to pin; loaded through the local hub cache (see `model_source`).
+    notes: free text (why a setting is what it is).
+    """
+
+    name: str
+    model: str
+    dtype: str = "auto"
+    attn_implementation: str | None = None
+    device_map: str | None = None
+    max_new_tokens_direct: int = 16
+    max_new_tokens_brief: int = 256
+    batch_size: int = 8
+    trust_remote_code: bool = False
+    revision: str | None = None
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise ValueError("key 'name' is empty; give the model a short label")
+        if not self.model.strip():
+            raise ValueError("key 'model' is empty; give a hub id, a local folder or tiny:<arch>")
+        if self.model.startswith("tiny:"):
+            from hooks.tiny import TINY_ARCHS  # no torch at import time
+
+            arch = self.model.removeprefix("tiny:")
+            if arch not in TINY_ARCHS:
+                raise ValueError(f"unknown tiny architecture {arch!r} in key 'model'; choose from "
+                                 f"{', '.join(TINY_ARCHS)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"key 'dtype' is {self.dtype!r}; choose from {', '.join(DTYPES)}")
+        if self.attn_implementation is not None and self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"key 'attn_implementation' is {self.attn_implementation!r}; choose from "
+                             f"{', '.join(ATTN_IMPLEMENTATIONS)} or null (transformers' default)")
+        for key in ("max_new_tokens_direct", "max_new_tokens_brief", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"key {key!r} must be a positive integer, got {getattr(self, key)}")
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.model.startswith("tiny:")
+
+    def max_new_tokens(self, protocol: str) -> int:
+        """The generation limit of a protocol (`direct` or `brief`)."""
+        if protocol not in ("direct", "brief"):
+            raise ValueError(f"unknown protocol {protocol!r}; choose from direct, brief")
+        return self.max_new_tokens_direct if protocol == "direct" else self.max_new_tokens_brief
+
+
+def model_source(cfg: ModelConfig) -> str:
+    """What hooks.load is given: `cfg.model`, or for a pinned `revision` of a hub id the local
+    snapshot folder of that revision (hooks.load takes no revision; huggingface_hub resolves it,
+    from the local cache when HF_HUB_OFFLINE=1)."""
+    if cfg.revision is None or cfg.is_tiny or os.path.isdir(cfg.model):
+        return cfg.model
+    from huggingface_hub import snapshot_download
+
+    # Weights as safetensors only (hooks.load uses use_safetensors=True), plus configs and tokenizer files.
+    patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken", "*.py"]
+    try:
+        return snapshot_download(cfg.model, revision=cfg.revision, allow_patterns=patterns)
+    except Exception as err:  # noqa: BLE001 - offline cache miss, unknown revision, gated repo ...
+        raise ConfigError(f"model {cfg.model!r} at revision {cfg.revision!r} is not available "
+                          f"({type(err).__name__}); download it first or set revision: null") from None
+
+
+def load_model(cfg: ModelConfig):
+    """hooks.load with the config's settings (the only place a ModelConfig becomes a Handle)."""
+    import hooks
+
+    return hooks.load(model_source(cfg), dtype=cfg.dtype, device_map=cfg.device_map,
+                      trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation)
+
+
+def _looks_like_model_id(ref: str) -> bool:
+    """tiny:<arch>, a local folder, or a hub id `owner/name` (one slash, no spaces)."""
+    if ref.startswith("tiny:") or os.path.isdir(ref):
+        return True
+    parts = ref.split("/")
+    return len(parts) == 2 and all(parts) and not any(c.isspace() for c in ref) and not ref.endswith(YAML_SUFFIXES)
+
+
+def load_model_config(ref: str | Path | ModelConfig, overrides: Mapping[str, Any] | None = None) -> ModelConfig:
+    """A ModelConfig from a YAML path, a bare name in configs/models, or a direct model string.
+
+    `tiny:llava`, a hub id (`Qwen/Qwen2.5-VL-7B-Instruct`) or a local folder becomes a ModelConfig
+    with the defaults (name: the string with `/` and `:` made file-safe). Anything else that is not
+    a config is an error listing the known names.
+    """
+    if isinstance(ref, ModelConfig):
+        return ref if not overrides else load_config(ModelConfig, dataclasses.asdict(ref), overrides, where=ref.name)
+    text = str(ref)
+    path = _find_config(text, "models")
+    if path is not None:
+        return load_config(ModelConfig, path, overrides, defaults={"name": path.stem})
+    if _looks_like_model_id(text):
+        name = text.replace("/", "__").replace(":", "_")
+        return load_config(ModelConfig, {"name": name, "model": text}, overrides, where=f"model {text!r}")
+    if text.endswith(YAML_SUFFIXES) or os.sep in text:
+        raise ConfigError(f"model config file {text} not found; give an existing YAML path or a name from "
+                          f"{CONFIGS_DIR / 'models'}")
+    raise ConfigError(f"unknown model {text!r}: not a YAML file, not a config in {CONFIGS_DIR / 'models'} "
+                      f"(known: {', '.join(config_names('models'))}), not tiny:<arch> or a hub id owner/name")
+
+
+# ---------------------------------------------------------------- finding config files
+
+
+def config_names(kind: str) -> list[str]:
+    """The bare names of the YAML configs in configs/<kind>/ (sorted)."""
+    folder = CONFIGS_DIR / kind
+    return sorted(p.stem for p in folder.glob("*") if p.suffix in YAML_SUFFIXES) if folder.is_dir() else []
+
+
+def _find_config(ref: str, kind: str) -> Path | None:
+    """An existing YAML file: `ref` itself, or configs/<kind>/<ref>[.yaml|.yml]; None if neither."""
+    path = Path(ref)
+    if path.suffix in YAML_SUFFIXES and path.is_file():
+        return path
+    if path.name == ref:  # a bare name, not a path
+        for suffix in ("", *YAML_SUFFIXES):
+            candidate = CONFIGS_DIR / kind / f"{ref}{suffix}"
+            if candidate.suffix in YAML_SUFFIXES and candidate.is_file():
+                return candidate
+    return None
+
+
+def resolve_config(ref: str | Path, kind: str) -> Path:
+    """The YAML file `ref` names: a path, or a bare name in configs/<kind>/. Missing: one-line error."""
+    if kind not in CONFIG_KINDS:
+        raise ValueError(f"unknown config kind {kind!r}; choose from {', '.join(CONFIG_KINDS)}")
+    found = _find_config(str(ref), kind)
+    if found is None:
+        known = ", ".join(config_names(kind)) or "none"
+        raise ConfigError(f"config file {ref} not found (not a YAML file, not a name in {CONFIGS_DIR / kind}; "
+                          f"known: {known})")
+    return found
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping (an empty file is {}); missing file or bad YAML: ConfigError."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{path}: not valid YAML ({problem}{where})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values at the top, got {type(data).__name__}")
+    return data
+
+
+# ---------------------------------------------------------------- filling dataclasses
+
+
+def load_config(
+    cls: type[T],
+    source: str | Path | Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    where: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> T:
+    """Fill the frozen dataclass `cls` from a YAML file (or a mapping), then apply `overrides`.
+
+    source: a YAML path, or a mapping (named `where` in errors).
+    overrides: field -> value from CLI flags; None values are "not given" and skipped; dotted keys
+        reach nested dataclass sections.
+    defaults: values used only where the file gives none (e.g. a model config's name = file stem).
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    if isinstance(source, Mapping):
+        raw, label = dict(source), where or "config"
+    else:
+        raw, label = read_yaml(source), where or str(source)
+    for key, value in (defaults or {}).items():
+        raw.setdefault(key, value)
+    origin: dict[str, str] = {}  # top-level key -> where its (overridden) value came from
+    _check_keys(cls, raw, label, cls.__name__)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        _apply_override(cls, raw, key, value)
+        origin[key.split(".")[0]] = COMMAND_LINE
+    return _build(cls, raw, label, "", origin)
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    # Annotations are strings under `from __future__ import annotations`: resolve them in the
+    # defining module (with this module's names as a fallback for ModelConfig references).
+    import sys
+
+    module = sys.modules.get(cls.__module__)
+    namespace = {**globals(), **(vars(module) if module else {})}
+    return get_type_hints(cls, globalns=namespace)
+
+
+def _section_name(cls: type, path: str) -> str:
+    return cls.__name__ if not path else f"'{path}' ({cls.__name__})"
+
+
+def _check_keys(cls: type, raw: Mapping[str, Any], label: str, section: str) -> None:
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in raw:
+        if key not in names:
+            raise ConfigError(f"{label}: unknown key {key!r} in {section}; valid keys: {', '.join(names)}")
+
+
+def _apply_override(cls: type, raw: dict[str, Any], key: str, value: Any) -> None:
+    head, _, rest = key.partition(".")
+    names = [f.name for f in dataclasses.fields(cls)]
+    if head not in names:
+        raise ConfigError(f"{COMMAND_LINE}: unknown key {head!r} in {cls.__name__}; valid keys: {', '.join(names)}")
+    if not rest:
+        raw[head] = value
+        return
+    sub = _dataclass_in(_field_hints(cls)[head])
+    if sub is None:
+        raise ConfigError(f"{COMMAND_LINE}: key {key!r}: {head!r} has no sub-keys")
+    current = raw.get(head)
+    if not isinstance(current, Mapping):
+        current = {}  # a section given by reference (or absent) is replaced by its overridden mapping
+    raw[head] = dict(current)
+    _apply_override(sub, raw[head], rest, value)
+
+
+def _dataclass_in(hint: Any) -> type | None:
+    if dataclasses.is_dataclass(hint):
+        return hint
+    for arg in get_args(hint):
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+def _build(cls: type[T], raw: Mapping[str, Any], label: str, path: str, origin: Mapping[str, str]) -> T:
+    hints = _field_hints(cls)
+    kwargs: dict[str, Any] = {}
+    missing = []
+    for f in dataclasses.fields(cls):
+        if f.name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+                missing.append(f.name)
+            continue
+        where = origin.get(f.name, label) if not path else label
+        key = f"{path}.{f.name}" if path else f.name
+        kwargs[f.name] = _check_value(raw[f.name], hints[f.name], where, key)
+    if missing:
+        raise ConfigError(f"{label}: missing key {missing[0]!r} in {_section_name(cls, path)}; add it "
+                          f"(required: {', '.join(missing)})")
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as err:  # the dataclass's own checks; its message names the key
+        overridden = not path and bool(set(kwargs) & set(origin))
+        raise ConfigError(f"{label}{' with ' + COMMAND_LINE + ' overrides' if overridden else ''}: {err}") from None
+
+
+_SIMPLE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+                 type(None): "null"}
+
+
+def describe(hint: Any) -> str:
+    """A reader's phrase for a type: 'an integer', 'a list of numbers', 'one of a, b or null'."""
+    if hint in _SIMPLE_NAMES:
+        return _SIMPLE_NAMES[hint]
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " or ".join(describe(a) for a in args)
+    if origin in (list, tuple):
+        inner = args[0] if args else Any
+        return f"a list of {describe(inner).removeprefix('an ').removeprefix('a ')}s"
+    if origin in (dict, Mapping) or hint is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(hint):
+        return f"a mapping of {hint.__name__} keys"
+    return getattr(hint, "__name__", str(hint))
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _check_value(value: Any, hint: Any, where: str, key: str) -> Any:
+    try:
+        return _coerce(value, hint, where, key)
+    except _Mismatch:
+        raise ConfigError(f"{where}: key {key!r} must be {describe(hint)}, got {value!r}") from None
+
+
+def _coerce(value: Any, hint: Any, where: str, key: str) -> Any:
+    """`value` checked against `hint` (and lists made tuples where the hint says tuple)."""
+    if hint is Any:
+        return value
+    if hint is type(None):
+        if value is None:
+            return None
+        raise _Mismatch
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _Mismatch
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        if any(value == a and type(value) is type(a) for a in args):
+            return value
+        raise _Mismatch
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        # Nested configs first for mappings, so an error inside one names its key, not the union.
+        for alt in sorted((a for a in args if a is not type(None)), key=lambda a: not dataclasses.is_dataclass(a)):
+            if dataclasses.is_dataclass(alt) and isinstance(value, Mapping):
+                return _nested(alt, value, where, key)
+            try:
+                return _coerce(value, alt, where, key)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            inner = [args[0]] * len(value)
+        elif origin is tuple and args:
+            if len(args) != len(value):
+                raise _Mismatch
+            inner = list(args)
+        else:
+            inner = [args[0] if args else Any] * len(value)
+        items = []
+        for i, (v, h) in enumerate(zip(value, inner)):
+            try:
+                items.append(_coerce(v, h, where, f"{key}[{i}]"))
+            except _Mismatch:
+                raise ConfigError(f"{where}: key {key!r} must be {describe(hint)}; item {i} is {v!r}") from None
+        return tuple(items) if origin is tuple else items
+    if origin in (dict, Mapping) or hint is dict:
+        if not isinstance(value, Mapping):
+            raise _Mismatch
+        return dict(value)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise _Mismatch
+        return _nested(hint, value, where, key)
+    raise TypeError(f"config field {key!r} has an annotation the loader does not handle: {hint!r}")
+
+
+def _nested(cls: type, value: Mapping[str, Any], where: str, key: str) -> Any:
+    if isinstance(value, cls):
+        return value
+    _check_keys(cls, value, where, _section_name(cls, key))
+    return _build(cls, value, where, key, {})
+
+
+def as_dict(config: Any) -> dict[str, Any]:
+    """A config as plain JSON-able data (tuples become lists), for meta files and reports."""
+    def plain(x: Any) -> Any:
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        if isinstance(x, Mapping):
+            return {str(k): plain(v) for k, v in x.items()}
+        return x
+
+    return plain(config)
+
+
+__all__ = [
+    "CONFIGS_DIR",
+    "ConfigError",
+    "ModelConfig",
+    "as_dict",
+    "config_names",
+    "describe",
+    "load_config",
+    "load_model",
+    "load_model_config",
+    "model_source",
+    "read_yaml",
+    "resolve_config",
+]

@@ -1,0 +1,311 @@
+"""The dose-response job on a small generated benchmark with a tiny real LLaVA and directions
+fitted on a real capture: readouts, files, reuse, resume after a torn write, and one-line config
+errors raised before any model is loaded. No mocks of models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import hooks
+from bench.manifest import read_items, resolve_image
+from bench.protocols import build_prompt
+from experiments.config import ConfigError
+from experiments.dose_response import (
+    LETTERS,
+    MEASURES,
+    RESULTS_FILE,
+    DoseResponseConfig,
+    add_dose_response_parser,
+    dose_response,
+    load_dose_response_config,
+    load_results,
+    logprob_readout,
+    make_plan,
+    measure_sign,
+)
+from probes.directions import read_directions
+
+MODEL = "tiny:llava"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A 6-family benchmark; a capture of the sliding and bouncing selections at layers 1 and 2;
+    directions fitted per system (resolved=True, mass-mean) at both layers."""
+    from bench.generate import GenerateConfig, generate
+    from experiments.capture import CaptureConfig, capture
+    from probes.captures import labels, load_captures
+    from probes.directions import fit_directions, write_directions
+    from probes.transfer import conditions
+
+    root = tmp_path_factory.mktemp("dose")
+    bench, acts, dirs = root / "bench", root / "acts", root / "dirs"
+    generate(bench, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
+    capture(CaptureConfig(model=MODEL, bench=str(bench), out=str(acts), requests=("select",), layers="1,2",
+                          limit=16, batch_size=8), progress=False)
+    cs = load_captures([acts])
+    ls = labels(cs, "resolved")
+    conds = [(f"system={c.name}", c.mask) for c in conditions(cs, ls, "system")]
+    write_directions(dirs, fit_directions(cs, ls, [1, 2], "last", "massmean", conds))
+    return {"root": root, "bench": bench, "dirs": dirs}
+
+
+def config(setup: dict[str, Path], out: str, **changes) -> DoseResponseConfig:
+    """The shipped tiny config (2 layers, alphas -1/0/+1, 1 random direction, 8 items) on the fixture."""
+    overrides = {"bench": str(setup["bench"]), "directions": str(setup["dirs"]), "out": str(setup["root"] / out)}
+    return replace(load_dose_response_config("dose_response_tiny", overrides), **changes)
+
+
+@pytest.fixture(scope="module")
+def first(setup: dict[str, Path]) -> tuple[DoseResponseConfig, dict]:
+    cfg = config(setup, "run1")
+    return cfg, dose_response(cfg, progress=False)
+
+
+@pytest.fixture
+def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any model load fails the test: what follows must not build a model."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(hooks, "load", refuse)
+
+
+def _images(bench: Path, item) -> list:
+    from PIL import Image
+
+    out = []
+    for rel in item.images:
+        with Image.open(resolve_image(bench, rel)) as im:
+            out.append(im.convert("RGB"))
+    return out
+
+
+def test_plan_holds_out_the_fitted_families_and_flips_the_sign(setup) -> None:
+    plan = make_plan(config(setup, "plan"))
+    assert plan.name == "resolved=True.massmean.L1.last.system=bouncing"  # the first name, sorted
+    assert plan.fit_families == ["bouncing-000", "bouncing-001"] == plan.excluded
+    assert {it.family_id for it in plan.items} == {"sliding-000", "sliding-001"} and len(plan.items) == 8
+    assert plan.layers == [1, 2] and plan.flipped
+    stored = {d.layer: d for d in read_directions(setup["dirs"]).values()
+              if d.provenance["condition"] == "system=bouncing"}
+    for layer, d in plan.directions.items():  # measuring = -resolved, unit norm, the stored layer's norm
+        assert np.allclose(d.vector, -stored[layer].vector, atol=1e-6) and abs(np.linalg.norm(d.vector) - 1) < 1e-12
+        assert d.mean_norm == stored[layer].mean_norm
+    keys = [c.key for c in plan.conditions]
+    assert keys == ["base", "L1.probe.-1", "L1.random1.-1", "L1.probe.+1", "L1.random1.+1", "L1.ablate",
+                    "L2.probe.-1", "L2.random1.-1", "L2.probe.+1", "L2.random1.+1", "L2.ablate"]
+    # other systems or families as targets; in-sample on request
+    assert {it.system for it in make_plan(config(setup, "p", systems=("spring",))).items} == {"spring"}
+    insample = make_plan(config(setup, "p", heldout=False, limit=None))
+    assert insample.excluded == [] and "bouncing-000" in {it.family_id for it in insample.items}
+
+
+def test_sign_convention_from_provenance() -> None:
+    assert measure_sign({"label": "resolved", "positive": True}, "d") == -1
+    assert measure_sign({"label": "resolved", "positive": False}, "d") == 1
+    assert measure_sign({"label": "stopped", "positive": "True"}, "d") == -1
+    with pytest.raises(ConfigError, match="history=1 direction"):
+        measure_sign({"label": "history", "positive": 1}, "d")
+
+
+def test_readout_measures_from_logprobs(setup) -> None:
+    item = next(it for it in read_items(setup["bench"]) if it.request == "select" and not it.resolved)
+    stop = next(k for k, v in item.options.items() if v == "stop")
+    missing = "test_other" if item.initial_property == "mass" else "test_mass"
+    want = next(k for k, v in item.options.items() if v == missing)
+    logp = np.full(len(LETTERS), -5.0)
+    logp[LETTERS.index(want)], logp[LETTERS.index(stop)] = -1.0, -2.0
+    r = logprob_readout(item, logp)
+    assert (r["choice"], r["action"], r["stop"], r["missing"]) == (want, missing, False, True)
+    assert r["min_cost"] == (item.reference_action == missing) and r["log_odds"] == pytest.approx(-1.0)
+
+
+def test_run_writes_every_file_and_alpha_zero_is_the_unsteered_model(setup, first) -> None:
+    cfg, summary = first
+    out = Path(cfg.out)
+    assert summary["computed"] == summary["n_rows"] == 8 * 11 and summary["reused"] == 0
+    for name in ("results.jsonl", "meta.json", "dose_response.json", "dose_response.md", "stop_rate.png",
+                 "missing_test_rate.png", "min_cost_accuracy.png", "log_odds.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 200, name
+    rows = load_results(out / RESULTS_FILE)
+    assert len(rows) == 88
+    plan = make_plan(cfg)
+    handle = hooks.load(MODEL)
+    prompts = [build_prompt(it, "direct", "standard") for it in plan.items]
+    images = [_images(setup["bench"], it) for it in plan.items]
+    plain = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=8)  # (8, 5)
+    from hooks.steer import Steering, option_logprobs
+
+    zero = option_logprobs(handle, prompts, images, LETTERS,
+                           Steering(plan.directions[1].vector, 1, 0.0), batch_size=8)  # a zero-dose hook
+    assert np.array_equal(zero, plain)
+    for i, it in enumerate(plan.items):
+        base = rows[(it.item_id, "base")]
+        assert [base["logprobs"][letter] for letter in LETTERS] == plain[i].tolist()  # exact
+        steered = rows[(it.item_id, "L1.probe.+1")]
+        assert steered["logprobs"] != base["logprobs"]  # the edit lands
+        assert steered["lp"] == logprob_readout(it, np.array([steered["logprobs"][x] for x in LETTERS]))
+    # the +1 dose along "measuring" lowers stop log-odds on average at the steered layer
+    def mean(key: str) -> float:
+        return float(np.mean([rows[(it.item_id, key)]["lp"]["log_odds"] for it in plan.items]))
+
+    assert mean("L1.probe.+1") < mean("base") < mean("L1.probe.-1")
+
+
+def test_aggregates_carry_intervals_and_n(first) -> None:
+    cfg, _ = first
+    result = json.loads((Path(cfg.out) / "dose_response.json").read_text())
+    meta = result["meta"]
+    assert meta["flipped"] and meta["excluded_families"] == ["bouncing-000", "bouncing-001"]
+    assert (meta["n_items"], meta["n_resolved"], meta["n_unresolved"], meta["n_families"]) == (8, 4, 4, 2)
+    kinds = {r["kind"] for r in result["rows"]}
+    assert kinds == {"baseline", "probe", "random1", "ablation"}
+    for r in result["rows"]:
+        assert set(r) >= {"value", "ci", "n", "delta_vs_0"} and r["measure"] in MEASURES["logprobs"]
+        assert r["n"] == {"all": 8, "resolved": 4, "unresolved": 4}[r["group"]]
+        if r["value"] is not None:
+            lo, hi = r["ci"]
+            assert lo <= r["value"] + 1e-12 and r["value"] <= hi + 1e-12
+        if r["alpha"] == 0.0:
+            assert r["delta_vs_0"]["value"] == 0.0
+    # the same numbers as bench.bootstrap.FamilyBootstrap on the rows (ratio estimator, paired change)
+    from bench.bootstrap import FamilyBootstrap
+
+    rows = load_results(Path(cfg.out) / RESULTS_FILE)
+    items = make_plan(cfg).items
+    boot = FamilyBootstrap(sorted({it.family_id for it in items}), cfg.n_boot, cfg.seed)
+    fam = boot.family_index([it.family_id for it in items])
+    ones = boot.per_family(fam, np.ones(len(items)))
+    parts = {key: boot.resample(boot.per_family(fam, np.array([rows[(it.item_id, key)]["lp"]["log_odds"]
+                                                               for it in items])), ones)
+             for key in ("base", "L1.probe.+1")}
+    want, want_delta = boot.estimate(parts["L1.probe.+1"]), boot.difference(parts["L1.probe.+1"], parts["base"])
+    got = next(r for r in result["rows"] if (r["kind"], r["layer"], r["alpha"], r["group"], r["measure"])
+               == ("probe", 1, 1.0, "all", "log_odds"))
+    assert got["value"] == pytest.approx(want.value) and got["ci"] == pytest.approx(list(want.ci))
+    assert got["delta_vs_0"]["ci"] == pytest.approx(list(want_delta.ci)) and got["n"] == want.n == 8
+    band = result["null_band"]
+    assert band and all(b["min"] <= b["mean"] <= b["max"] and b["n_directions"] == 1 for b in band)
+    goals = {(h["layer"], h["goal"], h["group"], h["alpha"]) for h in result["headline"]}
+    assert goals == {(1, "induce measuring", "resolved", 1.0), (1, "induce stopping", "unresolved", -1.0),
+                     (2, "induce measuring", "resolved", 1.0), (2, "induce stopping", "unresolved", -1.0)}
+    md = (Path(cfg.out) / "dose_response.md").read_text()
+    assert "positive alpha = toward measuring" in md and "held out" in md
+    numbers = [line for line in md.splitlines() if line.startswith("| ") and "[" in line]
+    assert numbers and all("n=" in cell for line in numbers for cell in line.split(" | ")[1:] if "[" in cell)
+
+
+def test_rerun_reuses_everything_and_loads_no_model(setup, first, no_model_load) -> None:
+    cfg, _ = first
+    path = Path(cfg.out) / RESULTS_FILE
+    before = path.read_bytes()
+    again = dose_response(cfg, progress=False)
+    assert (again["computed"], again["reused"]) == (0, 88)
+    assert path.read_bytes() == before
+
+
+def test_a_torn_run_resumes_without_duplicates(setup, first) -> None:
+    cfg, _ = first
+    full = load_results(Path(cfg.out) / RESULTS_FILE)
+    cut_cfg = replace(cfg, out=str(Path(cfg.out).parent / "torn"))
+    Path(cut_cfg.out).mkdir()
+    data = (Path(cfg.out) / RESULTS_FILE).read_bytes()
+    cut = int(len(data) * 0.6)
+    assert data[cut - 1: cut] != b"\n"  # mid-line: a kill during an append
+    (Path(cut_cfg.out) / RESULTS_FILE).write_bytes(data[:cut])
+    kept = data[:cut].count(b"\n")
+    summary = dose_response(cut_cfg, progress=False)
+    assert (summary["reused"], summary["computed"]) == (kept, 88 - kept)
+    lines = (Path(cut_cfg.out) / RESULTS_FILE).read_text().splitlines()
+    assert len(lines) == 88 and len({(json.loads(x)["item_id"], json.loads(x)["condition"]) for x in lines}) == 88
+    resumed = load_results(Path(cut_cfg.out) / RESULTS_FILE)
+    for key, row in full.items():  # recomputed rows agree (other batch mixes: float noise at most)
+        assert np.allclose([row["logprobs"][x] for x in LETTERS], [resumed[key]["logprobs"][x] for x in LETTERS],
+                           atol=1e-5)
+
+
+def test_other_settings_in_the_same_folder_are_refused(first, no_model_load) -> None:
+    cfg, _ = first
+    with pytest.raises(ConfigError, match="readout='logprobs', not 'generate'"):
+        dose_response(replace(cfg, readout="generate"), progress=False)
+    with pytest.raises(ConfigError, match="random_seed=0, not 5"):
+        dose_response(replace(cfg, random_seed=5), progress=False)
+
+
+def test_generated_replies_readout(setup) -> None:
+    cfg = config(setup, "gen", readout="both", layers=(1,), alphas=(0.0, 1.0), n_random=0, ablation=False, limit=4)
+    summary = dose_response(cfg, progress=False)
+    assert summary["computed"] == 4 * 2
+    rows = load_results(Path(cfg.out) / RESULTS_FILE)
+    for row in rows.values():
+        g = row["gen"]
+        assert set(g) >= {"reply", "valid", "route", "stop", "min_cost"} and "logprobs" in row
+        assert g["valid"] or (g["route"].startswith("invalid") and not g["stop"] and not g["min_cost"])
+    result = json.loads((Path(cfg.out) / "dose_response.json").read_text())
+    assert {r["readout"] for r in result["rows"]} == {"logprobs", "generate"}
+    assert any(r["measure"] == "invalid_rate" for r in result["rows"])
+    assert (Path(cfg.out) / "generate.stop_rate.png").is_file() and (Path(cfg.out) / "stop_rate.png").is_file()
+
+
+# ---------------------------------------------------------------- errors before any model load
+
+
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="evprobe")
+    add_dose_response_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["dose-response", *argv])
+    return args.run(args)
+
+
+def _error(argv: list[str]) -> str:
+    with pytest.raises(ValueError) as err:
+        _cli(argv)
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+def test_config_errors_are_one_line_and_come_before_the_model(setup, tmp_path, no_model_load) -> None:
+    paths = ["--bench", str(setup["bench"]), "--directions", str(setup["dirs"]), "--out", str(tmp_path / "o")]
+    assert "config file nope.yaml not found" in _error(["--config", "nope.yaml", *paths])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: tiny_llava\nbench: b\ndirections: d\nout: o\nalpha: [1]\n")
+    assert f"{bad}: unknown key 'alpha' in DoseResponseConfig" in _error(["--config", str(bad)])
+    text = _error(["--config", "dose_response_tiny", *paths, "--layers", "1,7"])
+    assert "layer 7 is out of range: tiny:llava has 4 decoder layers; use 0 .. 3" in text
+    text = _error(["--config", "dose_response_tiny", *paths, "--layers", "3"])
+    assert "no direction like" in text and "at layer 3" in text and "it has layers 1, 2" in text
+    assert "is not in" in _error(["--config", "dose_response_tiny", *paths, "--direction", "nope"])
+    assert "directions folder" in _error(["--config", "dose_response_tiny", *paths[:2], "--directions",
+                                          str(tmp_path / "none"), "--out", str(tmp_path / "o")])
+    assert "benchmark" in _error(["--config", "dose_response_tiny", "--bench", str(tmp_path), *paths[2:]])
+    assert "fitted on 'tiny:llava', not 'tiny:qwen2_5_vl'" in _error(
+        ["--config", "dose_response_tiny", *paths, "--model", "tiny:qwen2_5_vl"])
+    assert "key 'alphas' is empty" in _error(["--config", "dose_response_tiny", *paths, "--alphas=,"])
+    assert "no items left" in _error(["--config", "dose_response_tiny", *paths, "--families", "bouncing-000"])
+    assert not (tmp_path / "o").exists()  # nothing written either
+
+
+def test_cli_flags_override_the_config(setup, first, capsys, no_model_load) -> None:
+    cfg, _ = first
+    # the finished run again through the CLI: flags select the same run, which is all reused
+    rc = _cli(["--config", "dose_response_tiny", "--bench", str(setup["bench"]), "--directions", str(setup["dirs"]),
+               "--out", cfg.out, "--alphas=-1,0,1", "--layers", "1,2", "--n-random", "1", "--quiet"])
+    assert rc == 0
+    assert "0 computed" in capsys.readouterr().out
