@@ -265,33 +265,52 @@ def add_patching_parser(sub: argparse._SubParsersAction) -> None:
         "patching",
         help="patch image-pair members into each other layer by layer: a layer x position heatmap",
         description="Activation patching between the members of every image pair of the base "
-        "selections; writes results.jsonl, patching.json, patching.md and patching.png.",
+        "selections; writes results.jsonl, patching.json, patching.md and patching.png. Settings "
+        "come from --config (a YAML of PatchingConfig), flags override it; without --config, "
+        "--model, --bench and --out are required.",
     )
-    p.add_argument("--model", required=True)
-    p.add_argument("--bench", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--layers", default="all", help="all or comma-separated layer numbers")
-    p.add_argument("--positions", default=",".join(POSITION_SETS), help="comma list of last, text, image")
-    p.add_argument("--regime", default="standard")
-    p.add_argument("--protocol", default="direct")
+    p.add_argument("--config", default=None, help="YAML file (e.g. configs/experiments/patching_tiny.yaml)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--bench", default=None)
+    p.add_argument("--out", default=None)
+    p.add_argument("--layers", default=None, help="all or comma-separated layer numbers (default all)")
+    p.add_argument("--positions", default=None, help="comma list of last, text, image (default all three)")
+    p.add_argument("--regime", default=None)
+    p.add_argument("--protocol", default=None)
     p.add_argument("--limit-pairs", type=int, default=None, help="only the first N image pairs")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--dtype", default=None)
     p.add_argument("--device-map", default=None)
-    p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=20260905)
+    p.add_argument("--n-boot", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(run=_run)
 
 
+def config_from_args(args: argparse.Namespace) -> PatchingConfig:
+    """--config filled into PatchingConfig, with every given flag applied on top."""
+    from experiments.config import load_config
+
+    overrides = {
+        "model": args.model, "bench": args.bench, "out": args.out, "layers": args.layers,
+        "positions": tuple(p.strip() for p in args.positions.split(",") if p.strip()) if args.positions else None,
+        "regime": args.regime, "protocol": args.protocol, "limit_pairs": args.limit_pairs, "dtype": args.dtype,
+        "device_map": args.device_map, "n_boot": args.n_boot, "seed": args.seed,
+    }
+    if args.config is None:
+        missing = [f"--{k}" for k in ("model", "bench", "out") if overrides[k] is None]
+        if missing:
+            raise BenchError(f"patching needs --config or {', '.join(missing)}")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        config = load_config(PatchingConfig, given, where="command line")
+    else:
+        config = load_config(PatchingConfig, args.config, overrides)
+    if config.limit_pairs is not None and config.limit_pairs <= 0:
+        raise BenchError(f"limit_pairs must be a positive integer, got {config.limit_pairs}")
+    return config
+
+
 def _run(args: argparse.Namespace) -> int:
-    if args.limit_pairs is not None and args.limit_pairs <= 0:
-        raise BenchError(f"--limit-pairs must be a positive integer, got {args.limit_pairs}")
-    config = PatchingConfig(
-        model=args.model, bench=str(args.bench), out=str(args.out), layers=args.layers,
-        positions=tuple(p.strip() for p in args.positions.split(",") if p.strip()), regime=args.regime,
-        protocol=args.protocol, limit_pairs=args.limit_pairs, dtype=args.dtype, device_map=args.device_map,
-        n_boot=args.n_boot, seed=args.seed,
-    )
+    config = config_from_args(args)
     summary = run_patching(config, progress=not args.quiet)
-    print(f"patched {summary['n_rows']} (pair, direction) rows; wrote {args.out}/patching.md and patching.png")
+    print(f"patched {summary['n_rows']} (pair, direction) rows; wrote {config.out}/patching.md and patching.png")
     return 0

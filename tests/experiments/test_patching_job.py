@@ -57,3 +57,18 @@ def test_bad_positions_are_refused(bench: Path, tmp_path: Path, capsys: pytest.C
     code = main(["patching", "--model", "tiny:llava", "--bench", str(bench), "--out", str(tmp_path / "x"),
                  "--positions", "last,elsewhere"])
     assert code == 2 and "unknown position set 'elsewhere'" in capsys.readouterr().err
+
+
+def test_config_file_with_flag_overrides(bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"model: tiny:llava\nbench: {bench}\nout: {tmp_path / 'out'}\nlayers: '0'\nlimit_pairs: 3\n"
+                   "n_boot: 100\n")
+    assert main(["patching", "--config", str(cfg), "--limit-pairs", "1", "--quiet"]) == 0
+    rows = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert len(rows) == 2  # the flag's 1 pair beat the file's 3, both directions
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: tiny:llava\nbench: x\nout: y\nlayer: 3\n")
+    assert main(["patching", "--config", str(bad)]) == 2
+    assert "unknown key 'layer'" in capsys.readouterr().err
+    assert main(["patching", "--model", "tiny:llava"]) == 2
+    assert "--config or --bench, --out" in capsys.readouterr().err
