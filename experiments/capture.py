@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bench.argtypes import positive_int, str_list
 from bench.items import Item
 from bench.manifest import (
     META_FILE,
@@ -427,18 +428,8 @@ def _summary(meta: dict[str, Any], done: dict[int, Any], n_new: int, seconds: fl
 # ---------------------------------------------------------------- command line
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
-def _comma_list(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -459,8 +450,8 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     p.add_argument("--positions", default="last", help="comma-separated: last, image_mean, text_mean")
     p.add_argument("--regime", default="standard", help="standard, guided or json")
     p.add_argument("--protocol", default="direct", help="direct or brief (the text appended to each prompt)")
-    p.add_argument("--limit", type=_positive_int, default=None, help="only the first N selected items")
-    p.add_argument("--batch-size", type=_positive_int, default=8)
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N selected items")
+    p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device-map", default=None, help="e.g. auto, cpu, cuda:0")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
@@ -470,14 +461,14 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 
 def run_capture(args: argparse.Namespace) -> int:
-    requests = _comma_list(args.requests) if args.requests else None
+    requests = str_list(args.requests) if args.requests else None
     config = CaptureConfig(
         model=args.model,
         bench=str(args.bench),
         out=str(args.out),
         requests=requests or None,
         layers=args.layers,
-        positions=_comma_list(args.positions),
+        positions=str_list(args.positions),
         regime=args.regime,
         protocol=args.protocol,
         limit=args.limit,

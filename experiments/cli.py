@@ -9,30 +9,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.argtypes import nonnegative_int, positive_int
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
         self.exit(2, f"evprobe: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -46,13 +32,13 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="output folder (must be empty unless --force)")
     p.add_argument("--seed", type=int, default=None, help=f"family seed (main {MAIN_SEED}, pilot {PILOT_SEED})")
     p.add_argument(
-        "--families-per-system", type=_positive_int, default=None, help="families per system (main 48, pilot 4)"
+        "--families-per-system", type=positive_int, default=None, help="families per system (main 48, pilot 4)"
     )
     p.add_argument("--systems", default="sliding,bouncing,spring", help="comma-separated systems")
     p.add_argument("--subset-seed", type=int, default=SUBSET_SEED, help="seed of the diagnostic subset")
     p.add_argument(
         "--subset-per-cell",
-        type=_nonnegative_int,
+        type=nonnegative_int,
         default=None,
         help="subset families per system x initial test (main 12, pilot 0); 0 = no variants",
     )
@@ -63,7 +49,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         metavar="ACTION=COST",
         help="change an action's price in the prompts, e.g. combined_report=3 (repeatable)",
     )
-    p.add_argument("--workers", type=_positive_int, default=1, help="processes that render images")
+    p.add_argument("--workers", type=positive_int, default=1, help="processes that render images")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_generate)
@@ -127,8 +113,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--protocol", default="direct", help="direct (16 tokens) or brief (256 tokens)")
     p.add_argument("--regime", default="standard", help="standard, guided or json")
     p.add_argument("--requests", default=None, help="comma-separated request types and variant names (default: all)")
-    p.add_argument("--limit", type=_positive_int, default=None, help="only the first N selected items")
-    p.add_argument("--batch-size", type=_positive_int, default=8)
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N selected items")
+    p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device-map", default=None, help="e.g. auto, cpu, cuda:0")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
@@ -173,7 +159,7 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_dir", metavar="RUN", type=Path, help="run folder written by `evprobe run`")
     p.add_argument("--bench", type=Path, default=None, help="benchmark folder (default: the one in RUN/run.json)")
-    p.add_argument("--n-boot", type=_positive_int, default=2000, help="bootstrap resamples of whole families")
+    p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples of whole families")
     p.add_argument("--seed", type=int, default=20260905, help="bootstrap seed")
     p.add_argument("--quiet", action="store_true", help="write the files without printing the tables")
     p.set_defaults(run=_run_score)

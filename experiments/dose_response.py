@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from bench.argtypes import float_list, integer, str_list
 from bench.bootstrap import (
     DEFAULT_N_BOOT,
     DEFAULT_SEED,
@@ -1110,22 +1111,10 @@ def _int_list_or_from(text: str) -> tuple[int, ...] | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not 'from-direction' or comma-separated layer numbers") from None
 
 
-def _float_list(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
 
 
-def _str_list(text: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
 def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -1146,27 +1135,27 @@ def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--directions", default=None, help="directions folder (evprobe directions --out)")
     p.add_argument("--direction", default=None, help="direction name in that folder (default: the first)")
     p.add_argument("--layers", type=_int_list_or_from, default=None, help="from-direction or layers, e.g. 8,16")
-    p.add_argument("--alphas", type=_float_list, default=None,
+    p.add_argument("--alphas", type=float_list, default=None,
                    help="doses, comma-separated; write --alphas=-1,0,1 when the first is negative")
-    p.add_argument("--n-random", type=_int, default=None, help="random null directions (0 = none)")
-    p.add_argument("--random-seed", type=_int, default=None, help="seed of the random directions")
+    p.add_argument("--n-random", type=integer, default=None, help="random null directions (0 = none)")
+    p.add_argument("--random-seed", type=integer, default=None, help="seed of the random directions")
     p.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=None,
                    help="also project the direction out of each layer (--no-ablation to skip)")
-    p.add_argument("--requests", type=_str_list, default=None, help="select, select variant names or variants")
-    p.add_argument("--systems", type=_str_list, default=None, help="target systems, e.g. bouncing,spring")
-    p.add_argument("--families", type=_str_list, default=None, help="target families, e.g. spring-000,spring-001")
+    p.add_argument("--requests", type=str_list, default=None, help="select, select variant names or variants")
+    p.add_argument("--systems", type=str_list, default=None, help="target systems, e.g. bouncing,spring")
+    p.add_argument("--families", type=str_list, default=None, help="target families, e.g. spring-000,spring-001")
     p.add_argument("--heldout", action=argparse.BooleanOptionalAction, default=None,
                    help="drop the families the directions were fitted on (default); --no-heldout steers in-sample")
-    p.add_argument("--limit", type=_int, default=None, help="only the first N target items")
+    p.add_argument("--limit", type=integer, default=None, help="only the first N target items")
     p.add_argument("--readout", choices=("logprobs", "generate", "both"), default=None)
     p.add_argument("--positions", choices=("all", "last"), default=None, help="prompt positions steered")
     p.add_argument("--regime", default=None, help="standard, guided or json")
-    p.add_argument("--batch-size", type=_int, default=None, help="rows per forward (default: the model config's)")
+    p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
     p.add_argument("--dtype", default=None, help="override the model config's dtype")
     p.add_argument("--device-map", default=None, help="override the model config's device map")
     p.add_argument("--out", default=None, help="output folder")
-    p.add_argument("--n-boot", type=_int, default=None, help="family bootstrap resamples")
-    p.add_argument("--seed", type=_int, default=None, help="bootstrap seed")
+    p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
+    p.add_argument("--seed", type=integer, default=None, help="bootstrap seed")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=run_dose_response)
     return p

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.argtypes import int_list, positive_float, positive_int, str_list
 from bench.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
 from bench.manifest import atomic_write_bytes
 
@@ -29,35 +30,12 @@ PROBE_NAMES = ("logistic", "massmean", "centroid")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of layer numbers") from None
 
 
-def _str_list(text: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -71,12 +49,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=Path, action="append", default=None,
                    help="RUN folder (records.jsonl) for behavioural labels and --restrict; one for all captures or "
                         "one per capture, in order (repeatable)")
-    p.add_argument("--requests", type=_str_list, default=None,
+    p.add_argument("--requests", type=str_list, default=None,
                    help="comma-separated request types / variant names to keep (default: every captured row)")
     p.add_argument("--restrict", choices=("confabulated", "overcautious", "not_reference"), default=None,
                    help="keep only rows whose behaviour (--records) was wrong, with their image/threshold-pair "
                         "partners (TRAPS's Cf -> Cf for `confabulated`)")
-    p.add_argument("--C", dest="C", type=_positive_float, default=1.0, help="logistic inverse regularisation (TRAPS: 1)")
+    p.add_argument("--C", dest="C", type=positive_float, default=1.0, help="logistic inverse regularisation (TRAPS: 1)")
     p.add_argument("--pooled-covariance", action="store_true",
                    help="mass-mean probe through the ridge-regularised pooled within-class covariance")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of folds, shuffles and bootstrap")
@@ -112,12 +90,12 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--transfer", action="append", default=None, metavar="KIND",
                    help="also a transfer matrix: system, initial, pairs (image -> threshold pairs), request, regime "
                         "(several ACTS), or any index field (repeatable)")
-    p.add_argument("--layers", type=_int_list, default=None, help="model layer numbers to probe (default: all captured)")
-    p.add_argument("--positions", type=_str_list, default=None, help="positions to probe (default: all captured)")
-    p.add_argument("--folds", type=_positive_int, default=5, help="cross-validation folds of whole families")
-    p.add_argument("--n-boot", type=_positive_int, default=DEFAULT_N_BOOT, help="family bootstrap resamples")
+    p.add_argument("--layers", type=int_list, default=None, help="model layer numbers to probe (default: all captured)")
+    p.add_argument("--positions", type=str_list, default=None, help="positions to probe (default: all captured)")
+    p.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds of whole families")
+    p.add_argument("--n-boot", type=positive_int, default=DEFAULT_N_BOOT, help="family bootstrap resamples")
     p.add_argument("--no-nested", action="store_true", help="skip nested best-layer selection (faster)")
-    p.add_argument("--jobs", type=_positive_int, default=None, help="threads over layers (default: all CPUs)")
+    p.add_argument("--jobs", type=positive_int, default=None, help="threads over layers (default: all CPUs)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: ACTS/probes/LABEL=POSITIVE.PROBE)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=run_sweep)
@@ -196,7 +174,7 @@ def add_directions_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentP
         "cosine matrix: geometry.json, geometry.md, geometry.png.",
     )
     _common(p)
-    p.add_argument("--layer", type=_int_list, required=True, help="model layer number(s), comma-separated")
+    p.add_argument("--layer", type=int_list, required=True, help="model layer number(s), comma-separated")
     p.add_argument("--position", default=None, help="position (default: last if captured, else the first)")
     p.add_argument("--probe", choices=(*PROBE_NAMES, "all"), default="massmean",
                    help="massmean (default: the class-mean displacement that steering adds), logistic, centroid, all")
