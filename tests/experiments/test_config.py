@@ -21,7 +21,11 @@ from experiments.config import (
     model_source,
     resolve_config,
 )
-from experiments.dose_response import DEFAULT_ALPHAS, DoseResponseConfig, load_dose_response_config
+from experiments.dose_response import (
+    DEFAULT_ALPHAS,
+    DoseResponseConfig,
+    load_dose_response_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_YAMLS = sorted((ROOT / "configs" / "models").glob("*.yaml"))
@@ -94,15 +98,28 @@ def test_tiny_model_configs_build(arch: str) -> None:
     assert handle.n_layers == 4 and handle.d_model == 64
 
 
+def _experiment_class(stem: str) -> type:
+    """The typed config each experiment YAML fills, by its file-name prefix."""
+    from experiments.patching import PatchingConfig
+
+    kinds = {"dose_response": DoseResponseConfig, "patching": PatchingConfig}
+    for prefix, cls in kinds.items():
+        if stem == prefix or stem.startswith(prefix + "_"):
+            return cls
+    raise AssertionError(f"configs/experiments/{stem}.yaml belongs to no known experiment")
+
+
 @pytest.mark.parametrize("path", EXPERIMENT_YAMLS, ids=lambda p: p.stem)
 def test_every_experiment_yaml_loads(path: Path) -> None:
     raw = yaml.safe_load(path.read_text())
-    assert set(raw) == {f.name for f in dataclasses.fields(DoseResponseConfig)}  # every key written out
-    cfg = load_dose_response_config(path)
-    assert load_dose_response_config(path.stem) == cfg
+    cls = _experiment_class(path.stem)
+    assert set(raw) == {f.name for f in dataclasses.fields(cls)}  # every key written out
+    cfg = load_config(cls, path)
     load_model_config(cfg.model)  # the model it names exists
-    if path.stem == "dose_response":
-        assert cfg.alphas == DEFAULT_ALPHAS and cfg.n_random == 3 and cfg.ablation and cfg.heldout
+    if cls is DoseResponseConfig:
+        assert load_dose_response_config(path.stem) == load_dose_response_config(path)
+        if path.stem == "dose_response":
+            assert cfg.alphas == DEFAULT_ALPHAS and cfg.n_random == 3 and cfg.ablation and cfg.heldout
 
 
 def test_direct_model_strings_become_default_configs() -> None:
