@@ -101,7 +101,11 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
         raise BenchError(f"{bench} has no image pairs of base selections to patch")
     import hooks
     from experiments.capture import parse_layers, question_marker
+    from hooks.handle import config_n_layers
 
+    known = config_n_layers(config.model)
+    if known is not None:
+        parse_layers(config.layers, known)  # a layer out of range fails before the model loads
     handle = hooks.load(config.model, dtype=config.dtype, device_map=config.device_map)
     layers = parse_layers(config.layers, handle.n_layers)
     out.mkdir(parents=True, exist_ok=True)

@@ -185,6 +185,23 @@ def _load_processor(model: str, *, trust_remote_code: bool):
         raise
 
 
+def config_n_layers(model: str, *, trust_remote_code: bool = False) -> int | None:
+    """The language model's decoder layer count read from the model's config alone (no weights),
+    so layer choices can be checked before a slow load; None when the config cannot be read
+    (e.g. a hub id not in the local cache on an offline machine)."""
+    if model.startswith("tiny:"):
+        from hooks.tiny import N_LAYERS, TINY_ARCHS
+
+        return N_LAYERS if model.removeprefix("tiny:") in TINY_ARCHS else None
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+        return int(config.get_text_config().num_hidden_layers)
+    except Exception:  # noqa: BLE001 - any failure means "unknown here"; load() reports it properly
+        return None
+
+
 def load(
     model: str,
     *,

@@ -72,3 +72,16 @@ def test_config_file_with_flag_overrides(bench: Path, tmp_path: Path, capsys: py
     assert "unknown key 'layer'" in capsys.readouterr().err
     assert main(["patching", "--model", "tiny:llava"]) == 2
     assert "--config or --bench, --out" in capsys.readouterr().err
+
+
+def test_a_layer_out_of_range_fails_before_the_model_loads(bench: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    import hooks
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(hooks, "load", no_load)
+    code = main(["patching", "--model", "tiny:llava", "--bench", str(bench), "--out", str(tmp_path / "x"),
+                 "--layers", "0,7"])
+    err = capsys.readouterr().err
+    assert code == 2 and "layer" in err and "0..3" in err and "loaded" not in err
