@@ -49,6 +49,7 @@ class RunConfig:
     dtype: str = "auto"
     device_map: str | None = None
     trust_remote_code: bool = False
+    attn_implementation: str | None = None  # e.g. "eager" (Pixtral, seed 000 appendix I)
     seed: int = 0  # the random policy's seed
 
 
@@ -173,7 +174,11 @@ def _model_replier(config: RunConfig, bench: Path) -> Callable[[list[Item]], lis
     import hooks
 
     handle = hooks.load(
-        config.model, dtype=config.dtype, device_map=config.device_map, trust_remote_code=config.trust_remote_code
+        config.model,
+        dtype=config.dtype,
+        device_map=config.device_map,
+        trust_remote_code=config.trust_remote_code,
+        attn_implementation=config.attn_implementation,
     )
     limit = max_new_tokens(config.protocol, config.regime)
 

@@ -104,6 +104,7 @@ class CaptureConfig:
     dtype: str = "auto"
     device_map: str | None = None
     trust_remote_code: bool = False
+    attn_implementation: str | None = None  # e.g. "eager" (Pixtral, seed 000 appendix I)
 
 
 def question_marker(prompt: str) -> str | None:
@@ -329,6 +330,7 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
     from hooks.capture import POSITION_RULES
 
     handle = load(config.model, dtype=config.dtype, device_map=config.device_map,
+                  attn_implementation=config.attn_implementation,
                   trust_remote_code=config.trust_remote_code)
     layers = parse_layers(config.layers, handle.n_layers)
     meta.update(

@@ -118,6 +118,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device-map", default=None, help="e.g. auto, cpu, cuda:0")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
+    p.add_argument("--attn-implementation", default=None, help="e.g. eager (Pixtral) or sdpa")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_run)
@@ -139,6 +140,7 @@ def _run_run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device_map=args.device_map,
         trust_remote_code=args.trust_remote_code,
+        attn_implementation=args.attn_implementation,
         seed=args.seed,
     )
     summary = run(config, progress=not args.quiet)
@@ -209,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(sub)
     from experiments.capture import add_capture_parser
     from experiments.dose_response import add_dose_response_parser
+    from experiments.gating import add_gating_parser
+    from experiments.layer_sweep import add_layer_sweep_parser
     from experiments.patching import add_patching_parser
     from experiments.quickstart import add_quickstart_parser
     from experiments.report import add_report_parser
@@ -217,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_capture_parser(sub)
     add_patching_parser(sub)
     add_dose_response_parser(sub)
+    add_layer_sweep_parser(sub)
+    add_gating_parser(sub)
     add_report_parser(sub)
     add_quickstart_parser(sub)
 

@@ -63,6 +63,7 @@ class PatchingConfig:
     limit_pairs: int | None = None
     dtype: str = "auto"
     device_map: str | None = None
+    attn_implementation: str | None = None  # e.g. "eager" (Pixtral)
     n_boot: int = 2000
     seed: int = 20260905
 
@@ -106,7 +107,8 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
     known = config_n_layers(config.model)
     if known is not None:
         parse_layers(config.layers, known)  # a layer out of range fails before the model loads
-    handle = hooks.load(config.model, dtype=config.dtype, device_map=config.device_map)
+    handle = hooks.load(config.model, dtype=config.dtype, device_map=config.device_map,
+                        attn_implementation=config.attn_implementation)
     layers = parse_layers(config.layers, handle.n_layers)
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "meta.json"

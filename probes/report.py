@@ -125,8 +125,9 @@ def sweep_png(result: SweepResult, path: str | Path) -> Path:
         if bad:
             ax.plot(bad, [0.5] * len(bad), "x", color="red", ms=7, label="degenerate (identical within families)")
         if result.best is not None and result.best.position == pos:
-            ax.axvline(result.best.layer, color="C1", lw=1, alpha=0.7,
-                       label=f"nested best L{result.best.layer}: {result.best.auroc.value:.2f}")
+            best = result.best.auroc.value  # None when no held-out fold could be scored
+            score = "n/a" if best is None else f"{best:.2f}"
+            ax.axvline(result.best.layer, color="C1", lw=1, alpha=0.7, label=f"nested best L{result.best.layer}: {score}")
         ax.set_xlabel("layer (model layer number)")
         ax.set_title(f"position: {pos}", fontsize=10)
         ax.set_ylim(0.0, 1.02)

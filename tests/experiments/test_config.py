@@ -100,9 +100,16 @@ def test_tiny_model_configs_build(arch: str) -> None:
 
 def _experiment_class(stem: str) -> type:
     """The typed config each experiment YAML fills, by its file-name prefix."""
+    from experiments.gating import GatingConfig
+    from experiments.layer_sweep import LayerSweepConfig
     from experiments.patching import PatchingConfig
 
-    kinds = {"dose_response": DoseResponseConfig, "patching": PatchingConfig}
+    kinds = {
+        "dose_response": DoseResponseConfig,
+        "patching": PatchingConfig,
+        "layer_sweep": LayerSweepConfig,
+        "gating": GatingConfig,
+    }
     for prefix, cls in kinds.items():
         if stem == prefix or stem.startswith(prefix + "_"):
             return cls

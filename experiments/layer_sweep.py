@@ -1,0 +1,541 @@
+"""`evprobe layer-sweep`: capture -> probe sweeps for sufficiency and the other labels, with
+controls, transfer matrices, directions and one table of best layers.
+
+    evprobe layer-sweep --config layer_sweep_tiny [--limit 32] [--labels resolved,history] ...
+
+Steps (each resumable; a rerun reuses finished work):
+
+1. capture the residual stream of the chosen requests at every chosen layer and position into
+   `out/acts` (experiments.capture.capture: resumes a killed capture, refuses other settings);
+2. for each label, a probe sweep (the `evprobe sweep` command through its own parser) into
+   `out/sweeps/<label>/` (sweep.json / .md / .png); for `resolved` also the transfer matrices of
+   the configured kinds (transfer-<kind>.json / .md / .png heatmaps). A label whose folder holds a
+   sweep.json and a settings.json equal to this run's settings is skipped;
+3. mass-mean `resolved` directions at every captured layer, position `last`, one per system
+   (`evprobe directions --by system`) into `out/directions`; `geometry.png` there is the
+   direction cosine heatmap (layers x systems);
+4. `best_layers.json` / `best_layers.md`: per label the nested best layer and position (chosen on
+   inner folds of the training families only) with its held-out AUROC, interval and n, beside the
+   within-family shuffled control at that layer/position and the input-only baselines; and
+   `layer_sweep.png`: held-out AUROC by layer for every label (one panel per position).
+
+Everything the config names (file, keys, labels, positions, transfer kinds, benchmark, requests,
+layers of a tiny model) is checked before any model is loaded; each problem is one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from bench.argtypes import str_list
+from bench.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD
+from bench.manifest import META_FILE as BENCH_META_FILE
+from bench.manifest import BenchError, atomic_write_bytes, atomic_write_json, read_items
+from bench.protocols import check_regime
+from experiments.config import (
+    ConfigError,
+    ModelConfig,
+    as_dict,
+    load_config,
+    load_model_config,
+    resolve_config,
+)
+
+SWEEPS_DIR = "sweeps"
+ACTS_DIR = "acts"
+DIRECTIONS_DIR = "directions"
+SETTINGS_FILE = "settings.json"
+JSON_FILE = "best_layers.json"
+MD_FILE = "best_layers.md"
+PNG_FILE = "layer_sweep.png"
+PROBES = ("logistic", "massmean", "centroid")
+DEFAULT_LABELS = ("resolved", "history", "threshold_level", "missing_property")
+# Transfer kinds of probes.transfer that work on one capture (regime needs several captures).
+TRANSFER_KINDS = ("system", "initial", "pairs", "request")
+# Labels computed from the index rows alone (behavioural labels need a run's records: out of scope here).
+DERIVED = ("missing_property", "initial")
+_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+
+
+def _index_fields() -> tuple[str, ...]:
+    from experiments.capture import INDEX_FIELDS
+
+    return INDEX_FIELDS
+
+
+@dataclass(frozen=True)
+class LayerSweepConfig:
+    """One layer sweep (configs/experiments/layer_sweep*.yaml; CLI flags override).
+
+    model: a model config name, YAML path, tiny:<arch> or hub id (or an inline ModelConfig mapping).
+    bench: benchmark folder; out: output folder (acts/, sweeps/, directions/, best_layers.*).
+    requests: request types captured and probed; positions: captured token positions;
+    layers: "all" or layer numbers. labels: index fields, missing_property, initial, or name=value.
+    probe: logistic (TRAPS), massmean or centroid; transfer: kinds of transfer matrix for resolved.
+    regime: prompt regime of the capture; folds: family folds of the sweeps;
+    n_boot, seed: the family bootstrap (and folds/shuffles); limit: first N selected items;
+    batch_size: None = the model config's.
+    """
+
+    model: str | ModelConfig
+    bench: str
+    out: str
+    requests: tuple[str, ...] = ("select", "answer_initial")
+    positions: tuple[str, ...] = ("last", "text_mean", "image_mean")
+    layers: tuple[int, ...] | Literal["all"] = "all"
+    labels: tuple[str, ...] = DEFAULT_LABELS
+    probe: Literal["logistic", "massmean", "centroid"] = "logistic"
+    transfer: tuple[str, ...] = ("system", "pairs", "request")
+    regime: str = "standard"
+    folds: int = 5
+    n_boot: int = DEFAULT_N_BOOT
+    seed: int = DEFAULT_SEED
+    limit: int | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        from experiments.capture import _check_positions
+
+        if not self.requests:
+            raise ValueError("key 'requests' is empty; e.g. [select, answer_initial]")
+        if not self.positions:
+            raise ValueError("key 'positions' is empty; e.g. [last, text_mean, image_mean]")
+        try:
+            _check_positions(self.positions)
+        except ValueError as err:
+            raise ValueError(f"key 'positions': {str(err).removeprefix('--positions: ')}") from None
+        if self.layers != "all" and (not self.layers or any(x < 0 for x in self.layers)
+                                     or len(set(self.layers)) != len(self.layers)):
+            raise ValueError(f"key 'layers' must be 'all' or distinct layer numbers >= 0, got {self.layers}")
+        if not self.labels:
+            raise ValueError("key 'labels' is empty; e.g. [resolved]")
+        for label in self.labels:
+            check_label(label)
+        if len({_label_dir(x) for x in self.labels}) != len(self.labels):
+            raise ValueError(f"key 'labels' repeats a label ({', '.join(self.labels)})")
+        if self.probe not in PROBES:
+            raise ValueError(f"key 'probe' is {self.probe!r}; choose from {', '.join(PROBES)}")
+        for kind in self.transfer:
+            if kind not in TRANSFER_KINDS and kind not in _index_fields():
+                raise ValueError(f"key 'transfer' has unknown kind {kind!r}; choose from {', '.join(TRANSFER_KINDS)} "
+                                 "or an index field (regime needs two captures: use evprobe sweep)")
+        check_regime(self.regime)
+        if self.folds < 2:
+            raise ValueError(f"key 'folds' must be 2 or more, got {self.folds}")
+        if self.n_boot < 1:
+            raise ValueError(f"key 'n_boot' must be a positive integer, got {self.n_boot}")
+        for key in ("limit", "batch_size"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ValueError(f"key {key!r} must be a positive integer or null, got {value}")
+
+
+def check_label(label: str) -> str:
+    """The label's field name, after checking it is an index field, a derived label, or name=value."""
+    name, eq, value = label.partition("=")
+    known = (*_index_fields(), *DERIVED)
+    if name not in known:
+        raise ValueError(f"key 'labels' has unknown label {label!r}; use an index field, missing_property, initial "
+                         f"or name=value ({', '.join(known)})")
+    if eq and not value:
+        raise ValueError(f"key 'labels' has {label!r} with an empty value; write name=value, e.g. system=sliding")
+    return name
+
+
+def _label_dir(label: str) -> str:
+    return _SAFE.sub("_", label)
+
+
+def load_layer_sweep_config(ref: str | Path, overrides: dict[str, Any] | None = None) -> LayerSweepConfig:
+    """The config a path or a bare name in configs/experiments names, with CLI overrides applied."""
+    return load_config(LayerSweepConfig, resolve_config(ref, "experiments"), overrides)
+
+
+# ---------------------------------------------------------------- the plan (no model)
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: LayerSweepConfig
+    model: ModelConfig
+    bench: Path
+    out: Path
+    n_items: int
+
+    @property
+    def acts(self) -> Path:
+        return self.out / ACTS_DIR
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size or self.model.batch_size
+
+
+def make_plan(config: LayerSweepConfig) -> Plan:
+    """Check the config against the files it names; loads no model."""
+    from bench.runner import select_items
+
+    model = load_model_config(config.model)
+    bench = Path(config.bench)
+    if not (bench / BENCH_META_FILE).is_file():
+        raise ConfigError(f"benchmark {bench} not found (no {BENCH_META_FILE}); generate it with `evprobe generate "
+                          f"--out {bench}`")
+    try:
+        items = select_items(read_items(bench), list(config.requests), config.limit)
+    except BenchError as err:
+        raise ConfigError(f"key 'requests': {err}") from None
+    if not items:
+        raise ConfigError(f"no items of {bench} match requests {', '.join(config.requests)}")
+    if "image_mean" in config.positions and any(not it.images for it in items):
+        raise ConfigError("position image_mean needs images; drop it or the image-less requests")
+    if model.is_tiny and config.layers != "all":
+        from hooks.tiny import N_LAYERS
+
+        bad = [x for x in config.layers if x >= N_LAYERS]
+        if bad:
+            raise ConfigError(f"layer {bad[0]} is out of range: {model.model} has {N_LAYERS} decoder layers; "
+                              f"use 0 .. {N_LAYERS - 1}")
+    return Plan(config=config, model=model, bench=bench, out=Path(config.out), n_items=len(items))
+
+
+# ---------------------------------------------------------------- the steps
+
+
+def run_capture(plan: Plan, progress: bool) -> dict[str, Any]:
+    from experiments.capture import CaptureConfig, capture
+    from experiments.config import model_source
+
+    c, m = plan.config, plan.model
+    layers = "all" if c.layers == "all" else ",".join(map(str, c.layers))
+    return capture(CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(plan.acts),
+                                 requests=tuple(c.requests), layers=layers, positions=tuple(c.positions),
+                                 regime=c.regime, limit=c.limit, batch_size=plan.batch_size, dtype=m.dtype,
+                                 device_map=m.device_map, trust_remote_code=m.trust_remote_code,
+                                 attn_implementation=m.attn_implementation), progress=progress)
+
+
+def _capture_meta(plan: Plan) -> dict[str, Any]:
+    return json.loads((plan.acts / "meta.json").read_text())
+
+
+def sweep_settings(plan: Plan, label: str) -> dict[str, Any]:
+    """What a finished sweep of `label` depends on: equal settings -> the sweep is reused."""
+    meta, c = _capture_meta(plan), plan.config
+    return {
+        "label": label,
+        "probe": c.probe,
+        "folds": c.folds,
+        "n_boot": c.n_boot,
+        "seed": c.seed,
+        "transfer": list(c.transfer) if check_label(label) == "resolved" else [],
+        "capture": {k: meta.get(k) for k in ("model", "revision", "layers", "positions", "regime", "selection_sha256",
+                                             "items_sha256")},
+    }
+
+
+def _same_settings(folder: Path, settings: dict[str, Any], needed: tuple[str, ...]) -> bool:
+    path = folder / SETTINGS_FILE
+    if not path.is_file() or not all((folder / n).is_file() for n in needed):
+        return False
+    try:
+        return json.loads(path.read_text()) == json.loads(json.dumps(settings))
+    except json.JSONDecodeError:
+        return False
+
+
+def run_sweep(plan: Plan, label: str, progress: bool) -> bool:
+    """Sweep one label (and its transfer matrices); False when a finished sweep was reused."""
+    from experiments.quickstart import _probe_command
+
+    folder = plan.out / SWEEPS_DIR / _label_dir(label)
+    settings = sweep_settings(plan, label)
+    needed = ("sweep.json", "sweep.png", *(f"transfer-{k}.png" for k in settings["transfer"]))
+    if _same_settings(folder, settings, needed):
+        return False
+    (folder / SETTINGS_FILE).unlink(missing_ok=True)  # stale until the sweep below finishes
+    c = plan.config
+    argv = [str(plan.acts), "--label", label, "--probe", c.probe, "--folds", str(c.folds), "--n-boot", str(c.n_boot),
+            "--seed", str(c.seed), "--out", str(folder)]
+    for kind in settings["transfer"]:
+        argv += ["--transfer", kind]
+    if not progress:
+        argv.append("--quiet")
+    _probe_command("sweep", argv)
+    atomic_write_json(folder / SETTINGS_FILE, settings)  # written last: marks the folder finished
+    return True
+
+
+def run_directions(plan: Plan) -> bool:
+    """Mass-mean resolved directions per system at every captured layer (position last, or the
+    first captured position); False when the same directions are already there."""
+    from experiments.quickstart import _probe_command
+
+    meta = _capture_meta(plan)
+    position = "last" if "last" in meta["positions"] else meta["positions"][0]
+    folder = plan.out / DIRECTIONS_DIR
+    settings = {"label": "resolved", "probe": "massmean", "position": position, "by": "system",
+                "layers": meta["layers"], "seed": plan.config.seed,
+                "capture": {k: meta.get(k) for k in ("model", "regime", "selection_sha256", "items_sha256")}}
+    if _same_settings(folder, settings, ("directions.json", "geometry.png")):
+        return False
+    (folder / SETTINGS_FILE).unlink(missing_ok=True)
+    _probe_command("directions", [str(plan.acts), "--layer", ",".join(map(str, meta["layers"])), "--position",
+                                  position, "--label", "resolved", "--probe", "massmean", "--by", "system",
+                                  "--seed", str(plan.config.seed), "--out", str(folder)])
+    atomic_write_json(folder / SETTINGS_FILE, settings)
+    return True
+
+
+# ---------------------------------------------------------------- the best-layer table
+
+
+def _row_at(sweep: dict[str, Any], layer: int, position: str) -> dict[str, Any] | None:
+    return next((r for r in sweep["rows"] if r["layer"] == layer and r["position"] == position), None)
+
+
+def best_layers(plan: Plan) -> dict[str, Any]:
+    """Per label: nested best layer/position with held-out AUROC, interval and n; the shuffled
+    control at that layer/position; the input-only baselines; the optimistic (test-fold) maximum."""
+    out = []
+    for label in plan.config.labels:
+        folder = plan.out / SWEEPS_DIR / _label_dir(label)
+        sweep = json.loads((folder / "sweep.json").read_text())
+        best = sweep.get("best")
+        row = _row_at(sweep, best["layer"], best["position"]) if best else None
+        out.append({
+            "label": label,
+            "title": f"{sweep['label']}={sweep['positive']}",
+            "n": sweep["n"],
+            "n_families": sweep["n_families"],
+            "degenerate": sweep["degenerate"],
+            "best": None if best is None else {k: best[k] for k in ("layer", "position", "auroc", "ci", "n",
+                                                                     "accuracy", "accuracy_ci")},
+            "control": None if row is None else {"auroc": row["control_auroc"], "ci": row["control_ci"],
+                                                 "n": row["n"]},
+            "baselines": sweep["baselines"],
+            "naive_best": sweep.get("naive_best"),
+            "sweep": str(folder / "sweep.json"),
+            "warnings": sweep.get("warnings", []),
+        })
+    meta = _capture_meta(plan)
+    return {
+        "model": meta.get("model"),
+        "model_name": plan.model.name,
+        "regime": meta.get("regime"),
+        "requests": list(plan.config.requests),
+        "layers": meta.get("layers"),
+        "positions": meta.get("positions"),
+        "n_items": meta.get("n_items"),
+        "probe": plan.config.probe,
+        "folds": plan.config.folds,
+        "n_boot": plan.config.n_boot,
+        "seed": plan.config.seed,
+        "interval_method": INTERVAL_METHOD,
+        "labels": out,
+        "config": as_dict(plan.config),
+    }
+
+
+def _auc(value: float | None, ci: list | tuple | None = None, n: int | None = None) -> str:
+    if value is None:
+        return "NA (n=0)"
+    text = f"{value:.3f}"
+    if ci and ci[0] is not None:
+        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return text + (f" (n={n})" if n is not None else "")
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"# Layer sweep: {result['model_name']} ({result['model']})",
+        "",
+        (f"- Capture: {', '.join(result['requests'])} prompts, regime {result['regime']}, n={result['n_items']} items, "
+        f"layers {result['layers'][0]}..{result['layers'][-1]} ({len(result['layers'])}), positions "
+        f"{', '.join(result['positions'])}."),
+        (f"- Probe: {result['probe']}, {result['folds']} folds of whole families; best layer/position chosen on inner "
+        "folds of the training families only (nested) and scored on the held-out families' out-of-fold decisions."),
+        ("- Control: labels shuffled within families at the best layer/position; baselines: logistic models on the "
+        "prompt inputs alone (history, threshold level, both), out of fold."),
+        f"- Intervals: {result['interval_method']}; B={result['n_boot']}, seed {result['seed']}; n = labelled items.",
+        "",
+        ("| label | n (families) | nested best | held-out AUROC | shuffled control | history only | threshold only "
+        "| history+threshold | max over test folds (optimistic) |"),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["labels"]:
+        b, ctl, base = r["best"], r["control"], r["baselines"]
+        where = "DEGENERATE" if r["degenerate"] else ("none" if b is None else f"L{b['layer']} / {b['position']}")
+        naive = r["naive_best"]
+        naive_text = "NA" if not naive else (f"L{naive.get('layer')} / {naive.get('position')}: "
+                                             f"{_auc(naive.get('auroc'), naive.get('ci'), naive.get('n'))}")
+        lines.append("| " + " | ".join([
+            r["title"], f"{r['n']} ({r['n_families']})", where,
+            "NA (n=0)" if b is None else _auc(b["auroc"], b["ci"], b["n"]),
+            "NA (n=0)" if ctl is None else _auc(ctl["auroc"], ctl["ci"], ctl["n"]),
+            *(_auc(e["value"], e["ci"], e["n"]) if e else "NA" for e in
+              (base.get("history"), base.get("threshold"), base.get("history_threshold"))),
+            naive_text,
+        ]) + " |")
+    warnings = [f"- {r['title']}: {w}" for r in result["labels"] for w in r["warnings"]]
+    if warnings:
+        lines += ["", "## Warnings", "", *warnings]
+    lines += ["", ("Per-label detail: `sweeps/<label>/sweep.md` (every layer and position), transfer matrices in "
+              "`sweeps/resolved/transfer-<kind>.md/.png`, direction cosines in `directions/geometry.md/.png`.")]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], out: Path) -> Path:
+    """Held-out AUROC by layer per label (one panel per position), 95% interval bands, controls dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    positions = result["positions"]
+    fig, axes = plt.subplots(1, len(positions), figsize=(5.0 * len(positions), 4.0), squeeze=False, sharey=True)
+    for pi, position in enumerate(positions):
+        ax = axes[0][pi]
+        for li, r in enumerate(result["labels"]):
+            rows = [x for x in json.loads(Path(r["sweep"]).read_text())["rows"] if x["position"] == position]
+            rows.sort(key=lambda x: x["layer"])
+            if not rows:
+                continue
+            nan = (lambda v: np.nan if v is None else v)
+            layers = [x["layer"] for x in rows]
+            color = f"C{li}"
+            ax.plot(layers, [nan(x["auroc"]) for x in rows], "o-", color=color, label=f"{r['title']} (n={r['n']})")
+            ax.fill_between(layers, [nan(x["ci"][0]) for x in rows], [nan(x["ci"][1]) for x in rows], color=color,
+                            alpha=0.2)
+            ax.plot(layers, [nan(x["control_auroc"]) for x in rows], "--", color=color, alpha=0.6)
+        ax.axhline(0.5, color="0.6", lw=0.8)
+        ax.set_title(f"position {position}", fontsize=10)
+        ax.set_xlabel("decoder layer (index)")
+        ax.set_ylabel("held-out AUROC (out of fold; dashed: shuffled control)")
+        ax.set_ylim(0.0, 1.02)
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"Probe sweep ({result['probe']}): {result['model_name']}, regime {result['regime']}, "
+                 f"n={result['n_items']} items; bands: 95% family-bootstrap intervals", fontsize=10)
+    fig.tight_layout()
+    path = out / PNG_FILE
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- the job
+
+
+def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str, Any]:
+    """Run (or finish) the layer sweep; returns a summary (captured rows, labels swept / reused, files)."""
+    plan = make_plan(config)
+    cap = run_capture(plan, progress)
+    swept, reused = [], []
+    for label in config.labels:
+        (swept if run_sweep(plan, label, progress) else reused).append(label)
+    directions_fitted = run_directions(plan)
+    result = best_layers(plan)
+    atomic_write_bytes(plan.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
+    atomic_write_bytes(plan.out / MD_FILE, markdown(result).encode("utf-8"))
+    plot(result, plan.out)
+    session = cap.get("last_session") or {}
+    return {
+        "out": str(plan.out),
+        "n_items": plan.n_items,
+        "captured": int(session.get("items", 0) or 0),
+        "swept": swept,
+        "reused": reused,
+        "directions_fitted": directions_fitted,
+        "best": [(r["title"], r["best"]) for r in result["labels"]],
+        "files": [JSON_FILE, MD_FILE, PNG_FILE, f"{SWEEPS_DIR}/<label>/sweep.*",
+                  f"{DIRECTIONS_DIR}/geometry.png"],
+    }
+
+
+# ---------------------------------------------------------------- command line
+
+
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _layers(text: str) -> tuple[int, ...] | str:
+    if text.strip() == "all":
+        return "all"
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'all' or comma-separated layer numbers") from None
+
+
+def add_layer_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `evprobe layer-sweep`; its handler is `run_layer_sweep`."""
+    p = sub.add_parser(
+        "layer-sweep",
+        help="capture -> probe sweeps per label with controls, transfer matrices, directions, best-layer table",
+        description="Capture the residual stream, sweep probes for each label (resolved, history, threshold level, "
+        "missing property, ...) with shuffled controls and input baselines, transfer matrices for resolved, "
+        "mass-mean resolved directions per system with their cosine heatmap, and best_layers.md/.json with the "
+        "nested best layer per label. Flags override the config. Resumable: rerun to continue or reuse.",
+    )
+    p.add_argument("--config", required=True,
+                   help="experiment YAML: a path or a name in configs/experiments (e.g. layer_sweep_tiny)")
+    p.add_argument("--model", default=None, help="model config name or YAML, tiny:<arch> or hub id")
+    p.add_argument("--bench", default=None, help="benchmark folder")
+    p.add_argument("--out", default=None, help="output folder")
+    p.add_argument("--requests", type=str_list, default=None, help="request types, e.g. select,answer_initial")
+    p.add_argument("--positions", type=str_list, default=None, help="e.g. last,text_mean,image_mean")
+    p.add_argument("--layers", type=_layers, default=None, help="all or layer numbers, e.g. 0,8,16")
+    p.add_argument("--labels", type=str_list, default=None,
+                   help="labels, e.g. resolved,history,threshold_level,missing_property,system=sliding")
+    p.add_argument("--probe", choices=PROBES, default=None)
+    p.add_argument("--transfer", type=str_list, default=None, help="transfer kinds for resolved, e.g. system,pairs")
+    p.add_argument("--regime", default=None, help="standard, guided or json")
+    p.add_argument("--folds", type=_int, default=None, help="cross-validation folds of whole families")
+    p.add_argument("--limit", type=_int, default=None, help="only the first N selected items")
+    p.add_argument("--batch-size", type=_int, default=None, help="rows per forward (default: the model config's)")
+    p.add_argument("--dtype", default=None, help="override the model config's dtype")
+    p.add_argument("--device-map", default=None, help="override the model config's device map")
+    p.add_argument("--n-boot", type=_int, default=None, help="family bootstrap resamples")
+    p.add_argument("--seed", type=_int, default=None, help="seed of folds, shuffles and bootstrap")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(run=run_layer_sweep)
+    return p
+
+
+OVERRIDE_FLAGS = ("model", "bench", "out", "requests", "positions", "layers", "labels", "probe", "transfer", "regime",
+                  "folds", "limit", "batch_size", "n_boot", "seed")
+
+
+def config_from_args(args: argparse.Namespace) -> LayerSweepConfig:
+    config = load_layer_sweep_config(args.config, {k: getattr(args, k) for k in OVERRIDE_FLAGS})
+    model_overrides = {"dtype": args.dtype, "device_map": args.device_map}
+    if any(v is not None for v in model_overrides.values()):
+        config = replace(config, model=load_model_config(config.model, model_overrides))
+    return config
+
+
+def run_layer_sweep(args: argparse.Namespace) -> int:
+    summary = layer_sweep(config_from_args(args), progress=not args.quiet)
+    print(f"{summary['n_items']} items ({summary['captured']} captured now); swept {', '.join(summary['swept']) or '-'}; "
+          f"reused {', '.join(summary['reused']) or '-'}")
+    for title, best in summary["best"]:
+        where = "no nested best" if best is None else (
+            f"L{best['layer']}/{best['position']} AUROC {_auc(best['auroc'], best['ci'], best['n'])}")
+        print(f"  {title}: {where}")
+    print(f"wrote {', '.join(summary['files'])} in {summary['out']}")
+    return 0
+
+
+__all__ = ["LayerSweepConfig", "add_layer_sweep_parser", "best_layers", "layer_sweep", "load_layer_sweep_config",
+           "make_plan", "run_layer_sweep"]

@@ -1,0 +1,162 @@
+"""The prompt-gating job on a small generated benchmark with a tiny real LLaVA: files, the
+Table-4-style 2x2 tables for both signs with n, alpha = 0 equal to unsteered log-probs exactly,
+reuse on rerun, the family split, and config errors raised before any model is loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import hooks
+from bench.manifest import load_item_images
+from bench.protocols import build_prompt
+from experiments.config import ConfigError
+from experiments.dose_response import LETTERS, _by_image_count, load_results
+from experiments.gating import (
+    REGIMES,
+    GatingConfig,
+    gating,
+    load_gating_config,
+    make_plan,
+    split_families,
+)
+
+MODEL = "tiny:llava"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bench.generate import GenerateConfig, generate
+
+    out = tmp_path_factory.mktemp("gate") / "bench"
+    generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
+    return out
+
+
+def config(bench: Path, out: Path, **overrides) -> GatingConfig:
+    """The shipped tiny config (layer 2, alphas -1/0/+1, answer and select requests) on 8 held-out items."""
+    return load_gating_config("gating_tiny", {"bench": str(bench), "out": str(out), "limit": 8, "n_boot": 100,
+                                              **overrides})
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(hooks, "load", boom)
+
+
+@pytest.fixture(scope="module")
+def first(bench: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[GatingConfig, dict]:
+    cfg = config(bench, tmp_path_factory.mktemp("gate_out") / "run")
+    return cfg, gating(cfg, progress=False)
+
+
+def test_files_and_tables(first: tuple[GatingConfig, dict]) -> None:
+    cfg, summary = first
+    out = Path(cfg.out)
+    for name in ("gating.json", "gating.md", "gating.png", "results.jsonl", "meta.json"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "acts" / "standard" / "acts.npy").is_file() and (out / "acts" / "guided" / "acts.npy").is_file()
+    assert summary["layer"] == 2 and summary["n_items"] == 8 and summary["n_conditions"] == 2 * (1 + 2 * 2)
+    result = json.loads((out / "gating.json").read_text())
+    tables = {(t["kind"], t["group"], t["alpha"]): t for t in result["tables"]}
+    assert set(tables) == {("answer", "controls", 1.0), ("answer", "voids", -1.0),
+                           ("select", "controls", 1.0), ("select", "voids", -1.0)}
+    for t in tables.values():
+        assert set(t["cells"]) == {f"{d}|{i}" for d in REGIMES for i in REGIMES}
+        for cell in t["cells"].values():
+            for part in ("base", "steered", "change"):
+                assert cell[part]["n"] > 0 and len(cell[part]["ci"]) == 2
+    md = (out / "gating.md").read_text()
+    assert md.count("\n| standard | ") == md.count("\n| guided | ") == 4 * 2  # rows of 4 tables + 4 change tables
+    assert "alpha = +1" in md and "alpha = -1" in md and " -> " in md and "(n=" in md
+    # Directions never see the held-out families; the reported items are only held-out ones.
+    meta = result["meta"]
+    assert not set(meta["fit_families"]) & set(meta["heldout_families"])
+    for d in REGIMES:
+        prov = json.loads((out / "directions" / d / "directions.json").read_text())["directions"][0]
+        assert {i.split(".")[0] for i in prov["items"]} <= set(meta["fit_families"])
+
+
+def test_alpha_zero_is_unsteered(first: tuple[GatingConfig, dict]) -> None:
+    cfg, _ = first
+    plan = make_plan(cfg)
+    done = load_results(Path(cfg.out) / "results.jsonl")
+    handle = hooks.load(MODEL)
+    for regime in REGIMES:
+        for group in _by_image_count(plan.targets):
+            for start in range(0, len(group), plan.batch_size):
+                batch = group[start: start + plan.batch_size]
+                prompts = [build_prompt(it, "direct", regime) for it in batch]
+                images = [load_item_images(plan.bench, it.images) for it in batch]
+                logp = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=len(batch))
+                stored = np.array([[done[(it.item_id, f"{regime}.base")]["logprobs"][x] for x in LETTERS]
+                                   for it in batch])
+                assert np.array_equal(stored, logp)
+
+
+def test_rerun_reuses(first: tuple[GatingConfig, dict], no_model: None) -> None:
+    cfg, summary = first
+    again = gating(cfg, progress=False)
+    assert again["computed"] == 0 and again["reused"] == summary["n_rows"]
+    assert again["tables"] == summary["tables"]
+
+
+def test_split_is_half_per_system(bench: Path) -> None:
+    from bench.manifest import read_items
+
+    items = read_items(bench)
+    fit, held = split_families(items, 0)
+    assert len(fit) == len(held) == 3 and not set(fit) & set(held)
+    assert sorted(f.split("-")[0] for f in fit) == ["bouncing", "sliding", "spring"]
+    assert split_families(items, 0) == (fit, held)
+
+
+@pytest.mark.parametrize(("overrides", "needle"), [
+    ({"requests": ("read_ruler",)}, "key 'requests' has 'read_ruler'"),
+    ({"layer": 9}, "layer 9 is out of range"),
+    ({"alphas": (0.0,)}, "no nonzero dose"),
+    ({"alphas": (1.0, 1.0)}, "repeats a dose"),
+])
+def test_config_errors_before_model_load(bench: Path, tmp_path: Path, no_model: None, overrides: dict,
+                                         needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_plan(config(bench, tmp_path / "x", **overrides))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "x").exists()
+
+
+def test_unknown_key_in_file(tmp_path: Path, no_model: None) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: tiny_llava\nbench: b\nout: o\nlayers: 2\n")
+    with pytest.raises(ConfigError, match="unknown key 'layers'"):
+        load_gating_config(str(path))
+
+
+def test_parser_registers(tmp_path: Path) -> None:
+    import argparse
+
+    from experiments.gating import add_gating_parser, config_from_args
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    add_gating_parser(sub)
+    args = parser.parse_args(["gating", "--config", "gating_tiny", "--layer", "best", "--alphas=-2,0,2",
+                              "--requests", "select", "--out", str(tmp_path)])
+    cfg = config_from_args(args)
+    assert cfg.layer == "best" and cfg.alphas == (-2.0, 0.0, 2.0) and cfg.requests == ("select",)
+    assert callable(args.run)
