@@ -1,4 +1,5 @@
-"""`evprobe report DIR`: one self-contained Markdown report of everything a pipeline folder holds.
+"""`evprobe report DIR [DIR ...]`: one self-contained Markdown report of everything pipeline
+folders hold (one folder per model or run).
 
 It gathers, in this order, whatever it finds under DIR: behavioural scores (`*/scores.md`), probe
 sweeps (`**/sweep.md`), directions and their geometry (`**/geometry.md`), dose-response
@@ -30,32 +31,38 @@ def _demote(markdown: str) -> str:
     return re.sub(r"^(#+) ", lambda m: "##" + m.group(1) + " ", markdown, flags=re.M)
 
 
-def build_report(root: Path, *, title: str, banner: str | None = None) -> Path:
-    """Write `root/report/report.md` (and copy the PNGs it cites) from the parts found in `root`."""
-    root = Path(root)
-    if not root.is_dir():
-        raise BenchError(f"{root}: no such folder; point `evprobe report` at a pipeline output folder")
-    out = root / "report"
-    out.mkdir(exist_ok=True)
+def build_report(
+    roots: Path | list[Path], *, title: str, banner: str | None = None, out: Path | None = None
+) -> Path:
+    """Write `out/report.md` (default: the first root's `report/`) with the PNGs it cites, from the
+    parts found under every root (one root per model or run, in the order given)."""
+    roots = [Path(r) for r in ([roots] if isinstance(roots, (str, Path)) else roots)]
+    for root in roots:
+        if not root.is_dir():
+            raise BenchError(f"{root}: no such folder; point `evprobe report` at pipeline output folders")
+    out = Path(out) if out is not None else roots[0] / "report"
+    out.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", ""]
     if banner:
         lines += [f"> **{banner}**", ""]
     found = 0
     for heading, name in PARTS:
-        paths = sorted(p for p in root.rglob(name) if out not in p.parents)
+        paths = [(root, p) for root in roots for p in sorted(root.rglob(name)) if out not in p.parents]
         if not paths:
             continue
         lines += [f"## {heading}", ""]
-        for path in paths:
+        for root, path in paths:
             found += 1
             rel = path.parent.relative_to(root)
-            lines += [f"*From `{rel / name}`.*", "", _demote(path.read_text().strip()), ""]
+            where = Path(root.name) / rel if len(roots) > 1 else rel
+            lines += [f"*From `{where / name}`.*", "", _demote(path.read_text().strip()), ""]
             for png in sorted(path.parent.glob("*.png")):
-                target = f"{str(rel).replace('/', '__')}__{png.name}"
+                target = f"{str(where).replace('/', '__')}__{png.name}"
                 shutil.copyfile(png, out / target)
-                lines += [f"![{png.stem} ({rel})]({target})", ""]
+                lines += [f"![{png.stem} ({where})]({target})", ""]
     if not found:
-        raise BenchError(f"{root}: found no scores.md, sweep.md, dose_response.md or patching.md to report")
+        names = ", ".join(str(r) for r in roots)
+        raise BenchError(f"{names}: found no scores.md, sweep.md, dose_response.md or patching.md to report")
     path = out / "report.md"
     atomic_write_bytes(path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
     return path
@@ -68,12 +75,15 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
         description="Write DIR/report/report.md with the PNG plots beside it, from every scores.md, "
         "sweep.md, geometry.md, dose_response.md and patching.md found under DIR.",
     )
-    p.add_argument("root", metavar="DIR", type=Path, help="a pipeline output folder (e.g. evprobe quickstart's)")
-    p.add_argument("--title", default=None, help="report title (default: the folder name)")
+    p.add_argument("roots", metavar="DIR", type=Path, nargs="+",
+                   help="pipeline output folders, e.g. one quickstart or run folder per model")
+    p.add_argument("--title", default=None, help="report title (default: the folder names)")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default: the first DIR's report/)")
     p.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    path = build_report(args.root, title=args.title or f"evprobe report: {args.root.name}")
+    title = args.title or "evprobe report: " + ", ".join(r.name for r in args.roots)
+    path = build_report(args.roots, title=title, out=args.out)
     print(f"wrote {path}")
     return 0

@@ -35,3 +35,13 @@ def test_report_gathers_parts_and_plots(tmp_path: Path) -> None:
     text = (tmp_path / "report" / "report.md").read_text()
     assert text.startswith("# T") and "## Behaviour" in text and "### model" in text and "#### Choice" in text
     assert "(run__plot.png)" in text and (tmp_path / "report" / "run__plot.png").is_file()
+
+
+def test_report_over_several_models(tmp_path: Path) -> None:
+    for model in ("qwen", "smol"):
+        (tmp_path / model / "run").mkdir(parents=True)
+        (tmp_path / model / "run" / "scores.md").write_text(f"# {model}\n\n| a | 0.5 [0.4, 0.6] (n=8) |\n")
+    out = tmp_path / "both"
+    assert main(["report", str(tmp_path / "qwen"), str(tmp_path / "smol"), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "### qwen" in text and "### smol" in text and "`qwen/run/scores.md`" in text
