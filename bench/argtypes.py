@@ -57,3 +57,31 @@ def float_list(text: str) -> tuple[float, ...]:
         return tuple(float(part) for part in str_list(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def int_or(word: str):
+    """A flag type accepting one integer or the literal `word` (e.g. `--layer best`)."""
+
+    def parse(text: str) -> int | str:
+        if text.strip() == word:
+            return word
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {word!r} or an integer") from None
+
+    return parse
+
+
+def int_list_or(word: str):
+    """A flag type accepting comma-separated integers or the literal `word` (e.g. `--layers all`)."""
+
+    def parse(text: str) -> tuple[int, ...] | str:
+        if text.strip() == word:
+            return word
+        try:
+            return tuple(int(part) for part in str_list(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {word!r} or comma-separated integers") from None
+
+    return parse

@@ -430,10 +430,6 @@ def _summary(meta: dict[str, Any], done: dict[int, Any], n_new: int, seconds: fl
 # ---------------------------------------------------------------- command line
 
 
-
-
-
-
 def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `evprobe capture` on the CLI's subparsers; its handler is `run_capture`."""
     p = sub.add_parser(

@@ -17,10 +17,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"evprobe: error: {message}\n")
 
 
-
-
-
-
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     from bench.generate import MAIN_SEED, PILOT_SEED, SUBSET_SEED
 

@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from bench.argtypes import float_list, integer, str_list
+from bench.argtypes import float_list, int_list_or, integer, str_list
 from bench.bootstrap import (
     DEFAULT_N_BOOT,
     DEFAULT_SEED,
@@ -1102,21 +1102,6 @@ def write_reports(plan: Plan, result: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------- command line
 
 
-def _int_list_or_from(text: str) -> tuple[int, ...] | str:
-    if text.strip() == "from-direction":
-        return "from-direction"
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not 'from-direction' or comma-separated layer numbers") from None
-
-
-
-
-
-
-
-
 def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `evprobe dose-response` on the CLI's subparsers; its handler is `run_dose_response`."""
     p = sub.add_parser(
@@ -1134,7 +1119,7 @@ def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--bench", default=None, help="benchmark folder")
     p.add_argument("--directions", default=None, help="directions folder (evprobe directions --out)")
     p.add_argument("--direction", default=None, help="direction name in that folder (default: the first)")
-    p.add_argument("--layers", type=_int_list_or_from, default=None, help="from-direction or layers, e.g. 8,16")
+    p.add_argument("--layers", type=int_list_or("from-direction"), default=None, help="from-direction or layers, e.g. 8,16")
     p.add_argument("--alphas", type=float_list, default=None,
                    help="doses, comma-separated; write --alphas=-1,0,1 when the first is negative")
     p.add_argument("--n-random", type=integer, default=None, help="random null directions (0 = none)")

@@ -57,7 +57,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bench.argtypes import float_list, str_list
+from bench.argtypes import float_list, int_or, integer, str_list
 from bench.bootstrap import (
     DEFAULT_N_BOOT,
     DEFAULT_SEED,
@@ -608,21 +608,6 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 # ---------------------------------------------------------------- command line
 
 
-
-
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def _layer(text: str) -> int | str:
-    return "best" if text.strip() == "best" else _int(text)
-
-
 def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `evprobe gating`; its handler is `run_gating`."""
     p = sub.add_parser(
@@ -639,17 +624,17 @@ def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--bench", default=None, help="benchmark folder")
     p.add_argument("--out", default=None, help="output folder")
     p.add_argument("--requests", type=str_list, default=None, help="answer_initial, answer_after_test, select")
-    p.add_argument("--layer", type=_layer, default=None, help="a layer number or best")
+    p.add_argument("--layer", type=int_or("best"), default=None, help="a layer number or best")
     p.add_argument("--alphas", type=float_list, default=None,
                    help="doses, comma-separated; write --alphas=-1,0,1 when the first is negative")
-    p.add_argument("--split-seed", type=_int, default=None, help="seed of the fitting / held-out family split")
-    p.add_argument("--folds", type=_int, default=None, help="folds of the layer-choosing sweep (layer: best)")
-    p.add_argument("--limit", type=_int, default=None, help="only the first N held-out items")
-    p.add_argument("--batch-size", type=_int, default=None, help="rows per forward (default: the model config's)")
+    p.add_argument("--split-seed", type=integer, default=None, help="seed of the fitting / held-out family split")
+    p.add_argument("--folds", type=integer, default=None, help="folds of the layer-choosing sweep (layer: best)")
+    p.add_argument("--limit", type=integer, default=None, help="only the first N held-out items")
+    p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
     p.add_argument("--dtype", default=None, help="override the model config's dtype")
     p.add_argument("--device-map", default=None, help="override the model config's device map")
-    p.add_argument("--n-boot", type=_int, default=None, help="family bootstrap resamples")
-    p.add_argument("--seed", type=_int, default=None, help="bootstrap (and sweep fold) seed")
+    p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
+    p.add_argument("--seed", type=integer, default=None, help="bootstrap (and sweep fold) seed")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(run=run_gating)
     return p

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from bench.argtypes import str_list
+from bench.argtypes import int_list_or, integer, str_list
 from bench.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD
 from bench.manifest import META_FILE as BENCH_META_FILE
 from bench.manifest import BenchError, atomic_write_bytes, atomic_write_json, read_items
@@ -460,24 +460,6 @@ def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str,
 # ---------------------------------------------------------------- command line
 
 
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def _layers(text: str) -> tuple[int, ...] | str:
-    if text.strip() == "all":
-        return "all"
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not 'all' or comma-separated layer numbers") from None
-
-
 def add_layer_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `evprobe layer-sweep`; its handler is `run_layer_sweep`."""
     p = sub.add_parser(
@@ -495,19 +477,19 @@ def add_layer_sweep_parser(sub: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--out", default=None, help="output folder")
     p.add_argument("--requests", type=str_list, default=None, help="request types, e.g. select,answer_initial")
     p.add_argument("--positions", type=str_list, default=None, help="e.g. last,text_mean,image_mean")
-    p.add_argument("--layers", type=_layers, default=None, help="all or layer numbers, e.g. 0,8,16")
+    p.add_argument("--layers", type=int_list_or("all"), default=None, help="all or layer numbers, e.g. 0,8,16")
     p.add_argument("--labels", type=str_list, default=None,
                    help="labels, e.g. resolved,history,threshold_level,missing_property,system=sliding")
     p.add_argument("--probe", choices=PROBES, default=None)
     p.add_argument("--transfer", type=str_list, default=None, help="transfer kinds for resolved, e.g. system,pairs")
     p.add_argument("--regime", default=None, help="standard, guided or json")
-    p.add_argument("--folds", type=_int, default=None, help="cross-validation folds of whole families")
-    p.add_argument("--limit", type=_int, default=None, help="only the first N selected items")
-    p.add_argument("--batch-size", type=_int, default=None, help="rows per forward (default: the model config's)")
+    p.add_argument("--folds", type=integer, default=None, help="cross-validation folds of whole families")
+    p.add_argument("--limit", type=integer, default=None, help="only the first N selected items")
+    p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
     p.add_argument("--dtype", default=None, help="override the model config's dtype")
     p.add_argument("--device-map", default=None, help="override the model config's device map")
-    p.add_argument("--n-boot", type=_int, default=None, help="family bootstrap resamples")
-    p.add_argument("--seed", type=_int, default=None, help="seed of folds, shuffles and bootstrap")
+    p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
+    p.add_argument("--seed", type=integer, default=None, help="seed of folds, shuffles and bootstrap")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(run=run_layer_sweep)
     return p

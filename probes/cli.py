@@ -30,14 +30,6 @@ PROBE_NAMES = ("logistic", "massmean", "centroid")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
 
-
-
-
-
-
-
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("acts", metavar="ACTS", type=Path, nargs="+",
                    help="capture folder(s) written by `evprobe capture`; several = several prompt regimes")
