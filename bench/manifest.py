@@ -32,6 +32,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are for sharing, like the appended logs
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

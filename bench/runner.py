@@ -30,10 +30,12 @@ from bench.progress import Progress
 from bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens
 from bench.records import RECORDS_FILE, RUN_META_FILE, Record, append_records, load_records
 from bench.reference import Prices
+from bench.shard import Shard, select_shard
 
 POLICY_PREFIX = "policy:"
-# What a run is: a rerun into the same folder must agree on these.
-PINNED = ("model", "protocol", "regime", "items_sha256")
+# What a run is: a rerun into the same folder must agree on these. `shard` is only in the run.json
+# of a sharded run ("K/N"); `evprobe merge` drops it.
+PINNED = ("model", "protocol", "regime", "items_sha256", "shard")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class RunConfig:
     trust_remote_code: bool = False
     attn_implementation: str | None = None  # e.g. "eager" (Pixtral, seed 000 appendix I)
     seed: int = 0  # the random policy's seed
+    shard: str | None = None  # "K/N" (0-based): only the families of shard K of N (bench.shard)
 
 
 def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None) -> list[Item]:
@@ -86,9 +89,9 @@ def _check_pinned(out: Path, meta: dict[str, Any]) -> None:
         return
     old = json.loads(path.read_text())
     for key in PINNED:
-        if old.get(key) != meta[key]:
+        if old.get(key) != meta.get(key):
             raise BenchError(
-                f"{out} holds a run with {key}={old.get(key)!r}, not {meta[key]!r}; "
+                f"{out} holds a run with {key}={old.get(key)!r}, not {meta.get(key)!r}; "
                 "use another --out to start a different run"
             )
 
@@ -101,7 +104,9 @@ def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
     if config.batch_size <= 0:
         raise BenchError(f"--batch-size must be a positive integer, got {config.batch_size}")
     bench_meta = _bench_meta(bench)
-    items = select_items(read_items(bench), config.requests, config.limit)
+    shard = Shard.parse(config.shard) if config.shard is not None else None
+    all_items = read_items(bench)
+    items = select_shard(select_items(all_items, config.requests, config.limit), shard, all_items)
     if config.model.startswith(POLICY_PREFIX):
         name = config.model[len(POLICY_PREFIX):]
         if name not in POLICIES:
@@ -115,6 +120,8 @@ def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
         "max_new_tokens": max_new_tokens(config.protocol, config.regime),
         "config": asdict(config),
     }
+    if shard is not None:
+        meta["shard"] = str(shard)
     _check_pinned(out, meta)
     records_path = out / RECORDS_FILE
     done = load_records(records_path)
@@ -151,6 +158,8 @@ def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
 
 
 def _by_image_count(items: list[Item]) -> list[list[Item]]:
+    """Items grouped by their number of images (ascending), selection order within a group: the
+    order in which an uninterrupted run writes its records (`evprobe merge` writes this order)."""
     groups: dict[int, list[Item]] = {}
     for it in items:
         groups.setdefault(len(it.images), []).append(it)

@@ -60,6 +60,7 @@ from bench.manifest import (
 from bench.progress import Progress
 from bench.protocols import build_prompt, check_regime, get_protocol
 from bench.runner import select_items
+from bench.shard import Shard, select_shard
 
 if TYPE_CHECKING:
     from hooks.handle import Handle
@@ -83,10 +84,12 @@ INDEX_FIELDS = (
     "request", "variant", "family_id", "system", "initial_property", "decision_id", "history", "threshold_level",
     "test", "hidden_world", "image_pair_id", "threshold_pair_id", "resolved", "reference_action", "reference_answer",
 )
-# What a capture is: a rerun into the same folder must agree on these.
+# What a capture is: a rerun into the same folder must agree on these. `shard` ("K/N") is only in the
+# meta.json of a sharded capture; `evprobe merge` drops it.
 PINNED = ("model", "revision", "dtype", "layers", "positions", "regime", "protocol", "items_sha256",
-          "selection_sha256", "n_items", "d_model")
-PINNED_BEFORE_LOAD = ("model", "positions", "regime", "protocol", "items_sha256", "selection_sha256", "n_items")
+          "selection_sha256", "n_items", "d_model", "shard")
+PINNED_BEFORE_LOAD = ("model", "positions", "regime", "protocol", "items_sha256", "selection_sha256", "n_items",
+                      "shard")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class CaptureConfig:
     device_map: str | None = None
     trust_remote_code: bool = False
     attn_implementation: str | None = None  # e.g. "eager" (Pixtral, seed 000 appendix I)
+    shard: str | None = None  # "K/N" (0-based): only the families of shard K of N (bench.shard)
 
 
 def question_marker(prompt: str) -> str | None:
@@ -200,8 +204,8 @@ def _check_pinned(out: Path, old: dict[str, Any] | None, new: dict[str, Any], ke
         raise BenchError(f"{out / CAPTURE_META_FILE} is not an evprobe capture ({old.get('format')!r}); "
                          "use another --out")
     for key in keys:
-        if old.get(key) != new[key]:
-            raise BenchError(f"{out} holds a capture with {key}={old.get(key)!r}, not {new[key]!r}; "
+        if old.get(key) != new.get(key):
+            raise BenchError(f"{out} holds a capture with {key}={old.get(key)!r}, not {new.get(key)!r}; "
                              "use another --out to start a different capture")
 
 
@@ -293,9 +297,15 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
     if not (bench / META_FILE).is_file():
         raise BenchError(f"{bench / META_FILE} not found; generate the benchmark with `evprobe generate --out {bench}`")
     bench_meta = _read_json(bench / META_FILE)
-    items = select_items(read_items(bench), config.requests, config.limit)
-    if not items:
+    shard = Shard.parse(config.shard) if config.shard is not None else None
+    all_items = read_items(bench)
+    selected = select_items(all_items, config.requests, config.limit)
+    if not selected:
         raise BenchError(f"no items of {bench} match --requests {','.join(config.requests or ())}; choose others")
+    items = select_shard(selected, shard, all_items)
+    if not items:
+        raise BenchError(f"shard {shard} holds none of the {len(selected)} selected items (too many shards for "
+                         "their families); use fewer shards")
     if "image_mean" in positions:
         no_image = next((it for it in items if not it.images), None)
         if no_image is not None:
@@ -316,6 +326,8 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
         "images_sha256": images_sha256,
         "n_images": n_images,
     }
+    if shard is not None:
+        meta["shard"] = str(shard)
     meta_path, index_path, acts_path = out / CAPTURE_META_FILE, out / INDEX_FILE, out / ACTS_FILE
     old = _read_json(meta_path) if meta_path.is_file() else None
     _check_pinned(out, old, meta, PINNED_BEFORE_LOAD)
@@ -453,6 +465,9 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--device-map", default=None, help="e.g. auto, cpu, cuda:0")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="only shard K of N (0-based; whole families, sorted ids round robin); combine the N "
+                   "folders with `evprobe merge`. Under torchrun the rank picks the shard")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=run_capture)
     return p
@@ -474,7 +489,23 @@ def run_capture(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device_map=args.device_map,
         trust_remote_code=args.trust_remote_code,
+        shard=args.shard,
     )
+    from dataclasses import replace
+
+    from experiments.distributed import device_map_for_rank, distributed_shard, run_data_parallel
+
+    launched = distributed_shard()
+    if launched is not None:  # torchrun / accelerate launch: this rank's shard, then rank 0 merges
+        if args.shard is not None:
+            raise ValueError("--shard and a torchrun launch both pick the shard; drop --shard")
+        config = replace(config, shard=str(launched), device_map=device_map_for_rank(config.device_map))
+        result = run_data_parallel(
+            launched, Path(args.out), lambda folder: capture(replace(config, out=str(folder)), progress=False)
+        )
+        if result is not None:
+            print(f"{result['n_items']} rows from {result['n_shards']} processes in {Path(args.out) / ACTS_FILE}")
+        return 0
     summary = capture(config, progress=not args.quiet)
     session = summary["last_session"]
     print(

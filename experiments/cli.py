@@ -116,12 +116,18 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
     p.add_argument("--attn-implementation", default=None, help="e.g. eager (Pixtral) or sdpa")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="only shard K of N (0-based; whole families, sorted ids round robin); combine the N "
+                   "folders with `evprobe merge`. Under torchrun the rank picks the shard")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_run)
 
 
 def _run_run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from bench.runner import RunConfig, run
+    from experiments.distributed import device_map_for_rank, distributed_shard, run_data_parallel
 
     requests = tuple(r.strip() for r in args.requests.split(",") if r.strip()) if args.requests else None
     config = RunConfig(
@@ -138,7 +144,19 @@ def _run_run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         attn_implementation=args.attn_implementation,
         seed=args.seed,
+        shard=args.shard,
     )
+    launched = distributed_shard()
+    if launched is not None:  # torchrun / accelerate launch: this rank's shard, then rank 0 merges
+        if args.shard is not None:
+            raise ValueError("--shard and a torchrun launch both pick the shard; drop --shard")
+        config = replace(config, shard=str(launched), device_map=device_map_for_rank(config.device_map))
+        result = run_data_parallel(
+            launched, args.out, lambda folder: run(replace(config, out=str(folder)), progress=False)
+        )
+        if result is not None:
+            print(f"{result['n_items']} records from {result['n_shards']} processes in {args.out / 'records.jsonl'}")
+        return 0
     summary = run(config, progress=not args.quiet)
     session = summary["last_session"]
     print(
@@ -209,12 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     from experiments.dose_response import add_dose_response_parser
     from experiments.gating import add_gating_parser
     from experiments.layer_sweep import add_layer_sweep_parser
+    from experiments.merge import add_merge_parser
     from experiments.patching import add_patching_parser
     from experiments.quickstart import add_quickstart_parser
     from experiments.report import add_report_parser
     from probes.cli import add_directions_parser, add_sweep_parser
 
     add_capture_parser(sub)
+    add_merge_parser(sub)
     add_patching_parser(sub)
     add_dose_response_parser(sub)
     add_layer_sweep_parser(sub)

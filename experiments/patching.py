@@ -16,6 +16,10 @@ becomes the source's, each with family-bootstrap intervals and n.
 
 Resumable: one line per (pair, direction) in results.jsonl (whole lines, fsync per line); a rerun
 skips finished pairs.
+
+Sharding: `--shard K/N` patches only the pairs of shard K's families (bench.shard); each shard
+folder is a complete patching job of its own, and `evprobe merge OUT SHARD_DIR...` writes the
+results.jsonl (in a single run's order), meta.json and the summary files of the whole job.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from bench.manifest import (
 )
 from bench.progress import Progress
 from bench.protocols import build_prompt, check_regime, get_protocol
+from bench.shard import Shard, family_shards
 
 RESULTS_FILE = "results.jsonl"
 POSITION_SETS = ("last", "text", "image")
@@ -66,6 +71,23 @@ class PatchingConfig:
     attn_implementation: str | None = None  # e.g. "eager" (Pixtral)
     n_boot: int = 2000
     seed: int = 20260905
+    shard: str | None = None  # "K/N" (0-based): only the pairs of shard K's families (bench.shard)
+
+
+def select_pairs(items: Sequence[Item], limit_pairs: int | None, shard: Shard | None) -> list[tuple[Item, Item]]:
+    """The job's image pairs: manifest order, the first `limit_pairs`, then the shard's families."""
+    pairs = image_pairs(items)
+    if limit_pairs is not None:
+        pairs = pairs[:limit_pairs]
+    if shard is None:
+        return pairs
+    owner = family_shards((it.family_id for it in items), shard.n)
+    return [(a, b) for a, b in pairs if owner[a.family_id] == shard.k]
+
+
+def jobs_of(pairs: Sequence[tuple[Item, Item]]) -> list[tuple[Item, Item]]:
+    """(source, target) in the order a run patches them: every pair A into B, then every pair B into A."""
+    return [(a, b) for a, b in pairs] + [(b, a) for a, b in pairs]
 
 
 def image_pairs(items: Sequence[Item]) -> list[tuple[Item, Item]]:
@@ -95,11 +117,14 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
     bad = [p for p in config.positions if p not in POSITION_SETS]
     if bad or not config.positions:
         raise BenchError(f"unknown position set {bad[0] if bad else ''!r}; choose from {', '.join(POSITION_SETS)}")
-    pairs = image_pairs(read_items(bench))
-    if config.limit_pairs is not None:
-        pairs = pairs[: config.limit_pairs]
-    if not pairs:
+    shard = Shard.parse(config.shard) if config.shard is not None else None
+    items = read_items(bench)
+    if not select_pairs(items, config.limit_pairs, None):
         raise BenchError(f"{bench} has no image pairs of base selections to patch")
+    pairs = select_pairs(items, config.limit_pairs, shard)
+    if not pairs:
+        raise BenchError(f"shard {shard} holds none of the image pairs (too many shards for their families); "
+                         "use fewer shards")
     import hooks
     from experiments.capture import parse_layers, question_marker
     from hooks.handle import config_n_layers
@@ -113,16 +138,18 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "meta.json"
     meta = {"config": asdict(config), "layers": layers, "model": config.model}
+    if shard is not None:
+        meta["shard"] = str(shard)
     if meta_path.is_file():
         old = json.loads(meta_path.read_text())
-        if (old["model"], old["layers"], old["config"]["positions"], old["config"]["regime"]) != (
-            config.model, layers, list(config.positions), config.regime
+        if (old["model"], old["layers"], old["config"]["positions"], old["config"]["regime"], old.get("shard")) != (
+            config.model, layers, list(config.positions), config.regime, meta.get("shard")
         ):
             raise BenchError(f"{out} holds patching results of other settings; use another --out")
     atomic_write_json(meta_path, meta)
     results = out / RESULTS_FILE
     done = _load_done(results)
-    jobs = [(a, b) for a, b in pairs] + [(b, a) for a, b in pairs]
+    jobs = jobs_of(pairs)
     todo = [(s, t) for s, t in jobs if f"{s.item_id}>{t.item_id}" not in done]
     bar = Progress("patching", len(todo)) if progress and todo else None
     started = time.perf_counter()
@@ -132,8 +159,14 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
         if bar:
             bar.update()
     rows = list(_load_done(results).values())
+    return write_summary(out, rows, layers, config, len(pairs), time.perf_counter() - started)
+
+
+def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], config: PatchingConfig, n_pairs: int,
+                  seconds: float) -> dict[str, Any]:
+    """Aggregate `rows` and write patching.json, patching.md and patching.png."""
     summary = aggregate(rows, layers, list(config.positions), n_boot=config.n_boot, seed=config.seed)
-    summary.update(model=config.model, n_pairs=len(pairs), seconds=round(time.perf_counter() - started, 3))
+    summary.update(model=config.model, n_pairs=n_pairs, seconds=round(seconds, 3))
     atomic_write_json(out / "patching.json", summary)
     atomic_write_bytes(out / "patching.md", patching_markdown(summary).encode())
     heatmap_png(summary, out / "patching.png")
@@ -288,6 +321,8 @@ def add_patching_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device-map", default=None)
     p.add_argument("--n-boot", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="only shard K of N (0-based, whole families); combine the N folders with `evprobe merge`")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(run=_run)
 
@@ -300,7 +335,7 @@ def config_from_args(args: argparse.Namespace) -> PatchingConfig:
         "model": args.model, "bench": args.bench, "out": args.out, "layers": args.layers,
         "positions": tuple(p.strip() for p in args.positions.split(",") if p.strip()) if args.positions else None,
         "regime": args.regime, "protocol": args.protocol, "limit_pairs": args.limit_pairs, "dtype": args.dtype,
-        "device_map": args.device_map, "n_boot": args.n_boot, "seed": args.seed,
+        "device_map": args.device_map, "n_boot": args.n_boot, "seed": args.seed, "shard": args.shard,
     }
     if args.config is None:
         missing = [f"--{k}" for k in ("model", "bench", "out") if overrides[k] is None]

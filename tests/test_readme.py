@@ -59,4 +59,4 @@ def test_every_documented_flag_exists() -> None:
                 assert flags <= known, (m.group(1), flags - known)
                 checked.add(m.group(1))
     assert {"generate", "check", "run", "score", "compare", "capture", "patching", "sweep", "directions",
-            "quickstart", "dose-response", "report", "layer-sweep", "gating"} <= checked
+            "quickstart", "dose-response", "report", "layer-sweep", "gating", "merge"} <= checked

@@ -1,0 +1,280 @@
+"""Deterministic sharding, `evprobe merge`, and torchrun data parallel (gloo, 2 processes, CPU).
+
+No mocks: a real benchmark (6 families), real policies, a real tiny LLaVA, a real torchrun.
+Merged records equal a single run's line for line, every field except the per-item `seconds`
+(wall time); merged activations equal a single capture's within float16 rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench.manifest import BenchError, read_items
+from bench.runner import RunConfig, run, select_items
+from bench.shard import Shard, family_shards, select_shard, shard_of
+from experiments.capture import CaptureConfig, capture
+from experiments.cli import main
+from experiments.merge import merge
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY = "policy:exact-reader"
+MODEL = "tiny:llava"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bench.generate import GenerateConfig, generate
+
+    out = tmp_path_factory.mktemp("shard") / "bench"
+    generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
+    return out
+
+
+def lines_without_seconds(path: Path) -> list[str]:
+    """records.jsonl lines in file order with the timing field dropped (key order kept)."""
+    out = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        del row["seconds"]
+        out.append(json.dumps(row))
+    return out
+
+
+def run_policy(bench: Path, out: Path, shard: str | None = None, model: str = POLICY) -> dict:
+    return run(RunConfig(model=model, bench=str(bench), out=str(out), shard=shard), progress=False)
+
+
+@pytest.fixture(scope="module")
+def single(bench: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("single") / "run"
+    run_policy(bench, out)
+    return out
+
+
+# ---------------------------------------------------------------- selection
+
+
+def test_shards_keep_families_whole_disjoint_and_balanced(bench: Path) -> None:
+    items = read_items(bench)
+    selected = select_items(items, ("select", "answer_initial"), None)
+    for n in (1, 2, 3, 4, 7):
+        parts = [select_shard(selected, Shard(k, n), items) for k in range(n)]
+        ids = [it.item_id for part in parts for it in part]
+        assert sorted(ids) == sorted(it.item_id for it in selected)  # union = all, no item twice
+        families = [{it.family_id for it in part} for part in parts]
+        assert sum(len(f) for f in families) == len(set().union(*families))  # a family in one shard only
+        sizes = [len(f) for f in families]
+        assert max(sizes) - min(sizes) <= 1  # round robin over sorted family ids
+        for part in parts:  # selection order kept
+            positions = [selected.index(it) for it in part]
+            assert positions == sorted(positions)
+    owners = family_shards((it.family_id for it in items), 4)
+    assert owners == family_shards(sorted({it.family_id for it in items}, reverse=True), 4)  # input order free
+    assert all(shard_of(fid, [it.family_id for it in items], 4) == k for fid, k in owners.items())
+
+
+def test_shard_spec_errors_name_the_fix() -> None:
+    assert Shard.parse("1/4") == Shard(1, 4) and str(Shard(1, 4)) == "1/4"
+    for bad, fragment in (("4/4", "0 <= K < N"), ("-1/2", "0 <= K < N"), ("1-4", "not K/N"), ("a/b", "not K/N")):
+        with pytest.raises(BenchError, match=fragment):
+            Shard.parse(bad)
+
+
+# ---------------------------------------------------------------- runs
+
+
+def test_merged_policy_shards_equal_a_single_run(bench: Path, single: Path, tmp_path: Path) -> None:
+    shards = [tmp_path / f"s{k}" for k in range(3)]
+    for k, folder in enumerate(shards):
+        summary = run_policy(bench, folder, f"{k}/3")
+        assert summary["shard"] == f"{k}/3" and summary["n_records"] == summary["n_selected"] > 0
+    merge(tmp_path / "merged", list(reversed(shards)))  # any order
+    assert lines_without_seconds(tmp_path / "merged" / "records.jsonl") == lines_without_seconds(
+        single / "records.jsonl"
+    )
+    a, b = (json.loads((d / "run.json").read_text()) for d in (single, tmp_path / "merged"))
+    assert list(a) == list(b) and "shard" not in b
+    for key in a:
+        if key == "config":
+            assert {**a[key], "out": None} == {**b[key], "out": None}
+        elif key != "last_session":
+            assert a[key] == b[key], key
+    # The merged folder is an ordinary finished run: rerunning the unsharded command adds nothing.
+    assert run_policy(bench, tmp_path / "merged")["last_session"]["items"] == 0
+
+
+def test_merge_refuses_missing_duplicated_mismatched_and_foreign_shards(bench: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    s0, s1, other = tmp_path / "s0", tmp_path / "s1", tmp_path / "other1"
+    run_policy(bench, s0, "0/2")
+    run_policy(bench, s1, "1/2")
+    run_policy(bench, other, "1/2", model="policy:always-stop")
+    cases = [
+        ([s0], "shard 1/2 is missing"),
+        ([s0, s1, s1], "shard 1/2 is given twice"),
+        ([s0, other], "differs from shard 0/2 in model"),
+    ]
+    for folders, message in cases:
+        with pytest.raises(BenchError, match=message):
+            merge(tmp_path / "out", folders)
+    three = tmp_path / "t0"
+    run_policy(bench, three, "0/3")
+    with pytest.raises(BenchError, match="2 ways and 3 ways"):
+        merge(tmp_path / "out", [three, s1])
+    with pytest.raises(BenchError, match="also a shard folder"):
+        merge(s0, [s0, s1])
+    # The command line: one line, exit status 2.
+    assert main(["merge", str(tmp_path / "out"), str(s0)]) == 2
+    assert "shard 1/2 is missing; run it with --shard 1/2" in capsys.readouterr().err.replace(" (1 of 2 missing)", "")
+    # Shard folders may not be resumed as another shard.
+    with pytest.raises(BenchError, match="shard='0/2'"):
+        run_policy(bench, s0, "1/2")
+
+
+def test_killed_shard_is_refused_then_finished_by_a_rerun(bench: Path, single: Path, tmp_path: Path) -> None:
+    s0, s1 = tmp_path / "s0", tmp_path / "s1"
+    run_policy(bench, s0, "0/2")
+    run_policy(bench, s1, "1/2")
+    records = s1 / "records.jsonl"
+    data = records.read_bytes()
+    cut = data.find(b"\n", len(data) // 2) + 20  # a kill mid-append: half the records and a torn line
+    records.write_bytes(data[:cut])
+    before = records.read_bytes()
+    with pytest.raises(BenchError, match="shard 1/2 .* is incomplete: .*rerun shard 1 with the same command"):
+        merge(tmp_path / "merged", [s0, s1])
+    assert records.read_bytes() == before  # merge only reads shard folders
+    summary = run_policy(bench, s1, "1/2")  # the rerun finishes the shard
+    assert 0 < summary["last_session"]["items"] < summary["n_selected"]
+    merge(tmp_path / "merged", [s0, s1])
+    merged = lines_without_seconds(tmp_path / "merged" / "records.jsonl")
+    assert len(set(merged)) == len(merged)  # nothing duplicated
+    assert merged == lines_without_seconds(single / "records.jsonl")  # nothing lost, same order
+
+
+# ---------------------------------------------------------------- captures
+
+
+def capture_config(bench: Path, out: Path, shard: str | None = None) -> CaptureConfig:
+    return CaptureConfig(model=MODEL, bench=str(bench), out=str(out), requests=("select",),
+                         positions=("last", "image_mean", "text_mean"), batch_size=8, shard=shard)
+
+
+@pytest.fixture(scope="module")
+def single_capture(bench: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("single_capture") / "acts"
+    assert capture(capture_config(bench, out), progress=False)["complete"]
+    return out
+
+
+def assert_same_capture(a: Path, b: Path) -> None:
+    x, y = np.load(a / "acts.npy"), np.load(b / "acts.npy")
+    assert x.shape == y.shape and x.dtype == y.dtype == np.float16
+    np.testing.assert_allclose(x.astype(np.float32), y.astype(np.float32), rtol=2.0**-9, atol=1e-3)
+    assert (a / "index.jsonl").read_bytes() == (b / "index.jsonl").read_bytes()  # same rows, same line order
+    ma, mb = (json.loads((d / "meta.json").read_text()) for d in (a, b))
+    assert list(ma) == list(mb)
+    assert {**ma, "config": None, "bench": None} == {**mb, "config": None, "bench": None}
+
+
+def test_merged_capture_shards_equal_a_single_capture(bench: Path, single_capture: Path, tmp_path: Path) -> None:
+    shards = [tmp_path / f"s{k}" for k in range(2)]
+    for k, folder in enumerate(shards):
+        summary = capture(capture_config(bench, folder, f"{k}/2"), progress=False)
+        assert summary["complete"] and summary["shard"] == f"{k}/2"
+    # A capture shard killed mid-append: refused until rerun.
+    index = shards[1] / "index.jsonl"
+    lines = index.read_text().splitlines(keepends=True)
+    index.write_text("".join(lines[:3]) + lines[3][:10])
+    with pytest.raises(BenchError, match="shard 1/2 .* is incomplete: 3 of 12"):
+        merge(tmp_path / "merged", shards)
+    assert capture(capture_config(bench, shards[1], "1/2"), progress=False)["complete"]
+    merge(tmp_path / "merged", shards)
+    assert_same_capture(single_capture, tmp_path / "merged")
+    run_policy(bench, tmp_path / "r0", "0/2")
+    with pytest.raises(BenchError, match="mix capture and run shards"):
+        merge(tmp_path / "x", [shards[0], tmp_path / "r0"])
+
+
+# ---------------------------------------------------------------- torchrun
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(args: list[str], tmp_path: Path) -> None:
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": str(ROOT)}
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT"):
+        env.pop(name, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "-m", "experiments", *args, "--quiet"]
+    done = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "from 2 processes" in done.stdout
+
+
+def test_torchrun_two_processes_equal_one(bench: Path, single_capture: Path, tmp_path: Path) -> None:
+    args = ["--model", MODEL, "--bench", str(bench), "--requests", "select"]
+    one = tmp_path / "one"
+    assert main(["run", *args, "--out", str(one), "--quiet"]) == 0
+    torchrun(["run", *args, "--out", str(tmp_path / "two")], tmp_path)
+    assert lines_without_seconds(tmp_path / "two" / "records.jsonl") == lines_without_seconds(one / "records.jsonl")
+    assert sorted(p.name for p in (tmp_path / "two" / ".shards").iterdir()) == ["shard-0-of-2", "shard-1-of-2"]
+    # Kill one shard's work (lose its records) and rerun the same command: merged again, nothing lost.
+    shutil.rmtree(tmp_path / "two" / ".shards" / "shard-1-of-2")
+    torchrun(["run", *args, "--out", str(tmp_path / "two")], tmp_path)
+    assert lines_without_seconds(tmp_path / "two" / "records.jsonl") == lines_without_seconds(one / "records.jsonl")
+    torchrun(["capture", *args, "--positions", "last,image_mean,text_mean", "--out", str(tmp_path / "acts")],
+             tmp_path)
+    assert_same_capture(single_capture, tmp_path / "acts")
+
+
+# ---------------------------------------------------------------- patching
+
+
+def test_merged_patching_shards_equal_a_single_job(tmp_path: Path) -> None:
+    from bench.generate import GenerateConfig, generate
+    from experiments.patching import PatchingConfig, run_patching
+
+    bench = tmp_path / "bench"
+    generate(bench, GenerateConfig(families_per_system=1, subset_per_cell=0), progress=False)
+
+    def job(out: Path, shard: str | None = None) -> dict:
+        config = PatchingConfig(model="tiny:qwen2_5_vl", bench=str(bench), out=str(out), layers="0,3",
+                                limit_pairs=4, n_boot=100, shard=shard)
+        return run_patching(config, progress=False)
+
+    assert job(tmp_path / "one")["n_rows"] == 8  # 4 pairs (2 families) x 2 directions
+    shards = [tmp_path / "s0", tmp_path / "s1"]
+    assert [job(folder, f"{k}/2")["n_rows"] for k, folder in enumerate(shards)] == [4, 4]
+    results = shards[0] / "results.jsonl"
+    full = results.read_bytes()
+    results.write_bytes(full[: full.index(b"\n") + 5])  # killed after one row
+    with pytest.raises(BenchError, match="shard 0/2 .* is incomplete: 1 of 4"):
+        merge(tmp_path / "merged", shards)
+    results.write_bytes(full)
+    merge(tmp_path / "merged", shards)
+    assert (tmp_path / "merged" / "results.jsonl").read_bytes() == (tmp_path / "one" / "results.jsonl").read_bytes()
+    a, b = (json.loads((d / "patching.json").read_text()) for d in (tmp_path / "one", tmp_path / "merged"))
+    assert {**a, "seconds": 0} == {**b, "seconds": 0}
+    assert (tmp_path / "one" / "patching.md").read_bytes() == (tmp_path / "merged" / "patching.md").read_bytes()
