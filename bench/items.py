@@ -9,8 +9,9 @@ families and a 72-family subset this is the 9,216-call inventory.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.calibration import readings, sheet_spec, sheet_value
 from bench.family import Family
@@ -43,6 +44,7 @@ VARIANTS: tuple[str, ...] = (
     "no_initial_test",
 )
 LEVELS: tuple[str, ...] = ("low", "high")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,19 @@ class Item:
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Item:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+def by_image_count(entries: Sequence[T], images: Callable[[T], Sequence[str]] = lambda it: it.images) -> list[list[T]]:
+    """Entries grouped by their number of images (ascending), input order within a group.
+
+    Model calls batch only entries with the same number of images (some processors cannot mix
+    them in one call), so this is also the order in which an uninterrupted run writes its
+    records; `evprobe merge` reproduces it.
+    """
+    groups: dict[int, list[T]] = {}
+    for entry in entries:
+        groups.setdefault(len(images(entry)), []).append(entry)
+    return [groups[k] for k in sorted(groups)]
 
 
 def image_path(family_id: str, sheet: str, style: str = "a") -> str:

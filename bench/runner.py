@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.items import REQUESTS, VARIANTS, Item
+from bench.items import REQUESTS, VARIANTS, Item, by_image_count
 from bench.manifest import (
     META_FILE,
     BenchError,
@@ -134,7 +134,7 @@ def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
     started = time.perf_counter()
     bar = Progress("run", len(todo)) if progress and todo else None
     # Batch rows with the same number of images: some processors cannot mix them in one call.
-    for group in _by_image_count(todo):
+    for group in by_image_count(todo):
         for start in range(0, len(group), config.batch_size):
             batch = group[start : start + config.batch_size]
             t = time.perf_counter()
@@ -157,13 +157,6 @@ def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
     return summary
 
 
-def _by_image_count(items: list[Item]) -> list[list[Item]]:
-    """Items grouped by their number of images (ascending), selection order within a group: the
-    order in which an uninterrupted run writes its records (`evprobe merge` writes this order)."""
-    groups: dict[int, list[Item]] = {}
-    for it in items:
-        groups.setdefault(len(it.images), []).append(it)
-    return [groups[k] for k in sorted(groups)]
 
 
 Reply = tuple[str, int | None, int | None]  # (text, prompt tokens, new tokens)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bench.argtypes import positive_int, str_list
-from bench.items import Item
+from bench.items import Item, by_image_count
 from bench.manifest import (
     META_FILE,
     BenchError,
@@ -269,11 +269,6 @@ def _to_float16(acts: np.ndarray, items: Sequence[Item]) -> tuple[np.ndarray, li
     return acts.astype("<f2"), [int(c) for c in clipped]
 
 
-def _by_image_count(rows: list[tuple[int, Item]]) -> list[list[tuple[int, Item]]]:
-    groups: dict[int, list[tuple[int, Item]]] = {}
-    for row, item in rows:
-        groups.setdefault(len(item.images), []).append((row, item))
-    return [groups[k] for k in sorted(groups)]
 
 
 def _index_row(row: int, item: Item, text_span: str, n_tokens: int, n_image: int, n_text: int,
@@ -382,7 +377,7 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
     warned = False
     fd = os.open(acts_path, os.O_WRONLY)
     try:
-        for group in _by_image_count(todo):
+        for group in by_image_count(todo, lambda entry: entry[1].images):
             for start in range(0, len(group), config.batch_size):
                 batch = group[start : start + config.batch_size]
                 rows, batch_items = [r for r, _ in batch], [it for _, it in batch]

@@ -85,7 +85,7 @@ from bench.bootstrap import (
     FamilyBootstrap,
     percentile_interval,
 )
-from bench.items import VARIANTS, Item
+from bench.items import VARIANTS, Item, by_image_count
 from bench.manifest import META_FILE as BENCH_META_FILE
 from bench.manifest import (
     BenchError,
@@ -631,12 +631,6 @@ def _rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], image
     return rows
 
 
-def _by_image_count(items: list[Item]) -> list[list[Item]]:
-    # Some processors cannot mix image counts in one call (as bench.runner).
-    groups: dict[int, list[Item]] = {}
-    for it in items:
-        groups.setdefault(len(it.images), []).append(it)
-    return [groups[k] for k in sorted(groups)]
 
 
 def _load_handle(plan: Plan) -> Any:
@@ -676,7 +670,7 @@ def dose_response(config: DoseResponseConfig, *, progress: bool = True) -> dict[
         atomic_write_json(plan.out / RUN_META_FILE, meta)
         bar = Progress("dose-response", n_todo) if progress else None
         pending = [it for it in plan.items if todo[it.item_id]]
-        for group in _by_image_count(pending):
+        for group in by_image_count(pending):
             for start in range(0, len(group), plan.batch_size):
                 batch = group[start: start + plan.batch_size]
                 images = {it.item_id: load_item_images(plan.bench, it.images) for it in batch}

@@ -65,7 +65,7 @@ from bench.bootstrap import (
     FamilyBootstrap,
     Resampled,
 )
-from bench.items import Item
+from bench.items import Item, by_image_count
 from bench.manifest import META_FILE as BENCH_META_FILE
 from bench.manifest import (
     BenchError,
@@ -87,7 +87,6 @@ from experiments.config import (
 )
 from experiments.dose_response import (
     LETTERS,
-    _by_image_count,
     alpha_key,
     load_results,
     measure_sign,
@@ -417,7 +416,7 @@ def gating(config: GatingConfig, *, progress: bool = True) -> dict[str, Any]:
                                                      "model_config": as_dict(plan.model)})
         bar = Progress("gating", n_todo) if progress else None
         pending = [it for it in plan.targets if todo[it.item_id]]
-        for group in _by_image_count(pending):
+        for group in by_image_count(pending):
             for start in range(0, len(group), plan.batch_size):
                 batch = group[start: start + plan.batch_size]
                 images = {it.item_id: load_item_images(plan.bench, it.images) for it in batch}

@@ -38,11 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.items import Item
+from bench.items import Item, by_image_count
 from bench.manifest import META_FILE, BenchError, atomic_write_bytes, atomic_write_json, read_items
 from bench.records import RECORDS_FILE, RUN_META_FILE
 from bench.runner import PINNED as RUN_PINNED
-from bench.runner import _by_image_count as _run_order
 from bench.runner import select_items
 from bench.shard import Shard, select_shard
 from experiments.capture import (
@@ -50,7 +49,6 @@ from experiments.capture import (
     CAPTURE_META_FILE,
     FORMAT,
     INDEX_FILE,
-    _by_image_count,
     _create_acts,
     _images_sha256,
     _sha256_text,
@@ -203,7 +201,7 @@ def merge_runs(out: Path, parts: list[_Part]) -> dict[str, Any]:
         if len(got) != len(mine):
             raise _incomplete(p, len(got), len(mine))
         lines.update(got)
-    order = [it.item_id for group in _run_order(selected) for it in group]
+    order = [it.item_id for group in by_image_count(selected) for it in group]
     atomic_write_bytes(out / RECORDS_FILE, "".join(lines[i] + "\n" for i in order).encode("utf-8"))
     meta = {k: v for k, v in parts[0].meta.items() if k not in ("shard", "n_selected", "n_records", "last_session")}
     meta["config"] = {**meta["config"], "out": str(out), "shard": None}
@@ -284,7 +282,7 @@ def merge_captures(out: Path, parts: list[_Part]) -> dict[str, Any]:
     finally:
         os.close(fd)
     os.replace(tmp, out / ACTS_FILE)
-    order = [row for group in _by_image_count(list(enumerate(selected))) for row, _ in group]
+    order = [row for group in by_image_count(list(enumerate(selected)), lambda entry: entry[1].images) for row, _ in group]
     atomic_write_bytes(out / INDEX_FILE, "".join(json.dumps(index[r]) + "\n" for r in order).encode("utf-8"))
     meta = {k: v for k, v in parts[0].meta.items() if k != "shard"}
     images_sha256, n_images = _images_sha256(bench, selected)

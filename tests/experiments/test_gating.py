@@ -12,10 +12,11 @@ import pytest
 import torch
 
 import hooks
+from bench.items import by_image_count
 from bench.manifest import load_item_images
 from bench.protocols import build_prompt
 from experiments.config import ConfigError
-from experiments.dose_response import LETTERS, _by_image_count, load_results
+from experiments.dose_response import LETTERS, load_results
 from experiments.gating import (
     REGIMES,
     GatingConfig,
@@ -98,7 +99,7 @@ def test_alpha_zero_is_unsteered(first: tuple[GatingConfig, dict]) -> None:
     done = load_results(Path(cfg.out) / "results.jsonl")
     handle = hooks.load(MODEL)
     for regime in REGIMES:
-        for group in _by_image_count(plan.targets):
+        for group in by_image_count(plan.targets):
             for start in range(0, len(group), plan.batch_size):
                 batch = group[start: start + plan.batch_size]
                 prompts = [build_prompt(it, "direct", regime) for it in batch]
