@@ -44,21 +44,12 @@ POSITIONS = ("last", "image_mean", "text_mean")
 FLOAT16_ULP = 2.0**-10  # relative spacing of float16 numbers: the only difference on disk
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bench.generate import GenerateConfig, generate
-
-    out = tmp_path_factory.mktemp("capture") / "bench"
-    generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
-    return out
+def bench(small_bench: Path) -> Path:
+    return small_bench  # shared, read-only (tests/conftest.py)
 
 
 def config(bench: Path, out: Path, **changes) -> CaptureConfig:

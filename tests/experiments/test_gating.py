@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import hooks
 from bench.items import by_image_count
@@ -29,21 +28,12 @@ from experiments.gating import (
 MODEL = "tiny:llava"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bench.generate import GenerateConfig, generate
-
-    out = tmp_path_factory.mktemp("gate") / "bench"
-    generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
-    return out
+def bench(small_bench: Path) -> Path:
+    return small_bench  # shared, read-only (tests/conftest.py)
 
 
 def config(bench: Path, out: Path, **overrides) -> GatingConfig:

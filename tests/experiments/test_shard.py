@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from bench.manifest import BenchError, read_items
 from bench.runner import RunConfig, run, select_items
@@ -31,12 +30,7 @@ POLICY = "policy:exact-reader"
 MODEL = "tiny:llava"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

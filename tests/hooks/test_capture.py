@@ -45,13 +45,7 @@ def picture(seed: int, size: tuple[int, int] = (120, 120)) -> Image.Image:
 IMAGES = [[picture(1)], [picture(2, (100, 140))], [picture(3, (160, 80))]]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from 2 threads on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -58,14 +58,7 @@ def picture(seed: int, size: tuple[int, int] = (672, 672)) -> Image.Image:
 IMAGES = [[picture(1)], [picture(2, (500, 700))], [picture(3, (800, 400))]]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from 2 threads, and OpenMP spinning on a shared
-    2-core machine can slow them tenfold; restored after this module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="session")

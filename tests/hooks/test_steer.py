@@ -40,14 +40,7 @@ LAYER = 1  # of 4
 N = 5  # new tokens in the step-by-step checks
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from 2 threads, and OpenMP spinning on a shared
-    2-core machine can slow them tenfold; restored after this module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 _HANDLES: dict[str, Handle] = {}
