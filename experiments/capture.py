@@ -393,8 +393,9 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
                     warnings.warn(f"activations beyond float16's range were clipped to +-{FLOAT16_MAX:g} "
                                   "(counted in index.jsonl's n_clipped)", stacklevel=2)
                     warned = True
+                keeps_text = getattr(handle.processor, "keeps_prompt_text", True)
                 lines = [
-                    _index_row(row, it, "question" if question_marker(it.prompt) else "prompt",
+                    _index_row(row, it, "question" if keeps_text and question_marker(it.prompt) else "prompt",
                                cap.n_tokens[r], len(cap.spans[r].image), len(cap.spans[r].text), clipped[r])
                     for r, (row, it) in enumerate(batch)
                 ]
@@ -413,7 +414,10 @@ def _capture_items(handle: Handle, bench: Path, items: list[Item], config: Captu
 
     prompts = [build_prompt(it, config.protocol, config.regime) for it in items]
     images = [load_item_images(bench, it.images) for it in items]
-    markers = [question_marker(it.prompt) for it in items]
+    # A model that reads facts instead of the prompt's words (the organism) has no question text;
+    # its text span is every fact token except the sheet values (hooks.spans).
+    keeps_text = getattr(handle.processor, "keeps_prompt_text", True)
+    markers = [question_marker(it.prompt) if keeps_text else None for it in items]
     try:
         return capture_batch(handle, prompts, images, layers=layers, positions=positions, text_markers=markers)
     except ValueError as err:
@@ -486,20 +490,10 @@ def run_capture(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         shard=args.shard,
     )
-    from dataclasses import replace
+    from experiments.distributed import data_parallel
 
-    from experiments.distributed import device_map_for_rank, distributed_shard, run_data_parallel
-
-    launched = distributed_shard()
-    if launched is not None:  # torchrun / accelerate launch: this rank's shard, then rank 0 merges
-        if args.shard is not None:
-            raise ValueError("--shard and a torchrun launch both pick the shard; drop --shard")
-        config = replace(config, shard=str(launched), device_map=device_map_for_rank(config.device_map))
-        result = run_data_parallel(
-            launched, Path(args.out), lambda folder: capture(replace(config, out=str(folder)), progress=False)
-        )
-        if result is not None:
-            print(f"{result['n_items']} rows from {result['n_shards']} processes in {Path(args.out) / ACTS_FILE}")
+    # torchrun / accelerate launch: this rank's shard, then rank 0 merges
+    if data_parallel(config, lambda c: capture(c, progress=False), unit="rows"):
         return 0
     summary = capture(config, progress=not args.quiet)
     session = summary["last_session"]

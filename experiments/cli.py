@@ -124,10 +124,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
 
     from bench.runner import RunConfig, run
-    from experiments.distributed import device_map_for_rank, distributed_shard, run_data_parallel
+    from experiments.distributed import data_parallel
 
     requests = tuple(r.strip() for r in args.requests.split(",") if r.strip()) if args.requests else None
     config = RunConfig(
@@ -146,16 +145,8 @@ def _run_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         shard=args.shard,
     )
-    launched = distributed_shard()
-    if launched is not None:  # torchrun / accelerate launch: this rank's shard, then rank 0 merges
-        if args.shard is not None:
-            raise ValueError("--shard and a torchrun launch both pick the shard; drop --shard")
-        config = replace(config, shard=str(launched), device_map=device_map_for_rank(config.device_map))
-        result = run_data_parallel(
-            launched, args.out, lambda folder: run(replace(config, out=str(folder)), progress=False)
-        )
-        if result is not None:
-            print(f"{result['n_items']} records from {result['n_shards']} processes in {args.out / 'records.jsonl'}")
+    # torchrun / accelerate launch: this rank's shard, then rank 0 merges
+    if data_parallel(config, lambda c: run(c, progress=False), unit="records"):
         return 0
     summary = run(config, progress=not args.quiet)
     session = summary["last_session"]
@@ -228,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     from experiments.gating import add_gating_parser
     from experiments.layer_sweep import add_layer_sweep_parser
     from experiments.merge import add_merge_parser
+    from experiments.organism_cli import add_organism_parser
     from experiments.patching import add_patching_parser
     from experiments.quickstart import add_quickstart_parser
     from experiments.report import add_report_parser
@@ -241,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_gating_parser(sub)
     add_report_parser(sub)
     add_quickstart_parser(sub)
+    add_organism_parser(sub)
 
     add_sweep_parser(sub)
     add_directions_parser(sub)

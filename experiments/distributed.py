@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.shard import SHARDS_DIR, Shard, distributed_shard
 
-__all__ = ["device_map_for_rank", "distributed_shard", "run_data_parallel"]
+__all__ = ["data_parallel", "device_map_for_rank", "distributed_shard", "run_data_parallel"]
 
 
 def _cores() -> int:
@@ -68,3 +68,30 @@ def run_data_parallel(shard: Shard, out: Path, work: Callable[[Path], Any]) -> d
         return merge(out, shard_folders(out, shard.n)) if shard.k == 0 else None
     finally:
         dist.destroy_process_group()
+
+
+def data_parallel(config: Any, work: Callable[[Any], Any], *, unit: str,
+                  for_rank: Callable[[Any], Any] | None = None) -> bool:
+    """If a launcher started this process: run `work` on this rank's shard of `config` (a frozen
+    config with `out` and `shard`), merge on rank 0, print one line there, and return True.
+    Without a launcher return False (the caller runs as usual).
+
+    for_rank: how this rank's config differs (default: its `device_map` via device_map_for_rank).
+    """
+    from dataclasses import replace
+
+    launched = distributed_shard()
+    if launched is None:
+        return False
+    if config.shard is not None:
+        raise ValueError("--shard and a torchrun launch both pick the shard; drop --shard")
+    if for_rank is None:
+        config = replace(config, device_map=device_map_for_rank(config.device_map))
+    else:
+        config = for_rank(config)
+    config = replace(config, shard=str(launched))
+    out = Path(config.out)
+    result = run_data_parallel(launched, out, lambda folder: work(replace(config, out=str(folder))))
+    if result is not None:
+        print(f"{result['n_items']} {unit} from {result['n_shards']} processes in {out}")
+    return True

@@ -10,7 +10,8 @@ that layer (ablation). Readouts per item and condition: the option letters' next
 (default; the argmax letter is the choice) and/or the greedy direct-protocol reply read by the
 runner's parser. Outputs per system and per resolved / unresolved group: stop rate, rate of
 choosing the missing property's test, minimum-cost accuracy, mean log-odds of stop against the
-best other letter, each with a family-bootstrap interval and its n.
+best other letter, and the rate of useless tests (free fall, or repeating the initial test: no
+belief justifies them), each with a family-bootstrap interval and its n.
 
 Conventions (the report repeats them):
 
@@ -55,6 +56,11 @@ Conventions (the report repeats them):
   resample matrix for every number of a run, so differences to alpha = 0 are paired); per-system
   rows use the same resamples. Every number is printed with its interval and n (items).
 
+Sharding: `--shard K/N` steers only the target items of shard K's families (bench.shard; after
+the held-out filter and `limit`, so the N shards together hold exactly the unsharded selection);
+`evprobe merge OUT SHARD_DIR...` writes results.jsonl in a single run's order, meta.json and every
+report of the whole experiment.
+
 Files in `out`: `meta.json` (what the run is; a rerun with other pinned settings is refused),
 `results.jsonl` (one row per item x condition, appended with an fsync per batch and condition; a
 rerun skips finished rows and cuts a torn last line), `dose_response.json` (all aggregates),
@@ -98,6 +104,7 @@ from bench.manifest import (
 )
 from bench.progress import Progress
 from bench.protocols import build_prompt, check_regime
+from bench.shard import Shard, select_shard
 from experiments.config import (
     ConfigError,
     ModelConfig,
@@ -125,17 +132,18 @@ TOWARD_STOP_LABELS = ("resolved", "stopped", "committed")
 # Provenance fields two directions must share to be "the same direction at another layer".
 SIBLING_KEYS = ("model", "position", "label", "positive", "probe", "condition", "regimes", "restriction", "d_model")
 MEASURES: dict[str, tuple[str, ...]] = {
-    "logprobs": ("stop_rate", "missing_test_rate", "min_cost_accuracy", "log_odds"),
-    "generate": ("stop_rate", "missing_test_rate", "min_cost_accuracy", "invalid_rate"),
+    "logprobs": ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "log_odds"),
+    "generate": ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate"),
 }
 MEASURE_TITLES = {
     "stop_rate": ("stop rate", "stop rate (fraction of items)"),
     "missing_test_rate": ("missing-property test rate", "missing-property test chosen (fraction of items)"),
+    "useless_test_rate": ("useless test rate", "test that reveals nothing unknown: repeat or free fall (fraction)"),
     "min_cost_accuracy": ("minimum-cost accuracy", "minimum-cost choice (fraction of items)"),
     "log_odds": ("log-odds stop vs best other letter", "log p(stop) - max log p(other) (nats)"),
     "invalid_rate": ("invalid replies", "invalid replies (fraction of items)"),
 }
-RATE_MEASURES = ("stop_rate", "missing_test_rate", "min_cost_accuracy", "invalid_rate")
+RATE_MEASURES = ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate")
 ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward measuring)"
 
 
@@ -182,8 +190,11 @@ class DoseResponseConfig:
     batch_size: int | None = None
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
+    shard: str | None = None  # "K/N": only the items of shard K's families (bench.shard); merge with `evprobe merge`
 
     def __post_init__(self) -> None:
+        if self.shard is not None:
+            Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
         if not self.alphas:
             raise ValueError("key 'alphas' is empty; give at least one dose, e.g. [-1, 0, 1]")
         if not all(math.isfinite(a) for a in self.alphas):
@@ -393,6 +404,11 @@ def _select_items(config: DoseResponseConfig, bench: Path, every_item: list[Item
             and it.family_id not in excluded]
     if config.limit is not None:
         kept = kept[: config.limit]
+    if kept and config.shard is not None:  # after the limit: the shards' union is the unsharded selection
+        kept = select_shard(kept, Shard.parse(config.shard), every_item)
+        if not kept:
+            raise ConfigError(f"shard {config.shard} holds none of the items to steer (too many shards for their "
+                              "families); use fewer shards")
     if not kept:
         why = (f" after dropping the {len(excluded)} families the directions were fitted on (heldout: true); fit "
                "them on part of the families (e.g. `evprobe directions ... --by system`) or set heldout: false"
@@ -473,6 +489,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         "direction": name,
         "flipped": sign < 0,
         "max_new_tokens": model.max_new_tokens_direct if "generate" in config.readouts else None,
+        "shard": config.shard,
     }
     return Plan(config=config, model=model, bench=bench, out=out, items=items, layers=layers,
                 directions=directions, random=random, conditions=conditions, name=name,
@@ -542,6 +559,19 @@ def missing_test(item: Item) -> str | None:
     return "test_other" if item.initial_property == "mass" else "test_mass"
 
 
+def useless_test(item: Item, action: str | None) -> bool:
+    """A test whose result is already known or tells nothing: free fall, or repeating the initial test.
+
+    No state of belief justifies it (unlike the combined report, which resolves but costs more),
+    so a steered model choosing it has stopped reasoning about the evidence: the known-answer
+    checks call a dose where this passes 10% of a group the point where the model breaks."""
+    if action == "free_fall":
+        return True
+    if item.variant == "no_initial_test" or action is None:
+        return False
+    return action == ("test_mass" if item.initial_property == "mass" else "test_other")
+
+
 def logprob_readout(item: Item, logp: np.ndarray) -> dict[str, Any]:
     """Choice and measures from one row of option log-probs, logp: (len(LETTERS),) float64."""
     assert item.options is not None
@@ -557,6 +587,7 @@ def logprob_readout(item: Item, logp: np.ndarray) -> dict[str, Any]:
         "action": action,
         "stop": action == "stop",
         "missing": None if missing is None else action == missing,
+        "useless": useless_test(item, action),
         "min_cost": action == item.reference_action,
         "log_odds": values[letters.index(stop_letter)] - best_other,
     }
@@ -576,6 +607,7 @@ def generate_readout(item: Item, text: str, regime: str, n_new: int) -> dict[str
         "action": parsed.action,
         "stop": parsed.action == "stop",
         "missing": None if missing is None else parsed.action == missing,
+        "useless": useless_test(item, parsed.action),
         "min_cost": parsed.valid and parsed.action == item.reference_action,
         "n_new_tokens": n_new,
     }
@@ -647,6 +679,16 @@ def _load_handle(plan: Plan) -> Any:
     return handle
 
 
+def single_run_order(plan: Plan) -> list[tuple[str, str]]:
+    """(item_id, condition) of every row in the order one uninterrupted run appends them."""
+    out = []
+    for group in by_image_count(plan.items):
+        for start in range(0, len(group), plan.batch_size):
+            batch = group[start: start + plan.batch_size]
+            out += [(it.item_id, cond.key) for cond in plan.conditions for it in batch]
+    return out
+
+
 def dose_response(config: DoseResponseConfig, *, progress: bool = True) -> dict[str, Any]:
     """Run (or finish) the experiment and write its reports; returns the summary.
 
@@ -715,6 +757,8 @@ def _values(readout: str, rows: list[dict[str, Any]]) -> np.ndarray:
                 out[i, j] = float(r["stop"])
             elif m == "missing_test_rate":
                 out[i, j] = np.nan if r["missing"] is None else float(r["missing"])
+            elif m == "useless_test_rate":  # rows written before this measure existed have no value
+                out[i, j] = np.nan if r.get("useless") is None else float(r["useless"])
             elif m == "min_cost_accuracy":
                 out[i, j] = float(r["min_cost"])
             elif m == "log_odds":
@@ -1135,6 +1179,9 @@ def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--out", default=None, help="output folder")
     p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
     p.add_argument("--seed", type=integer, default=None, help="bootstrap seed")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="only the target items of shard K of N (0-based; whole families); combine the N folders "
+                   "with `evprobe merge`")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=run_dose_response)
     return p
@@ -1142,7 +1189,7 @@ def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.Argume
 
 OVERRIDE_FLAGS = ("model", "bench", "directions", "direction", "layers", "alphas", "n_random", "random_seed",
                   "ablation", "requests", "systems", "families", "heldout", "limit", "readout", "positions",
-                  "regime", "batch_size", "out", "n_boot", "seed")
+                  "regime", "batch_size", "out", "n_boot", "seed", "shard")
 
 
 def config_from_args(args: argparse.Namespace) -> DoseResponseConfig:
@@ -1156,7 +1203,17 @@ def config_from_args(args: argparse.Namespace) -> DoseResponseConfig:
 
 
 def run_dose_response(args: argparse.Namespace) -> int:
+    from experiments.distributed import data_parallel, device_map_for_rank
+
     config = config_from_args(args)
+
+    def for_rank(c: DoseResponseConfig) -> DoseResponseConfig:  # the device map lives in the model config
+        model = load_model_config(c.model)
+        return replace(c, model=load_model_config(model, {"device_map": device_map_for_rank(model.device_map)}))
+
+    # torchrun / accelerate launch: this rank's items, then rank 0 merges
+    if data_parallel(config, lambda c: dose_response(c, progress=False), unit="items", for_rank=for_rank):
+        return 0
     summary = dose_response(config, progress=not args.quiet)
     print(f"{summary['n_rows']} rows ({summary['n_items']} items x {summary['n_conditions']} conditions): "
           f"{summary['computed']} computed in {summary['seconds']} s, {summary['reused']} reused")
@@ -1189,4 +1246,5 @@ __all__ = [
     "missing_test",
     "plot_curves",
     "run_dose_response",
+    "single_run_order",
 ]

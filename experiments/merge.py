@@ -8,7 +8,10 @@ Run folders (run.json + records.jsonl) give OUT/records.jsonl and OUT/run.json; 
 (meta.json + acts.npy + index.jsonl) give OUT/acts.npy, OUT/index.jsonl and OUT/meta.json;
 `evprobe patching` folders (meta.json + results.jsonl) give OUT/results.jsonl (a single job's
 order), OUT/meta.json and the summary of all rows (patching.json, .md, .png; `seconds` is the
-longest shard's).
+longest shard's); `evprobe dose-response` folders give OUT/results.jsonl (a single run's order:
+image-count groups, batches, conditions), OUT/meta.json and every report of the whole run
+(dose_response.json, .md, curves). Steered rows were computed in other batches than a single run's,
+so their log-probs agree with a single run's within float32 rounding, not bit for bit.
 
 What comes out is what one unsharded, uninterrupted run of the same command writes:
 - records.jsonl: the shards' lines, byte for byte, in the single run's order (items grouped by
@@ -77,10 +80,13 @@ def _complete_lines(path: Path) -> list[str]:
 
 
 def _kind(folder: Path) -> str:
+    from experiments.dose_response import FORMAT as DOSE_FORMAT
+
     if (folder / RUN_META_FILE).is_file():
         return "run"
-    if (folder / CAPTURE_META_FILE).is_file():  # capture and patching folders both have a meta.json
-        return "capture" if "format" in _read_meta(folder / CAPTURE_META_FILE) else "patching"
+    if (folder / CAPTURE_META_FILE).is_file():  # capture, patching and dose-response folders have a meta.json
+        fmt = _read_meta(folder / CAPTURE_META_FILE).get("format")
+        return "dose-response" if fmt == DOSE_FORMAT else "capture" if fmt is not None else "patching"
     raise BenchError(f"{folder} is not a run, capture or patching folder (no {RUN_META_FILE} or {CAPTURE_META_FILE}); "
                      "pass the folders that `--shard K/N` wrote")
 
@@ -122,6 +128,10 @@ def _settings(meta: dict[str, Any], free: Sequence[str]) -> dict[str, Any]:
     out = {k: v for k, v in meta.items() if k not in free}
     if isinstance(out.get("config"), dict):
         out["config"] = {k: v for k, v in out["config"].items() if k not in _CONFIG_FREE}
+        if isinstance(out["config"].get("model"), dict):  # an inline model config (dose-response under torchrun)
+            out["config"]["model"] = {k: v for k, v in out["config"]["model"].items() if k != "device_map"}
+    if isinstance(out.get("model_config"), dict):
+        out["model_config"] = {k: v for k, v in out["model_config"].items() if k != "device_map"}
     return out
 
 
@@ -345,6 +355,63 @@ def merge_patching(out: Path, parts: list[_Part]) -> dict[str, Any]:
             "files": [RESULTS_FILE, CAPTURE_META_FILE, "patching.json", "patching.md", "patching.png"]}
 
 
+def merge_dose_response(out: Path, parts: list[_Part]) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from experiments.config import load_config
+    from experiments.dose_response import (
+        RESULTS_FILE,
+        DoseResponseConfig,
+        aggregate,
+        make_plan,
+        single_run_order,
+        write_reports,
+    )
+
+    _check_same(parts, ("shard",))
+    path = out / CAPTURE_META_FILE
+    if path.is_file():
+        old = _read_meta(path)
+        if old.get("shard") is not None or _settings(old, ("shard",)) != _settings(parts[0].meta, ("shard",)):
+            raise BenchError(f"{out} already holds another dose-response run; merge into another folder")
+    config = load_config(DoseResponseConfig, {**parts[0].meta["config"], "out": str(out), "shard": None},
+                         where=f"{parts[0].folder / CAPTURE_META_FILE}")
+    plan = make_plan(config)  # the unsharded plan: items, conditions and batch size of one run
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    lines: dict[tuple[str, str], str] = {}
+    for p in parts:
+        mine = make_plan(replace(config, shard=str(p.shard), out=str(p.folder)))
+        wanted = {(it.item_id, c.key) for it in mine.items for c in mine.conditions}
+        got = 0
+        for number, line in enumerate(_complete_lines(p.folder / RESULTS_FILE), start=1):
+            try:
+                row = json.loads(line)
+                key = (row["item_id"], row["condition"])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise BenchError(f"{p.folder / RESULTS_FILE}:{number}: not a dose-response row; rerun shard "
+                                 f"{p.shard.k} into a fresh --out") from None
+            if key not in wanted:
+                raise BenchError(f"{p.folder / RESULTS_FILE}:{number}: {key[0]} under {key[1]} is not a row of shard "
+                                 f"{p.shard}; that folder holds another run")
+            if key in lines:
+                raise BenchError(f"{key[0]} under {key[1]} is in two shards (second: {p.folder}); merge the shards "
+                                 "of one command")
+            rows[key], lines[key] = row, line
+            got += 1
+        if got != len(wanted):
+            raise _incomplete(p, got, len(wanted))
+    order = single_run_order(plan)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / RESULTS_FILE, "".join(lines[k] + "\n" for k in order).encode("utf-8"))
+    meta = {k: v for k, v in parts[0].meta.items()}
+    meta["shard"] = None
+    meta["config"] = {**meta["config"], "out": str(out), "shard": None}
+    atomic_write_json(path, meta)
+    files = write_reports(plan, aggregate(plan, rows))
+    return {"kind": "dose-response", "n_shards": len(parts), "n_items": len(plan.items),
+            "files": [RESULTS_FILE, CAPTURE_META_FILE, *files]}
+
+
 def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> dict[str, Any]:
     """Merge the shard folders of one `evprobe run` or `evprobe capture` into `out`."""
     out, folders = Path(out), [Path(d) for d in shard_dirs]
@@ -359,7 +426,8 @@ def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> dict[str, Any]:
         if p.folder.resolve() == out.resolve():
             raise BenchError(f"OUT {out} is also a shard folder; merge into another folder")
     out.mkdir(parents=True, exist_ok=True)
-    merger = {"run": merge_runs, "capture": merge_captures, "patching": merge_patching}[kind]
+    merger = {"run": merge_runs, "capture": merge_captures, "patching": merge_patching,
+              "dose-response": merge_dose_response}[kind]
     return merger(out, parts)
 
 
@@ -369,10 +437,11 @@ def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> dict[str, Any]:
 def add_merge_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "merge",
-        help="combine the --shard K/N folders of one run, capture or patching job into what one run writes",
-        description="Combine shard folders (all N shards of one `evprobe run`, `evprobe capture` or "
-        "`evprobe patching` command, written with --shard K/N) into OUT: records.jsonl + run.json; acts.npy + index.jsonl + meta.json; or "
-        "results.jsonl + meta.json + patching.json/.md/.png, "
+        help="combine the --shard K/N folders of one run, capture, patching or dose-response job into what one run writes",
+        description="Combine shard folders (all N shards of one `evprobe run`, `evprobe capture`, "
+        "`evprobe patching` or `evprobe dose-response` command, written with --shard K/N) into OUT: records.jsonl + "
+        "run.json; acts.npy + index.jsonl + meta.json; results.jsonl + meta.json + patching.json/.md/.png; or "
+        "results.jsonl + meta.json + dose_response.json/.md and curves, "
         "exactly as one unsharded run writes them (except per-item timing). Refuses missing, duplicated, "
         "incomplete or mismatched shards.",
     )

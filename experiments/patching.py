@@ -3,7 +3,8 @@
 An image pair shares every prompt byte and its two sheets have the same size, so both members
 tokenize to the same positions. For each pair (both directions: A into B and B into A) we patch
 the source member's decoder-layer output into the target's forward pass, one layer and one
-position set at a time (the last prompt token, the question text, the image tokens), and read
+position set at a time (the last prompt token, the question text, the image tokens; for the
+model organism, which reads facts, "text" is every fact token but the sheet values), and read
 the five option letters' next-token log-probabilities (`hooks.patching.patch_pair`).
 
 The measure is the log-odds between the two members' reference options: with a_s the source's
@@ -153,8 +154,11 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
     todo = [(s, t) for s, t in jobs if f"{s.item_id}>{t.item_id}" not in done]
     bar = Progress("patching", len(todo)) if progress and todo else None
     started = time.perf_counter()
+    # A model that reads facts instead of the prompt's words (the organism) has no question text:
+    # its "text" set is every fact token except the sheet values (hooks.spans).
+    marker_of = question_marker if getattr(handle.processor, "keeps_prompt_text", True) else (lambda prompt: None)
     for source, target in todo:
-        row = _patch_one(handle, bench, source, target, layers, config, question_marker)
+        row = _patch_one(handle, bench, source, target, layers, config, marker_of)
         append_log_lines(results, [row])
         if bar:
             bar.update()
@@ -351,7 +355,12 @@ def config_from_args(args: argparse.Namespace) -> PatchingConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from experiments.distributed import data_parallel
+
     config = config_from_args(args)
+    # torchrun / accelerate launch: this rank's pairs, then rank 0 merges
+    if data_parallel(config, lambda c: run_patching(c, progress=False), unit="(pair, direction) rows"):
+        return 0
     summary = run_patching(config, progress=not args.quiet)
     print(f"patched {summary['n_rows']} (pair, direction) rows; wrote {config.out}/patching.md and patching.png")
     return 0

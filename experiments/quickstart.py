@@ -1,22 +1,29 @@
 """`evprobe quickstart`: the main job, end to end, on a fresh machine with no download and no GPU.
 
 Steps (each one resumable; a second run reuses finished work):
- 1. generate a benchmark subset (`--families-per-system`, default 2: 6 families, 312 items);
+ 1. generate the benchmark: the main set (48 families per system, 9,216 items, held out from the
+    organism's training) for the organism, a 2-family-per-system subset (312 items) for other
+    models (`--families-per-system` overrides);
  2. run the model through the behavioural runner (direct protocol) and score it;
  3. capture the residual stream of the selection and initial-answer prompts at every layer
-    (last token, question text, image tokens);
- 4. sweep logistic probes for sufficiency (`resolved`) with controls and baselines;
- 5. fit difference-of-means directions for `resolved`, one per system (so steering can be tested
-    on the families of other systems);
- 6. a small dose-response: the first system's direction applied to held-out families of the
-    others, with a random-direction null and ablation;
- 7. pair patching on a few image pairs;
- 8. one report, `OUT/report/report.md`, with every plot beside it.
+    (last token, question text, image tokens; for the organism, which reads facts, "text" is
+    every fact token but the sheet values and "image" the sheet values);
+ 4. sweep logistic probes for sufficiency (`resolved`) with controls, input baselines and the
+    within-family variance check (a model whose state is identical within families is reported
+    as DEGENERATE, never as AUROC 0.5);
+ 5. fit difference-of-means directions for `resolved` on each half of the families (a seeded
+    coin per family), so steering runs on families the direction never saw;
+ 6. dose-response: the first half's direction at every layer on the other half's selections,
+    with random directions of the same norm and ablation;
+ 7. pair patching on image pairs;
+ 8. for the organism, the known-answer checks (experiments/known_answer.py), then one report,
+    `OUT/report/report.md`, with every plot beside it.
 
-The embedded default model is a tiny randomly initialised LLaVA (`tiny:llava`): it exercises every
-code path in about a minute on 2 cores, and the report says plainly that its numbers describe an
-untrained model. On a GPU machine, `--model configs/models/qwen2_5_vl_7b.yaml` runs the same job
-on a real checkpoint.
+The embedded default model is the model organism (`organism`, organism/): a small Llama trained
+here to decide sufficiency, whose answer is known, so the report shows whether the toolkit finds
+it (a few minutes on 2 cores). `--model tiny:llava` runs the same job on a tiny untrained VLM in
+about a minute (its report says its numbers describe an untrained model). On a GPU machine,
+`--model configs/models/qwen2_5_vl_7b.yaml` runs it on a real checkpoint.
 """
 
 from __future__ import annotations
@@ -32,11 +39,19 @@ from bench.generate import GenerateConfig, generate
 from bench.manifest import META_FILE, BenchError
 from bench.runner import RunConfig, run
 
-DEFAULT_MODEL = "tiny:llava"
+DEFAULT_MODEL = "organism"
 UNTRAINED = (
     "The model is {model}: a tiny randomly initialised network of a real architecture, untrained. "
     "Every number below tests the toolkit's plumbing, not what any model knows."
 )
+ORGANISM = (
+    "The model is the model organism: a 4-layer Llama trained here (organism/) to choose the cheapest "
+    "sufficient action from facts its front end reads off the prompt and the sheets (numbers, menu, the "
+    "measured value), not from pixels or words. Its answer is known, so the checks below test the toolkit. "
+    "Known-answer checks: {verdict}."
+)
+# A regular grid wide enough to reach where the organism breaks (about +-1 mean residual norm).
+ORGANISM_ALPHAS = (-1.5, -1.25, -1.0, -0.75, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
 
 
 def _step(n: int, title: str) -> float:
@@ -58,8 +73,8 @@ def quickstart(
     out: Path,
     *,
     model: str = DEFAULT_MODEL,
-    families_per_system: int = 2,
-    pairs: int = 4,
+    families_per_system: int | None = None,
+    pairs: int | None = None,
     n_boot: int = 1000,
     progress: bool = False,
 ) -> dict[str, Any]:
@@ -67,6 +82,11 @@ def quickstart(
     from experiments.config import load_model_config
 
     cfg = load_model_config(model)  # a bad name or file fails here, before anything runs
+    organism = cfg.model == "organism"
+    if families_per_system is None:
+        families_per_system = 48 if organism else 2
+    if pairs is None:
+        pairs = 64 if organism else 4
     if families_per_system < 2:
         raise BenchError("--families-per-system must be at least 2 (folds and held-out systems need families)")
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +95,9 @@ def quickstart(
     timings: dict[str, float] = {}
 
     t = _step(1, "generate the benchmark subset")
-    gen = GenerateConfig(families_per_system=families_per_system, subset_per_cell=0)
+    # The organism's set is the main set itself (its seed, its variant subset): held out from training.
+    gen = (GenerateConfig() if organism and families_per_system == 48
+           else GenerateConfig(families_per_system=families_per_system, subset_per_cell=0))
     if not _bench_ready(bench, gen):
         generate(bench, gen, force=True, progress=progress)
     timings["generate"] = time.perf_counter() - t
@@ -91,7 +113,6 @@ def quickstart(
 
     t = _step(3, "capture the residual stream")
     from experiments.capture import CaptureConfig, capture
-
     capture(CaptureConfig(model=cfg.model, bench=str(bench), out=str(acts), requests=("select", "answer_initial"),
                           positions=("last", "text_mean", "image_mean"), batch_size=cfg.batch_size,
                           dtype=cfg.dtype, device_map=cfg.device_map, attn_implementation=cfg.attn_implementation,
@@ -103,19 +124,20 @@ def quickstart(
                              "--out", str(acts / "probes" / "resolved")])
     timings["sweep"] = time.perf_counter() - t
 
-    t = _step(5, "fit directions per system")
+    t = _step(5, "fit directions on each half of the families")
     meta = json.loads((acts / "meta.json").read_text())
     layers = ",".join(str(i) for i in meta["layers"])
     _probe_command("directions", [str(acts), "--layer", layers, "--position", "last", "--label", "resolved",
-                                  "--by", "system", "--out", str(directions)])
+                                  "--by", "half", "--out", str(directions)])
     timings["directions"] = time.perf_counter() - t
 
     t = _step(6, "dose-response on held-out families")
     from experiments.dose_response import DoseResponseConfig, dose_response
 
     dose_response(DoseResponseConfig(model=model, bench=str(bench), directions=str(directions), out=str(dose),
-                                     layers="from-direction", alphas=(-1.0, -0.5, 0.0, 0.5, 1.0), n_random=2,
-                                     n_boot=n_boot), progress=progress)
+                                     layers="from-direction",
+                                     alphas=ORGANISM_ALPHAS if organism else (-1.0, -0.5, 0.0, 0.5, 1.0),
+                                     n_random=3 if organism else 2, n_boot=n_boot), progress=progress)
     timings["dose_response"] = time.perf_counter() - t
 
     t = _step(7, "pair patching")
@@ -126,13 +148,22 @@ def quickstart(
                                 attn_implementation=cfg.attn_implementation, n_boot=n_boot), progress=progress)
     timings["patching"] = time.perf_counter() - t
 
-    t = _step(8, "write the report")
+    t = _step(8, "known-answer checks and the report" if organism else "write the report")
     from experiments.report import build_report
 
     banner = UNTRAINED.format(model=cfg.model) if cfg.model.startswith("tiny:") else None
+    checks = None
+    if organism:
+        from experiments.known_answer import known_answer_checks
+
+        checks = known_answer_checks(out)
+        failed = [c["check"] for c in checks["checks"] if c["passed"] is not True]
+        verdict = "all passed" if not failed else "NOT passed: " + ", ".join(failed)
+        banner = ORGANISM.format(verdict=verdict)
     report = build_report(out, title=f"evprobe quickstart: {cfg.model}", banner=banner)
     timings["report"] = time.perf_counter() - t
-    return {"report": str(report), "seconds": {k: round(v, 2) for k, v in timings.items()}}
+    return {"report": str(report), "seconds": {k: round(v, 2) for k, v in timings.items()},
+            "known_answer": checks}
 
 
 def _probe_command(name: str, argv: list[str]) -> None:
@@ -156,9 +187,11 @@ def add_quickstart_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, default=Path("out/quickstart"), help="output folder")
     p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="tiny:<arch>, a config in configs/models (e.g. qwen2_5_vl_7b or its path), or a hub id")
-    p.add_argument("--families-per-system", type=int, default=2)
-    p.add_argument("--pairs", type=int, default=4, help="image pairs to patch")
+                   help="organism (default), tiny:<arch>, a config in configs/models (e.g. qwen2_5_vl_7b or its "
+                   "path), or a hub id")
+    p.add_argument("--families-per-system", type=int, default=None,
+                   help="benchmark size (default: 48, the main set, for the organism; 2 for other models)")
+    p.add_argument("--pairs", type=int, default=None, help="image pairs to patch (default: 64 organism, 4 others)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--progress", action="store_true", help="show each step's progress line")
     p.set_defaults(run=_run)
@@ -168,5 +201,9 @@ def _run(args: argparse.Namespace) -> int:
     result = quickstart(args.out, model=args.model, families_per_system=args.families_per_system,
                         pairs=args.pairs, n_boot=args.n_boot, progress=args.progress)
     total = sum(result["seconds"].values())
-    print(f"quickstart done in {total:.0f} s; report: {result['report']}")
+    if result["known_answer"] is not None:
+        for c in result["known_answer"]["checks"]:
+            print(f"{'pass' if c['passed'] else 'FAIL'}: {c['check']}: {c['measured']}")
+    steps = ", ".join(f"{k} {v:.0f} s" for k, v in result["seconds"].items())
+    print(f"quickstart done in {total:.0f} s ({steps}); report: {result['report']}")
     return 0

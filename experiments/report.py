@@ -18,6 +18,7 @@ from pathlib import Path
 from bench.manifest import BenchError, atomic_write_bytes
 
 PARTS = (
+    ("Known-answer checks", "known_answer.md"),
     ("Behaviour", "scores.md"),
     ("Probe sweeps", "sweep.md"),
     ("Direction geometry", "geometry.md"),

@@ -1,7 +1,14 @@
 """The model handle every later stage uses: model + processor + decoder layers.
 
-`load("tiny:<arch>")` builds a tiny random model (hooks.tiny); anything else is a
-hub id or local folder loaded with AutoProcessor / AutoModelForImageTextToText.
+`load("tiny:<arch>")` builds a tiny random model (hooks.tiny); a name that an installed package
+registers in the `evprobe.models` entry-point group (`organism`) resolves to its folder; anything
+else is a hub id or local folder loaded with AutoProcessor / AutoModelForImageTextToText
+(AutoModelForCausalLM for a text-only checkpoint, whose processor turns images into tokens).
+
+Entry points keep `hooks` free of the benchmark: the model organism's processor reads benchmark
+sheets, so it lives in the `organism` package, which `hooks` finds only through
+`evprobe.models` (name -> function returning the folder) and `evprobe.processors`
+(processor_class -> class), both declared in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -142,6 +149,23 @@ def _resolve_dtype(dtype: str, device_map: str | None):
     return "auto" if on_gpu else torch.float32
 
 
+def _entry_points(group: str) -> dict:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def named_models() -> tuple[str, ...]:
+    """Model names registered by installed packages (e.g. "organism")."""
+    return tuple(sorted(_entry_points("evprobe.models")))
+
+
+def resolve_model(model: str) -> str:
+    """The folder of a registered model name; any other name unchanged."""
+    ep = _entry_points("evprobe.models").get(model)
+    return model if ep is None else str(ep.load()())
+
+
 def _saved_processor_class(model: str) -> str | None:
     """`processor_class` from a (local or cached) processor_config.json, if any."""
     from transformers.utils import cached_file
@@ -175,6 +199,9 @@ def _load_processor(model: str, *, trust_remote_code: bool):
     saved = _saved_processor_class(model)
     if saved in LOCAL_PROCESSORS:
         return LOCAL_PROCESSORS[saved].from_pretrained(model)
+    plugins = _entry_points("evprobe.processors")
+    if saved in plugins:
+        return plugins[saved].load().from_pretrained(model)
     try:
         return AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
     except Exception:  # ImportError (torchvision) or OSError (video processor files), among others
@@ -183,6 +210,19 @@ def _load_processor(model: str, *, trust_remote_code: bool):
         if saved in TORCHVISION_FREE and not is_torchvision_available():
             return TORCHVISION_FREE[saved].from_pretrained(model)
         raise
+
+
+def keeps_prompt_text(model: str) -> bool:
+    """False for a model whose processor rewrites the prompt (the organism reads facts, so text
+    positions and markers do not exist for it); True otherwise, read without loading weights."""
+    if model.startswith("tiny:"):
+        return True
+    try:
+        saved = _saved_processor_class(resolve_model(model))
+    except Exception:  # noqa: BLE001 - an unreadable folder: load() will say why
+        return True
+    plugin = _entry_points("evprobe.processors").get(saved) if saved else None
+    return True if plugin is None else bool(getattr(plugin.load(), "keeps_prompt_text", True))
 
 
 def config_n_layers(model: str, *, trust_remote_code: bool = False) -> int | None:
@@ -196,7 +236,7 @@ def config_n_layers(model: str, *, trust_remote_code: bool = False) -> int | Non
     try:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(resolve_model(model), trust_remote_code=trust_remote_code)
         return int(config.get_text_config().num_hidden_layers)
     except Exception:  # noqa: BLE001 - any failure means "unknown here"; load() reports it properly
         return None
@@ -212,7 +252,8 @@ def load(
 ) -> Handle:
     """Load a vision-language model and its processor into a Handle.
 
-    model: "tiny:<arch>" (see hooks.tiny.TINY_ARCHS), a hub id or a local folder.
+    model: "tiny:<arch>" (see hooks.tiny.TINY_ARCHS), a registered name (`named_models()`, e.g.
+        "organism"), a hub id or a local folder.
     dtype: "auto" = float32 on CPU, the checkpoint's dtype on GPU; or an explicit one.
     device_map: passed to from_pretrained (None = CPU).
     trust_remote_code: off unless asked for (never implied).
@@ -234,10 +275,9 @@ def load(
             handle.model.set_attn_implementation(attn_implementation)
         return handle
 
+    name, model = model, resolve_model(model)
     if (os.path.isabs(model) or model.startswith(".")) and not os.path.isdir(model):
         raise FileNotFoundError(f"model folder {model!r} does not exist (and it is not a hub id)")
-
-    from transformers import AutoModelForImageTextToText
 
     kwargs: dict[str, Any] = dict(
         dtype=_resolve_dtype(dtype, device_map),
@@ -249,8 +289,24 @@ def load(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     processor = _load_processor(model, trust_remote_code=trust_remote_code)
-    hf_model = AutoModelForImageTextToText.from_pretrained(model, **kwargs)
-    return Handle.from_parts(hf_model, processor, model_id=model)
+    hf_model = _model_class(model, trust_remote_code).from_pretrained(model, **kwargs)
+    return Handle.from_parts(hf_model, processor, model_id=name)
+
+
+def _model_class(model: str, trust_remote_code: bool):
+    """AutoModelForImageTextToText, or AutoModelForCausalLM for a text-only config."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    if getattr(config, "vision_config", None) is None and config.model_type in _causal_lm_types():
+        return AutoModelForCausalLM
+    return AutoModelForImageTextToText
+
+
+def _causal_lm_types() -> set[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
 # The functions that take a Handle, importable from here as well.

@@ -30,6 +30,11 @@ layer output's sequence axis directly):
   prompt text itself (the user's words: no role header, no template tokens, no image or
   special tokens, no generation prompt). Tokens that straddle the segment's edges count.
 
+A processor that does not keep the prompt's words (`keeps_prompt_text = False`: the model
+organism, which reads facts extracted from the prompt) has no text markers; its `text` is every
+non-special, non-image token of the row but the last (the task word, which is `last`), and its
+image tokens are the ids its processor lists in `image_feature_token_ids`.
+
 How `text` is found: the row's chat-template string (images as unexpanded placeholders) is
 tokenized with character offsets. The processor expands image placeholders, which changes the
 tokens before the text but not after it (the text comes after all images), so the two token
@@ -75,10 +80,20 @@ class Spans:
 
 @dataclass(frozen=True)
 class ImageTokens:
-    """The image token ids of a model: the feature placeholder and the structural markers."""
+    """The image token ids of a model: the feature placeholder(s) and the structural markers.
 
-    feature: int | None
+    features: usually one id (the placeholder the model scatters vision features into); a
+    processor that writes image content as several token ids lists them in its
+    `image_feature_token_ids` attribute (the model organism's sheet values).
+    """
+
+    features: frozenset[int]
     markers: frozenset[int]
+
+    @property
+    def feature(self) -> int | None:
+        """The single feature id, or None (no image tokens, or several)."""
+        return next(iter(self.features)) if len(self.features) == 1 else None
 
 
 def image_token_ids(handle: Handle) -> ImageTokens:
@@ -87,6 +102,9 @@ def image_token_ids(handle: Handle) -> ImageTokens:
 
 
 def _image_token_ids(config: Any, tokenizer: Any, processor: Any) -> ImageTokens:
+    declared = getattr(processor, "image_feature_token_ids", None)
+    if declared is not None:
+        return ImageTokens(features=frozenset(int(i) for i in declared), markers=frozenset())
     feature = None
     for name in ("image_token_id", "image_token_index"):
         value = getattr(config, name, None)
@@ -106,7 +124,8 @@ def _image_token_ids(config: Any, tokenizer: Any, processor: Any) -> ImageTokens
         if _IMAGE_WORDS.search(text) or _ROW_COL.match(text):
             markers.add(int(token_id))
     markers.discard(feature)  # type: ignore[arg-type]
-    return ImageTokens(feature=feature, markers=frozenset(markers))
+    features = frozenset() if feature is None else frozenset({feature})
+    return ImageTokens(features=features, markers=frozenset(markers))
 
 
 def render_row(handle: Handle, prompt_text: str, n_images: int) -> str:
@@ -172,9 +191,19 @@ def token_spans(
     real_ids = [ids[i] for i in real]
 
     tokens = tokens or image_token_ids(handle)
-    image = tuple(i for i in real if ids[i] == tokens.feature)
+    image = tuple(i for i in real if ids[i] in tokens.features)
     image_markers = tuple(i for i in real if ids[i] in tokens.markers)
 
+    if not getattr(handle.processor, "keeps_prompt_text", True):
+        # The processor rewrites the prompt (the model organism reads facts, not words).
+        if marker is not None:
+            raise ValueError(
+                f"{handle.model_id} does not read the prompt's words, so text marker {marker[:60]!r} has no "
+                "tokens; use the 'last' or 'image' positions"
+            )
+        special = set(handle.tokenizer.all_special_ids)
+        text_all = tuple(i for i in real[:-1] if ids[i] not in tokens.features and ids[i] not in special)
+        return Spans(last=real[-1], image=image, image_markers=image_markers, text=text_all)
     rendered = render_row(handle, prompt_text, n_images)
     r_ids, offsets = _tokenize_with_offsets(handle.tokenizer, rendered)
     p0, p1 = _find_prompt(rendered, prompt_text)
@@ -194,7 +223,7 @@ def token_spans(
     shared = 0
     while shared < min(len(r_ids), len(real_ids)) and r_ids[-1 - shared] == real_ids[-1 - shared]:
         shared += 1
-    skip = set(handle.tokenizer.all_special_ids) | {tokens.feature} | set(tokens.markers)
+    skip = set(handle.tokenizer.all_special_ids) | set(tokens.features) | set(tokens.markers)
     hits = [k for k, (s, e) in enumerate(offsets) if s < c1 and e > c0 and e > s and r_ids[k] not in skip]
     if not hits:
         raise ValueError(f"{what} covers no tokens")

@@ -9,6 +9,8 @@ Conditions (`conditions(kind)`), each a set of labelled rows:
   level and the history drawn per family with a seeded coin. On image pairs the label flips
   with the measurement (same question), on threshold pairs with the threshold (same image):
   does a probe trained on one kind of contrast read the other?
+- `half`: two halves of the families by a seeded coin per family (same systems, disjoint
+  families): a direction fitted on one half can be steered on the other, in distribution;
 - `request`: the request type (`select`, `answer_initial`, ...; variants by their names);
 - `regime`: the capture a row came from (pool captures of several prompt regimes);
 - any other index field: one condition per value.
@@ -49,7 +51,7 @@ from probes.nested import FoldChoice, NestedResult, nested_estimate
 from probes.splits import family_folds
 from probes.sweep import SweepConfig, _candidates
 
-KINDS = ("system", "initial", "pairs", "request", "regime")
+KINDS = ("system", "initial", "pairs", "half", "request", "regime")
 MAX_CONDITIONS = 12
 
 
@@ -70,7 +72,10 @@ def _coin(family: str, seed: int, salt: str) -> int:
 def conditions(captures: CaptureSet, labelset: LabelSet, kind: str, seed: int = 0) -> list[Condition]:
     """The conditions of a transfer kind (module docstring), each with at least one row."""
     rows = [captures.index[r] for r in labelset.rows]
-    if kind == "pairs":
+    if kind == "half":
+        half = [("half_a", "half_b")[_coin(r["family_id"], seed, "half")] for r in rows]
+        out = [Condition(name, np.array([h == name for h in half])) for name in ("half_a", "half_b")]
+    elif kind == "pairs":
         level = [("low", "high")[_coin(r["family_id"], seed, "level")] for r in rows]
         hist = [_coin(r["family_id"], seed, "history") for r in rows]
         image = np.array([r.get("threshold_level") == lv and r.get("history") is not None for r, lv in zip(rows, level)])

@@ -272,3 +272,63 @@ def test_merged_patching_shards_equal_a_single_job(tmp_path: Path) -> None:
     a, b = (json.loads((d / "patching.json").read_text()) for d in (tmp_path / "one", tmp_path / "merged"))
     assert {**a, "seconds": 0} == {**b, "seconds": 0}
     assert (tmp_path / "one" / "patching.md").read_bytes() == (tmp_path / "merged" / "patching.md").read_bytes()
+
+
+# ---------------------------------------------------------------- dose-response (and torchrun patching)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_same_dose_response(one: Path, other: Path) -> None:
+    """Same rows in the same order; log-probs within float32 rounding; same choices and rates."""
+    a, b = _rows(one / "results.jsonl"), _rows(other / "results.jsonl")
+    assert [(r["item_id"], r["condition"]) for r in a] == [(r["item_id"], r["condition"]) for r in b]
+    for x, y in zip(a, b):
+        assert {k: v for k, v in x["lp"].items() if k != "log_odds"} == {k: v for k, v in y["lp"].items() if k != "log_odds"}
+        assert np.allclose(list(x["logprobs"].values()), list(y["logprobs"].values()), atol=1e-4)
+    ja, jb = (json.loads((d / "dose_response.json").read_text()) for d in (one, other))
+    rates = [(r["value"], s["value"]) for r, s in zip(ja["rows"], jb["rows"]) if r["measure"] != "log_odds"]
+    assert len(ja["rows"]) == len(jb["rows"]) and all(x == y for x, y in rates)
+
+
+def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_path: Path) -> None:
+    from experiments.dose_response import DoseResponseConfig, dose_response
+
+    acts, dirs = tmp_path / "acts", tmp_path / "dirs"
+    capture(CaptureConfig(model="organism", bench=str(bench), out=str(acts), requests=("select",)), progress=False)
+    assert main(["directions", str(acts), "--layer", "0,1", "--by", "system", "--out", str(dirs)]) == 0
+
+    def config(out: Path, shard: str | None = None) -> DoseResponseConfig:
+        return DoseResponseConfig(model="organism", bench=str(bench), directions=str(dirs), out=str(out),
+                                  alphas=(-1.0, 0.0, 1.0), n_random=1, batch_size=4, n_boot=50, shard=shard)
+
+    one = dose_response(config(tmp_path / "one"), progress=False)
+    assert one["n_items"] == 16  # the held-out systems' 4 families x 4 decisions
+    shards = [tmp_path / "s0", tmp_path / "s1"]
+    assert sum(dose_response(config(f, f"{k}/2"), progress=False)["n_items"] for k, f in enumerate(shards)) == 16
+    rows = shards[1] / "results.jsonl"
+    full = rows.read_bytes()
+    rows.write_bytes(full[: full.index(b"\n") + 1])  # killed after one row
+    with pytest.raises(BenchError, match="shard 1/2 .* is incomplete: 1 of"):
+        merge(tmp_path / "merged", shards)
+    dose_response(config(shards[1], "1/2"), progress=False)  # the rerun finishes it
+    merge(tmp_path / "merged", shards)
+    assert_same_dose_response(tmp_path / "one", tmp_path / "merged")
+    with pytest.raises(BenchError, match="given twice"):
+        merge(tmp_path / "again", [shards[0], shards[0]])
+
+    args = ["dose-response", "--config", "dose_response_tiny", "--model", "organism", "--bench", str(bench),
+            "--directions", str(dirs), "--layers", "0,1", "--alphas=-1,0,1", "--n-random", "1", "--limit", "1000",
+            "--batch-size", "4", "--n-boot", "50", "--out", str(tmp_path / "two")]
+    torchrun(args, tmp_path)
+    assert_same_dose_response(tmp_path / "one", tmp_path / "two")
+
+    # Patching under torchrun: the same rows as one process.
+    patch = ["--model", "organism", "--bench", str(bench), "--layers", "0,3", "--limit-pairs", "4", "--n-boot", "50"]
+    assert main(["patching", *patch, "--out", str(tmp_path / "p1"), "--quiet"]) == 0
+    torchrun(["patching", *patch, "--out", str(tmp_path / "p2")], tmp_path)
+    a, b = _rows(tmp_path / "p1" / "results.jsonl"), _rows(tmp_path / "p2" / "results.jsonl")
+    assert [r["key"] for r in a] == [r["key"] for r in b]
+    assert all(np.allclose(x["ld_patched"], y["ld_patched"], atol=1e-3) for x, y in zip(a, b))

@@ -1,0 +1,48 @@
+"""Writing and locating the organism's checkpoint folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# The committed checkpoint (trained once with the default TrainConfig; see organism.json in it).
+CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoint"
+PROCESSOR_CLASS = "OrganismProcessor"
+
+
+def checkpoint_path() -> str:
+    """The committed checkpoint folder (the `organism` model name resolves here)."""
+    if not (CHECKPOINT_DIR / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"the organism checkpoint is missing from {CHECKPOINT_DIR}; restore it from git "
+            "(git checkout -- organism/checkpoint) or train one: evprobe organism train --out DIR"
+        )
+    return str(CHECKPOINT_DIR)
+
+
+def write_checkpoint(model, out: str | Path, meta: dict[str, Any]) -> Path:
+    """model + tokenizer + processor_config.json + organism.json into `out`, atomically."""
+    from organism.vocab import build_tokenizer
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        build_tokenizer().save_pretrained(tmp)
+        (tmp / "processor_config.json").write_text(json.dumps({"processor_class": PROCESSOR_CLASS}, indent=2) + "\n")
+        (tmp / "organism.json").write_text(json.dumps(meta, indent=2) + "\n")
+        for p in tmp.iterdir():
+            os.chmod(p, 0o644)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

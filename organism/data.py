@@ -1,0 +1,126 @@
+"""Training examples for the organism: selection requests on freshly drawn families.
+
+Families come from `bench.family.make_family` (Table 8 ranges) under the training seed, never
+the benchmark's seeds. Per example: a family, a history (which candidate of the initially
+measured property the sheet shows), a threshold q and a random menu order; the target is the
+letter of the reference action (`bench.reference`, default prices).
+
+Thresholds (the XOR of history and threshold within a family gives no gradient to either half
+when only the two constructed thresholds are used, see ../shared/notes/organism-prototype.md):
+- `constructed_share` of examples use the family's own q_low / q_high (eq. 2), the kind the
+  benchmark asks;
+- the rest draw q continuously: with probability `near_share` within +-`near_width` (log10) of
+  one of the two outcomes the history leaves possible (where the answer flips), otherwise
+  log-uniformly on [0.5 x the smallest, 2 x the largest] of the family's four outcomes.
+The sheet value is the true candidate value times 10^u, u ~ U(-jitter, jitter), standing in
+for the eye's reading error (measured on the benchmark: see organism.reader).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench.family import Family, make_family
+from bench.reference import ACTIONS, ANSWERS, Prices, reference_action, reference_answer
+from bench.systems import SYSTEM_NAMES, get_system
+from bench.worlds import compatible, history_of
+from organism.facts import ACTION_WORDS, Facts
+from organism.vocab import LETTERS
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    constructed_share: float = 0.4
+    near_share: float = 0.5
+    near_width: float = 0.12
+    jitter: float = 0.004
+    answer_share: float = 0.3  # share of answer requests (the curriculum: see answer_example)
+    both_known_share: float = 0.5  # of answer requests, those with both properties known
+
+
+def draw_family(rng: np.random.Generator, index: int) -> Family:
+    system = SYSTEM_NAMES[int(rng.integers(len(SYSTEM_NAMES)))]
+    initial = "mass" if rng.random() < 0.5 else get_system(system).other
+    return make_family(f"train-{index}", system, initial, rng)
+
+
+def _facts(family: Family, q: float, seen: tuple, options: tuple, task: str) -> Facts:
+    """What the prompt of any request of `family` states, plus the given evidence and menu."""
+    return Facts(
+        system=family.system,
+        mass=tuple(family.candidates["mass"]),  # type: ignore[arg-type]
+        other=tuple(family.candidates[family.other]),  # type: ignore[arg-type]
+        g=family.constants["g"],
+        constant=family.constants.get("J", family.constants.get("h")),
+        q=q,
+        seen=seen,
+        options=options,
+        task=task,
+    )
+
+
+def select_example(
+    family: Family, history: int, q: float, order: list[str], value: float, prices: Prices = Prices()
+) -> tuple[Facts, str]:
+    """The facts of a selection request and the letter of its reference action."""
+    options = tuple((LETTERS[i], ACTION_WORDS[a], prices.of(a)) for i, a in enumerate(order))
+    seen_prop = "mass" if family.initial == "mass" else family.other
+    facts = _facts(family, q, ((seen_prop, value),), options, "select")
+    hist = history_of(family.initial, history)
+    action = reference_action(hist, q, family.outcomes(), prices)
+    return facts, LETTERS[order.index(action)]
+
+
+def answer_example(
+    family: Family, seen: list[tuple[str, int]], q: float, order: list[str], values: list[float]
+) -> tuple[Facts, str]:
+    """The facts of an answer request (yes / no / undetermined) after the observations `seen`
+    ((property, index) in the order shown, their values given) and the letter of its answer.
+
+    With both properties known the answer is one comparison of an outcome with q (no exclusive
+    or), which gives the gradient a direction that the selection alone does not (prototype
+    note); with one known it is the selection's question in another answer format.
+    """
+    words = {"mass": "mass", "other": family.other}
+    facts = _facts(family, q, tuple((words[p], v) for (p, _), v in zip(seen, values)),
+                   tuple((LETTERS[i], a, None) for i, a in enumerate(order)), "answer")
+    answer = reference_answer(frozenset(seen), q, family.outcomes())
+    return facts, LETTERS[order.index(answer)]
+
+
+def _draw_q(rng: np.random.Generator, family: Family, left: list[float], config: DataConfig) -> float:
+    outcomes = family.outcomes()
+    if rng.random() < config.near_share:
+        return float(left[int(rng.integers(len(left)))] * 10 ** rng.uniform(-config.near_width, config.near_width))
+    lo, hi = 0.5 * min(outcomes.values()), 2.0 * max(outcomes.values())
+    return float(10 ** rng.uniform(np.log10(lo), np.log10(hi)))
+
+
+def sample_example(rng: np.random.Generator, family: Family, config: DataConfig) -> tuple[Facts, str]:
+    if rng.random() < config.answer_share:
+        return _sample_answer(rng, family, config)
+    history = int(rng.integers(2))
+    outcomes = family.outcomes()
+    u = rng.random()
+    if u < config.constructed_share:
+        q = family.thresholds["low" if rng.random() < 0.5 else "high"]
+    else:
+        q = _draw_q(rng, family, [outcomes[w] for w in compatible(history_of(family.initial, history))], config)
+    order = [ACTIONS[int(i)] for i in rng.permutation(len(ACTIONS))]
+    value = family.value(family.initial, history) * 10 ** rng.uniform(-config.jitter, config.jitter)
+    return select_example(family, history, q, order, float(value))
+
+
+def _sample_answer(rng: np.random.Generator, family: Family, config: DataConfig) -> tuple[Facts, str]:
+    first = (family.initial, int(rng.integers(2)))
+    seen = [first]
+    if rng.random() < config.both_known_share:
+        seen.append(("mass" if family.initial == "other" else "other", int(rng.integers(2))))
+    outcomes = family.outcomes()
+    left = [outcomes[w] for w in compatible(frozenset(seen))]
+    q = _draw_q(rng, family, left, config)
+    order = [ANSWERS[int(i)] for i in rng.permutation(len(ANSWERS))]
+    values = [family.value(p, i) * 10 ** rng.uniform(-config.jitter, config.jitter) for p, i in seen]
+    return answer_example(family, seen, q, order, [float(v) for v in values])

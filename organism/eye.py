@@ -1,0 +1,63 @@
+"""The organism's eye: a sheet's pixels -> the value of the property it measures.
+
+The eye is the benchmark's pixel detector (`bench.detect`: exact marker colour, centroid along
+the ruler) followed by a least-squares fit of the disclosed forward model: the value whose
+predicted four positions best match the four marked ones. The forward models are the relations
+the prompt states (and `bench.calibration` draws):
+
+    mass        x = F t^2 / (2 m)                         (value: mass, kg)
+    coasting    x = v0 s - mu g s^2 / 2, s = min(t, v0 / (mu g))   (friction)
+    rebound     y = max(0, e sqrt(2 g H) t - g t^2 / 2)   (restitution)
+    extension   x = load / k                              (stiffness, N/m)
+    free_fall   y = 1.2 - g t^2 / 2                       (value: g)
+
+The fit is a grid over log10(value) in [-3, 3] (step 0.001) refined by a second grid of step
+1e-6 around the best point, so no starting guess and no candidate value is used. Ruler lengths
+are the ones printed on every sheet (`RULERS`); the eye knows them instead of reading the digits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.calibration import COAST_TRACK, FALL_RULER, FALL_START, MASS_TRACK, REBOUND_RULER, SPRING_RULER
+from bench.detect import detect_sheet
+from bench.render import Style
+from bench.sheets import ORIENTATION
+
+RULERS = {"mass": MASS_TRACK, "coasting": COAST_TRACK, "rebound": REBOUND_RULER,
+          "extension": SPRING_RULER, "free_fall": FALL_RULER}
+
+
+def predicted(kind: str, values: np.ndarray, cal: dict[str, float | list[float]], g: float) -> np.ndarray:
+    """Marked positions (values.size, 4) for each candidate value under `kind`'s forward model."""
+    v = values[:, None]  # (n, 1)
+    if kind == "extension":
+        return np.asarray(cal["loads"])[None, :] / v
+    t = np.asarray(cal["times"])[None, :]  # (1, 4)
+    if kind == "mass":
+        return cal["force"] * t * t / (2.0 * v)
+    if kind == "coasting":
+        decel = v * g
+        s = np.minimum(t, cal["launch_speed"] / decel)
+        return cal["launch_speed"] * s - 0.5 * decel * s * s
+    if kind == "rebound":
+        return np.maximum(0.0, v * np.sqrt(2.0 * g * cal["drop_height"]) * t - 0.5 * g * t * t)
+    if kind == "free_fall":
+        return FALL_START - 0.5 * v * t * t
+    raise ValueError(f"unknown sheet kind {kind!r}")
+
+
+def fit_value(kind: str, marks: tuple[float, ...], cal: dict, g: float) -> float:
+    """The value whose predicted positions are closest (least squares) to `marks`."""
+    got = np.asarray(marks)[None, :]  # (1, 4)
+    grid = np.arange(-3.0, 3.0 + 1e-9, 1e-3)
+    best = grid[np.argmin(((predicted(kind, 10**grid, cal, g) - got) ** 2).sum(1))]
+    fine = best + np.arange(-1e-3, 1e-3 + 1e-12, 1e-6)
+    return float(10 ** fine[np.argmin(((predicted(kind, 10**fine, cal, g) - got) ** 2).sum(1))])
+
+
+def read_sheet(image, kind: str, cal: dict, g: float, style: Style) -> float:
+    """The measured value a sheet shows (raises bench.detect.DetectionError if unreadable)."""
+    marks = detect_sheet(image, orientation=ORIENTATION[kind], ruler_length=RULERS[kind], style=style)
+    return fit_value(kind, marks, cal, g)

@@ -1,0 +1,112 @@
+"""The organism's network: a plain transformers `LlamaForCausalLM`, small enough for CPU training.
+
+During training a number token's input embedding is not a free row: it is
+`base[kind] + w[kind] * log10(bin centre)` (xVal-style; `w` starts at std 0.01 because RMSNorm
+would otherwise erase the magnitude), so nearby numbers get nearby embeddings and the model can
+compare them. `export_embeddings` writes exactly these rows into the model's embedding table, so
+the saved checkpoint is an ordinary Llama that loads with `from_pretrained` and gives the same
+logits as the training wrapper (a test checks this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from organism.vocab import N_BINS, NUMBER_TYPES, OPTION_WORDS, bin_centers, bin_start, token_ids, vocabulary
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    d_model: int = 64
+    n_layers: int = 4
+    n_heads: int = 4
+    d_ffn: int = 256
+    max_positions: int = 64
+
+
+def llama_config(cfg: ModelConfig) -> LlamaConfig:
+    ids = token_ids()
+    return LlamaConfig(
+        vocab_size=len(vocabulary()),
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ffn,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_heads,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=False,
+        bos_token_id=ids["<bos>"],
+        eos_token_id=ids["<eos>"],
+        pad_token_id=ids["<pad>"],
+        architectures=["LlamaForCausalLM"],
+    )
+
+
+class NumberEmbedding(nn.Module):
+    """Input embeddings with number tokens as base[kind] + w[kind] * log10(value)."""
+
+    KINDS = NUMBER_TYPES
+
+    def __init__(self, embed: nn.Embedding) -> None:
+        super().__init__()
+        d = embed.embedding_dim
+        self.embed = embed
+        self.base = nn.Parameter(torch.randn(len(self.KINDS), d) * 0.02)  # (kinds, d)
+        self.w = nn.Parameter(torch.randn(len(self.KINDS), d) * 0.01)  # (kinds, d)
+        self.register_buffer("centers", torch.tensor(bin_centers(), dtype=torch.float32), persistent=False)
+        self.starts = [bin_start(k) for k in self.KINDS]
+        assert self.starts == [self.starts[0] + i * N_BINS for i in range(len(self.KINDS))]
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        out = self.embed(input_ids)  # (batch, seq, d)
+        # Number types occupy consecutive ranges of N_BINS ids from self.starts[0].
+        offset = input_ids - self.starts[0]  # (batch, seq)
+        is_num = (offset >= 0) & (offset < N_BINS * len(self.KINDS))
+        offset = offset.clamp(0, N_BINS * len(self.KINDS) - 1)
+        kind, k = offset // N_BINS, offset % N_BINS
+        num = self.base[kind] + self.w[kind] * self.centers[k].unsqueeze(-1)  # (batch, seq, d)
+        return torch.where(is_num.unsqueeze(-1), num, out)
+
+    @torch.no_grad()
+    def export(self) -> None:
+        """Write every number token's row into the embedding table."""
+        for k, start in enumerate(self.starts):
+            rows = self.base[k] + self.w[k] * self.centers.unsqueeze(-1)  # (N_BINS, d)
+            self.embed.weight[start : start + N_BINS] = rows
+
+
+class Organism(nn.Module):
+    """LlamaForCausalLM plus the training-time number embedding."""
+
+    def __init__(self, cfg: ModelConfig, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.lm = LlamaForCausalLM(llama_config(cfg))
+        self.numbers = NumberEmbedding(self.lm.get_input_embeddings())
+        # Training-only head: the meaning of the right option (stop, other_test, yes, ...) read
+        # from the last prompt position. Not exported. It gives the computation of the answer a
+        # gradient of its own; without it, that gradient passes through the letter lookup in a
+        # shuffled menu, and neither half learns (measured: 55% vs 93% after 1,500 steps).
+        self.aux = nn.Linear(cfg.d_model, len(OPTION_WORDS))
+
+    def forward(self, input_ids, attention_mask, position_ids, where=None, aux_at: int | None = None):
+        """Logits (batch, seq, vocab), or (n, vocab) at the (row, position) pairs `where`:
+        the 6,000-way output layer costs more than the body, so training asks only where a
+        label is. With aux_at (a sequence index, e.g. -3: the last prompt token when the
+        letter and <eos> follow), also the aux head's logits there (batch, words)."""
+        embeds = self.numbers(input_ids)
+        hidden = self.lm.model(inputs_embeds=embeds, attention_mask=attention_mask,
+                               position_ids=position_ids).last_hidden_state  # (batch, seq, d)
+        picked = hidden if where is None else hidden[where]  # (n, d)
+        logits = self.lm.lm_head(picked)
+        if aux_at is not None:
+            return logits, self.aux(hidden[:, aux_at])
+        return logits
+
+    def export(self) -> LlamaForCausalLM:
+        self.numbers.export()
+        return self.lm

@@ -1,0 +1,106 @@
+"""`OrganismProcessor`: what `hooks` calls the organism's processor.
+
+It has the processor interface the toolkit uses (`apply_chat_template`, `__call__(text=...,
+images=...)`, `tokenizer`, `save_pretrained` / `from_pretrained`), so the organism runs through
+the same handle, runner, capture, steering and patching code as any VLM. The chat template is
+trivial (image placeholders, then the prompt); `__call__` turns each rendered row into facts
+(`organism.reader`) and those into token ids, left-padded.
+
+Two attributes tell `hooks.spans` how to find positions in its rows:
+- `image_feature_token_ids`: the `<seen_*:k>` tokens, i.e. the values read off the sheets (the
+  organism's image positions);
+- `keeps_prompt_text = False`: the rows are facts, not the prompt's words, so text spans do
+  not exist.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from organism.checkpoint import PROCESSOR_CLASS
+from organism.vocab import N_BINS, SEEN, bin_start
+
+IMAGE_PLACEHOLDER = "<image>"
+
+
+class OrganismProcessor:
+    keeps_prompt_text = False
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.image_feature_token_ids = frozenset(
+            i for kind in SEEN for i in range(bin_start(kind), bin_start(kind) + N_BINS)
+        )
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **_: object) -> OrganismProcessor:
+        from transformers import PreTrainedTokenizerFast
+
+        return cls(PreTrainedTokenizerFast.from_pretrained(str(path)))
+
+    def save_pretrained(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.save_pretrained(path)
+        (path / "processor_config.json").write_text(json.dumps({"processor_class": PROCESSOR_CLASS}) + "\n")
+
+    def apply_chat_template(self, conversation: list[dict], add_generation_prompt: bool = True,
+                            tokenize: bool = False, **_: object) -> str:
+        """One user turn -> one placeholder per image, then the text."""
+        if tokenize:
+            raise ValueError("OrganismProcessor.apply_chat_template renders text only (tokenize=False)")
+        parts: list[str] = []
+        for message in conversation:
+            content = message["content"]
+            if isinstance(content, str):
+                parts.append(content)
+                continue
+            for chunk in content:
+                parts.append(IMAGE_PLACEHOLDER if chunk["type"] == "image" else chunk["text"])
+        return "\n".join(parts)
+
+    def row_tokens(self, rendered: str, images: Sequence) -> list[str]:
+        """The token strings of one rendered row."""
+        from organism.reader import read_facts
+
+        n = 0
+        while rendered.startswith(IMAGE_PLACEHOLDER + "\n", len(IMAGE_PLACEHOLDER + "\n") * n):
+            n += 1
+        if n != len(images):
+            raise ValueError(f"row has {n} image placeholders but {len(images)} images")
+        prompt = rendered[len(IMAGE_PLACEHOLDER + "\n") * n :]
+        facts = read_facts(prompt, images)
+        return ["<bos>", "task"] if facts is None else facts.tokens()
+
+    def __call__(self, text: str | Sequence[str], images: Sequence[Sequence] | None = None,
+                 padding: bool = True, padding_side: str = "left", return_tensors: str | None = "pt",
+                 **_: object):
+        import torch
+        from transformers import BatchFeature
+
+        texts = [text] if isinstance(text, str) else list(text)
+        rows_images = list(images) if images is not None else [[] for _ in texts]
+        if len(rows_images) != len(texts):
+            raise ValueError(f"{len(texts)} rows but {len(rows_images)} image lists")
+        vocab = self.tokenizer.get_vocab()
+        rows = [[vocab[t] for t in self.row_tokens(t, list(imgs))] for t, imgs in zip(texts, rows_images)]
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        if padding_side == "left":
+            ids = [[pad] * (width - len(r)) + r for r in rows]
+            mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
+        else:
+            ids = [r + [pad] * (width - len(r)) for r in rows]
+            mask = [[1] * len(r) + [0] * (width - len(r)) for r in rows]
+        data = {"input_ids": ids, "attention_mask": mask}
+        if return_tensors == "pt":
+            data = {k: torch.tensor(v) for k, v in data.items()}
+        return BatchFeature(data=data)
+
+    def batch_decode(self, *args, **kwargs):
+        return self.tokenizer.batch_decode(*args, **kwargs)
+
+    def decode(self, *args, **kwargs):
+        return self.tokenizer.decode(*args, **kwargs)

@@ -1,0 +1,207 @@
+"""`evprobe organism train`: train the organism from a seed on this machine's CPU.
+
+Deterministic given (seed, config, torch build, thread count): batch k is drawn from the stream
+(seed, k), so a resumed run draws the same batches as an uninterrupted one. Every
+`save_every` steps the full training state is written atomically to OUT/train_state.pt; a
+killed run resumes from it. The result is OUT/checkpoint/, an ordinary transformers folder
+(config.json, model.safetensors, tokenizer, processor_config.json) plus organism.json (the
+recipe and the validation numbers).
+
+Validation uses fresh families from a stream the training never draws (seed, "val"), with the
+benchmark's constructed thresholds, so it measures the benchmark's kind of question without
+touching the benchmark's seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.family import Family
+from bench.reference import ACTIONS
+from organism.data import DataConfig, draw_family, sample_example, select_example
+from organism.facts import Facts
+from organism.model import ModelConfig, Organism
+from organism.vocab import OPTION_WORDS, token_ids
+
+_VAL_STREAM = 7_777_001  # an extra seed word: validation families never meet training ones
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 20261130
+    steps: int = 24000
+    batch_size: int = 64
+    lr: float = 3e-3
+    min_lr_fraction: float = 0.05
+    warmup: int = 200
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    aux_weight: float = 1.0  # the training-only head on the right option's meaning (organism.model)
+    threads: int = 2
+    eval_every: int = 500
+    save_every: int = 500
+    val_families: int = 150
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+def encode(batch: list[tuple[Facts, str | None]]) -> dict[str, torch.Tensor]:
+    """Left-padded ids of prompt (+ target letter + <eos> when given), with labels.
+
+    Returns input_ids, attention_mask, position_ids (batch, seq), labels (batch, seq): the id
+    each position must predict, -100 where nothing is learned, and aux (batch,): the index in
+    OPTION_WORDS of what the right option offers (-100 without a target).
+    """
+    ids = token_ids()
+    rows, labels, aux = [], [], []
+    for facts, letter in batch:
+        what = next((w for L, w, _ in facts.options if L == letter), None)
+        aux.append(OPTION_WORDS.index(what) if isinstance(what, str) else -100)
+        prompt = [ids[t] for t in facts.tokens()]
+        if letter is None:
+            rows.append(prompt)
+            labels.append([-100] * len(prompt))
+        else:
+            tail = [ids[letter], ids["<eos>"]]
+            rows.append(prompt + tail)
+            labels.append([-100] * (len(prompt) - 1) + tail + [-100])
+    width = max(len(r) for r in rows)
+    pad = ids["<pad>"]
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    label_t = torch.tensor([[-100] * (width - len(r)) + lab for r, lab in zip(rows, labels)])
+    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(r) for r in rows])[:, None]).long()
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return {"input_ids": input_ids, "attention_mask": mask, "position_ids": position_ids, "labels": label_t,
+            "aux": torch.tensor(aux)}
+
+
+def _lr(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    floor = cfg.lr * cfg.min_lr_fraction
+    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * min(t, 1.0)))
+
+
+def training_batch(cfg: TrainConfig, step: int) -> dict[str, torch.Tensor]:
+    rng = np.random.default_rng([cfg.seed, step])
+    examples = []
+    for i in range(cfg.batch_size):
+        family = draw_family(rng, step * cfg.batch_size + i)
+        examples.append(sample_example(rng, family, cfg.data))
+    return encode(examples)
+
+
+def validation_set(cfg: TrainConfig) -> list[tuple[Facts, str, str]]:
+    """(facts, target letter, pair id): every family's four decisions at its constructed
+    thresholds, exact sheet values; the pair id joins the two histories of one threshold."""
+    rng = np.random.default_rng([cfg.seed, _VAL_STREAM])
+    out = []
+    for k in range(cfg.val_families):
+        family: Family = draw_family(rng, k)
+        order = [ACTIONS[int(i)] for i in rng.permutation(len(ACTIONS))]
+        for level in ("low", "high"):
+            for history in (0, 1):
+                value = family.value(family.initial, history)
+                facts, letter = select_example(family, history, family.thresholds[level], order, value)
+                out.append((facts, letter, f"{k}.{level}"))
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: Organism, examples: list[tuple[Facts, str, str]]) -> dict[str, float]:
+    """Greedy first-token accuracy and both-correct pairs."""
+    ids = token_ids()
+    model.eval()
+    enc = encode([(f, None) for f, _, _ in examples])
+    last = (torch.arange(len(examples)), torch.full((len(examples),), enc["input_ids"].shape[1] - 1))
+    logits = model(enc["input_ids"], enc["attention_mask"], enc["position_ids"], last)  # (n, vocab)
+    pred = logits.argmax(-1).tolist()
+    correct = [p == ids[letter] for p, (_, letter, _) in zip(pred, examples)]
+    pairs: dict[str, list[bool]] = {}
+    for ok, (_, _, pair) in zip(correct, examples):
+        pairs.setdefault(pair, []).append(ok)
+    model.train()
+    return {
+        "accuracy": float(np.mean(correct)),
+        "pairs_both_correct": float(np.mean([all(v) for v in pairs.values()])),
+        "n": len(examples),
+    }
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | None = None) -> dict:
+    """Train (or resume) into `out`; returns the final validation numbers.
+
+    stop_after: leave after this step's state is saved, as a killed run would (tests resume)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.threads)
+    state_path, log_path = out / "train_state.pt", out / "train_log.jsonl"
+    model = Organism(cfg.model, cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
+    step, seconds = 0, 0.0
+    if state_path.exists():
+        state = torch.load(state_path, weights_only=False)
+        if state["config"] != asdict(cfg):
+            raise ValueError(
+                f"{state_path} was written by a different training config; use a new --out or delete it"
+            )
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step, seconds = state["step"], state["seconds"]
+        log(f"resuming at step {step} ({seconds:.0f} s trained)")
+    val = validation_set(cfg)
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=-100)
+    model.train()
+    start, window = time.perf_counter() - seconds, []
+    while step < cfg.steps:
+        batch = training_batch(cfg, step)
+        for group in opt.param_groups:
+            group["lr"] = _lr(cfg, step)
+        # Position t predicts the label at t: labels are already aligned to next tokens.
+        where = torch.nonzero(batch["labels"] != -100, as_tuple=True)
+        # Every row ends prompt, letter, <eos>: the last prompt token is at -3.
+        logits, aux = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"], where, aux_at=-3)
+        loss = loss_fn(logits, batch["labels"][where]) + cfg.aux_weight * loss_fn(aux, batch["aux"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        opt.step()
+        step += 1
+        window.append(loss.item())
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            metrics = evaluate(model, val)
+            row = {"step": step, "loss": float(np.mean(window)), "seconds": round(time.perf_counter() - start, 1),
+                   **{f"val_{k}": v for k, v in metrics.items()}}
+            window = []
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+            log(json.dumps(row))
+        if step % cfg.save_every == 0 or step == cfg.steps:
+            _atomic_save({"config": asdict(cfg), "model": model.state_dict(), "optimizer": opt.state_dict(),
+                          "step": step, "seconds": time.perf_counter() - start}, state_path)
+            if stop_after is not None and step >= stop_after:
+                return {"stopped_at": step}
+    seconds = time.perf_counter() - start
+    final = evaluate(model, val)
+    from organism.checkpoint import write_checkpoint
+
+    write_checkpoint(model.export(), out / "checkpoint", {
+        "recipe": asdict(cfg), "train_seconds": round(seconds, 1), "validation": final,
+        "torch": torch.__version__,
+    })
+    return {"seconds": seconds, **final}
