@@ -11,20 +11,23 @@ Targets and the choices made where the wording leaves room:
 - behaviour: minimum-cost choice >= 0.90 and both-correct image pairs >= 0.80 (scores.json);
 - probe: some layer/position has grouped-CV AUROC >= 0.90 for `resolved` (sweep.json), and the
   nested best (selected without test labels) is reported beside it;
-- input baselines at chance: every input-only baseline (history, threshold, both one-hot) is
-  within 0.05 of 0.5 or its interval holds 0.5 (sufficiency is their exclusive or, which no
-  linear read of the inputs gets; grouped CV on a balanced design pushes such a baseline a
-  little below 0.5, so the interval is the test);
+- input baselines at chance: no input-only baseline (history, threshold, both one-hot) is above
+  chance: each is <= 0.55 or its interval reaches 0.5 (sufficiency is their exclusive or, which
+  no linear read of the inputs gets). Below 0.5 passes: grouped CV on a design balanced within
+  families pushes an uninformative baseline below 0.5 (the fold's training rows hold the other
+  class's surplus), which is no information a reader could use;
 - within-family variance: no probed row is degenerate (identical states within families);
 - steering, per layer: on resolved items at +alpha and unresolved items at -alpha the stop rate
-  moves >= 0.40 toward the predicted side at some dose before the model breaks, monotonically
-  (each larger dose moves it at least as far, within 0.02) over the doses before the break. The
-  model *breaks* at the first dose where more than 10% of the group choose a useless test (free
-  fall, or repeating the test already done: no belief about the evidence justifies either; the
-  combined report does resolve, so choosing it is costly, not incoherent). The share choosing
-  stop or the missing test is reported beside it. The random directions (same raw norm) must move
-  the stop rate at most a quarter as far at that dose ("far less"); the first dose meeting both
-  is reported (else the one that moves it most). One layer meeting all on both sides passes.
+  moves >= 0.40 toward the predicted side at some dose before the model breaks, with random
+  directions of the same raw norm moving it at most a quarter as far at that dose ("far less"),
+  and monotonically up to that dose (each dose at least as far as the one before, slack 0.02);
+  the first such dose is reported (else the one that moves it most). The model *breaks* at the
+  first dose where more than 10% of the group choose a useless test (free fall, or repeating the
+  test already done: no belief about the evidence justifies either; the combined report does
+  resolve, so choosing it is costly, not incoherent), or where the stop rate falls back from an
+  earlier dose's shift by more than 0.02 and more than its own 95% interval reaches (the push no
+  longer pushes); the reason is reported. The share choosing stop or the missing test is
+  reported beside it. One layer meeting all on both sides passes.
 - patching: the two members of an image pair differ only in the sheet value token, so at the
   first layer the gap must sit in the image position (>= 0.3: the value itself) and the fact
   tokens after it that have read it (image + text >= 0.9); by the last layer it must have left
@@ -98,7 +101,7 @@ def probe_checks(sweep: dict[str, Any] | None) -> list[dict[str, Any]]:
     far = {k: e["value"] for k, e in base.items() if not _at_chance(e)}
     shown = "; ".join(f"{k} {_est(e)}" for k, e in base.items()) or "none computed"
     out.append(_check("input baselines at chance", bool(base) and not far, shown,
-                      "each within 0.05 of 0.5 or its interval holds 0.5"))
+                      "none above chance (each <= 0.55 or its interval reaches 0.5)"))
     degenerate = [f"L{r['layer']}/{r['position']}" for r in sweep["rows"] if r.get("degenerate")]
     ratios = [r["within_family_variance"] for r in sweep["rows"] if r.get("within_family_variance") is not None]
     out.append(_check(
@@ -111,10 +114,11 @@ def probe_checks(sweep: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def _at_chance(e: dict[str, Any]) -> bool:
-    v, (lo, hi) = e.get("value"), e.get("ci", [None, None])
+    """Not above chance: within 0.05 of 0.5, or below it, or its interval reaches 0.5."""
+    v, (lo, _) = e.get("value"), e.get("ci", [None, None])
     if v is None:
         return False
-    return abs(v - 0.5) <= 0.05 or (lo is not None and hi is not None and lo <= 0.5 <= hi)
+    return v <= 0.55 or (lo is not None and lo <= 0.5)
 
 
 def _series(rows: list[dict], layer: int, kind: str, group: str, measure: str) -> dict[float, dict]:
@@ -139,22 +143,26 @@ def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
             out[group] = {"reason": "no doses on this side"}
             ok = False
             continue
-        expected = -1 if group == "resolved" else +1  # +alpha lowers stopping; -alpha raises it
-        valid, broke_at, shifts, sensible = [], None, [], []
-        for a in doses:
-            if a not in useless or useless[a]["value"] is None:
-                out[group] = {"reason": "no useless_test_rate in dose_response.json (rerun dose-response)"}
-                break
-            if useless[a]["value"] > USELESS_CEILING:
-                broke_at = a
-                break
-            valid.append(a)
-            shifts.append(expected * (stop[a]["value"] - s0))
-            sensible.append(stop[a]["value"] + missing[a]["value"])
-        if "reason" in out.get(group, {}):
+        if any(a not in useless or useless[a]["value"] is None for a in doses):
+            out[group] = {"reason": "no useless_test_rate in dose_response.json (rerun dose-response)"}
             ok = False
             continue
-        monotone = all(b >= prev - MONOTONE_SLACK for prev, b in zip(shifts, shifts[1:]))
+        expected = -1 if group == "resolved" else +1  # +alpha lowers stopping; -alpha raises it
+        valid, shifts, sensible = [], [], []
+        broke_at, why = None, None
+        for a in doses:
+            shift = expected * (stop[a]["value"] - s0)
+            lo, hi = stop[a]["ci"]
+            reach = max(abs(stop[a]["value"] - lo), abs(hi - stop[a]["value"]))
+            if useless[a]["value"] > USELESS_CEILING:
+                broke_at, why = a, f"useless tests {useless[a]['value']:.2f}"
+                break
+            if shifts and shift < max(shifts) - max(MONOTONE_SLACK, reach):
+                broke_at, why = a, f"falls back to a shift of {shift:+.3f}"
+                break
+            valid.append(a)
+            shifts.append(shift)
+            sensible.append(stop[a]["value"] + missing[a]["value"])
 
         def null_shift(a: float, group: str = group, expected: int = expected, s0: float = s0) -> float | None:
             b = band.get((layer, a, group))
@@ -167,11 +175,15 @@ def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
         best_i = qualifying[0] if qualifying else (max(range(len(shifts)), key=lambda i: shifts[i]) if shifts else None)
         best = shifts[best_i] if best_i is not None else 0.0
         dose = valid[best_i] if best_i is not None else None
+        # Monotone up to that dose: each dose moves it at least as far as the one before (slack 0.02).
+        upto = shifts[: best_i + 1] if best_i is not None else []
+        monotone = all(b >= prev - MONOTONE_SLACK for prev, b in zip(upto, upto[1:]))
         passed = bool(qualifying) and monotone
         ok = ok and passed
         out[group] = {
             "stop_rate_at_0": s0, "doses": valid, "shifts": shifts, "best_shift": best, "best_dose": dose,
             "best": stop[dose] if dose is not None else None, "monotone": monotone, "breaks_at": broke_at,
+            "breaks_because": why,
             "stop_or_missing_at_best": sensible[best_i] if best_i is not None else None,
             "null_shift": null_shift(dose) if dose is not None else None, "passed": passed,
         }
@@ -194,7 +206,8 @@ def steering_checks(result: dict[str, Any] | None) -> tuple[list[dict[str, Any]]
         s = p.get(g, {})
         if "best_shift" not in s:
             return f"{g}: {s.get('reason', 'n/a')}"
-        brk = f"breaks at alpha {s['breaks_at']:+g}" if s["breaks_at"] is not None else "no break in the grid"
+        brk = (f"breaks at alpha {s['breaks_at']:+g}: {s['breaks_because']}" if s["breaks_at"] is not None
+               else "no break in the grid")
         null = "n/a" if s["null_shift"] is None else f"{s['null_shift']:+.3f}"
         if s["best_dose"] is None:
             return f"{g}: breaks at the first dose ({brk})"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from bench.family import Family
 from bench.reference import ACTIONS
@@ -45,6 +46,10 @@ class TrainConfig:
     weight_decay: float = 0.01
     clip: float = 1.0
     aux_weight: float = 1.0  # the training-only head on the right option's meaning (organism.model)
+    # On the reply tokens: keeps the letter probabilities unsaturated, so that interventions have
+    # graded effects (chosen on a dev benchmark, seed 777: without it the model steered toward
+    # measuring only ~0.45 before breaking; with it 0.84 at layer 2).
+    label_smoothing: float = 0.1
     threads: int = 2
     eval_every: int = 500
     save_every: int = 500
@@ -176,7 +181,8 @@ def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | Non
         where = torch.nonzero(batch["labels"] != -100, as_tuple=True)
         # Every row ends prompt, letter, <eos>: the last prompt token is at -3.
         logits, aux = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"], where, aux_at=-3)
-        loss = loss_fn(logits, batch["labels"][where]) + cfg.aux_weight * loss_fn(aux, batch["aux"])
+        loss = (F.cross_entropy(logits, batch["labels"][where], label_smoothing=cfg.label_smoothing)
+                + cfg.aux_weight * loss_fn(aux, batch["aux"]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)

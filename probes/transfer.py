@@ -9,8 +9,9 @@ Conditions (`conditions(kind)`), each a set of labelled rows:
   level and the history drawn per family with a seeded coin. On image pairs the label flips
   with the measurement (same question), on threshold pairs with the threshold (same image):
   does a probe trained on one kind of contrast read the other?
-- `half`: two halves of the families by a seeded coin per family (same systems, disjoint
-  families): a direction fitted on one half can be steered on the other, in distribution;
+- `half`: two halves of the families (within each system, families in a seeded hash order
+  alternate between the halves: same systems, disjoint families, balanced): a direction fitted
+  on one half can be steered on the other, in distribution;
 - `request`: the request type (`select`, `answer_initial`, ...; variants by their names);
 - `regime`: the capture a row came from (pool captures of several prompt regimes);
 - any other index field: one condition per value.
@@ -69,12 +70,26 @@ def _coin(family: str, seed: int, salt: str) -> int:
     return zlib.crc32(f"{seed}|{salt}|{family}".encode()) & 1
 
 
+def _halves(system_of: dict[str, str | None], seed: int) -> dict[str, str]:
+    """Family -> half_a | half_b: within each system the families, in a seeded hash order, alternate
+    between the halves, so both halves hold every system and differ in size by at most one family
+    per system."""
+    out: dict[str, str] = {}
+    by_system: dict[str | None, list[str]] = {}
+    for family, system in system_of.items():
+        by_system.setdefault(system, []).append(family)
+    for families in by_system.values():
+        ranked = sorted(families, key=lambda f: (zlib.crc32(f"{seed}|half|{f}".encode()), f))
+        out.update({f: ("half_a", "half_b")[i % 2] for i, f in enumerate(ranked)})
+    return out
+
+
 def conditions(captures: CaptureSet, labelset: LabelSet, kind: str, seed: int = 0) -> list[Condition]:
     """The conditions of a transfer kind (module docstring), each with at least one row."""
     rows = [captures.index[r] for r in labelset.rows]
     if kind == "half":
-        half = [("half_a", "half_b")[_coin(r["family_id"], seed, "half")] for r in rows]
-        out = [Condition(name, np.array([h == name for h in half])) for name in ("half_a", "half_b")]
+        halves = _halves({r["family_id"]: r.get("system") for r in rows}, seed)
+        out = [Condition(name, np.array([halves[r["family_id"]] == name for r in rows])) for name in ("half_a", "half_b")]
     elif kind == "pairs":
         level = [("low", "high")[_coin(r["family_id"], seed, "level")] for r in rows]
         hist = [_coin(r["family_id"], seed, "history") for r in rows]

@@ -41,11 +41,18 @@ def test_steering_fails_when_random_directions_move_it_as_much_or_it_is_not_mono
     missing = {"resolved": {0.0: 0.05, 0.25: 0.4, 0.5: 0.7}, "unresolved": {0.0: 0.95, -0.25: 0.5, -0.5: 0.2}}
     generic = {"resolved": {0.25: 0.7, 0.5: 0.4}, "unresolved": {-0.25: 0.4, -0.5: 0.7}}
     assert not steering_layer(_dose(stop, missing, generic), 2)["passed"]
-    wobbly = {"resolved": {0.0: 0.95, 0.25: 0.4, 0.5: 0.5}, "unresolved": stop["unresolved"]}
-    sensible = {"resolved": {0.0: 0.05, 0.25: 0.55, 0.5: 0.45}, "unresolved": missing["unresolved"]}
-    calm = {"resolved": {0.25: 0.95, 0.5: 0.95}, "unresolved": {-0.25: 0.05, -0.5: 0.05}}
+    # A dip before the target is reached: not monotone (the dip is within its interval, so no break).
+    wobbly = {"resolved": {0.0: 0.95, 0.25: 0.8, 0.5: 0.83, 0.75: 0.45}, "unresolved": stop["unresolved"]}
+    sensible = {"resolved": {0.0: 0.05, 0.25: 0.2, 0.5: 0.17, 0.75: 0.55}, "unresolved": missing["unresolved"]}
+    calm = {"resolved": {0.25: 0.95, 0.5: 0.95, 0.75: 0.95}, "unresolved": {-0.25: 0.05, -0.5: 0.05}}
     out = steering_layer(_dose(wobbly, sensible, calm), 2)
-    assert not out["resolved"]["monotone"] and not out["passed"]
+    assert not out["resolved"]["monotone"] and not out["passed"] and out["resolved"]["breaks_at"] is None
+    # Falling back beyond its interval after the target is reached is where the model breaks.
+    back = {"resolved": {0.0: 0.95, 0.25: 0.5, 0.5: 0.3, 0.75: 0.6}, "unresolved": stop["unresolved"]}
+    sensible = {"resolved": {0.0: 0.05, 0.25: 0.5, 0.5: 0.7, 0.75: 0.4}, "unresolved": missing["unresolved"]}
+    out = steering_layer(_dose(back, sensible, calm), 2)
+    assert out["resolved"]["breaks_at"] == 0.75 and "falls back" in out["resolved"]["breaks_because"]
+    assert out["resolved"]["best_dose"] == 0.25 and out["passed"]
 
 
 def test_probe_checks_flag_degenerate_rows_and_baselines_off_chance() -> None:
@@ -58,7 +65,7 @@ def test_probe_checks_flag_degenerate_rows_and_baselines_off_chance() -> None:
     assert checks["sufficiency decodable"]["passed"] and "L3/last 0.970" in checks["sufficiency decodable"]["measured"]
     assert checks["input baselines at chance"]["passed"]
     assert not checks["states vary within families"]["passed"] and "L0/last" in checks["states vary within families"]["measured"]
-    sweep["baselines"]["both"] = {"value": 0.42, "ci": [0.33, 0.52], "n": 800}  # below, interval holds 0.5
+    sweep["baselines"]["both"] = {"value": 0.36, "ci": [0.28, 0.46], "n": 800}  # below chance: no information
     assert {c["check"]: c for c in probe_checks(sweep)}["input baselines at chance"]["passed"]
     sweep["baselines"]["threshold"] = {"value": 0.62, "ci": [0.58, 0.66], "n": 800}
     assert not {c["check"]: c for c in probe_checks(sweep)}["input baselines at chance"]["passed"]

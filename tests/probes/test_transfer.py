@@ -85,3 +85,18 @@ def test_pairs_and_regime_transfer_keep_families_apart(systems: Path, tmp_path: 
     assert [c[0] for c in res2.conditions] == ["standard", "guided"]
     assert {c.scheme for c in res2.cells} == {"folds"}
     assert res2.cell("standard", "guided").best.auroc.value > 0.8
+
+
+def test_halves_are_disjoint_balanced_and_hold_every_system() -> None:
+    from probes.transfer import _halves
+
+    system_of = {f"{s}-{k:03d}": s for s in ("sliding", "bouncing", "spring") for k in range(7)}
+    halves = _halves(system_of, seed=3)
+    assert set(halves) == set(system_of) and set(halves.values()) == {"half_a", "half_b"}
+    for s in ("sliding", "bouncing", "spring"):
+        a = sum(halves[f] == "half_a" for f, sys in system_of.items() if sys == s)
+        assert a in (3, 4)  # 7 families: 4 and 3
+    assert halves == _halves(dict(reversed(list(system_of.items()))), seed=3)  # order of rows does not matter
+    assert halves != _halves(system_of, seed=4)  # the seed draws another split
+    small = {f"{s}-{k:03d}": s for s in ("sliding", "bouncing", "spring") for k in range(2)}
+    assert sorted(_halves(small, 20260905).values()) == ["half_a"] * 3 + ["half_b"] * 3
