@@ -332,3 +332,21 @@ def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_p
     a, b = _rows(tmp_path / "p1" / "results.jsonl"), _rows(tmp_path / "p2" / "results.jsonl")
     assert [r["key"] for r in a] == [r["key"] for r in b]
     assert all(np.allclose(x["ld_patched"], y["ld_patched"], atol=1e-3) for x, y in zip(a, b))
+
+
+def test_accelerate_launch_runs_the_same_data_parallel_path(bench: Path, single: Path, tmp_path: Path) -> None:
+    """`accelerate launch --multi_gpu` starts its processes through torch's launcher and sets the
+    same variables; on a machine without GPUs they meet over gloo. (`--cpu` with several processes
+    would need MPI in accelerate, so it is not the CPU route.)"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR"):
+        env.pop(name, None)
+    accelerate = Path(sys.executable).with_name("accelerate")
+    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+           "-m", "experiments", "run", "--model", POLICY, "--bench", str(bench), "--out", str(tmp_path / "acc"),
+           "--quiet"]
+    done = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "from 2 processes" in done.stdout
+    assert lines_without_seconds(tmp_path / "acc" / "records.jsonl") == lines_without_seconds(single / "records.jsonl")
