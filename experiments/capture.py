@@ -393,9 +393,8 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
                     warnings.warn(f"activations beyond float16's range were clipped to +-{FLOAT16_MAX:g} "
                                   "(counted in index.jsonl's n_clipped)", stacklevel=2)
                     warned = True
-                keeps_text = getattr(handle.processor, "keeps_prompt_text", True)
                 lines = [
-                    _index_row(row, it, "question" if keeps_text and question_marker(it.prompt) else "prompt",
+                    _index_row(row, it, "question" if handle.keeps_prompt_text and question_marker(it.prompt) else "prompt",
                                cap.n_tokens[r], len(cap.spans[r].image), len(cap.spans[r].text), clipped[r])
                     for r, (row, it) in enumerate(batch)
                 ]
@@ -416,8 +415,7 @@ def _capture_items(handle: Handle, bench: Path, items: list[Item], config: Captu
     images = [load_item_images(bench, it.images) for it in items]
     # A model that reads facts instead of the prompt's words (the organism) has no question text;
     # its text span is every fact token except the sheet values (hooks.spans).
-    keeps_text = getattr(handle.processor, "keeps_prompt_text", True)
-    markers = [question_marker(it.prompt) if keeps_text else None for it in items]
+    markers = [question_marker(it.prompt) if handle.keeps_prompt_text else None for it in items]
     try:
         return capture_batch(handle, prompts, images, layers=layers, positions=positions, text_markers=markers)
     except ValueError as err:

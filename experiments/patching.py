@@ -156,7 +156,7 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
     started = time.perf_counter()
     # A model that reads facts instead of the prompt's words (the organism) has no question text:
     # its "text" set is every fact token except the sheet values (hooks.spans).
-    marker_of = question_marker if getattr(handle.processor, "keeps_prompt_text", True) else (lambda prompt: None)
+    marker_of = question_marker if handle.keeps_prompt_text else (lambda prompt: None)
     for source, target in todo:
         row = _patch_one(handle, bench, source, target, layers, config, marker_of)
         append_log_lines(results, [row])

@@ -101,6 +101,12 @@ class Handle:
         return self._nn
 
     @property
+    def keeps_prompt_text(self) -> bool:
+        """False when the processor rewrites the prompt (the model organism reads facts), so text
+        positions and markers do not exist for this model (hooks.spans)."""
+        return bool(getattr(self.processor, "keeps_prompt_text", True))
+
+    @property
     def layers_path(self) -> str:
         """Dotted path of `layers` inside `model`, e.g. "model.language_model.layers"."""
         return _module_path(self.model, self.layers)
@@ -210,19 +216,6 @@ def _load_processor(model: str, *, trust_remote_code: bool):
         if saved in TORCHVISION_FREE and not is_torchvision_available():
             return TORCHVISION_FREE[saved].from_pretrained(model)
         raise
-
-
-def keeps_prompt_text(model: str) -> bool:
-    """False for a model whose processor rewrites the prompt (the organism reads facts, so text
-    positions and markers do not exist for it); True otherwise, read without loading weights."""
-    if model.startswith("tiny:"):
-        return True
-    try:
-        saved = _saved_processor_class(resolve_model(model))
-    except Exception:  # noqa: BLE001 - an unreadable folder: load() will say why
-        return True
-    plugin = _entry_points("evprobe.processors").get(saved) if saved else None
-    return True if plugin is None else bool(getattr(plugin.load(), "keeps_prompt_text", True))
 
 
 def config_n_layers(model: str, *, trust_remote_code: bool = False) -> int | None:

@@ -194,7 +194,7 @@ def token_spans(
     image = tuple(i for i in real if ids[i] in tokens.features)
     image_markers = tuple(i for i in real if ids[i] in tokens.markers)
 
-    if not getattr(handle.processor, "keeps_prompt_text", True):
+    if not handle.keeps_prompt_text:
         # The processor rewrites the prompt (the model organism reads facts, not words).
         if marker is not None:
             raise ValueError(

@@ -17,6 +17,7 @@ every row) and, for nested selection, the K(K-1)/2 inner training sets "all fold
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,16 +38,17 @@ from probes.splits import fold_pairs
 R = TypeVar("R")
 
 
-class Fitter:
+class Fitter(ABC):
     """Fit on X[train] for each label vector, return scores (decision values) of all rows;
     a score > 0 predicts class 1. A label with one class among the training rows gives NaN."""
 
     name = "base"
 
+    @abstractmethod
     def fit_score(
         self, X: np.ndarray, train: np.ndarray, ys: Mapping[str, np.ndarray], key: Hashable = None
     ) -> dict[str, np.ndarray]:
-        raise NotImplementedError
+        """Each label's scores of all rows (subclasses: logistic, mass-mean, centroid)."""
 
     @staticmethod
     def _usable(y: np.ndarray) -> bool:

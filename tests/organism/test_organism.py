@@ -138,14 +138,15 @@ def test_training_loss_falls_and_a_killed_run_resumes_to_the_same_model(tmp_path
 
 def test_organism_is_a_model_name_with_image_positions_and_no_text_markers(small_bench: Path) -> None:
     import hooks
-    from hooks.handle import config_n_layers, keeps_prompt_text, named_models
+    from hooks.handle import config_n_layers, named_models
     from hooks.inputs import build_inputs
     from hooks.spans import token_spans
 
     assert "organism" in named_models()
-    assert config_n_layers("organism") == 4 and not keeps_prompt_text("organism") and keeps_prompt_text("tiny:llava")
+    assert config_n_layers("organism") == 4
     handle = hooks.load("organism")
     assert handle.model_id == "organism"
+    assert not handle.keeps_prompt_text and hooks.load("tiny:llava").keeps_prompt_text
     it = next(i for i in read_items(small_bench) if i.request == "answer_after_test" and len(i.images) == 3)
     images = load_item_images(small_bench, it.images)
     enc = build_inputs(handle, [it.prompt], [images])
