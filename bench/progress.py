@@ -7,6 +7,11 @@ import time
 from typing import TextIO
 
 
+def progress_label(name: str, shard: object | None) -> str:
+    """`name`, or `name [shard K/N]` for a shard (so a Slurm array's logs say whose line it is)."""
+    return name if shard is None else f"{name} [shard {shard}]"
+
+
 class Progress:
     """Prints `label done/total (rate/s, ETA s)` at most every `every` seconds, and at the end."""
 

@@ -26,7 +26,7 @@ from bench.manifest import (
 )
 from bench.parse import parse_reply
 from bench.policies import POLICIES, make_policy
-from bench.progress import Progress
+from bench.progress import Progress, progress_label
 from bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens
 from bench.records import RECORDS_FILE, RUN_META_FILE, Record, append_records, load_records
 from bench.reference import Prices
@@ -50,6 +50,8 @@ class RunConfig:
     batch_size: int = 8
     dtype: str = "auto"
     device_map: str | None = None
+    max_memory: str | None = None  # accelerate's budget per device, e.g. "0=70GiB,cpu=200GiB"
+    offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
     trust_remote_code: bool = False
     attn_implementation: str | None = None  # e.g. "eager" (Pixtral, seed 000 appendix I)
     seed: int = 0  # the random policy's seed
@@ -132,7 +134,7 @@ def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
     if not (out / RUN_META_FILE).is_file():
         atomic_write_json(out / RUN_META_FILE, meta)
     started = time.perf_counter()
-    bar = Progress("run", len(todo)) if progress and todo else None
+    bar = Progress(progress_label("run", shard), len(todo)) if progress and todo else None
     # Batch rows with the same number of images: some processors cannot mix them in one call.
     for group in by_image_count(todo):
         for start in range(0, len(group), config.batch_size):
@@ -174,11 +176,12 @@ def _replier(config: RunConfig, bench: Path, bench_meta: dict[str, Any]) -> Call
 
 def _model_replier(config: RunConfig, bench: Path) -> Callable[[list[Item]], list[Reply]]:
     import hooks
+    from hooks.devices import placement_of
 
     handle = hooks.load(
         config.model,
         dtype=config.dtype,
-        device_map=config.device_map,
+        **placement_of(config),
         trust_remote_code=config.trust_remote_code,
         attn_implementation=config.attn_implementation,
     )

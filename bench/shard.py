@@ -20,6 +20,7 @@ from bench.items import Item
 from bench.manifest import BenchError
 
 SHARDS_DIR = ".shards"  # data-parallel runs keep their shards in OUT/.shards/shard-K-of-N
+THROUGHPUT_FILE = "throughput.json"  # one process's units, seconds and units per second (data parallel)
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,11 @@ from bench.manifest import (
     read_log_lines,
     resolve_image,
 )
-from bench.progress import Progress
+from bench.progress import Progress, progress_label
 from bench.protocols import build_prompt, check_regime, get_protocol
 from bench.runner import select_items
 from bench.shard import Shard, select_shard
+from experiments.config import add_placement_arguments
 
 if TYPE_CHECKING:
     from hooks.handle import Handle
@@ -106,6 +107,8 @@ class CaptureConfig:
     batch_size: int = 8
     dtype: str = "auto"
     device_map: str | None = None
+    max_memory: str | None = None  # accelerate's budget per device, e.g. "0=70GiB,cpu=200GiB"
+    offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
     trust_remote_code: bool = False
     attn_implementation: str | None = None  # e.g. "eager" (Pixtral, seed 000 appendix I)
     shard: str | None = None  # "K/N" (0-based): only the families of shard K of N (bench.shard)
@@ -335,8 +338,9 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
 
     from hooks import load
     from hooks.capture import POSITION_RULES
+    from hooks.devices import placement_of
 
-    handle = load(config.model, dtype=config.dtype, device_map=config.device_map,
+    handle = load(config.model, dtype=config.dtype, **placement_of(config),
                   attn_implementation=config.attn_implementation,
                   trust_remote_code=config.trust_remote_code)
     layers = parse_layers(config.layers, handle.n_layers)
@@ -373,7 +377,7 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
     row_bytes = int(np.prod(shape[1:])) * 2
 
     started = time.perf_counter()
-    bar = Progress("capture", len(todo)) if progress else None
+    bar = Progress(progress_label("capture", shard), len(todo)) if progress else None
     warned = False
     fd = os.open(acts_path, os.O_WRONLY)
     try:
@@ -460,7 +464,7 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N selected items")
     p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
-    p.add_argument("--device-map", default=None, help="e.g. auto, cpu, cuda:0")
+    add_placement_arguments(p)
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
     p.add_argument("--shard", default=None, metavar="K/N",
                    help="only shard K of N (0-based; whole families, sorted ids round robin); combine the N "
@@ -485,6 +489,8 @@ def run_capture(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         dtype=args.dtype,
         device_map=args.device_map,
+        max_memory=args.max_memory,
+        offload_folder=args.offload_folder,
         trust_remote_code=args.trust_remote_code,
         shard=args.shard,
     )

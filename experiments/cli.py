@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.argtypes import nonnegative_int, positive_int
+from experiments.config import add_placement_arguments
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,7 +113,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N selected items")
     p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
-    p.add_argument("--device-map", default=None, help="e.g. auto, cpu, cuda:0")
+    add_placement_arguments(p)
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
     p.add_argument("--attn-implementation", default=None, help="e.g. eager (Pixtral) or sdpa")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
@@ -140,6 +141,8 @@ def _run_run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         dtype=args.dtype,
         device_map=args.device_map,
+        max_memory=args.max_memory,
+        offload_folder=args.offload_folder,
         trust_remote_code=args.trust_remote_code,
         attn_implementation=args.attn_implementation,
         seed=args.seed,

@@ -61,7 +61,9 @@ class ModelConfig:
     model: a hub id (`owner/name`), a local folder, or `tiny:<arch>` (hooks.TINY_ARCHS).
     dtype: auto (float32 on CPU, the checkpoint's dtype on GPU), float32, bfloat16, float16.
     attn_implementation: None = transformers' default; e.g. eager (Pixtral, seed 000 appendix I).
-    device_map: None = CPU; "auto" spreads over the visible GPUs (accelerate).
+    device_map: None = CPU; "auto" spreads over the visible GPUs, then CPU, then disk (accelerate).
+    max_memory: accelerate's budget per device with device_map, e.g. "0=70GiB,1=70GiB,cpu=200GiB".
+    offload_folder: where modules that fit nowhere else are offloaded (with device_map).
     max_new_tokens_direct / max_new_tokens_brief: generation limits of the two protocols.
     batch_size: rows per forward / generate call.
     trust_remote_code: run a checkpoint's own code (never implied).
@@ -74,6 +76,8 @@ class ModelConfig:
     dtype: str = "auto"
     attn_implementation: str | None = None
     device_map: str | None = None
+    max_memory: str | None = None  # accelerate's budget per device, e.g. "0=70GiB,cpu=200GiB"
+    offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
     max_new_tokens_direct: int = 16
     max_new_tokens_brief: int = 256
     batch_size: int = 8
@@ -98,6 +102,11 @@ class ModelConfig:
         if self.attn_implementation is not None and self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ValueError(f"key 'attn_implementation' is {self.attn_implementation!r}; choose from "
                              f"{', '.join(ATTN_IMPLEMENTATIONS)} or null (transformers' default)")
+        if (self.max_memory is not None or self.offload_folder is not None) and self.device_map is None:
+            raise ValueError("keys 'max_memory' and 'offload_folder' need a device map; set device_map: auto")
+        from hooks.devices import parse_max_memory
+
+        parse_max_memory(self.max_memory)  # a bad entry fails here, naming the fix
         for key in ("max_new_tokens_direct", "max_new_tokens_brief", "batch_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"key {key!r} must be a positive integer, got {getattr(self, key)}")
@@ -134,8 +143,21 @@ def load_model(cfg: ModelConfig):
     """hooks.load with the config's settings (the only place a ModelConfig becomes a Handle)."""
     import hooks
 
-    return hooks.load(model_source(cfg), dtype=cfg.dtype, device_map=cfg.device_map,
+    return hooks.load(model_source(cfg), dtype=cfg.dtype, device_map=cfg.device_map, max_memory=cfg.max_memory,
+                      offload_folder=cfg.offload_folder,
                       trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation)
+
+
+def add_placement_arguments(parser: Any, *, override: bool = False) -> None:
+    """--device-map, --max-memory and --offload-folder (accelerate's big-model loading) on a command;
+    override=True: they override a model config's keys."""
+    what = "override the model config's" if override else "the model's"
+    parser.add_argument("--device-map", default=None,
+                        help=f"{what} device map: auto (GPUs, then CPU, then disk), cpu, cuda:0")
+    parser.add_argument("--max-memory", default=None, metavar="DEV=SIZE,...",
+                        help=f"{what} memory budget per device with --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB")
+    parser.add_argument("--offload-folder", default=None,
+                        help=f"{what} folder for modules offloaded to disk with --device-map")
 
 
 def _looks_like_model_id(ref: str) -> bool:

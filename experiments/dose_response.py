@@ -102,12 +102,13 @@ from bench.manifest import (
     read_items,
     read_log_lines,
 )
-from bench.progress import Progress
+from bench.progress import Progress, progress_label
 from bench.protocols import build_prompt, check_regime
 from bench.shard import Shard, select_shard
 from experiments.config import (
     ConfigError,
     ModelConfig,
+    add_placement_arguments,
     as_dict,
     load_config,
     load_model_config,
@@ -710,7 +711,7 @@ def dose_response(config: DoseResponseConfig, *, progress: bool = True) -> dict[
         if old_meta is not None:  # keep the layers of earlier sessions
             meta["layer_directions"] = {**old_meta.get("layer_directions", {}), **meta["layer_directions"]}
         atomic_write_json(plan.out / RUN_META_FILE, meta)
-        bar = Progress("dose-response", n_todo) if progress else None
+        bar = Progress(progress_label("dose-response", plan.config.shard), n_todo) if progress else None
         pending = [it for it in plan.items if todo[it.item_id]]
         for group in by_image_count(pending):
             for start in range(0, len(group), plan.batch_size):
@@ -1175,7 +1176,7 @@ def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--regime", default=None, help="standard, guided or json")
     p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
     p.add_argument("--dtype", default=None, help="override the model config's dtype")
-    p.add_argument("--device-map", default=None, help="override the model config's device map")
+    add_placement_arguments(p, override=True)
     p.add_argument("--out", default=None, help="output folder")
     p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
     p.add_argument("--seed", type=integer, default=None, help="bootstrap seed")
@@ -1196,20 +1197,22 @@ def config_from_args(args: argparse.Namespace) -> DoseResponseConfig:
     """The config file named by --config with every given flag applied (None = flag not given)."""
     overrides = {key: getattr(args, key) for key in OVERRIDE_FLAGS}
     config = load_dose_response_config(args.config, overrides)
-    model_overrides = {"dtype": args.dtype, "device_map": args.device_map}
+    model_overrides = {"dtype": args.dtype, "device_map": args.device_map, "max_memory": args.max_memory,
+                       "offload_folder": args.offload_folder}
     if any(v is not None for v in model_overrides.values()):
         config = replace(config, model=load_model_config(config.model, model_overrides))
     return config
 
 
 def run_dose_response(args: argparse.Namespace) -> int:
-    from experiments.distributed import data_parallel, device_map_for_rank
+    from experiments.distributed import data_parallel, rank_placement
 
     config = config_from_args(args)
 
     def for_rank(c: DoseResponseConfig) -> DoseResponseConfig:  # the device map lives in the model config
         model = load_model_config(c.model)
-        return replace(c, model=load_model_config(model, {"device_map": device_map_for_rank(model.device_map)}))
+        device_map, max_memory = rank_placement(model.device_map, model.max_memory)
+        return replace(c, model=load_model_config(model, {"device_map": device_map, "max_memory": max_memory}))
 
     # torchrun / accelerate launch: this rank's items, then rank 0 merges
     if data_parallel(config, lambda c: dose_response(c, progress=False), unit="items", for_rank=for_rank):

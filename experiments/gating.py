@@ -80,6 +80,7 @@ from bench.protocols import GUIDED, build_prompt
 from experiments.config import (
     ConfigError,
     ModelConfig,
+    add_placement_arguments,
     as_dict,
     load_config,
     load_model_config,
@@ -265,7 +266,7 @@ def _capture(plan: Plan, regime: str, progress: bool) -> Path:
     out = plan.out / "acts" / regime
     capture(CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(out),
                           requests=tuple(plan.config.requests), layers="all", positions=(POSITION,), regime=regime,
-                          batch_size=plan.batch_size, dtype=m.dtype, device_map=m.device_map,
+                          batch_size=plan.batch_size, dtype=m.dtype, device_map=m.device_map, max_memory=m.max_memory, offload_folder=m.offload_folder,
                           trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation),
             progress=progress)
     return out
@@ -631,7 +632,7 @@ def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--limit", type=integer, default=None, help="only the first N held-out items")
     p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
     p.add_argument("--dtype", default=None, help="override the model config's dtype")
-    p.add_argument("--device-map", default=None, help="override the model config's device map")
+    add_placement_arguments(p, override=True)
     p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
     p.add_argument("--seed", type=integer, default=None, help="bootstrap (and sweep fold) seed")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -645,7 +646,8 @@ OVERRIDE_FLAGS = ("model", "bench", "out", "requests", "layer", "alphas", "split
 
 def config_from_args(args: argparse.Namespace) -> GatingConfig:
     config = load_gating_config(args.config, {k: getattr(args, k) for k in OVERRIDE_FLAGS})
-    model_overrides = {"dtype": args.dtype, "device_map": args.device_map}
+    model_overrides = {"dtype": args.dtype, "device_map": args.device_map, "max_memory": args.max_memory,
+                       "offload_folder": args.offload_folder}
     if any(v is not None for v in model_overrides.values()):
         config = replace(config, model=load_model_config(config.model, model_overrides))
     return config

@@ -19,6 +19,13 @@ Steps (each resumable; a rerun reuses finished work):
    within-family shuffled control at that layer/position and the input-only baselines; and
    `layer_sweep.png`: held-out AUROC by layer for every label (one panel per position).
 
+Scaling out: `--shard K/N` runs step 1 for shard K only (whole families, bench.shard) into that
+shard's `--out`, and stores the sweep's config there (`layer_sweep_config.json`); `evprobe merge
+OUT SHARD_OUT...` merges the shards' captures into OUT/acts and runs steps 2-4 there, giving the
+files of one unsharded run. Under torchrun (`torchrun --nproc_per_node N -m experiments
+layer-sweep ...`) every process captures its shard, rank 0 merges them into OUT/acts and runs
+steps 2-4 (CPU only; the other processes end after their capture).
+
 Everything the config names (file, keys, labels, positions, transfer kinds, benchmark, requests,
 layers of a tiny model) is checked before any model is loaded; each problem is one line.
 """
@@ -40,6 +47,7 @@ from bench.protocols import check_regime
 from experiments.config import (
     ConfigError,
     ModelConfig,
+    add_placement_arguments,
     as_dict,
     load_config,
     load_model_config,
@@ -50,6 +58,7 @@ SWEEPS_DIR = "sweeps"
 ACTS_DIR = "acts"
 DIRECTIONS_DIR = "directions"
 SETTINGS_FILE = "settings.json"
+SHARD_CONFIG_FILE = "layer_sweep_config.json"  # a --shard folder's config (evprobe merge runs the sweep)
 JSON_FILE = "best_layers.json"
 MD_FILE = "best_layers.md"
 PNG_FILE = "layer_sweep.png"
@@ -79,7 +88,7 @@ class LayerSweepConfig:
     probe: logistic (TRAPS), massmean or centroid; transfer: kinds of transfer matrix for resolved.
     regime: prompt regime of the capture; folds: family folds of the sweeps;
     n_boot, seed: the family bootstrap (and folds/shuffles); limit: first N selected items;
-    batch_size: None = the model config's.
+    batch_size: None = the model config's; shard: "K/N" captures only shard K (then `evprobe merge`).
     """
 
     model: str | ModelConfig
@@ -97,10 +106,14 @@ class LayerSweepConfig:
     seed: int = DEFAULT_SEED
     limit: int | None = None
     batch_size: int | None = None
+    shard: str | None = None
 
     def __post_init__(self) -> None:
+        from bench.shard import Shard
         from experiments.capture import _check_positions
 
+        if self.shard is not None:
+            Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
         if not self.requests:
             raise ValueError("key 'requests' is empty; e.g. [select, answer_initial]")
         if not self.positions:
@@ -206,17 +219,34 @@ def make_plan(config: LayerSweepConfig) -> Plan:
 # ---------------------------------------------------------------- the steps
 
 
-def run_capture(plan: Plan, progress: bool) -> dict[str, Any]:
-    from experiments.capture import CaptureConfig, capture
+def capture_config(plan: Plan):
+    """The CaptureConfig of step 1 (the plan's model, layers and positions, into OUT/acts)."""
+    from experiments.capture import CaptureConfig
     from experiments.config import model_source
 
     c, m = plan.config, plan.model
     layers = "all" if c.layers == "all" else ",".join(map(str, c.layers))
-    return capture(CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(plan.acts),
-                                 requests=tuple(c.requests), layers=layers, positions=tuple(c.positions),
-                                 regime=c.regime, limit=c.limit, batch_size=plan.batch_size, dtype=m.dtype,
-                                 device_map=m.device_map, trust_remote_code=m.trust_remote_code,
-                                 attn_implementation=m.attn_implementation), progress=progress)
+    return CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(plan.acts),
+                         requests=tuple(c.requests), layers=layers, positions=tuple(c.positions),
+                         regime=c.regime, limit=c.limit, batch_size=plan.batch_size, dtype=m.dtype,
+                         device_map=m.device_map, max_memory=m.max_memory, offload_folder=m.offload_folder,
+                         trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
+                         shard=c.shard)
+
+
+def run_capture(plan: Plan, progress: bool) -> dict[str, Any] | None:
+    """Step 1. Under a launcher every process captures its shard and rank 0 merges them; then rank 0
+    reads the complete capture (no model load) and the other ranks get None (they stop here)."""
+    from experiments.capture import capture
+    from experiments.distributed import data_parallel, distributed_shard
+
+    config = capture_config(plan)
+    if data_parallel(config, lambda c: capture(c, progress=False), unit="rows"):
+        launched = distributed_shard()
+        if launched is not None and launched.k != 0:
+            return None
+        return capture(config, progress=False)
+    return capture(config, progress=progress)
 
 
 def _capture_meta(plan: Plan) -> dict[str, Any]:
@@ -435,6 +465,13 @@ def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str,
     """Run (or finish) the layer sweep; returns a summary (captured rows, labels swept / reused, files)."""
     plan = make_plan(config)
     cap = run_capture(plan, progress)
+    session = (cap or {}).get("last_session") or {}
+    if cap is None or config.shard is not None:  # a launcher's other rank, or one --shard job: capture only
+        if config.shard is not None:
+            atomic_write_json(plan.out / SHARD_CONFIG_FILE, as_dict(config))
+        return {"out": str(plan.out), "n_items": cap["n_items"] if cap else plan.n_items, "captured": int(session.get("items", 0) or 0),
+                "shard": config.shard, "complete": bool(cap and cap.get("complete")), "swept": [], "reused": [],
+                "directions_fitted": False, "best": [], "files": [] if cap is None else [ACTS_DIR, SHARD_CONFIG_FILE]}
     swept, reused = [], []
     for label in config.labels:
         (swept if run_sweep(plan, label, progress) else reused).append(label)
@@ -443,11 +480,11 @@ def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str,
     atomic_write_bytes(plan.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
     atomic_write_bytes(plan.out / MD_FILE, markdown(result).encode("utf-8"))
     plot(result, plan.out)
-    session = cap.get("last_session") or {}
     return {
         "out": str(plan.out),
         "n_items": plan.n_items,
         "captured": int(session.get("items", 0) or 0),
+        "shard": None,
         "swept": swept,
         "reused": reused,
         "directions_fitted": directions_fitted,
@@ -487,21 +524,25 @@ def add_layer_sweep_parser(sub: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--limit", type=integer, default=None, help="only the first N selected items")
     p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
     p.add_argument("--dtype", default=None, help="override the model config's dtype")
-    p.add_argument("--device-map", default=None, help="override the model config's device map")
+    add_placement_arguments(p, override=True)
     p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
     p.add_argument("--seed", type=integer, default=None, help="seed of folds, shuffles and bootstrap")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="capture only shard K of N (0-based, whole families) into this --out; `evprobe merge OUT "
+                   "SHARD_OUT...` then merges the captures and runs the sweeps. Under torchrun the rank picks it")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(run=run_layer_sweep)
     return p
 
 
 OVERRIDE_FLAGS = ("model", "bench", "out", "requests", "positions", "layers", "labels", "probe", "transfer", "regime",
-                  "folds", "limit", "batch_size", "n_boot", "seed")
+                  "folds", "limit", "batch_size", "n_boot", "seed", "shard")
 
 
 def config_from_args(args: argparse.Namespace) -> LayerSweepConfig:
     config = load_layer_sweep_config(args.config, {k: getattr(args, k) for k in OVERRIDE_FLAGS})
-    model_overrides = {"dtype": args.dtype, "device_map": args.device_map}
+    model_overrides = {"dtype": args.dtype, "device_map": args.device_map, "max_memory": args.max_memory,
+                       "offload_folder": args.offload_folder}
     if any(v is not None for v in model_overrides.values()):
         config = replace(config, model=load_model_config(config.model, model_overrides))
     return config
@@ -509,6 +550,14 @@ def config_from_args(args: argparse.Namespace) -> LayerSweepConfig:
 
 def run_layer_sweep(args: argparse.Namespace) -> int:
     summary = layer_sweep(config_from_args(args), progress=not args.quiet)
+    if summary["shard"] is not None:
+        state = "complete" if summary["complete"] else "incomplete: rerun the same command to finish it"
+        print(f"shard {summary['shard']}: {summary['n_items']} items captured into {summary['out']}/{ACTS_DIR} "
+              f"({summary['captured']} now; {state}); when every shard is complete: evprobe merge OUT "
+              "SHARD_OUT... (merges the captures and runs the sweeps)")
+        return 0
+    if not summary["files"]:  # a launcher's rank > 0: rank 0 sweeps
+        return 0
     print(f"{summary['n_items']} items ({summary['captured']} captured now); swept {', '.join(summary['swept']) or '-'}; "
           f"reused {', '.join(summary['reused']) or '-'}")
     for title, best in summary["best"]:

@@ -8,8 +8,9 @@ Run folders (run.json + records.jsonl) give OUT/records.jsonl and OUT/run.json; 
 (meta.json + acts.npy + index.jsonl) give OUT/acts.npy, OUT/index.jsonl and OUT/meta.json;
 `evprobe patching` folders (meta.json + results.jsonl) give OUT/results.jsonl (a single job's
 order), OUT/meta.json and the summary of all rows (patching.json, .md, .png; `seconds` is the
-longest shard's); `evprobe dose-response` folders give OUT/results.jsonl (a single run's order:
-image-count groups, batches, conditions), OUT/meta.json and every report of the whole run
+longest shard's); `evprobe layer-sweep --shard` folders give OUT/acts (their captures merged) and
+then the sweep's files, computed there as one unsharded layer sweep does; `evprobe dose-response`
+folders give OUT/results.jsonl (a single run's order: image-count groups, batches, conditions), OUT/meta.json and every report of the whole run
 (dose_response.json, .md, curves). Steered rows were computed in other batches than a single run's,
 so their log-probs agree with a single run's within float32 rounding, not bit for bit.
 
@@ -46,7 +47,7 @@ from bench.manifest import META_FILE, BenchError, atomic_write_bytes, atomic_wri
 from bench.records import RECORDS_FILE, RUN_META_FILE
 from bench.runner import PINNED as RUN_PINNED
 from bench.runner import select_items
-from bench.shard import Shard, select_shard
+from bench.shard import THROUGHPUT_FILE, Shard, select_shard
 from experiments.capture import (
     ACTS_FILE,
     CAPTURE_META_FILE,
@@ -58,7 +59,9 @@ from experiments.capture import (
 )
 
 # Settings that may differ between the shards of one command.
-_CONFIG_FREE = ("out", "shard", "device_map")
+# Where a shard's model sits (its GPUs, memory budget, offload folder) may differ between machines.
+_PLACEMENT = ("device_map", "max_memory", "offload_folder")
+_CONFIG_FREE = ("out", "shard", *_PLACEMENT)
 _RUN_FREE = ("shard", "bench", "n_selected", "n_records", "last_session")
 _CAPTURE_FREE = ("shard", "bench", "selection_sha256", "n_items", "images_sha256", "n_images", "shape")
 
@@ -129,9 +132,9 @@ def _settings(meta: dict[str, Any], free: Sequence[str]) -> dict[str, Any]:
     if isinstance(out.get("config"), dict):
         out["config"] = {k: v for k, v in out["config"].items() if k not in _CONFIG_FREE}
         if isinstance(out["config"].get("model"), dict):  # an inline model config (dose-response under torchrun)
-            out["config"]["model"] = {k: v for k, v in out["config"]["model"].items() if k != "device_map"}
+            out["config"]["model"] = {k: v for k, v in out["config"]["model"].items() if k not in _PLACEMENT}
     if isinstance(out.get("model_config"), dict):
-        out["model_config"] = {k: v for k, v in out["model_config"].items() if k != "device_map"}
+        out["model_config"] = {k: v for k, v in out["model_config"].items() if k not in _PLACEMENT}
     return out
 
 
@@ -417,6 +420,13 @@ def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> dict[str, Any]:
     out, folders = Path(out), [Path(d) for d in shard_dirs]
     if not folders:
         raise BenchError("no shard folders given; pass every SHARD_DIR of the command")
+    from experiments.layer_sweep import SHARD_CONFIG_FILE
+
+    sweeps = [(f / SHARD_CONFIG_FILE).is_file() for f in folders]
+    if any(sweeps):
+        if not all(sweeps):
+            raise BenchError("the folders mix layer-sweep shards and other shards; merge one kind at a time")
+        return merge_layer_sweeps(out, folders)
     kinds = {_kind(f) for f in folders}
     if len(kinds) > 1:
         raise BenchError(f"the folders mix {' and '.join(sorted(kinds))} shards; merge one kind at a time")
@@ -428,7 +438,54 @@ def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     merger = {"run": merge_runs, "capture": merge_captures, "patching": merge_patching,
               "dose-response": merge_dose_response}[kind]
-    return merger(out, parts)
+    result = merger(out, parts)
+    throughput = merge_throughput(out, parts)
+    if throughput is not None:
+        result = {**result, "files": [*result["files"], THROUGHPUT_FILE], "throughput": throughput}
+    return result
+
+
+def merge_layer_sweeps(out: Path, folders: list[Path]) -> dict[str, Any]:
+    """`evprobe layer-sweep --shard K/N` folders: their captures merged into OUT/acts, then the sweep
+    (steps 2-4, CPU only, no model) run on OUT with the shards' config."""
+    from experiments.config import load_config
+    from experiments.layer_sweep import ACTS_DIR, SHARD_CONFIG_FILE, LayerSweepConfig, layer_sweep
+
+    configs = [_read_meta(f / SHARD_CONFIG_FILE) for f in folders]
+
+    def settings(config: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in config.items() if k not in ("out", "shard")}
+        if isinstance(kept.get("model"), dict):
+            kept["model"] = {k: v for k, v in kept["model"].items() if k not in _PLACEMENT}
+        return kept
+
+    for folder, config in zip(folders[1:], configs[1:]):
+        if settings(config) != settings(configs[0]):
+            diff = sorted(k for k in settings(config) if settings(config).get(k) != settings(configs[0]).get(k))
+            raise BenchError(f"{folder} is a shard of another layer sweep than {folders[0]} (different "
+                             f"{', '.join(diff)}); merge the shards of one command")
+    captured = merge(out / ACTS_DIR, [f / ACTS_DIR for f in folders])
+    config = load_config(LayerSweepConfig, {**configs[0], "out": str(out), "shard": None},
+                         where=str(folders[0] / SHARD_CONFIG_FILE))
+    summary = layer_sweep(config, progress=False)
+    return {"kind": "layer-sweep", "n_shards": captured["n_shards"], "n_items": summary["n_items"],
+            "files": [f"{ACTS_DIR}/{name}" for name in captured["files"]] + summary["files"]}
+
+
+def merge_throughput(out: Path, parts: list[_Part]) -> dict[str, Any] | None:
+    """OUT/throughput.json from the shards' throughput.json (written by data-parallel processes):
+    every process's units per second, and the whole job's (all units / the slowest process's
+    seconds). None when a shard has none (e.g. --shard jobs, which print and store their own)."""
+    paths = [p.folder / THROUGHPUT_FILE for p in parts]
+    if not all(path.is_file() for path in paths):
+        return None
+    processes = [_read_meta(path) for path in paths]
+    units = sum(int(p.get("units") or 0) for p in processes)
+    seconds = max(float(p.get("seconds") or 0.0) for p in processes)
+    summary = {"processes": processes, "units": units, "seconds": seconds,
+               "per_second": round(units / seconds, 3) if units and seconds > 0 else None}
+    atomic_write_json(out / THROUGHPUT_FILE, summary)
+    return summary
 
 
 # ---------------------------------------------------------------- command line
@@ -437,11 +494,12 @@ def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> dict[str, Any]:
 def add_merge_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "merge",
-        help="combine the --shard K/N folders of one run, capture, patching or dose-response job into what one run writes",
+        help="combine the --shard K/N folders of one run, capture, patching, dose-response or layer-sweep job into "
+        "what one run writes",
         description="Combine shard folders (all N shards of one `evprobe run`, `evprobe capture`, "
-        "`evprobe patching` or `evprobe dose-response` command, written with --shard K/N) into OUT: records.jsonl + "
+        "`evprobe patching`, `evprobe dose-response` or `evprobe layer-sweep` command, written with --shard K/N) into OUT: records.jsonl + "
         "run.json; acts.npy + index.jsonl + meta.json; results.jsonl + meta.json + patching.json/.md/.png; or "
-        "results.jsonl + meta.json + dose_response.json/.md and curves, "
+        "results.jsonl + meta.json + dose_response.json/.md and curves; or acts/ and the whole layer sweep, "
         "exactly as one unsharded run writes them (except per-item timing). Refuses missing, duplicated, "
         "incomplete or mismatched shards.",
     )

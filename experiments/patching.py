@@ -47,9 +47,10 @@ from bench.manifest import (
     read_items,
     read_log_lines,
 )
-from bench.progress import Progress
+from bench.progress import Progress, progress_label
 from bench.protocols import build_prompt, check_regime, get_protocol
 from bench.shard import Shard, family_shards
+from experiments.config import add_placement_arguments
 
 RESULTS_FILE = "results.jsonl"
 POSITION_SETS = ("last", "text", "image")
@@ -69,6 +70,8 @@ class PatchingConfig:
     limit_pairs: int | None = None
     dtype: str = "auto"
     device_map: str | None = None
+    max_memory: str | None = None  # accelerate's budget per device, e.g. "0=70GiB,cpu=200GiB"
+    offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
     attn_implementation: str | None = None  # e.g. "eager" (Pixtral)
     n_boot: int = 2000
     seed: int = 20260905
@@ -128,12 +131,13 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
                          "use fewer shards")
     import hooks
     from experiments.capture import parse_layers, question_marker
+    from hooks.devices import placement_of
     from hooks.handle import config_n_layers
 
     known = config_n_layers(config.model)
     if known is not None:
         parse_layers(config.layers, known)  # a layer out of range fails before the model loads
-    handle = hooks.load(config.model, dtype=config.dtype, device_map=config.device_map,
+    handle = hooks.load(config.model, dtype=config.dtype, **placement_of(config),
                         attn_implementation=config.attn_implementation)
     layers = parse_layers(config.layers, handle.n_layers)
     out.mkdir(parents=True, exist_ok=True)
@@ -152,7 +156,7 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
     done = _load_done(results)
     jobs = jobs_of(pairs)
     todo = [(s, t) for s, t in jobs if f"{s.item_id}>{t.item_id}" not in done]
-    bar = Progress("patching", len(todo)) if progress and todo else None
+    bar = Progress(progress_label("patching", shard), len(todo)) if progress and todo else None
     started = time.perf_counter()
     # A model that reads facts instead of the prompt's words (the organism) has no question text:
     # its "text" set is every fact token except the sheet values (hooks.spans).
@@ -163,7 +167,8 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
         if bar:
             bar.update()
     rows = list(_load_done(results).values())
-    return write_summary(out, rows, layers, config, len(pairs), time.perf_counter() - started)
+    summary = write_summary(out, rows, layers, config, len(pairs), time.perf_counter() - started)
+    return {**summary, "computed": len(todo)}
 
 
 def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], config: PatchingConfig, n_pairs: int,
@@ -322,7 +327,7 @@ def add_patching_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--protocol", default=None)
     p.add_argument("--limit-pairs", type=int, default=None, help="only the first N image pairs")
     p.add_argument("--dtype", default=None)
-    p.add_argument("--device-map", default=None)
+    add_placement_arguments(p)
     p.add_argument("--n-boot", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--shard", default=None, metavar="K/N",
@@ -339,7 +344,8 @@ def config_from_args(args: argparse.Namespace) -> PatchingConfig:
         "model": args.model, "bench": args.bench, "out": args.out, "layers": args.layers,
         "positions": tuple(p.strip() for p in args.positions.split(",") if p.strip()) if args.positions else None,
         "regime": args.regime, "protocol": args.protocol, "limit_pairs": args.limit_pairs, "dtype": args.dtype,
-        "device_map": args.device_map, "n_boot": args.n_boot, "seed": args.seed, "shard": args.shard,
+        "device_map": args.device_map, "max_memory": args.max_memory, "offload_folder": args.offload_folder,
+        "n_boot": args.n_boot, "seed": args.seed, "shard": args.shard,
     }
     if args.config is None:
         missing = [f"--{k}" for k in ("model", "bench", "out") if overrides[k] is None]

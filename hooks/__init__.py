@@ -1,7 +1,7 @@
 """hooks: load vision-language models (real or tiny) and run them for capture and steering.
 
 Public API (`import hooks` stays cheap: nothing here imports torch until used):
-    load(model, *, dtype, device_map, trust_remote_code, attn_implementation) -> Handle
+    load(model, *, dtype, device_map, trust_remote_code, attn_implementation, max_memory, offload_folder) -> Handle
     tiny(arch, *, seed) -> Handle            TINY_ARCHS: names tiny() accepts
     Handle                                   model, processor, tokenizer, layers, n_layers, d_model, nn
     build_inputs(handle, prompts, images) -> BatchFeature

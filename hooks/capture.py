@@ -168,7 +168,8 @@ def capture_batch(
         saved = nnsight.save([_reduce(envoys[i].output, plan) for i in order])  # each (batch, n_pos, d)
         tracer.stop()  # nothing after the last asked-for layer is needed
     by_layer = dict(zip(order, saved, strict=True))
-    acts = torch.stack([by_layer[i] for i in layers], 1).cpu().numpy()  # (batch, n_layers, n_pos, d)
+    # Each layer's means to the CPU first: under a device_map the layers may sit on different GPUs.
+    acts = torch.stack([by_layer[i].cpu() for i in layers], 1).numpy()  # (batch, n_layers, n_pos, d)
     n_tokens = [int(n) for n in enc["attention_mask"].sum(1).tolist()]
     # A finished nnsight trace leaves reference cycles that keep this batch's tensors alive until
     # Python's cyclic GC happens to run; left alone, resident memory drifts up and down by

@@ -80,7 +80,22 @@ class Handle:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the device of the input embeddings (under a device_map the first
+        parameter may be offloaded to `meta`, or sit on another GPU)."""
+        from hooks.devices import module_device
+
+        return module_device(self.model.get_input_embeddings())
+
+    def layer_device(self, layer: int) -> torch.device:
+        """The device decoder layer `layer` computes on (a steering vector for it goes there)."""
+        from hooks.devices import module_device
+
+        return module_device(self.layers[layer])
+
+    @property
+    def device_map(self) -> dict[str, str | int] | None:
+        """accelerate's placement of the model's modules (`hf_device_map`), None when not dispatched."""
+        return getattr(self.model, "hf_device_map", None)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -129,11 +144,39 @@ def _wrap_nnsight(model, processor, tokenizer):
     from nnsight import NNsight
     from nnsight.modeling.transformers import TransformersModel
 
+    # transformers' pipeline takes the FIRST value of hf_device_map as its device; "disk" (a module
+    # offloaded by accelerate) is no torch device. Put the input embeddings' entry first while the
+    # pipeline is built (the placement itself is unchanged; only the dict's order is).
+    placement = getattr(model, "hf_device_map", None)
+    if placement and next(iter(placement.values())) in ("disk", "meta"):
+        from hooks.devices import module_device
+
+        first = str(module_device(model.get_input_embeddings()))
+        model.hf_device_map = {"": first, **{k: v for k, v in placement.items() if k != ""}}
     try:
-        return TransformersModel(model, processor=processor, tokenizer=tokenizer, task="image-text-to-text")
+        return _placed(TransformersModel)(model, processor=processor, tokenizer=tokenizer, task="image-text-to-text")
     except Exception as err:  # noqa: BLE001 - e.g. remote-code models the pipeline rejects
         warnings.warn(f"nnsight TransformersModel failed ({err!r}); using NNsight(model)", stacklevel=3)
-        return NNsight(model)
+        return _placed(NNsight)(model)
+    finally:
+        if placement is not None:
+            model.hf_device_map = placement
+
+
+def _placed(envoy_class: type) -> type:
+    """`envoy_class` whose `device` (where nnsight moves a trace's inputs) is the input embeddings'
+    execution device: nnsight's own is the first parameter's, which is `meta` when accelerate
+    offloaded the module holding it (e.g. the vision tower)."""
+
+    class Placed(envoy_class):  # type: ignore[misc, valid-type]
+        @property
+        def device(self):
+            from hooks.devices import module_device
+
+            return module_device(self._module.get_input_embeddings())
+
+    Placed.__name__ = Placed.__qualname__ = envoy_class.__name__
+    return Placed
 
 
 def _module_path(root: nn.Module, target: nn.Module) -> str:
@@ -143,7 +186,7 @@ def _module_path(root: nn.Module, target: nn.Module) -> str:
     raise ValueError(f"{type(target).__name__} is not a submodule of {type(root).__name__}")
 
 
-def _resolve_dtype(dtype: str, device_map: str | None):
+def _resolve_dtype(dtype: str, device_map: str | dict | None):
     import torch
 
     if dtype not in _DTYPES:
@@ -239,16 +282,21 @@ def load(
     model: str,
     *,
     dtype: str = "auto",
-    device_map: str | None = None,
+    device_map: str | dict[str, str | int] | None = None,
     trust_remote_code: bool = False,
     attn_implementation: str | None = None,
+    max_memory: str | dict[int | str, str] | None = None,
+    offload_folder: str | None = None,
 ) -> Handle:
     """Load a vision-language model and its processor into a Handle.
 
     model: "tiny:<arch>" (see hooks.tiny.TINY_ARCHS), a registered name (`named_models()`, e.g.
         "organism"), a hub id or a local folder.
     dtype: "auto" = float32 on CPU, the checkpoint's dtype on GPU; or an explicit one.
-    device_map: passed to from_pretrained (None = CPU).
+    device_map: passed to from_pretrained (None = CPU): "auto" (accelerate's big-model loading
+        over the visible GPUs, then CPU, then disk), "cuda:1", or a module -> device mapping.
+    max_memory: accelerate's budget per device, "0=70GiB,cpu=200GiB" or a dict (hooks.devices).
+    offload_folder: where layers that fit nowhere else are offloaded (device_map "disk").
     trust_remote_code: off unless asked for (never implied).
     attn_implementation: e.g. "eager" or "sdpa"; None = transformers' default.
     """
@@ -257,6 +305,9 @@ def load(
 
         from hooks.tiny import tiny
 
+        if max_memory is not None or offload_folder is not None or isinstance(device_map, dict):
+            raise ValueError(f"{model} is built in memory: max_memory, offload_folder and a device_map mapping "
+                             "need a saved model; save it (Handle.model.save_pretrained) and load the folder")
         handle = tiny(model.removeprefix("tiny:"))
         resolved = _resolve_dtype(dtype, device_map)
         if resolved != "auto":
@@ -279,6 +330,18 @@ def load(
     )
     if device_map is not None:
         kwargs["device_map"] = device_map
+    if isinstance(max_memory, str):
+        from hooks.devices import parse_max_memory
+
+        max_memory = parse_max_memory(max_memory)
+    if max_memory is not None or offload_folder is not None:
+        if device_map is None:
+            raise ValueError("max_memory and offload_folder place a model by accelerate's device_map; "
+                             "give a device map too (e.g. device_map='auto')")
+        if max_memory is not None:
+            kwargs["max_memory"] = max_memory
+        if offload_folder is not None:
+            kwargs["offload_folder"] = offload_folder
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     processor = _load_processor(model, trust_remote_code=trust_remote_code)

@@ -413,7 +413,8 @@ def steered_generate_nnsight(
                            "nnsight generation tracing needs TransformersModel")
     layers = handle.nn_layers
     # Everything the trace body reads is a local of this frame (nnsight captures the block).
-    deltas = [s.delta(handle.dtype, handle.device) for s in specs]  # each (d_model,)
+    # Each vector on its layer's device (under a device_map layers may sit on different GPUs).
+    deltas = [s.delta(handle.dtype, handle.layer_device(s.layer)) for s in specs]  # each (d_model,)
     n_steps = [max_new_tokens if s.schedule == "every-step" else 1 for s in specs]
     n_loop = max(n_steps, default=0)
     order = sorted(range(len(specs)), key=lambda i: specs[i].layer)  # nnsight reads must follow execution order

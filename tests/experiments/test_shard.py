@@ -216,7 +216,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(args: list[str], tmp_path: Path) -> None:
+def torchrun(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": str(ROOT)}
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT"):
         env.pop(name, None)
@@ -225,14 +225,22 @@ def torchrun(args: list[str], tmp_path: Path) -> None:
     done = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "from 2 processes" in done.stdout
+    return done
 
 
 def test_torchrun_two_processes_equal_one(bench: Path, single_capture: Path, tmp_path: Path) -> None:
     args = ["--model", MODEL, "--bench", str(bench), "--requests", "select"]
     one = tmp_path / "one"
     assert main(["run", *args, "--out", str(one), "--quiet"]) == 0
-    torchrun(["run", *args, "--out", str(tmp_path / "two")], tmp_path)
+    done = torchrun(["run", *args, "--out", str(tmp_path / "two")], tmp_path)
     assert lines_without_seconds(tmp_path / "two" / "records.jsonl") == lines_without_seconds(one / "records.jsonl")
+    # Every process reports its own items per second (stderr, its shard folder) and rank 0 gathers them.
+    assert "[process 0/2] " in done.stderr and "[process 1/2] " in done.stderr
+    speed = json.loads((tmp_path / "two" / "throughput.json").read_text())
+    assert [p["shard"] for p in speed["processes"]] == ["0/2", "1/2"]
+    assert speed["units"] == sum(p["units"] for p in speed["processes"]) == 24
+    assert all(p["per_second"] > 0 and p["device"].startswith("cpu (1 threads)") for p in speed["processes"])
+    assert "per process: " in done.stdout
     assert sorted(p.name for p in (tmp_path / "two" / ".shards").iterdir()) == ["shard-0-of-2", "shard-1-of-2"]
     # Kill one shard's work (lose its records) and rerun the same command: merged again, nothing lost.
     shutil.rmtree(tmp_path / "two" / ".shards" / "shard-1-of-2")
@@ -350,3 +358,127 @@ def test_accelerate_launch_runs_the_same_data_parallel_path(bench: Path, single:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "from 2 processes" in done.stdout
     assert lines_without_seconds(tmp_path / "acc" / "records.jsonl") == lines_without_seconds(single / "records.jsonl")
+
+
+# ---------------------------------------------------------------- layer sweep
+
+
+def test_layer_sweep_shards_and_torchrun_equal_a_single_sweep(bench: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    from experiments.layer_sweep import layer_sweep, load_layer_sweep_config
+
+    # One row per forward (batch size 1): a row's activations then do not depend on which rows share
+    # its batch, so the shards' captures are bit-identical to the single one and so are the sweeps.
+    settings = ["--bench", str(bench), "--requests", "select", "--labels", "resolved", "--transfer", "system",
+                "--n-boot", "50", "--folds", "3", "--batch-size", "1"]
+    one = tmp_path / "one"
+    single = layer_sweep(load_layer_sweep_config("layer_sweep_tiny", {
+        "bench": str(bench), "out": str(one), "requests": ["select"], "labels": ["resolved"], "transfer": ["system"],
+        "n_boot": 50, "folds": 3, "batch_size": 1}), progress=False)
+    assert single["captured"] == 24
+
+    def same_sweep(other: Path) -> None:
+        assert_same_capture(one / "acts", other / "acts")
+        assert (one / "acts" / "acts.npy").read_bytes() == (other / "acts" / "acts.npy").read_bytes()
+        for name in ("best_layers.json", "sweeps/resolved/sweep.json", "directions/directions.json"):
+            # Equal but for the output folder named inside and the sweep's wall time.
+            a, b = ({**json.loads((d / name).read_text().replace(str(d), "OUT")), "seconds": None} for d in (one, other))
+            assert a == b, name
+
+    capsys.readouterr()
+    shards = [tmp_path / f"s{k}" for k in range(2)]
+    for k, folder in enumerate(shards):
+        assert main(["layer-sweep", "--config", "layer_sweep_tiny", *settings, "--shard", f"{k}/2",
+                     "--out", str(folder), "--quiet"]) == 0
+        printed = capsys.readouterr().out
+        assert f"shard {k}/2: 12 items captured" in printed, printed
+        assert (folder / "layer_sweep_config.json").is_file() and not (folder / "best_layers.json").exists()
+    result = merge(tmp_path / "merged", shards)
+    assert result["kind"] == "layer-sweep" and result["n_shards"] == 2
+    same_sweep(tmp_path / "merged")
+    # A shard of another sweep (other labels) is refused, naming the difference.
+    other = tmp_path / "other"
+    assert main(["layer-sweep", "--config", "layer_sweep_tiny", *settings, "--labels", "history", "--shard", "1/2",
+                 "--out", str(other), "--quiet"]) == 0
+    with pytest.raises(BenchError, match="another layer sweep .*different labels"):
+        merge(tmp_path / "x", [shards[0], other])
+
+    torchrun(["layer-sweep", "--config", "layer_sweep_tiny", *settings, "--out", str(tmp_path / "two")], tmp_path)
+    same_sweep(tmp_path / "two")
+
+
+# ---------------------------------------------------------------- a real kill
+
+
+def kill_when(cmd: list[str], log: Path, n_lines: int, tmp_path: Path) -> int:
+    """Start `cmd`, SIGKILL it once `log` holds `n_lines` complete lines; the lines it had then."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if log.is_file() and log.read_bytes().count(b"\n") >= n_lines:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, f"not killed mid-run (rc {proc.returncode}): {proc.stderr.read()[-2000:]}"
+    return log.read_bytes().count(b"\n")
+
+
+@pytest.mark.parametrize("command", ["run", "capture"])
+def test_sigkilled_shard_rerun_completes_the_merge(bench: Path, tmp_path: Path, command: str) -> None:
+    """A shard process killed with SIGKILL mid-run (not a simulated truncation): merge refuses it,
+    the same command finishes it, and the merge equals a single run, nothing lost or duplicated."""
+    log = "records.jsonl" if command == "run" else "index.jsonl"
+    args = [command, "--model", MODEL, "--bench", str(bench), "--requests", "select,answer_initial",
+            "--batch-size", "1", "--quiet"]
+    if command == "capture":
+        args += ["--positions", "last,image_mean"]
+    one, shards = tmp_path / "one", [tmp_path / "s0", tmp_path / "s1"]
+    assert main([*args, "--out", str(one)]) == 0
+    assert main([*args, "--shard", "0/2", "--out", str(shards[0])]) == 0
+    had = kill_when([sys.executable, "-m", "experiments", *args, "--shard", "1/2", "--out", str(shards[1])],
+                    shards[1] / log, 3, tmp_path)
+    assert 3 <= had < 24  # killed part way through its 24 items
+    with pytest.raises(BenchError, match="shard 1/2 .* is incomplete"):
+        merge(tmp_path / "merged", shards)
+    assert main([*args, "--shard", "1/2", "--out", str(shards[1])]) == 0  # the same command finishes it
+    merge(tmp_path / "merged", shards)
+    if command == "run":
+        merged = lines_without_seconds(tmp_path / "merged" / "records.jsonl")
+        assert len(set(merged)) == len(merged) == 48
+        assert merged == lines_without_seconds(one / "records.jsonl")
+    else:
+        assert_same_capture(one, tmp_path / "merged")
+        assert (one / "acts.npy").read_bytes() == (tmp_path / "merged" / "acts.npy").read_bytes()
+
+
+# ---------------------------------------------------------------- where each process's model goes
+
+
+def test_placement_for_rank_splits_a_nodes_gpus_among_its_processes() -> None:
+    from experiments.distributed import placement_for_rank
+
+    def place(device_map, max_memory=None, *, gpus=8, rank=0, world=1):
+        return placement_for_rank(device_map, max_memory, n_gpus=gpus, local_rank=rank, local_world_size=world,
+                                  free={g: 1000 + g for g in range(gpus)})
+
+    assert place(None, gpus=0, world=2) == (None, None)  # CPU: as given
+    assert place("auto", "cpu=1GiB", gpus=0, world=2) == ("auto", "cpu=1GiB")
+    assert place(None, rank=3, world=8) == ("cuda:3", None)  # one model copy per GPU
+    assert place("cuda:1", rank=3, world=8) == ("cuda:1", None)  # an explicit device: as given
+    assert place("auto", "0=70GiB", world=1) == ("auto", "0=70GiB")  # one process spans the node
+    # 4 processes on 8 GPUs: process 1 owns GPUs 2 and 3 only; the user's budgets are kept.
+    assert place("auto", "2=70GiB,cpu=100GiB", rank=1, world=4) == ("auto", "2=70GiB,3=1003B,cpu=100GiB")
+    assert place("balanced", rank=3, world=4) == ("balanced", "6=1006B,7=1007B")
+    with pytest.raises(ValueError, match="do not split evenly; start a number of processes that divides 8"):
+        place("auto", rank=0, world=3)
+    with pytest.raises(ValueError, match="3 processes per node but 2 GPUs"):
+        place(None, gpus=2, rank=0, world=3)
