@@ -3,8 +3,10 @@
 Generates a small benchmark, then, in one invocation, times whole commands (process start, model
 load, generation, and for torchrun the shard merge) on a tiny model, alternating the two setups
 for --rounds rounds, and prints each wall time, the medians and the speed-up ratio (1 process /
-2 processes), and the same for generation alone (run.json's last_session). Each round writes fresh folders, so nothing is resumed. Checks that both give the
-same records (every field except the per-item `seconds`).
+2 processes), and the same for generation alone (run.json's last_session), with the items per
+second of the single process and of each torchrun process (OUT/throughput.json). Each round
+writes fresh folders, so nothing is resumed. Checks that both give the same records (every field
+except the per-item `seconds`).
 
 The single process uses torch's default threads (all cores); under torchrun each process uses
 cores / 2 threads (experiments.distributed).
@@ -91,6 +93,12 @@ def main() -> None:
             print(f"round {r + 1}: 1 process {one_times[-1]:.2f} s, 2 processes {two_times[-1]:.2f} s "
                   f"({n_items} items, records identical except seconds: {same}); generation alone "
                   f"{one_gen[-1]:.2f} s vs {two_gen[-1]:.2f} s")
+            single_rate = json.loads((one / "run.json").read_text())["last_session"]["items_per_second"]
+            speed = json.loads((two / "throughput.json").read_text())  # each process's own rate (merge)
+            rates = ", ".join(f"{p['shard']}: {p['per_second']:.2f}/s ({p['units']} items, {p['device']})"
+                              for p in speed["processes"])
+            print(f"  items per second: 1 process {single_rate:.2f}/s; per process under torchrun {rates}; "
+                  f"all processes {speed['per_second']:.2f}/s")
             if not same:
                 sys.exit("the two setups wrote different records")
     a, b = statistics.median(one_times), statistics.median(two_times)
