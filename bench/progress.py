@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TextIO
@@ -20,6 +21,11 @@ class Progress:
     ) -> None:
         self.label, self.total, self.every = label, total, every
         self.stream = stream if stream is not None else sys.stderr
+        # Under a launcher (torchrun, accelerate) several processes share one terminal: whole lines,
+        # at most every 15 s, instead of one line rewritten in place.
+        self.lines = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        if self.lines:
+            self.every = max(every, 15.0)
         self.done = 0
         self.start = self._last = time.perf_counter()
 
@@ -34,7 +40,7 @@ class Progress:
         elapsed = max(now - self.start, 1e-9)
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-        end = "\n" if self.done >= self.total else "\r"
+        end = "\n" if self.done >= self.total or self.lines else "\r"
         self.stream.write(
             f"{self.label} {self.done}/{self.total} ({rate:.1f}/s, ETA {eta:.0f} s)   {end}"
         )

@@ -497,7 +497,7 @@ def run_capture(args: argparse.Namespace) -> int:
     from experiments.distributed import data_parallel
 
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges
-    if data_parallel(config, lambda c: capture(c, progress=False), unit="rows"):
+    if data_parallel(config, lambda c: capture(c, progress=not args.quiet), unit="rows"):
         return 0
     summary = capture(config, progress=not args.quiet)
     session = summary["last_session"]

@@ -149,7 +149,7 @@ def _run_run(args: argparse.Namespace) -> int:
         shard=args.shard,
     )
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges
-    if data_parallel(config, lambda c: run(c, progress=False), unit="records"):
+    if data_parallel(config, lambda c: run(c, progress=not args.quiet), unit="records"):
         return 0
     summary = run(config, progress=not args.quiet)
     session = summary["last_session"]

@@ -1215,7 +1215,7 @@ def run_dose_response(args: argparse.Namespace) -> int:
         return replace(c, model=load_model_config(model, {"device_map": device_map, "max_memory": max_memory}))
 
     # torchrun / accelerate launch: this rank's items, then rank 0 merges
-    if data_parallel(config, lambda c: dose_response(c, progress=False), unit="items", for_rank=for_rank):
+    if data_parallel(config, lambda c: dose_response(c, progress=not args.quiet), unit="items", for_rank=for_rank):
         return 0
     summary = dose_response(config, progress=not args.quiet)
     print(f"{summary['n_rows']} rows ({summary['n_items']} items x {summary['n_conditions']} conditions): "

@@ -241,7 +241,7 @@ def run_capture(plan: Plan, progress: bool) -> dict[str, Any] | None:
     from experiments.distributed import data_parallel, distributed_shard
 
     config = capture_config(plan)
-    if data_parallel(config, lambda c: capture(c, progress=False), unit="rows"):
+    if data_parallel(config, lambda c: capture(c, progress=progress), unit="rows"):
         launched = distributed_shard()
         if launched is not None and launched.k != 0:
             return None

@@ -365,7 +365,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     # torchrun / accelerate launch: this rank's pairs, then rank 0 merges
-    if data_parallel(config, lambda c: run_patching(c, progress=False), unit="(pair, direction) rows"):
+    if data_parallel(config, lambda c: run_patching(c, progress=not args.quiet), unit="(pair, direction) rows"):
         return 0
     summary = run_patching(config, progress=not args.quiet)
     print(f"patched {summary['n_rows']} (pair, direction) rows; wrote {config.out}/patching.md and patching.png")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -216,12 +217,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+def torchrun(args: list[str], tmp_path: Path, quiet: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": str(ROOT)}
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT"):
         env.pop(name, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "experiments", *args, "--quiet"]
+           "--master_port", str(free_port()), "-m", "experiments", *args, *(["--quiet"] if quiet else [])]
     done = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "from 2 processes" in done.stdout
@@ -232,10 +233,13 @@ def test_torchrun_two_processes_equal_one(bench: Path, single_capture: Path, tmp
     args = ["--model", MODEL, "--bench", str(bench), "--requests", "select"]
     one = tmp_path / "one"
     assert main(["run", *args, "--out", str(one), "--quiet"]) == 0
-    done = torchrun(["run", *args, "--out", str(tmp_path / "two")], tmp_path)
+    done = torchrun(["run", *args, "--out", str(tmp_path / "two")], tmp_path, quiet=False)
     assert lines_without_seconds(tmp_path / "two" / "records.jsonl") == lines_without_seconds(one / "records.jsonl")
     # Every process reports its own items per second (stderr, its shard folder) and rank 0 gathers them.
     assert "[process 0/2] " in done.stderr and "[process 1/2] " in done.stderr
+    # Progress: whole lines per process, named by shard, with the process's rate.
+    for k in range(2):
+        assert re.search(rf"^run \[shard {k}/2\] 12/12 \([0-9.]+/s, ETA 0 s\)", done.stderr, re.M), done.stderr
     speed = json.loads((tmp_path / "two" / "throughput.json").read_text())
     assert [p["shard"] for p in speed["processes"]] == ["0/2", "1/2"]
     assert speed["units"] == sum(p["units"] for p in speed["processes"]) == 24
