@@ -160,6 +160,24 @@ def add_placement_arguments(parser: Any, *, override: bool = False) -> None:
                         help=f"{what} folder for modules offloaded to disk with --device-map")
 
 
+# Model config keys an experiment's flags may override (--dtype, --device-map, --max-memory, --offload-folder).
+MODEL_OVERRIDES = ("dtype", "device_map", "max_memory", "offload_folder")
+
+
+def add_model_override_arguments(parser: Any) -> None:
+    """--dtype and the placement flags of an experiment whose model comes from a model config."""
+    parser.add_argument("--dtype", default=None, help="override the model config's dtype")
+    add_placement_arguments(parser, override=True)
+
+
+def apply_model_overrides(config: T, args: Any) -> T:
+    """`config` (a frozen config with a `model` field) with the model keys its flags gave replaced."""
+    overrides = {key: getattr(args, key) for key in MODEL_OVERRIDES}
+    if all(value is None for value in overrides.values()):
+        return config
+    return dataclasses.replace(config, model=load_model_config(config.model, overrides))  # type: ignore[type-var]
+
+
 def _looks_like_model_id(ref: str) -> bool:
     """tiny:<arch>, a local folder, or a hub id `owner/name` (one slash, no spaces)."""
     if ref.startswith("tiny:") or os.path.isdir(ref):

@@ -108,7 +108,8 @@ from bench.shard import Shard, select_shard
 from experiments.config import (
     ConfigError,
     ModelConfig,
-    add_placement_arguments,
+    add_model_override_arguments,
+    apply_model_overrides,
     as_dict,
     load_config,
     load_model_config,
@@ -1175,8 +1176,7 @@ def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--positions", choices=("all", "last"), default=None, help="prompt positions steered")
     p.add_argument("--regime", default=None, help="standard, guided or json")
     p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
-    p.add_argument("--dtype", default=None, help="override the model config's dtype")
-    add_placement_arguments(p, override=True)
+    add_model_override_arguments(p)
     p.add_argument("--out", default=None, help="output folder")
     p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
     p.add_argument("--seed", type=integer, default=None, help="bootstrap seed")
@@ -1197,11 +1197,7 @@ def config_from_args(args: argparse.Namespace) -> DoseResponseConfig:
     """The config file named by --config with every given flag applied (None = flag not given)."""
     overrides = {key: getattr(args, key) for key in OVERRIDE_FLAGS}
     config = load_dose_response_config(args.config, overrides)
-    model_overrides = {"dtype": args.dtype, "device_map": args.device_map, "max_memory": args.max_memory,
-                       "offload_folder": args.offload_folder}
-    if any(v is not None for v in model_overrides.values()):
-        config = replace(config, model=load_model_config(config.model, model_overrides))
-    return config
+    return apply_model_overrides(config, args)
 
 
 def run_dose_response(args: argparse.Namespace) -> int:

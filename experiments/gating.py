@@ -51,7 +51,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,7 +80,8 @@ from bench.protocols import GUIDED, build_prompt
 from experiments.config import (
     ConfigError,
     ModelConfig,
-    add_placement_arguments,
+    add_model_override_arguments,
+    apply_model_overrides,
     as_dict,
     load_config,
     load_model_config,
@@ -631,8 +632,7 @@ def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--folds", type=integer, default=None, help="folds of the layer-choosing sweep (layer: best)")
     p.add_argument("--limit", type=integer, default=None, help="only the first N held-out items")
     p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
-    p.add_argument("--dtype", default=None, help="override the model config's dtype")
-    add_placement_arguments(p, override=True)
+    add_model_override_arguments(p)
     p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
     p.add_argument("--seed", type=integer, default=None, help="bootstrap (and sweep fold) seed")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -646,11 +646,7 @@ OVERRIDE_FLAGS = ("model", "bench", "out", "requests", "layer", "alphas", "split
 
 def config_from_args(args: argparse.Namespace) -> GatingConfig:
     config = load_gating_config(args.config, {k: getattr(args, k) for k in OVERRIDE_FLAGS})
-    model_overrides = {"dtype": args.dtype, "device_map": args.device_map, "max_memory": args.max_memory,
-                       "offload_folder": args.offload_folder}
-    if any(v is not None for v in model_overrides.values()):
-        config = replace(config, model=load_model_config(config.model, model_overrides))
-    return config
+    return apply_model_overrides(config, args)
 
 
 def run_gating(args: argparse.Namespace) -> int:

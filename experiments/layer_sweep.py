@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +47,8 @@ from bench.protocols import check_regime
 from experiments.config import (
     ConfigError,
     ModelConfig,
-    add_placement_arguments,
+    add_model_override_arguments,
+    apply_model_overrides,
     as_dict,
     load_config,
     load_model_config,
@@ -523,8 +524,7 @@ def add_layer_sweep_parser(sub: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--folds", type=integer, default=None, help="cross-validation folds of whole families")
     p.add_argument("--limit", type=integer, default=None, help="only the first N selected items")
     p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
-    p.add_argument("--dtype", default=None, help="override the model config's dtype")
-    add_placement_arguments(p, override=True)
+    add_model_override_arguments(p)
     p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
     p.add_argument("--seed", type=integer, default=None, help="seed of folds, shuffles and bootstrap")
     p.add_argument("--shard", default=None, metavar="K/N",
@@ -541,11 +541,7 @@ OVERRIDE_FLAGS = ("model", "bench", "out", "requests", "positions", "layers", "l
 
 def config_from_args(args: argparse.Namespace) -> LayerSweepConfig:
     config = load_layer_sweep_config(args.config, {k: getattr(args, k) for k in OVERRIDE_FLAGS})
-    model_overrides = {"dtype": args.dtype, "device_map": args.device_map, "max_memory": args.max_memory,
-                       "offload_folder": args.offload_folder}
-    if any(v is not None for v in model_overrides.values()):
-        config = replace(config, model=load_model_config(config.model, model_overrides))
-    return config
+    return apply_model_overrides(config, args)
 
 
 def run_layer_sweep(args: argparse.Namespace) -> int:

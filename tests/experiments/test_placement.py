@@ -56,3 +56,20 @@ def test_model_config_placement_keys_are_checked() -> None:
         load_model_config("tiny_llava", {"offload_folder": "/tmp/off"})
     with pytest.raises(ConfigError, match="not DEVICE=SIZE; write e.g. 0=70GiB"):
         load_model_config("tiny_llava", {"device_map": "auto", "max_memory": "70GiB"})
+
+
+@pytest.mark.parametrize("command", ["layer-sweep", "dose-response", "gating"])
+def test_experiment_flags_override_the_model_configs_placement(command: str) -> None:
+    from importlib import import_module
+
+    from experiments.cli import build_parser
+
+    config = {"layer-sweep": "layer_sweep_tiny", "dose-response": "dose_response_tiny", "gating": "gating_tiny"}[command]
+    module = import_module(f"experiments.{command.replace('-', '_')}")
+    args = build_parser().parse_args([command, "--config", config, "--dtype", "bfloat16", "--device-map", "auto",
+                                      "--max-memory", "cpu=1GiB", "--offload-folder", "/tmp/off"])
+    model = module.config_from_args(args).model
+    assert (model.dtype, model.device_map, model.max_memory, model.offload_folder) == (
+        "bfloat16", "auto", "cpu=1GiB", "/tmp/off")
+    untouched = module.config_from_args(build_parser().parse_args([command, "--config", config]))
+    assert untouched.model == "tiny_llava" or untouched.model.device_map is None
