@@ -91,14 +91,12 @@ from bench.bootstrap import (
     FamilyBootstrap,
     percentile_interval,
 )
-from bench.items import VARIANTS, Item, by_image_count
+from bench.items import VARIANTS, Item
 from bench.manifest import META_FILE as BENCH_META_FILE
 from bench.manifest import (
     BenchError,
-    append_log_lines,
     atomic_write_bytes,
     atomic_write_json,
-    load_item_images,
     read_items,
     read_log_lines,
 )
@@ -115,6 +113,7 @@ from experiments.config import (
     load_model_config,
     resolve_config,
 )
+from experiments.grid import fill_grid, grid_order
 
 if TYPE_CHECKING:
     from probes.directions import Direction
@@ -683,12 +682,7 @@ def _load_handle(plan: Plan) -> Any:
 
 def single_run_order(plan: Plan) -> list[tuple[str, str]]:
     """(item_id, condition) of every row in the order one uninterrupted run appends them."""
-    out = []
-    for group in by_image_count(plan.items):
-        for start in range(0, len(group), plan.batch_size):
-            batch = group[start: start + plan.batch_size]
-            out += [(it.item_id, cond.key) for cond in plan.conditions for it in batch]
-    return out
+    return grid_order(plan.items, plan.conditions, plan.batch_size, key=lambda cond: cond.key)
 
 
 def dose_response(config: DoseResponseConfig, *, progress: bool = True) -> dict[str, Any]:
@@ -713,21 +707,9 @@ def dose_response(config: DoseResponseConfig, *, progress: bool = True) -> dict[
             meta["layer_directions"] = {**old_meta.get("layer_directions", {}), **meta["layer_directions"]}
         atomic_write_json(plan.out / RUN_META_FILE, meta)
         bar = Progress(progress_label("dose-response", plan.config.shard), n_todo) if progress else None
-        pending = [it for it in plan.items if todo[it.item_id]]
-        for group in by_image_count(pending):
-            for start in range(0, len(group), plan.batch_size):
-                batch = group[start: start + plan.batch_size]
-                images = {it.item_id: load_item_images(plan.bench, it.images) for it in batch}
-                for cond in plan.conditions:
-                    sub = [it for it in batch if cond in todo[it.item_id]]
-                    if not sub:
-                        continue
-                    rows = _rows_for(handle, plan, cond, sub, [images[it.item_id] for it in sub])
-                    append_log_lines(results_path, rows)
-                    for row in rows:
-                        done[(row["item_id"], row["condition"])] = row
-                    if bar:
-                        bar.update(len(sub))
+        fill_grid(plan.items, plan.conditions, todo, batch_size=plan.batch_size, bench=plan.bench,
+                  results=results_path, done=done, bar=bar,
+                  rows_for=lambda cond, sub, images: _rows_for(handle, plan, cond, sub, images))
     elapsed = time.perf_counter() - started
     result = aggregate(plan, done)
     files = write_reports(plan, result)

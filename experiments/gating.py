@@ -65,14 +65,12 @@ from bench.bootstrap import (
     FamilyBootstrap,
     Resampled,
 )
-from bench.items import Item, by_image_count
+from bench.items import Item
 from bench.manifest import META_FILE as BENCH_META_FILE
 from bench.manifest import (
     BenchError,
-    append_log_lines,
     atomic_write_bytes,
     atomic_write_json,
-    load_item_images,
     read_items,
 )
 from bench.progress import Progress
@@ -93,6 +91,7 @@ from experiments.dose_response import (
     load_results,
     measure_sign,
 )
+from experiments.grid import fill_grid
 
 REGIMES = ("standard", "guided")
 REQUEST_KINDS = {"answer_initial": "answer", "answer_after_test": "answer", "select": "select"}
@@ -417,20 +416,9 @@ def gating(config: GatingConfig, *, progress: bool = True) -> dict[str, Any]:
         atomic_write_json(plan.out / RUN_META_FILE, {**pinned, "config": as_dict(config),
                                                      "model_config": as_dict(plan.model)})
         bar = Progress("gating", n_todo) if progress else None
-        pending = [it for it in plan.targets if todo[it.item_id]]
-        for group in by_image_count(pending):
-            for start in range(0, len(group), plan.batch_size):
-                batch = group[start: start + plan.batch_size]
-                images = {it.item_id: load_item_images(plan.bench, it.images) for it in batch}
-                for cond in plan.conditions:
-                    sub = [it for it in batch if cond in todo[it.item_id]]
-                    if not sub:
-                        continue
-                    rows = _rows_for(handle, plan, cond, sub, [images[it.item_id] for it in sub], layer, directions)
-                    append_log_lines(results_path, rows)
-                    done.update({(r["item_id"], r["condition"]): r for r in rows})
-                    if bar:
-                        bar.update(len(sub))
+        fill_grid(plan.targets, plan.conditions, todo, batch_size=plan.batch_size, bench=plan.bench,
+                  results=results_path, done=done, bar=bar,
+                  rows_for=lambda cond, sub, images: _rows_for(handle, plan, cond, sub, images, layer, directions))
     elapsed = time.perf_counter() - started
     result = aggregate(plan, done, layer, best, directions)
     atomic_write_bytes(plan.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
