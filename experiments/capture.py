@@ -61,7 +61,7 @@ from bench.progress import Progress, progress_label
 from bench.protocols import build_prompt, check_regime, get_protocol
 from bench.runner import select_items
 from bench.shard import Shard, select_shard
-from experiments.config import add_placement_arguments
+from experiments.config import add_placement_arguments, config_from_flags
 
 if TYPE_CHECKING:
     from hooks.handle import Handle
@@ -466,6 +466,7 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
     add_placement_arguments(p)
     p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
+    p.add_argument("--attn-implementation", default=None, help="e.g. eager (Pixtral) or sdpa")
     p.add_argument("--shard", default=None, metavar="K/N",
                    help="only shard K of N (0-based; whole families, sorted ids round robin); combine the N "
                    "folders with `evprobe merge`. Under torchrun the rank picks the shard")
@@ -476,24 +477,8 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 def run_capture(args: argparse.Namespace) -> int:
     requests = str_list(args.requests) if args.requests else None
-    config = CaptureConfig(
-        model=args.model,
-        bench=str(args.bench),
-        out=str(args.out),
-        requests=requests or None,
-        layers=args.layers,
-        positions=str_list(args.positions),
-        regime=args.regime,
-        protocol=args.protocol,
-        limit=args.limit,
-        batch_size=args.batch_size,
-        dtype=args.dtype,
-        device_map=args.device_map,
-        max_memory=args.max_memory,
-        offload_folder=args.offload_folder,
-        trust_remote_code=args.trust_remote_code,
-        shard=args.shard,
-    )
+    config = config_from_flags(CaptureConfig, args, bench=str(args.bench), out=str(args.out),
+                               requests=requests or None, positions=tuple(str_list(args.positions)))
     from experiments.distributed import data_parallel
 
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.argtypes import nonnegative_int, positive_int
-from experiments.config import add_placement_arguments
+from experiments.config import add_placement_arguments, config_from_flags
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,24 +130,7 @@ def _run_run(args: argparse.Namespace) -> int:
     from experiments.distributed import data_parallel
 
     requests = tuple(r.strip() for r in args.requests.split(",") if r.strip()) if args.requests else None
-    config = RunConfig(
-        model=args.model,
-        bench=str(args.bench),
-        out=str(args.out),
-        protocol=args.protocol,
-        regime=args.regime,
-        requests=requests,
-        limit=args.limit,
-        batch_size=args.batch_size,
-        dtype=args.dtype,
-        device_map=args.device_map,
-        max_memory=args.max_memory,
-        offload_folder=args.offload_folder,
-        trust_remote_code=args.trust_remote_code,
-        attn_implementation=args.attn_implementation,
-        seed=args.seed,
-        shard=args.shard,
-    )
+    config = config_from_flags(RunConfig, args, bench=str(args.bench), out=str(args.out), requests=requests)
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges
     if data_parallel(config, lambda c: run(c, progress=not args.quiet), unit="records"):
         return 0

@@ -160,6 +160,18 @@ def add_placement_arguments(parser: Any, *, override: bool = False) -> None:
                         help=f"{what} folder for modules offloaded to disk with --device-map")
 
 
+def config_from_flags(cls: type[T], args: Any, **given: Any) -> T:
+    """A flat frozen config (RunConfig, CaptureConfig) from parsed flags: each field from `given`, else
+    the flag of the same name, else the field's default."""
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif hasattr(args, f.name):
+            values[f.name] = getattr(args, f.name)
+    return cls(**values)
+
+
 # Model config keys an experiment's flags may override (--dtype, --device-map, --max-memory, --offload-folder).
 MODEL_OVERRIDES = ("dtype", "device_map", "max_memory", "offload_folder")
 

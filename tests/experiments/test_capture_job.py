@@ -262,6 +262,14 @@ def test_command_line(bench: Path, first: Path, tmp_path: Path, capsys):
     assert meta["requests"] == ["select", "answer_initial"]
     ref = np.asarray(load_acts(first), np.float32)[:4][:, [3, 1]][:, :, [2, 0]]
     np.testing.assert_allclose(np.asarray(load_acts(out), np.float32), ref, rtol=FLOAT16_ULP, atol=1e-7)
+    # Every CaptureConfig field has its flag (e.g. Pixtral's eager attention, seed 000 appendix I).
+    eager = tmp_path / "eager"
+    args = parser.parse_args(["capture", "--model", MODEL, "--bench", str(bench), "--out", str(eager), "--limit", "2",
+                              "--attn-implementation", "eager", "--quiet"])
+    assert args.run(args) == 0
+    assert json.loads((eager / "meta.json").read_text())["config"]["attn_implementation"] == "eager"
+    np.testing.assert_allclose(np.asarray(load_acts(eager), np.float32), np.asarray(load_acts(first), np.float32)[:2, :, :1],
+                               rtol=1e-2, atol=1e-3)
     from experiments import cli
 
     if cli.main(["capture", "--help"]) == 0:  # once the lead wires the subcommand in
