@@ -35,12 +35,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bench.generate import GenerateConfig, generate
-
-    out = tmp_path_factory.mktemp("shard") / "bench"
-    generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
-    return out
+def bench(small_bench: Path) -> Path:
+    return small_bench  # 6 families, shared, read-only (tests/conftest.py)
 
 
 def lines_without_seconds(path: Path) -> list[str]:
