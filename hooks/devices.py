@@ -23,16 +23,21 @@ __all__ = ["module_device", "parse_max_memory", "placement_of"]
 _SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?B|B)?$", re.IGNORECASE)
 
 
-def module_device(module: nn.Module) -> torch.device:
-    """The device `module` computes on: an accelerate hook's execution device when it has one
-    (offloaded parameters sit on `meta` until the hook loads them), else its first parameter's or
-    buffer's device that is not `meta`, else the CPU."""
+def module_device(root: nn.Module, path: str = "") -> torch.device:
+    """The device the submodule `path` of `root` computes on: the execution device of the nearest
+    accelerate hook on it or on a module above it (a device map may place a whole block, e.g. the
+    language model, whose layers then carry no hook of their own; offloaded parameters sit on
+    `meta` until the hook loads them), else its first parameter's or buffer's device that is not
+    `meta`, else the CPU."""
     import torch
 
-    hook = getattr(module, "_hf_hook", None)
-    execution = getattr(hook, "execution_device", None)
-    if execution is not None:
-        return torch.device(f"cuda:{execution}" if isinstance(execution, int) else execution)
+    parts = path.split(".") if path else []
+    for depth in range(len(parts), -1, -1):
+        hook = getattr(root.get_submodule(".".join(parts[:depth])), "_hf_hook", None)
+        execution = getattr(hook, "execution_device", None)
+        if execution is not None:
+            return torch.device(f"cuda:{execution}" if isinstance(execution, int) else execution)
+    module = root.get_submodule(path)
     for tensor in (*module.parameters(), *module.buffers()):
         if tensor.device.type != "meta":
             return tensor.device

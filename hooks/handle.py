@@ -84,13 +84,14 @@ class Handle:
         parameter may be offloaded to `meta`, or sit on another GPU)."""
         from hooks.devices import module_device
 
-        return module_device(self.model.get_input_embeddings())
+        embeddings = self.model.get_input_embeddings()
+        return module_device(self.model, _module_path(self.model, embeddings))
 
     def layer_device(self, layer: int) -> torch.device:
         """The device decoder layer `layer` computes on (a steering vector for it goes there)."""
         from hooks.devices import module_device
 
-        return module_device(self.layers[layer])
+        return module_device(self.model, f"{self.layers_path}.{layer}")
 
     @property
     def device_map(self) -> dict[str, str | int] | None:
@@ -151,7 +152,7 @@ def _wrap_nnsight(model, processor, tokenizer):
     if placement and next(iter(placement.values())) in ("disk", "meta"):
         from hooks.devices import module_device
 
-        first = str(module_device(model.get_input_embeddings()))
+        first = str(module_device(model, _module_path(model, model.get_input_embeddings())))
         model.hf_device_map = {"": first, **{k: v for k, v in placement.items() if k != ""}}
     try:
         return _placed(TransformersModel)(model, processor=processor, tokenizer=tokenizer, task="image-text-to-text")
@@ -173,7 +174,8 @@ def _placed(envoy_class: type) -> type:
         def device(self):
             from hooks.devices import module_device
 
-            return module_device(self._module.get_input_embeddings())
+            model = self._module
+            return module_device(model, _module_path(model, model.get_input_embeddings()))
 
     Placed.__name__ = Placed.__qualname__ = envoy_class.__name__
     return Placed

@@ -116,6 +116,25 @@ def test_module_device_of_a_plain_module_is_its_parameters():
     assert module_device(torch.nn.ReLU()) == torch.device("cpu")  # nothing to read: the CPU
 
 
+def test_module_device_follows_the_nearest_accelerate_hook_above():
+    """A device map that places a whole block (e.g. the language model) hooks that block only; its
+    layers, offloaded to `meta`, compute on the block's execution device. accelerate's real hook
+    is attached (offload=True moves the weights to `meta`; nothing runs, so no GPU is touched)."""
+    from accelerate.hooks import AlignDevicesHook, add_hook_to_module
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
+    add_hook_to_module(model[1], AlignDevicesHook(execution_device="cuda:1", offload=True, place_submodules=True))
+    assert next(model[1][0].parameters()).device.type == "meta"
+    assert module_device(model, "1.0") == module_device(model, "1") == torch.device("cuda:1")
+    assert module_device(model, "0") == torch.device("cpu")  # not under the hook
+    # The nearest hook wins: a layer with its own hook under a hooked block (an int is a GPU index).
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
+    add_hook_to_module(model[1][1], AlignDevicesHook(execution_device=0, offload=True))
+    add_hook_to_module(model[1], AlignDevicesHook(execution_device="cuda:1"))  # no parameters of its own to move
+    assert module_device(model, "1.1") == torch.device("cuda:0")
+    assert module_device(model, "1.0") == torch.device("cuda:1")
+
+
 def test_parse_max_memory():
     assert parse_max_memory("0=70GiB, 1=70GiB,cpu=200GiB") == {0: "70GiB", 1: "70GiB", "cpu": "200GiB"}
     assert parse_max_memory(None) is None and parse_max_memory(" ") is None
