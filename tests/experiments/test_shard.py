@@ -271,10 +271,10 @@ def test_merged_patching_shards_equal_a_single_job(tmp_path: Path) -> None:
     assert [job(folder, f"{k}/2")["n_rows"] for k, folder in enumerate(shards)] == [4, 4]
     results = shards[0] / "results.jsonl"
     full = results.read_bytes()
-    results.write_bytes(full[: full.index(b"\n") + 5])  # killed after one row
+    results.write_bytes(full[: full.index(b"\n") + 5])  # killed mid-append after one row
     with pytest.raises(BenchError, match="shard 0/2 .* is incomplete: 1 of 4"):
         merge(tmp_path / "merged", shards)
-    results.write_bytes(full)
+    assert job(shards[0], "0/2")["computed"] == 3  # the same job finishes it: the torn row is redone
     merge(tmp_path / "merged", shards)
     assert (tmp_path / "merged" / "results.jsonl").read_bytes() == (tmp_path / "one" / "results.jsonl").read_bytes()
     a, b = (json.loads((d / "patching.json").read_text()) for d in (tmp_path / "one", tmp_path / "merged"))
@@ -315,13 +315,21 @@ def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_p
     one = dose_response(config(tmp_path / "one"), progress=False)
     assert one["n_items"] == 16  # the held-out systems' 4 families x 4 decisions
     shards = [tmp_path / "s0", tmp_path / "s1"]
-    assert sum(dose_response(config(f, f"{k}/2"), progress=False)["n_items"] for k, f in enumerate(shards)) == 16
-    rows = shards[1] / "results.jsonl"
-    full = rows.read_bytes()
-    rows.write_bytes(full[: full.index(b"\n") + 1])  # killed after one row
-    with pytest.raises(BenchError, match="shard 1/2 .* is incomplete: 1 of"):
+    assert dose_response(config(shards[0], "0/2"), progress=False)["n_items"] == 8
+    # Shard 1 in its own process, SIGKILLed as soon as its first rows are on disk.
+    script = ("import torch; torch.set_num_threads(1)\n"
+              "from pathlib import Path\n"
+              "from experiments.dose_response import DoseResponseConfig, dose_response\n"
+              f"dose_response(DoseResponseConfig(model='organism', bench={str(bench)!r}, directions={str(dirs)!r}, "
+              f"out={str(shards[1])!r}, alphas=(-1.0, 0.0, 1.0), n_random=1, batch_size=4, n_boot=50, "
+              "shard='1/2'), progress=False)\n")
+    had = kill_when([sys.executable, "-c", script], shards[1] / "results.jsonl", 1, tmp_path)
+    n_rows = one["n_rows"] // 2
+    assert 1 <= had < n_rows
+    with pytest.raises(BenchError, match=f"shard 1/2 .* is incomplete: {had} of {n_rows}"):
         merge(tmp_path / "merged", shards)
-    dose_response(config(shards[1], "1/2"), progress=False)  # the rerun finishes it
+    rerun = dose_response(config(shards[1], "1/2"), progress=False)  # the same job finishes it
+    assert (rerun["reused"], rerun["computed"]) == (had, n_rows - had)
     merge(tmp_path / "merged", shards)
     assert_same_dose_response(tmp_path / "one", tmp_path / "merged")
     with pytest.raises(BenchError, match="given twice"):
