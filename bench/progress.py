@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TextIO
@@ -23,7 +22,9 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         # Under a launcher (torchrun, accelerate) several processes share one terminal: whole lines,
         # at most every 15 s, instead of one line rewritten in place.
-        self.lines = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        from bench.shard import distributed_shard
+
+        self.lines = distributed_shard() is not None
         if self.lines:
             self.every = max(every, 15.0)
         self.done = 0

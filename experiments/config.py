@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from hooks.devices import PLACEMENT_KEYS
+
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_KINDS = ("models", "experiments")
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -142,9 +144,9 @@ def model_source(cfg: ModelConfig) -> str:
 def load_model(cfg: ModelConfig):
     """hooks.load with the config's settings (the only place a ModelConfig becomes a Handle)."""
     import hooks
+    from hooks.devices import placement_of
 
-    return hooks.load(model_source(cfg), dtype=cfg.dtype, device_map=cfg.device_map, max_memory=cfg.max_memory,
-                      offload_folder=cfg.offload_folder,
+    return hooks.load(model_source(cfg), dtype=cfg.dtype, **placement_of(cfg),
                       trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation)
 
 
@@ -173,7 +175,7 @@ def config_from_flags(cls: type[T], args: Any, **given: Any) -> T:
 
 
 # Model config keys an experiment's flags may override (--dtype, --device-map, --max-memory, --offload-folder).
-MODEL_OVERRIDES = ("dtype", "device_map", "max_memory", "offload_folder")
+MODEL_OVERRIDES = ("dtype", *PLACEMENT_KEYS)
 
 
 def add_model_override_arguments(parser: Any) -> None:

@@ -92,6 +92,7 @@ from experiments.dose_response import (
     measure_sign,
 )
 from experiments.grid import fill_grid
+from hooks.devices import placement_of
 
 REGIMES = ("standard", "guided")
 REQUEST_KINDS = {"answer_initial": "answer", "answer_after_test": "answer", "select": "select"}
@@ -266,7 +267,7 @@ def _capture(plan: Plan, regime: str, progress: bool) -> Path:
     out = plan.out / "acts" / regime
     capture(CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(out),
                           requests=tuple(plan.config.requests), layers="all", positions=(POSITION,), regime=regime,
-                          batch_size=plan.batch_size, dtype=m.dtype, device_map=m.device_map, max_memory=m.max_memory, offload_folder=m.offload_folder,
+                          batch_size=plan.batch_size, dtype=m.dtype, **placement_of(m),
                           trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation),
             progress=progress)
     return out

@@ -54,6 +54,7 @@ from experiments.config import (
     load_model_config,
     resolve_config,
 )
+from hooks.devices import placement_of
 
 SWEEPS_DIR = "sweeps"
 ACTS_DIR = "acts"
@@ -230,7 +231,7 @@ def capture_config(plan: Plan):
     return CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(plan.acts),
                          requests=tuple(c.requests), layers=layers, positions=tuple(c.positions),
                          regime=c.regime, limit=c.limit, batch_size=plan.batch_size, dtype=m.dtype,
-                         device_map=m.device_map, max_memory=m.max_memory, offload_folder=m.offload_folder,
+                         **placement_of(m),
                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
                          shard=c.shard)
 
@@ -470,9 +471,10 @@ def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str,
     if cap is None or config.shard is not None:  # a launcher's other rank, or one --shard job: capture only
         if config.shard is not None:
             atomic_write_json(plan.out / SHARD_CONFIG_FILE, as_dict(config))
-        return {"out": str(plan.out), "n_items": cap["n_items"] if cap else plan.n_items, "captured": int(session.get("items", 0) or 0),
-                "shard": config.shard, "complete": bool(cap and cap.get("complete")), "swept": [], "reused": [],
-                "directions_fitted": False, "best": [], "files": [] if cap is None else [ACTS_DIR, SHARD_CONFIG_FILE]}
+        return {"out": str(plan.out), "n_items": cap["n_items"] if cap else plan.n_items,
+                "captured": int(session.get("items", 0) or 0), "shard": config.shard,
+                "complete": bool(cap and cap.get("complete")), "swept": [], "reused": [], "directions_fitted": False,
+                "best": [], "files": [] if cap is None else [ACTS_DIR, SHARD_CONFIG_FILE]}
     swept, reused = [], []
     for label in config.labels:
         (swept if run_sweep(plan, label, progress) else reused).append(label)

@@ -10,8 +10,8 @@ Run folders (run.json + records.jsonl) give OUT/records.jsonl and OUT/run.json; 
 order), OUT/meta.json and the summary of all rows (patching.json, .md, .png; `seconds` is the
 longest shard's); `evprobe layer-sweep --shard` folders give OUT/acts (their captures merged) and
 then the sweep's files, computed there as one unsharded layer sweep does; `evprobe dose-response`
-folders give OUT/results.jsonl (a single run's order: image-count groups, batches, conditions), OUT/meta.json and every report of the whole run
-(dose_response.json, .md, curves). Steered rows were computed in other batches than a single run's,
+folders give OUT/results.jsonl (a single run's order: image-count groups, batches, conditions),
+OUT/meta.json and every report of the whole run (dose_response.json, .md, curves). Steered rows were computed in other batches than a single run's,
 so their log-probs agree with a single run's within float32 rounding, not bit for bit.
 
 What comes out is what one unsharded, uninterrupted run of the same command writes:
@@ -57,11 +57,11 @@ from experiments.capture import (
     _images_sha256,
     _sha256_text,
 )
+from hooks.devices import PLACEMENT_KEYS
 
 # Settings that may differ between the shards of one command.
 # Where a shard's model sits (its GPUs, memory budget, offload folder) may differ between machines.
-_PLACEMENT = ("device_map", "max_memory", "offload_folder")
-_CONFIG_FREE = ("out", "shard", *_PLACEMENT)
+_CONFIG_FREE = ("out", "shard", *PLACEMENT_KEYS)
 _RUN_FREE = ("shard", "bench", "n_selected", "n_records", "last_session")
 _CAPTURE_FREE = ("shard", "bench", "selection_sha256", "n_items", "images_sha256", "n_images", "shape")
 
@@ -132,9 +132,9 @@ def _settings(meta: dict[str, Any], free: Sequence[str]) -> dict[str, Any]:
     if isinstance(out.get("config"), dict):
         out["config"] = {k: v for k, v in out["config"].items() if k not in _CONFIG_FREE}
         if isinstance(out["config"].get("model"), dict):  # an inline model config (dose-response under torchrun)
-            out["config"]["model"] = {k: v for k, v in out["config"]["model"].items() if k not in _PLACEMENT}
+            out["config"]["model"] = {k: v for k, v in out["config"]["model"].items() if k not in PLACEMENT_KEYS}
     if isinstance(out.get("model_config"), dict):
-        out["model_config"] = {k: v for k, v in out["model_config"].items() if k not in _PLACEMENT}
+        out["model_config"] = {k: v for k, v in out["model_config"].items() if k not in PLACEMENT_KEYS}
     return out
 
 
@@ -453,11 +453,8 @@ def merge_layer_sweeps(out: Path, folders: list[Path]) -> dict[str, Any]:
 
     configs = [_read_meta(f / SHARD_CONFIG_FILE) for f in folders]
 
-    def settings(config: dict[str, Any]) -> dict[str, Any]:
-        kept = {k: v for k, v in config.items() if k not in ("out", "shard")}
-        if isinstance(kept.get("model"), dict):
-            kept["model"] = {k: v for k, v in kept["model"].items() if k not in _PLACEMENT}
-        return kept
+    def settings(config: dict[str, Any]) -> dict[str, Any]:  # without out, shard and the model's placement
+        return _settings({"config": config}, ())["config"]
 
     for folder, config in zip(folders[1:], configs[1:]):
         if settings(config) != settings(configs[0]):
@@ -497,8 +494,8 @@ def add_merge_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         help="combine the --shard K/N folders of one run, capture, patching, dose-response or layer-sweep job into "
         "what one run writes",
         description="Combine shard folders (all N shards of one `evprobe run`, `evprobe capture`, "
-        "`evprobe patching`, `evprobe dose-response` or `evprobe layer-sweep` command, written with --shard K/N) into OUT: records.jsonl + "
-        "run.json; acts.npy + index.jsonl + meta.json; results.jsonl + meta.json + patching.json/.md/.png; or "
+        "`evprobe patching`, `evprobe dose-response` or `evprobe layer-sweep` command, written with --shard K/N) "
+        "into OUT: records.jsonl + run.json; acts.npy + index.jsonl + meta.json; results.jsonl + meta.json + patching.json/.md/.png; or "
         "results.jsonl + meta.json + dose_response.json/.md and curves; or acts/ and the whole layer sweep, "
         "exactly as one unsharded run writes them (except per-item timing). Refuses missing, duplicated, "
         "incomplete or mismatched shards.",

@@ -38,6 +38,7 @@ from typing import Any
 from bench.generate import GenerateConfig, generate
 from bench.manifest import META_FILE, BenchError
 from bench.runner import RunConfig, run
+from hooks.devices import placement_of
 
 DEFAULT_MODEL = "organism"
 UNTRAINED = (
@@ -104,7 +105,7 @@ def quickstart(
 
     t = _step(2, f"run {cfg.model} on every item and score it")
     run(RunConfig(model=cfg.model, bench=str(bench), out=str(run_dir), batch_size=cfg.batch_size,
-                  dtype=cfg.dtype, device_map=cfg.device_map, max_memory=cfg.max_memory, offload_folder=cfg.offload_folder, attn_implementation=cfg.attn_implementation,
+                  dtype=cfg.dtype, **placement_of(cfg), attn_implementation=cfg.attn_implementation,
                   trust_remote_code=cfg.trust_remote_code), progress=progress)
     from experiments.scoring_io import score_run
 
@@ -115,7 +116,7 @@ def quickstart(
     from experiments.capture import CaptureConfig, capture
     capture(CaptureConfig(model=cfg.model, bench=str(bench), out=str(acts), requests=("select", "answer_initial"),
                           positions=("last", "text_mean", "image_mean"), batch_size=cfg.batch_size,
-                          dtype=cfg.dtype, device_map=cfg.device_map, max_memory=cfg.max_memory, offload_folder=cfg.offload_folder, attn_implementation=cfg.attn_implementation,
+                          dtype=cfg.dtype, **placement_of(cfg), attn_implementation=cfg.attn_implementation,
                           trust_remote_code=cfg.trust_remote_code), progress=progress)
     timings["capture"] = time.perf_counter() - t
 
@@ -144,7 +145,7 @@ def quickstart(
     from experiments.patching import PatchingConfig, run_patching
 
     run_patching(PatchingConfig(model=cfg.model, bench=str(bench), out=str(patch), limit_pairs=pairs,
-                                dtype=cfg.dtype, device_map=cfg.device_map, max_memory=cfg.max_memory, offload_folder=cfg.offload_folder,
+                                dtype=cfg.dtype, **placement_of(cfg),
                                 attn_implementation=cfg.attn_implementation, n_boot=n_boot), progress=progress)
     timings["patching"] = time.perf_counter() - t
 

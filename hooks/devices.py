@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["module_device", "parse_max_memory", "placement_of"]
+__all__ = ["PLACEMENT_KEYS", "module_device", "parse_max_memory", "placement_of"]
+
+# hooks.load's keywords (and the config fields) that say where a model's modules go.
+PLACEMENT_KEYS = ("device_map", "max_memory", "offload_folder")
 
 _SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?B|B)?$", re.IGNORECASE)
 
@@ -66,5 +69,4 @@ def parse_max_memory(spec: str | None) -> dict[int | str, str] | None:
 def placement_of(config: object) -> dict[str, object]:
     """hooks.load's placement keywords read off any config with `device_map` (and optionally
     `max_memory`, `offload_folder`) fields."""
-    return {"device_map": getattr(config, "device_map", None), "max_memory": getattr(config, "max_memory", None),
-            "offload_folder": getattr(config, "offload_folder", None)}
+    return {key: getattr(config, key, None) for key in PLACEMENT_KEYS}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -84,8 +85,12 @@ class Handle:
         parameter may be offloaded to `meta`, or sit on another GPU)."""
         from hooks.devices import module_device
 
-        embeddings = self.model.get_input_embeddings()
-        return module_device(self.model, _module_path(self.model, embeddings))
+        return module_device(self.model, self._embeddings_path)
+
+    @cached_property
+    def _embeddings_path(self) -> str:
+        """Dotted path of the input embeddings (found once: Handle.device is read every batch)."""
+        return _module_path(self.model, self.model.get_input_embeddings())
 
     def layer_device(self, layer: int) -> torch.device:
         """The device decoder layer `layer` computes on (a steering vector for it goes there)."""
@@ -148,34 +153,35 @@ def _wrap_nnsight(model, processor, tokenizer):
     # transformers' pipeline takes the FIRST value of hf_device_map as its device; "disk" (a module
     # offloaded by accelerate) is no torch device. Put the input embeddings' entry first while the
     # pipeline is built (the placement itself is unchanged; only the dict's order is).
+    embeddings = _module_path(model, model.get_input_embeddings())
     placement = getattr(model, "hf_device_map", None)
     if placement and next(iter(placement.values())) in ("disk", "meta"):
         from hooks.devices import module_device
 
-        first = str(module_device(model, _module_path(model, model.get_input_embeddings())))
+        first = str(module_device(model, embeddings))
         model.hf_device_map = {"": first, **{k: v for k, v in placement.items() if k != ""}}
     try:
-        return _placed(TransformersModel)(model, processor=processor, tokenizer=tokenizer, task="image-text-to-text")
+        return _placed(TransformersModel, embeddings)(model, processor=processor, tokenizer=tokenizer,
+                                                      task="image-text-to-text")
     except Exception as err:  # noqa: BLE001 - e.g. remote-code models the pipeline rejects
         warnings.warn(f"nnsight TransformersModel failed ({err!r}); using NNsight(model)", stacklevel=3)
-        return _placed(NNsight)(model)
+        return _placed(NNsight, embeddings)(model)
     finally:
         if placement is not None:
             model.hf_device_map = placement
 
 
-def _placed(envoy_class: type) -> type:
-    """`envoy_class` whose `device` (where nnsight moves a trace's inputs) is the input embeddings'
-    execution device: nnsight's own is the first parameter's, which is `meta` when accelerate
-    offloaded the module holding it (e.g. the vision tower)."""
+def _placed(envoy_class: type, embeddings: str) -> type:
+    """`envoy_class` whose `device` (where nnsight moves a trace's inputs) is the execution device
+    of the input embeddings (dotted path `embeddings`): nnsight's own is the first parameter's,
+    which is `meta` when accelerate offloaded the module holding it (e.g. the vision tower)."""
 
     class Placed(envoy_class):  # type: ignore[misc, valid-type]
         @property
         def device(self):
             from hooks.devices import module_device
 
-            model = self._module
-            return module_device(model, _module_path(model, model.get_input_embeddings()))
+            return module_device(self._module, embeddings)
 
     Placed.__name__ = Placed.__qualname__ = envoy_class.__name__
     return Placed
