@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bench.numbers import fmt, round_sig
-from bench.sheets import SheetSpec
-from bench.systems import G, get_system
+from evprobe.bench.numbers import fmt, round_sig
+from evprobe.bench.sheets import SheetSpec
+from evprobe.bench.systems import G, get_system
 
 MASS_TRACK = 1.0  # m
 MASS_TIMES = (0.2, 0.4, 0.6, 0.8)  # s

@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.calibration import SHEETS, calibrate, sheet_spec
-from bench.detect import detect_sheet, marker_pixel_positions
-from bench.family import Family
-from bench.items import Item, family_items, image_path
-from bench.manifest import META_FILE, BenchError, atomic_write_json, read_families, read_items
-from bench.numbers import round_sig
-from bench.reference import Prices, observation
-from bench.render import STYLES, render_sheet
-from bench.worlds import compatible, history_of, parse_world, threshold_pair
+from evprobe.bench.calibration import SHEETS, calibrate, sheet_spec
+from evprobe.bench.detect import detect_sheet, marker_pixel_positions
+from evprobe.bench.family import Family
+from evprobe.bench.items import Item, family_items, image_path
+from evprobe.bench.manifest import META_FILE, read_families, read_items
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_json
+from evprobe.bench.numbers import round_sig
+from evprobe.bench.reference import Prices, observation
+from evprobe.bench.render import STYLES, render_sheet
+from evprobe.bench.worlds import compatible, history_of, parse_world, threshold_pair
 
 REQUIRED_SEPARATION_PX = 8.0
 MAX_DETECTOR_ERROR_PCT = 1.0  # of the ruler span
@@ -64,7 +66,7 @@ def _n(x: int) -> str:
 def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     root = Path(bench_dir)
     if not root.is_dir():
-        raise BenchError(f"{root}: no such benchmark folder; run `evprobe generate --out {root}`")
+        raise InputError(f"{root}: no such benchmark folder; run `evprobe generate --out {root}`")
     families = read_families(root)
     items = read_items(root, validate_images=True)
     prices = _prices(root)
@@ -95,7 +97,7 @@ def _prices(root: Path) -> Prices:
     try:
         return Prices(**json.loads(meta.read_text())["prices"])
     except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise BenchError(f"{meta}: unreadable prices ({err}); regenerate the benchmark") from None
+        raise InputError(f"{meta}: unreadable prices ({err}); regenerate the benchmark") from None
 
 
 def _check_families(report: CheckReport, families: list[Family]) -> None:
@@ -293,7 +295,7 @@ def _check_pixels(
                 rel = image_path(f.family_id, sheet, style)
                 path = root / rel
                 if not path.is_file():
-                    raise BenchError(f"{path}: image of family {f.family_id} not found; regenerate")
+                    raise InputError(f"{path}: image of family {f.family_id} not found; regenerate")
                 spec = sheet_spec(f.system, f.candidates, f.calibration, sheet)
                 with Image.open(path) as im:
                     image = im.convert("RGB")

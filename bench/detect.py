@@ -14,8 +14,8 @@ import io
 import numpy as np
 from PIL import Image
 
-from bench.render import PANEL, SIZE, Style, layout_for, panel_origin, pixel_to_value
-from bench.sheets import Orientation, SheetSpec
+from evprobe.bench.render import PANEL, SIZE, Style, layout_for, panel_origin, pixel_to_value
+from evprobe.bench.sheets import Orientation, SheetSpec
 
 
 class DetectionError(ValueError):

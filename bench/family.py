@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from bench.calibration import calibrate
-from bench.numbers import round_sig
-from bench.reference import ACTIONS, ANSWERS
-from bench.systems import MASS_MULTIPLIER, MASS_RANGE, SYSTEM_NAMES, G, get_system
-from bench.worlds import WORLDS, World, threshold_pair
+from evprobe.bench.calibration import calibrate
+from evprobe.bench.numbers import round_sig
+from evprobe.bench.reference import ACTIONS, ANSWERS
+from evprobe.bench.systems import MASS_MULTIPLIER, MASS_RANGE, SYSTEM_NAMES, G, get_system
+from evprobe.bench.worlds import WORLDS, World, threshold_pair
 
 LETTERS = "ABCDE"
 

@@ -16,21 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.calibration import SHEETS, sheet_spec
-from bench.family import Family, sample_families, select_subset
-from bench.items import Item, family_items, image_path
-from bench.manifest import (
-    FAMILIES_FILE,
-    ITEMS_FILE,
-    META_FILE,
-    BenchError,
-    atomic_write_json,
-    atomic_write_jsonl,
-)
-from bench.progress import Progress
-from bench.reference import Prices
-from bench.render import STYLES, render_sheet
-from bench.systems import SYSTEM_NAMES, get_system
+from evprobe.bench.calibration import SHEETS, sheet_spec
+from evprobe.bench.family import Family, sample_families, select_subset
+from evprobe.bench.items import Item, family_items, image_path
+from evprobe.bench.manifest import FAMILIES_FILE, ITEMS_FILE, META_FILE
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_json, atomic_write_jsonl
+from evprobe.core.progress import Progress
+from evprobe.bench.reference import Prices
+from evprobe.bench.render import STYLES, render_sheet
+from evprobe.bench.systems import SYSTEM_NAMES, get_system
 
 MAIN_SEED = 20260905
 SUBSET_SEED = 20260906
@@ -60,13 +55,13 @@ class GenerateConfig:
         for name in self.systems:
             get_system(name)
         if self.families_per_system <= 0:
-            raise BenchError(
+            raise InputError(
                 f"--families-per-system must be a positive integer, got {self.families_per_system}"
             )
         if self.subset_per_cell < 0:
-            raise BenchError(f"--subset-per-cell must be 0 or more, got {self.subset_per_cell}")
+            raise InputError(f"--subset-per-cell must be 0 or more, got {self.subset_per_cell}")
         if self.split not in ("main", "pilot"):
-            raise BenchError(f"unknown split {self.split!r}; use main or pilot")
+            raise InputError(f"unknown split {self.split!r}; use main or pilot")
 
 
 def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
@@ -77,7 +72,7 @@ def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
         families = sample_families(config.seed, config.families_per_system, config.systems, prefix)
         families = select_subset(families, config.subset_seed, config.subset_per_cell)
     except ValueError as err:
-        raise BenchError(str(err)) from None
+        raise InputError(str(err)) from None
     items = [it for f in families for it in family_items(f, config.prices)]
     return families, items
 
@@ -113,9 +108,9 @@ def generate(
     """Write families.jsonl, items.jsonl, bench.json and images/ to `out_dir`; return bench.json."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise BenchError(f"{out} exists and is not a folder; choose another --out")
+        raise InputError(f"{out} exists and is not a folder; choose another --out")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise BenchError(f"{out} is not empty; pass --force to replace it or choose another --out")
+        raise InputError(f"{out} is not empty; pass --force to replace it or choose another --out")
     started = time.perf_counter()
     families, items = build(config)
     jobs = sheet_jobs(families)

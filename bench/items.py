@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from bench.calibration import readings, sheet_spec, sheet_value
-from bench.family import Family
-from bench.numbers import fmt
-from bench.prompts import PromptBuilder, readings_text
-from bench.reference import (
+from evprobe.bench.calibration import readings, sheet_spec, sheet_value
+from evprobe.bench.family import Family
+from evprobe.bench.numbers import fmt
+from evprobe.bench.prompts import PromptBuilder, readings_text
+from evprobe.bench.reference import (
     TESTS,
     Prices,
     observation,
@@ -25,7 +25,7 @@ from bench.reference import (
     reference_answer,
     resolved,
 )
-from bench.worlds import History, World, compatible, history_of, world_name
+from evprobe.bench.worlds import History, World, compatible, history_of, world_name
 
 REQUESTS: tuple[str, ...] = (
     "select",

@@ -20,8 +20,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from bench.items import Item
-from bench.systems import get_system
+from evprobe.bench.items import Item
+from evprobe.bench.systems import get_system
 
 _NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
 _ANSWER_LINE = re.compile(r"^\s*[*_#>\s]*answer\s*[*_]*\s*[:：]\s*(.*?)\s*$", re.I | re.M)

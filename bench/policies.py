@@ -23,14 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.calibration import readings, sheet_spec, sheet_value
-from bench.detect import detect_sheet
-from bench.family import Family
-from bench.items import Item
-from bench.numbers import fmt
-from bench.reference import Prices, reference_action, reference_answer
-from bench.render import STYLES
-from bench.worlds import History, parse_world
+from evprobe.bench.calibration import readings, sheet_spec, sheet_value
+from evprobe.bench.detect import detect_sheet
+from evprobe.bench.family import Family
+from evprobe.bench.items import Item
+from evprobe.bench.numbers import fmt
+from evprobe.bench.reference import Prices, reference_action, reference_answer
+from evprobe.bench.render import STYLES
+from evprobe.bench.worlds import History, parse_world
 
 POLICIES: tuple[str, ...] = (
     "reference",

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.family import Family
-from bench.numbers import fmt
-from bench.reference import Prices
-from bench.render import STYLES
-from bench.systems import get_system
+from evprobe.bench.family import Family
+from evprobe.bench.numbers import fmt
+from evprobe.bench.reference import Prices
+from evprobe.bench.render import STYLES
+from evprobe.bench.systems import get_system
 
 TEST_NAMES = {"test_mass": "mass test", "free_fall": "free-fall test", "combined_report": "combined report"}
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.items import Item
+from evprobe.bench.items import Item
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.manifest import append_log_lines, read_log_lines
+from evprobe.core.files import append_log_lines, read_complete_lines
 
 RECORDS_FILE = "records.jsonl"
 RUN_META_FILE = "run.json"
@@ -42,11 +42,11 @@ class Record:
 
 
 def load_records(path: Path) -> dict[str, Record]:
-    """Finished records by item id. A torn last line (a run killed mid-write) is cut off the
-    file (see `bench.manifest.read_log_lines`); a bad line elsewhere or a duplicate id is an
-    error that names the line."""
+    """Finished records by item id. Read only: a torn last line (a run killed mid-write) is left
+    out and the file is not touched (the run that resumes cuts it); a bad line elsewhere or a
+    duplicate id is an error that names the line."""
     out: dict[str, Record] = {}
-    for number, line in read_log_lines(path):
+    for number, line in read_complete_lines(path):
         try:
             record = Record.from_json(json.loads(line))
         except (json.JSONDecodeError, KeyError, TypeError) as err:
@@ -58,5 +58,5 @@ def load_records(path: Path) -> dict[str, Record]:
 
 
 def append_records(path: Path, records: list[Record]) -> None:
-    """Append whole lines with one write and an fsync (see `bench.manifest.append_log_lines`)."""
+    """Append whole lines with one write and an fsync (see `core.files.append_log_lines`)."""
     append_log_lines(path, (r.to_json() for r in records))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-from bench.worlds import History, Observation, World, compatible, observed
+from evprobe.bench.worlds import History, Observation, World, compatible, observed
 
 ACTIONS: tuple[str, ...] = ("stop", "test_mass", "test_other", "free_fall", "combined_report")
 TESTS: tuple[str, ...] = ACTIONS[1:]

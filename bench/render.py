@@ -19,7 +19,7 @@ from typing import Literal
 
 from PIL import Image, ImageDraw, ImageFont
 
-from bench.sheets import ORIENTATION, Orientation, SheetSpec
+from evprobe.bench.sheets import ORIENTATION, Orientation, SheetSpec
 
 RGB = tuple[int, int, int]
 

@@ -15,47 +15,41 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.items import REQUESTS, VARIANTS, Item, by_image_count
-from bench.manifest import (
-    META_FILE,
-    BenchError,
-    atomic_write_json,
-    load_item_images,
-    read_families,
-    read_items,
-)
-from bench.parse import parse_reply
-from bench.policies import POLICIES, make_policy
-from bench.progress import Progress, progress_label
-from bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens
-from bench.records import RECORDS_FILE, RUN_META_FILE, Record, append_records, load_records
-from bench.reference import Prices
-from bench.shard import Shard, select_shard
+from evprobe.bench.items import REQUESTS, VARIANTS, Item
+from evprobe.bench.manifest import META_FILE, load_item_images, read_families, read_items
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_json
+from evprobe.bench.parse import parse_reply
+from evprobe.bench.policies import POLICIES, make_policy
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens
+from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
+from evprobe.bench.reference import Prices
+from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
+from evprobe.core.flags import HELP, setting
 
 POLICY_PREFIX = "policy:"
-# What a run is: a rerun into the same folder must agree on these. `shard` is only in the run.json
-# of a sharded run ("K/N"); `evprobe merge` drops it.
-PINNED = ("model", "protocol", "regime", "items_sha256", "shard")
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    model: str  # policy:<name>, tiny:<arch>, a hub id or a local folder
-    bench: str
-    out: str
-    protocol: str = "direct"
-    regime: str = "standard"
-    requests: tuple[str, ...] | None = None  # request types and variant names; None = all
-    limit: int | None = None
-    batch_size: int = 8
-    dtype: str = "auto"
-    device_map: str | None = None
-    max_memory: str | None = None  # accelerate's budget per device, e.g. "0=70GiB,cpu=200GiB"
-    offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
-    trust_remote_code: bool = False
-    attn_implementation: str | None = None  # e.g. "eager" (Pixtral, seed 000 appendix I)
-    seed: int = 0  # the random policy's seed
-    shard: str | None = None  # "K/N" (0-based): only the families of shard K of N (bench.shard)
+    """`evprobe run`: every field is a flag (`--batch-size` for batch_size), with this help."""
+
+    model: str = setting(help="policy:<name>, tiny:<arch>, a model config YAML, a hub id or a local folder")
+    bench: str = setting(help="benchmark folder (evprobe generate)")
+    out: str = setting(help="run folder (records.jsonl, run.json)")
+    protocol: str = setting("direct", HELP["protocol"])
+    regime: str = setting("standard", HELP["regime"])
+    requests: tuple[str, ...] | None = setting(None, "comma-separated request types and variant names (default: all)")
+    limit: int | None = setting(None, "only the first N selected items")
+    batch_size: int = setting(8, "items per model call")
+    dtype: str = setting("auto", HELP["dtype"])
+    device_map: str | None = setting(None, HELP["device_map"])
+    max_memory: str | None = setting(None, HELP["max_memory"])
+    offload_folder: str | None = setting(None, HELP["offload_folder"])
+    trust_remote_code: bool = setting(False, HELP["trust_remote_code"])
+    attn_implementation: str | None = setting(None, HELP["attn_implementation"])
+    seed: int = setting(0, "seed of the random policy")
+    shard: str | None = setting(None, HELP["shard"])
 
 
 def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None) -> list[Item]:
@@ -67,12 +61,12 @@ def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: i
         known = set(REQUESTS) | set(VARIANTS) | {"variants"}
         bad = [r for r in requests if r not in known]
         if bad:
-            raise BenchError(f"unknown request type {bad[0]!r}; choose from {', '.join(sorted(known))}")
+            raise InputError(f"unknown request type {bad[0]!r}; choose from {', '.join(sorted(known))}")
         wanted = set(requests) | (set(VARIANTS) if "variants" in requests else set())
         items = [it for it in items if (it.variant or it.request) in wanted]
     if limit is not None:
         if limit <= 0:
-            raise BenchError(f"--limit must be a positive integer, got {limit}")
+            raise InputError(f"--limit must be a positive integer, got {limit}")
         items = list(items)[:limit]
     return list(items)
 
@@ -80,85 +74,98 @@ def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: i
 def _bench_meta(bench: Path) -> dict[str, Any]:
     path = bench / META_FILE
     if not path.is_file():
-        raise BenchError(f"{path} not found; generate the benchmark with `evprobe generate --out {bench}`")
+        raise InputError(f"{path} not found; generate the benchmark with `evprobe generate --out {bench}`")
     return json.loads(path.read_text())
 
 
-def _check_pinned(out: Path, meta: dict[str, Any]) -> None:
-    """Refuse to continue a run in `out` that was made with other settings."""
-    path = out / RUN_META_FILE
-    if not path.is_file():
-        return
-    old = json.loads(path.read_text())
-    for key in PINNED:
-        if old.get(key) != meta.get(key):
-            raise BenchError(
-                f"{out} holds a run with {key}={old.get(key)!r}, not {meta.get(key)!r}; "
-                "use another --out to start a different run"
-            )
+class RunJob(Job):
+    """`evprobe run` as a job: one record per selected item (unit = item, one condition)."""
+
+    kind = "run"
+    meta_file = RUN_META_FILE
+
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config.out, config.shard)
+        self.config, self.bench = config, Path(config.bench)
+        get_protocol(config.protocol)
+        check_regime(config.regime)
+        if config.batch_size <= 0:
+            raise InputError(f"--batch-size must be a positive integer, got {config.batch_size}")
+        self.bench_meta = _bench_meta(self.bench)
+        self.all_items = read_items(self.bench)
+        self.items = select_items(self.all_items, config.requests, config.limit)
+        if config.model.startswith(POLICY_PREFIX):
+            name = config.model[len(POLICY_PREFIX):]
+            if name not in POLICIES:
+                raise InputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+        self.reply_batch: Callable[[list[Item]], list[Reply]] | None = None
+
+    def units(self) -> list[Unit]:
+        return [Unit(it.item_id, it.family_id, len(it.images), it) for it in self.items]
+
+    def all_families(self) -> list[str]:
+        return [it.family_id for it in self.all_items]
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    def pinned(self) -> dict[str, Any]:
+        c = self.config
+        # Everything that changes a record: a rerun into the same folder must agree on all of it.
+        return {"model": c.model, "protocol": c.protocol, "regime": c.regime,
+                "items_sha256": self.bench_meta["items_sha256"], "dtype": c.dtype, "seed": c.seed,
+                "attn_implementation": c.attn_implementation, "trust_remote_code": c.trust_remote_code}
+
+    def meta(self) -> dict[str, Any]:
+        return {**self.pinned(), "bench": str(self.bench.resolve()),
+                "max_new_tokens": max_new_tokens(self.config.protocol, self.config.regime),
+                "config": asdict(self.config)}
+
+    def store_at(self, folder: Path) -> JsonlRows:
+        return JsonlRows(folder / RECORDS_FILE, lambda row: (row["item_id"], ""), what="record")
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], out: Path) -> RunJob:
+        config = dict(meta["config"])
+        if config.get("requests") is not None:
+            config["requests"] = tuple(config["requests"])
+        return cls(RunConfig(**{**config, "out": str(out), "shard": None}))
+
+
+    def merged_meta(self, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        meta = super().merged_meta(metas)
+        session = meta.pop("last_session", None)  # run.json's order: ..., n_selected, n_records, last_session
+        return {**meta, "n_selected": len(self.items), "n_records": len(self.items), "last_session": session}
+
+    def open(self) -> None:
+        self.reply_batch = _replier(self.config, self.bench, self.bench_meta)
+
+    def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
+        items = [u.value for u in batch]
+        t = time.perf_counter()
+        replies = self.reply_batch(items)  # type: ignore[misc]
+        per_item = (time.perf_counter() - t) / len(items)
+        return [_record(self.config, it, reply, per_item).to_json() for it, reply in zip(items, replies)]
 
 
 def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
     """Run `config`; returns the run summary that is also stored in RUN/run.json."""
-    bench, out = Path(config.bench), Path(config.out)
-    get_protocol(config.protocol)
-    check_regime(config.regime)
-    if config.batch_size <= 0:
-        raise BenchError(f"--batch-size must be a positive integer, got {config.batch_size}")
-    bench_meta = _bench_meta(bench)
-    shard = Shard.parse(config.shard) if config.shard is not None else None
-    all_items = read_items(bench)
-    items = select_shard(select_items(all_items, config.requests, config.limit), shard, all_items)
-    if config.model.startswith(POLICY_PREFIX):
-        name = config.model[len(POLICY_PREFIX):]
-        if name not in POLICIES:
-            raise BenchError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-    meta = {
-        "model": config.model,
-        "protocol": config.protocol,
-        "regime": config.regime,
-        "items_sha256": bench_meta["items_sha256"],
-        "bench": str(bench.resolve()),
-        "max_new_tokens": max_new_tokens(config.protocol, config.regime),
-        "config": asdict(config),
-    }
-    if shard is not None:
-        meta["shard"] = str(shard)
-    _check_pinned(out, meta)
-    records_path = out / RECORDS_FILE
-    done = load_records(records_path)
-    todo = [it for it in items if it.item_id not in done]
-    # Load the model (the slow, failure-prone step) before writing anything, and only if needed.
-    reply_batch = _replier(config, bench, bench_meta) if todo else None
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / RUN_META_FILE).is_file():
-        atomic_write_json(out / RUN_META_FILE, meta)
-    started = time.perf_counter()
-    bar = Progress(progress_label("run", shard), len(todo)) if progress and todo else None
-    # Batch rows with the same number of images: some processors cannot mix them in one call.
-    for group in by_image_count(todo):
-        for start in range(0, len(group), config.batch_size):
-            batch = group[start : start + config.batch_size]
-            t = time.perf_counter()
-            replies = reply_batch(batch)  # type: ignore[misc]
-            per_item = (time.perf_counter() - t) / len(batch)
-            records = [_record(config, it, reply, per_item) for it, reply in zip(batch, replies)]
-            append_records(records_path, records)
-            if bar:
-                bar.update(len(batch))
-    elapsed = time.perf_counter() - started
-    all_done = load_records(records_path)
+    job = RunJob(config)
+    result = run_job(job, progress=progress)
     summary = {
-        **json.loads((out / RUN_META_FILE).read_text()),
-        "n_selected": len(items),
-        "n_records": len(all_done),
-        "last_session": {"items": len(todo), "seconds": round(elapsed, 3),
-                         "items_per_second": round(len(todo) / elapsed, 3) if elapsed > 0 and todo else None},
+        **{k: v for k, v in result.items() if k not in _JOB_COUNTS},
+        "n_selected": result["n_units"],
+        "n_records": len(load_records(job.out / RECORDS_FILE)),
+        "last_session": result["last_session"],
     }
-    atomic_write_json(out / RUN_META_FILE, summary)
+    if job.meta_path().is_file():
+        atomic_write_json(job.meta_path(), summary)
     return summary
 
 
+# The runner's counts that run.json states in its own words (n_selected, n_records).
+_JOB_COUNTS = ("n_units", "n_conditions", "n_rows", "computed", "reused", "n_done", "complete", "last_session")
 
 
 Reply = tuple[str, int | None, int | None]  # (text, prompt tokens, new tokens)
@@ -175,8 +182,8 @@ def _replier(config: RunConfig, bench: Path, bench_meta: dict[str, Any]) -> Call
 
 
 def _model_replier(config: RunConfig, bench: Path) -> Callable[[list[Item]], list[Reply]]:
-    import hooks
-    from hooks.devices import placement_of
+    from evprobe import hooks
+    from evprobe.hooks.devices import placement_of
 
     handle = hooks.load(
         config.model,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench.scoring import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
+from evprobe.bench.scoring import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
 
 LABELS: dict[str, str] = {
     "min_cost_choice": "Minimum cost choice",

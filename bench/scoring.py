@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bootstrap import (
+from evprobe.core.bootstrap import (
     DEFAULT_N_BOOT,
     DEFAULT_SEED,
     INTERVAL_METHOD,
@@ -38,9 +38,9 @@ from bench.bootstrap import (
     FamilyBootstrap,
     Resampled,
 )
-from bench.items import REQUESTS, VARIANTS, Item
-from bench.records import Record
-from bench.reference import ACTIONS, ANSWERS, TESTS, Prices
+from evprobe.bench.items import REQUESTS, VARIANTS, Item
+from evprobe.bench.records import Record
+from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
 
 ANSWER_REQUESTS: tuple[str, ...] = ("answer_initial", "answer_after_test")
 PROPERTY_TESTS: tuple[str, ...] = ("test_mass", "test_other")

@@ -34,7 +34,7 @@ CHILD = """
 import json, os, sys, threading, time
 import torch
 torch.set_num_threads(1)
-from experiments.capture import CaptureConfig, capture
+from evprobe.experiments.capture import CaptureConfig, capture
 bench, out, n, arch = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 index = os.path.join(out, "index.jsonl")
 samples, stop = [], threading.Event()
@@ -74,7 +74,7 @@ print(json.dumps({"n": summary["n_done"], "wall": wall,
 
 
 def _bench(root: Path, families_per_system: int) -> Path:
-    from bench.generate import GenerateConfig, generate
+    from evprobe.bench.generate import GenerateConfig, generate
 
     out = root / f"bench-{families_per_system}"
     if not (out / "bench.json").is_file():
@@ -90,13 +90,13 @@ def overhead(arch: str, bench: Path, rounds: int, *, short: bool = False, n_item
     import torch
     from PIL import Image
 
-    import hooks
-    from bench.manifest import read_items, resolve_image
-    from bench.protocols import build_prompt
-    from bench.runner import select_items
-    from experiments.capture import question_marker
-    from hooks.capture import _gather_plan, _reduce, capture_batch
-    from hooks.spans import batch_spans
+    from evprobe import hooks
+    from evprobe.bench.manifest import read_items, resolve_image
+    from evprobe.bench.protocols import build_prompt
+    from evprobe.bench.runner import select_items
+    from evprobe.experiments.capture import question_marker
+    from evprobe.hooks.capture import _gather_plan, _reduce, capture_batch
+    from evprobe.hooks.spans import batch_spans
 
     handle = hooks.load(f"tiny:{arch}")
     items = select_items(read_items(bench), ("select", "answer_initial"), n_items)

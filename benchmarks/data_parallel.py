@@ -68,14 +68,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
-    from bench.generate import GenerateConfig, generate
+    from evprobe.bench.generate import GenerateConfig, generate
 
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")}
     env.update(PYTHONPATH=str(ROOT), MASTER_ADDR="127.0.0.1", HF_HUB_OFFLINE="1")
     with tempfile.TemporaryDirectory() as tmp:
         bench = Path(tmp) / "bench"
         generate(bench, GenerateConfig(families_per_system=args.families_per_system, subset_per_cell=0), progress=False)
-        common = ["-m", "experiments", "run", "--model", f"tiny:{args.arch}", "--bench", str(bench),
+        common = ["-m", "evprobe", "run", "--model", f"tiny:{args.arch}", "--bench", str(bench),
                   "--batch-size", str(args.batch_size), "--quiet"]
         if args.requests != "all":
             common += ["--requests", args.requests]

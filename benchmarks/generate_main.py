@@ -19,7 +19,7 @@ from pathlib import Path
 
 CHILD = """
 import json, resource, sys, time
-from bench.generate import GenerateConfig, generate
+from evprobe.bench.generate import GenerateConfig, generate
 t = time.perf_counter()
 meta = generate(sys.argv[1], GenerateConfig(), force=True, workers=int(sys.argv[2]), progress=False)
 wall = time.perf_counter() - t
@@ -59,7 +59,7 @@ def main() -> None:
             print(f"speed-up of {w} worker(s) over {min(results)}: {base / r['wall']:.2f}x")
     first = root / f"main-w{min(results)}"
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "experiments.cli", "check", str(first)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "evprobe.experiments.cli", "check", str(first)], check=True, capture_output=True)
     print(f"evprobe check on the main set: {time.perf_counter() - t:.2f} s")
     if args.out is None:
         shutil.rmtree(root, ignore_errors=True)

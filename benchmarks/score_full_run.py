@@ -15,11 +15,11 @@ import time
 
 import numpy as np
 
-from bench.generate import GenerateConfig, build
-from bench.items import Item
-from bench.records import Record
-from bench.score_report import scores_markdown
-from bench.scoring import score
+from evprobe.bench.generate import GenerateConfig, build
+from evprobe.bench.items import Item
+from evprobe.bench.records import Record
+from evprobe.bench.score_report import scores_markdown
+from evprobe.bench.scoring import score
 
 ANSWERS = ("answer_initial", "answer_after_test", "both_given")
 

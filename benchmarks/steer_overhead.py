@@ -62,8 +62,8 @@ def _report(title: str, times: dict[str, list[float]], base: str = "plain") -> N
 def tiny_benchmark(arch: str, n_prompts: int, n_tokens: int, repeats: int) -> dict[str, list[float]]:
     import torch
 
-    from hooks import tiny
-    from hooks.steer import (
+    from evprobe.hooks import tiny
+    from evprobe.hooks.steer import (
         Steering,
         random_directions,
         steered_generate,
@@ -94,7 +94,7 @@ def big_benchmark(prompt_len: int, n_tokens: int, repeats: int) -> dict[str, lis
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from hooks.steer import Steering, random_directions, steer
+    from evprobe.hooks.steer import Steering, random_directions, steer
 
     config = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.format import open_memmap
 
-from bench.generate import GenerateConfig, build
-from probes.captures import INDEX_FILE, META_FILE, labels, load_captures
-from probes.sweep import SweepConfig, sweep
+from evprobe.bench.generate import GenerateConfig, build
+from evprobe.probes.captures import INDEX_FILE, META_FILE, labels, load_captures
+from evprobe.probes.sweep import SweepConfig, sweep
 
 INDEX_FIELDS = (
     "request", "variant", "family_id", "system", "initial_property", "decision_id", "history", "threshold_level",

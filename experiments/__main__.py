@@ -1,7 +1,7 @@
-"""`python -m experiments ...` is `evprobe ...` (so `torchrun -m experiments run ...` works)."""
+"""`python -m evprobe.experiments ...` is `evprobe ...`, like `python -m evprobe`."""
 
 import sys
 
-from experiments.cli import main
+from evprobe.experiments.cli import main
 
 sys.exit(main())

@@ -35,8 +35,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -45,29 +43,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.argtypes import positive_int, str_list
-from bench.items import Item, by_image_count
-from bench.manifest import (
-    META_FILE,
-    BenchError,
-    append_log_lines,
-    atomic_write_json,
-    load_item_images,
-    read_items,
-    read_log_lines,
-    resolve_image,
-)
-from bench.progress import Progress, progress_label
-from bench.protocols import build_prompt, check_regime, get_protocol
-from bench.runner import select_items
-from bench.shard import Shard, select_shard
-from experiments.config import add_placement_arguments, config_from_flags
+from evprobe.bench.items import Item
+from evprobe.bench.manifest import META_FILE, load_item_images, read_items, resolve_image
+from evprobe.core.errors import InputError
+from evprobe.core.flags import HELP, add_config_arguments, setting
+from evprobe.core.jobs import SHARD_FREE, Job, Unit, run_job
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
+from evprobe.bench.runner import select_items
+from evprobe.core.shard import Shard, select_shard
+from evprobe.experiments.capture_store import ACTS_FILE, ACTS_KEY, CaptureRows
+from evprobe.experiments.config import config_from_flags, resolve_model_flag
 
 if TYPE_CHECKING:
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
-ACTS_FILE = "acts.npy"
-INDEX_FILE = "index.jsonl"
 CAPTURE_META_FILE = "meta.json"
 FORMAT = "evprobe-capture/1"
 STORED = (
@@ -85,33 +74,29 @@ INDEX_FIELDS = (
     "request", "variant", "family_id", "system", "initial_property", "decision_id", "history", "threshold_level",
     "test", "hidden_world", "image_pair_id", "threshold_pair_id", "resolved", "reference_action", "reference_answer",
 )
-# What a capture is: a rerun into the same folder must agree on these. `shard` ("K/N") is only in the
-# meta.json of a sharded capture; `evprobe merge` drops it.
-PINNED = ("model", "revision", "dtype", "layers", "positions", "regime", "protocol", "items_sha256",
-          "selection_sha256", "n_items", "d_model", "shard")
-PINNED_BEFORE_LOAD = ("model", "positions", "regime", "protocol", "items_sha256", "selection_sha256", "n_items",
-                      "shard")
-
 
 @dataclass(frozen=True)
 class CaptureConfig:
-    model: str  # tiny:<arch>, a hub id or a local folder
-    bench: str
-    out: str
-    requests: tuple[str, ...] | None = ("select", "answer_initial")  # request types / variant names; None = all
-    layers: str | tuple[int, ...] = "all"  # "all", "0,4,8" or a tuple of indices
-    positions: tuple[str, ...] = ("last",)
-    regime: str = "standard"
-    protocol: str = "direct"
-    limit: int | None = None
-    batch_size: int = 8
-    dtype: str = "auto"
-    device_map: str | None = None
-    max_memory: str | None = None  # accelerate's budget per device, e.g. "0=70GiB,cpu=200GiB"
-    offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
-    trust_remote_code: bool = False
-    attn_implementation: str | None = None  # e.g. "eager" (Pixtral, seed 000 appendix I)
-    shard: str | None = None  # "K/N" (0-based): only the families of shard K of N (bench.shard)
+    """`evprobe capture`: every field is a flag (`--batch-size` for batch_size), with this help."""
+
+    model: str = setting(help="tiny:<arch>, a model config YAML, a hub id or a local folder")
+    bench: str = setting(help="benchmark folder (evprobe generate)")
+    out: str = setting(help="capture folder (acts.npy, index.jsonl, meta.json)")
+    requests: tuple[str, ...] | None = setting(("select", "answer_initial"),
+                                               "comma-separated request types and variant names")
+    layers: str | tuple[int, ...] = setting("all", "all, or comma-separated decoder layer indices, e.g. 0,4,8")
+    positions: tuple[str, ...] = setting(("last",), "comma-separated: last, image_mean, text_mean")
+    regime: str = setting("standard", HELP["regime"])
+    protocol: str = setting("direct", HELP["protocol"])
+    limit: int | None = setting(None, "only the first N selected items")
+    batch_size: int = setting(8, "items per forward pass")
+    dtype: str = setting("auto", HELP["dtype"])
+    device_map: str | None = setting(None, HELP["device_map"])
+    max_memory: str | None = setting(None, HELP["max_memory"])
+    offload_folder: str | None = setting(None, HELP["offload_folder"])
+    trust_remote_code: bool = setting(False, HELP["trust_remote_code"])
+    attn_implementation: str | None = setting(None, HELP["attn_implementation"])
+    shard: str | None = setting(None, HELP["shard"])
 
 
 def question_marker(prompt: str) -> str | None:
@@ -125,7 +110,7 @@ def question_marker(prompt: str) -> str | None:
 
 def parse_layers(spec: str | Sequence[int], n_layers: int) -> list[int]:
     """'all', '0,4,8' or a sequence of ints -> validated layer indices (the order given)."""
-    from hooks.capture import check_layers
+    from evprobe.hooks.capture import check_layers
 
     if isinstance(spec, str):
         text = spec.strip()
@@ -143,17 +128,17 @@ def parse_layers(spec: str | Sequence[int], n_layers: int) -> list[int]:
         raise ValueError(f"--layers: {err}") from None
 
 
-def _check_positions(positions: Sequence[str]) -> list[str]:
+def check_positions(positions: Sequence[str]) -> list[str]:
     # hooks.capture imports no torch at module level: cheap before any model is loaded.
-    from hooks.capture import check_positions
+    from evprobe.hooks.capture import check_positions as check
 
     try:
-        return check_positions(positions)
+        return check(positions)
     except (TypeError, ValueError) as err:
         raise ValueError(f"--positions: {err}") from None
 
 
-def _sha256_text(text: str) -> str:
+def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -165,11 +150,11 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _images_sha256(bench: Path, items: Sequence[Item]) -> tuple[str, int]:
+def images_sha256(bench: Path, items: Sequence[Item]) -> tuple[str, int]:
     """sha256 of the sorted 'path sha256' lines of every image the items use, and their count."""
     paths = sorted({rel for it in items for rel in it.images})
     lines = [f"{rel} {_sha256_file(resolve_image(bench, rel))}" for rel in paths]
-    return _sha256_text("\n".join(lines)), len(paths)
+    return sha256_text("\n".join(lines)), len(paths)
 
 
 def _chat_template_sha256(handle: Handle) -> str | None:
@@ -177,7 +162,7 @@ def _chat_template_sha256(handle: Handle) -> str | None:
     if template is None:
         return None
     text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
-    return _sha256_text(text)
+    return sha256_text(text)
 
 
 def _versions() -> dict[str, str | None]:
@@ -196,68 +181,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise BenchError(f"{path}: not valid JSON ({err.msg}); move the folder aside") from None
-
-
-def _check_pinned(out: Path, old: dict[str, Any] | None, new: dict[str, Any], keys: Sequence[str]) -> None:
-    """Refuse to continue a capture in `out` that was made with other settings."""
-    if old is None:
-        return
-    if old.get("format") != FORMAT:
-        raise BenchError(f"{out / CAPTURE_META_FILE} is not an evprobe capture ({old.get('format')!r}); "
-                         "use another --out")
-    for key in keys:
-        if old.get(key) != new.get(key):
-            raise BenchError(f"{out} holds a capture with {key}={old.get(key)!r}, not {new.get(key)!r}; "
-                             "use another --out to start a different capture")
-
-
-def load_index(path: Path, items: Sequence[Item] | None = None) -> dict[int, dict[str, Any]]:
-    """Committed index rows by row number. A torn last line (a kill mid-append) is cut off the
-    file; a bad line elsewhere, a duplicate row, or a row whose item id is not the selection's is
-    an error naming the line."""
-    out: dict[int, dict[str, Any]] = {}
-    for number, line in read_log_lines(path):
-        try:
-            row = json.loads(line)
-            index = row["row"]
-            item_id = row["item_id"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise BenchError(f"{path}:{number}: not an index row ({err}); move the folder aside") from None
-        if not isinstance(index, int) or index in out:
-            raise BenchError(f"{path}:{number}: row {index!r} is not a new row number; move the folder aside")
-        if items is not None and not (0 <= index < len(items) and items[index].item_id == item_id):
-            raise BenchError(f"{path}:{number}: row {index} is {item_id!r}, which is not that row of this "
-                             "selection; use another --out")
-        out[index] = row
-    return out
-
-
-def _create_acts(path: Path, shape: tuple[int, ...]) -> None:
-    """A whole .npy file of zeros (sparse on disk) under its final name, or nothing."""
-    from numpy.lib.format import open_memmap
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    mm = open_memmap(tmp, mode="w+", dtype=np.float16, shape=shape)
-    mm.flush()
-    del mm
-    with tmp.open("rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _acts_offset(path: Path, shape: tuple[int, ...]) -> int:
-    """Byte offset of the data in an existing acts.npy, after checking its shape and dtype."""
-    try:
-        mm = np.load(path, mmap_mode="r")
-    except (ValueError, OSError) as err:
-        raise BenchError(f"{path}: not a readable .npy file ({err}); move the folder aside") from None
-    if mm.shape != shape or mm.dtype != np.float16 or not mm.flags.c_contiguous:
-        raise BenchError(f"{path} has shape {mm.shape} and dtype {mm.dtype}, expected {shape} float16; "
-                         "use another --out")
-    offset = int(mm.offset)
-    del mm
-    return offset
+        raise InputError(f"{path}: not valid JSON ({err.msg}); move the folder aside") from None
 
 
 def _to_float16(acts: np.ndarray, items: Sequence[Item]) -> tuple[np.ndarray, list[int]]:
@@ -283,137 +207,162 @@ def _index_row(row: int, item: Item, text_span: str, n_tokens: int, n_image: int
     return out
 
 
+class CaptureJob(Job):
+    """`evprobe capture` as a job: one acts.npy row (and index line) per selected item."""
+
+    kind = "capture"
+    unit_name = "rows"
+
+    def __init__(self, config: CaptureConfig) -> None:
+        super().__init__(config.out, config.shard)
+        self.config, self.bench = config, Path(config.bench)
+        # Cheap validation first: nothing is loaded or written before the input is known good.
+        self.positions = check_positions(config.positions)
+        get_protocol(config.protocol)
+        check_regime(config.regime)
+        if config.batch_size <= 0:
+            raise InputError(f"--batch-size must be a positive integer, got {config.batch_size}")
+        if not (self.bench / META_FILE).is_file():
+            raise InputError(f"{self.bench / META_FILE} not found; generate the benchmark with "
+                             f"`evprobe generate --out {self.bench}`")
+        self.bench_meta = _read_json(self.bench / META_FILE)
+        self.all_items = read_items(self.bench)
+        self.selected = select_items(self.all_items, config.requests, config.limit)
+        if not self.selected:
+            raise InputError(f"no items of {self.bench} match --requests {','.join(config.requests or ())}; "
+                             "choose others")
+        # Row i of this folder's acts.npy is the i-th item of its (shard's) selection.
+        self.items = select_shard(self.selected, self.shard, self.all_items)
+        if not self.items:
+            raise InputError(f"shard {self.shard} holds none of the {len(self.selected)} selected items (too many "
+                             "shards for their families); use fewer shards")
+        if "image_mean" in self.positions:
+            no_image = next((it for it in self.items if not it.images), None)
+            if no_image is not None:
+                raise InputError(f"item {no_image.item_id} ({no_image.request}) has no image, so it has no "
+                                 "image_mean; drop image_mean from --positions or that request from --requests")
+        self.images_sha256, self.n_images = images_sha256(self.bench, self.items)
+        self.row_of = {it.item_id: r for r, it in enumerate(self.items)}
+        self.old = _read_json(self.meta_path()) if self.meta_path().is_file() else None
+        self.handle: Handle | None = None
+        self.warned = False
+
+    def units(self) -> list[Unit]:
+        return [Unit(it.item_id, it.family_id, len(it.images), it) for it in self.selected]
+
+    def all_families(self) -> list[str]:
+        return [it.family_id for it in self.all_items]
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    def _layers(self) -> list[int] | None:
+        """The layer indices, once the layer count is known (the model, its config, or this folder's meta)."""
+        if self.handle is not None:
+            return parse_layers(self.config.layers, self.handle.n_layers)
+        from evprobe.hooks.loading import config_n_layers
+
+        known = (self.old or {}).get("n_model_layers") or config_n_layers(
+            self.config.model, trust_remote_code=self.config.trust_remote_code)
+        return parse_layers(self.config.layers, known) if known is not None else None
+
+    def pinned(self) -> dict[str, Any]:
+        c = self.config
+        out: dict[str, Any] = {
+            "format": FORMAT, "model": c.model, "positions": self.positions, "regime": c.regime,
+            "protocol": c.protocol, "items_sha256": self.bench_meta.get("items_sha256"),
+            "selection_sha256": sha256_text("\n".join(it.item_id for it in self.items)),
+            "n_items": len(self.items), "images_sha256": self.images_sha256,
+            "attn_implementation": c.attn_implementation,
+        }
+        layers = self._layers()  # a layer out of range fails here, before the model loads
+        if layers is not None:
+            out["layers"] = layers
+        if self.handle is not None:
+            h = self.handle
+            out.update(revision=getattr(h.model.config, "_commit_hash", None),
+                       dtype=str(h.dtype).removeprefix("torch."), n_model_layers=h.n_layers, d_model=h.d_model,
+                       chat_template_sha256=_chat_template_sha256(h))
+        return out
+
+    def meta(self) -> dict[str, Any]:
+        from evprobe.hooks.capture import POSITION_RULES
+
+        assert self.handle is not None
+        layers = self._layers() or []
+        return {
+            **self.pinned(),
+            "requests": list(self.config.requests) if self.config.requests is not None else None,
+            "limit": self.config.limit, "n_images": self.n_images, "arch": self.handle.arch,
+            "shape": [len(self.items), len(layers), len(self.positions), self.handle.d_model],
+            "acts_dtype": "float16", "stored": STORED,
+            "position_rules": {p: POSITION_RULES[p] for p in self.positions},
+            "text_marker_rule": TEXT_MARKER_RULE, "versions": _versions(), "bench": str(self.bench.resolve()),
+            "config": asdict(self.config),
+        }
+
+    def store_at(self, folder: Path) -> CaptureRows:
+        own = folder.resolve() == self.out.resolve()
+
+        def selection_of(shard: Shard | None) -> list[str]:
+            return [it.item_id for it in select_shard(self.selected, shard, self.all_items)]
+
+        return CaptureRows(folder, [it.item_id for it in self.items] if own else None, selection_of)
+
+    def open(self) -> None:
+        from evprobe.hooks import load
+        from evprobe.hooks.devices import placement_of
+
+        c = self.config
+        self.handle = load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
+                           trust_remote_code=c.trust_remote_code)
+
+    def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
+        assert self.handle is not None
+        items = [u.value for u in batch]
+        cap = _capture_items(self.handle, self.bench, items, self.config, self._layers() or [], self.positions)
+        acts16, clipped = _to_float16(cap.acts, items)  # (batch, layers, positions, d_model)
+        if any(clipped) and not self.warned:
+            warnings.warn(f"activations beyond float16's range were clipped to +-{FLOAT16_MAX:g} "
+                          "(counted in index.jsonl's n_clipped)", stacklevel=2)
+            self.warned = True
+        keeps_text = self.handle.keeps_prompt_text
+        return [
+            {**_index_row(self.row_of[it.item_id], it,
+                          "question" if keeps_text and question_marker(it.prompt) else "prompt",
+                          cap.n_tokens[r], len(cap.spans[r].image), len(cap.spans[r].text), clipped[r]),
+             ACTS_KEY: acts16[r]}
+            for r, it in enumerate(items)
+        ]
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], out: Path) -> CaptureJob:
+        c = dict(meta["config"])
+        for key in ("requests", "positions", "layers"):
+            if isinstance(c.get(key), list):
+                c[key] = tuple(c[key])
+        return cls(CaptureConfig(**{**c, "out": str(out), "shard": None}))
+
+    def shard_free(self) -> tuple[str, ...]:
+        return (*SHARD_FREE, "selection_sha256", "n_items", "images_sha256", "n_images", "shape")
+
+
+    def merged_meta(self, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        selection = sha256_text("\n".join(it.item_id for it in self.items))
+        return {**super().merged_meta(metas), "selection_sha256": selection, "n_items": len(self.items),
+                "images_sha256": self.images_sha256, "n_images": self.n_images,
+                "shape": [len(self.items), *metas[0]["shape"][1:]]}
+
+
 def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
     """Run the capture job described by `config`; returns meta.json's content plus progress counts."""
-    bench, out = Path(config.bench), Path(config.out)
-    # Cheap validation first: nothing is loaded or written before the input is known good.
-    positions = _check_positions(config.positions)
-    get_protocol(config.protocol)
-    check_regime(config.regime)
-    if config.batch_size <= 0:
-        raise BenchError(f"--batch-size must be a positive integer, got {config.batch_size}")
-    if not (bench / META_FILE).is_file():
-        raise BenchError(f"{bench / META_FILE} not found; generate the benchmark with `evprobe generate --out {bench}`")
-    bench_meta = _read_json(bench / META_FILE)
-    shard = Shard.parse(config.shard) if config.shard is not None else None
-    all_items = read_items(bench)
-    selected = select_items(all_items, config.requests, config.limit)
-    if not selected:
-        raise BenchError(f"no items of {bench} match --requests {','.join(config.requests or ())}; choose others")
-    items = select_shard(selected, shard, all_items)
-    if not items:
-        raise BenchError(f"shard {shard} holds none of the {len(selected)} selected items (too many shards for "
-                         "their families); use fewer shards")
-    if "image_mean" in positions:
-        no_image = next((it for it in items if not it.images), None)
-        if no_image is not None:
-            raise BenchError(f"item {no_image.item_id} ({no_image.request}) has no image, so it has no image_mean; "
-                             "drop image_mean from --positions or that request from --requests")
-    images_sha256, n_images = _images_sha256(bench, items)
-    meta: dict[str, Any] = {
-        "format": FORMAT,
-        "model": config.model,
-        "positions": positions,
-        "regime": config.regime,
-        "protocol": config.protocol,
-        "requests": list(config.requests) if config.requests is not None else None,
-        "limit": config.limit,
-        "items_sha256": bench_meta.get("items_sha256"),
-        "selection_sha256": _sha256_text("\n".join(it.item_id for it in items)),
-        "n_items": len(items),
-        "images_sha256": images_sha256,
-        "n_images": n_images,
-    }
-    if shard is not None:
-        meta["shard"] = str(shard)
-    meta_path, index_path, acts_path = out / CAPTURE_META_FILE, out / INDEX_FILE, out / ACTS_FILE
-    old = _read_json(meta_path) if meta_path.is_file() else None
-    _check_pinned(out, old, meta, PINNED_BEFORE_LOAD)
-    if old is not None:  # resolve the layer spec against the recorded model before loading it
-        _check_pinned(out, old, {"layers": parse_layers(config.layers, old["n_model_layers"])}, ("layers",))
-    done = load_index(index_path, items)
-    todo = [(row, it) for row, it in enumerate(items) if row not in done]
-    if not todo:
-        return _summary(old or meta, done, 0, 0.0)
-
-    from hooks import load
-    from hooks.capture import POSITION_RULES
-    from hooks.devices import placement_of
-
-    handle = load(config.model, dtype=config.dtype, **placement_of(config),
-                  attn_implementation=config.attn_implementation,
-                  trust_remote_code=config.trust_remote_code)
-    layers = parse_layers(config.layers, handle.n_layers)
-    meta.update(
-        arch=handle.arch,
-        revision=getattr(handle.model.config, "_commit_hash", None),
-        dtype=str(handle.dtype).removeprefix("torch."),
-        n_model_layers=handle.n_layers,
-        layers=layers,
-        d_model=handle.d_model,
-        shape=[len(items), len(layers), len(positions), handle.d_model],
-        acts_dtype="float16",
-        stored=STORED,
-        position_rules={p: POSITION_RULES[p] for p in positions},
-        text_marker_rule=TEXT_MARKER_RULE,
-        chat_template_sha256=_chat_template_sha256(handle),
-        versions=_versions(),
-        bench=str(bench.resolve()),
-        config=asdict(config),
-    )
-    _check_pinned(out, old, meta, PINNED)
-    shape = (len(items), len(layers), len(positions), handle.d_model)
-
-    out.mkdir(parents=True, exist_ok=True)
-    if old is None:
-        atomic_write_json(meta_path, meta)
-    else:
-        meta = old
-    if not acts_path.is_file():
-        if done:
-            raise BenchError(f"{acts_path} is missing but {index_path} lists {len(done)} rows; use another --out")
-        _create_acts(acts_path, shape)
-    offset = _acts_offset(acts_path, shape)
-    row_bytes = int(np.prod(shape[1:])) * 2
-
-    started = time.perf_counter()
-    bar = Progress(progress_label("capture", shard), len(todo)) if progress else None
-    warned = False
-    fd = os.open(acts_path, os.O_WRONLY)
-    try:
-        for group in by_image_count(todo, lambda entry: entry[1].images):
-            for start in range(0, len(group), config.batch_size):
-                batch = group[start : start + config.batch_size]
-                rows, batch_items = [r for r, _ in batch], [it for _, it in batch]
-                cap = _capture_items(handle, bench, batch_items, config, layers, positions)
-                acts16, clipped = _to_float16(cap.acts, batch_items)  # (batch, layers, positions, d_model)
-                for r, row in enumerate(rows):
-                    data = acts16[r].tobytes()
-                    written = os.pwrite(fd, data, offset + row * row_bytes)
-                    if written != len(data):
-                        raise OSError(f"{acts_path}: short write at row {row}")
-                os.fsync(fd)  # rows on disk before the index says so
-                if any(clipped) and not warned:
-                    warnings.warn(f"activations beyond float16's range were clipped to +-{FLOAT16_MAX:g} "
-                                  "(counted in index.jsonl's n_clipped)", stacklevel=2)
-                    warned = True
-                lines = [
-                    _index_row(row, it, "question" if handle.keeps_prompt_text and question_marker(it.prompt) else "prompt",
-                               cap.n_tokens[r], len(cap.spans[r].image), len(cap.spans[r].text), clipped[r])
-                    for r, (row, it) in enumerate(batch)
-                ]
-                append_log_lines(index_path, lines)
-                if bar:
-                    bar.update(len(batch))
-    finally:
-        os.close(fd)
-    elapsed = time.perf_counter() - started
-    return _summary(meta, load_index(index_path), len(todo), elapsed)
+    return run_job(CaptureJob(config), progress=progress)
 
 
 def _capture_items(handle: Handle, bench: Path, items: list[Item], config: CaptureConfig, layers: list[int],
                    positions: list[str]):
-    from hooks.capture import capture_batch
+    from evprobe.hooks.capture import capture_batch
 
     prompts = [build_prompt(it, config.protocol, config.regime) for it in items]
     images = [load_item_images(bench, it.images) for it in items]
@@ -430,16 +379,6 @@ def _capture_items(handle: Handle, bench: Path, items: list[Item], config: Captu
         raise ValueError(text) from None
 
 
-def _summary(meta: dict[str, Any], done: dict[int, Any], n_new: int, seconds: float) -> dict[str, Any]:
-    return {
-        **meta,
-        "n_done": len(done),
-        "complete": len(done) == meta["n_items"],
-        "last_session": {"items": n_new, "seconds": round(seconds, 3),
-                         "items_per_second": round(n_new / seconds, 3) if seconds > 0 and n_new else None},
-    }
-
-
 # ---------------------------------------------------------------- command line
 
 
@@ -452,37 +391,18 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         "output (before the final norm for the last layer) at the named token positions, as float16 "
         "(items x layers x positions x d_model). Resumable: rerun the same command to continue.",
     )
-    p.add_argument("--model", required=True, help="tiny:<arch>, hub id or local folder")
-    p.add_argument("--bench", required=True, type=Path, help="benchmark folder (evprobe generate)")
-    p.add_argument("--out", required=True, type=Path, help="capture folder (acts.npy, index.jsonl, meta.json)")
-    p.add_argument("--requests", default="select,answer_initial",
-                   help="comma-separated request types and variant names (default: select,answer_initial)")
-    p.add_argument("--layers", default="all", help="all, or comma-separated decoder layer indices, e.g. 0,4,8")
-    p.add_argument("--positions", default="last", help="comma-separated: last, image_mean, text_mean")
-    p.add_argument("--regime", default="standard", help="standard, guided or json")
-    p.add_argument("--protocol", default="direct", help="direct or brief (the text appended to each prompt)")
-    p.add_argument("--limit", type=positive_int, default=None, help="only the first N selected items")
-    p.add_argument("--batch-size", type=positive_int, default=8)
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
-    add_placement_arguments(p)
-    p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
-    p.add_argument("--attn-implementation", default=None, help="e.g. eager (Pixtral) or sdpa")
-    p.add_argument("--shard", default=None, metavar="K/N",
-                   help="only shard K of N (0-based; whole families, sorted ids round robin); combine the N "
-                   "folders with `evprobe merge`. Under torchrun the rank picks the shard")
+    add_config_arguments(p, CaptureConfig)
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=run_capture)
     return p
 
 
 def run_capture(args: argparse.Namespace) -> int:
-    requests = str_list(args.requests) if args.requests else None
-    config = config_from_flags(CaptureConfig, args, bench=str(args.bench), out=str(args.out),
-                               requests=requests or None, positions=tuple(str_list(args.positions)))
-    from experiments.distributed import data_parallel
+    config = resolve_model_flag(config_from_flags(CaptureConfig, args), args)
+    from evprobe.experiments.distributed import data_parallel
 
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges
-    if data_parallel(config, lambda c: capture(c, progress=not args.quiet), unit="rows"):
+    if data_parallel(config, lambda c: capture(c, progress=not args.quiet), unit="rows", job=CaptureJob):
         return 0
     summary = capture(config, progress=not args.quiet)
     session = summary["last_session"]

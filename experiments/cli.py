@@ -9,8 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.argtypes import nonnegative_int, positive_int
-from experiments.config import add_placement_arguments, config_from_flags
+from evprobe.core.argtypes import nonnegative_int, positive_int
+from evprobe.experiments.config import config_from_flags, resolve_model_flag
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,14 +19,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
-    from bench.generate import MAIN_SEED, PILOT_SEED, SUBSET_SEED
+    from evprobe.bench.generate import MAIN_SEED, PILOT_SEED, SUBSET_SEED
 
     p = sub.add_parser(
         "generate",
         help="write the benchmark: families.jsonl, items.jsonl, images/",
         description="Generate the controlled experiment-selection benchmark (seed 000).",
     )
-    p.add_argument("--out", required=True, type=Path, help="output folder (must be empty unless --force)")
+    p.add_argument("--out", required=True, type=Path, help="output folder (new or empty; a benchmark folder with --force)")
     p.add_argument("--seed", type=int, default=None, help=f"family seed (main {MAIN_SEED}, pilot {PILOT_SEED})")
     p.add_argument(
         "--families-per-system", type=positive_int, default=None, help="families per system (main 48, pilot 4)"
@@ -47,14 +47,14 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         help="change an action's price in the prompts, e.g. combined_report=3 (repeatable)",
     )
     p.add_argument("--workers", type=positive_int, default=1, help="processes that render images")
-    p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--force", action="store_true", help="replace the benchmark already in --out (never any other non-empty folder)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_generate)
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from bench.generate import GenerateConfig, generate, main_summary
-    from bench.reference import Prices
+    from evprobe.bench.generate import GenerateConfig, generate, main_summary
+    from evprobe.bench.reference import Prices
 
     overrides = {
         key: value
@@ -88,7 +88,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    from bench.checks import run_checks, write_report
+    from evprobe.bench.checks import run_checks, write_report
 
     report = run_checks(args.bench, rerender=args.rerender)
     print(report.table())
@@ -98,46 +98,32 @@ def _run_check(args: argparse.Namespace) -> int:
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
+    from evprobe.bench.runner import RunConfig
+    from evprobe.core.flags import add_config_arguments
+
     p = sub.add_parser(
         "run",
         help="run a model or scripted policy on benchmark items; writes RUN/records.jsonl",
-        description="Run a model (tiny:<arch>, a hub id or a local folder) or a scripted policy "
-        "(policy:<name>) on the items of a benchmark. Resumable: rerun the same command to continue.",
+        description="Run a model (tiny:<arch>, a model config name or YAML, a hub id or a local folder) or a "
+        "scripted policy (policy:<name>) on the items of a benchmark. Resumable: rerun the same command to continue.",
     )
-    p.add_argument("--model", required=True, help="policy:<name>, tiny:<arch>, hub id or local folder")
-    p.add_argument("--bench", required=True, type=Path, help="benchmark folder (evprobe generate)")
-    p.add_argument("--out", required=True, type=Path, help="run folder (records.jsonl, run.json)")
-    p.add_argument("--protocol", default="direct", help="direct (16 tokens) or brief (256 tokens)")
-    p.add_argument("--regime", default="standard", help="standard, guided or json")
-    p.add_argument("--requests", default=None, help="comma-separated request types and variant names (default: all)")
-    p.add_argument("--limit", type=positive_int, default=None, help="only the first N selected items")
-    p.add_argument("--batch-size", type=positive_int, default=8)
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU), float32, bfloat16, float16")
-    add_placement_arguments(p)
-    p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code (off by default)")
-    p.add_argument("--attn-implementation", default=None, help="e.g. eager (Pixtral) or sdpa")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
-    p.add_argument("--shard", default=None, metavar="K/N",
-                   help="only shard K of N (0-based; whole families, sorted ids round robin); combine the N "
-                   "folders with `evprobe merge`. Under torchrun the rank picks the shard")
+    add_config_arguments(p, RunConfig)
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_run)
 
 
 def _run_run(args: argparse.Namespace) -> int:
+    from evprobe.bench.runner import RunConfig, RunJob, run
+    from evprobe.experiments.distributed import data_parallel
 
-    from bench.runner import RunConfig, run
-    from experiments.distributed import data_parallel
-
-    requests = tuple(r.strip() for r in args.requests.split(",") if r.strip()) if args.requests else None
-    config = config_from_flags(RunConfig, args, bench=str(args.bench), out=str(args.out), requests=requests)
+    config = resolve_model_flag(config_from_flags(RunConfig, args), args)
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges
-    if data_parallel(config, lambda c: run(c, progress=not args.quiet), unit="records"):
+    if data_parallel(config, lambda c: run(c, progress=not args.quiet), unit="records", job=RunJob):
         return 0
     summary = run(config, progress=not args.quiet)
     session = summary["last_session"]
     print(
-        f"{summary['n_records']}/{summary['n_selected']} records in {args.out / 'records.jsonl'} "
+        f"{summary['n_records']}/{summary['n_selected']} records in {Path(config.out) / 'records.jsonl'} "
         f"({session['items']} new in {session['seconds']} s)"
     )
     return 0
@@ -159,7 +145,7 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_score(args: argparse.Namespace) -> int:
-    from experiments.scoring_io import score_run
+    from evprobe.experiments.scoring_io import score_run
 
     scores, markdown = score_run(args.run_dir, args.bench, n_boot=args.n_boot, seed=args.seed)
     if not args.quiet:
@@ -173,7 +159,7 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
         "compare",
         help="put the headline scores of several runs side by side",
         description="Print the headline measures of several scored runs in one table (scores "
-        "each run first if RUN/scores.json is missing).",
+        "each run first if RUN/scores.json is missing or no longer scores RUN/records.jsonl).",
     )
     p.add_argument("runs", metavar="RUN", type=Path, nargs="+", help="run folders")
     p.add_argument("--out", type=Path, default=None, help="also write the table to this Markdown file")
@@ -181,12 +167,12 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    from experiments.scoring_io import compare_runs
+    from evprobe.experiments.scoring_io import compare_runs
 
     table = compare_runs(args.runs)
     print(table)
     if args.out is not None:
-        from bench.manifest import atomic_write_bytes
+        from evprobe.core.files import atomic_write_bytes
 
         atomic_write_bytes(args.out, table.encode("utf-8"))
     return 0
@@ -200,16 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_score(sub)
     _add_compare(sub)
-    from experiments.capture import add_capture_parser
-    from experiments.dose_response import add_dose_response_parser
-    from experiments.gating import add_gating_parser
-    from experiments.layer_sweep import add_layer_sweep_parser
-    from experiments.merge import add_merge_parser
-    from experiments.organism_cli import add_organism_parser
-    from experiments.patching import add_patching_parser
-    from experiments.quickstart import add_quickstart_parser
-    from experiments.report import add_report_parser
-    from probes.cli import add_directions_parser, add_sweep_parser
+    from evprobe.experiments.capture import add_capture_parser
+    from evprobe.experiments.dose_response import add_dose_response_parser
+    from evprobe.experiments.gating import add_gating_parser
+    from evprobe.experiments.layer_sweep import add_layer_sweep_parser
+    from evprobe.experiments.merge import add_merge_parser
+    from evprobe.experiments.organism_cli import add_organism_parser
+    from evprobe.experiments.patching import add_patching_parser
+    from evprobe.experiments.quickstart import add_quickstart_parser
+    from evprobe.experiments.report import add_report_parser
+    from evprobe.probes.cli import add_directions_parser, add_sweep_parser
 
     add_capture_parser(sub)
     add_merge_parser(sub)
@@ -233,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(stop.code or 0)
     try:
         return args.run(args)
-    except (ValueError, OSError) as err:  # bad input (BenchError, missing files): one line, no traceback
+    except (ValueError, OSError) as err:  # bad input (InputError, missing files): one line, no traceback
         print(f"evprobe: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

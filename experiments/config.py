@@ -1,6 +1,6 @@
 """Typed configs: frozen dataclasses filled from YAML, then overridden by command-line flags.
 
-    from experiments.config import ModelConfig, load_config, load_model_config
+    from evprobe.experiments.config import ModelConfig, load_config, load_model_config
     cfg = load_config(DoseResponseConfig, "configs/experiments/dose_response.yaml", {"limit": 8})
     model = load_model_config("qwen2_5_vl_7b")      # configs/models/qwen2_5_vl_7b.yaml
 
@@ -29,14 +29,17 @@ nothing has been loaded or written when it is raised.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import os
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from hooks.devices import PLACEMENT_KEYS
+from evprobe.core.flags import field_hints
+from evprobe.hooks.devices import PLACEMENT_KEYS
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_KINDS = ("models", "experiments")
@@ -93,7 +96,7 @@ class ModelConfig:
         if not self.model.strip():
             raise ValueError("key 'model' is empty; give a hub id, a local folder or tiny:<arch>")
         if self.model.startswith("tiny:"):
-            from hooks.tiny import TINY_ARCHS  # no torch at import time
+            from evprobe.hooks.tiny import TINY_ARCHS
 
             arch = self.model.removeprefix("tiny:")
             if arch not in TINY_ARCHS:
@@ -106,7 +109,7 @@ class ModelConfig:
                              f"{', '.join(ATTN_IMPLEMENTATIONS)} or null (transformers' default)")
         if (self.max_memory is not None or self.offload_folder is not None) and self.device_map is None:
             raise ValueError("keys 'max_memory' and 'offload_folder' need a device map; set device_map: auto")
-        from hooks.devices import parse_max_memory
+        from evprobe.hooks.devices import parse_max_memory
 
         parse_max_memory(self.max_memory)  # a bad entry fails here, naming the fix
         for key in ("max_new_tokens_direct", "max_new_tokens_brief", "batch_size"):
@@ -143,35 +146,50 @@ def model_source(cfg: ModelConfig) -> str:
 
 def load_model(cfg: ModelConfig):
     """hooks.load with the config's settings (the only place a ModelConfig becomes a Handle)."""
-    import hooks
-    from hooks.devices import placement_of
+    from evprobe import hooks
+    from evprobe.hooks.devices import placement_of
 
     return hooks.load(model_source(cfg), dtype=cfg.dtype, **placement_of(cfg),
                       trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation)
 
 
-def add_placement_arguments(parser: Any, *, override: bool = False) -> None:
-    """--device-map, --max-memory and --offload-folder (accelerate's big-model loading) on a command;
-    override=True: they override a model config's keys."""
-    what = "override the model config's" if override else "the model's"
-    parser.add_argument("--device-map", default=None,
-                        help=f"{what} device map: auto (GPUs, then CPU, then disk), cpu, cuda:0")
-    parser.add_argument("--max-memory", default=None, metavar="DEV=SIZE,...",
-                        help=f"{what} memory budget per device with --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB")
-    parser.add_argument("--offload-folder", default=None,
-                        help=f"{what} folder for modules offloaded to disk with --device-map")
-
-
 def config_from_flags(cls: type[T], args: Any, **given: Any) -> T:
-    """A flat frozen config (RunConfig, CaptureConfig) from parsed flags: each field from `given`, else
-    the flag of the same name, else the field's default."""
-    values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in given:
-            values[f.name] = given[f.name]
-        elif hasattr(args, f.name):
-            values[f.name] = getattr(args, f.name)
-    return cls(**values)
+    """A config from the flags `core.flags.add_config_arguments` made for it (plus `given` values),
+    checked by the same typed loader as a YAML file; an error names the command line."""
+    from evprobe.core.flags import config_overrides
+
+    return load_config(cls, {}, {**config_overrides(args, cls), **given}, where=COMMAND_LINE)
+
+
+def add_experiment_arguments(parser: Any, cls: type, *, example: str, config_required: bool = True) -> None:
+    """`--config` (an experiment YAML) and one flag per field of `cls` overriding it (core.flags)."""
+    from evprobe.core.flags import add_config_arguments
+
+    parser.add_argument("--config", required=config_required, default=None,
+                        help=f"experiment YAML: a path or a name in configs/experiments (e.g. {example})")
+    add_config_arguments(parser, cls, required=False, defaults=False)
+
+
+def experiment_config(cls: type[T], args: Any) -> T:
+    """The config `--config` names (none: the flags alone), with every given flag of `cls` applied on
+    top, through the same typed loader; then the model overrides (--dtype, placement) if `cls` has
+    a model config and the command has those flags."""
+    from evprobe.core.flags import config_overrides
+
+    overrides = config_overrides(args, cls)
+    if getattr(args, "config", None) is None:
+        missing = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                   if f.name not in overrides and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
+        if missing:
+            raise ConfigError(f"give --config or {', '.join(missing)}")
+        config = load_config(cls, {}, overrides, where=COMMAND_LINE)
+    else:
+        config = load_config(cls, resolve_config(args.config, "experiments"), overrides)
+    takes_model_config = _dataclass_in(_field_hints(cls).get("model")) is ModelConfig
+    if takes_model_config and all(hasattr(args, key) for key in MODEL_OVERRIDES):
+        config = apply_model_overrides(config, args)
+    return config
 
 
 # Model config keys an experiment's flags may override (--dtype, --device-map, --max-memory, --offload-folder).
@@ -179,9 +197,12 @@ MODEL_OVERRIDES = ("dtype", *PLACEMENT_KEYS)
 
 
 def add_model_override_arguments(parser: Any) -> None:
-    """--dtype and the placement flags of an experiment whose model comes from a model config."""
-    parser.add_argument("--dtype", default=None, help="override the model config's dtype")
-    add_placement_arguments(parser, override=True)
+    """--dtype and the placement flags of an experiment whose model comes from a model config; given,
+    they replace the model config's keys."""
+    from evprobe.core.flags import HELP, flag_name
+
+    for key in MODEL_OVERRIDES:
+        parser.add_argument(flag_name(key), default=None, help=f"override the model config's {key}: {HELP[key]}")
 
 
 def apply_model_overrides(config: T, args: Any) -> T:
@@ -190,6 +211,59 @@ def apply_model_overrides(config: T, args: Any) -> T:
     if all(value is None for value in overrides.values()):
         return config
     return dataclasses.replace(config, model=load_model_config(config.model, overrides))  # type: ignore[type-var]
+
+
+# The keys of a flat command config (run, capture, patching) that a model config fills when --model
+# names one; a key given on the command line keeps its value.
+MODEL_CONFIG_KEYS = ("model", "dtype", "attn_implementation", "trust_remote_code", *PLACEMENT_KEYS)
+
+
+def model_config_path(model: str) -> Path | None:
+    """The model config YAML a `--model` value names, or None when the value is a model itself.
+
+    A value ending in .yaml/.yml is a model config (a path, or a name in configs/models); a missing
+    one is a ConfigError. `tiny:<arch>`, an existing folder and a registered model name (e.g.
+    `organism`, see hooks.loading.named_models) are models, as before; any other bare name is a
+    model config when configs/models has it (e.g. `tiny_llava`), else a model (a hub id)."""
+    if model.startswith("tiny:") or os.path.isdir(model):
+        return None
+    if model.endswith(YAML_SUFFIXES):
+        path = _find_config(model, "models")
+        if path is None:
+            raise ConfigError(f"model config file {model} not found; give an existing YAML path or a name from "
+                              f"{CONFIGS_DIR / 'models'} (known: {', '.join(config_names('models'))})")
+        return path
+    path = _find_config(model, "models")
+    if path is None:
+        return None
+    from evprobe.hooks.loading import named_models
+
+    return None if model in named_models() else path
+
+
+def resolve_model_flag(config: T, args: Any = None) -> T:
+    """`config` (a frozen run / capture / patching config with a flat `model` field) with its
+    model resolved: when `model` names a model config (`model_config_path`), the config's model,
+    dtype, attn_implementation, trust_remote_code and placement fields are filled from it (the model
+    becomes the config's hub id, folder or tiny:<arch>; a pinned revision its local snapshot, as in
+    `model_source`), except the fields whose flags `args` gave. Otherwise `config` unchanged."""
+    from evprobe.core.flags import config_overrides
+
+    path = model_config_path(config.model)  # type: ignore[attr-defined]
+    if path is None:
+        return config
+    cls = type(config)
+    model_config = load_model_config(path)
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    given = set(config_overrides(args, cls)) - {"model"} if args is not None else set()
+    if model_config.trust_remote_code and "trust_remote_code" not in fields:
+        raise ConfigError(f"model config {path} sets trust_remote_code: true, which this command cannot pass on "
+                          "to the model loader; give the model's hub id or folder instead")
+    values = {"model": model_source(model_config)}
+    for key in MODEL_CONFIG_KEYS[1:]:
+        if key in fields and key not in given:
+            values[key] = getattr(model_config, key)
+    return dataclasses.replace(config, **values)  # type: ignore[type-var]
 
 
 def _looks_like_model_id(ref: str) -> bool:
@@ -315,13 +389,8 @@ def load_config(
 
 
 def _field_hints(cls: type) -> dict[str, Any]:
-    # Annotations are strings under `from __future__ import annotations`: resolve them in the
-    # defining module (with this module's names as a fallback for ModelConfig references).
-    import sys
-
-    module = sys.modules.get(cls.__module__)
-    namespace = {**globals(), **(vars(module) if module else {})}
-    return get_type_hints(cls, globalns=namespace)
+    # this module's names as a fallback for ModelConfig references in other modules
+    return field_hints(cls, globals())
 
 
 def _section_name(cls: type, path: str) -> str:
@@ -407,85 +476,45 @@ def describe(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-class _Mismatch(Exception):
-    pass
-
-
 def _check_value(value: Any, hint: Any, where: str, key: str) -> Any:
+    """`value` validated against `hint` by pydantic in strict JSON mode: a YAML list becomes a tuple
+    where the hint says tuple, an int a float where it says float, and nothing else is converted
+    (no "false" -> False, no 1 -> True, no 2.5 -> 2). Nested configs are built section by section
+    (`_nested`) so an error inside one names its dotted key."""
+    sub = _dataclass_in(hint)
+    if sub is not None and (isinstance(value, Mapping) or isinstance(value, sub)):
+        return _nested(sub, value, where, key)
+    from pydantic import ValidationError
+
     try:
-        return _coerce(value, hint, where, key)
-    except _Mismatch:
-        raise ConfigError(f"{where}: key {key!r} must be {describe(hint)}, got {value!r}") from None
+        return _adapter(hint).validate_json(json.dumps(value), strict=True)
+    except (ValidationError, TypeError, ValueError) as err:
+        item = _bad_item(err, value, hint)
+        got = f"; item {item} is {value[item]!r}" if item is not None else f", got {value!r}"
+        raise ConfigError(f"{where}: key {key!r} must be {describe(hint)}{got}") from None
 
 
-def _coerce(value: Any, hint: Any, where: str, key: str) -> Any:
-    """`value` checked against `hint` (and lists made tuples where the hint says tuple)."""
-    if hint is Any:
-        return value
-    if hint is type(None):
-        if value is None:
-            return None
-        raise _Mismatch
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise _Mismatch
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise _Mismatch
-    origin, args = get_origin(hint), get_args(hint)
-    if origin is Literal:
-        if any(value == a and type(value) is type(a) for a in args):
-            return value
-        raise _Mismatch
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        # Nested configs first for mappings, so an error inside one names its key, not the union.
-        for alt in sorted((a for a in args if a is not type(None)), key=lambda a: not dataclasses.is_dataclass(a)):
-            if dataclasses.is_dataclass(alt) and isinstance(value, Mapping):
-                return _nested(alt, value, where, key)
-            try:
-                return _coerce(value, alt, where, key)
-            except _Mismatch:
-                continue
-        raise _Mismatch
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise _Mismatch
-        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            inner = [args[0]] * len(value)
-        elif origin is tuple and args:
-            if len(args) != len(value):
-                raise _Mismatch
-            inner = list(args)
-        else:
-            inner = [args[0] if args else Any] * len(value)
-        items = []
-        for i, (v, h) in enumerate(zip(value, inner)):
-            try:
-                items.append(_coerce(v, h, where, f"{key}[{i}]"))
-            except _Mismatch:
-                raise ConfigError(f"{where}: key {key!r} must be {describe(hint)}; item {i} is {v!r}") from None
-        return tuple(items) if origin is tuple else items
-    if origin in (dict, Mapping) or hint is dict:
-        if not isinstance(value, Mapping):
-            raise _Mismatch
-        return dict(value)
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, Mapping):
-            raise _Mismatch
-        return _nested(hint, value, where, key)
-    raise TypeError(f"config field {key!r} has an annotation the loader does not handle: {hint!r}")
+@functools.cache
+def _adapter(hint: Any) -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(hint)
+
+
+def _bad_item(err: Exception, value: Any, hint: Any) -> int | None:
+    """The index of the first bad element when `value` is a list of the right kind, else None."""
+    from pydantic import ValidationError
+
+    if not isinstance(err, ValidationError) or not isinstance(value, (list, tuple)):
+        return None
+    lists = [h for h in (hint, *get_args(hint)) if get_origin(h) in (list, tuple)]
+    if not lists:
+        return None
+    for error in err.errors():
+        loc = [part for part in error["loc"] if isinstance(part, int)]
+        if loc and loc[0] < len(value):
+            return loc[0]
+    return None
 
 
 def _nested(cls: type, value: Mapping[str, Any], where: str, key: str) -> Any:
@@ -519,7 +548,9 @@ __all__ = [
     "load_config",
     "load_model",
     "load_model_config",
+    "model_config_path",
     "model_source",
     "read_yaml",
     "resolve_config",
+    "resolve_model_flag",
 ]

@@ -24,14 +24,23 @@ Steps (resumable; a rerun reuses finished work):
 5. per held-out item, inference regime and condition: the option letters' next-token log-probs
    (hooks.next_token_logprobs, direct protocol, bench.protocols.build_prompt(item, "direct",
    regime)) with the direction added at that layer at every prompt position (hooks.steer);
-   appended to `out/results.jsonl`;
+   appended to `out/results.jsonl` by the job runner (`GatingJob` on core.jobs);
 6. `gating.json`, `gating.md` (Table-4-style 2 x 2 tables per request kind and dose) and
    `gating.png` (rate vs dose per cell).
+
+Sharding: `--shard K/N` steers only the held-out items of shard K's families (the held-out
+families sorted, round robin). Steps 1-4 (`prepare`) are deterministic, so every shard runs them
+itself into its own out (acts/, layer_sweep/, directions/), and its meta.json records what step 6
+needs of them (the layer and its choice; the directions' names, sha256, mean norms, fitted items
+and cosine). `evprobe merge OUT SHARD_DIR...` writes what one run writes from the shards' rows and
+metas alone (no model, no preparation: OUT gets no acts/, layer_sweep/ or directions/); under
+`torchrun --nproc_per_node N -m evprobe gating ...` each process runs OUT/.shards/shard-K-of-N and
+rank 0 merges.
 
 Conventions:
 
 - **Sign** as dose-response: + = toward abstaining / measuring. Stored directions point toward
-  resolved=True and are negated (experiments.dose_response.measure_sign).
+  resolved=True and are negated (experiments.dose_plan.measure_sign).
 - **Units**: alpha in multiples of the layer's mean residual norm at `last` over the fitting
   items *of the direction's own regime* (mean_norm in directions.json): raw vector added =
   alpha * mean_norm * unit direction.
@@ -50,49 +59,42 @@ import argparse
 import hashlib
 import json
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from bench.argtypes import float_list, int_or, integer, str_list
-from bench.bootstrap import (
+from evprobe.core.flags import setting
+from evprobe.core.bootstrap import (
     DEFAULT_N_BOOT,
     DEFAULT_SEED,
     INTERVAL_METHOD,
     FamilyBootstrap,
     Resampled,
 )
-from bench.items import Item
-from bench.manifest import META_FILE as BENCH_META_FILE
-from bench.manifest import (
-    BenchError,
-    atomic_write_bytes,
-    atomic_write_json,
-    read_items,
-)
-from bench.progress import Progress
-from bench.protocols import GUIDED, build_prompt
-from experiments.config import (
+from evprobe.bench.items import Item
+from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.bench.manifest import load_item_images, read_items
+from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
+from evprobe.core.shard import Shard, shard_of_ids
+from evprobe.bench.protocols import GUIDED, build_prompt
+from evprobe.experiments.config import (
     ConfigError,
     ModelConfig,
+    add_experiment_arguments,
     add_model_override_arguments,
-    apply_model_overrides,
     as_dict,
+    experiment_config,
     load_config,
     load_model_config,
     resolve_config,
 )
-from experiments.dose_response import (
-    LETTERS,
-    alpha_key,
-    load_results,
-    measure_sign,
-)
-from experiments.grid import fill_grid
-from hooks.devices import placement_of
+from evprobe.experiments.dose_config import LETTERS, alpha_key
+from evprobe.experiments.dose_plan import measure_sign
+from evprobe.hooks.devices import placement_of
 
 REGIMES = ("standard", "guided")
 REQUEST_KINDS = {"answer_initial": "answer", "answer_after_test": "answer", "select": "select"}
@@ -111,33 +113,30 @@ ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward abstaining/meas
 
 @dataclass(frozen=True)
 class GatingConfig:
-    """One prompt-gating experiment (configs/experiments/gating*.yaml; CLI flags override).
+    """One prompt-gating experiment (configs/experiments/gating*.yaml); every field is also a flag."""
 
-    model: model config name, YAML path, tiny:<arch> or hub id (or an inline mapping).
-    bench, out: benchmark and output folders.
-    requests: answer_initial, answer_after_test and/or select.
-    layer: a decoder layer, or "best" (nested best of a resolved sweep on the standard capture's
-        fitting families). folds: folds of that sweep (capped at the fitting families).
-    alphas: doses in multiples of the layer's mean residual norm; + = toward abstaining/measuring.
-    split_seed: the seeded family split (half fitting, half held out, per system).
-    limit: first N held-out items (manifest order); batch_size: None = the model config's.
-    n_boot, seed: the family bootstrap (and the sweep's folds).
-    """
-
-    model: str | ModelConfig
-    bench: str
-    out: str
-    requests: tuple[str, ...] = ("answer_initial",)
-    layer: int | Literal["best"] = "best"
-    alphas: tuple[float, ...] = (-1.0, 0.0, 1.0)
-    split_seed: int = 0
-    folds: int = 5
-    limit: int | None = None
-    batch_size: int | None = None
-    n_boot: int = DEFAULT_N_BOOT
-    seed: int = DEFAULT_SEED
+    model: str | ModelConfig = setting(help="model config name or YAML, tiny:<arch> or hub id (or an inline mapping)")
+    bench: str = setting(help="benchmark folder")
+    out: str = setting(help="output folder")
+    requests: tuple[str, ...] = setting(("answer_initial",), "answer_initial, answer_after_test and/or select")
+    layer: int | Literal["best"] = setting(
+        "best", "a decoder layer, or best: the nested best of a resolved sweep on the standard capture's fitting "
+        "families")
+    alphas: tuple[float, ...] = setting(
+        (-1.0, 0.0, 1.0), "doses in multiples of the layer's mean residual norm (+ = toward abstaining/measuring); "
+        "write --alphas=-1,0,1 when the first is negative")
+    split_seed: int = setting(0, "seed of the family split (half fitting, half held out, per system)")
+    folds: int = setting(5, "folds of the layer-choosing sweep (capped at the fitting families)")
+    limit: int | None = setting(None, "only the first N held-out items (manifest order)")
+    batch_size: int | None = setting(None, "rows per forward (null: the model config's)")
+    n_boot: int = setting(DEFAULT_N_BOOT, "family bootstrap resamples")
+    seed: int = setting(DEFAULT_SEED, "bootstrap (and sweep fold) seed")
+    shard: str | None = setting(None, "only the held-out items of shard K/N's families (0-based); combine the N "
+                                "folders with `evprobe merge`. Under torchrun the rank picks the shard")
 
     def __post_init__(self) -> None:
+        if self.shard is not None:
+            Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
         if not self.requests:
             raise ValueError("key 'requests' is empty; use [answer_initial] and/or [select]")
         bad = [r for r in self.requests if r not in REQUEST_KINDS]
@@ -221,7 +220,7 @@ def conditions_for(doses: list[float]) -> list[tuple[str, str, str | None, float
 
 def make_plan(config: GatingConfig) -> Plan:
     """Check the config against the benchmark and model config; loads no model."""
-    from bench.runner import select_items
+    from evprobe.bench.runner import select_items
 
     model = load_model_config(config.model)
     bench = Path(config.bench)
@@ -232,7 +231,7 @@ def make_plan(config: GatingConfig) -> Plan:
     if not items:
         raise ConfigError(f"no items of {bench} match requests {', '.join(config.requests)}")
     if model.is_tiny and config.layer != "best":
-        from hooks.tiny import N_LAYERS
+        from evprobe.hooks.tiny import N_LAYERS
 
         if config.layer >= N_LAYERS:
             raise ConfigError(f"layer {config.layer} is out of range: {model.model} has {N_LAYERS} decoder layers; "
@@ -250,8 +249,11 @@ def make_plan(config: GatingConfig) -> Plan:
     for it in targets:
         values = set((it.options or {}).values())
         if not it.options or not set(it.options) <= set(LETTERS) or not ({"undetermined", "stop"} & values):
-            raise BenchError(f"item {it.item_id} has options {it.options}; expected letters A-E with an "
+            raise InputError(f"item {it.item_id} has options {it.options}; expected letters A-E with an "
                              "undetermined (answer) or stop (select) option")
+    if config.shard is not None and not shard_of_ids(targets, Shard.parse(config.shard), held):
+        raise ConfigError(f"shard {config.shard} holds none of the {len(targets)} held-out items to steer (too many "
+                          "shards for their families); use fewer shards")
     return Plan(config=config, model=model, bench=bench, out=Path(config.out), captured=items, fit_families=fit,
                 heldout_families=held, targets=targets, conditions=conditions_for(config.doses))
 
@@ -260,8 +262,8 @@ def make_plan(config: GatingConfig) -> Plan:
 
 
 def _capture(plan: Plan, regime: str, progress: bool) -> Path:
-    from experiments.capture import CaptureConfig, capture
-    from experiments.config import model_source
+    from evprobe.experiments.capture import CaptureConfig, capture
+    from evprobe.experiments.config import model_source
 
     m = plan.model
     out = plan.out / "acts" / regime
@@ -274,7 +276,7 @@ def _capture(plan: Plan, regime: str, progress: bool) -> Path:
 
 
 def _fit_labels(acts: Path, fit: list[str]) -> tuple[Any, Any]:
-    from probes.captures import labels, load_captures
+    from evprobe.probes.captures import labels, load_captures
 
     cs = load_captures([acts])
     ls = labels(cs, "resolved")
@@ -299,18 +301,13 @@ def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, dict[str,
     if path.is_file() and (folder / "sweep.json").is_file() and json.loads(path.read_text()) == settings:
         best = json.loads((folder / "sweep.json").read_text())["best"]
     else:
-        from probes.report import sweep_markdown, sweep_png
-        from probes.sweep import SweepConfig, stderr_progress, sweep
+        from evprobe.probes.runs import sweep_to_folder
+        from evprobe.probes.sweep import SweepConfig
 
         cs, ls = _fit_labels(acts, plan.fit_families)
-        result = sweep(cs, ls, SweepConfig(probe="logistic", n_splits=n_folds, seed=config.seed,
-                                           n_boot=config.n_boot, positions=(POSITION,)),
-                       stderr_progress("gating sweep") if progress else None)
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(folder / "sweep.json", (json.dumps(result.to_json(), indent=1, default=float) + "\n")
-                           .encode("utf-8"))
-        atomic_write_bytes(folder / "sweep.md", sweep_markdown(result).encode("utf-8"))
-        sweep_png(result, folder / "sweep.png")
+        result = sweep_to_folder(cs, ls, folder, SweepConfig(probe="logistic", n_splits=n_folds, seed=config.seed,
+                                                             n_boot=config.n_boot, positions=(POSITION,)),
+                                 progress="gating sweep" if progress else None).result
         atomic_write_json(path, settings)
         best = None if result.best is None else result.best.to_json()
     if best is None:
@@ -323,7 +320,7 @@ def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, dict[str,
 class GateDirection:
     regime: str
     name: str
-    vector: np.ndarray  # (d_model,) float64 unit, pointing toward abstaining / measuring
+    vector: np.ndarray | None  # (d_model,) float64 unit toward abstaining / measuring; None: rebuilt from a meta
     mean_norm: float
     n_items: int
     sha256: str
@@ -332,7 +329,7 @@ class GateDirection:
 def fit_direction(plan: Plan, regime: str, acts: Path, layer: int) -> GateDirection:
     """Mass-mean resolved direction at `layer`, position last, on the fitting families; negated
     so that + points toward unresolved (abstain / measure)."""
-    from probes.directions import fit_directions, write_directions
+    from evprobe.probes.directions import fit_directions, write_directions
 
     cs, ls = _fit_labels(acts, plan.fit_families)
     (d,) = fit_directions(cs, ls, [layer], POSITION, "massmean")
@@ -341,6 +338,13 @@ def fit_direction(plan: Plan, regime: str, acts: Path, layer: int) -> GateDirect
     v /= np.linalg.norm(v)  # stored as float32; renormalise in float64
     sha = hashlib.sha256(np.ascontiguousarray(v, dtype="<f8").tobytes()).hexdigest()
     return GateDirection(regime, d.name, v, d.mean_norm, int(d.provenance["n_items"]), sha)
+
+
+def prepare(plan: Plan, progress: bool) -> tuple[int, dict[str, Any] | None, dict[str, GateDirection]]:
+    """Steps 1-4 into `plan.out` (deterministic; resumable): (layer, its choice, direction per regime)."""
+    acts = {r: _capture(plan, r, progress) for r in REGIMES}
+    layer, best = choose_layer(plan, acts["standard"], progress)
+    return layer, best, {r: fit_direction(plan, r, acts[r], layer) for r in REGIMES}
 
 
 # ---------------------------------------------------------------- steering and readout
@@ -357,78 +361,105 @@ def readout(item: Item, logp: np.ndarray) -> dict[str, Any]:
     return {"choice": choice, "option": option, "abstain": abstain}
 
 
-def _rows_for(handle: Any, plan: Plan, cond: tuple[str, str, str | None, float], batch: list[Item],
-              images: list[list[Any]], layer: int, directions: dict[str, GateDirection]) -> list[dict[str, Any]]:
-    import hooks
-    from hooks.steer import Steering, steer
+class GatingJob(Job):
+    """Step 5 on the job runner: one row per held-out item x condition (`conditions_for`'s keys, in
+    order); `finish` is step 6. `from_meta` rebuilds it from a shard's meta alone (`evprobe merge`)."""
 
-    key, inference, direction, alpha = cond
-    prompts = [build_prompt(it, "direct", inference) for it in batch]
-    if direction is None:  # alpha = 0: no hooks at all
-        logp = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=len(batch))
-    else:
-        d = directions[direction]
-        spec = Steering.from_norm_units(d.vector, layer, alpha, d.mean_norm, positions="all", schedule="every-step")
-        with steer(handle, spec):
-            logp = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=len(batch))
-    return [{"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "request": it.request,
-             "resolved": bool(it.resolved), "condition": key, "inference": inference, "direction": direction,
-             "alpha": alpha, "logprobs": {x: float(logp[r, i]) for i, x in enumerate(LETTERS)},
-             **readout(it, logp[r])} for r, it in enumerate(batch)]
+    kind = "gating"
+    meta_file = RUN_META_FILE
 
+    def __init__(self, plan: Plan, layer: int, directions: dict[str, GateDirection],
+                 best: dict[str, Any] | None = None, cosine: float | None = None) -> None:
+        super().__init__(plan.out, plan.config.shard)
+        self.plan, self.layer, self.directions, self.best = plan, layer, directions, best
+        self.cosine = (float(directions["standard"].vector @ directions["guided"].vector)  # type: ignore[operator]
+                       if cosine is None else cosine)
+        self.by_key = {c[0]: c for c in plan.conditions}
+        self.handle: Any = None
 
-def _pinned(plan: Plan, layer: int, directions: dict[str, GateDirection]) -> dict[str, Any]:
-    bench_meta = json.loads((plan.bench / BENCH_META_FILE).read_text())
-    return {"format": FORMAT, "model": plan.model.model, "revision": plan.model.revision, "dtype": plan.model.dtype,
-            "items_sha256": bench_meta.get("items_sha256"), "layer": layer, "split_seed": plan.config.split_seed,
-            "directions": {r: {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
-                           for r, d in directions.items()},
-            "guided_text": GUIDED, "positions": "all", "protocol": "direct"}
+    def units(self) -> list[Unit]:
+        return [Unit(it.item_id, it.family_id, len(it.images), it) for it in self.plan.targets]
 
+    def all_families(self) -> list[str]:
+        return self.plan.heldout_families  # balanced over the steered families, whatever the limit
 
-def _check_pinned(plan: Plan, pinned: dict[str, Any]) -> None:
-    path = plan.out / RUN_META_FILE
-    if not path.is_file():
-        return
-    old = json.loads(path.read_text())
-    for key, value in pinned.items():
-        if json.loads(json.dumps(old.get(key))) != json.loads(json.dumps(value)):
-            raise ConfigError(f"{plan.out} holds a gating run with another {key} ({old.get(key)!r}); use another "
-                              "out folder for a different run")
+    def conditions(self) -> list[str]:
+        return list(self.by_key)
+
+    @property
+    def batch_size(self) -> int:
+        return self.plan.batch_size
+
+    def pinned(self) -> dict[str, Any]:
+        plan = self.plan
+        bench_meta = json.loads((plan.bench / BENCH_META_FILE).read_text())
+        return {"format": FORMAT, "model": plan.model.model, "revision": plan.model.revision,
+                "dtype": plan.model.dtype, "items_sha256": bench_meta.get("items_sha256"), "layer": self.layer,
+                "split_seed": plan.config.split_seed,
+                "directions": {r: {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
+                               for r, d in self.directions.items()},
+                "guided_text": GUIDED, "positions": "all", "protocol": "direct"}
+
+    def meta(self) -> dict[str, Any]:
+        return {**self.pinned(), "layer_choice": self.best,
+                "n_fit_items": {r: d.n_items for r, d in self.directions.items()},
+                "cosine_standard_guided": self.cosine,
+                "config": as_dict(self.plan.config), "model_config": as_dict(self.plan.model)}
+
+    def store_at(self, folder: Path) -> JsonlRows:
+        return JsonlRows(folder / RESULTS_FILE, lambda row: (row["item_id"], row["condition"]), what="gating row")
+
+    def open(self) -> None:
+        from evprobe.experiments.config import load_model
+
+        self.handle = load_model(self.plan.model)
+
+    def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
+        from evprobe import hooks
+        from evprobe.hooks.steer import Steering, steer
+
+        key, inference, direction, alpha = self.by_key[condition]
+        items: list[Item] = [u.value for u in batch]
+        prompts = [build_prompt(it, "direct", inference) for it in items]
+        images = [load_item_images(self.plan.bench, it.images) for it in items]
+        if direction is None:  # alpha = 0: no hooks at all
+            logp = hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
+        else:
+            d = self.directions[direction]
+            spec = Steering.from_norm_units(d.vector, self.layer, alpha, d.mean_norm, positions="all",
+                                            schedule="every-step")
+            with steer(self.handle, spec):
+                logp = hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
+        return [{"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "request": it.request,
+                 "resolved": bool(it.resolved), "condition": key, "inference": inference, "direction": direction,
+                 "alpha": alpha, "logprobs": {x: float(logp[r, i]) for i, x in enumerate(LETTERS)},
+                 **readout(it, logp[r])} for r, it in enumerate(items)]
+
+    def finish(self, rows: dict[tuple[str, str], dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+        plan = replace(self.plan, targets=[u.value for u in self.my_units()])  # a shard reports its own items
+        result = aggregate(plan, rows, self.layer, self.best, self.directions, self.cosine)
+        atomic_write_bytes(self.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
+        atomic_write_bytes(self.out / MD_FILE, markdown(result).encode("utf-8"))
+        plot(result, self.out / PNG_FILE)
+        return {"out": str(self.out), "layer": self.layer, "n_items": len(plan.targets), "tables": result["tables"],
+                "files": [JSON_FILE, MD_FILE, PNG_FILE, RESULTS_FILE]}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], out: Path) -> GatingJob:
+        config = load_config(GatingConfig, {**meta["config"], "out": str(out), "shard": None},
+                             where=f"the shard's {RUN_META_FILE}")
+        directions = {r: GateDirection(r, d["name"], None, d["mean_norm"], meta["n_fit_items"][r], d["sha256"])
+                      for r, d in meta["directions"].items()}
+        return cls(make_plan(config), meta["layer"], directions, meta["layer_choice"], meta["cosine_standard_guided"])
+
 
 
 def gating(config: GatingConfig, *, progress: bool = True) -> dict[str, Any]:
-    """Run (or finish) the experiment and write gating.json / .md / .png; returns a summary."""
+    """Run (or finish) the experiment (or its shard) and write gating.json / .md / .png; returns a summary."""
     plan = make_plan(config)
-    acts = {r: _capture(plan, r, progress) for r in REGIMES}
-    layer, best = choose_layer(plan, acts["standard"], progress)
-    directions = {r: fit_direction(plan, r, acts[r], layer) for r in REGIMES}
-    pinned = _pinned(plan, layer, directions)
-    _check_pinned(plan, pinned)
-    results_path = plan.out / RESULTS_FILE
-    done = load_results(results_path)
-    todo = {it.item_id: [c for c in plan.conditions if (it.item_id, c[0]) not in done] for it in plan.targets}
-    n_todo = sum(len(v) for v in todo.values())
-    started = time.perf_counter()
-    if n_todo:
-        from experiments.config import load_model
-
-        handle = load_model(plan.model)
-        atomic_write_json(plan.out / RUN_META_FILE, {**pinned, "config": as_dict(config),
-                                                     "model_config": as_dict(plan.model)})
-        bar = Progress("gating", n_todo) if progress else None
-        fill_grid(plan.targets, plan.conditions, todo, batch_size=plan.batch_size, bench=plan.bench,
-                  results=results_path, done=done, bar=bar,
-                  rows_for=lambda cond, sub, images: _rows_for(handle, plan, cond, sub, images, layer, directions))
-    elapsed = time.perf_counter() - started
-    result = aggregate(plan, done, layer, best, directions)
-    atomic_write_bytes(plan.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
-    atomic_write_bytes(plan.out / MD_FILE, markdown(result).encode("utf-8"))
-    plot(result, plan.out / PNG_FILE)
-    n_rows = len(plan.targets) * len(plan.conditions)
-    return {"out": str(plan.out), "layer": layer, "n_items": len(plan.targets), "n_conditions": len(plan.conditions),
-            "n_rows": n_rows, "computed": n_todo, "reused": n_rows - n_todo, "seconds": round(elapsed, 3),
-            "tables": result["tables"], "files": [JSON_FILE, MD_FILE, PNG_FILE, RESULTS_FILE]}
+    layer, best, directions = prepare(plan, progress)
+    summary = run_job(GatingJob(plan, layer, directions, best), progress=progress)
+    return {**summary, "seconds": summary["last_session"]["seconds"]}
 
 
 # ---------------------------------------------------------------- aggregation
@@ -439,7 +470,8 @@ def _est(part: Resampled) -> dict[str, Any]:
 
 
 def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: int, best: dict[str, Any] | None,
-              directions: dict[str, GateDirection]) -> dict[str, Any]:
+              directions: dict[str, GateDirection], cos: float) -> dict[str, Any]:
+    """Every number of the reports over `plan.targets`; `cos` = cosine(standard, guided direction)."""
     config = plan.config
     families = sorted({it.family_id for it in plan.targets})
     boot = FamilyBootstrap(families, config.n_boot, config.seed)
@@ -479,7 +511,6 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: in
                         cells[f"{d}|{inf}"] = {"base": _est(base), "steered": _est(part),
                                                "change": FamilyBootstrap.difference(part, base).to_json()}
                 tables.append({"kind": kind, "group": group, "alpha": alpha, "cells": cells})
-    cos = float(directions["standard"].vector @ directions["guided"].vector)
     return {
         "meta": {
             "model": plan.model.model, "model_name": plan.model.name, "layer": layer, "layer_choice": best,
@@ -609,37 +640,25 @@ def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
         "report abstention (answer) or measure rate (select) in Table-4-style 2x2 tables with family-bootstrap "
         "intervals: gating.json, gating.md, gating.png. Flags override the config. Resumable.",
     )
-    p.add_argument("--config", required=True, help="experiment YAML: a path or a name in configs/experiments")
-    p.add_argument("--model", default=None, help="model config name or YAML, tiny:<arch> or hub id")
-    p.add_argument("--bench", default=None, help="benchmark folder")
-    p.add_argument("--out", default=None, help="output folder")
-    p.add_argument("--requests", type=str_list, default=None, help="answer_initial, answer_after_test, select")
-    p.add_argument("--layer", type=int_or("best"), default=None, help="a layer number or best")
-    p.add_argument("--alphas", type=float_list, default=None,
-                   help="doses, comma-separated; write --alphas=-1,0,1 when the first is negative")
-    p.add_argument("--split-seed", type=integer, default=None, help="seed of the fitting / held-out family split")
-    p.add_argument("--folds", type=integer, default=None, help="folds of the layer-choosing sweep (layer: best)")
-    p.add_argument("--limit", type=integer, default=None, help="only the first N held-out items")
-    p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
+    add_experiment_arguments(p, GatingConfig, example="gating_tiny")
     add_model_override_arguments(p)
-    p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
-    p.add_argument("--seed", type=integer, default=None, help="bootstrap (and sweep fold) seed")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(run=run_gating)
     return p
 
 
-OVERRIDE_FLAGS = ("model", "bench", "out", "requests", "layer", "alphas", "split_seed", "folds", "limit", "batch_size",
-                  "n_boot", "seed")
-
-
 def config_from_args(args: argparse.Namespace) -> GatingConfig:
-    config = load_gating_config(args.config, {k: getattr(args, k) for k in OVERRIDE_FLAGS})
-    return apply_model_overrides(config, args)
+    return experiment_config(GatingConfig, args)
 
 
 def run_gating(args: argparse.Namespace) -> int:
-    s = gating(config_from_args(args), progress=not args.quiet)
+    from evprobe.experiments.distributed import data_parallel
+
+    config = config_from_args(args)
+    # torchrun / accelerate launch: this rank's shard, then rank 0 merges
+    if data_parallel(config, lambda c: gating(c, progress=not args.quiet), unit="rows", job=GatingJob):
+        return 0
+    s = gating(config, progress=not args.quiet)
     print(f"layer {s['layer']}: {s['n_rows']} rows ({s['n_items']} held-out items x {s['n_conditions']} conditions): "
           f"{s['computed']} computed in {s['seconds']} s, {s['reused']} reused")
     for t in s["tables"]:
@@ -650,5 +669,5 @@ def run_gating(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["GatingConfig", "add_gating_parser", "aggregate", "conditions_for", "gating", "load_gating_config",
-           "make_plan", "readout", "run_gating", "split_families"]
+__all__ = ["GatingConfig", "GatingJob", "add_gating_parser", "aggregate", "conditions_for", "gating",
+           "load_gating_config", "make_plan", "prepare", "readout", "run_gating", "split_families"]

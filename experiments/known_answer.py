@@ -41,7 +41,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.manifest import atomic_write_bytes, atomic_write_json
+from evprobe.core.files import atomic_write_bytes, atomic_write_json
 
 USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
 MONOTONE_SLACK = 0.02

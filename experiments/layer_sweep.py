@@ -7,24 +7,26 @@ Steps (each resumable; a rerun reuses finished work):
 
 1. capture the residual stream of the chosen requests at every chosen layer and position into
    `out/acts` (experiments.capture.capture: resumes a killed capture, refuses other settings);
-2. for each label, a probe sweep (the `evprobe sweep` command through its own parser) into
+2. for each label, a probe sweep (probes.runs.sweep_to_folder: what `evprobe sweep` writes) into
    `out/sweeps/<label>/` (sweep.json / .md / .png); for `resolved` also the transfer matrices of
    the configured kinds (transfer-<kind>.json / .md / .png heatmaps). A label whose folder holds a
    sweep.json and a settings.json equal to this run's settings is skipped;
 3. mass-mean `resolved` directions at every captured layer, position `last`, one per system
-   (`evprobe directions --by system`) into `out/directions`; `geometry.png` there is the
-   direction cosine heatmap (layers x systems);
+   (probes.runs.directions_to_folder, as `evprobe directions --by system`) into `out/directions`;
+   `geometry.png` there is the direction cosine heatmap (layers x systems);
 4. `best_layers.json` / `best_layers.md`: per label the nested best layer and position (chosen on
    inner folds of the training families only) with its held-out AUROC, interval and n, beside the
    within-family shuffled control at that layer/position and the input-only baselines; and
    `layer_sweep.png`: held-out AUROC by layer for every label (one panel per position).
 
-Scaling out: `--shard K/N` runs step 1 for shard K only (whole families, bench.shard) into that
-shard's `--out`, and stores the sweep's config there (`layer_sweep_config.json`); `evprobe merge
-OUT SHARD_OUT...` merges the shards' captures into OUT/acts and runs steps 2-4 there, giving the
-files of one unsharded run. Under torchrun (`torchrun --nproc_per_node N -m experiments
-layer-sweep ...`) every process captures its shard, rank 0 merges them into OUT/acts and runs
-steps 2-4 (CPU only; the other processes end after their capture).
+Scaling out: step 1 is the capture job (experiments.capture.CaptureJob on the job runner, so it
+resumes and shards as `evprobe capture` does). `--shard K/N` runs step 1 for shard K only (whole
+families) into that shard's `--out`/acts, and stores the sweep's config there
+(`layer_sweep_config.json`, with `"kind": "layer-sweep"`); `evprobe merge OUT SHARD_OUT...`
+(`merge_shards`) merges the shards' captures into OUT/acts (core.launch.merge_folders) and runs
+steps 2-4 there, giving the files of one unsharded run. Under torchrun (`torchrun
+--nproc_per_node N -m evprobe layer-sweep ...`) every process captures its shard, rank 0 merges
+them into OUT/acts and runs steps 2-4 (CPU only; the other processes end after their capture).
 
 Everything the config names (file, keys, labels, positions, transfer kinds, benchmark, requests,
 layers of a tiny model) is checked before any model is loaded; each problem is one line.
@@ -35,32 +37,37 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bench.argtypes import int_list_or, integer, str_list
-from bench.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD
-from bench.manifest import META_FILE as BENCH_META_FILE
-from bench.manifest import BenchError, atomic_write_bytes, atomic_write_json, read_items
-from bench.protocols import check_regime
-from experiments.config import (
+from evprobe.core.flags import setting
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD
+from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.bench.manifest import read_items
+from evprobe.bench.protocols import check_regime
+from evprobe.experiments.config import (
     ConfigError,
     ModelConfig,
+    add_experiment_arguments,
     add_model_override_arguments,
-    apply_model_overrides,
     as_dict,
+    experiment_config,
     load_config,
     load_model_config,
     resolve_config,
 )
-from hooks.devices import placement_of
+from evprobe.hooks.devices import placement_of
 
 SWEEPS_DIR = "sweeps"
 ACTS_DIR = "acts"
 DIRECTIONS_DIR = "directions"
 SETTINGS_FILE = "settings.json"
 SHARD_CONFIG_FILE = "layer_sweep_config.json"  # a --shard folder's config (evprobe merge runs the sweep)
+KIND = "layer-sweep"  # recorded in SHARD_CONFIG_FILE; `evprobe merge` dispatches on it (experiments.merge.JOBS)
 JSON_FILE = "best_layers.json"
 MD_FILE = "best_layers.md"
 PNG_FILE = "layer_sweep.png"
@@ -74,45 +81,39 @@ _SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
 
 def _index_fields() -> tuple[str, ...]:
-    from experiments.capture import INDEX_FIELDS
+    from evprobe.experiments.capture import INDEX_FIELDS
 
     return INDEX_FIELDS
 
 
 @dataclass(frozen=True)
 class LayerSweepConfig:
-    """One layer sweep (configs/experiments/layer_sweep*.yaml; CLI flags override).
+    """One layer sweep (configs/experiments/layer_sweep*.yaml); every field is also a flag."""
 
-    model: a model config name, YAML path, tiny:<arch> or hub id (or an inline ModelConfig mapping).
-    bench: benchmark folder; out: output folder (acts/, sweeps/, directions/, best_layers.*).
-    requests: request types captured and probed; positions: captured token positions;
-    layers: "all" or layer numbers. labels: index fields, missing_property, initial, or name=value.
-    probe: logistic (TRAPS), massmean or centroid; transfer: kinds of transfer matrix for resolved.
-    regime: prompt regime of the capture; folds: family folds of the sweeps;
-    n_boot, seed: the family bootstrap (and folds/shuffles); limit: first N selected items;
-    batch_size: None = the model config's; shard: "K/N" captures only shard K (then `evprobe merge`).
-    """
-
-    model: str | ModelConfig
-    bench: str
-    out: str
-    requests: tuple[str, ...] = ("select", "answer_initial")
-    positions: tuple[str, ...] = ("last", "text_mean", "image_mean")
-    layers: tuple[int, ...] | Literal["all"] = "all"
-    labels: tuple[str, ...] = DEFAULT_LABELS
-    probe: Literal["logistic", "massmean", "centroid"] = "logistic"
-    transfer: tuple[str, ...] = ("system", "pairs", "request")
-    regime: str = "standard"
-    folds: int = 5
-    n_boot: int = DEFAULT_N_BOOT
-    seed: int = DEFAULT_SEED
-    limit: int | None = None
-    batch_size: int | None = None
-    shard: str | None = None
+    model: str | ModelConfig = setting(help="model config name or YAML, tiny:<arch> or hub id (or an inline mapping)")
+    bench: str = setting(help="benchmark folder")
+    out: str = setting(help="output folder (acts/, sweeps/, directions/, best_layers.*)")
+    requests: tuple[str, ...] = setting(("select", "answer_initial"), "request types captured and probed")
+    positions: tuple[str, ...] = setting(("last", "text_mean", "image_mean"), "captured token positions")
+    layers: tuple[int, ...] | Literal["all"] = setting("all", "all, or layer numbers, e.g. 0,8,16")
+    labels: tuple[str, ...] = setting(
+        DEFAULT_LABELS, "labels: index fields, missing_property, initial or name=value, e.g. resolved,system=sliding")
+    probe: Literal["logistic", "massmean", "centroid"] = setting("logistic", "probe: logistic (TRAPS), massmean "
+                                                                 "or centroid")
+    transfer: tuple[str, ...] = setting(("system", "pairs", "request"), "kinds of transfer matrix for resolved")
+    regime: str = setting("standard", "prompt regime of the capture: standard, guided or json")
+    folds: int = setting(5, "cross-validation folds of whole families")
+    n_boot: int = setting(DEFAULT_N_BOOT, "family bootstrap resamples")
+    seed: int = setting(DEFAULT_SEED, "seed of folds, shuffles and bootstrap")
+    limit: int | None = setting(None, "only the first N selected items")
+    batch_size: int | None = setting(None, "rows per forward (null: the model config's)")
+    shard: str | None = setting(None, "capture only shard K/N (0-based, whole families) into this out; `evprobe "
+                                "merge OUT SHARD_OUT...` then merges the captures and runs the sweeps. Under torchrun "
+                                "the rank picks it")
 
     def __post_init__(self) -> None:
-        from bench.shard import Shard
-        from experiments.capture import _check_positions
+        from evprobe.core.shard import Shard
+        from evprobe.experiments.capture import check_positions
 
         if self.shard is not None:
             Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
@@ -121,7 +122,7 @@ class LayerSweepConfig:
         if not self.positions:
             raise ValueError("key 'positions' is empty; e.g. [last, text_mean, image_mean]")
         try:
-            _check_positions(self.positions)
+            check_positions(self.positions)
         except ValueError as err:
             raise ValueError(f"key 'positions': {str(err).removeprefix('--positions: ')}") from None
         if self.layers != "all" and (not self.layers or any(x < 0 for x in self.layers)
@@ -193,7 +194,7 @@ class Plan:
 
 def make_plan(config: LayerSweepConfig) -> Plan:
     """Check the config against the files it names; loads no model."""
-    from bench.runner import select_items
+    from evprobe.bench.runner import select_items
 
     model = load_model_config(config.model)
     bench = Path(config.bench)
@@ -202,14 +203,14 @@ def make_plan(config: LayerSweepConfig) -> Plan:
                           f"--out {bench}`")
     try:
         items = select_items(read_items(bench), list(config.requests), config.limit)
-    except BenchError as err:
+    except InputError as err:
         raise ConfigError(f"key 'requests': {err}") from None
     if not items:
         raise ConfigError(f"no items of {bench} match requests {', '.join(config.requests)}")
     if "image_mean" in config.positions and any(not it.images for it in items):
         raise ConfigError("position image_mean needs images; drop it or the image-less requests")
     if model.is_tiny and config.layers != "all":
-        from hooks.tiny import N_LAYERS
+        from evprobe.hooks.tiny import N_LAYERS
 
         bad = [x for x in config.layers if x >= N_LAYERS]
         if bad:
@@ -223,8 +224,8 @@ def make_plan(config: LayerSweepConfig) -> Plan:
 
 def capture_config(plan: Plan):
     """The CaptureConfig of step 1 (the plan's model, layers and positions, into OUT/acts)."""
-    from experiments.capture import CaptureConfig
-    from experiments.config import model_source
+    from evprobe.experiments.capture import CaptureConfig
+    from evprobe.experiments.config import model_source
 
     c, m = plan.config, plan.model
     layers = "all" if c.layers == "all" else ",".join(map(str, c.layers))
@@ -237,17 +238,17 @@ def capture_config(plan: Plan):
 
 
 def run_capture(plan: Plan, progress: bool) -> dict[str, Any] | None:
-    """Step 1. Under a launcher every process captures its shard and rank 0 merges them; then rank 0
-    reads the complete capture (no model load) and the other ranks get None (they stop here)."""
-    from experiments.capture import capture
-    from experiments.distributed import data_parallel, distributed_shard
+    """Step 1, the capture job (resumable, `--shard K/N` through the runner). Under a launcher every
+    process captures its shard and rank 0 merges them; then rank 0 reads the complete capture (no
+    model load) and the other ranks get None (they stop here)."""
+    from evprobe.core.launch import launched_shard
+    from evprobe.experiments.capture import CaptureJob, capture
+    from evprobe.experiments.distributed import data_parallel
 
     config = capture_config(plan)
-    if data_parallel(config, lambda c: capture(c, progress=progress), unit="rows"):
-        launched = distributed_shard()
-        if launched is not None and launched.k != 0:
-            return None
-        return capture(config, progress=False)
+    if data_parallel(config, lambda c: capture(c, progress=progress), unit="rows", job=CaptureJob):
+        launched = launched_shard()
+        return None if launched is not None and launched.k != 0 else capture(config, progress=False)
     return capture(config, progress=progress)
 
 
@@ -282,7 +283,8 @@ def _same_settings(folder: Path, settings: dict[str, Any], needed: tuple[str, ..
 
 def run_sweep(plan: Plan, label: str, progress: bool) -> bool:
     """Sweep one label (and its transfer matrices); False when a finished sweep was reused."""
-    from experiments.quickstart import _probe_command
+    from evprobe.probes.runs import sweep_to_folder
+    from evprobe.probes.sweep import SweepConfig
 
     folder = plan.out / SWEEPS_DIR / _label_dir(label)
     settings = sweep_settings(plan, label)
@@ -291,13 +293,9 @@ def run_sweep(plan: Plan, label: str, progress: bool) -> bool:
         return False
     (folder / SETTINGS_FILE).unlink(missing_ok=True)  # stale until the sweep below finishes
     c = plan.config
-    argv = [str(plan.acts), "--label", label, "--probe", c.probe, "--folds", str(c.folds), "--n-boot", str(c.n_boot),
-            "--seed", str(c.seed), "--out", str(folder)]
-    for kind in settings["transfer"]:
-        argv += ["--transfer", kind]
-    if not progress:
-        argv.append("--quiet")
-    _probe_command("sweep", argv)
+    sweep_to_folder([plan.acts], label, folder, SweepConfig(probe=c.probe, n_splits=c.folds, seed=c.seed,
+                                                           n_boot=c.n_boot),
+                    transfer=settings["transfer"], progress="sweep" if progress else None)
     atomic_write_json(folder / SETTINGS_FILE, settings)  # written last: marks the folder finished
     return True
 
@@ -305,7 +303,7 @@ def run_sweep(plan: Plan, label: str, progress: bool) -> bool:
 def run_directions(plan: Plan) -> bool:
     """Mass-mean resolved directions per system at every captured layer (position last, or the
     first captured position); False when the same directions are already there."""
-    from experiments.quickstart import _probe_command
+    from evprobe.probes.runs import directions_to_folder
 
     meta = _capture_meta(plan)
     position = "last" if "last" in meta["positions"] else meta["positions"][0]
@@ -316,9 +314,8 @@ def run_directions(plan: Plan) -> bool:
     if _same_settings(folder, settings, ("directions.json", "geometry.png")):
         return False
     (folder / SETTINGS_FILE).unlink(missing_ok=True)
-    _probe_command("directions", [str(plan.acts), "--layer", ",".join(map(str, meta["layers"])), "--position",
-                                  position, "--label", "resolved", "--probe", "massmean", "--by", "system",
-                                  "--seed", str(plan.config.seed), "--out", str(folder)])
+    directions_to_folder([plan.acts], "resolved", folder, meta["layers"], position=position, probe="massmean",
+                         by="system", seed=plan.config.seed)
     atomic_write_json(folder / SETTINGS_FILE, settings)
     return True
 
@@ -470,7 +467,7 @@ def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str,
     session = (cap or {}).get("last_session") or {}
     if cap is None or config.shard is not None:  # a launcher's other rank, or one --shard job: capture only
         if config.shard is not None:
-            atomic_write_json(plan.out / SHARD_CONFIG_FILE, as_dict(config))
+            atomic_write_json(plan.out / SHARD_CONFIG_FILE, {"kind": KIND, **as_dict(config)})
         return {"out": str(plan.out), "n_items": cap["n_items"] if cap else plan.n_items,
                 "captured": int(session.get("items", 0) or 0), "shard": config.shard,
                 "complete": bool(cap and cap.get("complete")), "swept": [], "reused": [], "directions_fitted": False,
@@ -497,6 +494,34 @@ def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str,
     }
 
 
+def merge_shards(out: str | Path, folders: Sequence[str | Path]) -> dict[str, Any]:
+    """`evprobe merge OUT SHARD_OUT...` for `layer-sweep --shard K/N` folders: their captures merged
+    into OUT/acts by the job runner, then steps 2-4 run on OUT with the shards' config (CPU only, no
+    model). Shards of another sweep (labels, layers, model ...) are refused, naming the settings."""
+    from evprobe.core.jobs import read_meta
+    from evprobe.core.launch import comparable, merge_folders
+    from evprobe.experiments.capture import CAPTURE_META_FILE, CaptureJob
+    from evprobe.experiments.capture_store import ACTS_FILE, INDEX_FILE
+    from evprobe.hooks.devices import PLACEMENT_KEYS
+
+    out, folders = Path(out), [Path(f) for f in folders]
+    configs = [{k: v for k, v in (read_meta(f / SHARD_CONFIG_FILE) or {}).items() if k != "kind"} for f in folders]
+    # Without out, shard and the model's placement (where each shard ran).
+    same = [comparable({"config": c}, (), ("out", "shard", *PLACEMENT_KEYS))["config"] for c in configs]
+    for folder, other in zip(folders[1:], same[1:]):
+        diff = sorted(k for k in other.keys() | same[0].keys() if other.get(k) != same[0].get(k))
+        if diff:
+            raise InputError(f"{folder} is a shard of another layer sweep than {folders[0]} (different "
+                             f"{', '.join(diff)}); merge the shards of one command")
+    captured = merge_folders(CaptureJob, out / ACTS_DIR, [f / ACTS_DIR for f in folders])
+    config = load_config(LayerSweepConfig, {**configs[0], "out": str(out), "shard": None},
+                         where=str(folders[0] / SHARD_CONFIG_FILE))
+    summary = layer_sweep(config, progress=False)
+    return {"kind": KIND, "n_shards": captured["n_shards"], "n_items": summary["n_items"], "n_units": captured["n_units"],
+            "n_rows": captured["n_rows"],
+            "files": [f"{ACTS_DIR}/{name}" for name in (ACTS_FILE, INDEX_FILE, CAPTURE_META_FILE)] + summary["files"]}
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -510,40 +535,15 @@ def add_layer_sweep_parser(sub: argparse._SubParsersAction) -> argparse.Argument
         "mass-mean resolved directions per system with their cosine heatmap, and best_layers.md/.json with the "
         "nested best layer per label. Flags override the config. Resumable: rerun to continue or reuse.",
     )
-    p.add_argument("--config", required=True,
-                   help="experiment YAML: a path or a name in configs/experiments (e.g. layer_sweep_tiny)")
-    p.add_argument("--model", default=None, help="model config name or YAML, tiny:<arch> or hub id")
-    p.add_argument("--bench", default=None, help="benchmark folder")
-    p.add_argument("--out", default=None, help="output folder")
-    p.add_argument("--requests", type=str_list, default=None, help="request types, e.g. select,answer_initial")
-    p.add_argument("--positions", type=str_list, default=None, help="e.g. last,text_mean,image_mean")
-    p.add_argument("--layers", type=int_list_or("all"), default=None, help="all or layer numbers, e.g. 0,8,16")
-    p.add_argument("--labels", type=str_list, default=None,
-                   help="labels, e.g. resolved,history,threshold_level,missing_property,system=sliding")
-    p.add_argument("--probe", choices=PROBES, default=None)
-    p.add_argument("--transfer", type=str_list, default=None, help="transfer kinds for resolved, e.g. system,pairs")
-    p.add_argument("--regime", default=None, help="standard, guided or json")
-    p.add_argument("--folds", type=integer, default=None, help="cross-validation folds of whole families")
-    p.add_argument("--limit", type=integer, default=None, help="only the first N selected items")
-    p.add_argument("--batch-size", type=integer, default=None, help="rows per forward (default: the model config's)")
+    add_experiment_arguments(p, LayerSweepConfig, example="layer_sweep_tiny")
     add_model_override_arguments(p)
-    p.add_argument("--n-boot", type=integer, default=None, help="family bootstrap resamples")
-    p.add_argument("--seed", type=integer, default=None, help="seed of folds, shuffles and bootstrap")
-    p.add_argument("--shard", default=None, metavar="K/N",
-                   help="capture only shard K of N (0-based, whole families) into this --out; `evprobe merge OUT "
-                   "SHARD_OUT...` then merges the captures and runs the sweeps. Under torchrun the rank picks it")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(run=run_layer_sweep)
     return p
 
 
-OVERRIDE_FLAGS = ("model", "bench", "out", "requests", "positions", "layers", "labels", "probe", "transfer", "regime",
-                  "folds", "limit", "batch_size", "n_boot", "seed", "shard")
-
-
 def config_from_args(args: argparse.Namespace) -> LayerSweepConfig:
-    config = load_layer_sweep_config(args.config, {k: getattr(args, k) for k in OVERRIDE_FLAGS})
-    return apply_model_overrides(config, args)
+    return experiment_config(LayerSweepConfig, args)
 
 
 def run_layer_sweep(args: argparse.Namespace) -> int:
@@ -567,4 +567,4 @@ def run_layer_sweep(args: argparse.Namespace) -> int:
 
 
 __all__ = ["LayerSweepConfig", "add_layer_sweep_parser", "best_layers", "layer_sweep", "load_layer_sweep_config",
-           "make_plan", "run_layer_sweep"]
+           "make_plan", "merge_shards", "run_layer_sweep"]

@@ -6,11 +6,11 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from bench.argtypes import positive_int
+from evprobe.core.argtypes import positive_int
 
 
 def add_organism_parser(sub: argparse._SubParsersAction) -> None:
-    from organism.train import TrainConfig
+    from evprobe.organism.train import TrainConfig
 
     defaults = TrainConfig()
     p = sub.add_parser(
@@ -40,7 +40,7 @@ def add_organism_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from organism.train import TrainConfig, train
+    from evprobe.organism.train import TrainConfig, train
 
     cfg = replace(TrainConfig(), seed=args.seed, steps=args.steps, batch_size=args.batch_size,
                   threads=args.threads, eval_every=args.eval_every, val_families=args.val_families)

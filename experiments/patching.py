@@ -16,41 +16,39 @@ pairs where the gap is at least 0.1 nats), and how often the decoded option (the
 becomes the source's, each with family-bootstrap intervals and n.
 
 Resumable: one line per (pair, direction) in results.jsonl (whole lines, fsync per line); a rerun
-skips finished pairs.
+skips finished pairs. The job runs on the one job runner (`core.jobs`): units are the (source,
+target) pair jobs, one row each, patched one at a time.
 
-Sharding: `--shard K/N` patches only the pairs of shard K's families (bench.shard); each shard
+Sharding: `--shard K/N` patches only the pairs of shard K's families (core.shard); each shard
 folder is a complete patching job of its own, and `evprobe merge OUT SHARD_DIR...` writes the
-results.jsonl (in a single run's order), meta.json and the summary files of the whole job.
+results.jsonl (in a single run's order), meta.json and the summary files of the whole job
+(`seconds`: the longest shard's).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.bootstrap import FamilyBootstrap
-from bench.items import Item
-from bench.manifest import (
-    BenchError,
-    append_log_lines,
-    atomic_write_bytes,
-    atomic_write_json,
-    load_item_images,
-    read_items,
-    read_log_lines,
-)
-from bench.progress import Progress, progress_label
-from bench.protocols import build_prompt, check_regime, get_protocol
-from bench.shard import Shard, family_shards
-from experiments.config import add_placement_arguments
+from evprobe.bench.items import Item
+from evprobe.bench.manifest import META_FILE, load_item_images, read_items
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
+from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
+from evprobe.experiments.capture import parse_layers, question_marker
+from evprobe.core.flags import HELP, setting
+from evprobe.experiments.config import add_experiment_arguments, experiment_config, resolve_model_flag
+
+if TYPE_CHECKING:
+    from evprobe.hooks.handle import Handle
 
 RESULTS_FILE = "results.jsonl"
 POSITION_SETS = ("last", "text", "image")
@@ -60,33 +58,31 @@ MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no sh
 
 @dataclass(frozen=True)
 class PatchingConfig:
-    model: str
-    bench: str
-    out: str
-    layers: str = "all"  # "all" or "0,2,4"
-    positions: tuple[str, ...] = POSITION_SETS
-    regime: str = "standard"
-    protocol: str = "direct"
-    limit_pairs: int | None = None
-    dtype: str = "auto"
-    device_map: str | None = None
-    max_memory: str | None = None  # accelerate's budget per device, e.g. "0=70GiB,cpu=200GiB"
-    offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
-    attn_implementation: str | None = None  # e.g. "eager" (Pixtral)
-    n_boot: int = 2000
-    seed: int = 20260905
-    shard: str | None = None  # "K/N" (0-based): only the pairs of shard K's families (bench.shard)
+    """`evprobe patching` (configs/experiments/patching*.yaml); every field is also a flag."""
+
+    model: str = setting(help="tiny:<arch>, a registered name (organism), a model config (name or YAML), "
+                         "a hub id or a local folder")
+    bench: str = setting(help="benchmark folder (evprobe generate)")
+    out: str = setting(help="output folder (results.jsonl, patching.json/.md/.png)")
+    layers: str = setting("all", "all, or comma-separated decoder layer indices, e.g. 0,2,4")
+    positions: tuple[str, ...] = setting(POSITION_SETS, "comma-separated position sets: last, text, image")
+    regime: str = setting("standard", HELP["regime"])
+    protocol: str = setting("direct", HELP["protocol"])
+    limit_pairs: int | None = setting(None, "only the first N image pairs")
+    dtype: str = setting("auto", HELP["dtype"])
+    device_map: str | None = setting(None, HELP["device_map"])
+    max_memory: str | None = setting(None, HELP["max_memory"])
+    offload_folder: str | None = setting(None, HELP["offload_folder"])
+    attn_implementation: str | None = setting(None, HELP["attn_implementation"])
+    n_boot: int = setting(2000, "family bootstrap resamples")
+    seed: int = setting(20260905, "bootstrap seed")
+    shard: str | None = setting(None, HELP["shard"])
 
 
-def select_pairs(items: Sequence[Item], limit_pairs: int | None, shard: Shard | None) -> list[tuple[Item, Item]]:
-    """The job's image pairs: manifest order, the first `limit_pairs`, then the shard's families."""
+def select_pairs(items: Sequence[Item], limit_pairs: int | None) -> list[tuple[Item, Item]]:
+    """The job's image pairs: manifest order, the first `limit_pairs`."""
     pairs = image_pairs(items)
-    if limit_pairs is not None:
-        pairs = pairs[:limit_pairs]
-    if shard is None:
-        return pairs
-    owner = family_shards((it.family_id for it in items), shard.n)
-    return [(a, b) for a, b in pairs if owner[a.family_id] == shard.k]
+    return pairs if limit_pairs is None else pairs[:limit_pairs]
 
 
 def jobs_of(pairs: Sequence[tuple[Item, Item]]) -> list[tuple[Item, Item]]:
@@ -103,72 +99,102 @@ def image_pairs(items: Sequence[Item]) -> list[tuple[Item, Item]]:
     pairs = []
     for members in groups.values():
         if len(members) != 2:
-            raise BenchError(f"image pair {members[0].image_pair_id} has {len(members)} members, not 2")
+            raise InputError(f"image pair {members[0].image_pair_id} has {len(members)} members, not 2")
         a, b = sorted(members, key=lambda it: it.history)
         pairs.append((a, b))
     return pairs
 
 
-def _load_done(path: Path) -> dict[str, dict[str, Any]]:
-    return {row["key"]: row for row in (json.loads(line) for _, line in read_log_lines(path))}
+class PatchingJob(Job):
+    """`evprobe patching` as a job: one row per (source, target) pair job, patched one at a time."""
+
+    kind = "patching"
+    unit_name = "image pairs"
+
+    def __init__(self, config: PatchingConfig) -> None:
+        super().__init__(config.out, config.shard)
+        self.config, self.bench = config, Path(config.bench)
+        check_regime(config.regime)
+        get_protocol(config.protocol)
+        bad = [p for p in config.positions if p not in POSITION_SETS]
+        if bad or not config.positions:
+            raise InputError(f"unknown position set {bad[0] if bad else ''!r}; choose from {', '.join(POSITION_SETS)}")
+        self.items = read_items(self.bench)
+        self.pairs = select_pairs(self.items, config.limit_pairs)
+        if not self.pairs:
+            raise InputError(f"{self.bench} has no image pairs of base selections to patch")
+        bench_meta = read_meta(self.bench / META_FILE)
+        if bench_meta is None:
+            raise InputError(f"{self.bench / META_FILE} not found; generate the benchmark with "
+                             f"`evprobe generate --out {self.bench}`")
+        self.items_sha256 = bench_meta.get("items_sha256")
+        self.handle: Handle | None = None
+
+    def units(self) -> list[Unit]:
+        return [Unit(f"{s.item_id}>{t.item_id}", s.family_id, 0, (s, t)) for s, t in jobs_of(self.pairs)]
+
+    def all_families(self) -> list[str]:
+        return [it.family_id for it in self.items]  # the benchmark's families fix the shards
+
+    @property
+    def batch_size(self) -> int:
+        return 1
+
+    def layers(self) -> list[int] | None:
+        """The layer indices, once the layer count is known (the loaded model, or its config alone)."""
+        from evprobe.hooks.loading import config_n_layers
+
+        known = self.handle.n_layers if self.handle is not None else config_n_layers(self.config.model)
+        return parse_layers(self.config.layers, known) if known is not None else None
+
+    def pinned(self) -> dict[str, Any]:
+        c = self.config
+        out: dict[str, Any] = {
+            "model": c.model, "positions": list(c.positions), "regime": c.regime, "protocol": c.protocol,
+            "items_sha256": self.items_sha256, "dtype": c.dtype, "attn_implementation": c.attn_implementation,
+            "limit_pairs": c.limit_pairs,
+        }
+        layers = self.layers()  # a layer out of range fails here, before the model loads
+        if layers is not None:
+            out["layers"] = layers
+        return out
+
+    def meta(self) -> dict[str, Any]:
+        return {"config": asdict(self.config), **self.pinned()}
+
+    def store_at(self, folder: Path) -> JsonlRows:
+        return JsonlRows(folder / RESULTS_FILE, lambda row: (row["key"], ""), what="patching row")
+
+    def open(self) -> None:
+        from evprobe import hooks
+        from evprobe.hooks.devices import placement_of
+
+        c = self.config
+        self.handle = hooks.load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation)
+
+    def compute(self, batch: list[Unit], condition: str) -> list[Row]:
+        assert self.handle is not None
+        source, target = batch[0].value
+        return [_patch_one(self.handle, self.bench, source, target, self.layers() or [], self.config)]
+
+    def finish(self, rows: dict[RowKey, Row], summary: dict[str, Any]) -> dict[str, Any]:
+        session = summary.get("last_session") or {}
+        meta = read_meta(self.meta_path()) or {}
+        if meta.get("last_session") != session:  # a merge takes its seconds from the shards' metas
+            atomic_write_json(self.meta_path(), {**meta, "last_session": session})
+        ordered = [rows[(u.key, "")] for u in self.units() if (u.key, "") in rows]  # the file's order
+        return write_summary(self.out, ordered, summary["layers"], self.config, len(ordered) // 2,
+                             session.get("seconds") or 0.0)
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], out: Path) -> PatchingJob:
+        c = meta["config"]
+        return cls(PatchingConfig(**{**c, "positions": tuple(c["positions"]), "out": str(out), "shard": None}))
 
 
 def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, Any]:
     """Patch every selected image pair both ways; write results.jsonl, patching.json/.md/.png."""
-    bench, out = Path(config.bench), Path(config.out)
-    check_regime(config.regime)
-    get_protocol(config.protocol)
-    bad = [p for p in config.positions if p not in POSITION_SETS]
-    if bad or not config.positions:
-        raise BenchError(f"unknown position set {bad[0] if bad else ''!r}; choose from {', '.join(POSITION_SETS)}")
-    shard = Shard.parse(config.shard) if config.shard is not None else None
-    items = read_items(bench)
-    if not select_pairs(items, config.limit_pairs, None):
-        raise BenchError(f"{bench} has no image pairs of base selections to patch")
-    pairs = select_pairs(items, config.limit_pairs, shard)
-    if not pairs:
-        raise BenchError(f"shard {shard} holds none of the image pairs (too many shards for their families); "
-                         "use fewer shards")
-    import hooks
-    from experiments.capture import parse_layers, question_marker
-    from hooks.devices import placement_of
-    from hooks.handle import config_n_layers
-
-    known = config_n_layers(config.model)
-    if known is not None:
-        parse_layers(config.layers, known)  # a layer out of range fails before the model loads
-    handle = hooks.load(config.model, dtype=config.dtype, **placement_of(config),
-                        attn_implementation=config.attn_implementation)
-    layers = parse_layers(config.layers, handle.n_layers)
-    out.mkdir(parents=True, exist_ok=True)
-    meta_path = out / "meta.json"
-    meta = {"config": asdict(config), "layers": layers, "model": config.model}
-    if shard is not None:
-        meta["shard"] = str(shard)
-    if meta_path.is_file():
-        old = json.loads(meta_path.read_text())
-        if (old["model"], old["layers"], old["config"]["positions"], old["config"]["regime"], old.get("shard")) != (
-            config.model, layers, list(config.positions), config.regime, meta.get("shard")
-        ):
-            raise BenchError(f"{out} holds patching results of other settings; use another --out")
-    atomic_write_json(meta_path, meta)
-    results = out / RESULTS_FILE
-    done = _load_done(results)
-    jobs = jobs_of(pairs)
-    todo = [(s, t) for s, t in jobs if f"{s.item_id}>{t.item_id}" not in done]
-    bar = Progress(progress_label("patching", shard), len(todo)) if progress and todo else None
-    started = time.perf_counter()
-    # A model that reads facts instead of the prompt's words (the organism) has no question text:
-    # its "text" set is every fact token except the sheet values (hooks.spans).
-    marker_of = question_marker if handle.keeps_prompt_text else (lambda prompt: None)
-    for source, target in todo:
-        row = _patch_one(handle, bench, source, target, layers, config, marker_of)
-        append_log_lines(results, [row])
-        if bar:
-            bar.update()
-    rows = list(_load_done(results).values())
-    summary = write_summary(out, rows, layers, config, len(pairs), time.perf_counter() - started)
-    return {**summary, "computed": len(todo)}
+    return run_job(PatchingJob(config), progress=progress)
 
 
 def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], config: PatchingConfig, n_pairs: int,
@@ -182,18 +208,21 @@ def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], conf
     return summary
 
 
-def _patch_one(handle, bench: Path, source: Item, target: Item, layers, config: PatchingConfig, marker_of) -> dict:
-    from hooks.inputs import build_inputs
-    from hooks.patching import patch_pair
-    from hooks.spans import token_spans
+def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: list[int],
+               config: PatchingConfig) -> Row:
+    from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.patching import patch_pair
+    from evprobe.hooks.spans import token_spans
 
     def inputs(item: Item):
         return build_prompt(item, config.protocol, config.regime), load_item_images(bench, item.images)
 
     src, tgt = inputs(source), inputs(target)
     enc = build_inputs(handle, [tgt[0]], [tgt[1]])
-    spans = token_spans(handle, enc["input_ids"][0], enc["attention_mask"][0], tgt[0],
-                        marker_of(target.prompt), n_images=len(tgt[1]))
+    # A model that reads facts instead of the prompt's words (the organism) has no question text:
+    # its "text" set is every fact token except the sheet values (hooks.spans).
+    marker = question_marker(target.prompt) if handle.keeps_prompt_text else None
+    spans = token_spans(handle, enc["input_ids"][0], enc["attention_mask"][0], tgt[0], marker, n_images=len(tgt[1]))
     sets = {"last": [spans.last], "text": list(spans.text), "image": list(spans.image)}
     chosen = {name: sets[name] for name in config.positions}
     result = patch_pair(handle, src, tgt, layers=layers, position_sets=chosen, candidates=list(LETTERS))
@@ -317,55 +346,25 @@ def add_patching_parser(sub: argparse._SubParsersAction) -> None:
         "come from --config (a YAML of PatchingConfig), flags override it; without --config, "
         "--model, --bench and --out are required.",
     )
-    p.add_argument("--config", default=None, help="YAML file (e.g. configs/experiments/patching_tiny.yaml)")
-    p.add_argument("--model", default=None)
-    p.add_argument("--bench", default=None)
-    p.add_argument("--out", default=None)
-    p.add_argument("--layers", default=None, help="all or comma-separated layer numbers (default all)")
-    p.add_argument("--positions", default=None, help="comma list of last, text, image (default all three)")
-    p.add_argument("--regime", default=None)
-    p.add_argument("--protocol", default=None)
-    p.add_argument("--limit-pairs", type=int, default=None, help="only the first N image pairs")
-    p.add_argument("--dtype", default=None)
-    add_placement_arguments(p)
-    p.add_argument("--n-boot", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--shard", default=None, metavar="K/N",
-                   help="only shard K of N (0-based, whole families); combine the N folders with `evprobe merge`")
+    add_experiment_arguments(p, PatchingConfig, example="patching_tiny", config_required=False)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(run=_run)
 
 
 def config_from_args(args: argparse.Namespace) -> PatchingConfig:
     """--config filled into PatchingConfig, with every given flag applied on top."""
-    from experiments.config import load_config
-
-    overrides = {
-        "model": args.model, "bench": args.bench, "out": args.out, "layers": args.layers,
-        "positions": tuple(p.strip() for p in args.positions.split(",") if p.strip()) if args.positions else None,
-        "regime": args.regime, "protocol": args.protocol, "limit_pairs": args.limit_pairs, "dtype": args.dtype,
-        "device_map": args.device_map, "max_memory": args.max_memory, "offload_folder": args.offload_folder,
-        "n_boot": args.n_boot, "seed": args.seed, "shard": args.shard,
-    }
-    if args.config is None:
-        missing = [f"--{k}" for k in ("model", "bench", "out") if overrides[k] is None]
-        if missing:
-            raise BenchError(f"patching needs --config or {', '.join(missing)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        config = load_config(PatchingConfig, given, where="command line")
-    else:
-        config = load_config(PatchingConfig, args.config, overrides)
+    config = resolve_model_flag(experiment_config(PatchingConfig, args), args)
     if config.limit_pairs is not None and config.limit_pairs <= 0:
-        raise BenchError(f"limit_pairs must be a positive integer, got {config.limit_pairs}")
+        raise InputError(f"limit_pairs must be a positive integer, got {config.limit_pairs}")
     return config
 
 
 def _run(args: argparse.Namespace) -> int:
-    from experiments.distributed import data_parallel
+    from evprobe.experiments.distributed import data_parallel
 
     config = config_from_args(args)
     # torchrun / accelerate launch: this rank's pairs, then rank 0 merges
-    if data_parallel(config, lambda c: run_patching(c, progress=not args.quiet), unit="(pair, direction) rows"):
+    if data_parallel(config, lambda c: run_patching(c, progress=not args.quiet), unit="(pair, direction) rows", job=PatchingJob):
         return 0
     summary = run_patching(config, progress=not args.quiet)
     print(f"patched {summary['n_rows']} (pair, direction) rows; wrote {config.out}/patching.md and patching.png")

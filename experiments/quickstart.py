@@ -35,10 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.generate import GenerateConfig, generate
-from bench.manifest import META_FILE, BenchError
-from bench.runner import RunConfig, run
-from hooks.devices import placement_of
+from evprobe.bench.generate import GenerateConfig, generate
+from evprobe.bench.manifest import META_FILE
+from evprobe.core.errors import InputError
+from evprobe.bench.runner import RunConfig, run
+from evprobe.hooks.devices import placement_of
 
 DEFAULT_MODEL = "organism"
 UNTRAINED = (
@@ -80,7 +81,7 @@ def quickstart(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Run the whole pipeline into `out`; returns the timings and the report path."""
-    from experiments.config import load_model_config
+    from evprobe.experiments.config import load_model_config
 
     cfg = load_model_config(model)  # a bad name or file fails here, before anything runs
     organism = cfg.model == "organism"
@@ -89,7 +90,7 @@ def quickstart(
     if pairs is None:
         pairs = 64 if organism else 4
     if families_per_system < 2:
-        raise BenchError("--families-per-system must be at least 2 (folds and held-out systems need families)")
+        raise InputError("--families-per-system must be at least 2 (folds and held-out systems need families)")
     out.mkdir(parents=True, exist_ok=True)
     bench, run_dir, acts = out / "bench", out / "run", out / "acts"
     directions, dose, patch = out / "directions", out / "dose_response", out / "patching"
@@ -107,13 +108,13 @@ def quickstart(
     run(RunConfig(model=cfg.model, bench=str(bench), out=str(run_dir), batch_size=cfg.batch_size,
                   dtype=cfg.dtype, **placement_of(cfg), attn_implementation=cfg.attn_implementation,
                   trust_remote_code=cfg.trust_remote_code), progress=progress)
-    from experiments.scoring_io import score_run
+    from evprobe.experiments.scoring_io import score_run
 
     score_run(run_dir, bench, n_boot=n_boot)
     timings["run+score"] = time.perf_counter() - t
 
     t = _step(3, "capture the residual stream")
-    from experiments.capture import CaptureConfig, capture
+    from evprobe.experiments.capture import CaptureConfig, capture
     capture(CaptureConfig(model=cfg.model, bench=str(bench), out=str(acts), requests=("select", "answer_initial"),
                           positions=("last", "text_mean", "image_mean"), batch_size=cfg.batch_size,
                           dtype=cfg.dtype, **placement_of(cfg), attn_implementation=cfg.attn_implementation,
@@ -121,19 +122,20 @@ def quickstart(
     timings["capture"] = time.perf_counter() - t
 
     t = _step(4, "sweep probes for sufficiency")
-    _probe_command("sweep", [str(acts), "--label", "resolved", "--n-boot", str(n_boot), "--quiet",
-                             "--out", str(acts / "probes" / "resolved")])
+    from evprobe.probes.runs import directions_to_folder, sweep_to_folder
+    from evprobe.probes.sweep import SweepConfig
+
+    sweep_to_folder([acts], "resolved", acts / "probes" / "resolved", SweepConfig(n_boot=n_boot))
     timings["sweep"] = time.perf_counter() - t
 
     t = _step(5, "fit directions on each half of the families")
     meta = json.loads((acts / "meta.json").read_text())
-    layers = ",".join(str(i) for i in meta["layers"])
-    _probe_command("directions", [str(acts), "--layer", layers, "--position", "last", "--label", "resolved",
-                                  "--by", "half", "--out", str(directions)])
+    directions_to_folder([acts], "resolved", directions, meta["layers"], position="last", by="half")
     timings["directions"] = time.perf_counter() - t
 
     t = _step(6, "dose-response on held-out families")
-    from experiments.dose_response import DoseResponseConfig, dose_response
+    from evprobe.experiments.dose_config import DoseResponseConfig
+    from evprobe.experiments.dose_response import dose_response
 
     dose_response(DoseResponseConfig(model=model, bench=str(bench), directions=str(directions), out=str(dose),
                                      layers="from-direction",
@@ -142,7 +144,7 @@ def quickstart(
     timings["dose_response"] = time.perf_counter() - t
 
     t = _step(7, "pair patching")
-    from experiments.patching import PatchingConfig, run_patching
+    from evprobe.experiments.patching import PatchingConfig, run_patching
 
     run_patching(PatchingConfig(model=cfg.model, bench=str(bench), out=str(patch), limit_pairs=pairs,
                                 dtype=cfg.dtype, **placement_of(cfg),
@@ -150,12 +152,12 @@ def quickstart(
     timings["patching"] = time.perf_counter() - t
 
     t = _step(8, "known-answer checks and the report" if organism else "write the report")
-    from experiments.report import build_report
+    from evprobe.experiments.report import build_report
 
     banner = UNTRAINED.format(model=cfg.model) if cfg.model.startswith("tiny:") else None
     checks = None
     if organism:
-        from experiments.known_answer import known_answer_checks
+        from evprobe.experiments.known_answer import known_answer_checks
 
         checks = known_answer_checks(out)
         failed = [c["check"] for c in checks["checks"] if c["passed"] is not True]
@@ -165,17 +167,6 @@ def quickstart(
     timings["report"] = time.perf_counter() - t
     return {"report": str(report), "seconds": {k: round(v, 2) for k, v in timings.items()},
             "known_answer": checks}
-
-
-def _probe_command(name: str, argv: list[str]) -> None:
-    """Run `evprobe sweep` / `evprobe directions` through their own parsers (no CLI import)."""
-    from probes.cli import add_directions_parser, add_sweep_parser
-
-    parser = argparse.ArgumentParser(prog="evprobe")
-    sub = parser.add_subparsers(dest="command", required=True)
-    (add_sweep_parser if name == "sweep" else add_directions_parser)(sub)
-    args = parser.parse_args([name, *argv])
-    args.run(args)
 
 
 def add_quickstart_parser(sub: argparse._SubParsersAction) -> None:

@@ -15,7 +15,8 @@ import re
 import shutil
 from pathlib import Path
 
-from bench.manifest import BenchError, atomic_write_bytes
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_bytes
 
 PARTS = (
     ("Known-answer checks", "known_answer.md"),
@@ -40,7 +41,7 @@ def build_report(
     roots = [Path(r) for r in ([roots] if isinstance(roots, (str, Path)) else roots)]
     for root in roots:
         if not root.is_dir():
-            raise BenchError(f"{root}: no such folder; point `evprobe report` at pipeline output folders")
+            raise InputError(f"{root}: no such folder; point `evprobe report` at pipeline output folders")
     out = Path(out) if out is not None else roots[0] / "report"
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", ""]
@@ -63,7 +64,7 @@ def build_report(
                 lines += [f"![{png.stem} ({where})]({target})", ""]
     if not found:
         names = ", ".join(str(r) for r in roots)
-        raise BenchError(f"{names}: found no scores.md, sweep.md, dose_response.md or patching.md to report")
+        raise InputError(f"{names}: found no scores.md, sweep.md, dose_response.md or patching.md to report")
     path = out / "report.md"
     atomic_write_bytes(path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
     return path

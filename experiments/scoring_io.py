@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.manifest import META_FILE, BenchError, atomic_write_bytes, atomic_write_json, read_items
-from bench.records import RECORDS_FILE, RUN_META_FILE, load_records
-from bench.reference import Prices
-from bench.score_report import compare_markdown, scores_markdown
-from bench.scoring import score
+from evprobe.bench.manifest import META_FILE, read_items
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, load_records
+from evprobe.bench.reference import Prices
+from evprobe.bench.score_report import compare_markdown, scores_markdown
+from evprobe.bench.scoring import score
 
 SCORES_JSON = "scores.json"
 SCORES_MD = "scores.md"
@@ -19,7 +21,7 @@ SCORES_MD = "scores.md"
 def run_meta(run_dir: Path) -> dict[str, Any]:
     path = run_dir / RUN_META_FILE
     if not path.is_file():
-        raise BenchError(f"{path} not found: {run_dir} is not a run folder; create it with `evprobe run`")
+        raise InputError(f"{path} not found: {run_dir} is not a run folder; create it with `evprobe run`")
     return json.loads(path.read_text())
 
 
@@ -31,16 +33,16 @@ def score_run(
     bench = bench if bench is not None else Path(meta["bench"])
     bench_meta_path = bench / META_FILE
     if not bench_meta_path.is_file():
-        raise BenchError(f"{bench_meta_path} not found; pass the run's benchmark with --bench DIR")
+        raise InputError(f"{bench_meta_path} not found; pass the run's benchmark with --bench DIR")
     bench_meta = json.loads(bench_meta_path.read_text())
     if bench_meta["items_sha256"] != meta["items_sha256"]:
-        raise BenchError(
+        raise InputError(
             f"{bench} is not the benchmark {run_dir} was run on (items hash differs); pass the right --bench"
         )
     items = read_items(bench, validate_images=False)
     records = load_records(run_dir / RECORDS_FILE)
     if not records:
-        raise BenchError(f"{run_dir / RECORDS_FILE} has no records; run `evprobe run` first")
+        raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `evprobe run` first")
     scores = score(items, records.values(), n_boot=n_boot, seed=seed, prices=Prices(**bench_meta["prices"]))
     scores["run"] = {k: meta[k] for k in ("model", "protocol", "regime") if k in meta}
     title = f"{meta['model']} ({meta['protocol']}, {meta['regime']})"

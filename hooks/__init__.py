@@ -21,36 +21,37 @@ from typing import TYPE_CHECKING, Any
 # package attribute of that name to the module; binding the function right after makes
 # `hooks.tiny` / `hooks.steer` / `hooks.ablate` the function for good. None of the three
 # imports anything heavy at module level.
-from hooks.ablate import ablate
-from hooks.steer import steer
-from hooks.tiny import TINY_ARCHS, tiny
+from evprobe.hooks.ablate import ablate
+from evprobe.hooks.steer import steer
+from evprobe.hooks.tiny import TINY_ARCHS, tiny
 
 if TYPE_CHECKING:
-    from hooks.generation import Generation, generate, next_token_logprobs
-    from hooks.handle import Handle, load
-    from hooks.inputs import build_inputs
+    from evprobe.hooks.generation import Generation, generate, next_token_logprobs
+    from evprobe.hooks.handle import Handle
+    from evprobe.hooks.loading import load
+    from evprobe.hooks.inputs import build_inputs
 
 _LAZY = {
-    "load": "hooks.handle",
-    "Handle": "hooks.handle",
-    "build_inputs": "hooks.inputs",
-    "generate": "hooks.generation",
-    "next_token_logprobs": "hooks.generation",
-    "Generation": "hooks.generation",
-    "capture_layers": "hooks.capture",
-    "capture_batch": "hooks.capture",
-    "Capture": "hooks.capture",
-    "POSITIONS": "hooks.capture",
-    "token_spans": "hooks.spans",
-    "batch_spans": "hooks.spans",
-    "Spans": "hooks.spans",
-    "Steering": "hooks.steer",
-    "SteeredRun": "hooks.steer",
-    "steered_generate": "hooks.steer",
-    "steered_generate_nnsight": "hooks.steer",
-    "option_logprobs": "hooks.steer",
-    "random_directions": "hooks.steer",
-    "mean_residual_norm": "hooks.steer",
+    "load": "evprobe.hooks.loading",
+    "Handle": "evprobe.hooks.handle",
+    "build_inputs": "evprobe.hooks.inputs",
+    "generate": "evprobe.hooks.generation",
+    "next_token_logprobs": "evprobe.hooks.generation",
+    "Generation": "evprobe.hooks.generation",
+    "capture_layers": "evprobe.hooks.capture",
+    "capture_batch": "evprobe.hooks.capture",
+    "Capture": "evprobe.hooks.capture",
+    "POSITIONS": "evprobe.hooks.capture",
+    "token_spans": "evprobe.hooks.spans",
+    "batch_spans": "evprobe.hooks.spans",
+    "Spans": "evprobe.hooks.spans",
+    "Steering": "evprobe.hooks.steer",
+    "SteeredRun": "evprobe.hooks.steer",
+    "steered_generate": "evprobe.hooks.steer",
+    "steered_generate_nnsight": "evprobe.hooks.steer",
+    "option_logprobs": "evprobe.hooks.steer",
+    "random_directions": "evprobe.hooks.steer",
+    "mean_residual_norm": "evprobe.hooks.steer",
 }
 
 __all__ = [

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from numbers import Integral
 from typing import Any, Literal
 
-from hooks.steer import _hidden, _replace_hidden, unit_direction
+from evprobe.hooks.steer import hidden_of, replace_hidden, unit_direction
 
 
 def _layer_list(layers: Literal["all"] | int | Sequence[int], n_layers: int) -> list[int]:
@@ -47,13 +47,13 @@ def _ablation_hook(v64):
     def hook(module, args, output):
         import torch
 
-        hidden = _hidden(output)  # (batch, seq, d_model)
+        hidden = hidden_of(output)  # (batch, seq, d_model)
         key = (hidden.dtype, hidden.device)
         if key not in cache:
             cache[key] = torch.tensor(v64, device=hidden.device, dtype=hidden.dtype)  # (d_model,), copied
         v = cache[key]
         coeff = hidden @ v  # (batch, seq)
-        return _replace_hidden(output, hidden - coeff.unsqueeze(-1) * v)
+        return replace_hidden(output, hidden - coeff.unsqueeze(-1) * v)
 
     return hook
 

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hooks.inputs import build_inputs
-from hooks.spans import Spans, batch_spans
+from evprobe.hooks.inputs import build_inputs
+from evprobe.hooks.spans import Spans, batch_spans
 
 if TYPE_CHECKING:
     import torch
     from PIL import Image
 
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
 POSITIONS: tuple[str, ...] = ("last", "image_mean", "text_mean")
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["PLACEMENT_KEYS", "module_device", "parse_max_memory", "placement_of"]
 
 # hooks.load's keywords (and the config fields) that say where a model's modules go.
-PLACEMENT_KEYS = ("device_map", "max_memory", "offload_folder")
+from evprobe.core.flags import PLACEMENT_KEYS  # noqa: E402 - one definition, shared with the job runner
 
 _SIZE = re.compile(r"^\d+(\.\d+)?\s*([KMGT]i?B|B)?$", re.IGNORECASE)
 
@@ -67,6 +67,6 @@ def parse_max_memory(spec: str | None) -> dict[int | str, str] | None:
 
 
 def placement_of(config: object) -> dict[str, object]:
-    """hooks.load's placement keywords read off any config with `device_map` (and optionally
+    """evprobe.hooks.load's placement keywords read off any config with `device_map` (and optionally
     `max_memory`, `offload_folder`) fields."""
     return {key: getattr(config, key, None) for key in PLACEMENT_KEYS}

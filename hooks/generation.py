@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hooks.inputs import build_inputs
+from evprobe.hooks.inputs import build_inputs
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,11 @@
-"""The model handle every later stage uses: model + processor + decoder layers.
+"""The model handle every later stage uses: model + processor + decoder layers (`Handle`).
 
-`load("tiny:<arch>")` builds a tiny random model (hooks.tiny); a name that an installed package
-registers in the `evprobe.models` entry-point group (`organism`) resolves to its folder; anything
-else is a hub id or local folder loaded with AutoProcessor / AutoModelForImageTextToText
-(AutoModelForCausalLM for a text-only checkpoint, whose processor turns images into tokens).
-
-Entry points keep `hooks` free of the benchmark: the model organism's processor reads benchmark
-sheets, so it lives in the `organism` package, which `hooks` finds only through
-`evprobe.models` (name -> function returning the folder) and `evprobe.processors`
-(processor_class -> class), both declared in pyproject.toml.
+`load` (hooks.loading) builds one from a name, a folder or a tiny architecture;
+`Handle.from_parts` wraps a model and processor already in memory.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -24,7 +15,6 @@ if TYPE_CHECKING:
     from torch import nn
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
-_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(eq=False)
@@ -51,7 +41,7 @@ class Handle:
 
     @classmethod
     def from_parts(cls, model: PreTrainedModel, processor: ProcessorMixin, *, model_id: str) -> Handle:
-        from hooks.layers import find_decoder_layers
+        from evprobe.hooks.layers import find_decoder_layers
 
         tokenizer = getattr(processor, "tokenizer", None)
         if tokenizer is None:
@@ -83,7 +73,7 @@ class Handle:
     def device(self) -> torch.device:
         """Where inputs go: the device of the input embeddings (under a device_map the first
         parameter may be offloaded to `meta`, or sit on another GPU)."""
-        from hooks.devices import module_device
+        from evprobe.hooks.devices import module_device
 
         return module_device(self.model, self._embeddings_path)
 
@@ -94,7 +84,7 @@ class Handle:
 
     def layer_device(self, layer: int) -> torch.device:
         """The device decoder layer `layer` computes on (a steering vector for it goes there)."""
-        from hooks.devices import module_device
+        from evprobe.hooks.devices import module_device
 
         return module_device(self.model, f"{self.layers_path}.{layer}")
 
@@ -156,7 +146,7 @@ def _wrap_nnsight(model, processor, tokenizer):
     embeddings = _module_path(model, model.get_input_embeddings())
     placement = getattr(model, "hf_device_map", None)
     if placement and next(iter(placement.values())) in ("disk", "meta"):
-        from hooks.devices import module_device
+        from evprobe.hooks.devices import module_device
 
         first = str(module_device(model, embeddings))
         model.hf_device_map = {"": first, **{k: v for k, v in placement.items() if k != ""}}
@@ -179,7 +169,7 @@ def _placed(envoy_class: type, embeddings: str) -> type:
     class Placed(envoy_class):  # type: ignore[misc, valid-type]
         @property
         def device(self):
-            from hooks.devices import module_device
+            from evprobe.hooks.devices import module_device
 
             return module_device(self._module, embeddings)
 
@@ -194,187 +184,8 @@ def _module_path(root: nn.Module, target: nn.Module) -> str:
     raise ValueError(f"{type(target).__name__} is not a submodule of {type(root).__name__}")
 
 
-def _resolve_dtype(dtype: str, device_map: str | dict | None):
-    import torch
-
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
-    if dtype != "auto":
-        return getattr(torch, dtype)
-    on_gpu = device_map is not None and device_map != "cpu" and torch.cuda.is_available()
-    # CPUs here have no fast bf16: float32 on CPU, the checkpoint's dtype on GPU.
-    return "auto" if on_gpu else torch.float32
-
-
-def _entry_points(group: str) -> dict:
-    from importlib.metadata import entry_points
-
-    return {ep.name: ep for ep in entry_points(group=group)}
-
-
-def named_models() -> tuple[str, ...]:
-    """Model names registered by installed packages (e.g. "organism")."""
-    return tuple(sorted(_entry_points("evprobe.models")))
-
-
-def resolve_model(model: str) -> str:
-    """The folder of a registered model name; any other name unchanged."""
-    ep = _entry_points("evprobe.models").get(model)
-    return model if ep is None else str(ep.load()())
-
-
-def _saved_processor_class(model: str) -> str | None:
-    """`processor_class` from a (local or cached) processor_config.json, if any."""
-    from transformers.utils import cached_file
-
-    path = cached_file(
-        model,
-        "processor_config.json",
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-        _raise_exceptions_for_gated_repo=False,
-    )
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("processor_class")
-
-
-def _load_processor(model: str, *, trust_remote_code: bool):
-    """AutoProcessor, except for our torchvision-free processor classes.
-
-    A folder saved from a tiny model names one of hooks.processors' classes,
-    which AutoProcessor cannot resolve. A real Qwen-VL / SmolVLM / Pixtral
-    checkpoint on a machine without torchvision fails in AutoProcessor (video
-    processors and PixtralProcessor import torchvision); then the same files are
-    loaded with our image-only stand-in.
-    """
-    from transformers import AutoProcessor
-
-    from hooks.processors import LOCAL_PROCESSORS, TORCHVISION_FREE
-
-    saved = _saved_processor_class(model)
-    if saved in LOCAL_PROCESSORS:
-        return LOCAL_PROCESSORS[saved].from_pretrained(model)
-    plugins = _entry_points("evprobe.processors")
-    if saved in plugins:
-        return plugins[saved].load().from_pretrained(model)
-    try:
-        return AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
-    except Exception:  # ImportError (torchvision) or OSError (video processor files), among others
-        from transformers.utils import is_torchvision_available
-
-        if saved in TORCHVISION_FREE and not is_torchvision_available():
-            return TORCHVISION_FREE[saved].from_pretrained(model)
-        raise
-
-
-def config_n_layers(model: str, *, trust_remote_code: bool = False) -> int | None:
-    """The language model's decoder layer count read from the model's config alone (no weights),
-    so layer choices can be checked before a slow load; None when the config cannot be read
-    (e.g. a hub id not in the local cache on an offline machine)."""
-    if model.startswith("tiny:"):
-        from hooks.tiny import N_LAYERS, TINY_ARCHS
-
-        return N_LAYERS if model.removeprefix("tiny:") in TINY_ARCHS else None
-    try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(resolve_model(model), trust_remote_code=trust_remote_code)
-        return int(config.get_text_config().num_hidden_layers)
-    except Exception:  # noqa: BLE001 - any failure means "unknown here"; load() reports it properly
-        return None
-
-
-def load(
-    model: str,
-    *,
-    dtype: str = "auto",
-    device_map: str | dict[str, str | int] | None = None,
-    trust_remote_code: bool = False,
-    attn_implementation: str | None = None,
-    max_memory: str | dict[int | str, str] | None = None,
-    offload_folder: str | None = None,
-) -> Handle:
-    """Load a vision-language model and its processor into a Handle.
-
-    model: "tiny:<arch>" (see hooks.tiny.TINY_ARCHS), a registered name (`named_models()`, e.g.
-        "organism"), a hub id or a local folder.
-    dtype: "auto" = float32 on CPU, the checkpoint's dtype on GPU; or an explicit one.
-    device_map: passed to from_pretrained (None = CPU): "auto" (accelerate's big-model loading
-        over the visible GPUs, then CPU, then disk), "cuda:1", or a module -> device mapping.
-    max_memory: accelerate's budget per device, "0=70GiB,cpu=200GiB" or a dict (hooks.devices).
-    offload_folder: where layers that fit nowhere else are offloaded (device_map "disk").
-    trust_remote_code: off unless asked for (never implied).
-    attn_implementation: e.g. "eager" or "sdpa"; None = transformers' default.
-    """
-    if model.startswith("tiny:"):
-        import torch
-
-        from hooks.tiny import tiny
-
-        if max_memory is not None or offload_folder is not None or isinstance(device_map, dict):
-            raise ValueError(f"{model} is built in memory: max_memory, offload_folder and a device_map mapping "
-                             "need a saved model; save it (Handle.model.save_pretrained) and load the folder")
-        handle = tiny(model.removeprefix("tiny:"))
-        resolved = _resolve_dtype(dtype, device_map)
-        if resolved != "auto":
-            handle.model.to(resolved)
-        if device_map not in (None, "cpu") and torch.cuda.is_available():
-            # A tiny model fits anywhere: "auto" means the first GPU.
-            handle.model.to("cuda" if device_map == "auto" else device_map)
-        if attn_implementation is not None:
-            handle.model.set_attn_implementation(attn_implementation)
-        return handle
-
-    name, model = model, resolve_model(model)
-    if (os.path.isabs(model) or model.startswith(".")) and not os.path.isdir(model):
-        raise FileNotFoundError(f"model folder {model!r} does not exist (and it is not a hub id)")
-
-    kwargs: dict[str, Any] = dict(
-        dtype=_resolve_dtype(dtype, device_map),
-        use_safetensors=True,
-        trust_remote_code=trust_remote_code,
-    )
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-    if isinstance(max_memory, str):
-        from hooks.devices import parse_max_memory
-
-        max_memory = parse_max_memory(max_memory)
-    if max_memory is not None or offload_folder is not None:
-        if device_map is None:
-            raise ValueError("max_memory and offload_folder place a model by accelerate's device_map; "
-                             "give a device map too (e.g. device_map='auto')")
-        if max_memory is not None:
-            kwargs["max_memory"] = max_memory
-        if offload_folder is not None:
-            kwargs["offload_folder"] = offload_folder
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
-    processor = _load_processor(model, trust_remote_code=trust_remote_code)
-    hf_model = _model_class(model, trust_remote_code).from_pretrained(model, **kwargs)
-    return Handle.from_parts(hf_model, processor, model_id=name)
-
-
-def _model_class(model: str, trust_remote_code: bool):
-    """AutoModelForImageTextToText, or AutoModelForCausalLM for a text-only config."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-    config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
-    if getattr(config, "vision_config", None) is None and config.model_type in _causal_lm_types():
-        return AutoModelForCausalLM
-    return AutoModelForImageTextToText
-
-
-def _causal_lm_types() -> set[str]:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-
-
 # The functions that take a Handle, importable from here as well.
-from hooks.generation import Generation, generate, next_token_logprobs
-from hooks.inputs import build_inputs
+from evprobe.hooks.generation import Generation, generate, next_token_logprobs
+from evprobe.hooks.inputs import build_inputs
 
-__all__ = ["Generation", "Handle", "build_inputs", "generate", "load", "next_token_logprobs"]
+__all__ = ["Generation", "Handle", "build_inputs", "generate", "next_token_logprobs"]

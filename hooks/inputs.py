@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from PIL import Image
     from transformers import BatchFeature
 
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
 
 def user_message(prompt: str, n_images: int) -> list[dict]:

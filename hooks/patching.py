@@ -25,7 +25,7 @@ import numpy as np
 if TYPE_CHECKING:
     from PIL import Image
 
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ def patch_pair(
     import nnsight
     import torch
 
-    from hooks.generation import candidate_token_ids
-    from hooks.inputs import build_inputs
+    from evprobe.hooks.generation import candidate_token_ids
+    from evprobe.hooks.inputs import build_inputs
 
     bad = [i for i in layers if not 0 <= i < handle.n_layers]
     if bad:

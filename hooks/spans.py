@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import BatchFeature
 
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
 # Added-token texts that mark image structure (Pixtral [IMG_BREAK], Gemma <start_of_image>,
 # Qwen <|vision_start|>, Idefics3 <fake_token_around_image>, <global-img>, <row_1_col_2>).
@@ -130,7 +130,7 @@ def _image_token_ids(config: Any, tokenizer: Any, processor: Any) -> ImageTokens
 
 def render_row(handle: Handle, prompt_text: str, n_images: int) -> str:
     """The chat-template string of one row, exactly as `build_inputs` renders it."""
-    from hooks.inputs import user_message
+    from evprobe.hooks.inputs import user_message
 
     return handle.processor.apply_chat_template(
         user_message(prompt_text, n_images), add_generation_prompt=True, tokenize=False

@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     import torch
     from PIL import Image
 
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
 Positions = Literal["all", "last"] | tuple[int, ...] | slice
 Schedule = Literal["every-step", "prompt-only"]
@@ -235,14 +235,14 @@ def _check_against(handle: Any, s: Steering) -> None:
 
 # ---------------------------------------------------------------- the edit itself
 
-def _replace_hidden(output: Any, hidden: torch.Tensor) -> Any:
+def replace_hidden(output: Any, hidden: torch.Tensor) -> Any:
     """A layer's output with its hidden states replaced (transformers 5: a plain tensor)."""
     if isinstance(output, tuple):
         return (hidden, *output[1:])
     return hidden
 
 
-def _hidden(output: Any) -> torch.Tensor:
+def hidden_of(output: Any) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output  # (batch, seq, d_model)
 
 
@@ -270,7 +270,7 @@ def _steering_hook(index: int, s: Steering, log: SteeringLog):
     cache: dict[tuple[Any, Any], Any] = {}
 
     def hook(module, args, output):
-        hidden = _hidden(output)  # (batch, seq, d_model)
+        hidden = hidden_of(output)  # (batch, seq, d_model)
         prompt = hidden.shape[1] > 1  # a length-1 forward is a cached decode step
         edit = prompt or s.schedule == "every-step"
         log.calls.append((index, s.layer, int(hidden.shape[1]), edit))
@@ -279,7 +279,7 @@ def _steering_hook(index: int, s: Steering, log: SteeringLog):
         key = (hidden.dtype, hidden.device)
         if key not in cache:
             cache[key] = s.delta(hidden.dtype, hidden.device)  # (d_model,)
-        return _replace_hidden(output, _add_at(hidden, cache[key], s.positions, prompt=prompt))
+        return replace_hidden(output, _add_at(hidden, cache[key], s.positions, prompt=prompt))
 
     return hook
 
@@ -361,7 +361,7 @@ def steered_generate(
     """Greedy generation of all rows in one batch under `steer` (plain hooks); None = unsteered."""
     import torch
 
-    from hooks.inputs import build_inputs
+    from evprobe.hooks.inputs import build_inputs
 
     specs = _as_list(steering)
     kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
@@ -399,7 +399,7 @@ def steered_generate_nnsight(
     import nnsight
     import torch
 
-    from hooks.inputs import build_inputs
+    from evprobe.hooks.inputs import build_inputs
 
     specs = _as_list(steering)
     for s in specs:
@@ -460,7 +460,7 @@ def option_logprobs(
     (rows, len(letters)) float64: a full-vocabulary log-softmax at each row's last
     position, restricted to the letters' first tokens (hooks.next_token_logprobs).
     """
-    from hooks.generation import next_token_logprobs
+    from evprobe.hooks.generation import next_token_logprobs
 
     specs = _as_list(steering)
     if not specs:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
 # Architectures `tiny()` can build, by the name used in "tiny:<arch>".
 TINY_ARCHS: tuple[str, ...] = (
@@ -128,7 +128,7 @@ _QWEN_TEMPLATE = _chat_template(
 
 
 def _qwen_tokenizer():
-    from hooks.tiny_tokenizer import build_tokenizer
+    from evprobe.hooks.tiny_tokenizer import build_tokenizer
 
     return build_tokenizer(
         special_tokens=_QWEN_SPECIALS,
@@ -150,7 +150,7 @@ def _build_qwen2_5_vl():
         Qwen2VLImageProcessorPil,
     )
 
-    from hooks.processors import NoVideoQwen2_5_VLProcessor
+    from evprobe.hooks.processors import NoVideoQwen2_5_VLProcessor
 
     tok = _qwen_tokenizer()
     # M-RoPE splits head_dim / 2 = 8 rotary frequencies over (time, height, width).
@@ -173,7 +173,7 @@ def _build_qwen3_vl():
         Qwen2VLImageProcessorPil,
     )
 
-    from hooks.processors import NoVideoQwen3VLProcessor
+    from evprobe.hooks.processors import NoVideoQwen3VLProcessor
 
     tok = _qwen_tokenizer()
     text = _llama_like_text(len(tok), tok, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
@@ -208,7 +208,7 @@ _IDEFICS_SEQ = (_IDEFICS_TILE // _IDEFICS_PATCH) ** 2 // _IDEFICS_SCALE**2  # 4
 
 
 def _idefics_parts():
-    from hooks.tiny_tokenizer import build_tokenizer
+    from evprobe.hooks.tiny_tokenizer import build_tokenizer
 
     tok = build_tokenizer(
         special_tokens=_IDEFICS_SPECIALS,
@@ -251,7 +251,7 @@ def _build_smolvlm():
         SmolVLMImageProcessorPil,
     )
 
-    from hooks.processors import NoVideoSmolVLMProcessor
+    from evprobe.hooks.processors import NoVideoSmolVLMProcessor
 
     tok, config_kwargs, image_kwargs = _idefics_parts()
     config = SmolVLMConfig(**config_kwargs)
@@ -272,7 +272,7 @@ _LLAVA_PATCH = 14
 
 
 def _llava_parts(video: bool = False):
-    from hooks.tiny_tokenizer import build_tokenizer
+    from evprobe.hooks.tiny_tokenizer import build_tokenizer
 
     tok = build_tokenizer(
         special_tokens=_LLAVA_SPECIALS + (["<video>"] if video else []),
@@ -330,7 +330,7 @@ def _build_llava_next_video():
         LlavaNextImageProcessorPil,
     )
 
-    from hooks.processors import NoVideoLlavaNextVideoProcessor
+    from evprobe.hooks.processors import NoVideoLlavaNextVideoProcessor
 
     tok, config_kwargs, processor_kwargs = _llava_parts(video=True)
     s = _LLAVA_IMAGE
@@ -370,7 +370,7 @@ def _build_gemma3():
         Gemma3ImageProcessorPil,
     )
 
-    from hooks.tiny_tokenizer import build_tokenizer
+    from evprobe.hooks.tiny_tokenizer import build_tokenizer
 
     tok = build_tokenizer(
         special_tokens=_GEMMA_SPECIALS,
@@ -411,8 +411,8 @@ def _build_mistral3():
         PixtralImageProcessorPil,
     )
 
-    from hooks.processors import TinyPixtralProcessor
-    from hooks.tiny_tokenizer import build_tokenizer
+    from evprobe.hooks.processors import TinyPixtralProcessor
+    from evprobe.hooks.tiny_tokenizer import build_tokenizer
 
     tok = build_tokenizer(
         special_tokens=_MISTRAL_SPECIALS,
@@ -458,7 +458,7 @@ def tiny(arch: str, *, seed: int = 0) -> Handle:
         raise ValueError(f"unknown tiny architecture {arch!r}; valid names: {', '.join(TINY_ARCHS)}")
     import torch
 
-    from hooks.handle import Handle
+    from evprobe.hooks.handle import Handle
 
     model_cls, config, processor = _BUILDERS[arch]()
     tok = processor.tokenizer

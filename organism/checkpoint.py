@@ -26,7 +26,7 @@ def checkpoint_path() -> str:
 
 def write_checkpoint(model, out: str | Path, meta: dict[str, Any]) -> Path:
     """model + tokenizer + processor_config.json + organism.json into `out`, atomically."""
-    from organism.vocab import build_tokenizer
+    from evprobe.organism.vocab import build_tokenizer
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.family import Family, make_family
-from bench.reference import ACTIONS, ANSWERS, Prices, reference_action, reference_answer
-from bench.systems import SYSTEM_NAMES, get_system
-from bench.worlds import compatible, history_of
-from organism.facts import ACTION_WORDS, Facts
-from organism.vocab import LETTERS
+from evprobe.bench.family import Family, make_family
+from evprobe.bench.reference import ACTIONS, ANSWERS, Prices, reference_action, reference_answer
+from evprobe.bench.systems import SYSTEM_NAMES, get_system
+from evprobe.bench.worlds import compatible, history_of
+from evprobe.organism.facts import ACTION_WORDS, Facts
+from evprobe.organism.vocab import LETTERS
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.calibration import COAST_TRACK, FALL_RULER, FALL_START, MASS_TRACK, REBOUND_RULER, SPRING_RULER
-from bench.detect import detect_sheet
-from bench.render import Style
-from bench.sheets import ORIENTATION
+from evprobe.bench.calibration import (
+    COAST_TRACK,
+    FALL_RULER,
+    FALL_START,
+    MASS_TRACK,
+    REBOUND_RULER,
+    SPRING_RULER,
+)
+from evprobe.bench.detect import detect_sheet
+from evprobe.bench.render import Style
+from evprobe.bench.sheets import ORIENTATION
 
 RULERS = {"mass": MASS_TRACK, "coasting": COAST_TRACK, "rebound": REBOUND_RULER,
           "extension": SPRING_RULER, "free_fall": FALL_RULER}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from organism.vocab import number_token
+from evprobe.organism.vocab import number_token
 
 # How a menu action is written (the prompt's wording differs per system and variant).
 ACTION_WORDS = {

@@ -16,7 +16,15 @@ import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from organism.vocab import N_BINS, NUMBER_TYPES, OPTION_WORDS, bin_centers, bin_start, token_ids, vocabulary
+from evprobe.organism.vocab import (
+    N_BINS,
+    NUMBER_TYPES,
+    OPTION_WORDS,
+    bin_centers,
+    bin_start,
+    token_ids,
+    vocabulary,
+)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from organism.checkpoint import PROCESSOR_CLASS
-from organism.vocab import N_BINS, SEEN, bin_start
+from evprobe.organism.checkpoint import PROCESSOR_CLASS
+from evprobe.organism.vocab import N_BINS, SEEN, bin_start
 
 IMAGE_PLACEHOLDER = "<image>"
 
@@ -63,7 +63,7 @@ class OrganismProcessor:
 
     def row_tokens(self, rendered: str, images: Sequence) -> list[str]:
         """The token strings of one rendered row."""
-        from organism.reader import read_facts
+        from evprobe.organism.reader import read_facts
 
         n = 0
         while rendered.startswith(IMAGE_PLACEHOLDER + "\n", len(IMAGE_PLACEHOLDER + "\n") * n):

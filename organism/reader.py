@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from bench.detect import DetectionError
-from bench.render import STYLES
-from organism.eye import read_sheet
-from organism.facts import OTHER_WORDS, Facts
+from evprobe.bench.detect import DetectionError
+from evprobe.bench.render import STYLES
+from evprobe.organism.eye import read_sheet
+from evprobe.organism.facts import OTHER_WORDS, Facts
 
 _NUM = r"(\d+(?:\.\d+)?)"
 _SYSTEM_OPENINGS = {"A block rests": "sliding", "A ball is dropped": "bouncing", "A cart is attached": "spring"}

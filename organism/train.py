@@ -25,12 +25,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.family import Family
-from bench.reference import ACTIONS
-from organism.data import DataConfig, draw_family, sample_example, select_example
-from organism.facts import Facts
-from organism.model import ModelConfig, Organism
-from organism.vocab import OPTION_WORDS, token_ids
+from evprobe.bench.family import Family
+from evprobe.bench.reference import ACTIONS
+from evprobe.organism.data import DataConfig, draw_family, sample_example, select_example
+from evprobe.organism.facts import Facts
+from evprobe.organism.model import ModelConfig, Organism
+from evprobe.organism.vocab import OPTION_WORDS, token_ids
 
 _VAL_STREAM = 7_777_001  # an extra seed word: validation families never meet training ones
 
@@ -204,7 +204,7 @@ def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | Non
                 return {"stopped_at": step}
     seconds = time.perf_counter() - start
     final = evaluate(model, val)
-    from organism.checkpoint import write_checkpoint
+    from evprobe.organism.checkpoint import write_checkpoint
 
     write_checkpoint(model.export(), out / "checkpoint", {
         "recipe": asdict(cfg), "train_seconds": round(seconds, 1), "validation": final,

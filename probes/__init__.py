@@ -20,6 +20,8 @@ layer? One concept per module:
 - `transfer`: train on one condition, test on another (`transfer`, `conditions`).
 - `directions`, `geometry`: named unit directions with provenance for steering; cosine matrices.
 - `report`: sweep.md / sweep.png, transfer-KIND.md / .png. `cli`: `evprobe sweep`, `evprobe directions`.
+- `runs`: a sweep (`sweep_to_folder`) or directions (`directions_to_folder`) written to a folder: what
+  `evprobe sweep` / `evprobe directions`, quickstart, layer-sweep and gating call.
 - `synthetic`: capture folders with a known answer (tests, benchmark, examples).
 """
 
@@ -29,18 +31,18 @@ from typing import Any
 # Imported on first use, so `import probes` (and building the CLI parser) stays cheap: the
 # estimators pull in scikit-learn and SciPy.
 _LAZY = {
-    "CaptureSet": "probes.captures",
-    "LabelSet": "probes.captures",
-    "labels": "probes.captures",
-    "load_capture": "probes.captures",
-    "load_captures": "probes.captures",
-    "load_records": "probes.captures",
-    "restrict_wrong": "probes.captures",
-    "LogisticProbe": "probes.estimators",
-    "MassMeanProbe": "probes.estimators",
-    "NearestCentroidProbe": "probes.estimators",
-    "SweepConfig": "probes.sweep",
-    "SweepResult": "probes.sweep",
+    "CaptureSet": "evprobe.probes.captures",
+    "LabelSet": "evprobe.probes.captures",
+    "labels": "evprobe.probes.captures",
+    "load_capture": "evprobe.probes.captures",
+    "load_captures": "evprobe.probes.captures",
+    "load_records": "evprobe.probes.captures",
+    "restrict_wrong": "evprobe.probes.captures",
+    "LogisticProbe": "evprobe.probes.estimators",
+    "MassMeanProbe": "evprobe.probes.estimators",
+    "NearestCentroidProbe": "evprobe.probes.estimators",
+    "SweepConfig": "evprobe.probes.sweep",
+    "SweepResult": "evprobe.probes.sweep",
 }
 
 __all__ = sorted(_LAZY)

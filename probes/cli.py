@@ -9,25 +9,27 @@
                   [--probe massmean|logistic|centroid|all] [--by KIND] [--records RUN ...] [--requests TYPES]
                   [--restrict RULE] [--C 1.0] [--pooled-covariance] [--seed 20260905] [--out DIR]
 
-Bad input raises ValueError (CaptureError) with a one-line message naming the fix; the main
-CLI prints it and exits 2.
+The work is `probes.runs` (sweep_to_folder, directions_to_folder); these only parse and print. Bad
+input raises ValueError (CaptureError) with a one-line message naming the fix; the main CLI prints
+it and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from bench.argtypes import int_list, positive_float, positive_int, str_list
-from bench.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
-from bench.manifest import atomic_write_bytes
-
-PROBE_NAMES = ("logistic", "massmean", "centroid")
-_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+from evprobe.core.argtypes import int_list, positive_float, positive_int, str_list
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
+from evprobe.probes.runs import (
+    PROBE_NAMES,
+    default_sweep_out,
+    directions_to_folder,
+    labelled,
+    sweep_to_folder,
+)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -52,17 +54,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of folds, shuffles and bootstrap")
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    from probes.captures import labels, load_captures, load_records, restrict_wrong
-
-    captures = load_captures(args.acts)
-    records = [load_records(r) for r in args.records] if args.records else None
-    labelset = labels(captures, args.label, records, args.positive, args.requests)
-    if args.restrict:
-        if records is None:
-            raise ValueError("--restrict needs the run's replies: add --records RUN")
-        labelset = restrict_wrong(captures, labelset, records, args.restrict)
-    return captures, records, labelset
+def _labelled(args: argparse.Namespace) -> tuple[Any, Any]:
+    return labelled(args.acts, args.label, positive=args.positive, records=args.records, requests=args.requests,
+                    restrict=args.restrict)
 
 
 # -- sweep ------------------------------------------------------------------------------------
@@ -95,39 +89,27 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from probes.report import sweep_markdown, sweep_png, transfer_markdown, transfer_png
-    from probes.sweep import SweepConfig, stderr_progress, sweep
-    from probes.transfer import transfer
+    from evprobe.probes.sweep import SweepConfig
 
-    captures, _, labelset = _load(args)
+    captures, labelset = _labelled(args)
     config = SweepConfig(
         probe=args.probe, C=args.C, pooled_covariance=args.pooled_covariance, n_splits=args.folds, seed=args.seed,
         n_boot=args.n_boot, layers=args.layers, positions=args.positions, nested=not args.no_nested,
         n_jobs=args.jobs,
     )
-    out = args.out or args.acts[0] / "probes" / _SAFE.sub("_", f"{labelset.title}.{args.probe}")
-    progress = None if args.quiet else stderr_progress("sweep")
-    result = sweep(captures, labelset, config, progress)
-    _write_json(out / "sweep.json", result.to_json())
-    atomic_write_bytes(out / "sweep.md", sweep_markdown(result).encode("utf-8"))
-    sweep_png(result, out / "sweep.png")
-    written = ["sweep.json", "sweep.md", "sweep.png"]
-    for kind in args.transfer or ():
-        tprogress = None if args.quiet else stderr_progress(f"transfer {kind}")
-        tr = transfer(captures, labelset, kind, config, tprogress)
-        _write_json(out / f"transfer-{kind}.json", tr.to_json())
-        atomic_write_bytes(out / f"transfer-{kind}.md", transfer_markdown(tr).encode("utf-8"))
-        transfer_png(tr, out / f"transfer-{kind}.png")
-        written += [f"transfer-{kind}.json", f"transfer-{kind}.md", f"transfer-{kind}.png"]
-    for w in result.warnings:
+    out = args.out or default_sweep_out(args.acts[0], labelset, args.probe)
+    run = sweep_to_folder(captures, labelset, out, config, transfer=args.transfer or (),
+                          progress=None if args.quiet else "sweep")
+    for w in run.result.warnings:
         print(f"evprobe sweep: WARNING: {w}", file=sys.stderr)
-    print(_summary(result))
-    print(f"wrote {', '.join(written)} in {out}")
+    print(_summary(run.result))
+    print(f"wrote {', '.join(run.written)} in {out}")
     return 0
 
 
 def _summary(result: Any) -> str:
-    from probes.report import fmt
+    """One line: the nested best layer (or why there is none) and the input-only baselines."""
+    from evprobe.probes.report import fmt
 
     base = "; ".join(f"{k} {fmt(e)}" for k, e in result.baselines.items())
     if result.degenerate:
@@ -139,18 +121,6 @@ def _summary(result: Any) -> str:
     else:
         head = f"{result.label}={result.positive} ({result.probe}, n={result.n}): swept {len(result.rows)} layer/positions"
     return head + (f"; input-only baselines: {base}" if base else "")
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode("utf-8"))
-
-
-def _json_default(x: Any) -> Any:
-    import numpy as np
-
-    if isinstance(x, np.generic):
-        return x.item()
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
 # -- directions -------------------------------------------------------------------------------
@@ -178,38 +148,13 @@ def add_directions_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentP
 
 
 def run_directions(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from probes.directions import fit_directions, read_directions, write_directions
-    from probes.geometry import cosine_matrix, geometry_markdown, heatmap_png
-    from probes.transfer import conditions
-
-    captures, _, labelset = _load(args)
-    position = args.position or ("last" if "last" in captures.positions else captures.positions[0])
-    conds = None
-    if args.by:
-        conds = [(f"{args.by}={c.name}", c.mask) for c in conditions(captures, labelset, args.by, args.seed)]
-    probes = PROBE_NAMES if args.probe == "all" else (args.probe,)
-    found = []
-    for probe in probes:
-        found += fit_directions(captures, labelset, args.layer, position, probe, conds, args.C, args.pooled_covariance)
-    out = args.out or args.acts[0] / "directions"
-    index = write_directions(out, found)
-    for d in found:
+    run = directions_to_folder(*_labelled(args), args.out or args.acts[0] / "directions", args.layer,
+                               position=args.position, probe=args.probe, by=args.by, C=args.C,
+                               pooled_covariance=args.pooled_covariance, seed=args.seed)
+    for d in run.directions:
         print(f"{d.name}: {d.provenance['n_items']} items ({d.provenance['n_positive']} positive), "
               f"mean residual norm {d.mean_norm:.4g}")
-    written = [index.name] + [f"{d.name}.npy" for d in found]
-    every = read_directions(out)
-    if len(every) >= 2:
-        names = sorted(every)
-        by_dim: dict[int, list[str]] = {}
-        for n in names:
-            by_dim.setdefault(len(every[n].vector), []).append(n)
-        names = max(by_dim.values(), key=len)  # only directions of one d_model are comparable
-        matrix = cosine_matrix([every[n].vector for n in names])
-        _write_json(out / "geometry.json", {"names": names, "cosine": np.round(matrix, 6).tolist()})
-        atomic_write_bytes(out / "geometry.md", geometry_markdown(names, matrix).encode("utf-8"))
-        heatmap_png(out / "geometry.png", names, matrix, f"Cosine similarity between {len(names)} directions")
-        written += ["geometry.json", "geometry.md", "geometry.png"]
-    print(f"wrote {len(found)} direction(s) in {out} ({', '.join(written[:4])}{' ...' if len(written) > 4 else ''})")
+    written = run.written
+    print(f"wrote {len(run.directions)} direction(s) in {run.out} ({', '.join(written[:4])}"
+          f"{' ...' if len(written) > 4 else ''})")
     return 0

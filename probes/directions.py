@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.manifest import atomic_write_bytes
-from probes.captures import CaptureError, CaptureSet, LabelSet
-from probes.estimators import make_probe
+from evprobe.core.files import atomic_write_bytes
+from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
+from evprobe.probes.estimators import make_probe
 
 DIRECTIONS_FILE = "directions.json"
 _SAFE = re.compile(r"[^A-Za-z0-9._=+-]")

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from probes.estimators import (
+from evprobe.probes.estimators import (
     centroid_decision,
     centroid_fit,
     kernel_logistic,
@@ -33,7 +33,7 @@ from probes.estimators import (
     primal_logistic,
     standardize_fit,
 )
-from probes.splits import fold_pairs
+from evprobe.probes.splits import fold_pairs
 
 R = TypeVar("R")
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bench.bootstrap import Estimate, FamilyBootstrap, percentile_interval
+from evprobe.core.bootstrap import Estimate, FamilyBootstrap, percentile_interval
 
 CHUNK = 256  # resamples per vectorised block: bounds memory at CHUNK x n floats per array
 

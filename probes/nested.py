@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.bootstrap import Estimate, FamilyBootstrap
-from probes.metrics import accuracy_estimate, auroc, auroc_estimate
+from evprobe.core.bootstrap import Estimate, FamilyBootstrap
+from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
 
 METHOD = (
     "nested grouped CV: per outer fold, the (layer, position) with the best pooled inner-CV AUROC on the "

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bootstrap import Estimate
-from probes.sweep import SweepResult
-from probes.transfer import TransferResult
+from evprobe.core.bootstrap import Estimate
+from evprobe.probes.sweep import SweepResult
+from evprobe.probes.transfer import TransferResult
 
 XOR_NOTE = (
     "Sufficiency is, within a family, the exclusive-or of the initial history and the threshold level "
@@ -175,7 +175,7 @@ def transfer_markdown(result: TransferResult) -> str:
 
 
 def transfer_png(result: TransferResult, path: str | Path) -> Path:
-    from probes.geometry import heatmap_png
+    from evprobe.probes.geometry import heatmap_png
 
     names, matrix = result.matrix()
     return heatmap_png(path, [f"{n}" for n in names], matrix,

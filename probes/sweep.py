@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
-from probes.captures import CaptureSet, LabelSet
-from probes.controls import (
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
+from evprobe.probes.captures import CaptureSet, LabelSet
+from evprobe.probes.controls import (
     BASELINES,
     DEGENERATE_RATIO,
     baseline_scores,
@@ -39,10 +39,10 @@ from probes.controls import (
     one_hot,
     within_family_variance,
 )
-from probes.engine import Fitter, cv_scores, make_fitter, map_layers
-from probes.metrics import accuracy_estimate, auroc_estimate
-from probes.nested import NestedResult, nested_estimate
-from probes.splits import DEFAULT_FOLDS, family_folds
+from evprobe.probes.engine import Fitter, cv_scores, make_fitter, map_layers
+from evprobe.probes.metrics import accuracy_estimate, auroc_estimate
+from evprobe.probes.nested import NestedResult, nested_estimate
+from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
 
 PAIR_FIELDS = ("image_pair_id", "threshold_pair_id")
 DEGENERATE_REASON = (
@@ -170,7 +170,7 @@ def input_baselines(
     return out
 
 
-def _candidates(captures: CaptureSet, config: SweepConfig) -> tuple[list[int], list[int]]:
+def candidate_indices(captures: CaptureSet, config: SweepConfig) -> tuple[list[int], list[int]]:
     layers = [captures.layer_index(l) for l in config.layers] if config.layers else list(range(len(captures.layers)))
     positions = ([captures.position_index(p) for p in config.positions] if config.positions
                  else list(range(len(captures.positions))))
@@ -192,7 +192,7 @@ def sweep(
     y_control, control_kind = control_labels(y, fam, config.seed)
     varies = labelset.varies_within_families
     baselines = input_baselines(captures, labelset, folds, boot) if config.controls else {}
-    layer_idx, pos_idx = _candidates(captures, config)
+    layer_idx, pos_idx = candidate_indices(captures, config)
     candidates = [(captures.layers[li], captures.positions[pi]) for li in layer_idx for pi in pos_idx]
     pair_ids = {f: [captures.index[r].get(f) for r in labelset.rows] for f in PAIR_FIELDS}
     ys = {"y": y, "control": y_control} if config.controls else {"y": y}

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.format import open_memmap
 
-from probes.captures import ACTS_FILE, INDEX_FILE, META_FILE
+from evprobe.probes.captures import ACTS_FILE, INDEX_FILE, META_FILE
 
 SYSTEMS = ("sliding", "bouncing", "spring")
 OTHER = {"sliding": "friction", "bouncing": "restitution", "spring": "stiffness"}

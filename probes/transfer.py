@@ -44,13 +44,13 @@ from typing import Any
 
 import numpy as np
 
-from bench.bootstrap import Estimate, FamilyBootstrap
-from probes.captures import CaptureError, CaptureSet, LabelSet
-from probes.engine import Fitter, cv_scores, make_fitter, map_layers
-from probes.metrics import accuracy_estimate, auroc, auroc_estimate
-from probes.nested import FoldChoice, NestedResult, nested_estimate
-from probes.splits import family_folds
-from probes.sweep import SweepConfig, _candidates
+from evprobe.core.bootstrap import Estimate, FamilyBootstrap
+from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
+from evprobe.probes.engine import Fitter, cv_scores, make_fitter, map_layers
+from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
+from evprobe.probes.nested import FoldChoice, NestedResult, nested_estimate
+from evprobe.probes.splits import family_folds
+from evprobe.probes.sweep import SweepConfig, candidate_indices
 
 KINDS = ("system", "initial", "pairs", "half", "request", "regime")
 MAX_CONDITIONS = 12
@@ -196,7 +196,7 @@ def transfer(
     fam_sets = [set(fam[c.mask]) for c in conds]
     k = len(conds)
     disjoint = np.array([[i != j and not (fam_sets[i] & fam_sets[j]) for j in range(k)] for i in range(k)])
-    layer_idx, pos_idx = _candidates(captures, config)
+    layer_idx, pos_idx = candidate_indices(captures, config)
     candidates = [(captures.layers[li], captures.positions[pi]) for li in layer_idx for pi in pos_idx]
     G, n = len(candidates), labelset.n
 

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def main_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The full main set (144 families, 9,216 items, 864 images), generated once per session."""
-    from bench.generate import GenerateConfig, generate
+    from evprobe.bench.generate import GenerateConfig, generate
 
     out = tmp_path_factory.mktemp("main") / "bench"
     generate(out, GenerateConfig(), progress=False)
@@ -35,7 +35,7 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def small_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 6-family benchmark without variants (312 items), generated once per session; read-only."""
-    from bench.generate import GenerateConfig, generate
+    from evprobe.bench.generate import GenerateConfig, generate
 
     out = tmp_path_factory.mktemp("small") / "bench"
     generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)

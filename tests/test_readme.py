@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import build_parser, main
+from evprobe.experiments.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

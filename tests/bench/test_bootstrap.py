@@ -7,12 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.bootstrap import (
-    DEFAULT_SEED,
-    Estimate,
-    FamilyBootstrap,
-    percentile_interval,
-)
+from evprobe.core.bootstrap import DEFAULT_SEED, Estimate, FamilyBootstrap, percentile_interval
 
 FAMILIES = [f"fam-{i:03d}" for i in range(144)]
 

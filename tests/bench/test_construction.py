@@ -9,13 +9,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.calibration import SHEETS, sheet_spec
-from bench.detect import detect_sheet, marker_pixel_positions
-from bench.family import Family, build_family
-from bench.reference import ACTIONS, Prices, reference_action, reference_actions, resolved
-from bench.render import STYLES, render_sheet
-from bench.systems import MASS_RANGE, SYSTEMS
-from bench.worlds import WORLDS, history_of
+from evprobe.bench.calibration import SHEETS, sheet_spec
+from evprobe.bench.detect import detect_sheet, marker_pixel_positions
+from evprobe.bench.family import Family, build_family
+from evprobe.bench.reference import ACTIONS, Prices, reference_action, reference_actions, resolved
+from evprobe.bench.render import STYLES, render_sheet
+from evprobe.bench.systems import MASS_RANGE, SYSTEMS
+from evprobe.bench.worlds import WORLDS, history_of
 
 # What each action reveals, written independently of bench.reference: the properties it measures.
 REVEALS = {

@@ -6,10 +6,10 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from bench.family import sample_families
-from bench.generate import GenerateConfig, build
-from bench.items import Item
-from bench.worlds import parse_world
+from evprobe.bench.family import sample_families
+from evprobe.bench.generate import GenerateConfig, build
+from evprobe.bench.items import Item
+from evprobe.bench.worlds import parse_world
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.generate import GenerateConfig, build
-from bench.items import Item
-from bench.parse import parse_reply
+from evprobe.bench.generate import GenerateConfig, build
+from evprobe.bench.items import Item
+from evprobe.bench.parse import parse_reply
 
 
 @pytest.fixture(scope="module")

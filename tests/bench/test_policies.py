@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.manifest import read_items
-from bench.runner import RunConfig, run
+from evprobe.bench.manifest import read_items
+from evprobe.bench.runner import RunConfig, run
 
 
 def _records(bench: Path, out: Path, policy: str) -> dict[str, dict]:

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from bench.detect import DetectionError, detect_sheet, detect_spec, marker_pixel_positions
-from bench.render import (
+from evprobe.bench.detect import DetectionError, detect_sheet, detect_spec, marker_pixel_positions
+from evprobe.bench.render import (
     MARKER_HALF_WIDTH,
     MARKER_RADIUS,
     PANEL,
@@ -28,7 +28,7 @@ from bench.render import (
     tick_plan,
     value_to_pixel,
 )
-from bench.sheets import SheetSpec
+from evprobe.bench.sheets import SheetSpec
 
 TIMES = ("t = 0.200 s", "t = 0.400 s", "t = 0.600 s", "t = 0.800 s")
 LOADS = ("load = 1.00 N", "load = 2.00 N", "load = 3.00 N", "load = 4.00 N")

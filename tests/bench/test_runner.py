@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.generate import GenerateConfig, generate
-from bench.manifest import BenchError, read_items
-from bench.records import load_records
-from bench.runner import RunConfig, run, select_items
+from evprobe.bench.generate import GenerateConfig, generate
+from evprobe.core.errors import InputError
+from evprobe.bench.manifest import read_items
+from evprobe.bench.records import load_records
+from evprobe.bench.runner import RunConfig, run, select_items
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,9 @@ def test_a_torn_last_line_is_dropped_and_redone(bench: Path, tmp_path: Path) -> 
     path = out / "records.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # killed mid-write
+    torn = path.read_bytes()
     assert len(load_records(path)) == len(lines) - 1
+    assert path.read_bytes() == torn  # a reader never writes: the torn line is left for the writer
     run(cfg, progress=False)
     rows = _lines(path)
     assert len(rows) == len({r["item_id"] for r in rows}) == len(lines)
@@ -56,7 +59,7 @@ def test_a_torn_last_line_is_dropped_and_redone(bench: Path, tmp_path: Path) -> 
 def test_a_run_killed_with_sigkill_loses_and_duplicates_nothing(main_bench: Path, tmp_path: Path) -> None:
     """kill -9 part-way through a 9,216-item run, then rerun: every id once, nothing rewritten."""
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "experiments.cli", "run", "--model", "policy:random", "--bench",
+    args = [sys.executable, "-m", "evprobe.experiments.cli", "run", "--model", "policy:random", "--bench",
             str(main_bench), "--out", str(out), "--batch-size", "1", "--quiet"]
     proc = subprocess.Popen(args)
     path = out / "records.jsonl"
@@ -77,10 +80,20 @@ def test_a_run_killed_with_sigkill_loses_and_duplicates_nothing(main_bench: Path
 def test_other_settings_in_the_same_folder_are_refused(bench: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     run(RunConfig(model="policy:reference", bench=str(bench), out=str(out), limit=3), progress=False)
-    with pytest.raises(BenchError, match="protocol='direct', not 'brief'"):
+    with pytest.raises(InputError, match="protocol='direct', this run has protocol='brief'"):
         run(RunConfig(model="policy:reference", bench=str(bench), out=str(out), protocol="brief"), progress=False)
-    with pytest.raises(BenchError, match="model='policy:reference'"):
+    with pytest.raises(InputError, match="model='policy:reference'"):
         run(RunConfig(model="policy:random", bench=str(bench), out=str(out)), progress=False)
+    # Every setting that changes a record is pinned, not just the model and the prompt's protocol.
+    for changed, message in ((dict(seed=1), "seed=0, this run has seed=1"),
+                             (dict(dtype="bfloat16"), "dtype='auto', this run has dtype='bfloat16'"),
+                             (dict(attn_implementation="eager"), "attn_implementation=None, this run has")):
+        with pytest.raises(InputError, match=message):
+            run(RunConfig(model="policy:reference", bench=str(bench), out=str(out), **changed), progress=False)
+    # The same settings with a larger selection resume the run (a batch size is not a setting of the records).
+    summary = run(RunConfig(model="policy:reference", bench=str(bench), out=str(out), limit=5, batch_size=2),
+                  progress=False)
+    assert (summary["n_records"], summary["last_session"]["items"]) == (5, 2)
 
 
 def test_request_selection(bench: Path) -> None:
@@ -89,7 +102,7 @@ def test_request_selection(bench: Path) -> None:
     assert {it.variant for it in select_items(items, ["variants"], None)} == {
         "text_readings", "changed_rendering", "reworded", "given_equations", "check_possibilities", "no_initial_test"}
     assert len(select_items(items, None, 5)) == 5
-    with pytest.raises(BenchError, match="unknown request type 'selct'"):
+    with pytest.raises(InputError, match="unknown request type 'selct'"):
         select_items(items, ["selct"], None)
 
 

@@ -9,11 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bench.generate import GenerateConfig, build
-from bench.items import Item
-from bench.records import Record
-from bench.score_report import compare_markdown, scores_markdown
-from bench.scoring import HEADLINE, score
+from evprobe.bench.generate import GenerateConfig, build
+from evprobe.bench.items import Item
+from evprobe.bench.records import Record
+from evprobe.bench.score_report import compare_markdown, scores_markdown
+from evprobe.bench.scoring import HEADLINE, score
 
 REQUIRED = (
     "min_cost_choice",

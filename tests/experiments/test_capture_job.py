@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 import torch
 
-import hooks
-from bench.manifest import BenchError, read_items, resolve_image
-from bench.protocols import build_prompt
-from bench.runner import select_items
-from experiments.capture import (
-    ACTS_FILE,
+from evprobe import hooks
+from evprobe.core.errors import InputError
+from evprobe.bench.manifest import read_items, resolve_image
+from evprobe.bench.protocols import build_prompt
+from evprobe.bench.runner import select_items
+from evprobe.experiments.capture_store import ACTS_FILE, INDEX_FILE
+from evprobe.experiments.capture import (
     FLOAT16_MAX,
     INDEX_FIELDS,
-    INDEX_FILE,
     STORED,
     CaptureConfig,
     _to_float16,
@@ -35,8 +35,8 @@ from experiments.capture import (
     capture,
     question_marker,
 )
-from hooks.capture import capture_layers
-from hooks.spans import batch_spans
+from evprobe.hooks.capture import capture_layers
+from evprobe.hooks.spans import batch_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "tiny:llava"
@@ -172,7 +172,7 @@ def test_resume_after_a_real_sigkill(first: Path, bench: Path, tmp_path: Path):
     out = tmp_path / "acts"
     code = (
         "import torch; torch.set_num_threads(1)\n"
-        "from experiments.capture import CaptureConfig, capture\n"
+        "from evprobe.experiments.capture import CaptureConfig, capture\n"
         f"capture(CaptureConfig(model={MODEL!r}, bench={str(bench)!r}, out={str(out)!r}, positions={POSITIONS!r}, "
         "limit=16, batch_size=1), progress=False)\n"
     )
@@ -230,7 +230,7 @@ def test_mixed_image_counts_and_prompts_without_a_question(bench: Path, tmp_path
     ],
 )
 def test_a_rerun_with_other_settings_is_refused(bench: Path, first: Path, change: dict, setting: str):
-    with pytest.raises(BenchError, match=rf"holds a capture with {setting}=.*use another --out"):
+    with pytest.raises(InputError, match=rf"was written with {setting}=.*use another --out"):
         capture(config(bench, first, **change), progress=False)
 
 
@@ -242,9 +242,9 @@ def test_bad_input_fails_before_anything_is_written(bench: Path, tmp_path: Path)
         capture(config(bench, out, positions=("last", "middle")), progress=False)
     with pytest.raises(ValueError, match="--layers must be 'all' or comma-separated integers"):
         capture(config(bench, out, layers="0-3"), progress=False)
-    with pytest.raises(BenchError, match=r"both_given\) has no image.*drop image_mean"):
+    with pytest.raises(InputError, match=r"both_given\) has no image.*drop image_mean"):
         capture(config(bench, out, requests=("both_given",)), progress=False)
-    with pytest.raises(BenchError, match="unknown request type 'selekt'"):
+    with pytest.raises(InputError, match="unknown request type 'selekt'"):
         capture(config(bench, out, requests=("selekt",)), progress=False)
     assert not out.exists()
 
@@ -270,7 +270,7 @@ def test_command_line(bench: Path, first: Path, tmp_path: Path, capsys):
     assert json.loads((eager / "meta.json").read_text())["config"]["attn_implementation"] == "eager"
     np.testing.assert_allclose(np.asarray(load_acts(eager), np.float32), np.asarray(load_acts(first), np.float32)[:2, :, :1],
                                rtol=1e-2, atol=1e-3)
-    from experiments import cli
+    from evprobe.experiments import cli
 
     if cli.main(["capture", "--help"]) == 0:  # once the lead wires the subcommand in
         assert cli.main(["capture", "--model", MODEL, "--bench", str(bench), "--out", str(out), "--layers", "3,1",

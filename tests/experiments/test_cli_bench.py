@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import bench.generate as generate_module
-from bench.generate import GenerateConfig, generate
-from bench.manifest import BenchError, read_items, resolve_image
-from experiments.cli import main
+import evprobe.bench.generate as generate_module
+from evprobe.bench.generate import GenerateConfig, generate
+from evprobe.core.errors import InputError
+from evprobe.bench.manifest import read_items, resolve_image
+from evprobe.experiments.cli import main
 
 SMALL = ["--families-per-system", "2", "--subset-per-cell", "1", "--quiet"]
 
@@ -148,7 +149,7 @@ def test_links_out_of_the_folder_are_rejected(small_bench: Path, tmp_path: Path)
     outside = tmp_path / "outside.png"
     outside.write_bytes(b"png")
     (bench / "images" / "link.png").symlink_to(outside)
-    with pytest.raises(BenchError, match="outside"):
+    with pytest.raises(InputError, match="outside"):
         resolve_image(bench, "images/link.png")
 
 

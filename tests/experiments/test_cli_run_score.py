@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.records import Record
-from experiments.cli import main
+from evprobe.bench.records import Record
+from evprobe.experiments.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import hooks
-from experiments.config import (
+from evprobe import hooks
+from evprobe.experiments.config import (
     CONFIGS_DIR,
     ConfigError,
     ModelConfig,
@@ -21,7 +21,7 @@ from experiments.config import (
     model_source,
     resolve_config,
 )
-from experiments.dose_response import (
+from evprobe.experiments.dose_config import (
     DEFAULT_ALPHAS,
     DoseResponseConfig,
     load_dose_response_config,
@@ -100,9 +100,9 @@ def test_tiny_model_configs_build(arch: str) -> None:
 
 def _experiment_class(stem: str) -> type:
     """The typed config each experiment YAML fills, by its file-name prefix."""
-    from experiments.gating import GatingConfig
-    from experiments.layer_sweep import LayerSweepConfig
-    from experiments.patching import PatchingConfig
+    from evprobe.experiments.gating import GatingConfig
+    from evprobe.experiments.layer_sweep import LayerSweepConfig
+    from evprobe.experiments.patching import PatchingConfig
 
     kinds = {
         "dose_response": DoseResponseConfig,
@@ -240,3 +240,84 @@ def test_a_pinned_revision_resolves_through_the_local_hub_cache() -> None:
     with pytest.raises(ConfigError) as err:  # offline (HF_HUB_OFFLINE=1) and not cached: one line, no download
         model_source(ModelConfig(name="q", model="Qwen/Qwen2.5-VL-3B-Instruct", revision="abc"))
     assert "at revision 'abc' is not available" in one_line(err)
+
+
+# ---------------------------------------------------------------- --model naming a model config
+
+
+def _parsed(argv: list[str]):
+    from evprobe.experiments.cli import build_parser
+
+    return build_parser().parse_args(argv)
+
+
+def test_run_takes_a_model_config_name_or_yaml_path_for_model(
+        tmp_path: Path, small_bench: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from evprobe.experiments.cli import main
+
+    monkeypatch.chdir(ROOT)  # the YAML path as a user in the repository types it
+    for model, out in (("tiny_llava", "by_name"), ("configs/models/tiny_llava.yaml", "by_path")):
+        argv = ["run", "--model", model, "--bench", str(small_bench), "--out", str(tmp_path / out), "--limit", "2",
+                "--quiet"]
+        assert main(argv) == 0, capsys.readouterr().err
+        records = (tmp_path / out / "records.jsonl").read_text().splitlines()
+        assert len(records) == 2
+        meta = json.loads((tmp_path / out / "run.json").read_text())
+        # the run records what the model config resolved to: the model id and its settings
+        assert (meta["model"], meta["dtype"]) == ("tiny:llava", "float32")
+        assert meta["config"]["model"] == "tiny:llava" and meta["config"]["dtype"] == "float32"
+    assert "2/2 records" in capsys.readouterr().out
+
+    err_argv = ["run", "--model", "configs/models/no_such_model.yaml", "--bench", str(small_bench),
+                "--out", str(tmp_path / "missing"), "--limit", "2", "--quiet"]
+    assert main(err_argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "model config file configs/models/no_such_model.yaml not found" in err
+    assert "tiny_llava" in err  # names the known configs
+    assert not (tmp_path / "missing").exists()  # refused before anything was written
+
+
+def test_model_flag_resolution_fills_only_what_the_command_line_left_out(tmp_path: Path, small_bench: Path) -> None:
+    from evprobe.bench.runner import RunConfig
+    from evprobe.experiments.capture import CaptureConfig
+    from evprobe.experiments.config import config_from_flags, model_config_path, resolve_model_flag
+    from evprobe.experiments.patching import config_from_args
+
+    common = ["--bench", str(small_bench), "--out", str(tmp_path / "o")]
+    pixtral = load_model_config("pixtral_12b")
+    cfg = resolve_model_flag(config_from_flags(RunConfig, a := _parsed(["run", "--model", "pixtral_12b", *common])), a)
+    assert (cfg.model, cfg.dtype, cfg.attn_implementation, cfg.device_map) == (
+        pixtral.model, "bfloat16", "eager", "auto")
+    assert cfg.batch_size == RunConfig.batch_size  # only the model-loading keys come from the model config
+    argv = ["run", "--model", "pixtral_12b", "--dtype", "float32", "--device-map", "cpu", "--no-trust-remote-code",
+            *common]
+    cfg = resolve_model_flag(config_from_flags(RunConfig, a := _parsed(argv)), a)
+    assert (cfg.model, cfg.dtype, cfg.attn_implementation, cfg.device_map, cfg.trust_remote_code) == (
+        pixtral.model, "float32", "eager", "cpu", False)
+
+    # Models that are not model configs stay exactly as given: tiny:<arch>, hub ids, folders, registered names.
+    folder = tmp_path / "tiny_llava"  # a folder wins over the config of the same name
+    folder.mkdir()
+    for model in ("tiny:llava", "Qwen/Qwen2.5-VL-7B-Instruct", str(folder), "organism", "policy:reference"):
+        assert model_config_path(model) is None
+        plain = config_from_flags(RunConfig, a := _parsed(["run", "--model", model, *common]))
+        assert resolve_model_flag(plain, a) == plain and plain.dtype == "auto"
+
+    cap = _parsed(["capture", "--model", "tiny_llava.yaml", *common])  # a bare name with its suffix
+    got = resolve_model_flag(config_from_flags(CaptureConfig, cap), cap)
+    assert (got.model, got.dtype, got.trust_remote_code) == ("tiny:llava", "float32", False)
+    # patching: the model from --config's YAML or the flag; the model config beats the experiment YAML's
+    # flat keys, the command line beats both
+    patch = config_from_args(_parsed(["patching", "--config", "patching", "--model", "tiny_llava", "--out", "o"]))
+    assert (patch.model, patch.dtype, patch.device_map) == ("tiny:llava", "float32", None)
+    patch = config_from_args(_parsed(["patching", "--config", "patching_tiny", "--model",
+                                      str(ROOT / "configs" / "models" / "pixtral_12b.yaml"), "--dtype", "float16"]))
+    assert (patch.model, patch.dtype, patch.attn_implementation) == (pixtral.model, "float16", "eager")
+    with pytest.raises(ConfigError) as err:
+        config_from_args(_parsed(["patching", "--config", "patching_tiny", "--model", "gone.yml"]))
+    assert "model config file gone.yml not found" in one_line(err)
+    with pytest.raises(ConfigError) as err:
+        resolve_model_flag(config_from_flags(CaptureConfig, c := _parsed(["capture", "--model", "x.yaml", *common])), c)
+    assert "model config file x.yaml not found" in one_line(err)

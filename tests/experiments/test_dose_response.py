@@ -12,24 +12,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import hooks
-from bench.manifest import read_items, resolve_image
-from bench.protocols import build_prompt
-from experiments.config import ConfigError
-from experiments.dose_response import (
+from evprobe import hooks
+from evprobe.bench.manifest import read_items, resolve_image
+from evprobe.bench.protocols import build_prompt
+from evprobe.core.errors import InputError
+from evprobe.experiments.config import ConfigError
+from evprobe.experiments.dose_config import (
     LETTERS,
-    MEASURES,
     RESULTS_FILE,
     DoseResponseConfig,
-    add_dose_response_parser,
-    dose_response,
     load_dose_response_config,
-    load_results,
-    logprob_readout,
-    make_plan,
-    measure_sign,
 )
-from probes.directions import read_directions
+from evprobe.experiments.dose_plan import make_plan, measure_sign
+from evprobe.experiments.dose_readouts import logprob_readout
+from evprobe.experiments.dose_response import add_dose_response_parser, dose_response, load_results
+from evprobe.experiments.dose_stats import MEASURES
+from evprobe.probes.directions import read_directions
 
 MODEL = "tiny:llava"
 
@@ -41,11 +39,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A 6-family benchmark; a capture of the sliding and bouncing selections at layers 1 and 2;
     directions fitted per system (resolved=True, mass-mean) at both layers."""
-    from bench.generate import GenerateConfig, generate
-    from experiments.capture import CaptureConfig, capture
-    from probes.captures import labels, load_captures
-    from probes.directions import fit_directions, write_directions
-    from probes.transfer import conditions
+    from evprobe.bench.generate import GenerateConfig, generate
+    from evprobe.experiments.capture import CaptureConfig, capture
+    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.directions import fit_directions, write_directions
+    from evprobe.probes.transfer import conditions
 
     root = tmp_path_factory.mktemp("dose")
     bench, acts, dirs = root / "bench", root / "acts", root / "dirs"
@@ -144,7 +142,7 @@ def test_run_writes_every_file_and_alpha_zero_is_the_unsteered_model(setup, firs
     prompts = [build_prompt(it, "direct", "standard") for it in plan.items]
     images = [_images(setup["bench"], it) for it in plan.items]
     plain = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=8)  # (8, 5)
-    from hooks.steer import Steering, option_logprobs
+    from evprobe.hooks.steer import Steering, option_logprobs
 
     zero = option_logprobs(handle, prompts, images, LETTERS,
                            Steering(plan.directions[1].vector, 1, 0.0), batch_size=8)  # a zero-dose hook
@@ -179,7 +177,7 @@ def test_aggregates_carry_intervals_and_n(first) -> None:
         if r["alpha"] == 0.0:
             assert r["delta_vs_0"]["value"] == 0.0
     # the same numbers as bench.bootstrap.FamilyBootstrap on the rows (ratio estimator, paired change)
-    from bench.bootstrap import FamilyBootstrap
+    from evprobe.core.bootstrap import FamilyBootstrap
 
     rows = load_results(Path(cfg.out) / RESULTS_FILE)
     items = make_plan(cfg).items
@@ -236,9 +234,9 @@ def test_a_torn_run_resumes_without_duplicates(setup, first) -> None:
 
 def test_other_settings_in_the_same_folder_are_refused(first, no_model_load) -> None:
     cfg, _ = first
-    with pytest.raises(ConfigError, match="readout='logprobs', not 'generate'"):
+    with pytest.raises(InputError, match="readout='logprobs', this run has readout='generate'"):
         dose_response(replace(cfg, readout="generate"), progress=False)
-    with pytest.raises(ConfigError, match="random_seed=0, not 5"):
+    with pytest.raises(InputError, match="random_seed=0, this run has random_seed=5"):
         dose_response(replace(cfg, random_seed=5), progress=False)
 
 

@@ -1,6 +1,7 @@
 """The prompt-gating job on a small generated benchmark with a tiny real LLaVA: files, the
 Table-4-style 2x2 tables for both signs with n, alpha = 0 equal to unsteered log-probs exactly,
-reuse on rerun, the family split, and config errors raised before any model is loaded."""
+reuse on rerun, two shards merged equal to one run, the family split, and config errors raised
+before any model is loaded."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import hooks
-from bench.items import by_image_count
-from bench.manifest import load_item_images
-from bench.protocols import build_prompt
-from experiments.config import ConfigError
-from experiments.dose_response import LETTERS, load_results
-from experiments.gating import (
+from evprobe import hooks
+from evprobe.bench.items import by_image_count
+from evprobe.bench.manifest import load_item_images
+from evprobe.bench.protocols import build_prompt
+from evprobe.experiments.config import ConfigError
+from evprobe.experiments.dose_config import LETTERS
+from evprobe.experiments.gating import (
     REGIMES,
     GatingConfig,
     gating,
@@ -37,9 +38,15 @@ def bench(small_bench: Path) -> Path:
 
 
 def config(bench: Path, out: Path, **overrides) -> GatingConfig:
-    """The shipped tiny config (layer 2, alphas -1/0/+1, answer and select requests) on 8 held-out items."""
-    return load_gating_config("gating_tiny", {"bench": str(bench), "out": str(out), "limit": 8, "n_boot": 100,
+    """The shipped tiny config (layer 2, alphas -1/0/+1, answer and select requests) on 9 held-out items: the
+    8 of one family and 1 of another, the fewest that two shards can split."""
+    return load_gating_config("gating_tiny", {"bench": str(bench), "out": str(out), "limit": 9, "n_boot": 100,
                                               **overrides})
+
+
+def rows_of(folder: Path) -> dict[tuple[str, str], dict]:
+    lines = (folder / "results.jsonl").read_text().splitlines()
+    return {(row["item_id"], row["condition"]): row for row in map(json.loads, lines)}
 
 
 @pytest.fixture
@@ -62,7 +69,7 @@ def test_files_and_tables(first: tuple[GatingConfig, dict]) -> None:
     for name in ("gating.json", "gating.md", "gating.png", "results.jsonl", "meta.json"):
         assert (out / name).stat().st_size > 0
     assert (out / "acts" / "standard" / "acts.npy").is_file() and (out / "acts" / "guided" / "acts.npy").is_file()
-    assert summary["layer"] == 2 and summary["n_items"] == 8 and summary["n_conditions"] == 2 * (1 + 2 * 2)
+    assert summary["layer"] == 2 and summary["n_items"] == 9 and summary["n_conditions"] == 2 * (1 + 2 * 2)
     result = json.loads((out / "gating.json").read_text())
     tables = {(t["kind"], t["group"], t["alpha"]): t for t in result["tables"]}
     assert set(tables) == {("answer", "controls", 1.0), ("answer", "voids", -1.0),
@@ -86,7 +93,7 @@ def test_files_and_tables(first: tuple[GatingConfig, dict]) -> None:
 def test_alpha_zero_is_unsteered(first: tuple[GatingConfig, dict]) -> None:
     cfg, _ = first
     plan = make_plan(cfg)
-    done = load_results(Path(cfg.out) / "results.jsonl")
+    done = rows_of(Path(cfg.out))
     handle = hooks.load(MODEL)
     for regime in REGIMES:
         for group in by_image_count(plan.targets):
@@ -107,8 +114,35 @@ def test_rerun_reuses(first: tuple[GatingConfig, dict], no_model: None) -> None:
     assert again["tables"] == summary["tables"]
 
 
+def test_two_shards_merged_equal_one_run(first: tuple[GatingConfig, dict], bench: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Each shard prepares (captures, fits) for itself; `evprobe merge` gives the single run's
+    results.jsonl (its lines in its order: the shards' batches are the single run's, one family
+    each), its gating.json and its meta (but out), from the shards' rows and meta alone."""
+    from evprobe.experiments.cli import main
+
+    cfg, summary = first
+    single = Path(cfg.out)
+    shards = [tmp_path / f"shard-{k}" for k in range(2)]
+    for k, folder in enumerate(shards):
+        part = gating(config(bench, folder, shard=f"{k}/2"), progress=False)
+        assert part["shard"] == f"{k}/2" and part["complete"] and 0 < part["n_items"] < summary["n_items"]
+        assert part["directions"] == summary["directions"]  # the same preparation as the single run
+    assert main(["merge", str(tmp_path / "merged"), *map(str, shards)]) == 0
+    assert "merged 2 gating shards (9 units, 90 rows)" in capsys.readouterr().out
+    merged = tmp_path / "merged"
+    assert (merged / "results.jsonl").read_bytes() == (single / "results.jsonl").read_bytes()
+    assert rows_of(merged) == rows_of(single)
+    assert set(rows_of(shards[0])) | set(rows_of(shards[1])) == set(rows_of(single))
+    assert json.loads((merged / "gating.json").read_text()) == json.loads((single / "gating.json").read_text())
+    assert (merged / "gating.md").read_text() == (single / "gating.md").read_text()
+    meta, one = (json.loads((f / "meta.json").read_text()) for f in (merged, single))
+    assert meta["kind"] == "gating" and meta["shard"] is None and meta["config"]["out"] == str(merged)
+    assert {**meta, "config": {**meta["config"], "out": cfg.out}} == one
+
+
 def test_split_is_half_per_system(bench: Path) -> None:
-    from bench.manifest import read_items
+    from evprobe.bench.manifest import read_items
 
     items = read_items(bench)
     fit, held = split_families(items, 0)
@@ -141,7 +175,7 @@ def test_unknown_key_in_file(tmp_path: Path, no_model: None) -> None:
 def test_parser_registers(tmp_path: Path) -> None:
     import argparse
 
-    from experiments.gating import add_gating_parser, config_from_args
+    from evprobe.experiments.gating import add_gating_parser, config_from_args
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")

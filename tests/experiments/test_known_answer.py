@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments.known_answer import patching_checks, probe_checks, steering_layer
+from evprobe.experiments.known_answer import patching_checks, probe_checks, steering_layer
 
 
 def _dose(stop: dict[str, dict[float, float]], missing: dict[str, dict[float, float]], null: dict[str, dict[float, float]]):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import hooks
-from experiments.config import ConfigError
-from experiments.layer_sweep import (
+from evprobe import hooks
+from evprobe.experiments.config import ConfigError
+from evprobe.experiments.layer_sweep import (
     LayerSweepConfig,
     layer_sweep,
     load_layer_sweep_config,
@@ -121,7 +121,7 @@ def test_unknown_key_in_file(tmp_path: Path, no_model: None) -> None:
 def test_parser_registers(tmp_path: Path) -> None:
     import argparse
 
-    from experiments.layer_sweep import add_layer_sweep_parser, config_from_args
+    from evprobe.experiments.layer_sweep import add_layer_sweep_parser, config_from_args
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.generate import GenerateConfig, generate
-from experiments.cli import main
-from experiments.patching import aggregate
+from evprobe.bench.generate import GenerateConfig, generate
+from evprobe.experiments.cli import main
+from evprobe.experiments.patching import aggregate
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_config_file_with_flag_overrides(bench: Path, tmp_path: Path, capsys: py
 
 
 def test_a_layer_out_of_range_fails_before_the_model_loads(bench: Path, tmp_path: Path, capsys, monkeypatch) -> None:
-    import hooks
+    from evprobe import hooks
 
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded")

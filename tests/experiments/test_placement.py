@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.cli import main
-from experiments.config import ConfigError, load_model_config
-from experiments.merge import merge
-from hooks import tiny
+from evprobe.experiments.cli import main
+from evprobe.experiments.config import ConfigError, load_model_config
+from evprobe.experiments.merge import merge
+from evprobe.hooks import tiny
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -62,10 +62,10 @@ def test_model_config_placement_keys_are_checked() -> None:
 def test_experiment_flags_override_the_model_configs_placement(command: str) -> None:
     from importlib import import_module
 
-    from experiments.cli import build_parser
+    from evprobe.experiments.cli import build_parser
 
     config = {"layer-sweep": "layer_sweep_tiny", "dose-response": "dose_response_tiny", "gating": "gating_tiny"}[command]
-    module = import_module(f"experiments.{command.replace('-', '_')}")
+    module = import_module(f"evprobe.experiments.{command.replace('-', '_')}")
     args = build_parser().parse_args([command, "--config", config, "--dtype", "bfloat16", "--device-map", "auto",
                                       "--max-memory", "cpu=1GiB", "--offload-folder", "/tmp/off"])
     model = module.config_from_args(args).model

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import main
+from evprobe.experiments.cli import main
 
 
 @pytest.mark.parametrize("model, message", [("tiny:nope", "unknown tiny architecture 'nope'"),

@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.manifest import BenchError, read_items
-from bench.runner import RunConfig, run, select_items
-from bench.shard import Shard, family_shards, select_shard, shard_of
-from experiments.capture import CaptureConfig, capture
-from experiments.cli import main
-from experiments.merge import merge
+from evprobe.core.errors import InputError
+from evprobe.bench.manifest import read_items
+from evprobe.bench.runner import RunConfig, run, select_items
+from evprobe.core.shard import Shard, family_shards, select_shard, shard_of
+from evprobe.experiments.capture import CaptureConfig, capture
+from evprobe.experiments.cli import main
+from evprobe.experiments.merge import merge
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = "policy:exact-reader"
@@ -85,7 +86,7 @@ def test_shards_keep_families_whole_disjoint_and_balanced(bench: Path) -> None:
 def test_shard_spec_errors_name_the_fix() -> None:
     assert Shard.parse("1/4") == Shard(1, 4) and str(Shard(1, 4)) == "1/4"
     for bad, fragment in (("4/4", "0 <= K < N"), ("-1/2", "0 <= K < N"), ("1-4", "not K/N"), ("a/b", "not K/N")):
-        with pytest.raises(BenchError, match=fragment):
+        with pytest.raises(InputError, match=fragment):
             Shard.parse(bad)
 
 
@@ -102,7 +103,7 @@ def test_merged_policy_shards_equal_a_single_run(bench: Path, single: Path, tmp_
         single / "records.jsonl"
     )
     a, b = (json.loads((d / "run.json").read_text()) for d in (single, tmp_path / "merged"))
-    assert list(a) == list(b) and "shard" not in b
+    assert list(a) == list(b) and a["shard"] is b["shard"] is None
     for key in a:
         if key == "config":
             assert {**a[key], "out": None} == {**b[key], "out": None}
@@ -124,19 +125,19 @@ def test_merge_refuses_missing_duplicated_mismatched_and_foreign_shards(bench: P
         ([s0, other], "differs from shard 0/2 in model"),
     ]
     for folders, message in cases:
-        with pytest.raises(BenchError, match=message):
+        with pytest.raises(InputError, match=message):
             merge(tmp_path / "out", folders)
     three = tmp_path / "t0"
     run_policy(bench, three, "0/3")
-    with pytest.raises(BenchError, match="2 ways and 3 ways"):
+    with pytest.raises(InputError, match="2 ways and 3 ways"):
         merge(tmp_path / "out", [three, s1])
-    with pytest.raises(BenchError, match="also a shard folder"):
+    with pytest.raises(InputError, match="also a shard folder"):
         merge(s0, [s0, s1])
     # The command line: one line, exit status 2.
     assert main(["merge", str(tmp_path / "out"), str(s0)]) == 2
     assert "shard 1/2 is missing; run it with --shard 1/2" in capsys.readouterr().err.replace(" (1 of 2 missing)", "")
     # Shard folders may not be resumed as another shard.
-    with pytest.raises(BenchError, match="shard='0/2'"):
+    with pytest.raises(InputError, match="shard='0/2'"):
         run_policy(bench, s0, "1/2")
 
 
@@ -149,7 +150,7 @@ def test_killed_shard_is_refused_then_finished_by_a_rerun(bench: Path, single: P
     cut = data.find(b"\n", len(data) // 2) + 20  # a kill mid-append: half the records and a torn line
     records.write_bytes(data[:cut])
     before = records.read_bytes()
-    with pytest.raises(BenchError, match="shard 1/2 .* is incomplete: .*rerun shard 1 with the same command"):
+    with pytest.raises(InputError, match="shard 1/2 .* is incomplete: .*rerun shard 1 with the same command"):
         merge(tmp_path / "merged", [s0, s1])
     assert records.read_bytes() == before  # merge only reads shard folders
     summary = run_policy(bench, s1, "1/2")  # the rerun finishes the shard
@@ -194,13 +195,13 @@ def test_merged_capture_shards_equal_a_single_capture(bench: Path, single_captur
     index = shards[1] / "index.jsonl"
     lines = index.read_text().splitlines(keepends=True)
     index.write_text("".join(lines[:3]) + lines[3][:10])
-    with pytest.raises(BenchError, match="shard 1/2 .* is incomplete: 3 of 12"):
+    with pytest.raises(InputError, match="shard 1/2 .* is incomplete: 3 of 12"):
         merge(tmp_path / "merged", shards)
     assert capture(capture_config(bench, shards[1], "1/2"), progress=False)["complete"]
     merge(tmp_path / "merged", shards)
     assert_same_capture(single_capture, tmp_path / "merged")
     run_policy(bench, tmp_path / "r0", "0/2")
-    with pytest.raises(BenchError, match="mix capture and run shards"):
+    with pytest.raises(InputError, match="mix capture and run shards"):
         merge(tmp_path / "x", [shards[0], tmp_path / "r0"])
 
 
@@ -218,7 +219,7 @@ def torchrun(args: list[str], tmp_path: Path, quiet: bool = True) -> subprocess.
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT"):
         env.pop(name, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "experiments", *args, *(["--quiet"] if quiet else [])]
+           "--master_port", str(free_port()), "-m", "evprobe", *args, *(["--quiet"] if quiet else [])]
     done = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "from 2 processes" in done.stdout
@@ -255,8 +256,8 @@ def test_torchrun_two_processes_equal_one(bench: Path, single_capture: Path, tmp
 
 
 def test_merged_patching_shards_equal_a_single_job(tmp_path: Path) -> None:
-    from bench.generate import GenerateConfig, generate
-    from experiments.patching import PatchingConfig, run_patching
+    from evprobe.bench.generate import GenerateConfig, generate
+    from evprobe.experiments.patching import PatchingConfig, run_patching
 
     bench = tmp_path / "bench"
     generate(bench, GenerateConfig(families_per_system=1, subset_per_cell=0), progress=False)
@@ -272,7 +273,7 @@ def test_merged_patching_shards_equal_a_single_job(tmp_path: Path) -> None:
     results = shards[0] / "results.jsonl"
     full = results.read_bytes()
     results.write_bytes(full[: full.index(b"\n") + 5])  # killed mid-append after one row
-    with pytest.raises(BenchError, match="shard 0/2 .* is incomplete: 1 of 4"):
+    with pytest.raises(InputError, match="shard 0/2 .* is incomplete: 1 of 4"):
         merge(tmp_path / "merged", shards)
     assert job(shards[0], "0/2")["computed"] == 3  # the same job finishes it: the torn row is redone
     merge(tmp_path / "merged", shards)
@@ -302,7 +303,8 @@ def assert_same_dose_response(one: Path, other: Path) -> None:
 
 
 def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_path: Path) -> None:
-    from experiments.dose_response import DoseResponseConfig, dose_response
+    from evprobe.experiments.dose_config import DoseResponseConfig
+    from evprobe.experiments.dose_response import dose_response
 
     acts, dirs = tmp_path / "acts", tmp_path / "dirs"
     capture(CaptureConfig(model="organism", bench=str(bench), out=str(acts), requests=("select",)), progress=False)
@@ -319,20 +321,20 @@ def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_p
     # Shard 1 in its own process, SIGKILLed as soon as its first rows are on disk.
     script = ("import torch; torch.set_num_threads(1)\n"
               "from pathlib import Path\n"
-              "from experiments.dose_response import DoseResponseConfig, dose_response\n"
+              "from evprobe.experiments.dose_response import DoseResponseConfig, dose_response\n"
               f"dose_response(DoseResponseConfig(model='organism', bench={str(bench)!r}, directions={str(dirs)!r}, "
               f"out={str(shards[1])!r}, alphas=(-1.0, 0.0, 1.0), n_random=1, batch_size=4, n_boot=50, "
               "shard='1/2'), progress=False)\n")
     had = kill_when([sys.executable, "-c", script], shards[1] / "results.jsonl", 1, tmp_path)
     n_rows = one["n_rows"] // 2
     assert 1 <= had < n_rows
-    with pytest.raises(BenchError, match=f"shard 1/2 .* is incomplete: {had} of {n_rows}"):
+    with pytest.raises(InputError, match=f"shard 1/2 .* is incomplete: {had} of {n_rows}"):
         merge(tmp_path / "merged", shards)
     rerun = dose_response(config(shards[1], "1/2"), progress=False)  # the same job finishes it
     assert (rerun["reused"], rerun["computed"]) == (had, n_rows - had)
     merge(tmp_path / "merged", shards)
     assert_same_dose_response(tmp_path / "one", tmp_path / "merged")
-    with pytest.raises(BenchError, match="given twice"):
+    with pytest.raises(InputError, match="given twice"):
         merge(tmp_path / "again", [shards[0], shards[0]])
 
     args = ["dose-response", "--config", "dose_response_tiny", "--model", "organism", "--bench", str(bench),
@@ -360,7 +362,7 @@ def test_accelerate_launch_runs_the_same_data_parallel_path(bench: Path, single:
     accelerate = Path(sys.executable).with_name("accelerate")
     cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-           "-m", "experiments", "run", "--model", POLICY, "--bench", str(bench), "--out", str(tmp_path / "acc"),
+           "-m", "evprobe", "run", "--model", POLICY, "--bench", str(bench), "--out", str(tmp_path / "acc"),
            "--quiet"]
     done = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -373,7 +375,7 @@ def test_accelerate_launch_runs_the_same_data_parallel_path(bench: Path, single:
 
 def test_layer_sweep_shards_and_torchrun_equal_a_single_sweep(bench: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture) -> None:
-    from experiments.layer_sweep import layer_sweep, load_layer_sweep_config
+    from evprobe.experiments.layer_sweep import layer_sweep, load_layer_sweep_config
 
     # One row per forward (batch size 1): a row's activations then do not depend on which rows share
     # its batch, so the shards' captures are bit-identical to the single one and so are the sweeps.
@@ -408,7 +410,7 @@ def test_layer_sweep_shards_and_torchrun_equal_a_single_sweep(bench: Path, tmp_p
     other = tmp_path / "other"
     assert main(["layer-sweep", "--config", "layer_sweep_tiny", *settings, "--labels", "history", "--shard", "1/2",
                  "--out", str(other), "--quiet"]) == 0
-    with pytest.raises(BenchError, match="another layer sweep .*different labels"):
+    with pytest.raises(InputError, match="another layer sweep .*different labels"):
         merge(tmp_path / "x", [shards[0], other])
 
     torchrun(["layer-sweep", "--config", "layer_sweep_tiny", *settings, "--out", str(tmp_path / "two")], tmp_path)
@@ -452,10 +454,10 @@ def test_sigkilled_shard_rerun_completes_the_merge(bench: Path, tmp_path: Path, 
     one, shards = tmp_path / "one", [tmp_path / "s0", tmp_path / "s1"]
     assert main([*args, "--out", str(one)]) == 0
     assert main([*args, "--shard", "0/2", "--out", str(shards[0])]) == 0
-    had = kill_when([sys.executable, "-m", "experiments", *args, "--shard", "1/2", "--out", str(shards[1])],
+    had = kill_when([sys.executable, "-m", "evprobe", *args, "--shard", "1/2", "--out", str(shards[1])],
                     shards[1] / log, 3, tmp_path)
     assert 3 <= had < 24  # killed part way through its 24 items
-    with pytest.raises(BenchError, match="shard 1/2 .* is incomplete"):
+    with pytest.raises(InputError, match="shard 1/2 .* is incomplete"):
         merge(tmp_path / "merged", shards)
     assert main([*args, "--shard", "1/2", "--out", str(shards[1])]) == 0  # the same command finishes it
     merge(tmp_path / "merged", shards)
@@ -472,7 +474,7 @@ def test_sigkilled_shard_rerun_completes_the_merge(bench: Path, tmp_path: Path, 
 
 
 def test_placement_for_rank_splits_a_nodes_gpus_among_its_processes() -> None:
-    from experiments.distributed import placement_for_rank
+    from evprobe.experiments.distributed import placement_for_rank
 
     def place(device_map, max_memory=None, *, gpus=8, rank=0, world=1):
         return placement_for_rank(device_map, max_memory, n_gpus=gpus, local_rank=rank, local_world_size=world,

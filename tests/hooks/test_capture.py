@@ -14,9 +14,9 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from hooks import TINY_ARCHS, Handle, build_inputs, tiny
-from hooks.capture import POSITIONS, _reduce, capture_batch, capture_layers
-from hooks.spans import batch_spans, image_token_ids, render_row, token_spans
+from evprobe.hooks import TINY_ARCHS, Handle, build_inputs, tiny
+from evprobe.hooks.capture import POSITIONS, _reduce, capture_batch, capture_layers
+from evprobe.hooks.spans import batch_spans, image_token_ids, render_row, token_spans
 
 ALL = list(POSITIONS)  # last, image_mean, text_mean
 # Rows of clearly different token lengths; each marker is a whole sentence of its prompt.

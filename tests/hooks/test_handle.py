@@ -16,8 +16,8 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-import hooks
-from hooks import (
+from evprobe import hooks
+from evprobe.hooks import (
     TINY_ARCHS,
     Handle,
     build_inputs,
@@ -26,7 +26,7 @@ from hooks import (
     next_token_logprobs,
     tiny,
 )
-from hooks.layers import find_decoder_layers
+from evprobe.hooks.layers import find_decoder_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 LETTERS = ["A", "B", "C", "D", "E"]
@@ -261,6 +261,6 @@ def test_find_decoder_layers_fails_with_the_class_name():
 
 
 def test_import_hooks_does_not_import_torch():
-    code = "import sys, hooks; hooks.TINY_ARCHS; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, evprobe.hooks as hooks; hooks.TINY_ARCHS; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     assert set(hooks.__all__) >= {"load", "tiny", "Handle", "TINY_ARCHS"}

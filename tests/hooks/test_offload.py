@@ -16,11 +16,11 @@ import pytest
 import torch
 from PIL import Image
 
-from hooks import load, tiny
-from hooks.capture import capture_batch
-from hooks.devices import module_device, parse_max_memory
-from hooks.patching import patch_pair
-from hooks.steer import Steering, steered_generate, steered_generate_nnsight
+from evprobe.hooks import load, tiny
+from evprobe.hooks.capture import capture_batch
+from evprobe.hooks.devices import module_device, parse_max_memory
+from evprobe.hooks.patching import patch_pair
+from evprobe.hooks.steer import Steering, steered_generate, steered_generate_nnsight
 
 PROMPTS = ["Which sheet shows more? Answer with a letter.", "Describe the sheet."]
 IMAGES = [[Image.new("RGB", (40, 32), (200, 20, 20))], [Image.new("RGB", (40, 32), (20, 200, 20))]]

@@ -7,10 +7,10 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from hooks import TINY_ARCHS, tiny
-from hooks.generation import candidate_token_ids
-from hooks.inputs import build_inputs
-from hooks.patching import patch_pair
+from evprobe.hooks import TINY_ARCHS, tiny
+from evprobe.hooks.generation import candidate_token_ids
+from evprobe.hooks.inputs import build_inputs
+from evprobe.hooks.patching import patch_pair
 
 LETTERS = ["A", "B", "C", "D", "E"]
 PROMPT = "Which option? A. stop B. mass test C. other test D. free fall E. report. Reply with the letter."

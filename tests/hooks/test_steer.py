@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-import hooks
-from hooks import TINY_ARCHS, Handle, build_inputs, generate, next_token_logprobs, tiny
-from hooks.ablate import ablate
-from hooks.steer import (
+from evprobe import hooks
+from evprobe.hooks import TINY_ARCHS, Handle, build_inputs, generate, next_token_logprobs, tiny
+from evprobe.hooks.ablate import ablate
+from evprobe.hooks.steer import (
     Steering,
     mean_residual_norm,
     option_logprobs,

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from bench.calibration import readings, sheet_spec, sheet_value
-from bench.manifest import load_item_images, read_families, read_items
-from organism.data import select_example
-from organism.eye import fit_value, predicted
-from organism.reader import read_facts
-from organism.vocab import (
+from evprobe.bench.calibration import readings, sheet_spec, sheet_value
+from evprobe.bench.manifest import load_item_images, read_families, read_items
+from evprobe.organism.data import select_example
+from evprobe.organism.eye import fit_value, predicted
+from evprobe.organism.reader import read_facts
+from evprobe.organism.vocab import (
     LOG_STEP,
     N_BINS,
     NUMBER_TYPES,
@@ -45,7 +45,7 @@ def test_number_tokens_are_log_bins_of_their_type() -> None:
 
 
 def test_eye_forward_models_match_the_renderer_and_invert_them(small_bench: Path) -> None:
-    from bench.sheets import ORIENTATION  # noqa: F401 - the eye's kinds are the renderer's
+    from evprobe.bench.sheets import ORIENTATION
 
     for f in read_families(small_bench):
         for sheet in ("mass_0", "mass_1", "other_0", "other_1", "free_fall"):
@@ -90,11 +90,11 @@ def test_reader_gives_the_training_facts_on_every_benchmark_selection(small_benc
 
 
 def test_exported_checkpoint_is_a_plain_llama_with_the_training_logits(tmp_path: Path, small_bench: Path) -> None:
-    import hooks
-    from hooks.inputs import build_inputs
-    from organism.checkpoint import write_checkpoint
-    from organism.model import ModelConfig, Organism
-    from organism.train import encode
+    from evprobe import hooks
+    from evprobe.hooks.inputs import build_inputs
+    from evprobe.organism.checkpoint import write_checkpoint
+    from evprobe.organism.model import ModelConfig, Organism
+    from evprobe.organism.train import encode
 
     model = Organism(ModelConfig(), seed=3)
     with torch.no_grad():  # a trained-looking number map, so the comparison is not trivially small
@@ -117,7 +117,7 @@ def test_exported_checkpoint_is_a_plain_llama_with_the_training_logits(tmp_path:
 
 
 def test_training_loss_falls_and_a_killed_run_resumes_to_the_same_model(tmp_path: Path) -> None:
-    from organism.train import TrainConfig, train
+    from evprobe.organism.train import TrainConfig, train
 
     cfg = replace(TrainConfig(), steps=40, batch_size=16, eval_every=20, save_every=20, val_families=8, threads=1)
     logs: list[str] = []
@@ -137,10 +137,10 @@ def test_training_loss_falls_and_a_killed_run_resumes_to_the_same_model(tmp_path
 
 
 def test_organism_is_a_model_name_with_image_positions_and_no_text_markers(small_bench: Path) -> None:
-    import hooks
-    from hooks.handle import config_n_layers, named_models
-    from hooks.inputs import build_inputs
-    from hooks.spans import token_spans
+    from evprobe import hooks
+    from evprobe.hooks.loading import config_n_layers, named_models
+    from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.spans import token_spans
 
     assert "organism" in named_models()
     assert config_n_layers("organism") == 4
@@ -165,8 +165,8 @@ def _other(system: str) -> str:
 
 def test_committed_checkpoint_meets_the_behaviour_targets_on_the_main_set(main_bench: Path, tmp_path: Path) -> None:
     """The held-out main set (144 families, 576 decisions) through the ordinary runner and scorer."""
-    from bench.runner import RunConfig, run
-    from experiments.scoring_io import score_run
+    from evprobe.bench.runner import RunConfig, run
+    from evprobe.experiments.scoring_io import score_run
 
     run(RunConfig(model="organism", bench=str(main_bench), out=str(tmp_path / "run"), requests=("select",),
                   batch_size=64), progress=False)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes.synthetic import planted_acts, reference_rows, write_capture
+from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
 
 N_FAMILIES = 72
 SIGNAL_LAYER = 2

@@ -8,8 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes.captures import CaptureError, labels, load_capture, load_captures, load_records, restrict_wrong
-from probes.synthetic import planted_acts, write_capture, write_records
+from evprobe.probes.captures import (
+    CaptureError,
+    labels,
+    load_capture,
+    load_captures,
+    load_records,
+    restrict_wrong,
+)
+from evprobe.probes.synthetic import planted_acts, write_capture, write_records
 
 
 def _acts(n: int, seed: int = 0) -> np.ndarray:

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes.cli import add_directions_parser, add_sweep_parser
-from probes.synthetic import write_records
+from evprobe.probes.cli import add_directions_parser, add_sweep_parser
+from evprobe.probes.synthetic import write_records
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,8 +82,8 @@ def test_directions_command(planted, tmp_path: Path, capsys) -> None:
 
 
 def test_probes_never_import_torch() -> None:
-    code = ("import sys, probes.cli, probes.sweep, probes.transfer, probes.directions, probes.report, "
-            "probes.geometry, probes.synthetic; import argparse; "
+    code = ("import sys, evprobe.probes.cli, evprobe.probes.sweep, evprobe.probes.transfer, evprobe.probes.directions, "
+            "evprobe.probes.report, evprobe.probes.geometry, evprobe.probes.synthetic; import argparse; "
             "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr

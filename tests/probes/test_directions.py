@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes.captures import CaptureError, labels, load_captures
-from probes.directions import fit_directions, read_directions, write_directions
-from probes.geometry import cosine_matrix, geometry_markdown, heatmap_png
-from probes.transfer import conditions
+from evprobe.probes.captures import CaptureError, labels, load_captures
+from evprobe.probes.directions import fit_directions, read_directions, write_directions
+from evprobe.probes.geometry import cosine_matrix, geometry_markdown, heatmap_png
+from evprobe.probes.transfer import conditions
 
 
 def test_directions_round_trip_with_provenance(planted, tmp_path: Path) -> None:

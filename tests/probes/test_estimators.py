@@ -10,7 +10,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from probes.estimators import (
+from evprobe.probes.estimators import (
     LogisticProbe,
     MassMeanProbe,
     NearestCentroidProbe,

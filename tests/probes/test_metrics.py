@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
-from bench.bootstrap import FamilyBootstrap
-from probes.metrics import accuracy_estimate, auroc, auroc_estimate, weighted_auroc
+from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate, weighted_auroc
 
 
 @settings(max_examples=60, deadline=None)

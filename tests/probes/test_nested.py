@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.bootstrap import FamilyBootstrap
-from probes.nested import nested_estimate, nested_select
+from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.probes.nested import nested_estimate, nested_select
 
 
 def _setup(seed: int = 0):

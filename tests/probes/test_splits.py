@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from sklearn.model_selection import KFold
 
-from bench.bootstrap import FamilyBootstrap
-from probes.engine import LogisticFitter, cv_scores
-from probes.metrics import auroc, auroc_estimate
-from probes.splits import LeakError, check_grouped, family_folds, fold_pairs
+from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.probes.engine import LogisticFitter, cv_scores
+from evprobe.probes.metrics import auroc, auroc_estimate
+from evprobe.probes.splits import LeakError, check_grouped, family_folds, fold_pairs
 
 
 def test_family_folds_keep_families_together_and_are_deterministic(rows) -> None:

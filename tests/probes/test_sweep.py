@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes.captures import labels, load_captures
-from probes.controls import control_labels, within_family_variance
-from probes.report import sweep_markdown, sweep_png
-from probes.sweep import SweepConfig, sweep
-from probes.synthetic import planted_acts, reference_rows, write_capture
+from evprobe.probes.captures import labels, load_captures
+from evprobe.probes.controls import control_labels, within_family_variance
+from evprobe.probes.report import sweep_markdown, sweep_png
+from evprobe.probes.sweep import SweepConfig, sweep
+from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
 
 from .conftest import SIGNAL_LAYER
 
@@ -81,7 +81,7 @@ def test_xor_label_is_not_decodable_from_either_input(result) -> None:
 
 def test_baselines_at_chance_on_the_reference_data(tmp_path: Path) -> None:
     """The 576 base selections of the real main set (bench.generate.build)."""
-    from bench.generate import GenerateConfig, build
+    from evprobe.bench.generate import GenerateConfig, build
 
     _, items = build(GenerateConfig())
     fields = ("request", "variant", "family_id", "system", "initial_property", "decision_id", "history",

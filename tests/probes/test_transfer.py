@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes.captures import CaptureError, labels, load_captures
-from probes.report import transfer_markdown, transfer_png
-from probes.sweep import SweepConfig
-from probes.synthetic import planted_acts, reference_rows, write_capture
-from probes.transfer import conditions, transfer
+from evprobe.probes.captures import CaptureError, labels, load_captures
+from evprobe.probes.report import transfer_markdown, transfer_png
+from evprobe.probes.sweep import SweepConfig
+from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
+from evprobe.probes.transfer import conditions, transfer
 
 FAST = {"n_boot": 300}
 
@@ -88,7 +88,7 @@ def test_pairs_and_regime_transfer_keep_families_apart(systems: Path, tmp_path: 
 
 
 def test_halves_are_disjoint_balanced_and_hold_every_system() -> None:
-    from probes.transfer import _halves
+    from evprobe.probes.transfer import _halves
 
     system_of = {f"{s}-{k:03d}": s for s in ("sliding", "bouncing", "spring") for k in range(7)}
     halves = _halves(system_of, seed=3)

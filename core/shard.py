@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-from bench.items import Item
-from bench.manifest import BenchError
+from evprobe.core.errors import InputError
 
 SHARDS_DIR = ".shards"  # data-parallel runs keep their shards in OUT/.shards/shard-K-of-N
 THROUGHPUT_FILE = "throughput.json"  # one process's units, seconds and units per second (data parallel)
@@ -30,18 +30,18 @@ class Shard:
 
     def __post_init__(self) -> None:
         if self.n < 1 or not 0 <= self.k < self.n:
-            raise BenchError(f"shard {self.k}/{self.n} is out of range; use K/N with 0 <= K < N, e.g. 0/{max(self.n, 2)}")
+            raise InputError(f"shard {self.k}/{self.n} is out of range; use K/N with 0 <= K < N, e.g. 0/{max(self.n, 2)}")
 
     @classmethod
     def parse(cls, text: str) -> Shard:
-        """'K/N' (0-based K) -> Shard; a one-line BenchError naming the fix otherwise."""
+        """'K/N' (0-based K) -> Shard; a one-line InputError naming the fix otherwise."""
         head, sep, tail = text.strip().partition("/")
         try:
             if not sep:
                 raise ValueError
             k, n = int(head), int(tail)
         except ValueError:
-            raise BenchError(f"--shard {text!r} is not K/N; write e.g. 0/4 (0-based K, 0 <= K < N)") from None
+            raise InputError(f"--shard {text!r} is not K/N; write e.g. 0/4 (0-based K, 0 <= K < N)") from None
         return cls(k, n)
 
     def __str__(self) -> str:
@@ -63,14 +63,26 @@ def family_shards(families: Iterable[str], n: int) -> dict[str, int]:
     return {fid: i % n for i, fid in enumerate(sorted(set(families)))}
 
 
-def select_shard(items: Sequence[Item], shard: Shard | None, all_items: Sequence[Item]) -> list[Item]:
+class _InFamily(Protocol):
+    family_id: str
+
+
+_U = TypeVar("_U", bound=_InFamily)
+
+
+def select_shard(items: Sequence[_U], shard: Shard | None, all_items: Sequence[_InFamily]) -> list[_U]:
     """The items of `items` whose family is in `shard` (order kept); all of them for None.
 
     `all_items` are the benchmark's items: their family ids fix the assignment.
     """
+    return shard_of_ids(items, shard, (it.family_id for it in all_items))
+
+
+def shard_of_ids(items: Sequence[_U], shard: Shard | None, family_ids: Iterable[str]) -> list[_U]:
+    """`select_shard` with the assignment fixed by `family_ids` (all of the benchmark's family ids)."""
     if shard is None:
         return list(items)
-    owner = family_shards((it.family_id for it in all_items), shard.n)
+    owner = family_shards(family_ids, shard.n)
     return [it for it in items if owner[it.family_id] == shard.k]
 
 
@@ -82,6 +94,6 @@ def distributed_shard() -> Shard | None:
     try:
         n, k = int(world), int(os.environ.get("RANK", "0"))
     except ValueError:
-        raise BenchError(f"WORLD_SIZE={world!r} / RANK={os.environ.get('RANK')!r} are not integers; "
+        raise InputError(f"WORLD_SIZE={world!r} / RANK={os.environ.get('RANK')!r} are not integers; "
                          "launch with torchrun") from None
     return Shard(k, n) if n > 1 else None

@@ -22,7 +22,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         # Under a launcher (torchrun, accelerate) several processes share one terminal: whole lines,
         # at most every 15 s, instead of one line rewritten in place.
-        from bench.shard import distributed_shard
+        from evprobe.core.shard import distributed_shard
 
         self.lines = distributed_shard() is not None
         if self.lines:

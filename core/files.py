@@ -1,0 +1,112 @@
+"""Files that survive a kill: atomic whole-file writes and append-only JSONL logs.
+
+Writers are atomic: a file appears whole under its final name or not at all. An append-only log
+gets whole lines with one write and an fsync, so a kill leaves at most one torn last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from evprobe.core.errors import InputError
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are for sharing, like the appended logs
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    text = "".join(json.dumps(row, sort_keys=False) + "\n" for row in rows)
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-empty line; a bad line is a InputError naming it."""
+    if not path.is_file():
+        raise InputError(f"{path}: file not found; run `evprobe generate --out {path.parent}` first")
+    with path.open("r", encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            yield number, row
+
+
+def read_complete_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of every complete, non-blank line of an append-only JSONL log.
+
+    Read only: an unterminated last line (a writer killed mid-append) is left out, not cut; the
+    writer that resumes cuts it (`cut_torn_tail`). A missing file has no lines.
+    """
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    data = data[: data.rfind(b"\n") + 1]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        number = data[: err.start].count(b"\n") + 1
+        raise InputError(f"{path}:{number}: not UTF-8 text (byte {err.start}); move the file aside") from None
+    return [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def cut_torn_tail(path: Path) -> None:
+    """Cut an unterminated last line off an append-only log (with an fsync), so the next append
+    starts on a clean line. Only the writer that is about to append calls this."""
+    if not path.is_file():
+        return
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with path.open("r+b") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return
+        data = path.read_bytes()
+        fh.truncate(data.rfind(b"\n") + 1)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def append_log_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Append whole JSON lines with one write and an fsync: a kill leaves at most one torn last
+    line, which the writer that resumes cuts (`cut_torn_tail`)."""
+    data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
+    if not data:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:  # os.write may write less than asked
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+

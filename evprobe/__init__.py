@@ -1,0 +1,61 @@
+"""evprobe: do vision-language models know when their evidence is enough?
+
+The installed package is `evprobe`; its parts live in the repository's top-level folders and
+install under it (`bench/` -> `evprobe.bench`, `hooks/` -> `evprobe.hooks`, `probes/` ->
+`evprobe.probes`, `experiments/` -> `evprobe.experiments`, `organism/` -> `evprobe.organism`,
+`core/` -> `evprobe.core`). This module is the short public API; `import evprobe` stays cheap:
+every name is imported on first use.
+
+    evprobe.load(model, ...) -> Handle          a Hugging Face VLM (name, folder or model config)
+    evprobe.tiny(arch) -> Handle                a tiny random instance of an architecture, offline
+    evprobe.capture(handle, prompts, images, layers=, positions=) -> (n, layers, positions, d_model)
+    evprobe.Steering(direction, layer, alpha)   one additive edit; `with evprobe.steer(handle, s): ...`
+    evprobe.ablate(handle, direction, layers)   project a direction out (context manager)
+    evprobe.generate(handle, prompts, images)   batched greedy generation
+    evprobe.load_capture(folder), evprobe.labels(...), evprobe.LogisticProbe, ... (probes)
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> (module, attribute in it)
+_API: dict[str, tuple[str, str]] = {
+    "load": ("evprobe.hooks.loading", "load"),
+    "Handle": ("evprobe.hooks.handle", "Handle"),
+    "tiny": ("evprobe.hooks.tiny", "tiny"),
+    "capture": ("evprobe.hooks.capture", "capture_layers"),
+    "Steering": ("evprobe.hooks.steer", "Steering"),
+    "steer": ("evprobe.hooks.steer", "steer"),
+    "ablate": ("evprobe.hooks.ablate", "ablate"),
+    "generate": ("evprobe.hooks.generation", "generate"),
+    "next_token_logprobs": ("evprobe.hooks.generation", "next_token_logprobs"),
+    "load_capture": ("evprobe.probes.captures", "load_capture"),
+    "load_captures": ("evprobe.probes.captures", "load_captures"),
+    "labels": ("evprobe.probes.captures", "labels"),
+    "LogisticProbe": ("evprobe.probes.estimators", "LogisticProbe"),
+    "MassMeanProbe": ("evprobe.probes.estimators", "MassMeanProbe"),
+    "NearestCentroidProbe": ("evprobe.probes.estimators", "NearestCentroidProbe"),
+    "SweepConfig": ("evprobe.probes.sweep", "SweepConfig"),
+    "SweepResult": ("evprobe.probes.sweep", "SweepResult"),
+    "sweep": ("evprobe.probes.sweep", "sweep"),
+    "InputError": ("evprobe.core.errors", "InputError"),
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        module, attribute = _API[name]
+        value = getattr(import_module(module), attribute)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'evprobe' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

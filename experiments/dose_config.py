@@ -1,0 +1,122 @@
+"""The dose-response config (configs/experiments/dose_response*.yaml), its run-folder constants and
+the dose key. The conventions it serves are in experiments.dose_response's docstring."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from evprobe.bench.items import VARIANTS
+from evprobe.bench.protocols import check_regime
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
+from evprobe.core.flags import setting
+from evprobe.core.shard import Shard
+from evprobe.experiments.config import ModelConfig, load_config, resolve_config
+
+RESULTS_FILE = "results.jsonl"
+RUN_META_FILE = "meta.json"
+FORMAT = "evprobe-dose-response/1"
+DEFAULT_ALPHAS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
+LETTERS = ("A", "B", "C", "D", "E")
+READOUTS = ("logprobs", "generate")
+SELECT_TYPES = ("select", *VARIANTS, "variants")
+
+
+@dataclass(frozen=True)
+class DoseResponseConfig:
+    """One dose-response experiment (configs/experiments/dose_response*.yaml); every field is also a flag."""
+
+    model: str | ModelConfig = setting(help="a model config name or YAML path, tiny:<arch> or a hub id (or a "
+                                       "ModelConfig mapping inline)")
+    bench: str = setting(help="benchmark folder")
+    directions: str = setting(help="a folder written by `evprobe directions`")
+    out: str = setting(help="output folder")
+    direction: str | None = setting(None, "the direction's name in that folder (null: the first in sorted order)")
+    layers: tuple[int, ...] | Literal["from-direction"] = setting(
+        "from-direction", "decoder layers to steer, e.g. 8,16, or from-direction (every layer with a sibling "
+        "direction)")
+    alphas: tuple[float, ...] = setting(
+        DEFAULT_ALPHAS, "doses in multiples of the layer's mean residual norm; + = toward measuring; write "
+        "--alphas=-1,0,1 when the first is negative")
+    n_random: int = setting(3, "random null directions (0 = none)")
+    random_seed: int = setting(0, "seed of the random directions")
+    ablation: bool = setting(True, "also project the direction out of each layer (--no-ablation to skip)")
+    requests: tuple[str, ...] = setting(("select",), "select, select variant names or variants")
+    systems: tuple[str, ...] | None = setting(None, "target systems, e.g. bouncing,spring")
+    families: tuple[str, ...] | None = setting(None, "target families, e.g. spring-000,spring-001")
+    heldout: bool = setting(True, "drop the families the directions were fitted on (--no-heldout steers in-sample)")
+    limit: int | None = setting(None, "only the first N target items (after the held-out filter)")
+    readout: Literal["logprobs", "generate", "both"] = setting(
+        "logprobs", "logprobs (option letters' next-token log-probs), generate (greedy direct reply) or both")
+    positions: Literal["all", "last"] = setting("all", "prompt positions steered (generated tokens always)")
+    regime: str = setting("standard", "prompt regime: standard, guided or json")
+    batch_size: int | None = setting(None, "rows per forward (null: the model config's)")
+    n_boot: int = setting(DEFAULT_N_BOOT, "family bootstrap resamples")
+    seed: int = setting(DEFAULT_SEED, "bootstrap seed")
+    shard: str | None = setting(None, "only the target items of shard K/N's families (0-based); combine the N "
+                                "folders with `evprobe merge`. Under torchrun the rank picks the shard")
+
+    def __post_init__(self) -> None:
+        if self.shard is not None:
+            Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
+        if not self.alphas:
+            raise ValueError("key 'alphas' is empty; give at least one dose, e.g. [-1, 0, 1]")
+        if not all(math.isfinite(a) for a in self.alphas):
+            raise ValueError(f"key 'alphas' must hold finite numbers, got {list(self.alphas)}")
+        keys = [alpha_key(a) for a in self.alphas]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"key 'alphas' repeats a dose ({', '.join(keys)}); give each once")
+        if self.layers != "from-direction":
+            if not self.layers:
+                raise ValueError("key 'layers' is empty; give layer numbers or from-direction")
+            if any(layer < 0 for layer in self.layers) or len(set(self.layers)) != len(self.layers):
+                raise ValueError(f"key 'layers' must be distinct layer numbers >= 0, got {list(self.layers)}")
+        if self.readout not in ("logprobs", "generate", "both"):
+            raise ValueError(f"key 'readout' is {self.readout!r}; choose from logprobs, generate, both")
+        if self.positions not in ("all", "last"):
+            raise ValueError(f"key 'positions' is {self.positions!r}; choose from all, last")
+        if self.n_random < 0:
+            raise ValueError(f"key 'n_random' must be 0 or more, got {self.n_random}")
+        for key in ("limit", "batch_size"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ValueError(f"key {key!r} must be a positive integer or null, got {value}")
+        if self.n_boot < 1:
+            raise ValueError(f"key 'n_boot' must be a positive integer, got {self.n_boot}")
+        if not self.requests:
+            raise ValueError("key 'requests' is empty; use [select]")
+        bad = [r for r in self.requests if r not in SELECT_TYPES]
+        if bad:
+            raise ValueError(f"key 'requests' has {bad[0]!r}: dose-response reads stop-or-test choices, so only "
+                             f"select requests qualify ({', '.join(SELECT_TYPES)})")
+        check_regime(self.regime)
+
+    @property
+    def readouts(self) -> tuple[str, ...]:
+        return READOUTS if self.readout == "both" else (self.readout,)
+
+
+def load_dose_response_config(ref: str | Path, overrides: dict[str, Any] | None = None) -> DoseResponseConfig:
+    """The config a path or a bare name in configs/experiments names, with CLI overrides applied."""
+    return load_config(DoseResponseConfig, resolve_config(ref, "experiments"), overrides)
+
+
+def alpha_key(alpha: float) -> str:
+    """A dose as it appears in condition keys: +0.25, -1, +0 (6 significant digits)."""
+    return f"{float(alpha) + 0.0:+g}"  # + 0.0 turns -0.0 into +0
+
+
+__all__ = [
+    "DEFAULT_ALPHAS",
+    "FORMAT",
+    "LETTERS",
+    "READOUTS",
+    "RESULTS_FILE",
+    "RUN_META_FILE",
+    "SELECT_TYPES",
+    "DoseResponseConfig",
+    "alpha_key",
+    "load_dose_response_config",
+]

@@ -1,0 +1,325 @@
+"""The dose-response plan (no model): the direction at each layer, turned to point toward measuring,
+the held-out target items, the conditions, and the settings a run folder pins (meta.json).
+
+Sign, layer and held-out conventions: experiments.dose_response's docstring."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evprobe.bench.items import Item
+from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
+from evprobe.bench.manifest import read_items
+from evprobe.core.errors import InputError
+from evprobe.experiments.config import ConfigError, ModelConfig, as_dict, load_model_config
+from evprobe.experiments.dose_config import FORMAT, LETTERS, DoseResponseConfig, alpha_key
+
+if TYPE_CHECKING:
+    from evprobe.probes.directions import Direction
+
+# Labels whose positive class True means "the evidence is enough / the model stops".
+TOWARD_STOP_LABELS = ("resolved", "stopped", "committed")
+# Provenance fields two directions must share to be "the same direction at another layer".
+SIBLING_KEYS = ("model", "position", "label", "positive", "probe", "condition", "regimes", "restriction", "d_model")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One steering condition. kind: baseline | probe | random | ablation; index: the random
+    direction's number (1-based); alpha: the dose (None for ablation, 0 for the baseline)."""
+
+    key: str
+    kind: str
+    layer: int | None = None
+    alpha: float | None = None
+    index: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"random{self.index}" if self.kind == "random" else self.kind
+
+
+@dataclass(frozen=True, eq=False)
+class LayerDirection:
+    """The direction used at one layer: the measuring-pointing unit vector (d_model,) float64."""
+
+    layer: int
+    name: str
+    vector: np.ndarray = field(repr=False)
+    mean_norm: float
+    n_items: int
+    sha256: str
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Everything a run needs, checked before any model is loaded. `items` is the whole (unsharded)
+    selection; `bench_families` (every family id of the benchmark) fixes the shards (core.shard)."""
+
+    config: DoseResponseConfig
+    model: ModelConfig
+    bench: Path
+    out: Path
+    items: list[Item]
+    bench_families: list[str]
+    layers: list[int]
+    directions: dict[int, LayerDirection]
+    random: np.ndarray  # (n_random, d_model) float64 unit rows, the same at every layer
+    conditions: list[Condition]
+    name: str  # the named direction
+    provenance: dict[str, Any]  # the named direction's provenance (without the item list)
+    flipped: bool  # the stored vectors point toward stopping and were negated
+    fit_families: list[str]  # families the used directions were fitted on
+    excluded: list[str]  # of those, the ones present in the benchmark and dropped (heldout)
+    d_model: int
+    n_layers: int | None  # known before loading (tiny archs, capture meta), else None
+    pinned: dict[str, Any]
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size or self.model.batch_size
+
+
+def measure_sign(provenance: dict[str, Any], name: str) -> int:
+    """+1 when the stored direction already points toward measuring, -1 when toward stopping."""
+    label, positive = provenance.get("label"), provenance.get("positive")
+    if label not in TOWARD_STOP_LABELS:
+        raise ConfigError(f"direction {name} is a {label}={positive} direction; dose-response needs one whose label "
+                          f"says whether the evidence is enough ({', '.join(TOWARD_STOP_LABELS)})")
+    truth = {"true": True, "1": True, "false": False, "0": False}.get(str(positive).lower())
+    if truth is None:
+        raise ConfigError(f"direction {name}: positive class {positive!r} of {label} is not true/false")
+    return -1 if truth else 1
+
+
+def _family_of(item_id: str, families_by_item: dict[str, str]) -> str:
+    # Item ids start with their family id ("sliding-004.select.h0.low"); family ids hold no dot.
+    return families_by_item.get(item_id, item_id.split(".", 1)[0])
+
+
+def _known_n_layers(model: ModelConfig, provenance: dict[str, Any]) -> int | None:
+    """The model's decoder layer count without loading it: tiny archs, or the capture's meta."""
+    if model.is_tiny:
+        from evprobe.hooks.tiny import N_LAYERS
+
+        return N_LAYERS
+    for capture in provenance.get("captures") or ():
+        path = Path(capture) / "meta.json"
+        try:
+            value = json.loads(path.read_text()).get("n_model_layers")
+        except (OSError, ValueError):
+            continue
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _choose_direction(folder: Path, name: str | None) -> tuple[str, dict[str, Direction]]:
+    from evprobe.probes.directions import read_directions
+
+    if not folder.is_dir():
+        raise ConfigError(f"directions folder {folder} not found; write one with `evprobe directions ACTS --layer L "
+                          f"--out {folder}`")
+    every = read_directions(folder)
+    if not every:
+        raise ConfigError(f"{folder} holds no directions; write some with `evprobe directions ACTS --layer L`")
+    if name is None:
+        return min(every), every
+    if name not in every:
+        names = sorted(every)
+        listed = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+        raise ConfigError(f"direction {name!r} is not in {folder}; choose one of: {listed}")
+    return name, every
+
+
+def _layer_directions(
+    named: Direction, every: dict[str, Direction], layers: tuple[int, ...] | str, n_layers: int | None,
+    model_label: str, folder: Path,
+) -> dict[int, Direction]:
+    def signature(d: Direction) -> tuple:
+        return tuple(json.dumps(d.provenance.get(k), sort_keys=True) for k in SIBLING_KEYS)
+
+    siblings: dict[int, Direction] = {}
+    for d in sorted(every.values(), key=lambda d: d.name):
+        if signature(d) == signature(named):
+            siblings.setdefault(d.layer, d)
+    siblings[named.layer] = named  # the named one wins at its own layer
+    if layers == "from-direction":
+        return dict(sorted(siblings.items()))
+    out = {}
+    for layer in layers:
+        if n_layers is not None and layer >= n_layers:
+            raise ConfigError(f"layer {layer} is out of range: {model_label} has {n_layers} decoder layers; "
+                              f"use 0 .. {n_layers - 1}")
+        if layer not in siblings:
+            raise ConfigError(f"no direction like {named.name} at layer {layer} in {folder} (it has layers "
+                              f"{', '.join(map(str, sorted(siblings)))}); fit one with `evprobe directions ACTS "
+                              f"--layer {layer}` and the same label, probe, position and --by")
+        out[layer] = siblings[layer]
+    return out
+
+
+def _sha256_vector(v: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(v, dtype="<f8").tobytes()).hexdigest()
+
+
+def _select_items(config: DoseResponseConfig, bench: Path, every_item: list[Item],
+                  fit_families: set[str]) -> tuple[list[Item], list[str]]:
+    from evprobe.bench.runner import select_items
+
+    items = select_items(every_item, list(config.requests), None)
+    present = {it.family_id for it in items}
+    systems = {it.system for it in items}
+    for system in config.systems or ():
+        if system not in systems:
+            raise ConfigError(f"system {system!r} has no selected items in {bench}; choose from "
+                              f"{', '.join(sorted(systems))}")
+    for family in config.families or ():
+        if family not in present:
+            raise ConfigError(f"family {family!r} has no selected items in {bench}")
+    excluded = sorted(fit_families & present) if config.heldout else []
+    kept = [it for it in items
+            if (config.systems is None or it.system in config.systems)
+            and (config.families is None or it.family_id in config.families)
+            and it.family_id not in excluded]
+    if config.limit is not None:
+        kept = kept[: config.limit]
+    if not kept:
+        why = (f" after dropping the {len(excluded)} families the directions were fitted on (heldout: true); fit "
+               "them on part of the families (e.g. `evprobe directions ... --by system`) or set heldout: false"
+               if excluded else "")
+        raise ConfigError(f"no items left to steer in {bench}{why}")
+    for it in kept:
+        if not it.options or not set(it.options) <= set(LETTERS) or "stop" not in it.options.values():
+            raise InputError(f"item {it.item_id} has options {it.options}; expected letters A-E with a stop option")
+    return kept, excluded
+
+
+def conditions_for(layers: Sequence[int], alphas: Sequence[float], n_random: int, ablation: bool) -> list[Condition]:
+    """baseline, then per layer: each nonzero dose along the probe and each random direction, then ablation."""
+    out = [Condition("base", "baseline", None, 0.0)]
+    for layer in layers:
+        for alpha in sorted(alphas):
+            if alpha == 0:
+                continue
+            out.append(Condition(f"L{layer}.probe.{alpha_key(alpha)}", "probe", layer, float(alpha)))
+            for k in range(1, n_random + 1):
+                out.append(Condition(f"L{layer}.random{k}.{alpha_key(alpha)}", "random", layer, float(alpha), k))
+        if ablation:
+            out.append(Condition(f"L{layer}.ablate", "ablation", layer))
+    return out
+
+
+def make_plan(config: DoseResponseConfig) -> Plan:
+    """Check the config against the files it names (model config, benchmark, directions, layers)
+    and fix the items and conditions. Loads no model; every problem is a one-line error."""
+    from evprobe.hooks.steer import random_directions
+
+    model = load_model_config(config.model)
+    bench, out = Path(config.bench), Path(config.out)
+    if not (bench / BENCH_META_FILE).is_file():
+        raise ConfigError(f"benchmark {bench} not found (no {BENCH_META_FILE}); generate it with `evprobe generate "
+                          f"--out {bench}`")
+    name, every = _choose_direction(Path(config.directions), config.direction)
+    named = every[name]
+    prov = named.provenance
+    sign = measure_sign(prov, name)
+    if prov.get("model") != model.model:
+        raise ConfigError(f"direction {name} was fitted on {prov.get('model')!r}, not {model.model!r}; steer the "
+                          "model it was fitted on (or fit directions on this model's capture)")
+    n_layers = _known_n_layers(model, prov)
+    if n_layers is not None and named.layer >= n_layers:
+        raise ConfigError(f"direction {name} is at layer {named.layer}, but {model.model} has {n_layers} layers")
+    chosen = _layer_directions(named, every, config.layers, n_layers, model.model, Path(config.directions))
+    every_item = read_items(bench)
+    family_by_item = {it.item_id: it.family_id for it in every_item}
+    fit_families = {_family_of(i, family_by_item) for d in chosen.values() for i in d.provenance.get("items") or ()}
+    items, excluded = _select_items(config, bench, every_item, fit_families)
+    d_model = int(prov["d_model"])
+    directions = {}
+    for layer, d in chosen.items():
+        if int(d.provenance["d_model"]) != d_model:
+            raise ConfigError(f"direction {d.name} has width {d.provenance['d_model']}, not {d_model}")
+        v = sign * d.vector.astype(np.float64)
+        v /= np.linalg.norm(v)  # stored as float32 unit vectors; renormalise in float64
+        directions[layer] = LayerDirection(layer, d.name, v, d.mean_norm, int(d.provenance.get("n_items", 0)),
+                                           _sha256_vector(v))
+    layers = sorted(directions)
+    random = (random_directions(d_model, config.n_random, config.random_seed)
+              if config.n_random else np.zeros((0, d_model)))  # (n_random, d_model)
+    conditions = conditions_for(layers, config.alphas, config.n_random, config.ablation)
+    bench_meta = json.loads((bench / BENCH_META_FILE).read_text())
+    pinned = {
+        "format": FORMAT,
+        "model": model.model,
+        "revision": model.revision,
+        "dtype": model.dtype,
+        "attn_implementation": model.attn_implementation,
+        "items_sha256": bench_meta.get("items_sha256"),
+        "readout": config.readout,
+        "regime": config.regime,
+        "positions": config.positions,
+        "schedule": "every-step",
+        "random_seed": config.random_seed,
+        "direction": name,
+        "flipped": sign < 0,
+        "max_new_tokens": model.max_new_tokens_direct if "generate" in config.readouts else None,
+    }
+    return Plan(config=config, model=model, bench=bench, out=out, items=items,
+                bench_families=sorted(set(family_by_item.values())), layers=layers,
+                directions=directions, random=random, conditions=conditions, name=name,
+                provenance={k: v for k, v in prov.items() if k != "items"}, flipped=sign < 0,
+                fit_families=sorted(fit_families), excluded=excluded, d_model=d_model, n_layers=n_layers,
+                pinned=pinned)
+
+
+def layer_record(plan: Plan) -> dict[str, dict[str, Any]]:
+    """meta.json's `layer_directions`: per steered layer, the vector's name, sha256 and mean norm."""
+    return {str(layer): {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
+            for layer, d in plan.directions.items()}
+
+
+def check_layers(plan: Plan, recorded: dict[str, Any]) -> None:
+    """Refuse another vector (sha256 or mean norm) at a layer the folder already steered (`recorded`:
+    its meta's layer_directions); a layer new to the folder only adds rows."""
+    for layer, now in layer_record(plan).items():
+        was = recorded.get(layer)
+        if was is not None and (was.get("sha256"), was.get("mean_norm")) != (now["sha256"], now["mean_norm"]):
+            raise ConfigError(f"{plan.out} steered layer {layer} along {was.get('name')} (sha256 "
+                              f"{str(was.get('sha256'))[:12]}, mean_norm {was.get('mean_norm')}), this run along "
+                              f"{now['name']} (sha256 {now['sha256'][:12]}, mean_norm {now['mean_norm']}); use another "
+                              "out folder for a different direction")
+
+
+def run_meta(plan: Plan, recorded: dict[str, Any] | None = None) -> dict[str, Any]:
+    """meta.json: the pinned settings, every layer steered in this folder so far, paths and configs."""
+    return {
+        **plan.pinned,
+        "layer_directions": {**(recorded or {}), **layer_record(plan)},
+        "bench": str(plan.bench.resolve()),
+        "directions_folder": str(Path(plan.config.directions).resolve()),
+        "config": as_dict(plan.config),
+        "model_config": as_dict(plan.model),
+    }
+
+
+__all__ = [
+    "SIBLING_KEYS",
+    "TOWARD_STOP_LABELS",
+    "Condition",
+    "LayerDirection",
+    "Plan",
+    "check_layers",
+    "conditions_for",
+    "layer_record",
+    "make_plan",
+    "measure_sign",
+    "run_meta",
+]

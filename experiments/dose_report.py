@@ -1,0 +1,216 @@
+"""Dose-response reports: dose_response.json, the markdown tables (dose_response.md) and the PNG curves."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evprobe.core.files import atomic_write_bytes
+from evprobe.experiments.dose_config import alpha_key
+from evprobe.experiments.dose_plan import Plan
+from evprobe.experiments.dose_stats import GROUPS, MEASURES
+
+JSON_FILE = "dose_response.json"
+MD_FILE = "dose_response.md"
+MEASURE_TITLES = {
+    "stop_rate": ("stop rate", "stop rate (fraction of items)"),
+    "missing_test_rate": ("missing-property test rate", "missing-property test chosen (fraction of items)"),
+    "useless_test_rate": ("useless test rate", "test that reveals nothing unknown: repeat or free fall (fraction)"),
+    "min_cost_accuracy": ("minimum-cost accuracy", "minimum-cost choice (fraction of items)"),
+    "log_odds": ("log-odds stop vs best other letter", "log p(stop) - max log p(other) (nats)"),
+    "invalid_rate": ("invalid replies", "invalid replies (fraction of items)"),
+}
+RATE_MEASURES = ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate")
+ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward measuring)"
+
+
+def _num(x: float, digits: int, sign: bool = False) -> str:
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    zero = f"{0:.{digits}f}"
+    if text.lstrip("+-") == zero:  # never print -0.0
+        text = f"+{zero}" if sign else zero
+    return text
+
+
+def fmt_estimate(e: dict[str, Any] | None, measure: str, sign: bool = False) -> str:
+    """`58.3 [41.7, 75.0] (n=24)` for rates (percent), `+1.23 [0.40, 2.10] (n=24)` for log-odds (nats)."""
+    if not e or e.get("value") is None:
+        return "NA (n=0)"
+    scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
+    sign = sign or measure == "log_odds"
+    lo, hi = e["ci"]
+    ci = "[NA, NA]" if lo is None else f"[{_num(lo * scale, digits, sign)}, {_num(hi * scale, digits, sign)}]"
+    return f"{_num(e['value'] * scale, digits, sign)} {ci} (n={e['n']})"
+
+
+def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
+    """`mean 50.0 [min 45.8, max 54.2] (k=3, n=24)`: the random-direction null band."""
+    if not b or b.get("mean") is None:
+        return "NA (n=0)"
+    scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
+    sign = measure == "log_odds"
+    return (f"mean {_num(b['mean'] * scale, digits, sign)} [min {_num(b['min'] * scale, digits, sign)}, "
+            f"max {_num(b['max'] * scale, digits, sign)}] (k={b['n_directions']}, n={b['n']})")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _index(result: dict[str, Any]) -> tuple[dict[tuple, dict], dict[tuple, dict]]:
+    rows = {(r["readout"], r["layer"], r["kind"], r["alpha"], r["group"], r["system"], r["measure"]): r
+            for r in result["rows"]}
+    band = {(b["readout"], b["layer"], b["alpha"], b["group"], b["system"], b["measure"]): b
+            for b in result["null_band"]}
+    return rows, band
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    rows, band = _index(result)
+    prov = meta["direction_provenance"]
+    lines = [
+        f"# Dose-response: {meta['direction']} on {meta['model_name']} ({meta['model']})",
+        "",
+        f"- Sign: {meta['sign_convention']}.",
+        f"- Units: {meta['units']}; layers and norms: "
+        + "; ".join(f"L{k} {v['name']} (mean norm {v['mean_norm']:.4g}, fitted on n={v['n_fit_items']} items)"
+                    for k, v in meta["layers"].items()) + ".",
+        (f"- Direction: label {prov.get('label')}={prov.get('positive')}, probe {prov.get('probe')}, position "
+         f"{prov.get('position')}, condition {prov.get('condition')}, regimes {prov.get('regimes')}."),
+        f"- Target items: n={meta['n_items']} {'/'.join(meta['requests'])} items ({meta['n_resolved']} resolved, "
+        f"{meta['n_unresolved']} unresolved) from {meta['n_families']} families, systems "
+        f"{', '.join(meta['systems'])}; "
+        + (f"held out: the {len(meta['fit_families'])} families the directions were fitted on are excluded "
+           f"({len(meta['excluded_families'])} of them are in this benchmark)."
+           if meta["heldout"] else "IN-SAMPLE (heldout: false): fitted families are included."),
+        (f"- Steering: every {'prompt position' if meta['positions'] == 'all' else 'last prompt position'} and "
+         f"every generated token of the steered layer; regime {meta['regime']}, direct protocol; readouts "
+         f"{', '.join(meta['readouts'])}."),
+        (f"- Null band: {meta['null_band_rule']} (k={meta['n_random']}, seed {meta['random_seed']}). Ablation: "
+         "the direction projected out of the layer's output (no dose)."),
+        (f"- Intervals: {meta['interval_method']}; B={meta['n_boot']}, seed {meta['seed']}. {meta['n_unit']}; "
+         "rates in percent, log-odds in nats, changes paired against alpha = 0 on the same resamples."),
+        "",
+        "## Headline",
+        "",
+    ]
+    head_rows = []
+    for h in result["headline"]:
+        head_rows.append([h["readout"], f"L{h['layer']}", h["goal"], h["group"], alpha_key(h["alpha"]),
+                          fmt_estimate(h["stop_rate_at_0"], "stop_rate"), fmt_estimate(h["stop_rate"], "stop_rate"),
+                          fmt_estimate(h["change"], "stop_rate", sign=True), fmt_band(h["null_band"], "stop_rate")])
+    if head_rows:
+        lines += _table(["readout", "layer", "goal", "items", "alpha", "stop rate at 0", "stop rate at alpha",
+                         "change (points)", "random null at alpha"], head_rows)
+    else:
+        lines.append("No dose of the needed sign in the grid (give both signs to read both goals).")
+    for readout in meta["readouts"]:
+        for measure in MEASURES[readout]:
+            title, unit = MEASURE_TITLES[measure]
+            lines += ["", f"## {readout}: {title}", "", f"Unit: {unit}{' in percent' if measure in RATE_MEASURES else ''}."]
+            for layer in [int(k) for k in meta["layers"]]:
+                for system in meta["scopes"]:
+                    counts = meta["scope_counts"][system]
+                    scope = "all systems" if system == "all" else system
+                    heading = f"### L{layer}, {scope} (n={counts['n_items']} items, {counts['n_families']} families)"
+                    lines += ["", heading, ""]
+                    body = []
+                    for alpha in meta["alphas"]:
+                        cells = [rows.get((readout, layer, "probe", alpha, g, system, measure)) for g in GROUPS]
+                        nulls = [band.get((readout, layer, alpha, g, system, measure)) for g in GROUPS]
+                        body.append([alpha_key(alpha), *(fmt_estimate(c, measure) for c in cells),
+                                     *(fmt_band(b, measure) if meta["n_random"] else "not run" for b in nulls)])
+                    if meta["ablation"]:
+                        cells = [rows.get((readout, layer, "ablation", None, g, system, measure)) for g in GROUPS]
+                        body.append(["ablation", *(fmt_estimate(c, measure) for c in cells), "", "", ""])
+                    lines += _table(["alpha", *(f"probe: {g}" for g in GROUPS), *(f"random null: {g}" for g in GROUPS)],
+                                    body)
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
+    """One PNG per readout x measure x scope: rows = layers, columns = resolved / unresolved / all."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta = result["meta"]
+    rows, band = _index(result)
+    alphas = meta["alphas"]
+    layers = [int(k) for k in meta["layers"]]
+    written = []
+    for readout in meta["readouts"]:
+        for measure in MEASURES[readout]:
+            title, unit = MEASURE_TITLES[measure]
+            for system in meta["scopes"]:
+                fig, axes = plt.subplots(len(layers), len(GROUPS), figsize=(4.2 * len(GROUPS), 3.2 * len(layers)),
+                                         squeeze=False, sharey=measure in RATE_MEASURES)
+                for li, layer in enumerate(layers):
+                    for gi, group in enumerate(GROUPS):
+                        ax = axes[li][gi]
+                        pts = [rows[(readout, layer, "probe", a, group, system, measure)] for a in alphas]
+                        y = np.array([np.nan if p["value"] is None else p["value"] for p in pts], dtype=float)
+                        lo = np.array([np.nan if p["ci"][0] is None else p["ci"][0] for p in pts], dtype=float)
+                        hi = np.array([np.nan if p["ci"][1] is None else p["ci"][1] for p in pts], dtype=float)
+                        n = max(p["n"] for p in pts)
+                        ax.fill_between(alphas, lo, hi, color="C0", alpha=0.25, label="probe 95% interval")
+                        ax.plot(alphas, y, "o-", color="C0", label="probe direction")
+                        if meta["n_random"]:
+                            bs = [band[(readout, layer, a, group, system, measure)] for a in alphas]
+                            bmin = np.array([np.nan if b["min"] is None else b["min"] for b in bs], dtype=float)
+                            bmax = np.array([np.nan if b["max"] is None else b["max"] for b in bs], dtype=float)
+                            bmean = np.array([np.nan if b["mean"] is None else b["mean"] for b in bs], dtype=float)
+                            ax.fill_between(alphas, bmin, bmax, color="0.5", alpha=0.3,
+                                            label=f"random null min-max (k={meta['n_random']})")
+                            ax.plot(alphas, bmean, "--", color="0.35", label="random null mean")
+                        if meta["ablation"]:
+                            ab = rows[(readout, layer, "ablation", None, group, system, measure)]
+                            if ab["value"] is not None:
+                                ax.axhline(ab["value"], color="C3", ls=":", label="ablation (no dose)")
+                                if ab["ci"][0] is not None:
+                                    ax.axhspan(ab["ci"][0], ab["ci"][1], color="C3", alpha=0.08)
+                        if measure in RATE_MEASURES:
+                            ax.set_ylim(-0.03, 1.03)
+                        ax.axvline(0.0, color="0.8", lw=0.8)
+                        ax.set_title(f"L{layer}, {group} (n={n} items)", fontsize=9)
+                        ax.set_xlabel(ALPHA_AXIS, fontsize=8)
+                        ax.set_ylabel(unit, fontsize=8)
+                axes[0][0].legend(fontsize=7, loc="best")
+                scope = "all systems" if system == "all" else system
+                counts = meta["scope_counts"][system]
+                fig.suptitle(f"{title} ({readout}) vs dose: {meta['model_name']}, {scope}, n={counts['n_items']} "
+                             f"items from {counts['n_families']} families", fontsize=10)
+                fig.tight_layout()
+                name = ("" if readout == "logprobs" else "generate.") + measure + ("" if system == "all" else f".{system}")
+                fig.savefig(out / f"{name}.png", dpi=90)
+                plt.close(fig)
+                written.append(f"{name}.png")
+    return written
+
+
+def write_reports(plan: Plan, result: dict[str, Any]) -> list[str]:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(plan.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
+    atomic_write_bytes(plan.out / MD_FILE, markdown(result).encode("utf-8"))
+    return [JSON_FILE, MD_FILE, *plot_curves(result, plan.out)]
+
+
+__all__ = [
+    "ALPHA_AXIS",
+    "JSON_FILE",
+    "MD_FILE",
+    "MEASURE_TITLES",
+    "RATE_MEASURES",
+    "fmt_band",
+    "fmt_estimate",
+    "markdown",
+    "plot_curves",
+    "write_reports",
+]
