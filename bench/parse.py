@@ -1,34 +1,154 @@
 """The reply parser: one reading of a reply, or an honest `invalid` with the reason.
 
-Order (seed 000, B.2, with its misreads fixed): a JSON `final_answer` (json regime), then the last
-`ANSWER:` line, then a bare option code (direct replies), then standalone option letters, then
-action or answer names. Two rules keep the seed's documented misreads from happening:
+Where the reading comes from (seed 000, B.2, with its misreads fixed):
 
-- An `ANSWER:` line is final. Its value may be a letter or a name ("ANSWER: STOP" is stop); when
-  it cannot be read, the reply is invalid; we never fall back to a letter seen earlier in the
-  working (the seed scored "... D ... ANSWER: STOP" as the letter D).
-- Fallbacks must be unambiguous: every letter and name found in the reply has to point to the
-  same option. A truncated reply that mentions the mass test and the restitution test is invalid,
-  not "mass" (the seed's second misread).
+1. json regime: the object's `final_answer`, when there is one (route `json`).
+2. The last `ANSWER:` line (route `answer_line`). It is final: the working above it is never read
+   (the seed scored "... D ... ANSWER: STOP" as the letter D), and when it holds no option the
+   reply is `invalid:answer_line_unreadable` (json: `invalid:json_final_answer_unreadable`).
+3. Otherwise the whole reply: route `direct` (a reply of at most 80 characters that starts with
+   its option letter: "B", "(B)", "B. Perform the free-fall test"), `letter`, `name` (an action
+   or answer name, or a candidate value of recover_property) or `number` (read_ruler).
 
+The same rules read a final line, a `final_answer` and a whole reply. A reading is valid only when
+it is unambiguous:
+
+- Every option reference must point to the same option. References are standalone option letters
+  (A-E between white space or bracket/quote/markdown punctuation, so "D-type" and a capital glued
+  into garbled output are not letters, nor is a letter followed by "=", a variable as in
+  "E = m g e^2 h"; a letter that is not on the item's menu counts as a reference to no option,
+  so "yes or D" is invalid and "D" alone reads no option), action names ("stop", "answer now",
+  "mass test", "free fall", "combined report", ...), answer names ("yes", "no", "undetermined",
+  "cannot be determined", "I don't know", ...) and, for numeric requests, numbers (read_ruler: any
+  number; recover_property: a number equal to one of the printed candidate values). "B stop" where
+  B is free fall, "E then the mass test" where E is stop, and a truncated reply naming the mass
+  test and the restitution test (the seed's second misread) are `invalid:conflicting_options`
+  (read_ruler: `invalid:several_numbers`). A name that describes its own option is one reference:
+  "combined report (mass test and friction test)" names the combined report only.
+- Negation (`invalid:negated`): a cue governs the option references after it up to the end of
+  its clause (a clause ends at . ! ? ; : , a dash or arrow, a new line, or "but", "so",
+  "therefore", "hence", "thus", "because", "since", "although", "though", "however", "whereas",
+  "while"), and the reference just before it when only a copula or modal stands between ("the mass
+  test is not needed", "B would be wrong"). Cues: "not", "never", "cannot", any "n't" ("don't",
+  "won't", ...), "no need to", "no point in", "instead of", "rather than", "without", "avoid",
+  "skip", "neither", "nor", "wrong", "incorrect", "unnecessary", "redundant", "pointless",
+  "useless", "wasteful", and, where "no" is not an option (every request but the answer
+  requests), "no" and "none". A cue inside an option's own name does not count: "no" is an option
+  of the answer requests, so "no" alone is valid and "not yes" is negated; "cannot be determined",
+  "not enough evidence", "I don't know" and "the evidence does not settle the answer" are names of
+  undetermined; "no further measurement" is a name of stop; "not sure" is a hedge.
+- Alternatives (`invalid:alternatives`): "or", "/", "vs" or "versus" between references to two
+  different options in one sentence ("A or B", "Either A or E", "A/B", "yes or no").
+- Hedges (`invalid:hedged`): "maybe", "perhaps", "probably", "possibly", "likely", "might",
+  "could be", "not sure", "unsure", "not certain", "I guess", "hard to say", "hard to tell", and
+  "I think ... or" in one sentence. Only the text read counts, so hedged working above a clean
+  `ANSWER:` line does not matter, but "ANSWER: probably C" is hedged.
+- The article "A": a capital A is option A unless it is the indefinite article, which needs all
+  of: (1) it opens a sentence (the start of the text read or of a line, or after . ! ?, markdown
+  and quote marks aside), since mid-sentence the article is written "a"; (2) one space and then a
+  lowercase word; (3) that word starts with a consonant sound, since before a vowel sound the
+  article is "an" (a word starting a, e, i, o or u, except uni-, use-, usu-, uti-, one, once);
+  (4) that word can start a noun phrase: not a function word, modal or copula (then, but, so,
+  because, not, would, was, ... see `_NOT_AFTER_ARTICLE`) and not one of the bare option words
+  "yes", "no", "stop", "now", which are an interjection or a verb in the menus, not nouns. So
+  "A mass test is enough." and "A quick look says D" read the article; "A", "A.", "A, the mass
+  test", "Option A", "A or B", "A is right", "A no" and "A stop" read option A.
+- Numbers (read_ruler, recover_property): "inf", "infinity", "nan", "∞" and numbers that
+  overflow a float ("1e999") are `invalid:non_finite`; nothing non-finite is ever stored.
+  read_ruler values must lie in [0, RULER_MAX] metres or the reply is `invalid:out_of_range`.
+  RULER_MAX is 1000 times the longest ruler the benchmark draws (`bench.calibration`: tracks and
+  rulers of 0.5 to 2 m, so 2000): a reading of any of its rulers in millimetres still parses (and
+  scores as a wrong reading), while no unit mix-up explains a larger number. Negative lengths are
+  out of range. A sign counts only when attached and not preceded by a digit or letter ("0.4-0.5"
+  is two numbers, "-0.45" is negative).
+
+When several problems occur, the reason reported is the first of: non_finite, negated,
+alternatives, conflicting_options (several_numbers), hedged, out_of_range. A reply with no option
+reference at all is `invalid:no_option` (read_ruler: `invalid:no_number`), even when hedged.
 Invalid replies are returned as such, never replaced by a guess; they stay in every denominator.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
+from evprobe.bench.calibration import (
+    COAST_TRACK,
+    FALL_RULER,
+    MASS_TRACK,
+    REBOUND_RULER,
+    SPRING_RULER,
+)
 from evprobe.bench.items import Item
 from evprobe.bench.systems import get_system
 
-_NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
+LONGEST_RULER = max(MASS_TRACK, COAST_TRACK, REBOUND_RULER, SPRING_RULER, FALL_RULER)  # m
+RULER_MAX = 1000.0 * LONGEST_RULER  # m; see the module docstring
+DIRECT_MAX_CHARS = 80  # a longer reply that starts with a letter is read, but routed `letter`
+ANSWERS = ("yes", "no", "undetermined")
+
 _ANSWER_LINE = re.compile(r"^\s*[*_#>\s]*answer\s*[*_]*\s*[:：]\s*(.*?)\s*$", re.I | re.M)
-# A standalone letter stands between white space or bracket/quote/markdown punctuation, so "g�C"
-# in garbled output or "D-type" is not an option letter.
-_STANDALONE = re.compile(r"""(?:^|(?<=[\s(\[*"'“:]))([A-E])(?=$|[\s).\]:,;!?*"'”])""", re.M)
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
+# A standalone letter stands between white space or bracket/quote/markdown punctuation; "E.g." is
+# an abbreviation, not option E.
+_LETTER = re.compile(
+    r"""(?:^|(?<=[\s(\[*"'“:/,]))([A-E])(?=$|[\s)\]:,;!?*"'”/]|\.(?![A-Za-z]))""", re.M
+)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_NON_FINITE_WORD = re.compile(r"(?<![\w.])[-+]?(?:inf(?:inity)?|nan)\b|∞", re.I)
+_SENTENCE_START = re.compile(r"(?:\A|[.!?]\s+|\n)[\s*_#>\"'“(\[-]*\Z")
+_ARTICLE_WORD = re.compile(r"[ \t]+([a-z][\w'-]*)")
+_NOT_AFTER_ARTICLE = frozenset(
+    """yes no stop now then but so because since nor not too plus vs versus than per
+    would should could can will may might must shall was were has had does did seems looks
+    gives wins fits makes remains works please""".split()
+)
+_VOWEL_SOUND = re.compile(r"(?!uni|use|usu|uti|one\b|once\b)[aeiou]")
+
+_NEGATION = (
+    r"\b(?:not|never|cannot|neither|nor|without|avoid(?:ing)?|skip(?:ping)?|instead of|rather than"
+    r"|no need (?:to|for)|no point (?:in|to)|\w+n't|dont|doesnt|didnt|isnt|arent|wasnt|werent"
+    r"|wouldnt|shouldnt|couldnt|cant|wont|wrong|incorrect|unnecessary|unneeded|redundant"
+    r"|pointless|useless|wasteful)\b"
+)
+_NEGATION_NO = r"\b(?:no|none)\b"  # only where "no" is not an option
+# Cues that also reach back to a subject just before them ("the mass test is not needed").
+_POSTPOSED = re.compile(
+    r"(?:not|never|\w+n't|\w+nt|wrong|incorrect|unnecessary|unneeded|redundant|pointless|useless"
+    r"|wasteful)\Z"
+)
+_COPULA_GAP = re.compile(
+    r"\s+(?:(?:is|are|was|were|be|been|being|would|will|should|could|can|does|do|did|must|may"
+    r"|might|seems?|really|also|definitely|certainly|clearly|simply|just)\s+)*\Z",
+    re.I,
+)
+_HEDGE = (
+    r"\b(?:maybe|perhaps|probably|possibly|likely|might|could be|not sure|unsure|not certain"
+    r"|i guess|hard to say|hard to tell)\b"
+)
+_THINK_OR = re.compile(r"\bi think\b[^.!?\n]*\bor\b", re.I)
+_CLAUSE_END = re.compile(
+    r"[!?;:,\n—–→]|\.(?!\d)|->|=>|\b(?:but|so|therefore|hence|thus|because|since|although"
+    r"|though|however|whereas|while)\b",
+    re.I,
+)
+_SENTENCE_END = re.compile(r"[!?\n]|\.(?!\d)")
+_OR = re.compile(r"\bor\b|/|\bvs\b|\bversus\b", re.I)
+_UNDETERMINED = [
+    r"\bundetermined\b",
+    r"\bindeterminate\b",
+    r"\b(?:cannot|can not|can'?t) (?:yet )?(?:be )?(?:determined|decided|known|tell|say|know)\b",
+    r"\bnot (?:yet )?(?:be )?(?:determined|determinable|decidable)\b",
+    r"\bi (?:do not|don'?t) know\b",
+    r"\bnot (?:enough|sufficient) (?:evidence|information|info|data)\b",
+    r"\binsufficient (?:evidence|information|data)\b",
+    r"\b(?:does not|doesn'?t) settle\b(?: the answer)?",
+    r"\b(?:impossible|not possible) to (?:tell|know|say|determine|decide)\b",
+    r"\bno way to (?:tell|know)\b",
+]
 
 
 @dataclass(frozen=True)
@@ -45,12 +165,37 @@ def invalid(reason: str) -> Parsed:
     return Parsed(False, f"invalid:{reason}")
 
 
+@dataclass(frozen=True)
+class _Span:
+    start: int
+    end: int
+    kind: str  # letter | name | number | negation | hedge
+    key: str = ""  # references: the option letter ("?X": a letter not on the menu; read_ruler: "")
+    value: float | None = None  # read_ruler: the number read
+
+
+@dataclass(frozen=True)
+class _Reading:
+    key: str
+    value: float | None
+    refs: tuple[_Span, ...]
+
+
+def _is_answer_item(item: Item) -> bool:
+    return bool(item.options) and set(item.options.values()) <= set(ANSWERS)  # type: ignore[union-attr]
+
+
 def _name_patterns(item: Item) -> dict[str, list[str]]:
-    """Regexes naming each option's meaning, keyed by the option's value."""
+    """Regexes naming each option's meaning (case-insensitive), keyed by the option's value."""
     if item.request == "select":
-        other = get_system(item.system).other
+        other = re.escape(get_system(item.system).other)
+        contents = rf"(?:\s*(?:the|mass|{other}|tests?|and|of|both|[,&+]))*"
         return {
-            "stop": [r"\bstop\b", r"\banswer (?:the question )?now\b", r"\bno (?:further|more) measurement"],
+            "stop": [
+                r"\bstop\b",
+                r"\banswer (?:the question )?now\b",
+                r"\bno (?:further|more) measurements?\b",
+            ],
             "test_mass": [r"\bmass test\b", r"\btest(?:ing)? (?:the )?mass\b", r"\bmeasur\w* (?:the )?mass\b"],
             "test_other": [
                 rf"\b{other} test\b",
@@ -58,83 +203,155 @@ def _name_patterns(item: Item) -> dict[str, list[str]]:
                 rf"\bmeasur\w* (?:the )?{other}\b",
             ],
             "free_fall": [r"\bfree[- ]?fall\b"],
-            "combined_report": [r"\bcombined report\b", r"\bcombined\b", r"\bboth tests\b"],
-        }
-    if item.options and set(item.options.values()) <= {"yes", "no", "undetermined"}:
-        return {
-            "yes": [r"\byes\b"],
-            "no": [r"\bno\b"],
-            "undetermined": [
-                r"\bundetermined\b",
-                r"\bcannot be determined\b",
-                r"\bcan'?not (?:be )?(?:determined|known|tell)\b",
-                r"\bi don'?t know\b",
-                r"\bnot (?:enough|sufficient) (?:evidence|information)\b",
+            "combined_report": [
+                rf"\bcombined report\b(?:\s*\({contents}\s*\)?)?",
+                rf"\bcombined report of the mass and {other} tests\b",
+                r"\bcombined\b",
+                r"\bboth tests\b",
+                rf"\b(?:the )?mass and (?:the )?{other} tests\b",
             ],
         }
-    if item.options:  # recover_property: the candidate values as printed
-        return {v: [rf"(?<![\d.]){re.escape(v)}(?![\d])"] for v in item.options.values()}
+    if _is_answer_item(item):
+        return {"yes": [r"\byes\b"], "no": [r"\bno\b"], "undetermined": list(_UNDETERMINED)}
     return {}
 
 
-def _named(text: str, item: Item) -> set[str]:
-    lowered = text.lower()
-    return {
-        value
-        for value, patterns in _name_patterns(item).items()
-        if any(re.search(p, lowered) for p in patterns)
-    }
+def _letter_of(item: Item, value: str) -> str:
+    return next(k for k, v in item.options.items() if v == value)  # type: ignore[union-attr]
 
 
-def _letters(text: str, options: dict[str, str]) -> set[str]:
-    found = set()
-    for m in _STANDALONE.finditer(text):
-        letter = m.group(1)
-        after = text[m.end() : m.end() + 2]
-        if letter == "A" and re.match(r" [a-z]", after):
-            continue  # the article "A block ...", not option A
-        if letter in options:
-            found.add(letter)
-    return found
+def _is_article(text: str, pos: int) -> bool:
+    """Whether the capital A at `pos` is the indefinite article (rules in the module docstring)."""
+    if not _SENTENCE_START.search(text[:pos]):
+        return False
+    m = _ARTICLE_WORD.match(text, pos + 1)
+    if not m:
+        return False
+    word = m.group(1).lower()
+    return not _VOWEL_SOUND.match(word) and word not in _NOT_AFTER_ARTICLE
 
 
-def _from_value(item: Item, value: str, route: str) -> Parsed:
-    """A reading that points at option `value` (an action, answer or candidate value)."""
-    letter = next(k for k, v in item.options.items() if v == value)  # type: ignore[union-attr]
-    return _from_letter(item, letter, route)
+def _spans(item: Item, text: str) -> tuple[list[_Span], bool]:
+    """Option references, negation cues and hedges in `text`, in order; and whether a number is
+    non-finite (numeric requests only)."""
+    candidates: list[_Span] = []
+    for value, patterns in _name_patterns(item).items():
+        key = _letter_of(item, value)
+        for p in patterns:
+            candidates += [_Span(m.start(), m.end(), "name", key) for m in re.finditer(p, text, re.I)]
+    negation = [_NEGATION] + ([] if _is_answer_item(item) else [_NEGATION_NO])
+    for kind, patterns in (("negation", negation), ("hedge", [_HEDGE])):
+        for p in patterns:
+            candidates += [_Span(m.start(), m.end(), kind) for m in re.finditer(p, text, re.I)]
+    # Overlaps: the longest span wins ("no need to" over "no", "not enough evidence" over "not").
+    kept: list[_Span] = []
+    for s in sorted(candidates, key=lambda s: (s.start - s.end, s.start)):
+        if all(s.end <= k.start or s.start >= k.end for k in kept):
+            kept.append(s)
+
+    def free(start: int, end: int) -> bool:
+        return all(end <= k.start or start >= k.end for k in kept)
+
+    options = item.options or {}
+    non_finite = False
+    if item.request in ("read_ruler", "recover_property"):
+        non_finite = bool(_NON_FINITE_WORD.search(text))
+        for m in _NUMBER.finditer(text):
+            x = float(m.group(0))
+            if not math.isfinite(x):
+                non_finite = True
+            elif item.request == "read_ruler":
+                kept.append(_Span(m.start(), m.end(), "number", "", x))
+            else:
+                key = next((k for k, v in options.items() if math.isclose(x, float(v), rel_tol=1e-9)), None)
+                if key is not None:
+                    kept.append(_Span(m.start(), m.end(), "number", key))
+    if item.request != "read_ruler":
+        for m in _LETTER.finditer(text):
+            letter, pos = m.group(1), m.start(1)
+            if re.match(r"\s*=", text[m.end() :]) or not free(pos, m.end()):
+                continue  # a variable ("E = m g e^2 h"), or part of a name
+            if letter == "A" and _is_article(text, pos):
+                continue
+            kept.append(_Span(pos, m.end(), "letter", letter if letter in options else f"?{letter}"))
+    return sorted(kept, key=lambda s: s.start), non_finite
 
 
-def _from_letter(item: Item, letter: str, route: str) -> Parsed:
+def _negated(text: str, spans: list[_Span]) -> bool:
+    refs = [s for s in spans if s.kind in ("letter", "name", "number")]
+    for cue in (s for s in spans if s.kind == "negation"):
+        end = _CLAUSE_END.search(text, cue.end)
+        stop = end.start() if end else len(text)
+        if any(cue.end <= r.start < stop for r in refs):
+            return True  # "do not stop", "not yes", "instead of the mass test"
+        before = [r for r in refs if r.end <= cue.start]
+        if before and _POSTPOSED.search(text[cue.start : cue.end].lower()):
+            if _COPULA_GAP.fullmatch(text[before[-1].end : cue.start]):
+                return True  # "the mass test is not needed", "B would be wrong"
+    return False
+
+
+def _alternatives(text: str, refs: list[_Span]) -> bool:
+    for m in _OR.finditer(text):
+        left = [r for r in refs if r.end <= m.start()]
+        right = [r for r in refs if r.start >= m.end()]
+        if not left or not right:
+            continue
+        a, b = left[-1], right[0]
+        if _key(a) != _key(b) and not _SENTENCE_END.search(text, a.end, b.start):
+            return True
+    return False
+
+
+def _key(ref: _Span) -> str | float:
+    return ref.value if ref.value is not None else ref.key
+
+
+def _read(item: Item, text: str) -> _Reading | str:
+    """The one option `text` points to, or the reason why there is none."""
+    text = text.replace("’", "'").replace("‘", "'").replace("−", "-")  # same length: spans hold
+    ruler = item.request == "read_ruler"
+    spans, non_finite = _spans(item, text)
+    refs = [s for s in spans if s.kind in ("letter", "name", "number")]
+    if non_finite:
+        return "non_finite"
+    if not refs or all(r.key.startswith("?") for r in refs):
+        return "no_number" if ruler else "no_option"
+    if _negated(text, spans):
+        return "negated"
+    if _alternatives(text, refs):
+        return "alternatives"
+    if len({_key(r) for r in refs}) > 1:
+        return "several_numbers" if ruler else "conflicting_options"
+    if any(s.kind == "hedge" for s in spans) or _THINK_OR.search(text):
+        return "hedged"
+    first = refs[0]
+    if ruler:
+        assert first.value is not None
+        if not 0.0 <= first.value <= RULER_MAX:
+            return "out_of_range"
+        return _Reading("", first.value or 0.0, tuple(refs))  # -0.0 is read as 0.0
+    return _Reading(first.key, None, tuple(refs))
+
+
+def _parsed(item: Item, reading: _Reading, route: str) -> Parsed:
+    if item.request == "read_ruler":
+        return Parsed(True, route, value=reading.value)
+    letter = reading.key
     value = item.options[letter]  # type: ignore[index]
     if item.request == "select":
         return Parsed(True, route, choice=letter, action=value)
-    if value in ("yes", "no", "undetermined"):
+    if value in ANSWERS:
         return Parsed(True, route, choice=letter, answer=value)
     return Parsed(True, route, choice=letter, value=float(value))
 
 
-def _read_token(item: Item, token: str, route: str) -> Parsed | None:
-    """Read a final answer token: a letter, a letter with its label, or one option's name."""
-    text = token.strip().strip("\"'`*_.").strip()
-    if not text:
-        return None
-    if item.request == "read_ruler":
-        numbers = re.findall(_NUMBER, text)
-        return Parsed(True, route, value=float(numbers[0])) if len(numbers) == 1 else None
-    options = item.options or {}
-    m = re.fullmatch(r"[(\[]?([A-E])[)\]]?", text)
-    if m and m.group(1) in options:
-        return _from_letter(item, m.group(1), route)
-    m = re.match(r"[(\[]?([A-E])(?:[)\].:]|\s+-)\s*(.*)", text, re.S)
-    if m and m.group(1) in options:
-        named = _named(m.group(2), item)
-        if not named or named == {options[m.group(1)]}:
-            return _from_letter(item, m.group(1), route)
-        return None  # "B. the mass test" where B is not the mass test: no single reading
-    named = _named(text, item)
-    if len(named) == 1:
-        return _from_value(item, named.pop(), route)
-    return None
+def _final(item: Item, token: str, route: str, unreadable: str) -> Parsed:
+    """Read a final answer (an ANSWER line or a json `final_answer`): no fallback to the working."""
+    got = _read(item, token)
+    if isinstance(got, str):
+        return invalid(unreadable if got in ("no_option", "no_number") else got)
+    return _parsed(item, got, route)
 
 
 def parse_reply(item: Item, reply: str, regime: str = "standard") -> Parsed:
@@ -150,27 +367,18 @@ def parse_reply(item: Item, reply: str, regime: str = "standard") -> Parsed:
             except json.JSONDecodeError:
                 obj = None
             if isinstance(obj, dict) and "final_answer" in obj:
-                got = _read_token(item, str(obj["final_answer"]), "json")
-                return got if got is not None else invalid("json_final_answer_unreadable")
+                return _final(item, str(obj["final_answer"]), "json", "json_final_answer_unreadable")
     lines = _ANSWER_LINE.findall(text)
     if lines:
-        got = _read_token(item, lines[-1], "answer_line")
-        return got if got is not None else invalid("answer_line_unreadable")
+        return _final(item, lines[-1], "answer_line", "answer_line_unreadable")
+    got = _read(item, text)
+    if isinstance(got, str):
+        return invalid(got)
     if item.request == "read_ruler":
-        numbers = re.findall(_NUMBER, text)
-        if len(numbers) == 1:
-            return Parsed(True, "number", value=float(numbers[0]))
-        return invalid("no_number" if not numbers else "several_numbers")
-    options = item.options or {}
-    direct = _read_token(item, text, "direct") if len(text) <= 80 else None
-    if direct is not None and direct.route == "direct" and re.match(r"\W*[A-E]\b", text):
-        return direct
-    letters, named = _letters(text, options), _named(text, item)
-    pointed = {options[x] for x in letters} | named
-    if len(pointed) > 1:
-        return invalid("ambiguous")
-    if letters:
-        return _from_letter(item, letters.pop(), "letter")
-    if named:
-        return _from_value(item, named.pop(), "name")
-    return invalid("no_option")
+        return _parsed(item, got, "number")
+    first = got.refs[0]
+    opening = re.match(r"[\s*_(\[\"'“]*", text)
+    if first.kind == "letter" and len(text) <= DIRECT_MAX_CHARS and opening and first.start == opening.end():
+        return _parsed(item, got, "direct")
+    route = "letter" if any(r.kind == "letter" for r in got.refs) else "name"
+    return _parsed(item, got, route)
