@@ -25,7 +25,7 @@ def add_organism_parser(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train from a seed into OUT (resumable; OUT/checkpoint is the model folder)",
         description="Train the organism into OUT: OUT/train_log.jsonl (validation every "
-        "--eval-every steps), OUT/train_state.pt (resume point), OUT/checkpoint/ (the model). "
+        "--eval-every steps), OUT/train_state.json + .safetensors (resume point), OUT/checkpoint/ (the model). "
         "Rerun the same command to resume a killed run.",
     )
     t.add_argument("--out", required=True, type=Path, help="training folder")

@@ -2,8 +2,12 @@
 
 Deterministic given (seed, config, torch build, thread count): batch k is drawn from the stream
 (seed, k), so a resumed run draws the same batches as an uninterrupted one. Every
-`save_every` steps the full training state is written atomically to OUT/train_state.pt; a
-killed run resumes from it. The result is OUT/checkpoint/, an ordinary transformers folder
+`save_every` steps the full training state is written atomically and a killed run resumes from
+it: the tensors (model weights, optimizer moments) in OUT/train_state-<step>.safetensors, then
+OUT/train_state.json (step, config, torch RNG state, optimizer hyperparameters, and the name and
+sha256 of the tensors file), whose rename is the commit point. Nothing is unpickled: an
+OUT/train_state.pt of older versions (a pickle) is refused, never read. The result is
+OUT/checkpoint/, an ordinary transformers folder
 (config.json, model.safetensors, tokenizer, processor_config.json) plus organism.json (the
 recipe and the validation numbers).
 
@@ -14,12 +18,13 @@ touching the benchmark's seeds.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +32,8 @@ import torch.nn.functional as F
 
 from evprobe.bench.family import Family
 from evprobe.bench.reference import ACTIONS
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_bytes
 from evprobe.organism.data import DataConfig, draw_family, sample_example, select_example
 from evprobe.organism.facts import Facts
 from evprobe.organism.model import ModelConfig, Organism
@@ -142,10 +149,111 @@ def evaluate(model: Organism, examples: list[tuple[Facts, str, str]]) -> dict[st
     }
 
 
-def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+STATE_FILE = "train_state.json"  # the commit point of a saved training state
+LEGACY_STATE_FILE = "train_state.pt"  # older versions' pickle: refused, never read
+_TENSORS = "train_state-{step:08d}.safetensors"
+_STATE_FORMAT = 1
+
+
+def _bad_state(path: Path, why: str) -> InputError:
+    return InputError(f"{path}: {why}; delete the train_state files in {path.parent} (training restarts) "
+                      "or start a new --out")
+
+
+def _refuse_legacy_state(out: Path) -> None:
+    legacy = out / LEGACY_STATE_FILE
+    if legacy.exists():
+        raise InputError(f"{legacy} is not read: it is a pickle from an older evprobe, and unpickling a file "
+                         "can run code; delete it (training restarts from step 0) or start a new --out")
+
+
+def save_train_state(out: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig,
+                     step: int, seconds: float) -> None:
+    """Tensors to OUT/train_state-<step>.safetensors, then the rest to OUT/train_state.json, each
+    written atomically; the JSON names the tensors file (and its sha256), so a kill between the two
+    leaves the previous state whole. Older tensors files are removed afterwards."""
+    from safetensors.torch import save
+
+    # clone: the number embedding shares its table with the Llama, and safetensors stores no aliases
+    tensors = {f"model.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    opt_state = opt.state_dict()
+    values: dict[str, dict[str, Any]] = {}
+    for index, entry in opt_state["state"].items():
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer.{index}.{key}"] = value.detach().clone().contiguous()
+            elif value is None or isinstance(value, (bool, int, float, str)):
+                values.setdefault(str(index), {})[key] = value
+            else:
+                raise TypeError(f"optimizer state {index}.{key} is a {type(value).__name__}; not storable as JSON")
+    data = save(tensors)
+    name = _TENSORS.format(step=step)
+    atomic_write_bytes(out / name, data)
+    groups = [{k: list(v) if isinstance(v, tuple) else v for k, v in group.items()}
+              for group in opt_state["param_groups"]]
+    state = {
+        "format": _STATE_FORMAT, "step": step, "seconds": seconds, "config": asdict(cfg),
+        "tensors": name, "tensors_sha256": hashlib.sha256(data).hexdigest(),
+        "optimizer": {"param_groups": groups, "state_values": values,
+                      "state_keys": {str(i): sorted(entry) for i, entry in opt_state["state"].items()}},
+        "rng": {"torch_cpu": torch.get_rng_state().tolist()},
+    }
+    atomic_write_bytes(out / STATE_FILE, (json.dumps(state) + "\n").encode("utf-8"))
+    for old in out.glob("train_state-*.safetensors"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def read_train_state(out: str | Path) -> dict[str, Any] | None:
+    """The saved training state of OUT (None when there is none): step, seconds, config (as JSON),
+    model (a state dict), optimizer (a state dict), rng. Reads JSON and safetensors only; a
+    train_state.pt (a pickle) is refused, never read. A damaged state is a one-line InputError.
+    rng: the torch CPU generator state as a list of byte values (torch.set_rng_state)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    out = Path(out)
+    _refuse_legacy_state(out)
+    path = out / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _bad_state(path, f"not valid JSON ({err})") from None
+    keys = {"format", "step", "seconds", "config", "tensors", "tensors_sha256", "optimizer", "rng"}
+    if not isinstance(state, dict) or not keys <= set(state) or state["format"] != _STATE_FORMAT:
+        raise _bad_state(path, f"not a training state of format {_STATE_FORMAT}")
+    name = state["tensors"]
+    if not isinstance(name, str) or Path(name).name != name or not name.endswith(".safetensors"):
+        raise _bad_state(path, f"bad tensors file name {name!r}")
+    tensors_path = out / name
+    if not tensors_path.is_file():
+        raise _bad_state(path, f"its tensors file {name} is missing")
+    data = tensors_path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != state["tensors_sha256"]:
+        raise _bad_state(tensors_path, "does not match the sha256 in train_state.json")
+    try:
+        tensors = load(data)
+    except SafetensorError as err:
+        raise _bad_state(tensors_path, f"not a safetensors file ({err})") from None
+    model = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    try:
+        opt = state["optimizer"]
+        opt_state: dict[int, dict[str, Any]] = {}
+        for index, names in opt["state_keys"].items():
+            entry = dict(opt["state_values"].get(index, {}))
+            for key in names:
+                if key not in entry:
+                    entry[key] = tensors[f"optimizer.{index}.{key}"]
+            opt_state[int(index)] = entry
+        groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in group.items()}
+                  for group in opt["param_groups"]]
+        return {"step": int(state["step"]), "seconds": float(state["seconds"]), "config": state["config"],
+                "model": model, "optimizer": {"state": opt_state, "param_groups": groups},
+                "rng": [int(x) for x in state["rng"]["torch_cpu"]]}
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise _bad_state(path, f"incomplete or malformed ({type(err).__name__}: {err})") from None
 
 
 def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | None = None) -> dict:
@@ -155,18 +263,22 @@ def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | Non
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
-    state_path, log_path = out / "train_state.pt", out / "train_log.jsonl"
+    state_path, log_path = out / STATE_FILE, out / "train_log.jsonl"
+    state = read_train_state(out)  # before anything is built: a refused state costs nothing
     model = Organism(cfg.model, cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     step, seconds = 0, 0.0
-    if state_path.exists():
-        state = torch.load(state_path, weights_only=False)
-        if state["config"] != asdict(cfg):
+    if state is not None:
+        if state["config"] != json.loads(json.dumps(asdict(cfg))):
             raise ValueError(
                 f"{state_path} was written by a different training config; use a new --out or delete it"
             )
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+        try:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            torch.set_rng_state(torch.tensor(state["rng"], dtype=torch.uint8))
+        except (RuntimeError, KeyError, TypeError, ValueError) as err:
+            raise _bad_state(state_path, f"does not fit this model ({(str(err).splitlines() or [type(err).__name__])[0]})") from None
         step, seconds = state["step"], state["seconds"]
         log(f"resuming at step {step} ({seconds:.0f} s trained)")
     val = validation_set(cfg)
@@ -198,8 +310,7 @@ def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | Non
                 f.write(json.dumps(row) + "\n")
             log(json.dumps(row))
         if step % cfg.save_every == 0 or step == cfg.steps:
-            _atomic_save({"config": asdict(cfg), "model": model.state_dict(), "optimizer": opt.state_dict(),
-                          "step": step, "seconds": time.perf_counter() - start}, state_path)
+            save_train_state(out, model, opt, cfg, step, time.perf_counter() - start)
             if stop_after is not None and step >= stop_after:
                 return {"stopped_at": step}
     seconds = time.perf_counter() - start

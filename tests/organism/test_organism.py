@@ -117,7 +117,7 @@ def test_exported_checkpoint_is_a_plain_llama_with_the_training_logits(tmp_path:
 
 
 def test_training_loss_falls_and_a_killed_run_resumes_to_the_same_model(tmp_path: Path) -> None:
-    from evprobe.organism.train import TrainConfig, train
+    from evprobe.organism.train import TrainConfig, read_train_state, train
 
     cfg = replace(TrainConfig(), steps=40, batch_size=16, eval_every=20, save_every=20, val_families=8, threads=1)
     logs: list[str] = []
@@ -129,11 +129,100 @@ def test_training_loss_falls_and_a_killed_run_resumes_to_the_same_model(tmp_path
     assert train(cfg, tmp_path / "killed", log=logs.append, stop_after=20) == {"stopped_at": 20}
     train(cfg, tmp_path / "killed", log=logs.append)
     assert any("resuming at step 20" in line for line in logs)
-    a = torch.load(tmp_path / "whole" / "train_state.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "killed" / "train_state.pt", weights_only=False)["model"]
+    a = read_train_state(tmp_path / "whole")["model"]
+    b = read_train_state(tmp_path / "killed")["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="different training config"):
         train(replace(cfg, lr=1e-3), tmp_path / "killed")
+
+
+# A training config as small as the resume test's above: 40 steps of 16, saved at 20.
+_SMALL_TRAIN = dict(steps=40, batch_size=16, eval_every=20, save_every=20, val_families=8, threads=1)
+
+
+def _write_marker(path: str) -> None:  # what the planted pickle's payload does when unpickled
+    Path(path).write_text("unpickled")
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (_write_marker, (self.marker,))
+
+
+def test_a_planted_pickle_where_training_resumes_is_refused_never_unpickled(tmp_path: Path) -> None:
+    import pickle
+
+    from evprobe.core.errors import InputError
+    from evprobe.experiments.cli import main
+    from evprobe.organism.train import TrainConfig, train
+
+    control = tmp_path / "control"  # the payload works: unpickling it writes its marker
+    pickle.loads(pickle.dumps(_Payload(control)))
+    assert control.read_text() == "unpickled"
+
+    marker = tmp_path / "marker"
+    out = tmp_path / "train"
+    out.mkdir()
+    torch.save({"model": _Payload(marker), "step": 20}, out / "train_state.pt")  # the old format's name
+    cfg = replace(TrainConfig(), **_SMALL_TRAIN)
+    with pytest.raises(InputError) as err:
+        train(cfg, out, log=lambda _: None)
+    text = str(err.value)
+    assert "\n" not in text and "train_state.pt is not read" in text and "delete it" in text
+    assert main(["organism", "train", "--out", str(out), "--steps", "40"]) == 2  # the command: exit 2, one line
+    assert not marker.exists()
+    assert sorted(p.name for p in out.iterdir()) == ["train_state.pt"]  # nothing trained, nothing written
+
+    # The same pickle under the new state's names is not a state either: refused, not unpickled.
+    (out / "train_state.pt").unlink()
+    payload = pickle.dumps(_Payload(marker))
+    (out / "train_state.json").write_bytes(payload)
+    with pytest.raises(InputError, match="train_state.json: not valid JSON"):
+        train(cfg, out, log=lambda _: None)
+    (out / "train_state-00000020.safetensors").write_bytes(payload)
+    (out / "train_state.json").write_text(json.dumps({
+        "format": 1, "step": 20, "seconds": 1.0, "config": {}, "tensors": "train_state-00000020.safetensors",
+        "tensors_sha256": __import__("hashlib").sha256(payload).hexdigest(), "optimizer": {}, "rng": {}}))
+    with pytest.raises(InputError, match="not a safetensors file"):
+        train(cfg, out, log=lambda _: None)
+    assert not marker.exists()
+
+
+def test_an_interrupted_training_resumes_from_safetensors_and_json_to_the_same_state(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from evprobe.organism.train import TrainConfig, read_train_state, train
+
+    cfg = replace(TrainConfig(), **_SMALL_TRAIN)
+    logs: list[str] = []
+    train(cfg, tmp_path / "whole", log=logs.append)
+    assert train(cfg, tmp_path / "killed", log=logs.append, stop_after=20) == {"stopped_at": 20}
+    killed = tmp_path / "killed"
+    assert sorted(p.name for p in killed.iterdir()) == [
+        "train_log.jsonl", "train_state-00000020.safetensors", "train_state.json"]
+    assert json.loads((killed / "train_state.json").read_text())["step"] == 20
+    train(cfg, killed, log=logs.append)
+    assert "resuming at step 20" in " ".join(logs)
+    for folder in (tmp_path / "whole", killed):  # the finished state: step 40's files only, no pickles
+        names = sorted(p.name for p in folder.iterdir())
+        assert names == ["checkpoint", "train_log.jsonl", "train_state-00000040.safetensors", "train_state.json"]
+
+    a, b = read_train_state(tmp_path / "whole"), read_train_state(killed)
+    assert a["step"] == b["step"] == 40 and a["config"] == b["config"] and a["rng"] == b["rng"]
+    assert a["model"].keys() == b["model"].keys() and len(a["model"]) > 10
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert sa.keys() == sb.keys() and a["optimizer"]["param_groups"] == b["optimizer"]["param_groups"]
+    assert all(torch.equal(sa[i][k], sb[i][k]) for i in sa for k in ("step", "exp_avg", "exp_avg_sq"))
+    assert a["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.98)
+    ca = load_file(tmp_path / "whole" / "checkpoint" / "model.safetensors")
+    cb = load_file(killed / "checkpoint" / "model.safetensors")
+    assert ca.keys() == cb.keys() and all(torch.equal(ca[k], cb[k]) for k in ca)
+    rows = [json.loads(line) for line in (killed / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [20, 40]
 
 
 def test_organism_is_a_model_name_with_image_positions_and_no_text_markers(small_bench: Path) -> None:
