@@ -1,14 +1,35 @@
 """`evprobe generate`: write a complete benchmark folder, atomically.
 
-Everything is built in a temporary sibling folder and renamed into place at the end, so a killed
-run leaves the previous folder (or nothing), never a half-written manifest.
+Everything is built in a temporary sibling folder, `.OUT.tmp-XXXXXXXX` beside OUT (the name
+`tempfile.mkdtemp` gives: 8 characters of a-z, 0-9 and _), and renamed into place at the end, so a
+killed run leaves the previous folder (or nothing), never a half-written manifest.
+
+`--force` replaces only what `evprobe generate` itself writes: an empty folder, or a folder that
+holds a benchmark (a bench.json with the benchmark's format marks beside families.jsonl and
+items.jsonl) and nothing else a benchmark does not hold (images/, checks.json). Any other non-empty
+folder is refused in one line naming it, with or without `--force`.
+
+Temporary folders never outlive their run:
+- a failing or interrupted run (an exception, Ctrl-C) removes its own (try/finally);
+- a run killed outright (SIGKILL, a lost machine) cannot, so each generate first removes the stale
+  temporary folders of earlier runs into the same OUT: the folders beside OUT whose names match
+  exactly `.OUT.tmp-XXXXXXXX`. It tells a dead run's folder from a live run's without guessing:
+  every run holds an exclusive `flock` on its temporary folder (and on the old OUT while it is
+  renamed aside, under the same pattern) from creation until it is gone, the kernel drops the lock
+  when the process dies, and a folder is removed only when that lock can be taken at once. Where
+  `fcntl.flock` does not exist (Windows), only folders older than `STALE_AFTER_S` (one hour) are
+  removed: no generate takes that long, so an older one belongs to a dead run.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+import secrets
 import shutil
+import string
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -27,9 +48,23 @@ from evprobe.bench.reference import Prices
 from evprobe.bench.render import STYLES, render_sheet
 from evprobe.bench.systems import SYSTEM_NAMES, get_system
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; stale temporary folders are told by their age
+    fcntl = None  # type: ignore[assignment]
+
 MAIN_SEED = 20260905
 SUBSET_SEED = 20260906
 PILOT_SEED = 20260907  # the seed names no pilot seed; we choose the next integer
+
+# What a benchmark folder holds (generate writes the first four; `evprobe check` adds checks.json),
+# and the bench.json keys that mark it as one: what `--force` may replace.
+BENCH_ENTRIES = (FAMILIES_FILE, ITEMS_FILE, META_FILE, "images", "checks.json")
+FORMAT_MARKS = ("split", "seed", "n_families", "n_items", "families_sha256", "items_sha256")
+# The random part of tempfile.mkdtemp / mkstemp names: 8 characters of a-z, 0-9 and _.
+_RANDOM = "[a-z0-9_]{8}"
+_RANDOM_CHARS = string.ascii_lowercase + string.digits + "_"
+STALE_AFTER_S = 3600.0  # without flock: a temporary folder this old belongs to a dead run
 
 
 @dataclass(frozen=True)
@@ -105,17 +140,24 @@ def generate(
     workers: int = 1,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Write families.jsonl, items.jsonl, bench.json and images/ to `out_dir`; return bench.json."""
+    """Write families.jsonl, items.jsonl, bench.json and images/ to `out_dir`; return bench.json.
+
+    `force` replaces a benchmark already in `out_dir` (never any other non-empty folder); stale
+    temporary folders of killed runs into the same `out_dir` are removed first (module docstring).
+    """
     out = Path(out_dir)
+    if out.is_symlink():
+        raise InputError(f"{out} is a symbolic link; pass the folder it points to, {out.resolve()}, or another --out")
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} exists and is not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise InputError(f"{out} is not empty; pass --force to replace it or choose another --out")
+    _check_replaceable(out, force)
     started = time.perf_counter()
     families, items = build(config)
     jobs = sheet_jobs(families)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    remove_stale_temporaries(out)
+    tmp, lock = _make_temporary(out)
+    committed = False
     try:
         bar = Progress("rendered", len(jobs)) if progress else None
         written = _render_all(tmp, jobs, workers, bar)
@@ -137,11 +179,156 @@ def generate(
             "seconds": round(time.perf_counter() - started, 3),
         }
         atomic_write_json(tmp / META_FILE, meta)
+        _check_replaceable(out, force)  # again: something may have been put there meanwhile
         _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        committed = True
+    finally:
+        if not committed:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _unlock(lock)
     return meta
+
+
+# -- what --force may replace ----------------------------------------------------------------------
+
+
+def _is_benchmark(folder: Path) -> bool:
+    """Whether `folder` holds a benchmark: families.jsonl, items.jsonl and a bench.json object
+    with every format mark."""
+    if not ((folder / FAMILIES_FILE).is_file() and (folder / ITEMS_FILE).is_file()):
+        return False
+    try:
+        meta = json.loads((folder / META_FILE).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(meta, dict) and all(key in meta for key in FORMAT_MARKS)
+
+
+def _foreign_entries(folder: Path) -> list[str]:
+    """Names in a benchmark folder that a benchmark does not hold (an atomic-write leftover of one
+    of its files, `.NAME.XXXXXXXX.tmp`, is its own)."""
+    own = re.compile("|".join(re.escape(name) for name in BENCH_ENTRIES))
+    leftover = re.compile(rf"\.(?:{own.pattern})\.{_RANDOM}\.tmp")
+    return sorted(
+        p.name for p in folder.iterdir() if not (own.fullmatch(p.name) or leftover.fullmatch(p.name))
+    )
+
+
+def _check_replaceable(out: Path, force: bool) -> None:
+    """Refuse, in one line naming `out` and the fix, to write over anything but nothing, an empty
+    folder or (with `force`) a benchmark folder."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not _is_benchmark(out):
+        raise InputError(
+            f"{out} is not empty and holds no benchmark (no {META_FILE} with its format marks beside "
+            f"{FAMILIES_FILE} and {ITEMS_FILE}); --force replaces only a benchmark or an empty folder: "
+            "choose another --out"
+        )
+    foreign = _foreign_entries(out)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise InputError(
+            f"{out} holds a benchmark but also {shown}, which `evprobe generate` did not write; "
+            f"move them out of {out} or choose another --out"
+        )
+    if not force:
+        raise InputError(f"{out} is not empty; pass --force to replace it or choose another --out")
+
+
+# -- temporary folders -----------------------------------------------------------------------------
+
+
+def _temporary_pattern(out: Path) -> re.Pattern[str]:
+    return re.compile(re.escape(f".{out.name}.tmp-") + _RANDOM)
+
+
+def _lock(folder: Path, *, wait: bool) -> int | None:
+    """An fd holding an exclusive flock on `folder` (None without flock, or when `wait` is false
+    and another process holds it). Raises OSError when `folder` cannot be opened."""
+    if fcntl is None:
+        return None
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the last copy of the fd drops the flock
+
+
+def _still_there(fd: int, path: Path) -> bool:
+    """Whether the folder locked through `fd` is still the one at `path`."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+    except FileNotFoundError:
+        return False
+
+
+def _make_temporary(out: Path) -> tuple[Path, int | None]:
+    """A new, locked temporary folder `.OUT.tmp-XXXXXXXX` beside `out`, and its lock."""
+    while True:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        fd = None
+        if fcntl is not None:
+            try:
+                # Waits only while a concurrent generate that saw the folder before it was locked
+                # removes it as stale; then it is gone and we make another.
+                fd = _lock(tmp, wait=True)
+            except FileNotFoundError:
+                continue
+            if not _still_there(fd, tmp):
+                _unlock(fd)
+                continue
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a benchmark is for sharing, like its 0644 files
+        return tmp, fd
+
+
+def remove_stale_temporaries(out: str | Path) -> list[Path]:
+    """Remove the temporary folders of killed generate runs into `out`: folders beside it named
+    exactly `.OUT.tmp-XXXXXXXX` that no running generate holds (see the module docstring).
+    Returns the folders removed."""
+    out = Path(out)
+    pattern = _temporary_pattern(out)
+    try:
+        candidates = [p for p in out.parent.iterdir() if pattern.fullmatch(p.name)]
+    except FileNotFoundError:
+        return []
+    removed = []
+    for path in candidates:
+        if path.is_symlink() or not path.is_dir():
+            continue
+        if fcntl is None:
+            try:
+                if time.time() - path.stat().st_mtime < STALE_AFTER_S:
+                    continue
+            except FileNotFoundError:
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                fd = _lock(path, wait=False)
+            except OSError:
+                continue  # gone meanwhile, or not ours to open
+            if fd is None:
+                continue  # a running generate holds it
+            try:
+                if not _still_there(fd, path):
+                    continue
+                shutil.rmtree(path, ignore_errors=True)
+            finally:
+                _unlock(fd)
+        if not path.exists():
+            removed.append(path)
+    return removed
 
 
 def _render_all(tmp: Path, jobs: list[tuple[str, Any, str]], workers: int, bar: Progress | None) -> int:
@@ -163,15 +350,40 @@ def _render_all(tmp: Path, jobs: list[tuple[str, Any, str]], workers: int, bar: 
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
-    """Replace `out` by `tmp` with renames only; the old folder is removed after the swap."""
-    old = None
+    """Replace `out` by `tmp` with renames only; the old folder is removed after the swap.
+
+    The old folder is renamed aside under the temporary-folder pattern while locked, so a kill
+    before its removal leaves it for the next generate's clean-up, and no clean-up takes it sooner.
+    """
+    old, old_lock = None, None
     if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rmdir(old)
+        while True:
+            old_lock = _lock(out, wait=True)
+            if old_lock is None or _still_there(old_lock, out):
+                break
+            _unlock(old_lock)  # another generate swapped `out` meanwhile: lock the new one
+        old = _unused_temporary_name(out)
         os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    try:
+        try:
+            os.replace(tmp, out)
+        except BaseException:
+            if old is not None:
+                os.replace(old, out)  # put the previous benchmark back
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        _unlock(old_lock)
+
+
+def _unused_temporary_name(out: Path) -> Path:
+    """A free `.OUT.tmp-XXXXXXXX` path beside `out` (not created: the rename creates it)."""
+    while True:
+        random_part = "".join(secrets.choice(_RANDOM_CHARS) for _ in range(8))
+        path = out.parent / f".{out.name}.tmp-{random_part}"
+        if not os.path.lexists(path):
+            return path
 
 
 def _sha256(path: Path) -> str:

@@ -6,6 +6,16 @@ sweeps (`**/sweep.md`), directions and their geometry (`**/geometry.md`), dose-r
 (`**/dose_response.md`) and pair patching (`**/patching.md`), and copies every PNG beside them
 into `DIR/report/`, so the report folder can be moved as a whole. Each part keeps its own numbers
 with their n and intervals; the report adds nothing it did not read.
+
+Nothing is clobbered: each input folder is named by the shortest tail of its path that no other
+input folder shares (`runs/a/out` and `runs/b/out` are `a/out` and `b/out`), every part is headed
+by that name, and every copied PNG gets a file name of its own (the folder's name and the PNG's
+path under it, joined by `__`; a numbered suffix where two would still meet), so two folders of
+the same name never overwrite each other's plots or sections.
+
+Behavioural scores are read fresh: a run folder's scores.md is used only when the scores.json
+beside it scores the records.jsonl beside it as it is now; otherwise the run is re-scored first,
+or the report refuses in one line naming `evprobe score` (see `experiments.scoring_io`).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import argparse
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import quote
 
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes
@@ -33,38 +44,94 @@ def _demote(markdown: str) -> str:
     return re.sub(r"^(#+) ", lambda m: "##" + m.group(1) + " ", markdown, flags=re.M)
 
 
+def _distinct(roots: list[Path]) -> list[Path]:
+    """The roots in order, each folder once (however it is spelled)."""
+    unique: dict[Path, Path] = {}
+    for root in roots:
+        unique.setdefault(Path(root).resolve(), Path(root))
+    return list(unique.values())
+
+
+def _root_names(roots: list[Path]) -> list[Path]:
+    """For each root, the shortest tail of its absolute path that no other root shares."""
+    parts = [r.resolve().parts for r in roots]
+    depth = [1] * len(roots)
+    while True:
+        names = [Path(*p[-k:]) for p, k in zip(parts, depth)]
+        clashing = [i for i, n in enumerate(names) if names.count(n) > 1]
+        grew = False
+        for i in clashing:
+            if depth[i] < len(parts[i]):
+                depth[i] += 1
+                grew = True
+        if not grew:
+            return names  # only identical roots still clash; build_report keeps one of each
+
+
+def _target_name(where: Path, png: Path, used: dict[str, Path]) -> str:
+    """A file name in the report folder for `png` that no other copied PNG has."""
+    base = "__".join(part for part in (*where.parts, png.stem) if part not in ("", ".", "/"))
+    name, n = f"{base}{png.suffix}", 1
+    while name in used and used[name] != png:
+        n += 1
+        name = f"{base}-{n}{png.suffix}"
+    used[name] = png
+    return name
+
+
+def _fresh_scores_md(path: Path) -> None:
+    """Re-score a run whose scores.md no longer scores its records.jsonl (or refuse, naming the
+    fix); folders that are not run folders (no records.jsonl beside) are read as they are."""
+    from evprobe.bench.records import RECORDS_FILE
+    from evprobe.experiments.scoring_io import SCORES_MD, load_scores, stale_reason
+
+    if path.name == SCORES_MD and (path.parent / RECORDS_FILE).is_file() and stale_reason(path.parent):
+        load_scores(path.parent)
+
+
 def build_report(
     roots: Path | list[Path], *, title: str, banner: str | None = None, out: Path | None = None
 ) -> Path:
     """Write `out/report.md` (default: the first root's `report/`) with the PNGs it cites, from the
-    parts found under every root (one root per model or run, in the order given)."""
+    parts found under every root (one root per model or run, in the order given). Every copied
+    PNG and every part is named after its own root, so same-named roots never collide."""
     roots = [Path(r) for r in ([roots] if isinstance(roots, (str, Path)) else roots)]
     for root in roots:
         if not root.is_dir():
             raise InputError(f"{root}: no such folder; point `evprobe report` at pipeline output folders")
+    roots = _distinct(roots)
+    names = _root_names(roots)
     out = Path(out) if out is not None else roots[0] / "report"
     out.mkdir(parents=True, exist_ok=True)
+    out_resolved = out.resolve()
     lines = [f"# {title}", ""]
     if banner:
         lines += [f"> **{banner}**", ""]
     found = 0
+    used: dict[str, Path] = {}  # report file name -> the PNG copied under it
     for heading, name in PARTS:
-        paths = [(root, p) for root in roots for p in sorted(root.rglob(name)) if out not in p.parents]
+        paths = [
+            (root, root_name, p)
+            for root, root_name in zip(roots, names)
+            for p in sorted(root.rglob(name))
+            if out_resolved not in p.resolve().parents
+        ]
         if not paths:
             continue
         lines += [f"## {heading}", ""]
-        for root, path in paths:
+        for root, root_name, path in paths:
             found += 1
+            _fresh_scores_md(path)
             rel = path.parent.relative_to(root)
-            where = Path(root.name) / rel if len(roots) > 1 else rel
+            where = root_name / rel if len(roots) > 1 else rel
             lines += [f"*From `{where / name}`.*", "", _demote(path.read_text().strip()), ""]
             for png in sorted(path.parent.glob("*.png")):
-                target = f"{str(where).replace('/', '__')}__{png.name}"
+                target = _target_name(where, png.resolve(), used)
                 shutil.copyfile(png, out / target)
-                lines += [f"![{png.stem} ({where})]({target})", ""]
+                lines += [f"![{png.stem} ({where})]({quote(target)})", ""]
     if not found:
-        names = ", ".join(str(r) for r in roots)
-        raise InputError(f"{names}: found no scores.md, sweep.md, dose_response.md or patching.md to report")
+        listed = ", ".join(str(r) for r in roots)
+        raise InputError(f"{listed}: found no scores.md, sweep.md, dose_response.md or patching.md to report")
     path = out / "report.md"
     atomic_write_bytes(path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
     return path
@@ -85,7 +152,7 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    title = args.title or "evprobe report: " + ", ".join(r.name for r in args.roots)
+    title = args.title or "evprobe report: " + ", ".join(str(n) for n in _root_names(_distinct(args.roots)))
     path = build_report(args.roots, title=title, out=args.out)
     print(f"wrote {path}")
     return 0

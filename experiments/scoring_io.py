@@ -1,7 +1,17 @@
-"""Files around scoring: read a run and its benchmark, write scores.json / scores.md, compare."""
+"""Files around scoring: read a run and its benchmark, write scores.json / scores.md, compare.
+
+Scores are tied to the records they scored: scores.json holds, under "records", the sha256 of the
+complete lines of RUN/records.jsonl that were scored (an unterminated last line, a run killed
+mid-append, is not part of it) and their count. Whatever reads scores.json (`load_scores`: compare,
+report) checks that hash against records.jsonl as it is now and re-scores the run when it differs
+(with the stale scores' n_boot and seed); where re-scoring is not possible (the run's benchmark is
+gone), it refuses in one line naming `evprobe score RUN --bench DIR`. scores.md is written before
+scores.json, so a fresh scores.json means a scores.md of the same records.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +26,30 @@ from evprobe.bench.scoring import score
 
 SCORES_JSON = "scores.json"
 SCORES_MD = "scores.md"
+SCORES_RECORDS_KEY = "records"  # scores.json: {"file", "sha256", "n_records"} of what was scored
+
+
+def records_sha256(path: Path) -> str | None:
+    """sha256 of the complete lines of an append-only records file (what `load_records` reads:
+    an unterminated last line is left out); None when there is no file."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return hashlib.sha256(data[: data.rfind(b"\n") + 1]).hexdigest()
+
+
+def _load_hashed_records(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The records of `path` and the hash of exactly the lines they were read from (a run still
+    appending may add lines between reads: read until the hash holds still)."""
+    for _ in range(5):
+        before = records_sha256(path)
+        records = load_records(path)
+        if records_sha256(path) == before:
+            return records, before
+    raise InputError(
+        f"{path} kept changing while it was read (a run is writing it); score it when the run ends"
+    )
 
 
 def run_meta(run_dir: Path) -> dict[str, Any]:
@@ -40,24 +74,73 @@ def score_run(
             f"{bench} is not the benchmark {run_dir} was run on (items hash differs); pass the right --bench"
         )
     items = read_items(bench, validate_images=False)
-    records = load_records(run_dir / RECORDS_FILE)
+    records, digest = _load_hashed_records(run_dir / RECORDS_FILE)
     if not records:
         raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `evprobe run` first")
     scores = score(items, records.values(), n_boot=n_boot, seed=seed, prices=Prices(**bench_meta["prices"]))
     scores["run"] = {k: meta[k] for k in ("model", "protocol", "regime") if k in meta}
+    scores[SCORES_RECORDS_KEY] = {"file": RECORDS_FILE, "sha256": digest, "n_records": len(records)}
     title = f"{meta['model']} ({meta['protocol']}, {meta['regime']})"
     markdown = scores_markdown(scores, title)
-    atomic_write_json(run_dir / SCORES_JSON, scores)
+    # scores.md first: scores.json, with the records hash, is the mark that both are written
     atomic_write_bytes(run_dir / SCORES_MD, markdown.encode("utf-8"))
+    atomic_write_json(run_dir / SCORES_JSON, scores)
     return scores, markdown
 
 
+def stale_reason(run_dir: Path) -> str | None:
+    """Why RUN/scores.json does not score RUN/records.jsonl as it is now (None: it does)."""
+    return _read_scores(Path(run_dir))[1]
+
+
+def _read_scores(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(RUN/scores.json or None, why it does not score RUN/records.jsonl as it is now or None)."""
+    path = run_dir / SCORES_JSON
+    if not path.is_file():
+        return None, f"{path} not found"
+    try:
+        scores = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None, f"{path} is not valid JSON"
+    if not isinstance(scores, dict):
+        return None, f"{path} is not a JSON object"
+    scored = scores.get(SCORES_RECORDS_KEY)
+    if not isinstance(scored, dict) or "sha256" not in scored:
+        return scores, f"{path} does not say which records it scored (written before scores named them)"
+    now = records_sha256(run_dir / RECORDS_FILE)
+    if scored["sha256"] != now:
+        what = "is gone" if now is None else "has changed since"
+        return scores, f"{path} scored {scored.get('n_records')} records but {run_dir / RECORDS_FILE} {what}"
+    return scores, None
+
+
+def load_scores(run_dir: Path) -> dict[str, Any]:
+    """RUN/scores.json if it scores RUN/records.jsonl as it is now; otherwise the run re-scored
+    (with the stale scores' n_boot and seed), or a one-line InputError naming the fix."""
+    run_dir = Path(run_dir)
+    scores, reason = _read_scores(run_dir)
+    if reason is None and scores is not None:
+        return scores
+    old_meta = scores.get("meta") if scores is not None else None
+    old_meta = old_meta if isinstance(old_meta, dict) else {}
+    settings = {k: old_meta[k] for k in ("n_boot", "seed") if isinstance(old_meta.get(k), int)}
+    try:
+        return score_run(run_dir, **settings)[0]
+    except InputError as err:
+        if not (run_dir / SCORES_JSON).is_file():
+            raise  # never scored: score_run's own message names the fix
+        raise InputError(
+            f"{reason}, and it cannot be re-scored here ({err}); "
+            f"run `evprobe score {run_dir} --bench DIR` with the run's benchmark"
+        ) from None
+
+
 def compare_runs(runs: list[Path]) -> str:
-    """One Markdown table of the headline measures of several runs (scoring any unscored run)."""
+    """One Markdown table of the headline measures of several runs (scoring any run whose
+    scores.json is missing or does not score its records.jsonl as it is now: `load_scores`)."""
     named = []
     for run_dir in runs:
-        path = run_dir / SCORES_JSON
-        scores = json.loads(path.read_text()) if path.is_file() else score_run(run_dir)[0]
         meta = run_meta(run_dir)
+        scores = load_scores(run_dir)
         named.append((f"{meta['model']} {meta['protocol']}/{meta['regime']}", scores))
     return compare_markdown(named)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -189,3 +193,155 @@ def test_pilot_is_separate_from_the_main_set(tmp_path: Path) -> None:
     ids = [json.loads(l)["family_id"] for l in (tmp_path / "p" / "families.jsonl").read_text().splitlines()]
     assert all(i.startswith("pilot-") for i in ids)
     assert not any(json.loads(l)["variant"] for l in (tmp_path / "p" / "items.jsonl").read_text().splitlines())
+
+
+# -- --force replaces only a benchmark; temporary folders never outlive their run -------------------
+
+TINY = ["--families-per-system", "1", "--subset-per-cell", "0", "--quiet"]
+
+
+def _one_line_error(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_generate_force_refuses_a_folder_that_holds_no_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The broken input: `generate --force` over someone's non-empty folder deleted it."""
+    notes = tmp_path / "notes"
+    (notes / "drafts").mkdir(parents=True)
+    (notes / "thesis.txt").write_text("two years of work")
+    (notes / "drafts" / "ch1.txt").write_text("chapter one")
+    for force in ([], ["--force"]):
+        assert main(["generate", "--out", str(notes), *TINY, *force]) == 2
+        err = _one_line_error(capsys)
+        assert str(notes) in err and "holds no benchmark" in err and "choose another --out" in err
+    assert (notes / "thesis.txt").read_text() == "two years of work"
+    assert (notes / "drafts" / "ch1.txt").read_text() == "chapter one"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]  # no temporary folder either
+
+
+def test_generate_force_refuses_a_bench_json_without_the_format_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Files named like a benchmark's are not enough: bench.json must carry the format marks."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    for name in ("families.jsonl", "items.jsonl"):
+        (fake / name).write_text("{}\n")
+    (fake / "bench.json").write_text(json.dumps({"title": "my own bench.json"}))
+    assert main(["generate", "--out", str(fake), *TINY, "--force"]) == 2
+    assert "holds no benchmark" in _one_line_error(capsys)
+    assert json.loads((fake / "bench.json").read_text()) == {"title": "my own bench.json"}
+
+
+def test_generate_force_refuses_a_benchmark_holding_other_things(small_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A benchmark folder someone also keeps runs in is not replaced with them."""
+    bench = _copy(small_bench, tmp_path)
+    (bench / "runs").mkdir()
+    (bench / "runs" / "records.jsonl").write_text('{"item_id": "x"}\n')
+    before = (bench / "items.jsonl").read_bytes()
+    assert main(["generate", "--out", str(bench), *TINY, "--force"]) == 2
+    err = _one_line_error(capsys)
+    assert str(bench) in err and "runs" in err and "move them out" in err
+    assert (bench / "runs" / "records.jsonl").is_file() and (bench / "items.jsonl").read_bytes() == before
+
+
+def test_generate_force_replaces_a_benchmark_or_an_empty_folder(small_bench: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["generate", "--out", str(empty), *TINY]) == 0
+    assert json.loads((empty / "bench.json").read_text())["n_families"] == 3
+    bench = _copy(small_bench, tmp_path)
+    (bench / "checks.json").write_text("{}")  # what `evprobe check` adds is part of a benchmark
+    assert main(["generate", "--out", str(bench), *TINY, "--force"]) == 0
+    assert json.loads((bench / "bench.json").read_text())["n_families"] == 3
+    assert not (bench / "checks.json").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def _temporaries(out: Path) -> list[Path]:
+    return sorted(p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.tmp-"))
+
+
+def _child_generate(out: Path, families_per_system: int = 48, *, stderr=subprocess.DEVNULL) -> "subprocess.Popen[bytes]":
+    """A real generate in another process (the library call: the CLI would import the models)."""
+    code = ("import sys; from evprobe.bench.generate import GenerateConfig, generate; "
+            "n = int(sys.argv[2]); config = GenerateConfig(families_per_system=n, subset_per_cell=n // 4); "
+            "generate(sys.argv[1], config, force=True, progress=False)")
+    return subprocess.Popen([sys.executable, "-c", code, str(out), str(families_per_system)],
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def _wait_for_rendering(out: Path, child: "subprocess.Popen[bytes]") -> Path:
+    """The temporary folder of a generate running in `child`, once it holds rendered images."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert child.poll() is None, "the generate meant to be caught midway ended by itself"
+        for tmp in _temporaries(out):
+            if any((tmp / "images").rglob("*.png")):
+                return tmp
+        time.sleep(0.02)
+    raise AssertionError("the child generate rendered nothing in 120 s")
+
+
+def test_stale_temporaries_of_killed_runs_are_removed_by_the_next_generate(tmp_path: Path) -> None:
+    """The broken input: a generate killed with SIGKILL (no finally runs) left `.OUT.tmp-*`
+    behind for good. The next generate into OUT removes it, never a live run's temporary folder
+    nor anything else beside OUT."""
+    out = tmp_path / "b"
+    decoys = [tmp_path / ".b.tmp-notes", tmp_path / ".other.tmp-abcdefgh", tmp_path / ".b.tmp-abcdefgh.keep"]
+    for decoy in decoys:
+        decoy.mkdir()
+        (decoy / "keep.txt").write_text("not a generate's")
+    (tmp_path / ".b.tmp-12345678").write_text("a file, not a folder")
+    child = _child_generate(out)  # the full main set: long enough to be caught midway
+    try:
+        live = _wait_for_rendering(out, child)
+        # another generate into the same OUT while the child runs: the child's folder is left alone
+        assert main(["generate", "--out", str(out), *TINY]) == 0
+        assert child.poll() is None and live.is_dir() and any((live / "images").rglob("*.png"))
+    finally:
+        child.kill()  # SIGKILL: the child's own clean-up cannot run
+        child.wait()
+    assert live.is_dir()  # what a killed run leaves
+    assert main(["generate", "--out", str(out), *TINY, "--force"]) == 0
+    assert not live.exists()
+    assert _temporaries(out) == sorted([decoys[0], decoys[2], tmp_path / ".b.tmp-12345678"])
+    for decoy in decoys:
+        assert (decoy / "keep.txt").read_text() == "not a generate's"
+    assert json.loads((out / "bench.json").read_text())["n_families"] == 3
+
+
+def test_an_interrupted_generation_removes_its_temporary_folder(small_bench: Path, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) in the middle of rendering: the run's finally removes its temporary folder
+    and the benchmark it was replacing is untouched."""
+    bench = _copy(small_bench, tmp_path)
+    before = (bench / "items.jsonl").read_bytes()
+    child = _child_generate(bench)
+    try:
+        tmp = _wait_for_rendering(bench, child)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=120) != 0
+    finally:
+        child.kill()
+        child.wait()
+    assert not tmp.exists() and _temporaries(bench) == []
+    assert (bench / "items.jsonl").read_bytes() == before
+
+
+def test_a_failed_generation_removes_its_temporary_folder(small_bench: Path, tmp_path: Path) -> None:
+    """A run that fails after rendering (the folder it would replace stopped being only a
+    benchmark meanwhile: checked again just before the swap) leaves no temporary folder and
+    replaces nothing."""
+    bench = _copy(small_bench, tmp_path)
+    before = (bench / "items.jsonl").read_bytes()
+    child = _child_generate(bench, 6, stderr=subprocess.PIPE)
+    try:
+        tmp = _wait_for_rendering(bench, child)
+        (bench / "notes.txt").write_text("written while generate ran")
+        _, err = child.communicate(timeout=300)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode != 0 and b"notes.txt" in err and b"move them out" in err
+    assert not tmp.exists() and _temporaries(bench) == []
+    assert (bench / "items.jsonl").read_bytes() == before and (bench / "notes.txt").is_file()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,86 @@ def test_score_refuses_the_wrong_benchmark(scored, tmp_path: Path, capsys: pytes
     assert main(["generate", "--out", str(other), "--families-per-system", "1", "--subset-per-cell", "0", "--quiet"]) == 0
     assert main(["score", str(scored.root / "reference"), "--bench", str(other)]) == 2  # type: ignore[attr-defined]
     assert "items hash differs" in capsys.readouterr().err
+
+
+# -- scores are tied to the records they scored ------------------------------------------------------
+
+
+def _run(bench: Path, out: Path, *extra: str) -> None:
+    assert main(["run", "--model", "policy:reference", "--bench", str(bench), "--out", str(out), "--quiet", *extra]) == 0
+
+
+def _scores(run_dir: Path) -> dict:
+    return json.loads((run_dir / "scores.json").read_text())
+
+
+def test_score_records_the_hash_and_count_of_the_records_it_scored(small_bench: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _run(small_bench, run_dir, "--limit", "5")
+    assert main(["score", str(run_dir), "--quiet", "--n-boot", "50"]) == 0
+    scored = _scores(run_dir)["records"]
+    data = (run_dir / "records.jsonl").read_bytes()
+    assert scored == {"file": "records.jsonl", "sha256": hashlib.sha256(data).hexdigest(), "n_records": 5}
+
+
+def test_compare_rescores_a_run_whose_records_changed_since_scoring(small_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The broken input: a run scored at n=2, then continued to every item; compare showed the
+    stale n=2 scores beside records.jsonl holding all of them."""
+    run_dir = tmp_path / "run"
+    _run(small_bench, run_dir, "--limit", "2")
+    assert main(["score", str(run_dir), "--quiet", "--n-boot", "50", "--seed", "7"]) == 0
+    stale = _scores(run_dir)
+    _run(small_bench, run_dir)  # the run continues to every item
+    n_items = json.loads((small_bench / "bench.json").read_text())["n_items"]
+    assert len((run_dir / "records.jsonl").read_text().splitlines()) == n_items
+    capsys.readouterr()
+    assert main(["compare", str(run_dir)]) == 0
+    table = capsys.readouterr().out
+    fresh = _scores(run_dir)
+    assert fresh["records"]["n_records"] == n_items != stale["records"]["n_records"] == 2
+    assert fresh["records"]["sha256"] == hashlib.sha256((run_dir / "records.jsonl").read_bytes()).hexdigest()
+    assert fresh["meta"]["n_boot"] == 50 and fresh["meta"]["seed"] == 7  # re-scored as it was scored
+    assert fresh["min_cost_choice"]["n"] != stale["min_cost_choice"]["n"]
+    assert f"(n={fresh['min_cost_choice']['n']})" in table
+    # the table is what scoring the run anew with the same settings gives
+    assert main(["score", str(run_dir), "--quiet", "--n-boot", "50", "--seed", "7"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(run_dir)]) == 0
+    assert capsys.readouterr().out == table
+
+
+def test_compare_keeps_fresh_scores_and_rescores_unhashed_ones(small_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Fresh scores are read, not recomputed (a torn last line, a run killed mid-append, is not a
+    record); scores.json that does not name its records (older files) is recomputed."""
+    run_dir = tmp_path / "run"
+    _run(small_bench, run_dir, "--limit", "4")
+    assert main(["score", str(run_dir), "--quiet", "--n-boot", "50"]) == 0
+    with (run_dir / "records.jsonl").open("ab") as fh:
+        fh.write(b'{"item_id": "torn')
+    inode = (run_dir / "scores.json").stat().st_ino
+    assert main(["compare", str(run_dir)]) == 0
+    assert (run_dir / "scores.json").stat().st_ino == inode  # not rewritten
+    old = _scores(run_dir)
+    del old["records"]
+    (run_dir / "scores.json").write_text(json.dumps(old))
+    assert main(["compare", str(run_dir)]) == 0
+    assert _scores(run_dir)["records"]["n_records"] == 4
+
+
+def test_compare_refuses_stale_scores_it_cannot_recompute(small_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Records changed and the run's benchmark is gone: one line naming the stale file and the fix."""
+    bench = tmp_path / "bench"
+    shutil.copytree(small_bench, bench)
+    run_dir = tmp_path / "run"
+    _run(bench, run_dir, "--limit", "2")
+    assert main(["score", str(run_dir), "--quiet", "--n-boot", "50"]) == 0
+    _run(bench, run_dir, "--limit", "6")
+    shutil.rmtree(bench)
+    before = (run_dir / "scores.json").read_bytes()
+    capsys.readouterr()
+    assert main(["compare", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert str(run_dir / "scores.json") in err and "scored 2 records" in err
+    assert f"evprobe score {run_dir} --bench DIR" in err
+    assert (run_dir / "scores.json").read_bytes() == before

@@ -4,6 +4,8 @@ The full quickstart runs in tests/test_readme.py (the README's main command)."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,60 @@ def test_report_over_several_models(tmp_path: Path) -> None:
     assert main(["report", str(tmp_path / "qwen"), str(tmp_path / "smol"), "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
     assert "### qwen" in text and "### smol" in text and "`qwen/run/scores.md`" in text
+
+
+def _links(section: str) -> list[str]:
+    return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section)
+
+
+def test_report_keeps_same_named_folders_apart(tmp_path: Path) -> None:
+    """The broken input: two folders named `out` (runs/a/out, runs/b/out); the second's plot
+    replaced the first's in the report folder and both sections linked the same file."""
+    plots = {}
+    for run in ("a", "b"):
+        root = tmp_path / "runs" / run / "out"
+        (root / "run").mkdir(parents=True)
+        (root / "run" / "scores.md").write_text(f"# model {run}\n\n| a | 0.5 [0.4, 0.6] (n=8) |\n")
+        plots[run] = b"\x89PNG plot of " + run.encode()
+        (root / "run" / "plot.png").write_bytes(plots[run])
+        (root / "sweep.md").write_text(f"# sweep {run}\n")  # a part at the folder's top, too
+        (root / "curve.png").write_bytes(b"\x89PNG curve of " + run.encode())
+    report = tmp_path / "report"
+    roots = [str(tmp_path / "runs" / run / "out") for run in ("a", "b")]
+    assert main(["report", *roots, "--out", str(report)]) == 0
+    text = (report / "report.md").read_text()
+    sections = re.split(r"\*From `", text)[1:]
+    assert [s.split("`", 1)[0] for s in sections] == [
+        "a/out/run/scores.md", "b/out/run/scores.md", "a/out/sweep.md", "b/out/sweep.md"]
+    linked = [_links(s) for s in sections]
+    assert all(len(links) == 1 for links in linked)
+    names = [links[0] for links in linked]
+    assert len(set(names)) == 4  # every plot its own file
+    for (run, png), name in zip([("a", "plot"), ("b", "plot"), ("a", "curve"), ("b", "curve")], names):
+        source = tmp_path / "runs" / run / "out" / ("run" if png == "plot" else "") / f"{png}.png"
+        assert (report / name).read_bytes() == source.read_bytes()  # each links its own plot
+    assert sorted(p.name for p in report.glob("*.png")) == sorted(names)
+    assert (report / names[0]).read_bytes() == plots["a"] and (report / names[1]).read_bytes() == plots["b"]
+
+
+def _rows(markdown: str) -> set[str]:
+    return {line for line in markdown.splitlines() if line.startswith("|")}
+
+
+def test_report_rescores_a_run_whose_records_changed(small_bench: Path, tmp_path: Path) -> None:
+    """A run scored at 2 records, then continued to 40: the report shows the scores of all 40,
+    not the stale scores.md."""
+    run_dir = tmp_path / "model" / "run"
+    run = ["run", "--model", "policy:reference", "--bench", str(small_bench), "--out", str(run_dir), "--quiet"]
+    assert main([*run, "--limit", "2"]) == 0
+    assert main(["score", str(run_dir), "--quiet", "--n-boot", "50"]) == 0
+    stale = (run_dir / "scores.md").read_text()
+    assert main([*run, "--limit", "40"]) == 0
+    assert main(["report", str(tmp_path / "model"), "--title", "T"]) == 0
+    fresh = (run_dir / "scores.md").read_text()
+    assert fresh != stale
+    assert json.loads((run_dir / "scores.json").read_text())["records"]["n_records"] == 40
+    text = (tmp_path / "model" / "report" / "report.md").read_text()
+    assert _rows(fresh) <= set(text.splitlines())  # every table row of the fresh scores
+    stale_only = _rows(stale) - _rows(fresh)
+    assert stale_only and not stale_only & set(text.splitlines())  # none of the stale ones
