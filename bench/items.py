@@ -9,9 +9,9 @@ families and a 72-family subset this is the 9,216-call inventory.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from evprobe.bench.calibration import readings, sheet_spec, sheet_value
 from evprobe.bench.family import Family
@@ -26,6 +26,7 @@ from evprobe.bench.reference import (
     resolved,
 )
 from evprobe.bench.worlds import History, World, compatible, history_of, world_name
+from evprobe.core.jobs import Unit
 
 REQUESTS: tuple[str, ...] = (
     "select",
@@ -44,7 +45,6 @@ VARIANTS: tuple[str, ...] = (
     "no_initial_test",
 )
 LEVELS: tuple[str, ...] = ("low", "high")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,17 +83,10 @@ class Item:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
 
-def by_image_count(entries: Sequence[T], images: Callable[[T], Sequence[str]] = lambda it: it.images) -> list[list[T]]:
-    """Entries grouped by their number of images (ascending), input order within a group.
-
-    Model calls batch only entries with the same number of images (some processors cannot mix
-    them in one call), so this is also the order in which an uninterrupted run writes its
-    records; `evprobe merge` reproduces it.
-    """
-    groups: dict[int, list[T]] = {}
-    for entry in entries:
-        groups.setdefault(len(images(entry)), []).append(entry)
-    return [groups[k] for k in sorted(groups)]
+def item_units(items: Sequence[Item]) -> list[Unit]:
+    """Items as the job runner's units: keyed by item id, sharded by family, and batched only with
+    items of the same number of images (some processors cannot mix counts in one call)."""
+    return [Unit(it.item_id, it.family_id, len(it.images), it) for it in items]
 
 
 def image_path(family_id: str, sheet: str, style: str = "a") -> str:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from evprobe.bench.items import REQUESTS, VARIANTS, Item
+from evprobe.bench.items import REQUESTS, VARIANTS, Item, item_units
 from evprobe.bench.manifest import META_FILE, load_item_images, read_families, read_items
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
@@ -101,7 +101,7 @@ class RunJob(Job):
         self.reply_batch: Callable[[list[Item]], list[Reply]] | None = None
 
     def units(self) -> list[Unit]:
-        return [Unit(it.item_id, it.family_id, len(it.images), it) for it in self.items]
+        return item_units(self.items)
 
     def all_families(self) -> list[str]:
         return [it.family_id for it in self.all_items]

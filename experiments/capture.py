@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evprobe.bench.items import Item
+from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items, resolve_image
 from evprobe.core.errors import InputError
 from evprobe.core.flags import HELP, add_config_arguments, setting
@@ -248,7 +248,7 @@ class CaptureJob(Job):
         self.warned = False
 
     def units(self) -> list[Unit]:
-        return [Unit(it.item_id, it.family_id, len(it.images), it) for it in self.selected]
+        return item_units(self.selected)
 
     def all_families(self) -> list[str]:
         return [it.family_id for it in self.all_items]

@@ -161,6 +161,19 @@ def config_from_flags(cls: type[T], args: Any, **given: Any) -> T:
     return load_config(cls, {}, {**config_overrides(args, cls), **given}, where=COMMAND_LINE)
 
 
+def add_experiment_parser(sub: Any, name: str, cls: type, run: Any, *, help: str, description: str,  # noqa: A002
+                          example: str, config_required: bool = True, model_config: bool = True) -> Any:
+    """Register `evprobe NAME`: --config, one flag per field of `cls`, the model overrides (when the
+    model comes from a model config) and --quiet; `run(args)` handles it."""
+    p = sub.add_parser(name, help=help, description=description)
+    add_experiment_arguments(p, cls, example=example, config_required=config_required)
+    if model_config:
+        add_model_override_arguments(p)
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(run=run)
+    return p
+
+
 def add_experiment_arguments(parser: Any, cls: type, *, example: str, config_required: bool = True) -> None:
     """`--config` (an experiment YAML) and one flag per field of `cls` overriding it (core.flags)."""
     from evprobe.core.flags import add_config_arguments

@@ -76,14 +76,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from evprobe.bench.items import Item
+from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import load_item_images
 from evprobe.core.files import atomic_write_json
 from evprobe.core.jobs import FORMAT_KEY, Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
 from evprobe.experiments.config import (
     ConfigError,
-    add_experiment_arguments,
-    add_model_override_arguments,
+    add_experiment_parser,
     experiment_config,
     load_config,
 )
@@ -143,7 +142,7 @@ class DoseResponseJob(Job):
         self.images: dict[str, list[Any]] = {}  # the current batch's images by item id
 
     def units(self) -> list[Unit]:
-        return [Unit(it.item_id, it.family_id, len(it.images), it) for it in self.plan.items]
+        return item_units(self.plan.items)
 
     def all_families(self) -> Sequence[str]:
         return self.plan.bench_families
@@ -212,9 +211,8 @@ def dose_response(config: DoseResponseConfig, *, progress: bool = True) -> dict[
 
 
 def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `evprobe dose-response` on the CLI's subparsers; its handler is `run_dose_response`."""
-    p = sub.add_parser(
-        "dose-response",
+    return add_experiment_parser(
+        sub, "dose-response", DoseResponseConfig, run_dose_response, example="dose_response_tiny",
         help="steer along a probe direction on held-out families: layers x doses, random null band, ablation",
         description="Add a direction from `evprobe directions` at chosen decoder layers and doses (multiples of "
         "the layer's mean residual norm; + = toward measuring) to the select prompts of the families it was not "
@@ -222,11 +220,6 @@ def add_dose_response_parser(sub: argparse._SubParsersAction) -> argparse.Argume
         "PNG curves of stop rate, missing-property test rate, minimum-cost accuracy and log-odds with "
         "family-bootstrap intervals. Flags override the config. Resumable: rerun to continue or to reuse.",
     )
-    add_experiment_arguments(p, DoseResponseConfig, example="dose_response_tiny")
-    add_model_override_arguments(p)
-    p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.set_defaults(run=run_dose_response)
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> DoseResponseConfig:

@@ -73,7 +73,7 @@ from evprobe.core.bootstrap import (
     FamilyBootstrap,
     Resampled,
 )
-from evprobe.bench.items import Item
+from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
@@ -84,8 +84,7 @@ from evprobe.bench.protocols import GUIDED, build_prompt
 from evprobe.experiments.config import (
     ConfigError,
     ModelConfig,
-    add_experiment_arguments,
-    add_model_override_arguments,
+    add_experiment_parser,
     as_dict,
     experiment_config,
     load_config,
@@ -378,7 +377,7 @@ class GatingJob(Job):
         self.handle: Any = None
 
     def units(self) -> list[Unit]:
-        return [Unit(it.item_id, it.family_id, len(it.images), it) for it in self.plan.targets]
+        return item_units(self.plan.targets)
 
     def all_families(self) -> list[str]:
         return self.plan.heldout_families  # balanced over the steered families, whatever the limit
@@ -630,9 +629,8 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 
 def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `evprobe gating`; its handler is `run_gating`."""
-    p = sub.add_parser(
-        "gating",
+    return add_experiment_parser(
+        sub, "gating", GatingConfig, run_gating, example="gating_tiny",
         help="TRAPS prompt gating: standard/guided directions x standard/guided inference, +alpha on controls, "
              "-alpha on voids",
         description="Capture the answer (and/or select) prompts under the standard and guided regimes, fit a "
@@ -640,11 +638,6 @@ def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
         "report abstention (answer) or measure rate (select) in Table-4-style 2x2 tables with family-bootstrap "
         "intervals: gating.json, gating.md, gating.png. Flags override the config. Resumable.",
     )
-    add_experiment_arguments(p, GatingConfig, example="gating_tiny")
-    add_model_override_arguments(p)
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(run=run_gating)
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> GatingConfig:

@@ -52,8 +52,7 @@ from evprobe.bench.protocols import check_regime
 from evprobe.experiments.config import (
     ConfigError,
     ModelConfig,
-    add_experiment_arguments,
-    add_model_override_arguments,
+    add_experiment_parser,
     as_dict,
     experiment_config,
     load_config,
@@ -526,20 +525,14 @@ def merge_shards(out: str | Path, folders: Sequence[str | Path]) -> dict[str, An
 
 
 def add_layer_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `evprobe layer-sweep`; its handler is `run_layer_sweep`."""
-    p = sub.add_parser(
-        "layer-sweep",
+    return add_experiment_parser(
+        sub, "layer-sweep", LayerSweepConfig, run_layer_sweep, example="layer_sweep_tiny",
         help="capture -> probe sweeps per label with controls, transfer matrices, directions, best-layer table",
         description="Capture the residual stream, sweep probes for each label (resolved, history, threshold level, "
         "missing property, ...) with shuffled controls and input baselines, transfer matrices for resolved, "
         "mass-mean resolved directions per system with their cosine heatmap, and best_layers.md/.json with the "
         "nested best layer per label. Flags override the config. Resumable: rerun to continue or reuse.",
     )
-    add_experiment_arguments(p, LayerSweepConfig, example="layer_sweep_tiny")
-    add_model_override_arguments(p)
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(run=run_layer_sweep)
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> LayerSweepConfig:

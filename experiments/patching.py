@@ -45,7 +45,7 @@ from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
 from evprobe.experiments.capture import parse_layers, question_marker
 from evprobe.core.flags import HELP, setting
-from evprobe.experiments.config import add_experiment_arguments, experiment_config, resolve_model_flag
+from evprobe.experiments.config import add_experiment_parser, experiment_config, resolve_model_flag
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
@@ -337,18 +337,15 @@ def heatmap_png(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def add_patching_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "patching",
+def add_patching_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    return add_experiment_parser(
+        sub, "patching", PatchingConfig, _run, example="patching_tiny", config_required=False, model_config=False,
         help="patch image-pair members into each other layer by layer: a layer x position heatmap",
         description="Activation patching between the members of every image pair of the base "
         "selections; writes results.jsonl, patching.json, patching.md and patching.png. Settings "
         "come from --config (a YAML of PatchingConfig), flags override it; without --config, "
         "--model, --bench and --out are required.",
     )
-    add_experiment_arguments(p, PatchingConfig, example="patching_tiny", config_required=False)
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(run=_run)
 
 
 def config_from_args(args: argparse.Namespace) -> PatchingConfig:

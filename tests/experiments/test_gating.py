@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from evprobe import hooks
-from evprobe.bench.items import by_image_count
+from evprobe.bench.items import item_units
+from evprobe.core.jobs import batches
 from evprobe.bench.manifest import load_item_images
 from evprobe.bench.protocols import build_prompt
 from evprobe.experiments.config import ConfigError
@@ -96,15 +97,14 @@ def test_alpha_zero_is_unsteered(first: tuple[GatingConfig, dict]) -> None:
     done = rows_of(Path(cfg.out))
     handle = hooks.load(MODEL)
     for regime in REGIMES:
-        for group in by_image_count(plan.targets):
-            for start in range(0, len(group), plan.batch_size):
-                batch = group[start: start + plan.batch_size]
-                prompts = [build_prompt(it, "direct", regime) for it in batch]
-                images = [load_item_images(plan.bench, it.images) for it in batch]
-                logp = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=len(batch))
-                stored = np.array([[done[(it.item_id, f"{regime}.base")]["logprobs"][x] for x in LETTERS]
-                                   for it in batch])
-                assert np.array_equal(stored, logp)
+        for units in batches(item_units(plan.targets), plan.batch_size):
+            batch = [u.value for u in units]  # the runner's batches: one image count each
+            prompts = [build_prompt(it, "direct", regime) for it in batch]
+            images = [load_item_images(plan.bench, it.images) for it in batch]
+            logp = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=len(batch))
+            stored = np.array([[done[(it.item_id, f"{regime}.base")]["logprobs"][x] for x in LETTERS]
+                               for it in batch])
+            assert np.array_equal(stored, logp)
 
 
 def test_rerun_reuses(first: tuple[GatingConfig, dict], no_model: None) -> None:
