@@ -40,7 +40,7 @@ from typing import Any
 from evprobe.bench.calibration import SHEETS, sheet_spec
 from evprobe.bench.family import Family, sample_families, select_subset
 from evprobe.bench.items import Item, family_items, image_path
-from evprobe.bench.manifest import FAMILIES_FILE, ITEMS_FILE, META_FILE
+from evprobe.bench.manifest import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json, atomic_write_jsonl
 from evprobe.core.progress import Progress
@@ -164,6 +164,7 @@ def generate(
         atomic_write_jsonl(tmp / FAMILIES_FILE, (f.to_json() for f in families))
         atomic_write_jsonl(tmp / ITEMS_FILE, (it.to_json() for it in items))
         meta = {
+            FORMAT_KEY: FORMAT_VERSION,
             "split": config.split,
             "seed": config.seed,
             "families_per_system": config.families_per_system,

@@ -1,60 +1,211 @@
 """Reading and writing a benchmark folder: families.jsonl, items.jsonl, bench.json, images/.
 
-Readers validate at the edge: a line that is not JSON, a missing field, an image path that leaves
-the folder or an image that is not there is a one-line `InputError` naming file, line and field.
+Readers validate at the edge, against one typed schema per file (`bench.schema`, pydantic in
+strict mode): a line that is not UTF-8 or not JSON, a missing or unknown field, a value of the
+wrong type or outside its allowed values ("false" where true or false is expected), a repeated
+item or family id, an empty file, an image path that leaves the folder or an image that is not
+there, and a file whose sha256 differs from the one bench.json records, are each a one-line
+`InputError` naming file, line and field, and the fix.
+
+bench.json carries `format_version` (FORMAT_VERSION); a bench.json written before that key
+existed is accepted when it is otherwise valid, and read as version 1.
+
 Writers are atomic: a file appears whole under its final name or not at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
 from evprobe.core.errors import InputError
-from evprobe.core.files import iter_jsonl
 
-FAMILIES_FILE = "families.jsonl"
-ITEMS_FILE = "items.jsonl"
-META_FILE = "bench.json"
+from evprobe.bench.layout import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
 
+__all__ = ["FAMILIES_FILE", "FORMAT_KEY", "FORMAT_VERSION", "ITEMS_FILE", "META_FILE", "load_item_images",
+           "read_families", "read_items", "read_meta", "resolve_image", "stale_manifests"]
 
-def _require(path: Path, number: int, row: dict[str, Any], names: Iterable[str]) -> None:
-    for name in names:
-        if name not in row:
-            raise InputError(f"{path}:{number}: missing field {name!r}")
+REGENERATE = "regenerate the benchmark (evprobe generate)"
+FIX_LINE = f"; {REGENERATE} or fix the line"
+T = TypeVar("T")
 
 
-def read_families(bench_dir: str | Path) -> list[Family]:
-    path = Path(bench_dir) / FAMILIES_FILE
-    out = []
-    for number, row in iter_jsonl(path):
-        _require(path, number, row, Family.__dataclass_fields__)
+def _not_utf8(path: Path, number: int, line: bytes) -> InputError | None:
+    """The error for a line that is not UTF-8 text, naming its first bad byte; None if it is."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return InputError(
+            f"{path}:{number}: not UTF-8 text (byte 0x{line[err.start]:02x} at column {err.start + 1}){FIX_LINE}"
+        )
+    return None
+
+
+def _rows(path: Path, what: str, cls: type[T], model: Any, problem: Callable[[Any], str | None],
+          id_field: str) -> tuple[bytes, list[int], list[T]]:
+    """The bytes of a JSONL manifest, and the line number and `cls` object of each non-blank line.
+
+    Every line must be UTF-8 JSON that `model` accepts and `problem` finds nothing wrong with;
+    `id_field` values must be unique, and the file must hold at least one row. Each row becomes
+    its object at once (holding 9,216 validated rows until the end costs the garbage collector
+    more than the validation)."""
+    from pydantic import ValidationError
+
+    from evprobe.bench.schema import describe, instance
+
+    if not path.is_file():
+        raise InputError(f"{path}: file not found; run `evprobe generate --out {path.parent}` first")
+    data = path.read_bytes()
+    seen: dict[str, int] = {}
+    numbers: list[int] = []
+    out: list[T] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line or line.isspace():
+            continue
         try:
-            out.append(Family.from_json(row))
-        except (TypeError, ValueError) as err:
-            raise InputError(f"{path}:{number}: {err}") from None
+            row = model.model_validate_json(line)  # the JSON parser refuses bytes that are not UTF-8
+        except ValidationError as err:
+            raise _not_utf8(path, number, line) or InputError(f"{path}:{number}: {describe(err)}{FIX_LINE}") from None
+        bad = problem(row)
+        if bad:
+            raise InputError(f"{path}:{number}: {bad}{FIX_LINE}")
+        key = getattr(row, id_field)
+        if key in seen:
+            raise InputError(
+                f"{path}:{number}: field {id_field!r} repeats {key!r} of line {seen[key]}; "
+                f"{id_field} values must be unique{FIX_LINE}"
+            )
+        seen[key] = number
+        numbers.append(number)
+        out.append(instance(cls, row))
+    if not out:
+        raise InputError(f"{path}: holds no {what} (the file is empty); {REGENERATE}")
+    return data, numbers, out
+
+
+def read_meta(bench_dir: str | Path) -> dict[str, Any]:
+    """bench.json, validated (`bench.schema.BenchMeta`); the JSON object as written.
+
+    A bench.json without `format_version` (written before the key existed) is accepted when it is
+    otherwise valid; a newer format version is refused."""
+    from pydantic import ValidationError
+
+    from evprobe.bench.schema import BenchMeta, describe, meta_problem
+
+    path = Path(bench_dir) / META_FILE
+    if not path.is_file():
+        raise InputError(f"{path}: file not found; run `evprobe generate --out {path.parent}` first")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        number = data.count(b"\n", 0, err.start) + 1
+        raise InputError(f"{path}:{number}: not UTF-8 text (byte 0x{data[err.start]:02x}); {REGENERATE}") from None
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); {REGENERATE}") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}:1: expected a JSON object, got {type(meta).__name__}; {REGENERATE}")
+    try:
+        model = BenchMeta.model_validate_json(data)
+    except ValidationError as err:
+        loc = err.errors(include_url=False)[0]["loc"]
+        key = loc[0] if loc else None
+        fix = (f"upgrade evprobe to read it, or regenerate the benchmark with this one (evprobe generate "
+               f"--force --out {path.parent})" if key == FORMAT_KEY else f"{REGENERATE} or fix the file")
+        raise InputError(f"{path}:{_key_line(text, key)}: {describe(err)}; {fix}") from None
+    bad = meta_problem(model)
+    if bad:
+        key, message = bad
+        raise InputError(f"{path}:{_key_line(text, key)}: {message}; {REGENERATE} or fix the file")
+    return meta
+
+
+def _key_line(text: str, key: Any) -> int:
+    """The line of bench.json on which top-level `key` is written (1 when not found)."""
+    if isinstance(key, str):
+        found = re.search(rf'^\s*{re.escape(json.dumps(key))}\s*:', text, flags=re.MULTILINE)
+        if found:
+            return text.count("\n", 0, found.start()) + 1
+    return 1
+
+
+def _verify(path: Path, data: bytes, meta: dict[str, Any], key: str, count_key: str | None, count: int) -> None:
+    """The file's bytes hash to bench.json's `key`, and it holds bench.json's `count_key` rows
+    (when `count_key` is given)."""
+    meta_path = path.parent / META_FILE
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != meta[key]:
+        raise InputError(
+            f"{path}: sha256 {digest[:12]}... differs from {key} {meta[key][:12]}... in {meta_path}: "
+            f"the file changed after generation; regenerate the benchmark "
+            f"(evprobe generate --force --out {path.parent}) or restore the file"
+        )
+    if count_key is not None and meta[count_key] != count:
+        raise InputError(
+            f"{meta_path}: {count_key} is {meta[count_key]} but {path.name} holds {count}; "
+            f"regenerate the benchmark (evprobe generate --force --out {path.parent})"
+        )
+
+
+def stale_manifests(bench_dir: str | Path) -> list[str]:
+    """For each manifest whose sha256 differs from the one bench.json records, the line
+    `read_families` / `read_items` would raise (bench.json itself must be valid). For `evprobe
+    check`, which reads the manifests with `verify_hash=False` so that it can compare every field,
+    and reports these lines as a failed row instead."""
+    meta = read_meta(bench_dir)
+    out = []
+    for name, key in ((FAMILIES_FILE, "families_sha256"), (ITEMS_FILE, "items_sha256")):
+        path = Path(bench_dir) / name
+        try:
+            _verify(path, path.read_bytes(), meta, key, None, 0)
+        except InputError as err:
+            out.append(str(err))
     return out
 
 
-def read_items(bench_dir: str | Path, *, validate_images: bool = True) -> list[Item]:
-    """Every item of a benchmark folder; with `validate_images`, each image path must be a file
-    inside the folder (see `resolve_image`)."""
+def read_families(bench_dir: str | Path, *, verify_hash: bool = True) -> list[Family]:
+    """Every family of a benchmark folder, each row checked against `bench.schema.FamilyRow`.
+
+    With `verify_hash`, families.jsonl's sha256 and row count must be those bench.json records."""
+    from evprobe.bench.schema import FamilyRow, family_problem
+
+    meta = read_meta(bench_dir) if verify_hash else None
+    path = Path(bench_dir) / FAMILIES_FILE
+    data, _, families = _rows(path, "families", Family, FamilyRow, family_problem, "family_id")
+    if meta is not None:
+        _verify(path, data, meta, "families_sha256", "n_families", len(families))
+    return families
+
+
+def read_items(bench_dir: str | Path, *, validate_images: bool = True, verify_hash: bool = True) -> list[Item]:
+    """Every item of a benchmark folder, each row checked against `bench.schema.ItemRow`.
+
+    With `validate_images`, each image path must be a file inside the folder (see
+    `resolve_image`); with `verify_hash`, items.jsonl's sha256 and item count must be those
+    bench.json records (`evprobe check` reads without it: it compares every field itself)."""
+    from evprobe.bench.schema import ItemRow, item_problem
+
+    meta = read_meta(bench_dir) if verify_hash else None
     path = Path(bench_dir) / ITEMS_FILE
-    out, seen = [], set()  # many items share an image: check each path once
-    for number, row in iter_jsonl(path):
-        _require(path, number, row, Item.__dataclass_fields__)
-        if not isinstance(row["images"], list):
-            raise InputError(f"{path}:{number}: field 'images' must be a list of paths")
-        if validate_images:
-            for rel in row["images"]:
-                if not (isinstance(rel, str) and rel in seen):
-                    resolve_image(bench_dir, rel, where=f"{path}:{number}: field 'images'")
+    data, numbers, items = _rows(path, "items", Item, ItemRow, item_problem, "item_id")
+    if validate_images:
+        root, seen = Path(bench_dir).resolve(), set()  # many items share an image: check each once
+        for number, item in zip(numbers, items):
+            for i, rel in enumerate(item.images):
+                if rel not in seen:
+                    _resolve_under(root, rel, f"{path}:{number}: field 'images[{i}]'")
                     seen.add(rel)
-        out.append(Item.from_json(row))
-    return out
+    if meta is not None:
+        _verify(path, data, meta, "items_sha256", "n_items", len(items))
+    return items
 
 
 def resolve_image(bench_dir: str | Path, rel: str, *, where: str = "") -> Path:
@@ -62,7 +213,11 @@ def resolve_image(bench_dir: str | Path, rel: str, *, where: str = "") -> Path:
 
     Rejected: absolute paths, `..` components, and links whose target lies outside the folder.
     """
-    root = Path(bench_dir).resolve()
+    return _resolve_under(Path(bench_dir).resolve(), rel, where)
+
+
+def _resolve_under(root: Path, rel: str, where: str) -> Path:
+    """`resolve_image` under the already resolved folder `root`."""
     prefix = f"{where}: " if where else ""
     if not isinstance(rel, str) or not rel:
         raise InputError(f"{prefix}image path {rel!r} is not a non-empty string")
