@@ -364,7 +364,7 @@ def parse_reply(item: Item, reply: str, regime: str = "standard") -> Parsed:
         if m:
             try:
                 obj = json.loads(m.group(0))
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # bad JSON, an integer too long for int(), nesting too deep
                 obj = None
             if isinstance(obj, dict) and "final_answer" in obj:
                 return _final(item, str(obj["final_answer"]), "json", "json_final_answer_unreadable")

@@ -12,9 +12,10 @@ turn instead, because several supported chat templates have no system role.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
-from evprobe.bench.items import Item
+from evprobe.bench.items import REQUESTS, Item
 
 
 @dataclass(frozen=True)
@@ -85,3 +86,16 @@ def build_prompt(item: Item, protocol: str, regime: str = "standard") -> str:
     elif protocol == "brief":
         parts.append(BRIEF_SUFFIX.format(slot=slot))
     return "\n\n".join(parts)
+
+
+def prompt_template_sha256(protocol: str, regime: str) -> str:
+    """sha256 of the text `build_prompt` puts around an item's own prompt, for every request type
+    (the item's prompt stands as the placeholder "{prompt}"): the regime's and the protocol's text.
+    With the benchmark's items hash, which fixes every item's own prompt, it fixes every rendered
+    prompt. `build_prompt` reads an item's request and prompt only; should it read another field,
+    this fails loudly (the stand-in has no other) rather than pin too little."""
+    from types import SimpleNamespace
+
+    stand_ins = [SimpleNamespace(request=request, prompt="{prompt}") for request in REQUESTS]
+    parts = [f"{it.request}\n{build_prompt(it, protocol, regime)}" for it in stand_ins]  # type: ignore[arg-type]
+    return hashlib.sha256("\n\0\n".join(parts).encode("utf-8")).hexdigest()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from evprobe.core.errors import InputError
 from evprobe.core.files import append_log_lines, read_complete_lines
 
 RECORDS_FILE = "records.jsonl"
@@ -42,19 +42,68 @@ class Record:
 
 
 def load_records(path: Path) -> dict[str, Record]:
-    """Finished records by item id. Read only: a torn last line (a run killed mid-write) is left
-    out and the file is not touched (the run that resumes cuts it); a bad line elsewhere or a
-    duplicate id is an error that names the line."""
+    """Finished records by item id, each line checked against `RecordRow` (strict: "false" is no
+    bool, NaN no number, unknown fields are refused). Read only: a torn last line (a run killed
+    mid-write) is left out and the file is not touched (the run that resumes cuts it); a line that
+    is not UTF-8, not JSON or not a record, or a duplicate id, is a one-line `InputError` naming the
+    line (both lines for a duplicate), the field and the fix."""
+    from pydantic import ValidationError
+
+    from evprobe.bench.schema import describe, instance
+
+    model = record_model()
     out: dict[str, Record] = {}
-    for number, line in read_complete_lines(path):
+    lines_of: dict[str, int] = {}
+    for number, line in read_complete_lines(path):  # a byte that is not UTF-8 is an error naming its line
         try:
-            record = Record.from_json(json.loads(line))
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise ValueError(f"{path}:{number}: not a record ({err}); move the file aside") from None
+            row = model.model_validate_json(line)
+        except ValidationError as err:
+            first = err.errors(include_url=False)[0]
+            problem = (f"unknown field {first['loc'][0]!r} (not a field of a record)"
+                       if first["type"] == "extra_forbidden" else describe(err))
+            raise InputError(f"{path}:{number}: {problem}; {FIX_RECORDS}") from None
+        record = instance(Record, row)
         if record.item_id in out:
-            raise ValueError(f"{path}:{number}: duplicate record for {record.item_id}")
+            raise InputError(f"{path}:{number}: field 'item_id' repeats {record.item_id!r} of line "
+                             f"{lines_of[record.item_id]}: duplicate record; {FIX_RECORDS}")
         out[record.item_id] = record
+        lines_of[record.item_id] = number
     return out
+
+
+FIX_RECORDS = "move the file aside and run again (`evprobe run`), or fix the line"
+
+
+def record_model() -> Any:
+    """The strict pydantic model of a records.jsonl line (`bench.schema.row_model` of `Record`),
+    made on first use: reading a run need not import pydantic until it reads records."""
+    global _RECORD_MODEL
+    if _RECORD_MODEL is None:
+        from typing import Annotated
+
+        from pydantic import Field
+
+        from evprobe.bench.schema import Action, Answer, Count, Letter, NonEmpty, NonNegative, Request, Variant, row_model
+
+        finite = Annotated[float, Field(allow_inf_nan=False)]
+        _RECORD_MODEL = row_model(Record, {
+            "item_id": NonEmpty,
+            "model": NonEmpty,
+            "request": Request,
+            "variant": Variant | None,
+            "family_id": NonEmpty,
+            "choice": Letter | None,
+            "action": Action | None,
+            "answer": Answer | None,
+            "value": finite | None,
+            "n_prompt_tokens": Count | None,
+            "n_new_tokens": Count | None,
+            "seconds": NonNegative,
+        })
+    return _RECORD_MODEL
+
+
+_RECORD_MODEL: Any = None
 
 
 def append_records(path: Path, records: list[Record]) -> None:

@@ -1,27 +1,29 @@
 """`evprobe run`: run a model or a scripted policy on benchmark items and append records.
 
-Resumable: RUN/run.json pins what the run is (model, protocol, regime, benchmark hash); a rerun
-with the same settings skips finished item ids and continues; different settings are refused.
+Resumable: RUN/run.json pins what the run is (model and its file hashes, protocol, regime, dtype,
+seed, the prompt template's and the benchmark's items and images hashes; once a model is loaded,
+its revision, dtype and chat-template hash); a rerun with the same settings skips finished item ids
+and continues; different settings are refused, naming the setting and both values.
 Records are appended as whole lines with an fsync after each batch (see `bench.records`), so a
 run killed at any moment loses no finished record and never duplicates one.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from evprobe.bench.items import REQUESTS, VARIANTS, Item, item_units
-from evprobe.bench.manifest import META_FILE, load_item_images, read_families, read_items
+from evprobe.bench.manifest import load_item_images, read_families, read_items, read_meta, resolve_image
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
 from evprobe.bench.parse import parse_reply
 from evprobe.bench.policies import POLICIES, make_policy
-from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens, prompt_template_sha256
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
 from evprobe.bench.reference import Prices
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
@@ -71,13 +73,6 @@ def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: i
     return list(items)
 
 
-def _bench_meta(bench: Path) -> dict[str, Any]:
-    path = bench / META_FILE
-    if not path.is_file():
-        raise InputError(f"{path} not found; generate the benchmark with `evprobe generate --out {bench}`")
-    return json.loads(path.read_text())
-
-
 class RunJob(Job):
     """`evprobe run` as a job: one record per selected item (unit = item, one condition)."""
 
@@ -91,7 +86,7 @@ class RunJob(Job):
         check_regime(config.regime)
         if config.batch_size <= 0:
             raise InputError(f"--batch-size must be a positive integer, got {config.batch_size}")
-        self.bench_meta = _bench_meta(self.bench)
+        self.bench_meta = read_meta(self.bench)  # validated; a missing or bad bench.json is one line
         self.all_items = read_items(self.bench)
         self.items = select_items(self.all_items, config.requests, config.limit)
         if config.model.startswith(POLICY_PREFIX):
@@ -113,9 +108,29 @@ class RunJob(Job):
     def pinned(self) -> dict[str, Any]:
         c = self.config
         # Everything that changes a record: a rerun into the same folder must agree on all of it.
-        return {"model": c.model, "protocol": c.protocol, "regime": c.regime,
-                "items_sha256": self.bench_meta["items_sha256"], "dtype": c.dtype, "seed": c.seed,
-                "attn_implementation": c.attn_implementation, "trust_remote_code": c.trust_remote_code}
+        out = {"model": c.model, "protocol": c.protocol, "regime": c.regime,
+               "items_sha256": self.bench_meta["items_sha256"], "dtype": c.dtype, "seed": c.seed,
+               "attn_implementation": c.attn_implementation, "trust_remote_code": c.trust_remote_code,
+               "max_new_tokens": max_new_tokens(c.protocol, c.regime), **self.input_pins}
+        handle = getattr(self.reply_batch, "handle", None)  # after open(): what only the loaded model tells
+        if handle is not None:
+            from evprobe.hooks.fingerprint import loaded_fingerprint
+
+            out.update(loaded_fingerprint(handle))
+        return out
+
+    @cached_property
+    def input_pins(self) -> dict[str, Any]:
+        """The pins hashed once (pinned() is asked before and after open()): the prompt template text
+        (`prompt_template_sha256`), every image of the benchmark (a rerun may select more of them)
+        and the model's files (hooks.fingerprint; none for a policy)."""
+        from evprobe.hooks.fingerprint import files_sha256, model_fingerprint
+
+        c = self.config
+        images = {rel for it in self.all_items for rel in it.images}
+        return {"prompt_template_sha256": prompt_template_sha256(c.protocol, c.regime),
+                "images_sha256": files_sha256((rel, resolve_image(self.bench, rel)) for rel in images),
+                **({} if c.model.startswith(POLICY_PREFIX) else model_fingerprint(c.model))}
 
     def meta(self) -> dict[str, Any]:
         return {**self.pinned(), "bench": str(self.bench.resolve()),
@@ -200,6 +215,7 @@ def _model_replier(config: RunConfig, bench: Path) -> Callable[[list[Item]], lis
         gens = hooks.generate(handle, prompts, images, max_new_tokens=limit, batch_size=len(batch))
         return [(g.text, g.n_prompt_tokens, g.n_new_tokens) for g in gens]
 
+    reply.handle = handle  # type: ignore[attr-defined]  # RunJob.pinned reads what the loaded model tells
     return reply
 
 

@@ -25,7 +25,6 @@ the fix.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import types
 from collections.abc import Iterable
@@ -40,6 +39,7 @@ from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
 from evprobe.bench.render import STYLES
 from evprobe.bench.systems import SYSTEM_NAMES, SYSTEMS
 from evprobe.bench.worlds import WORLDS, world_name
+from evprobe.core.errors import shown
 
 STRICT = ConfigDict(strict=True, extra="forbid")
 T = TypeVar("T")
@@ -246,7 +246,7 @@ def _menu_problem(name: str, menu: dict[str, Any] | None, values: tuple[Any, ...
     letters, wanted = _MENUS.get(values) or _MENUS.setdefault(values, (set(LETTERS[: len(values)]), set(values)))
     if len(menu) != len(values) or menu.keys() != letters or set(menu.values()) != wanted:
         return (f"field {name!r} must map the letters {', '.join(LETTERS[: len(values)])} to "
-                f"{', '.join(map(str, values))}, each once, got {_shown(menu)}")
+                f"{', '.join(map(str, values))}, each once, got {shown(menu)}")
     return None
 
 
@@ -271,7 +271,7 @@ def item_problem(row: Any) -> str | None:
             if problem:
                 return problem
         elif sorted(row.options) != list(LETTERS[: len(row.options)]) or len(row.options) < 2:
-            return f"field 'options' must use the letters A, B, ... in order, got {_shown(row.options)}"
+            return f"field 'options' must use the letters A, B, ... in order, got {shown(row.options)}"
         if row.reference_option is not None and row.reference_option not in row.options:
             return (f"field 'reference_option' must be one of the item's option letters "
                     f"{', '.join(row.options)}, got {row.reference_option!r}")
@@ -290,28 +290,28 @@ def family_problem(row: Any) -> str | None:
                 f"family, got {row.initial_property!r}")
     if set(row.candidates) != {"mass", sysdef.other}:
         return (f"field 'candidates' of a {row.system} family must have the keys 'mass' and "
-                f"{sysdef.other!r}, got {_shown(sorted(row.candidates))}")
+                f"{sysdef.other!r}, got {shown(sorted(row.candidates))}")
     for prop, (lo, hi) in row.candidates.items():
         if not lo < hi:
-            return f"field 'candidates.{prop}' must be [lower, higher] with lower < higher, got {_shown([lo, hi])}"
+            return f"field 'candidates.{prop}' must be [lower, higher] with lower < higher, got {shown([lo, hi])}"
     want = {"g"} | ({sysdef.constant} if sysdef.constant else set())
     if set(row.constants) != want:
         return (f"field 'constants' of a {row.system} family must have the keys "
-                f"{', '.join(map(repr, sorted(want)))}, got {_shown(sorted(row.constants))}")
+                f"{', '.join(map(repr, sorted(want)))}, got {shown(sorted(row.constants))}")
     if set(row.calibration) != set(CALIBRATED):
         return (f"field 'calibration' must have the keys {', '.join(map(repr, CALIBRATED))}, "
-                f"got {_shown(sorted(row.calibration))}")
+                f"got {shown(sorted(row.calibration))}")
     for test, consts in row.calibration.items():
         for key, value in consts.items():
             ok = _positive_number(value) or (
                 isinstance(value, list) and value and all(_positive_number(v) for v in value))
             if not ok:
                 return (f"field 'calibration.{test}.{key}' must be a positive number or a list of "
-                        f"them, got {_shown(value)}")
+                        f"them, got {shown(value)}")
     if set(row.thresholds) != set(LEVELS):
-        return f"field 'thresholds' must have the keys 'low' and 'high', got {_shown(sorted(row.thresholds))}"
+        return f"field 'thresholds' must have the keys 'low' and 'high', got {shown(sorted(row.thresholds))}"
     if not row.thresholds["low"] < row.thresholds["high"]:
-        return f"field 'thresholds' must have low < high, got {_shown(row.thresholds)}"
+        return f"field 'thresholds' must have low < high, got {shown(row.thresholds)}"
     return (_menu_problem("options", row.options, ACTIONS)
             or _menu_problem("answer_options", row.answer_options, ANSWERS)
             or _menu_problem("reworded_options", row.reworded_options, ACTIONS)
@@ -321,7 +321,7 @@ def family_problem(row: Any) -> str | None:
 def meta_problem(meta: BenchMeta) -> tuple[str, str] | None:
     """(field, what is wrong) across the fields of a type-checked bench.json, or None."""
     if len(set(meta.systems)) != len(meta.systems):
-        return "systems", f"field 'systems' must name each system once, got {_shown(meta.systems)}"
+        return "systems", f"field 'systems' must name each system once, got {shown(meta.systems)}"
     if meta.n_families != meta.families_per_system * len(meta.systems):
         return "n_families", (f"field 'n_families' must be families_per_system x number of systems "
                               f"({meta.families_per_system} x {len(meta.systems)}), got {meta.n_families}")
@@ -343,18 +343,6 @@ _EXPECTED = {
     "model_attributes_type": "must be an object",
     "list_type": "must be a list",
 }
-
-
-def _shown(value: Any, limit: int = 60) -> str:
-    """`value` as a message shows it: strings quoted ('false'), the rest as JSON (true, null)."""
-    if isinstance(value, str):
-        text = repr(value)
-    else:
-        try:
-            text = json.dumps(value)
-        except (TypeError, ValueError):
-            text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _field_name(loc: tuple[Any, ...]) -> str:
@@ -381,7 +369,7 @@ def describe(err: ValidationError) -> str:
     if kind == "extra_forbidden":
         return f"unknown field {_field_name(loc)!r} (not in format version {FORMAT_VERSION})"
     if loc[:1] == (FORMAT_KEY,) and kind == "literal_error":
-        return f"field {FORMAT_KEY!r} is {_shown(value)}, but this evprobe reads format version {FORMAT_VERSION} only"
+        return f"field {FORMAT_KEY!r} is {shown(value)}, but this evprobe reads format version {FORMAT_VERSION} only"
     if loc and loc[-1] == "[key]":
         where = f"a key of field {_field_name(loc[:-2])!r}"
     else:
@@ -405,7 +393,7 @@ def describe(err: ValidationError) -> str:
             else f"must match {ctx['pattern']}"
     else:
         expected = f"is invalid ({e['msg']})"
-    return f"{where} {expected}, got {_shown(value)}"
+    return f"{where} {expected}, got {shown(value)}"
 
 
 def _json_kind(value: Any) -> str:

@@ -1,9 +1,44 @@
 """The one error type for bad input: a one-line message naming file, line, field and the fix.
 
 Every reader and every command raises it for what the user can mend (a file, a flag, a folder);
-the CLI prints its message and exits with status 2.
+the CLI prints its message and exits with status 2. A reader that leaves out the unterminated last
+line of an append-only log warns with `IncompleteLineWarning` (`core.files.read_complete_lines`).
 """
+
+import json
+import warnings
+from typing import Any
 
 
 class InputError(ValueError):
     """Bad input; the message names the file, line and field, and the fix."""
+
+
+class IncompleteLineWarning(UserWarning):
+    """An append-only log's last line has no newline yet (a run is still writing it, or was killed):
+    a reader left it out and touched nothing. Shown as one line, `evprobe: warning: <message>`."""
+
+
+def _format_warning(message, category, filename, lineno, line=None):  # noqa: ANN001, ANN202 - warnings' own signature
+    """Our warnings as one stderr line (no source line after it); every other warning as before."""
+    if isinstance(category, type) and issubclass(category, IncompleteLineWarning):
+        return f"evprobe: warning: {message}\n"
+    return _PLAIN_FORMAT(message, category, filename, lineno, line)
+
+
+if not getattr(warnings.formatwarning, "_evprobe", False):  # once, however often this module is reloaded
+    _PLAIN_FORMAT = warnings.formatwarning
+    _format_warning._evprobe = True  # type: ignore[attr-defined]
+    warnings.formatwarning = _format_warning
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """`value` as a message shows it: strings quoted ('false'), the rest as JSON (true, null, NaN)."""
+    if isinstance(value, str):
+        text = repr(value)
+    else:
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError):
+            text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

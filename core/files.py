@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from evprobe.core.errors import InputError
+from evprobe.core.errors import IncompleteLineWarning, InputError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -58,22 +59,39 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, row
 
 
-def read_complete_lines(path: Path) -> list[tuple[int, str]]:
+def read_complete_lines(path: Path, *, warn: bool = True) -> list[tuple[int, str]]:
     """(line number, text) of every complete, non-blank line of an append-only JSONL log.
 
-    Read only: an unterminated last line (a writer killed mid-append) is left out, not cut; the
-    writer that resumes cuts it (`cut_torn_tail`). A missing file has no lines.
+    Read only: an unterminated last line (a writer killed mid-append, or one still appending) is
+    left out, not cut, and, with `warn`, said so (`warn_incomplete_line`); the writer that resumes
+    reads with `warn=False`, since it cuts that line itself (`cut_torn_tail`) and redoes its row.
+    A missing file has no lines.
     """
     if not path.is_file():
         return []
     data = path.read_bytes()
-    data = data[: data.rfind(b"\n") + 1]
+    complete = data[: data.rfind(b"\n") + 1]
+    if warn and len(complete) < len(data):
+        warn_incomplete_line(path)
     try:
-        text = data.decode("utf-8")
+        text = complete.decode("utf-8")
     except UnicodeDecodeError as err:
-        number = data[: err.start].count(b"\n") + 1
+        number = complete[: err.start].count(b"\n") + 1
         raise InputError(f"{path}:{number}: not UTF-8 text (byte {err.start}); move the file aside") from None
     return [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+# The registry of `warn_incomplete_line`: under Python's default filter a file's warning is shown once
+# per process, however many readers (and re-reads) of one command leave its last line out.
+_INCOMPLETE_WARNED: dict[Any, Any] = {}
+
+
+def warn_incomplete_line(path: Path) -> None:
+    """One `IncompleteLineWarning` line naming `path`: its last line is incomplete and was left out."""
+    warnings.warn_explicit(
+        f"{path}: its last line is incomplete and was left out (a run may still be writing it, or was "
+        "killed: rerun that command to finish it); the file was not changed",
+        IncompleteLineWarning, __file__, 0, module=__name__, registry=_INCOMPLETE_WARNED)
 
 
 def cut_torn_tail(path: Path) -> None:

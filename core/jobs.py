@@ -13,7 +13,7 @@ A job (run, capture, patching, dose-response, gating, the capture of a layer swe
 `run_job` does the rest, once for all of them: the shard's units (whole families, `core.shard`),
 the pinned-settings check (a mismatch is refused in one line naming the setting and both
 values), resume (rows already on disk are skipped; the writer cuts its own torn last line,
-readers never do), the grid order (units grouped by `group`, ascending, `batch_size` at a time,
+readers never do, and warn that they left it out), the grid order (units grouped by `group`, ascending, `batch_size` at a time,
 every missing condition of a batch in turn; `grid_order` is that order, which `merge` restores),
 appends with an fsync per batch and condition, and progress with rate and ETA. `core.launch` adds
 `--shard K/N` folders, their merge and torchrun / accelerate launch on top.
@@ -63,11 +63,12 @@ class Unit:
 
 
 class RowStore(ABC):
-    """Where a job's rows live. `done` reads (never writes); `repair` cuts the writer's own torn
-    tail before it appends; `append` adds whole rows durably."""
+    """Where a job's rows live. `done` reads (never writes; a reader warns of a torn tail it leaves
+    out, the writer reads with `warn=False`); `repair` cuts the writer's own torn tail before it
+    appends; `append` adds whole rows durably."""
 
     @abstractmethod
-    def done(self) -> dict[RowKey, Row]: ...
+    def done(self, *, warn: bool = True) -> dict[RowKey, Row]: ...
 
     def repair(self) -> None:
         """Make the store ready for appends (e.g. cut a torn last line). Only the writer calls it."""
@@ -89,12 +90,13 @@ class JsonlRows(RowStore):
     def __init__(self, path: Path, key_of: Callable[[Row], RowKey], *, what: str = "row") -> None:
         self.path, self.key_of, self.what = path, key_of, what
 
-    def done(self) -> dict[RowKey, Row]:
+    def done(self, *, warn: bool = True) -> dict[RowKey, Row]:
         out: dict[RowKey, Row] = {}
-        for number, line in read_complete_lines(self.path):
+        for number, line in read_complete_lines(self.path, warn=warn):
             try:
                 row = json.loads(line)
                 key = self.key_of(row)
+                hash(key)  # a list or object where a key field belongs: TypeError, a bad line
             except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
                 raise InputError(f"{self.path}:{number}: not a {self.what} ({err}); move the folder aside") from None
             if key in out:
@@ -275,7 +277,7 @@ def run_job(job: Job, *, progress: bool = True) -> dict[str, Any]:
     old = read_meta(job.meta_path())
     check_pinned(job, old, pinned)
     store = job.store()
-    done = store.done()
+    done = store.done(warn=False)  # the writer's read: a torn last line is its own, cut before it appends
     # Rows outside this selection (an earlier run with another --limit) are kept and left alone.
     wanted = {(u.key, c) for u in units for c in conditions}
     todo = {u.key: [c for c in conditions if (u.key, c) not in done] for u in units}
@@ -304,7 +306,9 @@ def run_job(job: Job, *, progress: bool = True) -> dict[str, Any]:
                 store.append(rows)
                 if bar:
                     bar.update(len(sub))
-        done = store.done()
+        done = store.done(warn=False)
+    else:
+        done = store.done()  # nothing to write: a reader, which says so if it leaves a torn last line out
     elapsed = time.perf_counter() - started
     summary: dict[str, Any] = {
         **(read_meta(job.meta_path()) or {}),

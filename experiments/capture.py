@@ -14,9 +14,10 @@ Files in ACTS:
   is the commit log: a batch's rows are written to acts.npy and fsync'ed BEFORE its index
   lines are appended (and fsync'ed), so every indexed row holds finished data; a row that is
   not indexed may hold zeros or a torn write and is recomputed on resume.
-- `meta.json`: what the capture is (model, revision, dtype, layers, positions and their rules,
-  regime, protocol, selection, the benchmark's items hash, chat-template and image hashes,
-  library versions, and what exactly is stored), written atomically before the first item.
+- `meta.json`: what the capture is (model, its file hashes (hooks.fingerprint), revision,
+  requested and loaded dtype, layers, positions and their rules, regime, protocol, selection, the
+  prompt template's and the benchmark's items hashes, chat-template and image hashes, library
+  versions, and what exactly is stored), written atomically before the first item.
 
 What is stored: raw decoder-layer outputs (hooks.capture): layer i == transformers'
 `hidden_states[i + 1]` for i < n_layers - 1; the last layer is before the final norm.
@@ -38,17 +39,18 @@ import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evprobe.bench.items import Item, item_units
-from evprobe.bench.manifest import META_FILE, load_item_images, read_items, resolve_image
+from evprobe.bench.manifest import META_FILE, load_item_images, read_items, read_meta, resolve_image
 from evprobe.core.errors import InputError
 from evprobe.core.flags import HELP, add_config_arguments, setting
 from evprobe.core.jobs import SHARD_FREE, Job, Unit, run_job
-from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
 from evprobe.bench.runner import select_items
 from evprobe.core.shard import Shard, select_shard
 from evprobe.experiments.capture_store import ACTS_FILE, ACTS_KEY, CaptureRows
@@ -225,7 +227,7 @@ class CaptureJob(Job):
         if not (self.bench / META_FILE).is_file():
             raise InputError(f"{self.bench / META_FILE} not found; generate the benchmark with "
                              f"`evprobe generate --out {self.bench}`")
-        self.bench_meta = _read_json(self.bench / META_FILE)
+        self.bench_meta = read_meta(self.bench)
         self.all_items = read_items(self.bench)
         self.selected = select_items(self.all_items, config.requests, config.limit)
         if not self.selected:
@@ -274,7 +276,7 @@ class CaptureJob(Job):
             "protocol": c.protocol, "items_sha256": self.bench_meta.get("items_sha256"),
             "selection_sha256": sha256_text("\n".join(it.item_id for it in self.items)),
             "n_items": len(self.items), "images_sha256": self.images_sha256,
-            "attn_implementation": c.attn_implementation,
+            "attn_implementation": c.attn_implementation, "requested_dtype": c.dtype, **self.input_pins,
         }
         layers = self._layers()  # a layer out of range fails here, before the model loads
         if layers is not None:
@@ -285,6 +287,15 @@ class CaptureJob(Job):
                        dtype=str(h.dtype).removeprefix("torch."), n_model_layers=h.n_layers, d_model=h.d_model,
                        chat_template_sha256=_chat_template_sha256(h))
         return out
+
+    @cached_property
+    def input_pins(self) -> dict[str, Any]:
+        """Hashed once (pinned() is asked before and after open()): the prompt template text
+        (bench.protocols.prompt_template_sha256) and the model's files (hooks.fingerprint)."""
+        from evprobe.hooks.fingerprint import model_fingerprint
+
+        c = self.config
+        return {"prompt_template_sha256": prompt_template_sha256(c.protocol, c.regime), **model_fingerprint(c.model)}
 
     def meta(self) -> dict[str, Any]:
         from evprobe.hooks.capture import POSITION_RULES

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.capture_schema import index_row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import append_log_lines, atomic_write_bytes, cut_torn_tail, read_complete_lines
 from evprobe.core.jobs import Row, RowKey, RowStore
@@ -53,20 +54,27 @@ def acts_offset(path: Path, shape: tuple[int, ...]) -> int:
     return offset
 
 
-def load_index(path: Path, item_ids: Sequence[str] | None = None) -> dict[int, dict[str, Any]]:
-    """Committed index rows by row number (read only: an unterminated last line is left out). A bad
-    line, a duplicate row, or a row whose item id is not that row of the selection is an error
-    naming the line."""
+def load_index(path: Path, item_ids: Sequence[str] | None = None, *, warn: bool = True) -> dict[int, dict[str, Any]]:
+    """Committed index rows by row number (read only: an unterminated last line is left out, with a
+    warning unless `warn` is False: the writer's own read). Each row is checked against the index
+    schema (`core.capture_schema.index_row_problem`: typed fields, no unknown ones). A line that is
+    not UTF-8 or not JSON, a schema problem, a duplicate row, or a row whose item id is not that row
+    of the selection is a one-line error naming the line."""
     out: dict[int, dict[str, Any]] = {}
-    for number, line in read_complete_lines(path):
+    lines_of: dict[int, int] = {}
+    for number, line in read_complete_lines(path, warn=warn):
         try:
             row = json.loads(line)
-            index = row["row"]
-            item_id = row["item_id"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise InputError(f"{path}:{number}: not an index row ({err}); move the folder aside") from None
-        if not isinstance(index, int) or isinstance(index, bool) or index in out:
-            raise InputError(f"{path}:{number}: row {index!r} is not a new row number; move the folder aside")
+        except json.JSONDecodeError as err:
+            raise InputError(f"{path}:{number}: not valid JSON ({err.msg}); move the folder aside") from None
+        bad = index_row_problem(row)
+        if bad:
+            raise InputError(f"{path}:{number}: {bad[1]}; move the folder aside")
+        index, item_id = row["row"], row["item_id"]
+        if index in out:
+            raise InputError(f"{path}:{number}: field 'row' repeats row {index} of line {lines_of[index]}; "
+                             "move the folder aside")
+        lines_of[index] = number
         if item_ids is not None and not (0 <= index < len(item_ids) and item_ids[index] == item_id):
             raise InputError(f"{path}:{number}: row {index} is {item_id!r}, which is not that row of this "
                              "selection; use another --out")
@@ -84,8 +92,8 @@ class CaptureRows(RowStore):
         self.acts_path, self.index_path = folder / ACTS_FILE, folder / INDEX_FILE
         self.fd: int | None = None
 
-    def done(self) -> dict[RowKey, Row]:
-        return {(row["item_id"], ""): row for row in load_index(self.index_path, self.item_ids).values()}
+    def done(self, *, warn: bool = True) -> dict[RowKey, Row]:
+        return {(row["item_id"], ""): row for row in load_index(self.index_path, self.item_ids, warn=warn).values()}
 
     def repair(self) -> None:
         cut_torn_tail(self.index_path)

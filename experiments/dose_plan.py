@@ -16,7 +16,8 @@ import numpy as np
 
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
-from evprobe.bench.manifest import read_items
+from evprobe.bench.manifest import read_items, read_meta
+from evprobe.bench.protocols import prompt_template_sha256
 from evprobe.core.errors import InputError
 from evprobe.experiments.config import ConfigError, ModelConfig, as_dict, load_model_config
 from evprobe.experiments.dose_config import FORMAT, LETTERS, DoseResponseConfig, alpha_key
@@ -220,6 +221,8 @@ def conditions_for(layers: Sequence[int], alphas: Sequence[float], n_random: int
 def make_plan(config: DoseResponseConfig) -> Plan:
     """Check the config against the files it names (model config, benchmark, directions, layers)
     and fix the items and conditions. Loads no model; every problem is a one-line error."""
+    from evprobe.experiments.capture import images_sha256
+    from evprobe.hooks.fingerprint import model_fingerprint
     from evprobe.hooks.steer import random_directions
 
     model = load_model_config(config.model)
@@ -255,7 +258,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     random = (random_directions(d_model, config.n_random, config.random_seed)
               if config.n_random else np.zeros((0, d_model)))  # (n_random, d_model)
     conditions = conditions_for(layers, config.alphas, config.n_random, config.ablation)
-    bench_meta = json.loads((bench / BENCH_META_FILE).read_text())
+    bench_meta = read_meta(bench)
     pinned = {
         "format": FORMAT,
         "model": model.model,
@@ -271,6 +274,11 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         "direction": name,
         "flipped": sign < 0,
         "max_new_tokens": model.max_new_tokens_direct if "generate" in config.readouts else None,
+        # the direct protocol's prompt text, every image of the benchmark (limit, systems and families
+        # may grow the selection on a rerun) and the model's files; dose_response adds what the loaded model tells
+        "prompt_template_sha256": prompt_template_sha256("direct", config.regime),
+        "images_sha256": images_sha256(bench, every_item)[0],
+        **model_fingerprint(model.model),
     }
     return Plan(config=config, model=model, bench=bench, out=out, items=items,
                 bench_families=sorted(set(family_by_item.values())), layers=layers,

@@ -79,7 +79,7 @@ from typing import Any
 from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import load_item_images
 from evprobe.core.files import atomic_write_json
-from evprobe.core.jobs import FORMAT_KEY, Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
+from evprobe.core.jobs import FORMAT_KEY, Job, JsonlRows, Row, RowKey, Unit, check_pinned, read_meta, run_job
 from evprobe.experiments.config import (
     ConfigError,
     add_experiment_parser,
@@ -158,10 +158,15 @@ class DoseResponseJob(Job):
         # Each layer's vector (sha256, mean norm) is pinned layer by layer, not as one value: another vector
         # at a layer steered here is refused, a new layer only adds rows (as README says).
         check_layers(self.plan, self.recorded)
-        return dict(self.plan.pinned)
+        out = dict(self.plan.pinned)
+        if self.handle is not None:  # after open(): what only the loaded model tells
+            from evprobe.hooks.fingerprint import loaded_fingerprint
+
+            out.update(loaded_fingerprint(self.handle))
+        return out
 
     def meta(self) -> dict[str, Any]:
-        return run_meta(self.plan, self.recorded)
+        return {**run_meta(self.plan, self.recorded), **self.pinned()}
 
     def store_at(self, folder: Path) -> JsonlRows:
         return JsonlRows(folder / RESULTS_FILE, _row_key, what="dose-response row")
@@ -169,6 +174,7 @@ class DoseResponseJob(Job):
     def open(self) -> None:
         self.handle = _load_handle(self.plan)
         if self.old is not None:  # a later session: record its config and the layers it adds (the runner writes once)
+            check_pinned(self, self.old, self.pinned())  # what only the loaded model tells, before the rewrite
             atomic_write_json(self.meta_path(), {FORMAT_KEY: self.kind, **self.meta(), "shard": self.old.get("shard")})
 
     def _images(self, items: list[Item]) -> list[list[Any]]:

@@ -60,6 +60,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -77,10 +78,10 @@ from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
-from evprobe.bench.manifest import load_item_images, read_items
+from evprobe.bench.manifest import load_item_images, read_items, read_meta
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.shard import Shard, shard_of_ids
-from evprobe.bench.protocols import GUIDED, build_prompt
+from evprobe.bench.protocols import GUIDED, build_prompt, prompt_template_sha256
 from evprobe.experiments.config import (
     ConfigError,
     ModelConfig,
@@ -391,13 +392,31 @@ class GatingJob(Job):
 
     def pinned(self) -> dict[str, Any]:
         plan = self.plan
-        bench_meta = json.loads((plan.bench / BENCH_META_FILE).read_text())
-        return {"format": FORMAT, "model": plan.model.model, "revision": plan.model.revision,
-                "dtype": plan.model.dtype, "items_sha256": bench_meta.get("items_sha256"), "layer": self.layer,
-                "split_seed": plan.config.split_seed,
-                "directions": {r: {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
-                               for r, d in self.directions.items()},
-                "guided_text": GUIDED, "positions": "all", "protocol": "direct"}
+        bench_meta = read_meta(plan.bench)
+        out = {"format": FORMAT, "model": plan.model.model, "revision": plan.model.revision,
+               "dtype": plan.model.dtype, "items_sha256": bench_meta.get("items_sha256"), "layer": self.layer,
+               "split_seed": plan.config.split_seed,
+               "directions": {r: {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
+                              for r, d in self.directions.items()},
+               "guided_text": GUIDED, "positions": "all", "protocol": "direct",
+               "attn_implementation": plan.model.attn_implementation, **self.input_pins}
+        if self.handle is not None:  # after open(): what only the loaded model tells
+            from evprobe.hooks.fingerprint import loaded_fingerprint
+
+            out.update(loaded_fingerprint(self.handle))
+        return out
+
+    @cached_property
+    def input_pins(self) -> dict[str, Any]:
+        """Hashed once (pinned() is asked before and after open()): the direct protocol's prompt text
+        under both regimes, the images of the captured items (the captures pin that selection) and
+        the model's files (hooks.fingerprint)."""
+        from evprobe.experiments.capture import images_sha256
+        from evprobe.hooks.fingerprint import model_fingerprint
+
+        return {"prompt_template_sha256": {r: prompt_template_sha256("direct", r) for r in REGIMES},
+                "images_sha256": images_sha256(self.plan.bench, self.plan.captured)[0],
+                **model_fingerprint(self.plan.model.model)}
 
     def meta(self) -> dict[str, Any]:
         return {**self.pinned(), "layer_choice": self.best,

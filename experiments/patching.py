@@ -31,6 +31,7 @@ import argparse
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,12 +39,12 @@ import numpy as np
 
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
-from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
 from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
-from evprobe.experiments.capture import parse_layers, question_marker
+from evprobe.experiments.capture import images_sha256, parse_layers, question_marker
 from evprobe.core.flags import HELP, setting
 from evprobe.experiments.config import add_experiment_parser, experiment_config, resolve_model_flag
 
@@ -152,12 +153,28 @@ class PatchingJob(Job):
         out: dict[str, Any] = {
             "model": c.model, "positions": list(c.positions), "regime": c.regime, "protocol": c.protocol,
             "items_sha256": self.items_sha256, "dtype": c.dtype, "attn_implementation": c.attn_implementation,
-            "limit_pairs": c.limit_pairs,
+            "limit_pairs": c.limit_pairs, **self.input_pins,
         }
         layers = self.layers()  # a layer out of range fails here, before the model loads
         if layers is not None:
             out["layers"] = layers
+        if self.handle is not None:  # after open(): what only the loaded model tells
+            from evprobe.hooks.fingerprint import loaded_fingerprint
+
+            out.update(loaded_fingerprint(self.handle))
         return out
+
+    @cached_property
+    def input_pins(self) -> dict[str, Any]:
+        """Hashed once (pinned() is asked before and after open()): the prompt template text
+        (bench.protocols.prompt_template_sha256), the images of the selected pairs (limit_pairs is
+        pinned) and the model's files (hooks.fingerprint)."""
+        from evprobe.hooks.fingerprint import model_fingerprint
+
+        c = self.config
+        return {"prompt_template_sha256": prompt_template_sha256(c.protocol, c.regime),
+                "images_sha256": images_sha256(self.bench, [it for pair in self.pairs for it in pair])[0],
+                **model_fingerprint(c.model)}
 
     def meta(self) -> dict[str, Any]:
         return {"config": asdict(self.config), **self.pinned()}

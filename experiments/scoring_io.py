@@ -18,7 +18,7 @@ from typing import Any
 
 from evprobe.bench.manifest import META_FILE, read_items
 from evprobe.core.errors import InputError
-from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.files import atomic_write_bytes, atomic_write_json, warn_incomplete_line
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.score_report import compare_markdown, scores_markdown
@@ -31,12 +31,15 @@ SCORES_RECORDS_KEY = "records"  # scores.json: {"file", "sha256", "n_records"} o
 
 def records_sha256(path: Path) -> str | None:
     """sha256 of the complete lines of an append-only records file (what `load_records` reads:
-    an unterminated last line is left out); None when there is no file."""
+    an unterminated last line is left out, with its warning); None when there is no file."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
-    return hashlib.sha256(data[: data.rfind(b"\n") + 1]).hexdigest()
+    complete = data[: data.rfind(b"\n") + 1]
+    if len(complete) < len(data):
+        warn_incomplete_line(path)
+    return hashlib.sha256(complete).hexdigest()
 
 
 def _load_hashed_records(path: Path) -> tuple[dict[str, Any], str | None]:

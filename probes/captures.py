@@ -10,9 +10,13 @@ A capture folder (written by `evprobe capture`) holds:
   fields). Only rows listed here hold finished data; lines may come in any row order (the
   capture batches items by image count). A last line without its newline is a torn append and is
   ignored (read-only: this reader never truncates anything); any other bad line is an error
-  naming file and line.
-- `meta.json`: `model`, `layers` (the model's layer numbers, the second axis), `positions`
-  (names, the third axis), `d_model`, `regime`, `requests`, ...
+  naming file and line. Rows are checked against `core.capture_schema` (typed fields, no unknown
+  ones: `row` a non-negative integer, not true; `resolved` true, false or null; ...).
+- `meta.json`: `format`, `shape` (acts.npy's), `model`, `layers` (the model's layer numbers, the
+  second axis), `positions` (names, the third axis), `d_model`, `regime`, `requests`, ...; the
+  typed keys are checked (`core.capture_schema.meta_problem`), errors naming the key's line.
+
+Every error is a `CaptureError`, an `InputError`: one line naming file, line, field and the fix.
 
 Several captures of the same items (prompt regimes) pool into one `CaptureSet`; its rows are the
 captures' indexed rows one after another, each index row gaining `source` (capture position) and
@@ -36,13 +40,19 @@ reply, not that request type). Any index field is a label; derived labels:
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
+
+from evprobe.core.capture_schema import index_row_problem, meta_problem
+from evprobe.core.errors import InputError, shown
+from evprobe.core.files import read_complete_lines
 
 ACTS_FILE = "acts.npy"
 INDEX_FILE = "index.jsonl"
@@ -69,8 +79,13 @@ DEFAULT_POSITIVE: dict[str, Any] = {
 WRONG_RULES = ("confabulated", "overcautious", "not_reference")
 
 
-class CaptureError(ValueError):
-    """A capture folder, records file or label request that cannot be used as given."""
+class CaptureError(InputError):
+    """A capture folder, records file or label request that cannot be used as given (an
+    `InputError`: one line naming file, line, field and the fix)."""
+
+
+FIX_CAPTURE = "move the folder aside and capture again (`evprobe capture`), or fix the line"
+FIX_RECORDS = "move the file aside and run again (`evprobe run`), or fix the line"
 
 
 # -- captures ---------------------------------------------------------------------------------
@@ -78,16 +93,16 @@ class CaptureError(ValueError):
 
 def _read_json_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int]:
     """(line number, object) of every complete line, and 1 if an unterminated last line was
-    ignored (a torn append), else 0. A bad complete line is an error naming it."""
-    data = path.read_bytes()
-    torn = 0
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]  # a line without its newline was never committed
-        torn = 1
+    ignored (a torn append, never committed; left in the file, with a warning naming it), else 0.
+    A bad complete line is an error naming it."""
+    lines = read_complete_lines(path)
+    size, torn = path.stat().st_size, 0
+    if size:
+        with path.open("rb") as fh:
+            fh.seek(size - 1)
+            torn = int(fh.read(1) != b"\n")
     out = []
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in lines:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
@@ -103,13 +118,18 @@ def _open_acts(path: Path) -> np.ndarray:
         raise CaptureError(f"{path} not found; capture activations first (`evprobe capture --out {path.parent}`)")
     try:
         acts = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as err:  # object arrays need pickle: refused, never unpickled
-        raise CaptureError(f"{path}: not a plain numeric .npy file ({err}); it must be float16 "
-                           "activations written by `evprobe capture`") from None
+    except (ValueError, EOFError, SyntaxError, TokenError) as err:  # object arrays need pickle: refused, never
+        # unpickled; a cut file is EOFError, a damaged header SyntaxError or TokenError
+        raise CaptureError(f"{path}: not a plain numeric .npy file ({type(err).__name__}: {err}); it must be "
+                           "float16 activations written by `evprobe capture`") from None
     if not isinstance(acts, np.ndarray):
         raise CaptureError(f"{path}: expected one array, got {type(acts).__name__}")
-    if acts.dtype.kind != "f":
-        raise CaptureError(f"{path}: expected float16 activations, got dtype {acts.dtype}")
+    size = path.stat().st_size
+    if size != acts.offset + acts.nbytes:  # a header length that moved the data, or bytes after it
+        raise CaptureError(f"{path}: {size} bytes, but its header describes {acts.offset + acts.nbytes}; it "
+                           "must be float16 activations written by `evprobe capture`")
+    if acts.dtype != np.dtype("<f2"):  # what capture writes; any other (e.g. byte-swapped >f2) is refused
+        raise CaptureError(f"{path}: expected little-endian float16 activations (<f2), got dtype {acts.dtype.str}")
     if acts.ndim != 4:
         raise CaptureError(f"{path}: expected shape (items, layers, positions, d_model), got {acts.shape}")
     return acts
@@ -159,14 +179,14 @@ def load_capture(path: str | Path) -> Capture:
     meta_path = path / META_FILE
     if not meta_path.is_file():
         raise CaptureError(f"{meta_path} not found; is {path} a capture folder (`evprobe capture --out ...`)?")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise CaptureError(f"{meta_path}: not valid JSON ({err.msg})") from None
-    missing = [k for k in ("layers", "positions", "d_model") if k not in meta]
-    if missing:
-        raise CaptureError(f"{meta_path}: missing {', '.join(missing)}; the capture did not finish starting")
+    meta, text = _read_meta(meta_path)
+    bad = meta_problem(meta)
+    if bad:
+        raise CaptureError(f"{meta_path}:{_key_line(text, bad[0])}: {bad[1]}; {FIX_CAPTURE}")
     acts = _open_acts(path / ACTS_FILE)
+    bad = meta_problem(meta, acts.shape)
+    if bad:
+        raise CaptureError(f"{meta_path}:{_key_line(text, bad[0])}: {bad[1]}; {FIX_CAPTURE}")
     expected = (len(meta["layers"]), len(meta["positions"]), int(meta["d_model"]))
     if acts.shape[1:] != expected:
         raise CaptureError(f"{path / ACTS_FILE}: shape {acts.shape} does not match meta.json "
@@ -179,13 +199,15 @@ def load_capture(path: str | Path) -> Capture:
     seen_ids: set[str] = set()
     rows = []
     for number, row in lines:
-        r, item_id = row.get("row"), row.get("item_id")
-        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < acts.shape[0]:
-            raise CaptureError(f"{index_path}:{number}: row {r!r} is not a row of acts.npy (0..{acts.shape[0] - 1})")
+        bad = index_row_problem(row)
+        if bad:
+            raise CaptureError(f"{index_path}:{number}: {bad[1]}; {FIX_CAPTURE}")
+        r, item_id = row["row"], row["item_id"]
+        if not r < acts.shape[0]:
+            raise CaptureError(f"{index_path}:{number}: field 'row' {r!r} is not a row of acts.npy "
+                               f"(0..{acts.shape[0] - 1}); {FIX_CAPTURE}")
         if r in seen_rows or item_id in seen_ids:
             raise CaptureError(f"{index_path}:{number}: row {r} / item {item_id!r} listed twice; move the folder aside")
-        if not isinstance(item_id, str) or "family_id" not in row:
-            raise CaptureError(f"{index_path}:{number}: an index row needs item_id and family_id")
         seen_rows.add(r)
         seen_ids.add(item_id)
         rows.append(row)
@@ -193,6 +215,29 @@ def load_capture(path: str | Path) -> Capture:
         raise CaptureError(f"{index_path}: no finished rows yet; wait for the capture or rerun it")
     rows.sort(key=lambda x: x["row"])
     return Capture(path, acts, tuple(rows), meta, torn)
+
+
+def _read_meta(path: Path) -> tuple[Any, str]:
+    """meta.json parsed, and its text; a byte that is not UTF-8 or bad JSON is an error naming the line."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        number = data.count(b"\n", 0, err.start) + 1
+        raise CaptureError(f"{path}:{number}: not UTF-8 text (byte 0x{data[err.start]:02x}); {FIX_CAPTURE}") from None
+    try:
+        return json.loads(text), text
+    except json.JSONDecodeError as err:
+        raise CaptureError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); {FIX_CAPTURE}") from None
+
+
+def _key_line(text: str, key: str) -> int:
+    """The line of meta.json on which top-level `key` is written (1 when not found)."""
+    if key:
+        found = re.search(rf'^\s*{re.escape(json.dumps(key))}\s*:', text, flags=re.MULTILINE)
+        if found:
+            return text.count("\n", 0, found.start()) + 1
+    return 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -294,7 +339,10 @@ def _short(values: Sequence[Any], limit: int = 12) -> str:
 
 def load_records(path: str | Path) -> dict[str, dict[str, Any]]:
     """A run's records by item_id, read-only. `path` is a RUN folder or a records.jsonl file;
-    a torn last line is ignored, a duplicate id is an error naming the line."""
+    a torn last line is ignored, a duplicate id is an error naming the line.
+
+    Checks the fields probes use (`record_problem`); `evprobe score` reads the whole record with
+    bench.records' schema (probes may not import bench)."""
     path = Path(path)
     if path.is_dir():
         path = path / RECORDS_FILE
@@ -302,14 +350,39 @@ def load_records(path: str | Path) -> dict[str, dict[str, Any]]:
         raise CaptureError(f"{path} not found; give a RUN folder written by `evprobe run`")
     lines, _ = _read_json_lines(path)
     out: dict[str, dict[str, Any]] = {}
+    lines_of: dict[str, int] = {}
     for number, row in lines:
-        item_id = row.get("item_id")
-        if not isinstance(item_id, str) or "valid" not in row:
-            raise CaptureError(f"{path}:{number}: not a record (needs item_id and valid)")
+        bad = record_problem(row)
+        if bad:
+            raise CaptureError(f"{path}:{number}: {bad}; {FIX_RECORDS}")
+        item_id = row["item_id"]
         if item_id in out:
-            raise CaptureError(f"{path}:{number}: duplicate record for {item_id}")
+            raise CaptureError(f"{path}:{number}: duplicate record for {item_id} (first on line "
+                               f"{lines_of[item_id]}); {FIX_RECORDS}")
         out[item_id] = row
+        lines_of[item_id] = number
     return out
+
+
+# The record fields probes read, and what each must be (bench.records.Record has them all).
+RECORD_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {  # name -> (test, must be, required)
+    "item_id": (lambda v: type(v) is str and v != "", "must be a non-empty string", True),
+    "valid": (lambda v: type(v) is bool, "must be true or false", True),
+    "action": (lambda v: v is None or type(v) is str, "must be a string or null", False),
+    "answer": (lambda v: v is None or type(v) is str, "must be a string or null", False),
+}
+
+
+def record_problem(row: Mapping[str, Any]) -> str | None:
+    """What is wrong with the fields probes use of one parsed records.jsonl line, or None."""
+    for name, (test, must, required) in RECORD_FIELDS.items():
+        if name not in row:
+            if required:
+                return f"missing field {name!r}"
+            continue
+        if not test(row[name]):
+            return f"field {name!r} {must}, got {shown(row[name])}"
+    return None
 
 
 # -- labels -----------------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""Typed schema of a capture folder's `index.jsonl` rows and `meta.json`, shared by their readers
+(`probes.captures.load_capture`, `experiments.capture_store.load_index`).
+
+Probes may not import bench (nor bench.schema's pydantic models), so the schema is written here
+as a table of field -> kind; tests/test_schemas_more.py checks that each item field's kind fits
+`bench.items.Item`'s annotation and that the table names exactly the fields `evprobe capture`
+writes. The checks are strict as bench.schema's: nothing is converted ("false" is no bool, true is
+no integer, 1.0 is no row number).
+
+Each check returns None or (field, one phrase naming the field, what it must be and the value);
+the readers add file:line and the fix, making the one-line `core.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from evprobe.core.errors import shown
+
+CAPTURE_FORMAT = "evprobe-capture/1"  # meta.json's `format` (experiments.capture.FORMAT)
+
+# kind -> (test, what a value must be)
+KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "count": (lambda v: type(v) is int and v >= 0, "must be a non-negative integer"),
+    "id": (lambda v: type(v) is str and v != "", "must be a non-empty string"),
+    "str": (lambda v: type(v) is str, "must be a string"),
+    "str?": (lambda v: v is None or type(v) is str, "must be a string or null"),
+    "int?": (lambda v: v is None or type(v) is int, "must be an integer or null"),
+    "bool?": (lambda v: v is None or type(v) is bool, "must be true, false or null"),
+}
+
+# index.jsonl: `row` and `item_id`, the item fields (experiments.capture.INDEX_FIELDS, typed as in
+# bench.items.Item), then what the capture measured for the row. Fields outside the table are refused.
+INDEX_ITEM_TYPES: dict[str, str] = {
+    "request": "str", "variant": "str?", "family_id": "id", "system": "str", "initial_property": "str",
+    "decision_id": "str?", "history": "int?", "threshold_level": "str?", "test": "str?", "hidden_world": "str?",
+    "image_pair_id": "str?", "threshold_pair_id": "str?", "resolved": "bool?", "reference_action": "str?",
+    "reference_answer": "str?",
+}
+INDEX_TYPES: dict[str, str] = {
+    "row": "count", "item_id": "id", **INDEX_ITEM_TYPES,
+    "text_span": "str", "n_tokens": "count", "n_image_tokens": "count", "n_text_tokens": "count",
+    "n_clipped": "count",
+}
+# A row must have these; the others are checked when present (a capture of an older evprobe, or a
+# synthetic one (probes.synthetic), writes the item fields only).
+INDEX_REQUIRED = ("row", "item_id", "family_id")
+
+
+def _kind_problem(name: str, kind: str, value: Any) -> tuple[str, str] | None:
+    test, must = KINDS[kind]
+    return None if test(value) else (name, f"field {name!r} {must}, got {shown(value)}")
+
+
+def index_row_problem(row: Any) -> tuple[str, str] | None:
+    """(field, what is wrong) with one parsed index.jsonl line, or None."""
+    if not isinstance(row, dict):
+        return "", f"expected a JSON object, got {shown(row)}"
+    for name in INDEX_REQUIRED:
+        if name not in row:
+            return name, f"missing field {name!r}"
+    for name, value in row.items():
+        kind = INDEX_TYPES.get(name)
+        if kind is None:
+            return name, f"unknown field {name!r} (not in format {CAPTURE_FORMAT})"
+        bad = _kind_problem(name, kind, value)
+        if bad:
+            return bad
+    return None
+
+
+def _int_list(value: Any, positive: bool) -> bool:
+    return isinstance(value, list) and all(type(v) is int and (v > 0 if positive else True) for v in value)
+
+
+def meta_problem(meta: Any, acts_shape: Sequence[int] | None = None) -> tuple[str, str] | None:
+    """(top-level key, what is wrong) with a parsed meta.json, or None. `format` must be this
+    format, `shape` 4 positive integers (equal to `acts_shape`, acts.npy's shape, when given),
+    `layers` distinct integers, `positions` distinct strings, `d_model` a positive integer."""
+    if not isinstance(meta, dict):
+        return "", f"expected a JSON object, got {shown(meta)}"
+    for name in ("format", "shape", "layers", "positions", "d_model"):
+        if name not in meta:
+            return name, f"missing field {name!r}"
+    if meta["format"] != CAPTURE_FORMAT:
+        return "format", f"field 'format' must be {CAPTURE_FORMAT!r}, got {shown(meta['format'])}"
+    shape = meta["shape"]
+    if not (_int_list(shape, positive=True) and len(shape) == 4):
+        return "shape", f"field 'shape' must be a list of 4 positive integers, got {shown(shape)}"
+    if acts_shape is not None and tuple(shape) != tuple(acts_shape):
+        return "shape", f"field 'shape' must be acts.npy's shape {list(acts_shape)}, got {shown(shape)}"
+    layers, positions = meta["layers"], meta["positions"]
+    if not _int_list(layers, positive=False) or len(set(layers)) != len(layers):
+        return "layers", f"field 'layers' must be a list of distinct integers, got {shown(layers)}"
+    if not (isinstance(positions, list) and all(type(p) is str and p for p in positions)
+            and len(set(positions)) == len(positions)):
+        return "positions", f"field 'positions' must be a list of distinct non-empty strings, got {shown(positions)}"
+    d_model = meta["d_model"]
+    if not (type(d_model) is int and d_model > 0):
+        return "d_model", f"field 'd_model' must be a positive integer, got {shown(d_model)}"
+    return None
+
+
+__all__ = ["CAPTURE_FORMAT", "INDEX_ITEM_TYPES", "INDEX_REQUIRED", "INDEX_TYPES", "KINDS", "index_row_problem",
+           "meta_problem", "shown"]

@@ -1,0 +1,126 @@
+"""What a job folder pins about its model and input files, beyond their names (`core.jobs.Job.pinned`).
+
+`model_fingerprint(model)` before the model is loaded, `model_fingerprint(model, handle)` after
+(`loaded_fingerprint(handle)`: the part only the loaded model tells):
+
+- `tiny:<arch>`: `tiny_arch` and `tiny_seed` (the seed `load` builds its weights with);
+- a local folder, or a registered name (`organism`, resolved to its folder):
+  `model_config_sha256` (config.json), `model_weights_sha256` (the listing of its weight files and
+  index: name, size and content digest each) and `model_files_sha256` (the other files a load reads:
+  tokenizer, processor, chat template, generation config, code);
+- a hub id: nothing before loading; its revision once loaded;
+- with a loaded `handle`: `model_revision` (the hub commit transformers loaded, None for a folder or
+  a tiny model), `model_dtype` (the weights' dtype as loaded: "auto" differs between a GPU and a CPU)
+  and `chat_template_sha256`.
+
+A weight file's content digest: the blob name for a file of the hub cache (a symlink to
+`blobs/<sha256 or git sha1>`, the file's own content hash), else the sha256 of the whole file up to
+64 MiB, else of its size and 64 blocks of 64 KiB spread evenly over it (both ends included), so a
+resume never reads tens of gigabytes: weights retrained in place change those blocks, while an edit
+that leaves the size and every sampled block alone would go unseen.
+
+`files_sha256` is the digest of a set of named files (a benchmark's images): the sha256 of their
+sorted "name sha256" lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evprobe.hooks.handle import Handle
+
+WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json")  # hooks.load reads safetensors only
+MODEL_FILE_SUFFIXES = (".json", ".jinja", ".txt", ".model", ".tiktoken", ".py")  # what else a load may read
+FULL_HASH_BYTES = 64 << 20
+SAMPLES, SAMPLE_BYTES = 64, 64 << 10
+_BLOB = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def files_sha256(named: Iterable[tuple[str, str | Path]]) -> str:
+    """sha256 of the sorted "name sha256" lines of (name, path) pairs (each name once)."""
+    lines = sorted(f"{name} {sha256_file(path)}" for name, path in dict(named).items())
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def _weight_digest(path: Path) -> str:
+    real = Path(os.path.realpath(path))
+    if path.is_symlink() and real.parent.name == "blobs" and _BLOB.fullmatch(real.name):
+        return real.name  # the hub cache names a blob by its content hash
+    size = real.stat().st_size
+    if size <= FULL_HASH_BYTES:
+        return sha256_file(real)
+    digest = hashlib.sha256(f"{size}\n".encode())
+    with real.open("rb") as fh:
+        for k in range(SAMPLES):
+            fh.seek(k * (size - SAMPLE_BYTES) // (SAMPLES - 1))
+            digest.update(fh.read(SAMPLE_BYTES))
+    return f"sampled:{digest.hexdigest()}"
+
+
+def _listing(folder: Path, names: list[str], digest: Any) -> str:
+    lines = [f"{name} {(folder / name).stat().st_size} {digest(folder / name)}" for name in names]
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def folder_fingerprint(folder: str | Path) -> dict[str, Any]:
+    """config.json's sha256 and the digests of a model folder's weights and other files (top level)."""
+    folder = Path(folder)
+    files = sorted(p.name for p in folder.iterdir() if p.is_file())
+    weights = [n for n in files if n.endswith(WEIGHT_SUFFIXES)]
+    others = [n for n in files if n.endswith(MODEL_FILE_SUFFIXES) and n not in weights and n != "config.json"]
+    config = folder / "config.json"
+    return {
+        "model_config_sha256": sha256_file(config) if config.is_file() else None,
+        "model_weights_sha256": _listing(folder, weights, _weight_digest),
+        "model_files_sha256": _listing(folder, others, sha256_file),
+    }
+
+
+def chat_template_sha256(handle: Handle) -> str | None:
+    template = getattr(handle.processor, "chat_template", None) or getattr(handle.tokenizer, "chat_template", None)
+    if template is None:
+        return None
+    text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def model_fingerprint(model: str, handle: Handle | None = None) -> dict[str, Any]:
+    """The pinned settings that identify `model` beyond its name (see the module docstring)."""
+    out: dict[str, Any] = {}
+    if model.startswith("tiny:"):
+        from evprobe.hooks.tiny import tiny
+
+        # hooks.load builds tiny:<arch> with tiny()'s default seed
+        out.update(tiny_arch=model.removeprefix("tiny:"), tiny_seed=inspect.signature(tiny).parameters["seed"].default)
+    else:
+        from evprobe.hooks.loading import resolve_model
+
+        folder = resolve_model(model)
+        if os.path.isdir(folder):
+            out.update(folder_fingerprint(folder))
+    if handle is not None:
+        out.update(loaded_fingerprint(handle))
+    return out
+
+
+def loaded_fingerprint(handle: Handle) -> dict[str, Any]:
+    """What only the loaded model tells: `model_revision`, `model_dtype`, `chat_template_sha256`."""
+    return {"model_revision": getattr(handle.model.config, "_commit_hash", None),
+            "model_dtype": str(handle.dtype).removeprefix("torch."),
+            "chat_template_sha256": chat_template_sha256(handle)}
