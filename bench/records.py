@@ -41,6 +41,26 @@ class Record:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
 
+def record_problem(row: Any) -> str | None:
+    """What is wrong with one parsed records.jsonl row (the strict `record_model`), or None: the
+    check the run's job runner applies on resume (`core.jobs.JsonlRows`)."""
+    import json
+
+    from pydantic import ValidationError
+
+    from evprobe.bench.schema import describe
+
+    try:
+        record_model().model_validate_json(json.dumps(row))
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        return (f"unknown field {first['loc'][0]!r} (not a field of a record)"
+                if first["type"] == "extra_forbidden" else describe(err))
+    except (TypeError, ValueError) as err:  # not JSON-able at all
+        return f"not a record ({err})"
+    return None
+
+
 def load_records(path: Path) -> dict[str, Record]:
     """Finished records by item id, each line checked against `RecordRow` (strict: "false" is no
     bool, NaN no number, unknown fields are refused). Read only: a torn last line (a run killed

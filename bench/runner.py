@@ -24,7 +24,7 @@ from evprobe.core.files import atomic_write_json
 from evprobe.bench.parse import parse_reply
 from evprobe.bench.policies import POLICIES, make_policy
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens, prompt_template_sha256
-from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
+from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records, record_problem
 from evprobe.bench.reference import Prices
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.flags import HELP, setting
@@ -138,7 +138,7 @@ class RunJob(Job):
                 "config": asdict(self.config)}
 
     def store_at(self, folder: Path) -> JsonlRows:
-        return JsonlRows(folder / RECORDS_FILE, lambda row: (row["item_id"], ""), what="record")
+        return JsonlRows(folder / RECORDS_FILE, lambda row: (row["item_id"], ""), what="record", check=record_problem)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> RunJob:

@@ -13,6 +13,7 @@ the readers add file:line and the fix, making the one-line `core.errors.InputErr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +29,23 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "str?": (lambda v: v is None or type(v) is str, "must be a string or null"),
     "int?": (lambda v: v is None or type(v) is int, "must be an integer or null"),
     "bool?": (lambda v: v is None or type(v) is bool, "must be true, false or null"),
+    "bool": (lambda v: type(v) is bool, "must be true or false"),
+    "number": (lambda v: _finite(v), "must be a finite number"),
+    "number?": (lambda v: v is None or _finite(v), "must be a finite number or null"),
+    "object": (lambda v: type(v) is dict, "must be an object"),
+    "scores": (lambda v: type(v) is dict and all(type(k) is str and _finite(x) for k, x in v.items()),
+               "must be an object of finite numbers"),
+    "numbers": (lambda v: _nested(v, _finite), "must be a (nested) list of finite numbers"),
+    "ints": (lambda v: _nested(v, lambda x: type(x) is int), "must be a (nested) list of integers"),
 }
+
+
+def _finite(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _nested(v: Any, leaf: Callable[[Any], bool]) -> bool:
+    return type(v) is list and all(_nested(x, leaf) if type(x) is list else leaf(x) for x in v)
 
 # index.jsonl: `row` and `item_id`, the item fields (experiments.capture.INDEX_FIELDS, typed as in
 # bench.items.Item), then what the capture measured for the row. Fields outside the table are refused.
@@ -70,6 +87,24 @@ def index_row_problem(row: Any) -> tuple[str, str] | None:
     return None
 
 
+def row_problem(row: Any, types: dict[str, str], required: Sequence[str], what: str) -> str | None:
+    """What is wrong with one parsed JSONL row of a fixed format (`types`: field -> kind; fields
+    outside it are refused; `required` must be there), or None. For the jobs' results rows."""
+    if not isinstance(row, dict):
+        return f"expected a JSON object, got {shown(row)}"
+    for name in required:
+        if name not in row:
+            return f"missing field {name!r}"
+    for name, value in row.items():
+        kind = types.get(name)
+        if kind is None:
+            return f"unknown field {name!r} (not a field of a {what})"
+        bad = _kind_problem(name, kind, value)
+        if bad:
+            return bad[1]
+    return None
+
+
 def _int_list(value: Any, positive: bool) -> bool:
     return isinstance(value, list) and all(type(v) is int and (v > 0 if positive else True) for v in value)
 
@@ -103,4 +138,4 @@ def meta_problem(meta: Any, acts_shape: Sequence[int] | None = None) -> tuple[st
 
 
 __all__ = ["CAPTURE_FORMAT", "INDEX_ITEM_TYPES", "INDEX_REQUIRED", "INDEX_TYPES", "KINDS", "index_row_problem",
-           "meta_problem", "shown"]
+           "meta_problem", "row_problem"]

@@ -85,10 +85,12 @@ class RowStore(ABC):
 
 
 class JsonlRows(RowStore):
-    """Rows as JSON lines in one append-only file; `key_of(row)` gives a row's (unit, condition)."""
+    """Rows as JSON lines in one append-only file; `key_of(row)` gives a row's (unit, condition);
+    `check(row)` (the format's schema) names what is wrong with a row, or returns None."""
 
-    def __init__(self, path: Path, key_of: Callable[[Row], RowKey], *, what: str = "row") -> None:
-        self.path, self.key_of, self.what = path, key_of, what
+    def __init__(self, path: Path, key_of: Callable[[Row], RowKey], *, what: str = "row",
+                 check: Callable[[Any], str | None] | None = None) -> None:
+        self.path, self.key_of, self.what, self.check = path, key_of, what, check
 
     def done(self, *, warn: bool = True) -> dict[RowKey, Row]:
         out: dict[RowKey, Row] = {}
@@ -99,6 +101,9 @@ class JsonlRows(RowStore):
                 hash(key)  # a list or object where a key field belongs: TypeError, a bad line
             except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
                 raise InputError(f"{self.path}:{number}: not a {self.what} ({err}); move the folder aside") from None
+            problem = self.check(row) if self.check is not None else None
+            if problem:
+                raise InputError(f"{self.path}:{number}: {problem}; move the folder aside (or fix the line)")
             if key in out:
                 raise InputError(f"{self.path}:{number}: a second {self.what} for {_describe(key)}; move the folder "
                                  "aside (two runs wrote into it)")

@@ -78,6 +78,7 @@ from typing import Any
 
 from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import load_item_images
+from evprobe.core.capture_schema import row_problem
 from evprobe.core.files import atomic_write_json
 from evprobe.core.jobs import FORMAT_KEY, Job, JsonlRows, Row, RowKey, Unit, check_pinned, read_meta, run_job
 from evprobe.experiments.config import (
@@ -101,6 +102,18 @@ SUMMARY_KEYS = ("n_items", "n_conditions", "n_rows", "computed", "reused", "seco
                 "files", "headline")
 
 
+# results.jsonl's schema (core.capture_schema kinds): the steering condition and the item, then the
+# readouts that the run's `readout` asked for (lp: logprob_readout, gen: generate_readout).
+ROW_TYPES = {"item_id": "id", "family_id": "id", "system": "str", "resolved": "bool?", "variant": "str?",
+             "condition": "str", "kind": "str", "layer": "int?", "alpha": "number?", "direction_index": "int?",
+             "logprobs": "scores", "lp": "object", "gen": "object"}
+ROW_REQUIRED = ("item_id", "family_id", "condition", "kind")
+
+
+def _row_problem(row: Any) -> str | None:
+    return row_problem(row, ROW_TYPES, ROW_REQUIRED, "dose-response row")
+
+
 def _row_key(row: Row) -> RowKey:
     return row["item_id"], row["condition"]
 
@@ -108,7 +121,7 @@ def _row_key(row: Row) -> RowKey:
 def load_results(path: Path) -> dict[RowKey, Row]:
     """Finished rows of a results.jsonl by (item_id, condition); read only (a torn last line is left
     out, not cut); a bad line elsewhere or a duplicate is an error naming the line."""
-    return JsonlRows(path, _row_key, what="dose-response row").done()
+    return JsonlRows(path, _row_key, what="dose-response row", check=_row_problem).done()
 
 
 def _load_handle(plan: Plan) -> Any:
@@ -169,7 +182,7 @@ class DoseResponseJob(Job):
         return {**run_meta(self.plan, self.recorded), **self.pinned()}
 
     def store_at(self, folder: Path) -> JsonlRows:
-        return JsonlRows(folder / RESULTS_FILE, _row_key, what="dose-response row")
+        return JsonlRows(folder / RESULTS_FILE, _row_key, what="dose-response row", check=_row_problem)
 
     def open(self) -> None:
         self.handle = _load_handle(self.plan)

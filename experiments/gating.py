@@ -67,6 +67,7 @@ from typing import Any, Literal
 import numpy as np
 
 from evprobe.core.flags import setting
+from evprobe.core.capture_schema import row_problem
 from evprobe.core.bootstrap import (
     DEFAULT_N_BOOT,
     DEFAULT_SEED,
@@ -105,6 +106,10 @@ MD_FILE = "gating.md"
 PNG_FILE = "gating.png"
 FORMAT = "evprobe-gating/1"
 POSITION = "last"
+# results.jsonl's schema: every field required, nothing else (core.capture_schema kinds)
+ROW_TYPES = {"item_id": "id", "family_id": "id", "system": "str", "request": "str", "resolved": "bool",
+             "condition": "str", "inference": "str", "direction": "str?", "alpha": "number", "logprobs": "scores",
+             "choice": "str", "option": "str", "abstain": "bool"}
 GROUPS = {"controls": True, "voids": False}  # group -> resolved
 MEASURE = {"answer": ("abstention", "undetermined option chosen"),
            "select": ("measure rate", "a test chosen (100 - stop rate)")}
@@ -425,7 +430,8 @@ class GatingJob(Job):
                 "config": as_dict(self.plan.config), "model_config": as_dict(self.plan.model)}
 
     def store_at(self, folder: Path) -> JsonlRows:
-        return JsonlRows(folder / RESULTS_FILE, lambda row: (row["item_id"], row["condition"]), what="gating row")
+        return JsonlRows(folder / RESULTS_FILE, lambda row: (row["item_id"], row["condition"]), what="gating row",
+                         check=lambda row: row_problem(row, ROW_TYPES, ROW_TYPES, "gating row"))
 
     def open(self) -> None:
         from evprobe.experiments.config import load_model

@@ -41,6 +41,7 @@ from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
 from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
@@ -55,6 +56,10 @@ RESULTS_FILE = "results.jsonl"
 POSITION_SETS = ("last", "text", "image")
 LETTERS = ("A", "B", "C", "D", "E")
 MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no share
+# results.jsonl's schema: every field required, nothing else (core.capture_schema kinds)
+ROW_TYPES = {"key": "id", "source": "id", "target": "id", "family_id": "id", "system": "str",
+             "target_resolved": "bool?", "ld_source": "number", "ld_target": "number", "ld_patched": "numbers",
+             "top_source": "count", "top_target": "count", "top_patched": "ints"}
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,8 @@ class PatchingJob(Job):
         return {"config": asdict(self.config), **self.pinned()}
 
     def store_at(self, folder: Path) -> JsonlRows:
-        return JsonlRows(folder / RESULTS_FILE, lambda row: (row["key"], ""), what="patching row")
+        return JsonlRows(folder / RESULTS_FILE, lambda row: (row["key"], ""), what="patching row",
+                         check=lambda row: row_problem(row, ROW_TYPES, ROW_TYPES, "patching row"))
 
     def open(self) -> None:
         from evprobe import hooks

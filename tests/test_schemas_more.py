@@ -227,3 +227,49 @@ def test_meta_missing_field_and_bad_byte_are_named(capture_dir: Path) -> None:
     path.write_bytes(original.replace(b'"model": "', b'"model": "\xff', 1))
     number = original[: original.index(b'"model"')].count(b"\n") + 1
     _one_line_error(lambda: probe_captures.load_capture(capture_dir), f"{path}:{number}:", "UTF-8")
+
+
+# ---------------------------------------------------------------- the jobs' results rows
+
+
+RESULT_ROWS = {
+    "patching": ({"key": "s>t", "source": "s", "target": "t", "family_id": "f", "system": "spring",
+                  "target_resolved": True, "ld_source": 1.5, "ld_target": -0.5, "ld_patched": [[0.1, 0.2]],
+                  "top_source": 0, "top_target": 4, "top_patched": [[0, 4]]},
+                 [("ld_patched", [[0.1, float("nan")]]), ("top_source", True), ("target_resolved", "true"),
+                  ("extra", 1)]),
+    "dose-response": ({"item_id": "i", "family_id": "f", "system": "spring", "resolved": False, "variant": None,
+                       "condition": "L1.probe.+1", "kind": "probe", "layer": 1, "alpha": 1.0, "direction_index": None,
+                       "logprobs": {"A": -0.1, "B": -2.3}, "lp": {"stop": True}},
+                      [("alpha", "1"), ("logprobs", {"A": "x"}), ("layer", 1.0), ("kind", None)]),
+    "gating": ({"item_id": "i", "family_id": "f", "system": "spring", "request": "select", "resolved": True,
+                "condition": "standard.base", "inference": "standard", "direction": None, "alpha": 0.0,
+                "logprobs": {"A": -0.1}, "choice": "A", "option": "stop", "abstain": False},
+               [("abstain", "false"), ("alpha", float("inf")), ("choice", None)]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RESULT_ROWS))
+def test_results_rows_are_typed_and_a_bad_field_is_one_line_naming_it(tmp_path: Path, kind: str) -> None:
+    from evprobe.core.jobs import JsonlRows
+    from evprobe.experiments import dose_response, gating, patching
+
+    key_of = {"patching": lambda r: (r["key"], ""), "dose-response": lambda r: (r["item_id"], r["condition"]),
+              "gating": lambda r: (r["item_id"], r["condition"])}[kind]
+    good, bad_fields = RESULT_ROWS[kind]
+    problem = {"patching": lambda r: patching.row_problem(r, patching.ROW_TYPES, patching.ROW_TYPES, "patching row"),
+               "dose-response": dose_response._row_problem,
+               "gating": lambda r: gating.row_problem(r, gating.ROW_TYPES, gating.ROW_TYPES, "gating row")}[kind]
+    assert problem(good) is None
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(good) + "\n")
+    assert len(JsonlRows(path, key_of, check=problem).done()) == 1
+    for field, value in bad_fields:
+        row = {**good, field: value}
+        path.write_text(json.dumps(good) + "\n" + json.dumps(row).replace('"key": "s>t"', '"key": "s>u"')
+                        .replace('"condition": "L1.probe.+1"', '"condition": "L2"')
+                        .replace('"condition": "standard.base"', '"condition": "guided.base"') + "\n")
+        with pytest.raises(InputError) as err:
+            JsonlRows(path, key_of, check=problem).done()
+        message = str(err.value)
+        assert "\n" not in message and message.startswith(f"{path}:2: ") and repr(field) in message, message
