@@ -16,8 +16,6 @@ Writers are atomic: a file appears whole under its final name or not at all.
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +23,7 @@ from typing import Any, TypeVar
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
 from evprobe.core.errors import InputError
+from evprobe.core.files import key_line, read_json_text
 
 from evprobe.bench.layout import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
 
@@ -101,16 +100,8 @@ def read_meta(bench_dir: str | Path) -> dict[str, Any]:
     path = Path(bench_dir) / META_FILE
     if not path.is_file():
         raise InputError(f"{path}: file not found; run `evprobe generate --out {path.parent}` first")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        number = data.count(b"\n", 0, err.start) + 1
-        raise InputError(f"{path}:{number}: not UTF-8 text (byte 0x{data[err.start]:02x}); {REGENERATE}") from None
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); {REGENERATE}") from None
+    meta, text = read_json_text(path, REGENERATE)
+    data = text.encode("utf-8")
     if not isinstance(meta, dict):
         raise InputError(f"{path}:1: expected a JSON object, got {type(meta).__name__}; {REGENERATE}")
     try:
@@ -120,21 +111,12 @@ def read_meta(bench_dir: str | Path) -> dict[str, Any]:
         key = loc[0] if loc else None
         fix = (f"upgrade evprobe to read it, or regenerate the benchmark with this one (evprobe generate "
                f"--force --out {path.parent})" if key == FORMAT_KEY else f"{REGENERATE} or fix the file")
-        raise InputError(f"{path}:{_key_line(text, key)}: {describe(err)}; {fix}") from None
+        raise InputError(f"{path}:{key_line(text, key)}: {describe(err)}; {fix}") from None
     bad = meta_problem(model)
     if bad:
         key, message = bad
-        raise InputError(f"{path}:{_key_line(text, key)}: {message}; {REGENERATE} or fix the file")
+        raise InputError(f"{path}:{key_line(text, key)}: {message}; {REGENERATE} or fix the file")
     return meta
-
-
-def _key_line(text: str, key: Any) -> int:
-    """The line of bench.json on which top-level `key` is written (1 when not found)."""
-    if isinstance(key, str):
-        found = re.search(rf'^\s*{re.escape(json.dumps(key))}\s*:', text, flags=re.MULTILINE)
-        if found:
-            return text.count("\n", 0, found.start()) + 1
-    return 1
 
 
 def _verify(path: Path, data: bytes, meta: dict[str, Any], key: str, count_key: str | None, count: int) -> None:

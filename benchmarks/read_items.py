@@ -19,6 +19,7 @@ Without --bench the main set is generated into a temporary folder first (about 1
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -64,7 +65,6 @@ def main() -> None:
     from evprobe.bench.generate import GenerateConfig, generate
     from evprobe.bench.items import Item
     from evprobe.bench.manifest import ITEMS_FILE, read_families, read_items, resolve_image
-    from evprobe.core.files import iter_jsonl
 
     tmp = None
     bench = args.bench
@@ -73,8 +73,9 @@ def main() -> None:
         bench = tmp / "main"
         generate(bench, GenerateConfig(), progress=False)
     try:
-        def before() -> list[Item]:
-            return [Item.from_json(row) for _, row in iter_jsonl(bench / ITEMS_FILE)]
+        def before() -> list[Item]:  # the reader before the schemas: json.loads per line, then from_json
+            with (bench / ITEMS_FILE).open(encoding="utf-8") as fh:
+                return [Item.from_json(json.loads(line)) for line in fh if line.strip()]
 
         def before_with_images() -> list[Item]:
             items, seen = before(), set()

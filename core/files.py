@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,21 +43,28 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-empty line; a bad line is a InputError naming it."""
-    if not path.is_file():
-        raise InputError(f"{path}: file not found; run `evprobe generate --out {path.parent}` first")
-    with path.open("r", encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-            yield number, row
+def read_json_text(path: Path, fix: str, error: type[InputError] = InputError) -> tuple[Any, str]:
+    """A JSON file's value and its text. A byte that is not UTF-8, or text that is not JSON, is one
+    line naming the file, the line and `fix` (raised as `error`, an InputError subclass)."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        number = data.count(b"\n", 0, err.start) + 1
+        raise error(f"{path}:{number}: not UTF-8 text (byte 0x{data[err.start]:02x}); {fix}") from None
+    try:
+        return json.loads(text), text
+    except json.JSONDecodeError as err:
+        raise error(f"{path}:{err.lineno}: not valid JSON ({err.msg}); {fix}") from None
+
+
+def key_line(text: str, key: Any) -> int:
+    """The line of a JSON object's text on which top-level `key` is written (1 when not found)."""
+    if isinstance(key, str) and key:
+        found = re.search(rf'^\s*{re.escape(json.dumps(key))}\s*:', text, flags=re.MULTILINE)
+        if found:
+            return text.count("\n", 0, found.start()) + 1
+    return 1
 
 
 def read_complete_lines(path: Path, *, warn: bool = True) -> list[tuple[int, str]]:

@@ -40,7 +40,6 @@ reply, not that request type). Any index field is a label; derived labels:
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ import numpy as np
 
 from evprobe.core.capture_schema import index_row_problem, meta_problem
 from evprobe.core.errors import InputError, shown
-from evprobe.core.files import read_complete_lines
+from evprobe.core.files import key_line, read_complete_lines, read_json_text
 
 ACTS_FILE = "acts.npy"
 INDEX_FILE = "index.jsonl"
@@ -179,14 +178,14 @@ def load_capture(path: str | Path) -> Capture:
     meta_path = path / META_FILE
     if not meta_path.is_file():
         raise CaptureError(f"{meta_path} not found; is {path} a capture folder (`evprobe capture --out ...`)?")
-    meta, text = _read_meta(meta_path)
+    meta, text = read_json_text(meta_path, FIX_CAPTURE, CaptureError)
     bad = meta_problem(meta)
     if bad:
-        raise CaptureError(f"{meta_path}:{_key_line(text, bad[0])}: {bad[1]}; {FIX_CAPTURE}")
+        raise CaptureError(f"{meta_path}:{key_line(text, bad[0])}: {bad[1]}; {FIX_CAPTURE}")
     acts = _open_acts(path / ACTS_FILE)
     bad = meta_problem(meta, acts.shape)
     if bad:
-        raise CaptureError(f"{meta_path}:{_key_line(text, bad[0])}: {bad[1]}; {FIX_CAPTURE}")
+        raise CaptureError(f"{meta_path}:{key_line(text, bad[0])}: {bad[1]}; {FIX_CAPTURE}")
     expected = (len(meta["layers"]), len(meta["positions"]), int(meta["d_model"]))
     if acts.shape[1:] != expected:
         raise CaptureError(f"{path / ACTS_FILE}: shape {acts.shape} does not match meta.json "
@@ -215,29 +214,6 @@ def load_capture(path: str | Path) -> Capture:
         raise CaptureError(f"{index_path}: no finished rows yet; wait for the capture or rerun it")
     rows.sort(key=lambda x: x["row"])
     return Capture(path, acts, tuple(rows), meta, torn)
-
-
-def _read_meta(path: Path) -> tuple[Any, str]:
-    """meta.json parsed, and its text; a byte that is not UTF-8 or bad JSON is an error naming the line."""
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        number = data.count(b"\n", 0, err.start) + 1
-        raise CaptureError(f"{path}:{number}: not UTF-8 text (byte 0x{data[err.start]:02x}); {FIX_CAPTURE}") from None
-    try:
-        return json.loads(text), text
-    except json.JSONDecodeError as err:
-        raise CaptureError(f"{path}:{err.lineno}: not valid JSON ({err.msg}); {FIX_CAPTURE}") from None
-
-
-def _key_line(text: str, key: str) -> int:
-    """The line of meta.json on which top-level `key` is written (1 when not found)."""
-    if key:
-        found = re.search(rf'^\s*{re.escape(json.dumps(key))}\s*:', text, flags=re.MULTILINE)
-        if found:
-            return text.count("\n", 0, found.start()) + 1
-    return 1
 
 
 @dataclass(frozen=True, eq=False)
