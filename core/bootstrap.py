@@ -17,6 +17,15 @@ resampled values with linear interpolation between order statistics (numpy's
 `np.percentile(..., method="linear")`, Hyndman-Fan type 7). A resample whose denominator is 0 (it
 drew no family with a unit of that measure) has no value and is dropped before the percentiles;
 a measure whose observed denominator is 0 has no value and no interval.
+
+Proportions. A rate whose unit values are 0/1 outcomes (or means of a few 0/1 outcomes of one unit)
+is flagged by the caller, `rate(num, den, binary=True)` (also `rates`, `resample`, `resample_many`,
+where `binary` may be one flag per measure). Its percentile interval is a point at 0% or 100% (every
+resample agrees), so its reported interval is the hull of the percentile interval and a cluster
+Clopper-Pearson interval at the effective sample size (`core.proportion`, which documents the method
+and its measured coverage). Unflagged measures (costs, log-odds, differences, products) keep the plain
+percentile interval; `Estimate.constant` is for values that do not depend on the sample, never for a
+sample rate.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core import proportion
+
 DEFAULT_SEED = 20260905
 DEFAULT_N_BOOT = 2000
 LEVEL = 95.0
@@ -37,7 +48,7 @@ INTERVAL_METHOD = (
     "family bootstrap: whole families resampled with replacement (multinomial counts), "
     "ratio estimator sum(num)/sum(den) per resample, pointwise 95% percentile interval "
     "(2.5th and 97.5th percentiles, linear interpolation as numpy method='linear'); "
-    "resamples with a zero denominator are dropped"
+    "resamples with a zero denominator are dropped; " + proportion.METHOD
 )
 
 
@@ -60,7 +71,8 @@ class Estimate:
 
     @classmethod
     def constant(cls, value: float, n: int) -> Estimate:
-        """A value that does not depend on the sample (e.g. the random test's assigned cost)."""
+        """A value that does not depend on the sample (e.g. the random test's assigned cost); its
+        interval is the point itself. Never for a rate observed on the sample (use binary=True)."""
         return cls(float(value), (float(value), float(value)), n)
 
     def to_json(self) -> dict[str, Any]:
@@ -76,11 +88,14 @@ class Resampled:
 
     `value` is NaN when the observed denominator is 0; `draws[b]` is NaN when resample b's is.
     Combine several with `FamilyBootstrap.combine` to get paired differences or products.
+    `shares` holds the per-family (num, den), each (F,), of a proportion (binary=True): its estimate
+    then also carries the cluster interval of `core.proportion`; None for every other measure.
     """
 
     value: float
     draws: np.ndarray  # shape (B,)
     n: int
+    shares: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def percentile_interval(draws: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
@@ -164,9 +179,18 @@ class FamilyBootstrap:
 
     # -- many measures at once ------------------------------------------------------------
 
-    def resample_many(self, num: np.ndarray, den: np.ndarray) -> list[Resampled]:
-        """Observed and resampled ratios of M measures; `num`, `den` have shape (F, M)."""
+    def resample_many(
+        self, num: np.ndarray, den: np.ndarray, binary: bool | Sequence[bool] = False
+    ) -> list[Resampled]:
+        """Observed and resampled ratios of M measures; `num`, `den` have shape (F, M).
+
+        `binary` (one flag, or one per measure) marks proportions, whose unit values lie in [0, 1]:
+        their per-family sums are checked (a ValueError for sums outside [0, den]) and kept for the
+        cluster interval."""
         num, den = self._check(num), self._check(den)
+        flags = np.broadcast_to(np.asarray(binary, dtype=bool), (num.shape[1],))
+        if flags.any():
+            proportion.check_shares(num[:, flags], den[:, flags])
         top, bottom = num.sum(axis=0), den.sum(axis=0)
         draws_num, draws_den = self._weights @ num, self._weights @ den
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -175,21 +199,40 @@ class FamilyBootstrap:
                 draws_den > 0, draws_num / np.where(draws_den > 0, draws_den, 1.0), np.nan
             )
         return [
-            Resampled(float(observed[m]), draws[:, m], int(round(bottom[m])))
+            Resampled(
+                float(observed[m]),
+                draws[:, m],
+                int(round(bottom[m])),
+                (num[:, m], den[:, m]) if flags[m] else None,
+            )
             for m in range(num.shape[1])
         ]
 
-    def rates(self, num: np.ndarray, den: np.ndarray) -> list[Estimate]:
-        """Estimates of M ratio measures from per-family (F, M) numerators and denominators."""
-        return self.estimates(self.resample_many(num, den))
+    def rates(
+        self, num: np.ndarray, den: np.ndarray, binary: bool | Sequence[bool] = False
+    ) -> list[Estimate]:
+        """Estimates of M ratio measures from per-family (F, M) numerators and denominators;
+        `binary` marks proportions (see `resample_many`)."""
+        return self.estimates(self.resample_many(num, den, binary))
 
     @staticmethod
     def estimates(parts: Sequence[Resampled]) -> list[Estimate]:
-        """Turn resampled measures into estimates, all percentiles in one vectorised pass."""
+        """Turn resampled measures into estimates, all percentiles in one vectorised pass; a
+        proportion's interval is the hull with its cluster interval (`core.proportion`)."""
         if not parts:
             return []
         draws = np.stack([p.draws for p in parts], axis=1)
         lo, hi = percentile_interval(draws)
+        by_size: dict[int, list[int]] = {}  # proportions grouped by F (parts of sub-bootstraps)
+        for m, part in enumerate(parts):
+            if part.shares is not None:
+                by_size.setdefault(len(part.shares[0]), []).append(m)
+        for cols in by_size.values():
+            num = np.stack([parts[m].shares[0] for m in cols], axis=1)  # (F, K)
+            den = np.stack([parts[m].shares[1] for m in cols], axis=1)
+            lo[cols], hi[cols] = proportion.hull(
+                (lo[cols], hi[cols]), proportion.cluster_interval(num, den)
+            )
         out = []
         for m, part in enumerate(parts):
             if np.isnan(part.value):
@@ -202,14 +245,14 @@ class FamilyBootstrap:
 
     # -- one measure ------------------------------------------------------------------------
 
-    def resample(self, num: np.ndarray, den: np.ndarray) -> Resampled:
+    def resample(self, num: np.ndarray, den: np.ndarray, binary: bool = False) -> Resampled:
         """One ratio measure from per-family vectors of length F."""
-        return self.resample_many(np.asarray(num, float)[:, None], np.asarray(den, float)[:, None])[
-            0
-        ]
+        num2, den2 = np.asarray(num, float)[:, None], np.asarray(den, float)[:, None]
+        return self.resample_many(num2, den2, binary)[0]
 
-    def rate(self, num: np.ndarray, den: np.ndarray) -> Estimate:
-        return self.estimate(self.resample(num, den))
+    def rate(self, num: np.ndarray, den: np.ndarray, binary: bool = False) -> Estimate:
+        """One ratio measure; binary=True for a proportion (never a zero-width interval)."""
+        return self.estimate(self.resample(num, den, binary))
 
     @staticmethod
     def estimate(part: Resampled) -> Estimate:

@@ -510,7 +510,7 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: in
         cells = list(masks)
         num = np.stack([boot.per_family(fam, x * masks[c]) for c in cells], axis=1)
         den = np.stack([boot.per_family(fam, masks[c].astype(float)) for c in cells], axis=1)
-        return dict(zip(cells, boot.resample_many(num, den)))
+        return dict(zip(cells, boot.resample_many(num, den, binary=True)))  # abstain shares (core.proportion)
 
     by_key = {c[0]: parts(c[0]) for c in plan.conditions}
     rows = []

@@ -295,8 +295,8 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
             flip_num[f] += np.asarray(r["top_patched"]) == r["top_source"]
             flip_den[f] += 1
 
-    def grid(num: np.ndarray, den: np.ndarray) -> list[list[dict]]:
-        flat = boot.rates(num.reshape(F, -1), np.repeat(den[:, None], L * P, axis=1))
+    def grid(num: np.ndarray, den: np.ndarray, binary: bool = False) -> list[list[dict]]:
+        flat = boot.rates(num.reshape(F, -1), np.repeat(den[:, None], L * P, axis=1), binary=binary)
         return [[flat[i * P + j].to_json() for j in range(P)] for i in range(L)]
 
     return {
@@ -306,7 +306,7 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
         "n_families": F,
         "mean_change": grid(change, n_rows),
         "share_of_gap": grid(share_num, share_den),
-        "decoded_flip": grid(flip_num, flip_den),
+        "decoded_flip": grid(flip_num, flip_den, binary=True),  # a share of rows: never a zero-width interval
         "mean_gap": float(np.mean([r["ld_source"] - r["ld_target"] for r in rows])) if rows else None,
         "interval": f"family bootstrap, {n_boot} resamples, seed {seed}, pointwise 95% percentile",
     }

@@ -80,8 +80,9 @@ def auroc_estimate(
 def accuracy_estimate(
     correct: np.ndarray, families: Sequence[str], boot: FamilyBootstrap
 ) -> Estimate:
-    """Share of correct rows (ratio of per-family sums) with its family-bootstrap interval.
-    `correct` is (n,) with NaN for rows that were not scored (left out)."""
+    """Share of correct rows (ratio of per-family sums) with its family-bootstrap interval, widened
+    for a proportion (`FamilyBootstrap.rate(..., binary=True)`, core.proportion: never zero width at
+    0% or 100%). `correct` is (n,) 0/1 with NaN for rows that were not scored (left out)."""
     correct = np.asarray(correct, dtype=np.float64)
     ok = np.isfinite(correct)
     if not ok.any():
@@ -89,7 +90,7 @@ def accuracy_estimate(
     fam = boot.family_index(list(np.asarray(families, dtype=object)[ok]))
     num = boot.per_family(fam, correct[ok])
     den = boot.per_family(fam, np.ones(int(ok.sum())))
-    return boot.rate(num, den)
+    return boot.rate(num, den, binary=True)  # a share of 0/1 rows: never a zero-width interval
 
 
 def _f(x: float) -> float | None:
