@@ -41,7 +41,7 @@ from evprobe.core.files import (
     read_complete_lines,
 )
 from evprobe.core.flags import PLACEMENT_KEYS
-from evprobe.core.progress import Progress, progress_label
+from evprobe.core.progress import Progress, note, progress_label
 from evprobe.core.shard import Shard, shard_of_ids
 
 Row = dict[str, Any]
@@ -288,7 +288,10 @@ def run_job(job: Job, *, progress: bool = True) -> dict[str, Any]:
     todo = {u.key: [c for c in conditions if (u.key, c) not in done] for u in units}
     n_todo = sum(len(v) for v in todo.values())
     started = time.perf_counter()
+    label = progress_label(job.kind, job.shard)
     if n_todo:
+        if progress:  # open() (loading a model) can take minutes with no count to show: say what happens
+            note(label, f"{n_todo} rows to compute ({len(wanted) - n_todo} already in {job.out}); loading")
         job.open()  # the slow, failure-prone step, before anything is written
         pinned = {**job.pinned(), "shard": pinned["shard"]}  # now with what only the model tells (layers, dtype)
         check_pinned(job, old, pinned)
@@ -298,7 +301,6 @@ def run_job(job: Job, *, progress: bool = True) -> dict[str, Any]:
             atomic_write_json(job.meta_path(), meta)
         store.repair()
         store.prepare(old or meta)
-        label = progress_label(job.kind, job.shard)
         bar = Progress(label, n_todo) if progress else None
         for batch in batches([u for u in units if todo[u.key]], job.batch_size):
             for cond in conditions:

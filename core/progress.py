@@ -1,10 +1,48 @@
-"""A one-line progress report on stderr: done / total, rate and ETA."""
+"""Progress on stderr for every long step: done / total, rate and ETA, on by default.
+
+    bar = Progress("capture", n)       # then bar.update(k) after each batch of k units
+    note("capture", "loading model")   # one line saying what a silent step is doing
+
+Choices (no science decides them; each is tested in tests/core/test_progress.py):
+
+- On by default. `set_progress(False)` (the CLI's `--no-progress` on every subcommand) silences
+  every Progress and note of the process, including the steps a command runs inside it (the
+  quickstart's, a layer sweep's capture); an API caller's `progress=False` silences one step.
+- A terminal gets one line rewritten in place (`\\r`) at most every 0.5 s. Anything else (a pipe,
+  a file, a notebook's captured stream, a CI log) gets whole lines, at most one every 10 s, so a
+  log holds readable lines rather than thousands of `\\r` fragments. Under a launcher (torchrun,
+  accelerate) several processes share one stream: whole lines at most every 15 s, named by shard.
+- The first update and the last are always printed, whatever the interval: the first tells that
+  the step started computing and at what rate, the last its total rate.
+- The rate counts this session only (a resumed job's earlier rows are not in it), in units per
+  second (one decimal from 1/s up, two significant digits below); the ETA is the remaining count
+  at that rate, shown in s below 100 s, then min, then h.
+- Our own ~50 lines rather than tqdm: tqdm is no declared dependency (it comes with transformers),
+  and it rewrites one line with `\\r` in pipes and files too, which is what a log must not hold.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
+
+TERMINAL_EVERY = 0.5  # seconds between rewrites of a terminal's line
+LOG_EVERY = 10.0  # seconds between whole lines in a pipe or file
+LAUNCHER_EVERY = 15.0  # seconds between whole lines of each process under a launcher
+
+_enabled = True
+
+
+def set_progress(enabled: bool) -> None:
+    """Turn every progress line and note of this process on or off (the CLI's --no-progress)."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
+def progress_enabled() -> bool:
+    return _enabled
 
 
 def progress_label(name: str, shard: object | None) -> str:
@@ -12,28 +50,57 @@ def progress_label(name: str, shard: object | None) -> str:
     return name if shard is None else f"{name} [shard {shard}]"
 
 
-class Progress:
-    """Prints `label done/total (rate/s, ETA s)` at most every `every` seconds, and at the end."""
+def duration(seconds: float) -> str:
+    """`42 s`, `7 min`, `2.5 h`: short enough for a progress line, exact enough for an ETA."""
+    if seconds != seconds or seconds == float("inf"):
+        return "? s"
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
-    def __init__(
-        self, label: str, total: int, *, stream: TextIO | None = None, every: float = 0.5
-    ) -> None:
-        self.label, self.total, self.every = label, total, every
-        self.stream = stream if stream is not None else sys.stderr
-        # Under a launcher (torchrun, accelerate) several processes share one terminal: whole lines,
-        # at most every 15 s, instead of one line rewritten in place.
+
+def _interactive(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (ValueError, OSError):  # a closed or detached stream
+        return False
+
+
+def note(label: str, text: str, *, stream: TextIO | None = None) -> None:
+    """One whole line `label: text` on stderr, unless progress is off (a slow step with no count)."""
+    if _enabled:
+        out = stream if stream is not None else sys.stderr
+        out.write(f"{label}: {text}\n")
+        out.flush()
+
+
+class Progress:
+    """Prints `label done/total (rate/s, ETA t)`: on the first update, at most every `every`
+    seconds after it, and at the end. `every` defaults by where the stream goes (module docstring)."""
+
+    def __init__(self, label: str, total: int, *, stream: TextIO | None = None, every: float | None = None) -> None:
         from evprobe.core.shard import distributed_shard
 
-        self.lines = distributed_shard() is not None
-        if self.lines:
-            self.every = max(every, 15.0)
+        self.label, self.total = label, total
+        self.stream = stream if stream is not None else sys.stderr
+        self.silent = not _enabled
+        launched = distributed_shard() is not None
+        self.lines = launched or not _interactive(self.stream)
+        default = LAUNCHER_EVERY if launched else LOG_EVERY if self.lines else TERMINAL_EVERY
+        self.every = default if every is None else max(every, LAUNCHER_EVERY) if launched else every
         self.done = 0
-        self.start = self._last = time.perf_counter()
+        self.start = time.perf_counter()
+        self._last: float | None = None  # when the last line was printed (None: none yet)
 
     def update(self, n: int = 1) -> None:
         self.done += n
+        if self.silent:
+            return
         now = time.perf_counter()
-        if now - self._last >= self.every or self.done >= self.total:
+        if self._last is None or now - self._last >= self.every or self.done >= self.total:
             self._last = now
             self._print(now)
 
@@ -42,7 +109,20 @@ class Progress:
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
         end = "\n" if self.done >= self.total or self.lines else "\r"
-        self.stream.write(
-            f"{self.label} {self.done}/{self.total} ({rate:.1f}/s, ETA {eta:.0f} s)   {end}"
-        )
+        pad = "" if self.lines else "   "  # a rewritten line must cover a longer previous one
+        speed = f"{rate:.1f}/s" if rate >= 1 else f"{rate:.2g}/s"  # two digits of a slow rate: 0.31/s
+        self.stream.write(f"{self.label} {self.done}/{self.total} ({speed}, ETA {duration(eta)}){pad}{end}")
         self.stream.flush()
+
+
+def progress_callback(label: str, *, stream: TextIO | None = None) -> Callable[[int, int], None]:
+    """A `report(done, total)` function (the form probes' sweeps call) drawing one Progress."""
+    bar: Progress | None = None
+
+    def report(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = Progress(label, total, stream=stream)
+        bar.update(done - bar.done)
+
+    return report

@@ -1,12 +1,23 @@
 """The `evprobe` command line. Each subcommand validates its input and prints a one-line error
 (no traceback) naming the bad thing and the fix; exit status 2 for bad input, 1 for failed checks.
+
+It answers at once: building a parser imports no torch, transformers, nnsight, matplotlib or
+sklearn (each subcommand imports them in its run function), and `evprobe NAME ...` builds only
+NAME's parser (`COMMANDS` says where each is built), so a command pays only for its own flags;
+`evprobe --help` builds them all. tests/experiments/test_cli_speed.py checks both;
+benchmarks/cli_startup.py times them.
+
+Progress (rate and ETA, core.progress) is on for every long step; `--no-progress`, on every
+subcommand, turns all of it off for the process.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import import_module
 from pathlib import Path
 
 from evprobe.core.argtypes import nonnegative_int, positive_int
@@ -47,6 +58,10 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         help="change an action's price in the prompts, e.g. combined_report=3 (repeatable)",
     )
     p.add_argument("--workers", type=positive_int, default=1, help="processes that render images")
+    p.add_argument("--numeric", action="store_true",
+                   help="add the numeric estimates (property and outcome, 8 per family; scored by threshold accuracy)")
+    p.add_argument("--injection", default="", metavar="LEVELS",
+                   help="add information-injection levels of the selections and answers, e.g. 1,2,3 (level 0 is the main items)")
     p.add_argument("--force", action="store_true", help="replace the benchmark already in --out (never any other non-empty folder)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_generate)
@@ -55,6 +70,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 def _run_generate(args: argparse.Namespace) -> int:
     from evprobe.bench.generate import GenerateConfig, generate, main_summary
     from evprobe.bench.reference import Prices
+    from evprobe.core.errors import InputError
 
     overrides = {
         key: value
@@ -68,6 +84,11 @@ def _run_generate(args: argparse.Namespace) -> int:
     overrides["systems"] = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     overrides["subset_seed"] = args.subset_seed
     overrides["prices"] = Prices.parse(args.price)
+    overrides["numeric"] = args.numeric
+    try:
+        overrides["injection_levels"] = tuple(int(x) for x in args.injection.split(",") if x.strip())
+    except ValueError:
+        raise InputError(f"--injection takes comma-separated levels among 1, 2, 3, got {args.injection!r}") from None
     config = GenerateConfig.pilot(**overrides) if args.pilot else GenerateConfig(**overrides)
     meta = generate(args.out, config, force=args.force, workers=args.workers, progress=not args.quiet)
     print(main_summary(meta, args.out))
@@ -178,45 +199,67 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Every subcommand, in `evprobe --help`'s order: a function here, or (module, function) imported
+# only when that command's parser is built. Each function adds exactly the parser of its name.
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction], object] | tuple[str, str]] = {
+    "generate": _add_generate,
+    "check": _add_check,
+    "run": _add_run,
+    "score": _add_score,
+    "compare": _add_compare,
+    "capture": ("evprobe.experiments.capture", "add_capture_parser"),
+    "merge": ("evprobe.experiments.merge", "add_merge_parser"),
+    "patching": ("evprobe.experiments.patching", "add_patching_parser"),
+    "dose-response": ("evprobe.experiments.dose_response", "add_dose_response_parser"),
+    "layer-sweep": ("evprobe.experiments.layer_sweep", "add_layer_sweep_parser"),
+    "gating": ("evprobe.experiments.gating", "add_gating_parser"),
+    "report": ("evprobe.experiments.report", "add_report_parser"),
+    "quickstart": ("evprobe.experiments.quickstart", "add_quickstart_parser"),
+    "organism": ("evprobe.experiments.organism_cli", "add_organism_parser"),
+    "sweep": ("evprobe.probes.cli", "add_sweep_parser"),
+    "directions": ("evprobe.probes.cli", "add_directions_parser"),
+}
+
+
+def _add_no_progress(parser: argparse.ArgumentParser) -> None:
+    """`--no-progress` on `parser` and on every parser below it that runs something."""
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for action in nested:
+        for child in action.choices.values():
+            _add_no_progress(child)
+    if not nested:
+        parser.add_argument("--no-progress", action="store_true",
+                            help="no progress lines or notes on stderr (for this step and every step it runs)")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of `command` alone (what `evprobe COMMAND ...` needs)."""
     parser = _Parser(prog="evprobe", description="Do VLMs know when their evidence is enough?")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    _add_generate(sub)
-    _add_check(sub)
-    _add_run(sub)
-    _add_score(sub)
-    _add_compare(sub)
-    from evprobe.experiments.capture import add_capture_parser
-    from evprobe.experiments.dose_response import add_dose_response_parser
-    from evprobe.experiments.gating import add_gating_parser
-    from evprobe.experiments.layer_sweep import add_layer_sweep_parser
-    from evprobe.experiments.merge import add_merge_parser
-    from evprobe.experiments.organism_cli import add_organism_parser
-    from evprobe.experiments.patching import add_patching_parser
-    from evprobe.experiments.quickstart import add_quickstart_parser
-    from evprobe.experiments.report import add_report_parser
-    from evprobe.probes.cli import add_directions_parser, add_sweep_parser
-
-    add_capture_parser(sub)
-    add_merge_parser(sub)
-    add_patching_parser(sub)
-    add_dose_response_parser(sub)
-    add_layer_sweep_parser(sub)
-    add_gating_parser(sub)
-    add_report_parser(sub)
-    add_quickstart_parser(sub)
-    add_organism_parser(sub)
-
-    add_sweep_parser(sub)
-    add_directions_parser(sub)
+    for name, add in COMMANDS.items():
+        if command is not None and name != command:
+            continue
+        if isinstance(add, tuple):
+            add = getattr(import_module(add[0]), add[1])
+        add(sub)
+    for child in sub.choices.values():
+        _add_no_progress(child)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None  # else: --help, or an unknown command's error
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(command).parse_args(argv)
     except SystemExit as stop:  # --help, or argparse's one-line error: return its status
         return int(stop.code or 0)
+    from evprobe.core.progress import progress_enabled, set_progress
+
+    previous = progress_enabled()
+    set_progress(previous and not args.no_progress)
+    if args.no_progress:  # Hugging Face's own bars too ("Loading weights"); read when transformers is imported
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         return args.run(args)
     except (ValueError, OSError) as err:  # bad input (InputError, missing files): one line, no traceback
@@ -225,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("evprobe: interrupted", file=sys.stderr)
         return 130
+    finally:
+        set_progress(previous)  # main() called in a process (tests, notebooks) leaves the switch as it was
 
 
 if __name__ == "__main__":

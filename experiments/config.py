@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from evprobe.core.flags import field_hints
-from evprobe.hooks.devices import PLACEMENT_KEYS
+from evprobe.core.flags import PLACEMENT_KEYS, field_hints
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_KINDS = ("models", "experiments")

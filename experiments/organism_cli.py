@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 from evprobe.core.argtypes import positive_int
@@ -12,7 +12,9 @@ from evprobe.core.argtypes import positive_int
 def add_organism_parser(sub: argparse._SubParsersAction) -> None:
     from evprobe.organism.train import TrainConfig
 
-    defaults = TrainConfig()
+    # The class's field defaults, not TrainConfig(): an instance builds its ModelConfig, which
+    # imports torch and transformers (organism.model), and `--help` must not pay for them.
+    defaults = argparse.Namespace(**{f.name: f.default for f in fields(TrainConfig)})
     p = sub.add_parser(
         "organism",
         help="the known-answer model organism: retrain it",

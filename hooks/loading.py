@@ -14,12 +14,55 @@ sheets, so it lives in the `organism` package, which `hooks` finds only through
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 from typing import Any
 
 from evprobe.hooks.handle import Handle
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+# Third-party messages that tell an evprobe user nothing, dropped by their text here and nowhere
+# else (`quiet_third_party_messages`, installed when this module is imported, i.e. before `load`):
+# one pattern per message, on the logger that emits it, so every other message of that logger,
+# every warning and our own messages still print. Each entry says why the message is noise.
+#
+# - transformers' Pipeline.check_model_type logs at ERROR "The model 'LlamaForCausalLM' is not
+#   supported for image-text-to-text. Supported models are [...]" (~3,700 characters listing every
+#   class) when nnsight wraps a model with task="image-text-to-text" (hooks.handle._wrap_nnsight)
+#   whose class is not in that task's mapping: the model organism and every text-only checkpoint,
+#   all of which come through `load` (every tiny:<arch> is a class of the mapping).
+#   nnsight builds the pipeline only for its plumbing and never runs it; tracing, capture,
+#   steering and generation work (tests/hooks), so the message reports no problem. It was 7,486
+#   of the quickstart's 11,046 console characters.
+QUIET_MESSAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("transformers.pipelines.base",
+     re.compile(r"^The model '\w+' is not supported for image-text-to-text\. Supported models are")),
+)
+
+
+class _DropMessages(logging.Filter):
+    """Drops the records of one logger whose message matches `pattern`."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        super().__init__()
+        self.pattern = pattern
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.pattern.search(record.getMessage()) is None
+
+
+def quiet_third_party_messages() -> None:
+    """Install the filters of QUIET_MESSAGES (once; imports nothing: a logger exists before the
+    library that logs to it is imported, and transformers' loggers are the standard library's)."""
+    for name, pattern in QUIET_MESSAGES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropMessages) and f.pattern is pattern for f in logger.filters):
+            logger.addFilter(_DropMessages(pattern))
+
+
+quiet_third_party_messages()
 
 
 def _resolve_dtype(dtype: str, device_map: str | dict | None):

@@ -24,11 +24,9 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from evprobe.bench.family import Family
 from evprobe.bench.reference import ACTIONS
@@ -36,10 +34,22 @@ from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes
 from evprobe.organism.data import DataConfig, draw_family, sample_example, select_example
 from evprobe.organism.facts import Facts
-from evprobe.organism.model import ModelConfig, Organism
 from evprobe.organism.vocab import OPTION_WORDS, token_ids
 
+# torch and transformers (organism.model) are imported where they are used, so that building
+# `evprobe organism train`'s parser (which reads TrainConfig's defaults) loads neither.
+if TYPE_CHECKING:
+    import torch
+
+    from evprobe.organism.model import ModelConfig, Organism
+
 _VAL_STREAM = 7_777_001  # an extra seed word: validation families never meet training ones
+
+
+def _model_config() -> ModelConfig:
+    from evprobe.organism.model import ModelConfig
+
+    return ModelConfig()
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,7 @@ class TrainConfig:
     eval_every: int = 500
     save_every: int = 500
     val_families: int = 150
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=_model_config)  # imports torch: only when built
     data: DataConfig = field(default_factory=DataConfig)
 
 
@@ -72,6 +82,8 @@ def encode(batch: list[tuple[Facts, str | None]]) -> dict[str, torch.Tensor]:
     each position must predict, -100 where nothing is learned, and aux (batch,): the index in
     OPTION_WORDS of what the right option offers (-100 without a target).
     """
+    import torch
+
     ids = token_ids()
     rows, labels, aux = [], [], []
     for facts, letter in batch:
@@ -128,14 +140,16 @@ def validation_set(cfg: TrainConfig) -> list[tuple[Facts, str, str]]:
     return out
 
 
-@torch.no_grad()
 def evaluate(model: Organism, examples: list[tuple[Facts, str, str]]) -> dict[str, float]:
     """Greedy first-token accuracy and both-correct pairs."""
+    import torch
+
     ids = token_ids()
     model.eval()
     enc = encode([(f, None) for f, _, _ in examples])
     last = (torch.arange(len(examples)), torch.full((len(examples),), enc["input_ids"].shape[1] - 1))
-    logits = model(enc["input_ids"], enc["attention_mask"], enc["position_ids"], last)  # (n, vocab)
+    with torch.no_grad():
+        logits = model(enc["input_ids"], enc["attention_mask"], enc["position_ids"], last)  # (n, vocab)
     pred = logits.argmax(-1).tolist()
     correct = [p == ids[letter] for p, (_, letter, _) in zip(pred, examples)]
     pairs: dict[str, list[bool]] = {}
@@ -172,6 +186,7 @@ def save_train_state(out: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
     """Tensors to OUT/train_state-<step>.safetensors, then the rest to OUT/train_state.json, each
     written atomically; the JSON names the tensors file (and its sha256), so a kill between the two
     leaves the previous state whole. Older tensors files are removed afterwards."""
+    import torch
     from safetensors.torch import save
 
     # clone: the number embedding shares its table with the Llama, and safetensors stores no aliases
@@ -260,6 +275,11 @@ def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | Non
     """Train (or resume) into `out`; returns the final validation numbers.
 
     stop_after: leave after this step's state is saved, as a killed run would (tests resume)."""
+    import torch
+    import torch.nn.functional as F
+
+    from evprobe.organism.model import Organism
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
