@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.bench import oracle
+from evprobe.bench.checks_blocks import check_levels, check_numeric
 from evprobe.bench.calibration import sheet_spec
 from evprobe.bench.detect import DetectionError, detect_sheet, marker_pixel_positions
 from evprobe.bench.family import Family
@@ -68,7 +69,7 @@ MIN_MARGIN_PCT = 17.1
 MAX_OUTCOME_DEVIATION_PCT = 5.0
 STRUCTURE_FIELDS = (
     "request", "variant", "family_id", "system", "initial_property", "decision_id", "history",
-    "threshold_level", "test", "hidden_world", "options", "images", "style",
+    "threshold_level", "test", "hidden_world", "options", "images", "style", "injection",
 )
 # (row, fields) of the oracle's label comparisons, in table order.
 LABEL_ROWS = (
@@ -120,6 +121,8 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     families = read_families(root, verify_hash=False)  # check compares every field itself
     items = read_items(root, validate_images=True, verify_hash=False)
     prices = _prices(root)
+    meta = read_meta(root)
+    blocks = {"numeric": bool(meta.get("numeric")), "levels": list(meta.get("injection_levels") or [])}
     report = CheckReport()
     stale = stale_manifests(root)  # the manifests are read unverified above, to compare every field
     report.add("Manifests match the hashes in bench.json", f"{2 - len(stale)}/2", not stale, "; ".join(stale))
@@ -127,8 +130,8 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
 
     _check_families(report, families, oracles, unusable)
     _check_margin(report, oracles, items)
-    _check_items(report, oracles, unusable, items, prices)
-    base_select = [it for it in items if it.request == "select" and it.variant is None]
+    _check_items(report, oracles, unusable, items, prices, blocks)
+    base_select = [it for it in items if it.request == "select" and it.variant is None and not it.injection]
     histories = {(it.family_id, it.history) for it in base_select}
     report.add(
         "Initial histories / decisions",
@@ -140,6 +143,10 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     _check_pairs(report, base_select)
     digests = _check_hidden_images(report, root, oracles, items)
     _check_pixels(report, root, oracles, digests)
+    if blocks["levels"]:
+        check_levels(report, items, oracles, blocks["levels"])
+    if blocks["numeric"]:
+        check_numeric(report, items)
     if rerender:
         _check_rerender(report, root, families)
     return report
@@ -230,7 +237,7 @@ def _check_margin(report: CheckReport, oracles: dict[str, oracle.OracleFamily], 
     by_system: dict[str, float] = {}
     for it in items:
         fam = oracles.get(it.family_id)
-        if it.request != "select" or it.variant is not None or fam is None:
+        if it.request != "select" or it.variant is not None or it.injection or fam is None:
             continue
         q = it.threshold
         if not isinstance(q, (int, float)) or q <= 0 or it.history not in (0, 1):
@@ -276,11 +283,12 @@ def _check_items(
     unusable: dict[str, str],
     items: list[Item],
     prices: dict[str, float],
+    blocks: dict[str, Any],
 ) -> None:
     expected: dict[str, dict[str, Any]] = {}
     for fam in oracles.values():
         try:
-            expected.update(oracle.expected_items(fam, prices))
+            expected.update(oracle.expected_items(fam, prices, numeric=blocks["numeric"], levels=blocks["levels"]))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InputError(
                 f"families.jsonl: family {fam.family_id}: unusable menus or calibration ({err!r}); regenerate"
@@ -293,7 +301,7 @@ def _check_items(
         if it.family_id in unusable:
             unchecked.append(it.item_id)
             continue
-        actual[it.item_id] = it.to_json()
+        actual[it.item_id] = {**it.to_json(), "injection": it.injection}  # to_json leaves out a 0
     missing = sorted(set(expected) - set(actual))
     extra = sorted(set(actual) - set(expected))
     common = [item_id for item_id in actual if item_id in expected]  # items.jsonl order
@@ -341,7 +349,7 @@ def _check_items(
     _check_prompts(report, oracles, items)
     counts: dict[str, int] = defaultdict(int)
     for it in items:
-        counts[it.variant or it.request] += 1
+        counts[(it.variant or it.request) + (f".L{it.injection}" if it.injection else "")] += 1
     report.numbers["items"] = len(items)
     report.numbers["items_by_request"] = dict(counts)
     report.numbers["oracle_mismatches"] = counts_by_field
@@ -358,7 +366,7 @@ def _check_prompts(report: CheckReport, oracles: dict[str, oracle.OracleFamily],
         wanted = []
         if isinstance(it.threshold, (int, float)):
             wanted.append(("threshold", it.threshold))
-        if it.request != "read_ruler":
+        if it.request not in ("read_ruler", *oracle.NUMERIC_REQUESTS):  # estimates: no candidates, by design
             wanted += [("mass", v) for v in fam.masses] + [("other", v) for v in fam.others]
         gone = [f"{name} {oracle.fmt6(v)}" for name, v in wanted if oracle.fmt6(v) not in it.prompt]
         if gone:
@@ -426,7 +434,7 @@ def _check_hidden_images(
 
     groups: dict[tuple[str, str], list[Item]] = defaultdict(list)
     for it in items:
-        if it.request == "answer_after_test":
+        if it.request == "answer_after_test" and not it.injection:  # levels: checks_blocks
             groups[(it.decision_id, it.test)].append(it)
     same, uninformative, informative_distinct, informative = 0, 0, 0, 0
     for (_, test), pair in groups.items():

@@ -39,7 +39,9 @@ from typing import Any
 
 from evprobe.bench.calibration import SHEETS, sheet_spec
 from evprobe.bench.family import Family, sample_families, select_subset
+from evprobe.bench.injection import INJECTION_LEVELS, injected_items
 from evprobe.bench.items import Item, family_items, image_path
+from evprobe.bench.numeric import numeric_items
 from evprobe.bench.manifest import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json, atomic_write_jsonl
@@ -78,6 +80,11 @@ class GenerateConfig:
     subset_per_cell: int = 12
     prices: Prices = field(default_factory=Prices)
     split: str = "main"  # main | pilot (pilot family ids start with "pilot-")
+    # Opt-in blocks, appended after the main items (which stay byte for byte those of a benchmark
+    # without them): numeric estimates (`bench.numeric`) and information-injection levels 1-3 of
+    # the selections and answers (`bench.injection`). bench.json records them only when present.
+    numeric: bool = False
+    injection_levels: tuple[int, ...] = ()
 
     @classmethod
     def pilot(cls, **overrides: Any) -> GenerateConfig:
@@ -97,6 +104,12 @@ class GenerateConfig:
             raise InputError(f"--subset-per-cell must be 0 or more, got {self.subset_per_cell}")
         if self.split not in ("main", "pilot"):
             raise InputError(f"unknown split {self.split!r}; use main or pilot")
+        bad = [x for x in self.injection_levels if x not in INJECTION_LEVELS[1:]]
+        if bad or len(set(self.injection_levels)) != len(self.injection_levels):
+            raise InputError(
+                f"--injection takes distinct levels among 1, 2, 3 (level 0 is the main items), got "
+                f"{','.join(map(str, self.injection_levels))}"
+            )
 
 
 def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
@@ -108,7 +121,13 @@ def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
         families = select_subset(families, config.subset_seed, config.subset_per_cell)
     except ValueError as err:
         raise InputError(str(err)) from None
-    items = [it for f in families for it in family_items(f, config.prices)]
+    per_family = [family_items(f, config.prices) for f in families]
+    items = [it for block in per_family for it in block]
+    levels = tuple(sorted(config.injection_levels))
+    for level in levels:  # one block per level, each in the main items' order
+        items += [it for f, block in zip(families, per_family) for it in injected_items(f, block, (level,))]
+    if config.numeric:
+        items += [it for f in families for it in numeric_items(f)]
     return families, items
 
 
@@ -179,6 +198,10 @@ def generate(
             "items_sha256": _sha256(tmp / ITEMS_FILE),
             "seconds": round(time.perf_counter() - started, 3),
         }
+        if config.numeric:
+            meta["numeric"] = True
+        if config.injection_levels:
+            meta["injection_levels"] = sorted(config.injection_levels)
         atomic_write_json(tmp / META_FILE, meta)
         _check_replaceable(out, force)  # again: something may have been put there meanwhile
         _swap_into_place(tmp, out)

@@ -5,6 +5,19 @@ after a test (4 decisions x 4 tests x 2 hidden worlds), 8 answers with both prop
 (4 worlds x 2 thresholds), 2 ruler readings and 2 property recoveries (one per history). Each
 family of the diagnostic subset adds 24 selection variants (6 variants x 4 decisions). With 144
 families and a 72-family subset this is the 9,216-call inventory.
+
+Two opt-in blocks follow the main items when generated (`GenerateConfig.numeric`,
+`GenerateConfig.injection_levels`); without them items.jsonl is byte for byte the main set's:
+
+| block (main set)                      | request            | per family | items  |
+|---------------------------------------|--------------------|-----------:|-------:|
+| numeric estimates (`bench.numeric`)   | estimate_property  | 4          | 576    |
+|                                       | estimate_outcome   | 4          | 576    |
+| one injection level (`bench.injection`)| select            | 4          | 576    |
+|                                       | answer_initial     | 4          | 576    |
+|                                       | answer_after_test  | 32         | 4,608  |
+
+so `--numeric` adds 1,152 items and each injection level 5,760 (levels 1-3: 17,280).
 """
 
 from __future__ import annotations
@@ -45,6 +58,10 @@ VARIANTS: tuple[str, ...] = (
     "no_initial_test",
 )
 LEVELS: tuple[str, ...] = ("low", "high")
+# Numeric estimates (seed 003, eq. 6), an opt-in block (`GenerateConfig.numeric`, `bench.numeric`);
+# not in REQUESTS, whose names the run's prompt-template hash and the main set's scores enumerate.
+NUMERIC_REQUESTS: tuple[str, ...] = ("estimate_property", "estimate_outcome")
+ALL_REQUESTS: tuple[str, ...] = REQUESTS + NUMERIC_REQUESTS
 
 
 @dataclass(frozen=True)
@@ -74,13 +91,26 @@ class Item:
     reference_option: str | None  # the letter of the correct option
     reference_value: float | None  # read_ruler: metres; recover_property: the property value
     style: str  # drawing style of the images: a, or b for changed_rendering
+    # Information-injection level of the prompt (seed 003, section 4.6; `bench.injection`): 0 is the
+    # standard prompt. Written to items.jsonl only when not 0 (`OMIT_WHEN_DEFAULT`), so the main
+    # set's items.jsonl, and its sha256, are those of a benchmark written before the field existed.
+    injection: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        for name, default in OMIT_WHEN_DEFAULT.items():
+            if row[name] == default:
+                del row[name]
+        return row
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Item:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row or name not in OMIT_WHEN_DEFAULT})
+
+
+# Fields added after the format's first benchmarks: left out of a row when they hold this value,
+# and read as this value when a row lacks them (`bench.schema` gives them the same default).
+OMIT_WHEN_DEFAULT: dict[str, Any] = {"injection": 0}
 
 
 def item_units(items: Sequence[Item]) -> list[Unit]:

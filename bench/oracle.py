@@ -21,7 +21,11 @@ What it computes, per family:
 - the calibration of appendix A.2 from the lower and higher candidate values, and the readings
   every sheet must show (from the stored calibration: what the prompt tells the model);
 - the inverse physics: a property value from a sheet's four readings (for outcomes recovered
-  from the rendered images).
+  from the rendered images);
+- the opt-in blocks a bench.json declares (README "Numeric estimates" and "Injection levels"):
+  the numeric estimates (per family, the four property sheets' values and the four worlds'
+  outcomes) and the injection-level copies of the selections and answers (same labels, ids with
+  ".L<level>").
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ VARIANTS = (
     "no_initial_test",
 )
 WORLDS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
+INJECTED = ("select", "answer_initial", "answer_after_test")  # requests with injection levels
+NUMERIC_REQUESTS = ("estimate_property", "estimate_outcome")
 
 # Appendix A.2 calibration targets (and the README's choices where the seed is silent).
 MASS_TIMES = (0.2, 0.4, 0.6, 0.8)
@@ -363,7 +369,13 @@ def _test_sheets(test: str, w: tuple[int, int]) -> list[str]:
     }[test]
 
 
-def expected_items(fam: OracleFamily, prices: Mapping[str, float] = DEFAULT_PRICES) -> dict[str, dict[str, Any]]:
+def expected_items(
+    fam: OracleFamily,
+    prices: Mapping[str, float] = DEFAULT_PRICES,
+    *,
+    numeric: bool = False,
+    levels: Iterable[int] = (),
+) -> dict[str, dict[str, Any]]:
     """Item id -> the expected value of every field but the prompt and the pair ids.
 
     `threshold` is the oracle's unrounded q (compare with `agree`), `reference_value` of the ruler
@@ -377,7 +389,7 @@ def expected_items(fam: OracleFamily, prices: Mapping[str, float] = DEFAULT_PRIC
     blank = dict(
         variant=None, decision_id=None, history=None, threshold_level=None, threshold=None, test=None,
         hidden_world=None, options=None, images=[], resolved=None, reference_action=None,
-        reference_answer=None, reference_option=None, reference_value=None,
+        reference_answer=None, reference_option=None, reference_value=None, injection=0,
     )
     out: dict[str, dict[str, Any]] = {}
 
@@ -436,7 +448,30 @@ def expected_items(fam: OracleFamily, prices: Mapping[str, float] = DEFAULT_PRIC
                         options=menu, images=images, style=style, resolved=d.resolved,
                         reference_action=d.action, reference_answer=d.answer,
                         reference_option=_letter(menu, d.action))
+    base = {k: v for k, v in out.items() if v["variant"] is None and v["request"] in INJECTED}
+    for level in levels:
+        for item_id, row in base.items():
+            out[f"{item_id}.L{level}"] = {**row, "decision_id": f"{row['decision_id']}.L{level}", "injection": level}
+    if numeric:
+        for prop, pos in (("mass", 0), ("other", 1)):
+            for idx in (0, 1):
+                put(f"{fid}.estimate_property.{prop}_{idx}", "estimate_property", history=idx,
+                    test="test_mass" if pos == 0 else "test_other", images=[_image(fid, f"{prop}_{idx}")],
+                    reference_value=fam.value(pos, idx))
+        for w in WORLDS:
+            put(f"{fid}.estimate_outcome.{world_name(w)}", "estimate_outcome", test="combined_report",
+                hidden_world=world_name(w), images=[_image(fid, s) for s in _test_sheets("combined_report", w)],
+                reference_value=fam.outcomes[w])
     return out
+
+
+def sheet_value(fam: OracleFamily, rel: str) -> tuple[str, float | None]:
+    """(sheet, measured value) of an image path images/<family>/<sheet>[.b].png."""
+    sheet = rel.rsplit("/", 1)[-1].split(".", 1)[0]
+    if sheet == "free_fall":
+        return sheet, None
+    prop, _, idx = sheet.partition("_")
+    return sheet, fam.value(0 if prop == "mass" else 1, int(idx))
 
 
 def sheets(fam: OracleFamily) -> list[tuple[str, str, float | None]]:

@@ -53,7 +53,15 @@ it is unambiguous:
   "yes", "no", "stop", "now", which are an interjection or a verb in the menus, not nouns. So
   "A mass test is enough." and "A quick look says D" read the article; "A", "A.", "A, the mass
   test", "Option A", "A or B", "A is right", "A no" and "A stop" read option A.
-- Numbers (read_ruler, recover_property): "inf", "infinity", "nan", "∞" and numbers that
+- Numbers with units (read_ruler and the numeric estimates of `bench.numeric`, together
+  `NUMBER_REQUESTS`): `bench.units` reads each number with the unit written after it and converts
+  it to the unit the request asks for ("45 cm" is 0.45 m, "1200 g" is 1.2 kg; a bare number is in
+  the asked unit). A number whose unit is of another kind is working, not a reference ("F = 3 N,
+  so m = 1.2 kg" reads 1.2); when all numbers are of another kind the reply is
+  `invalid:wrong_unit`; a comma between digits ("0,45", "1,200") is `invalid:ambiguous_comma`.
+  Two numbers of one value ("0.45 m (45 cm)") are one reference. Estimates must be >= 0
+  (`invalid:out_of_range`); 0 is a valid estimate (scored wrong), never a stand-in for a misread.
+- Numbers (read_ruler, recover_property and the estimates): "inf", "infinity", "nan", "∞" and numbers that
   overflow a float ("1e999") are `invalid:non_finite`; nothing non-finite is ever stored.
   read_ruler values must lie in [0, RULER_MAX] metres or the reply is `invalid:out_of_range`.
   RULER_MAX is 1000 times the longest ruler the benchmark draws (`bench.calibration`: tracks and
@@ -62,7 +70,7 @@ it is unambiguous:
   out of range. A sign counts only when attached and not preceded by a digit or letter ("0.4-0.5"
   is two numbers, "-0.45" is negative).
 
-When several problems occur, the reason reported is the first of: non_finite, negated,
+When several problems occur, the reason reported is the first of: non_finite, ambiguous_comma, negated,
 alternatives, conflicting_options (several_numbers), hedged, out_of_range. A reply with no option
 reference at all is `invalid:no_option` (read_ruler: `invalid:no_number`), even when hedged.
 Invalid replies are returned as such, never replaced by a guess; they stay in every denominator.
@@ -82,13 +90,15 @@ from evprobe.bench.calibration import (
     REBOUND_RULER,
     SPRING_RULER,
 )
-from evprobe.bench.items import Item
+from evprobe.bench.items import NUMERIC_REQUESTS, Item
 from evprobe.bench.systems import get_system
+from evprobe.bench.units import find_numbers, has_ambiguous_comma
 
 LONGEST_RULER = max(MASS_TRACK, COAST_TRACK, REBOUND_RULER, SPRING_RULER, FALL_RULER)  # m
 RULER_MAX = 1000.0 * LONGEST_RULER  # m; see the module docstring
 DIRECT_MAX_CHARS = 80  # a longer reply that starts with a letter is read, but routed `letter`
 ANSWERS = ("yes", "no", "undetermined")
+NUMBER_REQUESTS = ("read_ruler", *NUMERIC_REQUESTS)  # replies are one number (with its unit)
 
 _ANSWER_LINE = re.compile(r"^\s*[*_#>\s]*answer\s*[*_]*\s*[:：]\s*(.*?)\s*$", re.I | re.M)
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
@@ -231,9 +241,10 @@ def _is_article(text: str, pos: int) -> bool:
     return not _VOWEL_SOUND.match(word) and word not in _NOT_AFTER_ARTICLE
 
 
-def _spans(item: Item, text: str) -> tuple[list[_Span], bool]:
-    """Option references, negation cues and hedges in `text`, in order; and whether a number is
-    non-finite (numeric requests only)."""
+def _spans(item: Item, text: str) -> tuple[list[_Span], str | None]:
+    """Option references, negation cues and hedges in `text`, in order; and for numeric requests
+    a misread that overrides the references: "non_finite", "ambiguous_comma", or "wrong_unit"
+    (numbers were written, but each with a unit of another kind), else None."""
     candidates: list[_Span] = []
     for value, patterns in _name_patterns(item).items():
         key = _letter_of(item, value)
@@ -253,20 +264,36 @@ def _spans(item: Item, text: str) -> tuple[list[_Span], bool]:
         return all(end <= k.start or start >= k.end for k in kept)
 
     options = item.options or {}
-    non_finite = False
-    if item.request in ("read_ruler", "recover_property"):
-        non_finite = bool(_NON_FINITE_WORD.search(text))
+    misread: str | None = None
+    if item.request in NUMBER_REQUESTS:
+        from evprobe.bench.numeric import quantity
+
+        numbers = find_numbers(text, quantity(item))
+        for n in numbers:
+            if n.value is not None:
+                x = float(n.value)
+                if not math.isfinite(x):
+                    misread = "non_finite"
+                else:
+                    kept.append(_Span(n.start, n.end, "number", "", x))
+        if _NON_FINITE_WORD.search(text):
+            misread = "non_finite"
+        elif misread is None and has_ambiguous_comma(text):
+            misread = "ambiguous_comma"
+        elif misread is None and numbers and all(n.value is None for n in numbers):
+            misread = "wrong_unit"
+    elif item.request == "recover_property":
+        if _NON_FINITE_WORD.search(text):
+            misread = "non_finite"
         for m in _NUMBER.finditer(text):
             x = float(m.group(0))
             if not math.isfinite(x):
-                non_finite = True
-            elif item.request == "read_ruler":
-                kept.append(_Span(m.start(), m.end(), "number", "", x))
+                misread = "non_finite"
             else:
                 key = next((k for k, v in options.items() if math.isclose(x, float(v), rel_tol=1e-9)), None)
                 if key is not None:
                     kept.append(_Span(m.start(), m.end(), "number", key))
-    if item.request != "read_ruler":
+    if item.request not in NUMBER_REQUESTS:
         for m in _LETTER.finditer(text):
             letter, pos = m.group(1), m.start(1)
             if re.match(r"\s*=", text[m.end() :]) or not free(pos, m.end()):
@@ -274,7 +301,7 @@ def _spans(item: Item, text: str) -> tuple[list[_Span], bool]:
             if letter == "A" and _is_article(text, pos):
                 continue
             kept.append(_Span(pos, m.end(), "letter", letter if letter in options else f"?{letter}"))
-    return sorted(kept, key=lambda s: s.start), non_finite
+    return sorted(kept, key=lambda s: s.start), misread
 
 
 def _negated(text: str, spans: list[_Span]) -> bool:
@@ -310,13 +337,13 @@ def _key(ref: _Span) -> str | float:
 def _read(item: Item, text: str) -> _Reading | str:
     """The one option `text` points to, or the reason why there is none."""
     text = text.replace("’", "'").replace("‘", "'").replace("−", "-")  # same length: spans hold
-    ruler = item.request == "read_ruler"
-    spans, non_finite = _spans(item, text)
+    ruler = item.request in NUMBER_REQUESTS
+    spans, misread = _spans(item, text)
     refs = [s for s in spans if s.kind in ("letter", "name", "number")]
-    if non_finite:
-        return "non_finite"
+    if misread in ("non_finite", "ambiguous_comma"):
+        return misread
     if not refs or all(r.key.startswith("?") for r in refs):
-        return "no_number" if ruler else "no_option"
+        return misread or ("no_number" if ruler else "no_option")
     if _negated(text, spans):
         return "negated"
     if _alternatives(text, refs):
@@ -328,14 +355,15 @@ def _read(item: Item, text: str) -> _Reading | str:
     first = refs[0]
     if ruler:
         assert first.value is not None
-        if not 0.0 <= first.value <= RULER_MAX:
+        upper = RULER_MAX if item.request == "read_ruler" else math.inf
+        if not 0.0 <= first.value <= upper:
             return "out_of_range"
         return _Reading("", first.value or 0.0, tuple(refs))  # -0.0 is read as 0.0
     return _Reading(first.key, None, tuple(refs))
 
 
 def _parsed(item: Item, reading: _Reading, route: str) -> Parsed:
-    if item.request == "read_ruler":
+    if item.request in NUMBER_REQUESTS:
         return Parsed(True, route, value=reading.value)
     letter = reading.key
     value = item.options[letter]  # type: ignore[index]
@@ -374,7 +402,7 @@ def parse_reply(item: Item, reply: str, regime: str = "standard") -> Parsed:
     got = _read(item, text)
     if isinstance(got, str):
         return invalid(got)
-    if item.request == "read_ruler":
+    if item.request in NUMBER_REQUESTS:
         return _parsed(item, got, "number")
     first = got.refs[0]
     opening = re.match(r"[\s*_(\[\"'“]*", text)

@@ -8,6 +8,13 @@ scorer as models (model names `policy:<name>`).
   no label.
 - `always-stop`, `repeat-known`, `test-missing`, `complete-report`: a fixed selection rule; every
   other request is answered by the exact reader, so their final success isolates the rule.
+- Numeric estimates (`bench.numeric`): `reference` replies the reference value; the exact reader
+  and every fixed rule read the sheets with the detector and invert appendix A.2's relations
+  (`oracle.property_from_readings`), then apply eq. (1) for an outcome, replying four significant
+  digits; `random` replies log-uniformly over the range Table 8 allows for the quantity (the
+  extremes of eq. (1) over Table 8's ranges for an outcome).
+- Injection levels (`bench.injection`) change the prompt only: every policy replies to a level-L
+  item as to its level-0 item (the images and labels are the same).
 - `random`: a seeded uniform choice among the item's options (ruler: uniform on the ruler). The
   draw depends on the seed and the inputs (prompt and image bytes), not on the item id, so
   identical inputs get identical replies, as from a deterministic model.
@@ -18,11 +25,14 @@ Replies are plain text (an option letter or a number) and go through `bench.pars
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from evprobe.bench import oracle
 from evprobe.bench.calibration import readings, sheet_spec, sheet_value
 from evprobe.bench.detect import detect_sheet
 from evprobe.bench.family import Family
@@ -30,6 +40,7 @@ from evprobe.bench.items import Item
 from evprobe.bench.numbers import fmt
 from evprobe.bench.reference import Prices, reference_action, reference_answer
 from evprobe.bench.render import STYLES
+from evprobe.bench.systems import MASS_MULTIPLIER, MASS_RANGE, get_system
 from evprobe.bench.worlds import History, parse_world
 
 POLICIES: tuple[str, ...] = (
@@ -84,6 +95,13 @@ class ExactReader:
             errors.append(float(np.sum((got - np.array(want)) ** 2)))
         return int(np.argmin(errors))
 
+    def _property(self, rel: str, family: Family, prop: str, style: str) -> float:
+        """The value of `prop` ("mass" | "other") the sheet at `rel` shows, from its detected
+        readings and the stated calibration (no candidate value is used)."""
+        sheet = f"{prop}_0"  # only the sheet's kind matters here, not which candidate it shows
+        marks = self._read(rel, family, sheet, style)
+        return oracle.property_from_readings(family.system, family.calibration, sheet, marks)
+
     def history(self, item: Item) -> History:
         """The observations the item's images show (the initial sheet, then the test's sheets)."""
         f = self.families[item.family_id]
@@ -106,6 +124,13 @@ class ExactReader:
         if item.request == "recover_property":
             index = self._index(item.images[0], f, f.initial, item.style)
             return next(k for k, v in f.recover_options.items() if v == index)
+        if item.request == "estimate_property":
+            prop = "mass" if item.test == "test_mass" else "other"
+            return fmt(self._property(item.images[0], f, prop, item.style), 4)
+        if item.request == "estimate_outcome":
+            mass = self._property(item.images[0], f, "mass", item.style)
+            other = self._property(item.images[1], f, "other", item.style)
+            return fmt(get_system(f.system).outcome(mass, other, f.constants), 4)
         if item.request == "both_given":
             w = parse_world(item.hidden_world)  # type: ignore[arg-type]
             hist: History = frozenset({("mass", w[0]), ("other", w[1])})
@@ -136,7 +161,7 @@ def _missing(item: Item) -> str:
 
 
 def _reference(item: Item) -> str:
-    if item.request == "read_ruler":
+    if item.request in ("read_ruler", "estimate_property", "estimate_outcome"):
         return fmt(item.reference_value, 6)  # type: ignore[arg-type]
     assert item.reference_option is not None
     return item.reference_option
@@ -186,7 +211,26 @@ def _random_policy(bench_dir: str | Path, families: dict[str, Family], seed: int
             f = families[item.family_id]
             ruler = f.calibration["test_mass" if f.initial == "mass" else "test_other"]["ruler"]
             return fmt(float(rng.uniform(0.0, ruler)), 4)
+        if item.request in ("estimate_property", "estimate_outcome"):
+            lo, hi = numeric_range(item)
+            return fmt(math.exp(float(rng.uniform(math.log(lo), math.log(hi)))), 4)
         letters = sorted(item.options or {})
         return letters[int(rng.integers(len(letters)))]
 
     return reply
+
+
+def numeric_range(item: Item) -> tuple[float, float]:
+    """The values Table 8 allows for a numeric item's quantity: the sampling range of a property
+    (lower values' range to the upper multiplier's reach), or the extremes of eq. (1) over those
+    ranges for an outcome (eq. (1) is monotone in each argument, so the extremes are at corners)."""
+    sysdef = get_system(item.system)
+    masses = (MASS_RANGE[0], MASS_RANGE[1] * MASS_MULTIPLIER)
+    others = (sysdef.other_range[0], sysdef.other_range[1] * sysdef.other_multiplier)
+    if item.request == "estimate_property":
+        return masses if item.test == "test_mass" else others
+    constants = [{"g": 9.81}] if sysdef.constant_range is None else [
+        {"g": 9.81, sysdef.constant: c} for c in sysdef.constant_range  # type: ignore[dict-item]
+    ]
+    ys = [sysdef.outcome(m, o, c) for m, o, c in itertools.product(masses, others, constants)]
+    return min(ys), max(ys)

@@ -34,7 +34,7 @@ _SETUP = {
     ),
 }
 
-_ASSUMPTIONS = {
+ASSUMPTIONS = {
     "sliding": (
         "The block slides without rolling, the friction coefficient is constant, there is no air "
         "drag, and nothing blocks its path."
@@ -49,7 +49,7 @@ _ASSUMPTIONS = {
     ),
 }
 
-_SAME = {"sliding": "block and surface", "bouncing": "ball and floor", "spring": "cart and spring"}
+SAME_APPARATUS = {"sliding": "block and surface", "bouncing": "ball and floor", "spring": "cart and spring"}
 
 _QUESTION = {
     "sliding": (
@@ -147,8 +147,8 @@ class PromptBuilder:
         return (
             f"{text} All four combinations are equally likely before any measurement; everything "
             f"else is known. Take g = {fmt(f.constants['g'])} m/s^2.\n"
-            f"Ideal assumptions: {_ASSUMPTIONS[f.system]} Every test uses the same "
-            f"{_SAME[f.system]}, and a measurement shows exact values with no noise."
+            f"Ideal assumptions: {ASSUMPTIONS[f.system]} Every test uses the same "
+            f"{SAME_APPARATUS[f.system]}, and a measurement shows exact values with no noise."
         )
 
     def question(self, level: str, reworded: bool = False) -> str:
@@ -325,10 +325,11 @@ def readings_text(system: str, calibration: dict, marks: tuple[float, ...], shee
     if sheet_kind == "extension":
         keys = [f"load {fmt(x)} N" for x in calibration["test_other"]["loads"]]
         what = "extension"
-    else:
-        cal = calibration["test_mass" if sheet_kind == "mass" else "test_other"]
+    else:  # free fall: only the injection ladder's level 3 shows its readings (bench.injection)
+        test = {"mass": "test_mass", "free_fall": "free_fall"}.get(sheet_kind, "test_other")
+        cal = calibration[test]
         keys = [f"t = {fmt(t)} s" for t in cal["times"]]
-        what = "height above the floor" if sheet_kind == "rebound" else "position"
+        what = "height above the floor" if sheet_kind in ("rebound", "free_fall") else "position"
     rows = [f"- panel {i + 1} ({k}): {what} {fmt(v)} m" for i, (k, v) in enumerate(zip(keys, marks))]
     return "Readings from the sheet:\n" + "\n".join(rows)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from evprobe.bench.items import REQUESTS, Item
+from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, Item
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ JSON_SUFFIX = (
     "Do NOT include any text before or after the JSON."
 )
 ANSWER_REQUESTS = ("answer_initial", "answer_after_test", "both_given")
+NUMBER_REQUESTS = ("read_ruler", *NUMERIC_REQUESTS)  # replies are numbers: slot "<number>"
 
 
 def get_protocol(name: str) -> Protocol:
@@ -74,7 +75,7 @@ def build_prompt(item: Item, protocol: str, regime: str = "standard") -> str:
     """The full user text for one call: the item's prompt, the regime's text, the protocol's."""
     get_protocol(protocol)
     check_regime(regime)
-    slot = "<number>" if item.request == "read_ruler" else "<option letter>"
+    slot = "<number>" if item.request in NUMBER_REQUESTS else "<option letter>"
     parts = [item.prompt]
     if regime == "guided":
         if item.request == "select":
@@ -98,4 +99,12 @@ def prompt_template_sha256(protocol: str, regime: str) -> str:
 
     stand_ins = [SimpleNamespace(request=request, prompt="{prompt}") for request in REQUESTS]
     parts = [f"{it.request}\n{build_prompt(it, protocol, regime)}" for it in stand_ins]  # type: ignore[arg-type]
+    # The numeric estimates (an opt-in block) are wrapped exactly as read_ruler is, so read_ruler's
+    # entry already pins their text and the hash of every run stays what it was before they
+    # existed; should their wrapping ever differ, they enter the hash here.
+    ruler = build_prompt(SimpleNamespace(request="read_ruler", prompt="{prompt}"), protocol, regime)  # type: ignore[arg-type]
+    for request in NUMERIC_REQUESTS:
+        text = build_prompt(SimpleNamespace(request=request, prompt="{prompt}"), protocol, regime)  # type: ignore[arg-type]
+        if text != ruler:
+            parts.append(f"{request}\n{text}")
     return hashlib.sha256("\n\0\n".join(parts).encode("utf-8")).hexdigest()

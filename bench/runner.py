@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from evprobe.bench.items import REQUESTS, VARIANTS, Item, item_units
+from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item_units
 from evprobe.bench.manifest import load_item_images, read_families, read_items, read_meta, resolve_image
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
@@ -60,7 +60,7 @@ def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: i
     `select` means the base selections; name a variant (or `variants`) to include variants.
     """
     if requests is not None:
-        known = set(REQUESTS) | set(VARIANTS) | {"variants"}
+        known = set(REQUESTS) | set(NUMERIC_REQUESTS) | set(VARIANTS) | {"variants"}
         bad = [r for r in requests if r not in known]
         if bad:
             raise InputError(f"unknown request type {bad[0]!r}; choose from {', '.join(sorted(known))}")

@@ -33,7 +33,8 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from evprobe.bench.family import LETTERS, Family
-from evprobe.bench.items import LEVELS, REQUESTS, VARIANTS, Item
+from evprobe.bench.injection import INJECTED_REQUESTS, INJECTION_LEVELS
+from evprobe.bench.items import ALL_REQUESTS, LEVELS, NUMERIC_REQUESTS, VARIANTS, Item
 from evprobe.bench.layout import FORMAT_KEY, FORMAT_VERSION
 from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
 from evprobe.bench.render import STYLES
@@ -57,7 +58,8 @@ NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
 Index = Annotated[int, Field(ge=0, le=1)]  # candidate index: 0 = lower value, 1 = higher
 Letter = _one_of(LETTERS)
-Request = _one_of(REQUESTS)
+Request = _one_of(ALL_REQUESTS)
+Injection = _one_of(INJECTION_LEVELS)
 Variant = _one_of(VARIANTS)
 System = _one_of(SYSTEM_NAMES)
 Property = _one_of(dict.fromkeys(["mass", *(s.other for s in SYSTEMS.values())]))
@@ -96,6 +98,7 @@ ITEM_TYPES: dict[str, Any] = {
     "reference_option": Letter | None,
     "reference_value": NonNegative | None,
     "style": Style,
+    "injection": Injection,
 }
 
 FAMILY_TYPES: dict[str, Any] = {
@@ -124,6 +127,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
                    "reference_answer", "reference_option"),
     "read_ruler": ("history", "test", "reference_value"),
     "recover_property": ("history", "test", "options", "reference_option", "reference_value"),
+    "estimate_property": ("history", "test", "reference_value"),
+    "estimate_outcome": ("test", "hidden_world", "reference_value"),
 }
 # What an item's options map to, by request (recover_property offers candidate values as text).
 OPTION_VALUES: dict[str, tuple[str, ...] | None] = {
@@ -133,9 +138,11 @@ OPTION_VALUES: dict[str, tuple[str, ...] | None] = {
     "both_given": ANSWERS,
     "read_ruler": None,
     "recover_property": None,
+    "estimate_property": None,
+    "estimate_outcome": None,
 }
-if not set(REQUIRED) == set(OPTION_VALUES) == set(REQUESTS):
-    raise TypeError(f"bench.schema has rules for {sorted(REQUIRED)}, not for the requests {REQUESTS}")
+if not set(REQUIRED) == set(OPTION_VALUES) == set(ALL_REQUESTS):
+    raise TypeError(f"bench.schema has rules for {sorted(REQUIRED)}, not for the requests {ALL_REQUESTS}")
 
 
 # -- models generated from the dataclasses ---------------------------------------------------------
@@ -181,7 +188,10 @@ def row_model(cls: type, narrowed: dict[str, Any]) -> type[BaseModel]:
     for name, tp in narrowed.items():
         if not _fits(tp, hints[name]):
             raise TypeError(f"schema of {cls.__name__}.{name} ({tp}) does not fit its type {hints[name]}")
-    fields: dict[str, Any] = {name: (narrowed.get(name, hints[name]), ...) for name in names}
+    # A field with a dataclass default (one added after the format's first files, such as
+    # `Item.injection`) may be absent from a row and then takes that default.
+    defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    fields: dict[str, Any] = {name: (narrowed.get(name, hints[name]), defaults.get(name, ...)) for name in names}
     return create_model(f"{cls.__name__}Row", __config__=STRICT, **fields)
 
 
@@ -211,6 +221,10 @@ class BenchMeta(BaseModel):
     families_sha256: Sha256
     items_sha256: Sha256
     seconds: NonNegative
+    # The opt-in blocks (`bench.generate.GenerateConfig`): present only when generated, so the main
+    # set's bench.json has the keys it always had.
+    numeric: Literal[True] = Field(default=None)  # type: ignore[assignment]
+    injection_levels: Annotated[list[Literal[1, 2, 3]], Field(min_length=1)] = Field(default=None)  # type: ignore[assignment]
 
 
 def _stores_only(cls: type) -> bool:
@@ -260,6 +274,11 @@ def item_problem(row: Any) -> str | None:
             return f"field {name!r} must be set for a {row.request} item, got null"
     if row.variant is not None and row.request != "select":
         return f"field 'variant' must be null for a {row.request} item (variants are selections), got {row.variant!r}"
+    if row.injection and (row.variant is not None or row.request not in INJECTED_REQUESTS):
+        return (f"field 'injection' must be 0 for a {row.variant or row.request} item (levels apply to the base "
+                f"{', '.join(INJECTED_REQUESTS)} items), got {row.injection}")
+    if row.request in NUMERIC_REQUESTS and row.options is not None:
+        return f"field 'options' must be null for a {row.request} item (it asks for a number), got {shown(row.options)}"
     other = SYSTEMS[row.system].other
     if row.initial_property not in ("mass", other):
         return (f"field 'initial_property' must be 'mass' or {other!r} for a {row.system} item, "
@@ -322,6 +341,8 @@ def meta_problem(meta: BenchMeta) -> tuple[str, str] | None:
     """(field, what is wrong) across the fields of a type-checked bench.json, or None."""
     if len(set(meta.systems)) != len(meta.systems):
         return "systems", f"field 'systems' must name each system once, got {shown(meta.systems)}"
+    if meta.injection_levels is not None and len(set(meta.injection_levels)) != len(meta.injection_levels):
+        return "injection_levels", f"field 'injection_levels' must name each level once, got {shown(meta.injection_levels)}"
     if meta.n_families != meta.families_per_system * len(meta.systems):
         return "n_families", (f"field 'n_families' must be families_per_system x number of systems "
                               f"({meta.families_per_system} x {len(meta.systems)}), got {meta.n_families}")

@@ -51,6 +51,8 @@ LABELS: dict[str, str] = {
     "model_exact_reader": "Model + exact reader",
     "read_ruler": "Read the ruler",
     "recover_property": "Infer parameter",
+    "estimate_property": "Estimate the property",
+    "estimate_outcome": "Estimate the outcome",
     "both_given": "Given parameters",
     "variant_base": "Base subset",
     "text_readings": "Text readings",
@@ -136,7 +138,9 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     if meta:
         parts.append(
             f"Intervals: {meta.get('n_boot')} family bootstrap resamples, seed {meta.get('seed')}, "
-            f"{meta.get('n_families')} families; pointwise 95% percentile intervals. "
+            f"{meta.get('n_families')} families; pointwise 95% percentile intervals, for rates "
+            "the hull with a cluster Clopper-Pearson interval at the effective sample size (never "
+            "zero width at 0% or 100%). "
             f"{meta.get('n_records')} records on {meta.get('n_items')} items.\n"
         )
 
@@ -312,6 +316,10 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
             ),
         )
     )
+    if s.get("numeric"):
+        parts.append(_numeric_section(s["numeric"]))
+    if s.get("injection"):
+        parts.append(_injection_section(s["injection"]))
     parts.append(_variants_section(s.get("variants", {})))
     by_system = s.get("by_system", {})
     if by_system:
@@ -396,3 +404,44 @@ def compare_markdown(named_scores: Sequence[tuple[str, dict[str, Any]]]) -> str:
         for metric in HEADLINE
     ]
     return _table(header, rows) + "\n"
+
+
+ACC_KEYS = ("acc_5", "acc_10", "acc_20", "acc_30")
+
+
+def _numeric_section(numeric: dict[str, Any]) -> str:
+    """Threshold accuracy (seed 003, eq. 6) at 5/10/20/30% and the mean log relative error."""
+    counts = numeric.get("counts", {})
+    rows = []
+    for request, block in numeric.items():
+        if request == "counts" or not isinstance(block, dict):
+            continue
+        excluded = counts.get(request, {}).get("log_error_excluded", {})
+        left = ", ".join(f"{k} {v}" for k, v in excluded.items() if v) or "none"
+        rows.append([_label(request), *[pct(block.get(k)) for k in ACC_KEYS],
+                     plain(block.get("mean_log_error")) + f" (left out: {left})", pct(block.get("validity"))])
+        for group, sub in block.get("by", {}).items():
+            rows.append([f"  {group}", *[pct(sub.get(k)) for k in ACC_KEYS], "", ""])
+    return _section(
+        "Numeric estimates: threshold accuracy (seed 003, eq. 6)",
+        "Share of items whose reply is valid and within 5/10/20/30% of the reference value "
+        "(invalid replies count as misses); mean |ln(estimate / reference)| over valid positive "
+        "estimates, with the replies it leaves out. Read the ruler at 5% is Table 34's criterion.",
+        _table(["request", "5%", "10%", "20%", "30%", "mean log error", "valid"], rows),
+    )
+
+
+def _injection_section(injection: dict[str, Any]) -> str:
+    names = ("min_cost_choice", "both_correct_image_pairs", "enough_evidence", "resolved_and_correct",
+             "validity_select")
+    levels = injection.get("levels", {})
+    rows = [[_label(n), *[headline_cell(n, levels[L].get(n)) for L in levels]] for n in names]
+    rows += [[_label(n), *[pct(levels[L].get("answers", {}).get(n)) for L in levels]]
+             for n in ("known_answer", "unknown_answer")]
+    return _section(
+        "Information-injection levels (seed 003, section 4.6)",
+        "Each level's selections and answers scored as a benchmark of their own (level 0 is the "
+        "main measures above; same families and bootstrap seed). Level differences are the "
+        "dose-response report's.",
+        _table(["measure", *[f"level {L}" for L in levels]], rows),
+    )

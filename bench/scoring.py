@@ -4,7 +4,11 @@
 every number is `{"value": x, "ci": [lo, hi], "n": n}` (see `bench.bootstrap`): rates are fractions
 in [0, 1], costs are in assigned units, n counts the units in the denominator, and all intervals of
 one call come from one matrix of family resamples (the variant section from one matrix over the
-variant subset), so differences and products are paired.
+variant subset), so differences and products are paired. Every rate of 0/1 units (choices,
+pairs, answers, validity, a policy's success) is a proportion (`Tally.rate`, `binary=True`): its
+interval is the hull of the percentile interval and a cluster Clopper-Pearson interval
+(`core.proportion`), so 576/576 prints an interval that reaches below 1, never `[1.0, 1.0]`. Costs
+(`Tally.mean`), PECS (a product of rates) and the variant differences keep the percentile interval.
 
 Units and vocabulary. A *decision* is a base `select` item; its `decision_id` links its
 `answer_initial` item and its 8 `answer_after_test` items (4 tests x 2 hidden worlds). A decision
@@ -38,7 +42,8 @@ from evprobe.core.bootstrap import (
     FamilyBootstrap,
     Resampled,
 )
-from evprobe.bench.items import REQUESTS, VARIANTS, Item
+from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
+from evprobe.bench.numeric_scoring import numeric_measures
 from evprobe.bench.records import Record
 from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
 
@@ -310,14 +315,28 @@ class Tally:
         self.keys: list[Key] = []
         self.num: list[np.ndarray] = []
         self.den: list[np.ndarray] = []
+        self.binary: list[bool] = []  # per measure: a proportion (cluster interval too) or a mean
         self.reasons: dict[Key, str] = {}
 
-    def add(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
-        """A measure from (family index, unit value) pairs; every unit adds 1 to the denominator."""
+    def rate(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
+        """A proportion from (family index, unit value) pairs, unit values 0/1 (or a unit's mean of
+        0/1 outcomes, as a policy's success over two hidden worlds); every unit adds 1 to the
+        denominator. Its interval is `FamilyBootstrap`'s for binary=True: never zero width."""
+        self._add(key, units, binary=True)
+
+    def mean(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
+        """A mean of unit values that are not shares (costs): the plain percentile interval."""
+        self._add(key, units, binary=False)
+
+    def _add(self, key: Key, units: Iterable[tuple[int, float]], *, binary: bool) -> None:
         pairs = list(units)
         fam = np.fromiter((f for f, _ in pairs), dtype=int, count=len(pairs))
         val = np.fromiter((v for _, v in pairs), dtype=float, count=len(pairs))
+        if binary and np.any((val < 0.0) | (val > 1.0) | np.isnan(val)):
+            bad = val[(val < 0.0) | (val > 1.0) | np.isnan(val)][0]
+            raise ValueError(f"measure {key}: unit value {bad:g} is not a share in [0, 1]")
         self.keys.append(key)
+        self.binary.append(binary)
         self.num.append(self.boot.per_family(fam, val))
         self.den.append(self.boot.per_family(fam, np.ones(len(pairs))))
 
@@ -327,7 +346,9 @@ class Tally:
 
     def resolve(self) -> tuple[dict[Key, Resampled], dict[Key, Estimate]]:
         if self.keys:
-            parts = self.boot.resample_many(np.stack(self.num, axis=1), np.stack(self.den, axis=1))
+            parts = self.boot.resample_many(
+                np.stack(self.num, axis=1), np.stack(self.den, axis=1), self.binary
+            )
         else:
             parts = []
         resampled = dict(zip(self.keys, parts, strict=True))
@@ -337,6 +358,10 @@ class Tally:
 
 
 # -- the score -------------------------------------------------------------------------------------
+
+
+# Measures kept per injection level (`bench.injection`): the headline and the answer sections.
+LEVEL_SECTIONS: tuple[str, ...] = (*HEADLINE, "answers", "hidden_alternatives", "validity", "coverage")
 
 
 def score(
@@ -351,8 +376,59 @@ def score(
 
     `prices` are the action prices of the benchmark (default: stop 0, tests 1, report 2); the
     repricing section varies the combined report's price around them.
+
+    Opt-in blocks: numeric estimates are scored with read_ruler and recover_property in the
+    "numeric" section (`bench.numeric_scoring`), from the same family resamples as every other
+    measure; the items of injection level L >= 1 are scored as a benchmark of their own
+    (`LEVEL_SECTIONS` under "injection" -> "levels" -> "L"), with the same bootstrap seed over the
+    same families (so level L's resamples are the main set's). Every other measure uses the main
+    (level-0) items only, exactly as without the blocks.
     """
     prices = prices or Prices()
+    index: dict[str, Item] = {}
+    for it in items:
+        if it.item_id in index:
+            raise ValueError(f"duplicate item id {it.item_id!r} in the benchmark")
+        index[it.item_id] = it
+    parts: dict[int, tuple[list[Item], list[Record]]] = defaultdict(lambda: ([], []))
+    numeric_items = [it for it in items if it.request in NUMERIC_REQUESTS]
+    numeric_records: dict[str, Record] = {}
+    for it in items:
+        if it.request not in NUMERIC_REQUESTS:
+            parts[it.injection][0].append(it)
+    for rec in records:
+        item = index.get(rec.item_id)
+        if item is None:
+            raise ValueError(f"record for unknown item id {rec.item_id!r}: not in this benchmark")
+        if item.request in NUMERIC_REQUESTS:
+            if rec.item_id in numeric_records:
+                raise ValueError(f"two records for item {rec.item_id!r}; keep one record per item")
+            numeric_records[rec.item_id] = rec
+        else:
+            parts[item.injection][1].append(rec)
+    base_items, base_records = parts.pop(0, ([], []))
+    out = _score_set(base_items, base_records, n_boot=n_boot, seed=seed, prices=prices,
+                     numeric=(numeric_items, numeric_records))
+    if parts:
+        levels = {}
+        for level in sorted(parts):
+            level_items, level_records = parts[level]
+            full = _score_set(level_items, level_records, n_boot=n_boot, seed=seed, prices=prices)
+            levels[str(level)] = {name: full[name] for name in LEVEL_SECTIONS}
+        out["injection"] = {"levels": levels, "level_0": "the main measures above"}
+    return out
+
+
+def _score_set(
+    items: Sequence[Item],
+    records: Iterable[Record],
+    *,
+    n_boot: int,
+    seed: int,
+    prices: Prices,
+    numeric: tuple[Sequence[Item], dict[str, Record]] = ((), {}),
+) -> dict[str, Any]:
+    """Every measure over one set of decision items (the main items, or one injection level's)."""
     bench = Bench.build(items)
     replies = Replies.build(bench, records)
     boot = FamilyBootstrap(bench.families, n_boot, seed)
@@ -366,6 +442,11 @@ def score(
     _validity_measures(tally, bench, replies)
     for system in dict.fromkeys(d.system for d in bench.decisions):
         _system_measures(tally, bench, replies, present, system)
+    numeric_items, numeric_records = numeric
+    numeric_counts = numeric_measures(
+        tally.rate, tally.mean, tally.skip, [*items, *numeric_items],
+        {**replies.records, **numeric_records}, bench.family_of,
+    )
     resampled, est = tally.resolve()
 
     out: dict[str, Any] = {}
@@ -378,6 +459,8 @@ def score(
     out["choices"] = {**out.get("choices", {}), **_choice_counts(bench, replies)}
     out["hidden_alternatives"]["pairs"] = sum(1 for _ in _hidden_pairs(bench))
     out["variants"] = _variants(bench, replies, boot)
+    if numeric_counts:
+        out.setdefault("numeric", {})["counts"] = numeric_counts
     out["coverage"] = _coverage(bench, replies)
     out["meta"] = {
         "n_boot": n_boot,
@@ -496,47 +579,47 @@ def _selection_measures(
     sel = list(_selected(bench, replies))
     known = [(d, a) for d, a in sel if d.resolved]
     unknown = [(d, a) for d, a in sel if not d.resolved]
-    tally.add(("min_cost_choice",), ((d.family, a == d.reference_action) for d, a in sel))
-    tally.add(("stop_if_enough",), ((d.family, a == "stop") for d, a in known))
-    tally.add(("test_if_needed",), ((d.family, a == d.reference_action) for d, a in unknown))
+    tally.rate(("min_cost_choice",), ((d.family, a == d.reference_action) for d, a in sel))
+    tally.rate(("stop_if_enough",), ((d.family, a == "stop") for d, a in known))
+    tally.rate(("test_if_needed",), ((d.family, a == d.reference_action) for d, a in unknown))
     _pair_measures(tally, bench, replies, bench.decisions, ())
-    tally.add(("enough_evidence",), ((d.family, a is not None and d.resolves(a)) for d, a in sel))
-    tally.add(("mean_cost",), ((d.family, _cost(a, prices)) for d, a in sel))
+    tally.rate(("enough_evidence",), ((d.family, a is not None and d.resolves(a)) for d, a in sel))
+    tally.mean(("mean_cost",), ((d.family, _cost(a, prices)) for d, a in sel))
     for group, units in (("resolved", known), ("unresolved", unknown)):
         for cat in CATEGORIES:
-            tally.add(
+            tally.rate(
                 ("choices", group, cat), ((d.family, _category(d, a) == cat) for d, a in units)
             )
-    tally.add(("errors", "unneeded_test"), ((d.family, a not in (None, "stop")) for d, a in known))
-    tally.add(
+    tally.rate(("errors", "unneeded_test"), ((d.family, a not in (None, "stop")) for d, a in known))
+    tally.rate(
         ("errors", "useless_test"), ((d.family, a in (d.repeat, "free_fall")) for d, a in unknown)
     )
-    tally.add(("errors", "early_stop"), ((d.family, a == "stop") for d, a in unknown))
-    tally.add(
+    tally.rate(("errors", "early_stop"), ((d.family, a == "stop") for d, a in unknown))
+    tally.rate(
         ("repeats", "repeat_known_all"),
         ((d.family, a == d.repeat) for d, a in sel if a in PROPERTY_TESTS),
     )
-    tally.add(
+    tally.rate(
         ("repeats", "repeat_known_unresolved"),
         ((d.family, a == d.repeat) for d, a in unknown if a in PROPERTY_TESTS),
     )
     for price in REPORT_PRICES:
         repriced = Prices(**{**prices.as_dict(), "combined_report": price})
         best = {d.decision_id: _cheapest_resolving(d, repriced) for d, _ in sel}
-        tally.add(
+        tally.rate(
             ("repricing", _price_key(price), "choice_accuracy"),
             ((d.family, a in best[d.decision_id]) for d, a in sel),
         )
-        tally.add(
+        tally.mean(
             ("repricing", _price_key(price), "mean_cost"),
             ((d.family, _cost(a, repriced)) for d, a in sel),
         )
-    tally.add(("policies", "model", "mean_cost"), ((d.family, _cost(a, prices)) for d, a in sel))
-    tally.add(
+    tally.mean(("policies", "model", "mean_cost"), ((d.family, _cost(a, prices)) for d, a in sel))
+    tally.rate(
         ("policies", "model_exact_reader", "correct"),
         ((d.family, a is not None and d.resolves(a)) for d, a in sel),
     )
-    tally.add(
+    tally.mean(
         ("policies", "model_exact_reader", "mean_cost"),
         ((d.family, _cost(a, prices)) for d, a in sel),
     )
@@ -576,7 +659,7 @@ def _pair_measures(
             (f"same_choice_{kind}_pairs", units_same),
         ):
             if only is None or name in only:
-                tally.add((*prefix, name), units)
+                tally.rate((*prefix, name), units)
 
 
 def _choice_counts(bench: Bench, replies: Replies) -> dict[str, Any]:
@@ -603,11 +686,11 @@ def _answer_measures(
     if present["answer_initial"]:
         known = [d for d in bench.decisions if d.resolved and replies.has(d.initial_id)]
         unknown = [d for d in bench.decisions if not d.resolved and replies.has(d.initial_id)]
-        tally.add(
+        tally.rate(
             ("answers", "known_answer"),
             ((d.family, replies.correct(items[d.initial_id])) for d in known),
         )
-        tally.add(
+        tally.rate(
             ("answers", "unknown_answer"),
             ((d.family, replies.decoded[d.initial_id] == "undetermined") for d in unknown),
         )
@@ -626,7 +709,7 @@ def _answer_measures(
                 and ((answer == "undetermined") == (a != "stop"))
             )
             units.append((d.family, agree))
-        tally.add(("answers", "action_agreement"), units)
+        tally.rate(("answers", "action_agreement"), units)
     else:
         tally.skip(
             ("answers", "action_agreement"), NO_SELECT if not present["select"] else NO_INITIAL
@@ -640,7 +723,7 @@ def _answer_measures(
                 for item_id in d.after[test]:
                     if replies.has(item_id):
                         units.append((d.family, replies.correct(items[item_id])))
-        tally.add(("answers", "useful_test_supplied"), units)
+        tally.rate(("answers", "useful_test_supplied"), units)
         definite, identical = [], []
         for d, (a_id, b_id) in _hidden_pairs(bench):
             if not (replies.has(a_id) and replies.has(b_id)):
@@ -651,8 +734,8 @@ def _answer_measures(
                 if answer in ("yes", "no"):
                     truth = bench.truth(d, items[item_id].hidden_world)
                     definite.append((d.family, answer == truth))
-        tally.add(("hidden_alternatives", "definite_correct"), definite)
-        tally.add(("hidden_alternatives", "identical_response_rate"), identical)
+        tally.rate(("hidden_alternatives", "definite_correct"), definite)
+        tally.rate(("hidden_alternatives", "identical_response_rate"), identical)
     else:
         for key in (
             ("answers", "useful_test_supplied"),
@@ -689,9 +772,9 @@ def _pecs_parts(tally: Tally, bench: Bench, replies: Replies, present: dict[str,
             continue
         fam = bench.family_of[item.family_id]
         (controls if item.resolved else voids).append((fam, item, answer))
-    tally.add(("pecs_acc",), ((f, a == it.reference_answer) for f, it, a in controls))
-    tally.add(("pecs_false_abs",), ((f, a == "undetermined") for f, _, a in controls))
-    tally.add(("pecs_abs_rec",), ((f, a == "undetermined") for f, _, a in voids))
+    tally.rate(("pecs_acc",), ((f, a == it.reference_answer) for f, it, a in controls))
+    tally.rate(("pecs_false_abs",), ((f, a == "undetermined") for f, _, a in controls))
+    tally.rate(("pecs_abs_rec",), ((f, a == "undetermined") for f, _, a in voids))
 
 
 def _pecs(resampled: dict[Key, Resampled]) -> dict[str, Estimate]:
@@ -751,7 +834,7 @@ def _policy_measures(
     after = present["answer_after_test"]
     initial = present["answer_initial"]
     for rule, pick in FIXED_RULES.items():
-        tally.add(
+        tally.mean(
             ("policies", rule, "mean_cost"),
             ((d.family, prices.of(pick(d))) for d in bench.decisions),
         )
@@ -764,14 +847,14 @@ def _policy_measures(
             )
             continue
         units = ((d.family, _success(bench, replies, d, pick(d))) for d in bench.decisions)
-        tally.add(("policies", rule, "correct"), ((f, v) for f, v in units if v is not None))
+        tally.rate(("policies", rule, "correct"), ((f, v) for f, v in units if v is not None))
     mean_test = sum(prices.of(t) for t in TESTS) / len(TESTS)
-    tally.add(
+    tally.mean(
         ("policies", "random_test", "mean_cost"), ((d.family, mean_test) for d in bench.decisions)
     )
     if after:
         units = ((d.family, _random_success(bench, replies, d)) for d in bench.decisions)
-        tally.add(
+        tally.rate(
             ("policies", "random_test", "correct"), ((f, v) for f, v in units if v is not None)
         )
     else:
@@ -805,7 +888,7 @@ def _model_success(
     units = (
         (d.family, _success(bench, replies, d, a)) for d, a in _selected(bench, replies, decisions)
     )
-    tally.add(key, ((f, v) for f, v in units if v is not None))
+    tally.rate(key, ((f, v) for f, v in units if v is not None))
 
 
 # -- controls, validity, systems -------------------------------------------------------------------
@@ -832,7 +915,7 @@ def _control_measures(
         if not present[request]:
             tally.skip(("controls", request), f"no {request} records")
             continue
-        tally.add(
+        tally.rate(
             ("controls", request),
             (
                 (bench.family_of[it.family_id], check(it, replies.records[it.item_id]))
@@ -852,7 +935,7 @@ def _validity_measures(tally: Tally, bench: Bench, replies: Replies) -> None:
         groups[name].append((bench.family_of[item.family_id], rec.valid))
     for name, units in groups.items():
         if units:
-            tally.add(("validity", name), units)
+            tally.rate(("validity", name), units)
         else:
             tally.skip(("validity", name), f"no records for {name.removeprefix('validity_')}")
 
@@ -868,9 +951,9 @@ def _system_measures(
             tally.skip((*prefix, name), NO_SELECT)
         return
     sel = list(_selected(bench, replies, decisions))
-    tally.add((*prefix, "min_cost_choice"), ((d.family, a == d.reference_action) for d, a in sel))
+    tally.rate((*prefix, "min_cost_choice"), ((d.family, a == d.reference_action) for d, a in sel))
     _pair_measures(tally, bench, replies, decisions, prefix, only=BY_SYSTEM)
-    tally.add(
+    tally.rate(
         (*prefix, "enough_evidence"), ((d.family, a is not None and d.resolves(a)) for d, a in sel)
     )
     _model_success(tally, bench, replies, present, decisions, (*prefix, "resolved_and_correct"))
@@ -895,10 +978,10 @@ def _variants(bench: Bench, replies: Replies, boot: FamilyBootstrap) -> dict[str
     fam = {d.decision_id: sub.index[bench.families[d.family]] for d in base}
 
     def add(name: str, chosen: list[tuple[Decision, str | None, str]]) -> None:
-        tally.add(
+        tally.rate(
             (name, "min_cost_choice"), ((fam[d.decision_id], a == ref) for d, a, ref in chosen)
         )
-        tally.add(
+        tally.rate(
             (name, "repeat"),
             ((fam[d.decision_id], a == d.repeat) for d, a, _ in chosen if a in PROPERTY_TESTS),
         )

@@ -326,7 +326,24 @@ def test_bench_json_errors_name_the_line_of_their_key(bench: Path) -> None:
 @pytest.mark.parametrize("cls, model", [(Item, ItemRow), (Family, FamilyRow)])
 def test_row_schemas_have_exactly_the_dataclass_fields_in_order(cls: type, model: Any) -> None:
     assert list(model.model_fields) == [f.name for f in dataclasses.fields(cls)]
-    assert all(f.is_required() for f in model.model_fields.values())
+    # required, except the fields added later with a default (Item.injection: absent means 0)
+    optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    assert optional == ({"injection"} if cls is Item else set())
+    assert all(f.is_required() == (name not in optional) for name, f in model.model_fields.items())
+
+
+def test_an_item_row_without_injection_reads_as_level_0_and_a_bad_level_is_refused() -> None:
+    from evprobe.bench.schema import item_problem
+
+    _, items = build(GenerateConfig(families_per_system=1, subset_per_cell=0, injection_levels=(2,)))
+    row = items[0].to_json()
+    assert "injection" not in row and ItemRow.model_validate(row).injection == 0
+    level = next(it for it in items if it.injection == 2).to_json()
+    assert level["injection"] == 2 and item_problem(ItemRow.model_validate(level)) is None
+    with pytest.raises(Exception, match="injection"):
+        ItemRow.model_validate({**row, "injection": 4})
+    both = next(it for it in items if it.request == "both_given").to_json()
+    assert "field 'injection' must be 0 for a both_given item" in item_problem(ItemRow.model_validate({**both, "injection": 1}))
 
 
 def test_a_schema_type_must_fit_the_dataclass_field() -> None:

@@ -13,7 +13,8 @@ from evprobe.bench.generate import GenerateConfig, build
 from evprobe.bench.items import Item
 from evprobe.bench.records import Record
 from evprobe.bench.score_report import compare_markdown, scores_markdown
-from evprobe.bench.scoring import HEADLINE, score
+from evprobe.bench.scoring import HEADLINE, Tally, score
+from evprobe.core.bootstrap import FamilyBootstrap
 
 REQUIRED = (
     "min_cost_choice",
@@ -148,11 +149,15 @@ def test_reference_scores_perfectly(ref_scores: dict) -> None:
         "enough_evidence",
         "useful_test_supplied",
         "resolved_and_correct",
-        "pecs",
         "pecs_acc",
         "pecs_abs_rec",
     ):
-        assert s[key]["value"] == 1.0 and s[key]["ci"] == [1.0, 1.0], key
+        # a proportion at 100% has an interval that reaches below 1 (core.proportion), not [1, 1]
+        lo, hi = s[key]["ci"]
+        assert s[key]["value"] == 1.0 and hi == 1.0 and 0.8 < lo < 1.0, key
+    # 576/576 over 144 families of 4: every family one unit, Clopper-Pearson 144/144
+    assert s["min_cost_choice"]["ci"][0] == pytest.approx(0.025 ** (1 / 144), abs=1e-12)
+    assert s["pecs"]["value"] == 1.0 and s["pecs"]["ci"] == [1.0, 1.0]  # a product: percentiles
     assert s["same_choice_image_pairs"]["value"] == 0.0  # the reference always switches
     assert s["mean_cost"] == {"value": 0.5, "ci": [0.5, 0.5], "n": 576}
     assert s["min_cost_choice"]["n"] == 576 and s["both_correct_image_pairs"]["n"] == 288
@@ -204,7 +209,10 @@ def test_fixed_test_costs(items: list[Item]) -> None:
     assert missing["mean_cost"]["value"] == 1.0
     assert missing["test_if_needed"]["value"] == 1.0 and missing["stop_if_enough"]["value"] == 0.0
     assert missing["errors"]["unneeded_test"]["value"] == 1.0
-    assert missing["repeats"]["repeat_known_all"] == {"value": 0.0, "ci": [0.0, 0.0], "n": 576}
+    # 0/576 over 144 families of 4: the interval reaches 1 - 0.025^(1/144), not [0, 0]
+    repeats = missing["repeats"]["repeat_known_all"]
+    assert repeats["value"] == 0.0 and repeats["n"] == 576 and repeats["ci"][0] == 0.0
+    assert repeats["ci"][1] == pytest.approx(1 - 0.025 ** (1 / 144), abs=1e-12)
     report = score(items, run(items, select=lambda it: "combined_report"), n_boot=200)
     assert report["mean_cost"]["value"] == 2.0
     assert report["choices"]["resolved"]["both"]["value"] == 1.0
@@ -342,7 +350,10 @@ def test_seeds_reproduce_and_change_intervals(items: list[Item], random_run: lis
     c = score(items, random_run, n_boot=300, seed=12)
     assert a == b
     assert a["min_cost_choice"]["value"] == c["min_cost_choice"]["value"]
-    assert a["min_cost_choice"]["ci"] != c["min_cost_choice"]["ci"]
+    # a mean's interval is the percentiles of the resamples, so another seed moves it (a rate's
+    # interval may be its seed-free cluster interval when that is the wider one)
+    assert a["mean_cost"]["value"] == c["mean_cost"]["value"]
+    assert a["mean_cost"]["ci"] != c["mean_cost"]["ci"]
     assert c["meta"]["seed"] == 12 and c["meta"]["n_boot"] == 300
 
 
@@ -412,7 +423,11 @@ def test_variant_differences_are_paired(items: list[Item]) -> None:
     s = score(items, run(items, select=lambda it: "stop"))
     v = s["variants"]
     assert v["families"] == 72
-    assert v["variant_base"]["min_cost_choice"] == {"value": 0.5, "ci": [0.5, 0.5], "n": 288}
+    # every family is exactly 2/4 correct: every resample gives 0.5, which used to print [0.5, 0.5];
+    # the rate's interval is now Clopper-Pearson 144/288 (no family-level variance: n_eff = n)
+    base = v["variant_base"]["min_cost_choice"]
+    assert base["value"] == 0.5 and base["n"] == 288
+    assert base["ci"] == pytest.approx([0.440_0, 0.560_0], abs=1e-4)
     # every variant is answered like the reference: +50 points in every resample
     assert v["text_readings"]["difference"] == {"value": 0.5, "ci": [0.5, 0.5], "n": 288}
     assert v["no_initial_test"]["min_cost_choice"]["value"] == 1.0
@@ -433,7 +448,9 @@ def test_by_system(ref_scores: dict) -> None:
     systems = ref_scores["by_system"]
     assert set(systems) == {"sliding", "bouncing", "spring"}
     for block in systems.values():
-        assert block["min_cost_choice"] == {"value": 1.0, "ci": [1.0, 1.0], "n": 192}
+        est = block["min_cost_choice"]  # 192/192 over 48 families: Clopper-Pearson 48/48
+        assert est["value"] == 1.0 and est["n"] == 192
+        assert est["ci"] == pytest.approx([0.025 ** (1 / 48), 1.0], abs=1e-12)
         assert block["both_correct_image_pairs"]["n"] == 96
         assert block["resolved_and_correct"]["value"] == 1.0
 
@@ -446,7 +463,7 @@ def test_markdown_prints_percentages_with_intervals_and_n(
 ) -> None:
     text = scores_markdown(ref_scores, "reference")
     assert text.startswith("# reference")
-    assert "| Minimum cost choice | 100.0 [100.0, 100.0] (n=576) |" in text
+    assert "| Minimum cost choice | 100.0 [97.5, 100.0] (n=576) |" in text
     assert "| Mean cost | 0.50 [0.50, 0.50] (n=576) |" in text
     for section in ("Pairs", "Policy comparison", "Repricing", "Variants", "Per system", "PECS"):
         assert f"## {section}" in text
@@ -455,3 +472,33 @@ def test_markdown_prints_percentages_with_intervals_and_n(
     header, _rule, *rows = table.strip().splitlines()
     assert header == "| measure | reference | stop |" and len(rows) == len(HEADLINE)
     assert re.search(r"\| Mean cost \| 0\.50 \[0\.50, 0\.50\] \(n=576\) \| 0\.00 .*\|", table)
+
+
+# -- rates and means -------------------------------------------------------------------------------
+
+
+def test_a_rate_takes_shares_and_a_mean_takes_costs() -> None:
+    tally = Tally(FamilyBootstrap(["a", "b"], n_boot=50, seed=1))
+    with pytest.raises(ValueError, match="not a share"):
+        tally.rate(("cost_as_rate",), [(0, 2.0), (1, 0.0)])
+    tally.rate(("rate",), [(0, True), (0, True), (1, True), (1, True)])
+    tally.mean(("cost",), [(0, 2.0), (1, 2.0)])
+    _, est = tally.resolve()
+    assert est[("rate",)].value == 1.0 and est[("rate",)].ci == pytest.approx((0.025**0.5, 1.0))
+    assert est[("cost",)].ci == (2.0, 2.0)  # a cost that does not vary keeps its percentiles
+
+
+def test_no_rate_of_a_perfect_run_is_a_point(ref_scores: dict) -> None:
+    def rates(tree: dict, path: tuple[str, ...] = ()):
+        for k, v in tree.items():
+            if isinstance(v, dict) and set(v) >= {"value", "ci", "n"}:
+                yield (*path, k), v
+            elif isinstance(v, dict):
+                yield from rates(v, (*path, k))
+
+    # a product, costs, paired differences and the mean log error: means, not shares (Tally.mean)
+    points = {"pecs", "mean_cost", "difference", "mean_log_error"}
+    for key, est in rates(ref_scores):
+        if est["value"] is None or points & set(key):
+            continue
+        assert est["ci"][1] > est["ci"][0], key

@@ -1,0 +1,175 @@
+"""The information-injection ladder (seed 003, section 4.6) as items: the same decisions and answer
+requests, with the visual evidence pointed out in the prompt step by step.
+
+Levels (cumulative: each keeps the text of the levels below it):
+
+- 0, implicit baseline: today's prompt, unchanged (the main set's items).
+- 1, object awareness: a "Where to look:" paragraph after the evidence points to the reference
+  objects, the last panel (bottom right) of each attached sheet, its ruler and the marker dot.
+- 2, attribute awareness: the same paragraph adds, per sheet, "What to read:" the ruler reading at
+  the marker in that panel, which physical coordinate it is (position, height, extension), at
+  which time or load, and which property it tells apart (or, for free fall, that it is the same
+  for every candidate value, the physical fact a reader would have to work out).
+- 3, oracle guidance: the readings of every panel of every attached sheet as numbers, appended to
+  the evidence paragraph exactly as the `text_readings` variant appends them (`prompts.readings_text`;
+  one sheet: byte for byte that variant's block), so the model has to calculate only.
+  Level 3's select prompt, without its "Where to look" paragraph, is the `text_readings` variant's
+  prompt (tests/bench/test_injection.py checks it for every subset family). The mechanics
+  equations are not added: they are the `given_equations` variant's separate factor, and stacking
+  them here would change two things in one step.
+
+Which requests: `INJECTED_REQUESTS`, the base selections and the answers before and after a test
+(the requests that show a sheet and ask for a decision); both_given shows no sheet (it is
+already the given-values control), the probes ask about the sheet directly, and the variants are
+their own conditions.
+
+Why items, not a run-time flag like the regimes: a level's text depends on the family (its
+sheets, times, loads and readings), so the rendered prompt would no longer be fixed by the
+benchmark's items hash and the protocol/regime template hash the run pins. As items, every level's
+prompt is in items.jsonl (hashed in bench.json), `evprobe check` checks each level's pairs, and
+every later stage (run records, captures, sweeps, dose-response) can group by `Item.injection`.
+`evprobe generate --injection 1,2,3` adds the levels; level 0 is always the main set's items.
+
+Matched pairs at every level (checked by `evprobe check`): the two members of an image pair share
+every prompt byte at levels 0-2; at level 3 they differ only in the readings block, which is the
+history written as numbers. Threshold pairs differ only in the printed threshold. Hidden-world
+pairs of an uninformative test (appendix D) keep identical prompts at every level, because their
+sheets, and so their readings, are identical.
+
+Ids: a level-L item is its level-0 item's id with ".L<L>" appended; its decision id and pair ids
+carry the same suffix, so a level's decisions, pairs and answers link only among themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import PurePosixPath
+
+from evprobe.bench.calibration import sheet_spec
+from evprobe.bench.family import Family
+from evprobe.bench.items import Item
+from evprobe.bench.numbers import fmt
+from evprobe.bench.prompts import readings_text, test_name
+from evprobe.bench.render import STYLES
+
+INJECTION_LEVELS: tuple[int, ...] = (0, 1, 2, 3)
+LEVEL_NAMES: dict[int, str] = {
+    0: "implicit baseline",
+    1: "object awareness",
+    2: "attribute awareness",
+    3: "oracle guidance",
+}
+INJECTED_REQUESTS: tuple[str, ...] = ("select", "answer_initial", "answer_after_test")
+GUIDANCE_OPENING = "Where to look:"
+_ORDINALS = ("first", "second", "third")
+_COORDINATE = {
+    "mass": "the {obj}'s position along the track",
+    "coasting": "the block's position along the track",
+    "rebound": "the ball's height above the floor",
+    "extension": "the spring's extension from its rest position",
+    "free_fall": "the {obj}'s height above the floor",
+}
+_TEST_OF_KIND = {"mass": "test_mass", "coasting": "test_other", "rebound": "test_other",
+                 "extension": "test_other", "free_fall": "free_fall"}
+
+
+def level_suffix(level: int) -> str:
+    return f".L{level}"
+
+
+def _sheet_of(rel: str) -> str:
+    """images/<family>/<sheet>.png -> <sheet> (level items show style-a sheets only)."""
+    return PurePosixPath(rel).stem
+
+
+def guidance(family: Family, images: list[str], level: int, style: str = "a") -> str:
+    """The "Where to look" paragraph of `level` (1 or more) for a prompt showing `images`."""
+    f, marker = family, STYLES[style].marker_name
+    obj = {"sliding": "block", "bouncing": "ball", "spring": "cart"}[f.system]
+    many = len(images) > 1
+    where = (
+        f"{GUIDANCE_OPENING} {'every attached sheet. In the last panel (bottom right) of each' if many else 'the attached sheet. In its last panel (bottom right)'}, "
+        f"look at the ruler and at the {marker} dot with its line to the ruler."
+    )
+    if level < 2:
+        return where
+    lines = [where]
+    for i, rel in enumerate(images):
+        spec = sheet_spec(f.system, f.candidates, f.calibration, _sheet_of(rel))
+        test = test_name(_TEST_OF_KIND[spec.kind], f.other)
+        key = _last_key(f, spec.kind)
+        coordinate = _COORDINATE[spec.kind].format(obj=obj)
+        if spec.kind == "free_fall":
+            tells = "this reading is the same for every candidate value of the mass and of the " + f.other
+        else:
+            prop = "mass" if spec.kind == "mass" else f.other
+            tells = f"this reading tells which candidate value of the {prop} holds"
+        sheet = f"the {_ORDINALS[i]} sheet ({test})" if many else f"the sheet ({test})"
+        lines.append(
+            f"What to read: on {sheet}, the ruler reading at the {marker} dot in the last panel is "
+            f"{coordinate} at {key}; {tells}."
+        )
+    return "\n".join(lines)
+
+
+def _last_key(family: Family, kind: str) -> str:
+    """The last panel's time or load, printed as the prompt's test menu prints it (six digits)."""
+    cal = family.calibration[_TEST_OF_KIND[kind]]
+    if kind == "extension":
+        return f"a load of {fmt(cal['loads'][-1])} N"
+    return f"t = {fmt(cal['times'][-1])} s"
+
+
+def readings_block(family: Family, images: list[str]) -> str:
+    """Level 3's numbers: every panel's reading of every attached sheet (the text_readings block;
+    with several sheets, one block per sheet, named by its order and test)."""
+    f, many, blocks = family, len(images) > 1, []
+    for i, rel in enumerate(images):
+        spec = sheet_spec(f.system, f.candidates, f.calibration, _sheet_of(rel))
+        text = readings_text(f.system, f.calibration, spec.readings, spec.kind)
+        if many:
+            test = test_name(_TEST_OF_KIND[spec.kind], f.other)
+            text = text.replace("Readings from the sheet:", f"Readings from the {_ORDINALS[i]} sheet ({test}):", 1)
+        blocks.append(text)
+    return "\n".join(blocks)
+
+
+def level_prompt(family: Family, base: Item, level: int) -> str:
+    """`base`'s prompt (level 0) at `level`: the readings appended to the evidence paragraph
+    (level 3) and the guidance paragraph inserted after it (levels 1-3); nothing else changes."""
+    if level == 0:
+        return base.prompt
+    if base.request not in INJECTED_REQUESTS or base.variant is not None or not base.images:
+        raise ValueError(f"injection levels apply to base {', '.join(INJECTED_REQUESTS)} items, not {base.item_id}")
+    parts = base.prompt.split("\n\n")
+    at = next(i for i, p in enumerate(parts) if p.startswith("Evidence"))
+    if level >= 3:
+        parts[at] += "\n" + readings_block(family, base.images)
+    parts.insert(at + 1, guidance(family, base.images, level, base.style))
+    return "\n\n".join(parts)
+
+
+def level_item(family: Family, base: Item, level: int) -> Item:
+    """The level-`level` copy of a level-0 item: same labels, images and options; its prompt,
+    ids and `injection` changed (module docstring)."""
+    sfx = level_suffix(level)
+
+    def tag(x: str | None) -> str | None:
+        return None if x is None else x + sfx
+
+    return replace(
+        base,
+        item_id=base.item_id + sfx,
+        decision_id=tag(base.decision_id),
+        image_pair_id=tag(base.image_pair_id),
+        threshold_pair_id=tag(base.threshold_pair_id),
+        prompt=level_prompt(family, base, level),
+        injection=level,
+    )
+
+
+def injected_items(family: Family, base_items: list[Item], levels: tuple[int, ...]) -> list[Item]:
+    """The level items of one family for each level in `levels` (0 excluded: those are the base
+    items themselves), level by level, in the base items' order."""
+    eligible = [it for it in base_items if it.variant is None and it.request in INJECTED_REQUESTS]
+    return [level_item(family, it, level) for level in levels if level != 0 for it in eligible]
