@@ -5,14 +5,17 @@ default: the 576 base selections of the main set (their real index rows, built i
 `bench.generate.build`, so families, pairs and the XOR structure are the benchmark's), with a
 sufficiency direction planted at layer 20. Times `probes.sweep.sweep` with everything a CLI
 sweep computes: grouped 5-fold CV AUROC and accuracy per layer with family-bootstrap intervals
-(B = 2,000), the within-family shuffled control, the three input-only baselines, the variance
-diagnostic and nested best-layer selection (10 inner fits per layer). Prints wall time, CPU
+(B = 2,000), 20 control tasks (random cell functions, probes.control_tasks) with the paired
+selectivity interval, the leakage check (4 within-family shuffles), the input-only baselines, the
+variance diagnostic and nested best-layer selection (10 inner fits per layer). `--control-tasks 0`
+leaves the control tasks out (the sweep as it was before them, but for the leakage shuffles);
+`--no-controls` leaves out every control, check and baseline. Prints wall time, CPU
 time, peak RSS (ru_maxrss; it includes the memory-mapped pages of acts.npy that were touched)
 and the number of BLAS threads.
 
     python benchmarks/sweep_7b_size.py [--layers 40] [--items 576] [--d-model 3584] [--positions 1]
                                        [--probe logistic] [--n-boot 2000] [--structure walk|independent]
-                                       [--jobs N] [--keep DIR]
+                                       [--jobs N] [--keep DIR] [--control-tasks 20] [--no-controls]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 from numpy.lib.format import open_memmap
 
 from evprobe.bench.generate import GenerateConfig, build
+from evprobe.core.capture_schema import CAPTURE_FORMAT
 from evprobe.probes.captures import INDEX_FILE, META_FILE, labels, load_captures
 from evprobe.probes.sweep import SweepConfig, sweep
 
@@ -69,37 +73,46 @@ def write_big_capture(
         mm[:, layer] = x.astype(np.float16)
     mm.flush()
     del mm
-    meta = {"model": "synthetic-7b-size", "layers": list(range(n_layers)),
+    meta = {"format": CAPTURE_FORMAT, "model": "synthetic-7b-size", "layers": list(range(n_layers)),
             "positions": ["last", "image_mean", "text_mean"][:n_positions], "d_model": d, "regime": "standard",
-            "requests": ["select"]}
+            "requests": ["select"], "n_items": len(rows), "shape": list(shape), "acts_dtype": "float16"}
     (out / META_FILE).write_text(json.dumps(meta))
     with (out / INDEX_FILE).open("w") as fh:
         for i, it in enumerate(rows):
             fh.write(json.dumps({"row": i, "item_id": it.item_id, **{f: getattr(it, f) for f in INDEX_FIELDS}}) + "\n")
 
 
-def run_sweep_only(folder: Path, probe: str, n_boot: int, jobs: int | None) -> None:
+def run_sweep_only(folder: Path, probe: str, n_boot: int, jobs: int | None, control_tasks: int, controls: bool) -> None:
     """The measured part, in its own process: load, label, sweep; print the figures."""
     t_start = time.perf_counter()
     captures = load_captures([folder])
     labelset = labels(captures, "resolved")
-    config = SweepConfig(probe=probe, n_boot=n_boot, n_jobs=jobs)
+    config = SweepConfig(probe=probe, n_boot=n_boot, n_jobs=jobs, control_tasks=control_tasks, controls=controls)
     cpu0, t0 = time.process_time(), time.perf_counter()
     result = sweep(captures, labelset, config)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     d_model = captures.d_model
+    what = (f"{result.control_tasks['k']} control tasks, {config.leakage_shuffles} leakage shuffles, baselines"
+            if controls else "no controls or baselines")
     print(f"probe={probe}, jobs={jobs or 'all CPUs'}: sweep of {len(result.rows)} layer/positions x {labelset.n} items x "
-          f"{d_model} dims with controls, baselines, diagnostic and nested selection, B={n_boot}")
+          f"{d_model} dims with {what}, diagnostic and nested selection, B={n_boot}")
     print(f"sweep wall {wall:.1f} s (CPU {cpu:.1f} s); process total {time.perf_counter() - t_start:.1f} s")
     print(f"peak RSS of the sweep process {peak:.0f} MB (python + numpy/scipy/sklearn + touched pages of the "
           "memory-mapped acts.npy + work arrays)")
     sig = next((r for r in result.rows if r.layer == 20), None)
     best = result.best
     if sig is not None and best is not None:
-        print(f"planted layer 20: AUROC {sig.auroc.value:.3f} [{sig.auroc.ci[0]:.3f}, {sig.auroc.ci[1]:.3f}], "
-              f"shuffled control {sig.control.value:.3f}; nested best L{best.layer}/{best.position} "
-              f"{best.auroc.value:.3f} [{best.auroc.ci[0]:.3f}, {best.auroc.ci[1]:.3f}]")
+        print(f"planted layer 20: AUROC {sig.auroc.value:.3f} [{sig.auroc.ci[0]:.3f}, {sig.auroc.ci[1]:.3f}]; nested best "
+              f"L{best.layer}/{best.position} {best.auroc.value:.3f} [{best.auroc.ci[0]:.3f}, {best.auroc.ci[1]:.3f}]")
+        if sig.controls is not None:
+            c, e = sig.controls, sig.selectivity
+            print(f"  control tasks mean {c.mean:.3f} [min {c.min:.3f}, max {c.max:.3f}] (k={c.k}); selectivity "
+                  f"{e.value:+.3f} [{e.ci[0]:+.3f}, {e.ci[1]:+.3f}]; leakage check {sig.leakage.value:.3f} "
+                  f"[{sig.leakage.ci[0]:.3f}, {sig.leakage.ci[1]:.3f}]")
+        print(f"one-hot cell baseline {result.cell_baseline.value}; warnings: {len(result.warnings)}")
+        for w in result.warnings:
+            print(f"  WARNING: {w[:160]}")
 
 
 def main() -> int:
@@ -114,10 +127,12 @@ def main() -> int:
                     help="layers as a residual random walk (default) or independent noise (worst case)")
     ap.add_argument("--jobs", type=int, default=None, help="threads over layer chunks (default: all CPUs)")
     ap.add_argument("--keep", type=Path, default=None, help="write the capture here and keep it")
+    ap.add_argument("--control-tasks", type=int, default=20, help="control tasks per row (0: none)")
+    ap.add_argument("--no-controls", action="store_true", help="no control tasks, leakage check or baselines")
     ap.add_argument("--sweep-only", type=Path, default=None, help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args()
     if args.sweep_only is not None:
-        run_sweep_only(args.sweep_only, args.probe, args.n_boot, args.jobs)
+        run_sweep_only(args.sweep_only, args.probe, args.n_boot, args.jobs, args.control_tasks, not args.no_controls)
         return 0
     import os
     import subprocess
@@ -132,7 +147,8 @@ def main() -> int:
         print(f"wrote a {args.items} x {args.layers} x {args.positions} x {args.d_model} float16 capture "
               f"({args.structure}) in {time.perf_counter() - t0:.1f} s")
         child = [sys.executable, __file__, "--sweep-only", str(folder), "--probe", args.probe,
-                 "--n-boot", str(args.n_boot)] + (["--jobs", str(args.jobs)] if args.jobs else [])
+                 "--n-boot", str(args.n_boot), "--control-tasks", str(args.control_tasks)]
+        child += (["--jobs", str(args.jobs)] if args.jobs else []) + (["--no-controls"] if args.no_controls else [])
         return subprocess.run(child, check=False).returncode
 
 

@@ -327,8 +327,9 @@ def _row_at(sweep: dict[str, Any], layer: int, position: str) -> dict[str, Any] 
 
 
 def best_layers(plan: Plan) -> dict[str, Any]:
-    """Per label: nested best layer/position with held-out AUROC, interval and n; the shuffled
-    control at that layer/position; the input-only baselines; the optimistic (test-fold) maximum."""
+    """Per label: nested best layer/position with held-out AUROC, interval and n; the control tasks
+    (mean, range, k) and the selectivity at that layer/position; the one-hot cell and input-only
+    baselines; the optimistic (test-fold) maximum."""
     out = []
     for label in plan.config.labels:
         folder = plan.out / SWEEPS_DIR / _label_dir(label)
@@ -343,8 +344,11 @@ def best_layers(plan: Plan) -> dict[str, Any]:
             "degenerate": sweep["degenerate"],
             "best": None if best is None else {k: best[k] for k in ("layer", "position", "auroc", "ci", "n",
                                                                      "accuracy", "accuracy_ci")},
-            "control": None if row is None else {"auroc": row["control_auroc"], "ci": row["control_ci"],
-                                                 "n": row["n"]},
+            "control_tasks": None if row is None or not row.get("control_tasks") else {**row["control_tasks"],
+                                                                                       "n": row["n"]},
+            "selectivity": row.get("selectivity") if row is not None and isinstance(row.get("selectivity"), dict)
+            else None,  # a sweep.json written before control tasks has a bare number (another meaning) or none
+            "cell_baseline": sweep.get("cell_baseline"),
             "baselines": sweep["baselines"],
             "naive_best": sweep.get("naive_best"),
             "sweep": str(folder / "sweep.json"),
@@ -378,6 +382,13 @@ def _auc(value: float | None, ci: list | tuple | None = None, n: int | None = No
     return text + (f" (n={n})" if n is not None else "")
 
 
+def _signed(value: float, ci: list | tuple, n: int) -> str:
+    text = f"{value:+.3f}"
+    if ci and ci[0] is not None:
+        text += f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+    return text + f" (n={n})"
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# Layer sweep: {result['model_name']} ({result['model']})",
@@ -387,16 +398,20 @@ def markdown(result: dict[str, Any]) -> str:
         f"{', '.join(result['positions'])}."),
         (f"- Probe: {result['probe']}, {result['folds']} folds of whole families; best layer/position chosen on inner "
         "folds of the training families only (nested) and scored on the held-out families' out-of-fold decisions."),
-        ("- Control: labels shuffled within families at the best layer/position; baselines: logistic models on the "
-        "prompt inputs alone (history, threshold level, both), out of fold."),
+        ("- Control tasks (Hewitt and Liang): random balanced functions of the prompt's cell (system x initial property "
+        "x history x threshold level) fitted like the probe, at the best layer/position: their mean AUROC [min, max] "
+        "(k tasks); selectivity = held-out AUROC there - that mean, paired family-bootstrap interval. Baselines: "
+        "logistic models on the prompt inputs alone, out of fold: the one-hot cell (~1.0 for sufficiency by "
+        "construction: it is a function of the cell), and history, threshold level, both (at chance by design)."),
         f"- Intervals: {result['interval_method']}; B={result['n_boot']}, seed {result['seed']}; n = labelled items.",
         "",
-        ("| label | n (families) | nested best | held-out AUROC | shuffled control | history only | threshold only "
-        "| history+threshold | max over test folds (optimistic) |"),
-        "|---|---|---|---|---|---|---|---|---|",
+        ("| label | n (families) | nested best | held-out AUROC | control tasks mean [min, max] (k) | selectivity "
+        "| one-hot cell | history only | threshold only | history+threshold | max over test folds (optimistic) |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["labels"]:
-        b, ctl, base = r["best"], r["control"], r["baselines"]
+        b, ctl, base = r["best"], r["control_tasks"], r["baselines"]
+        sel = r["selectivity"] or {}
         where = "DEGENERATE" if r["degenerate"] else ("none" if b is None else f"L{b['layer']} / {b['position']}")
         naive = r["naive_best"]
         naive_text = "NA" if not naive else (f"L{naive.get('layer')} / {naive.get('position')}: "
@@ -404,7 +419,10 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("| " + " | ".join([
             r["title"], f"{r['n']} ({r['n_families']})", where,
             "NA (n=0)" if b is None else _auc(b["auroc"], b["ci"], b["n"]),
-            "NA (n=0)" if ctl is None else _auc(ctl["auroc"], ctl["ci"], ctl["n"]),
+            "NA" if ctl is None else f"{ctl['mean']:.3f} [{ctl['min']:.3f}, {ctl['max']:.3f}] (k={ctl['k']}, n={ctl['n']})",
+            "NA" if sel.get("value") is None else _signed(sel["value"], sel["ci"], sel["n"]),
+            _auc(r["cell_baseline"]["value"], r["cell_baseline"]["ci"], r["cell_baseline"]["n"]) if r["cell_baseline"]
+            else "NA",
             *(_auc(e["value"], e["ci"], e["n"]) if e else "NA" for e in
               (base.get("history"), base.get("threshold"), base.get("history_threshold"))),
             naive_text,
@@ -418,7 +436,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], out: Path) -> Path:
-    """Held-out AUROC by layer per label (one panel per position), 95% interval bands, controls dashed."""
+    """Held-out AUROC by layer per label (one panel per position), 95% interval bands; the control
+    tasks' mean dashed with their min-max range as a hatched band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -440,11 +459,15 @@ def plot(result: dict[str, Any], out: Path) -> Path:
             ax.plot(layers, [nan(x["auroc"]) for x in rows], "o-", color=color, label=f"{r['title']} (n={r['n']})")
             ax.fill_between(layers, [nan(x["ci"][0]) for x in rows], [nan(x["ci"][1]) for x in rows], color=color,
                             alpha=0.2)
-            ax.plot(layers, [nan(x["control_auroc"]) for x in rows], "--", color=color, alpha=0.6)
+            ctl = [x.get("control_tasks") or {} for x in rows]
+            if any(ctl):
+                ax.plot(layers, [nan(c.get("mean")) for c in ctl], "--", color=color, alpha=0.6)
+                ax.fill_between(layers, [nan(c.get("min")) for c in ctl], [nan(c.get("max")) for c in ctl],
+                                facecolor="none", edgecolor=color, hatch="///", alpha=0.35, linewidth=0)
         ax.axhline(0.5, color="0.6", lw=0.8)
         ax.set_title(f"position {position}", fontsize=10)
         ax.set_xlabel("decoder layer (index)")
-        ax.set_ylabel("held-out AUROC (out of fold; dashed: shuffled control)")
+        ax.set_ylabel("held-out AUROC (out of fold; dashed, hatched: control tasks mean, range)")
         ax.set_ylim(0.0, 1.02)
     axes[0][0].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"Probe sweep ({result['probe']}): {result['model_name']}, regime {result['regime']}, "

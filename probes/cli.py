@@ -4,7 +4,7 @@
                   [--records RUN ...] [--requests TYPES] [--restrict confabulated|overcautious|not_reference]
                   [--transfer system|initial|pairs|request|regime|FIELD ...] [--layers L,L] [--positions P,P]
                   [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
-                  [--no-nested] [--jobs N] [--out DIR] [--quiet]
+                  [--no-nested] [--control-tasks 20] [--cell-fields F,F,...] [--jobs N] [--out DIR] [--quiet]
     evprobe directions ACTS [ACTS ...] --layer L[,L ...] [--position last] [--label resolved] [--positive VALUE]
                   [--probe massmean|logistic|centroid|all] [--by KIND] [--records RUN ...] [--requests TYPES]
                   [--restrict RULE] [--C 1.0] [--pooled-covariance] [--seed 20260905] [--out DIR]
@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evprobe.core.argtypes import int_list, positive_float, positive_int, str_list
+from evprobe.core.argtypes import int_list, nonnegative_int, positive_float, positive_int, str_list
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
+from evprobe.probes.control_tasks import CELL_FIELDS, DEFAULT_CONTROL_TASKS
 from evprobe.probes.runs import (
     PROBE_NAMES,
     default_sweep_out,
@@ -67,8 +68,9 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         "sweep",
         help="probe a label at every captured layer and position (grouped CV, controls, nested best layer)",
         description="Linear probes per layer and position on captured activations: family-grouped cross-validated "
-        "AUROC and accuracy with family-bootstrap intervals, a within-family shuffled-label control, input-only "
-        "baselines, a within-family variance diagnostic, the best layer chosen on validation folds only, and "
+        "AUROC and accuracy with family-bootstrap intervals, control tasks (random functions of the prompt's cell) and "
+        "the selectivity they give, a leakage check (within-family shuffled labels), input-only baselines, a "
+        "within-family variance diagnostic, the best layer chosen on validation folds only, and "
         "optional transfer matrices. Writes sweep.json, sweep.md, sweep.png (and transfer-KIND.*) in --out.",
     )
     _common(p)
@@ -81,6 +83,10 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds of whole families")
     p.add_argument("--n-boot", type=positive_int, default=DEFAULT_N_BOOT, help="family bootstrap resamples")
     p.add_argument("--no-nested", action="store_true", help="skip nested best-layer selection (faster)")
+    p.add_argument("--control-tasks", type=nonnegative_int, default=DEFAULT_CONTROL_TASKS,
+                   help="control tasks per layer/position: random balanced functions of the cell (0: none)")
+    p.add_argument("--cell-fields", type=str_list, default=CELL_FIELDS,
+                   help="index fields whose values make a row's cell (default: " + ",".join(CELL_FIELDS) + ")")
     p.add_argument("--jobs", type=positive_int, default=None, help="threads over layers (default: all CPUs)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: ACTS/probes/LABEL=POSITIVE.PROBE)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
@@ -95,7 +101,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     config = SweepConfig(
         probe=args.probe, C=args.C, pooled_covariance=args.pooled_covariance, n_splits=args.folds, seed=args.seed,
         n_boot=args.n_boot, layers=args.layers, positions=args.positions, nested=not args.no_nested,
-        n_jobs=args.jobs,
+        n_jobs=args.jobs, control_tasks=args.control_tasks, cell_fields=tuple(args.cell_fields),
     )
     out = args.out or default_sweep_out(args.acts[0], labelset, args.probe)
     run = sweep_to_folder(captures, labelset, out, config, transfer=args.transfer or (),
@@ -108,19 +114,23 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def _summary(result: Any) -> str:
-    """One line: the nested best layer (or why there is none) and the input-only baselines."""
-    from evprobe.probes.report import fmt
+    """One line: the nested best layer (or why there is none), its control tasks and selectivity, and
+    the one-hot cell baseline."""
+    from evprobe.probes.report import fmt, fmt_controls, fmt_signed
 
-    base = "; ".join(f"{k} {fmt(e)}" for k, e in result.baselines.items())
+    base = f"one-hot cell {fmt(result.cell_baseline)}" if result.cell_baseline.value is not None else ""
     if result.degenerate:
         head = f"{result.label}={result.positive}: DEGENERATE capture, no layer can be probed (see sweep.md)"
     elif result.best is not None:
         b = result.best
         head = (f"{result.label}={result.positive} ({result.probe}, n={result.n}, {result.n_families} families): "
                 f"nested best L{b.layer}/{b.position} AUROC {fmt(b.auroc)}")
+        row = next((r for r in result.rows if r.layer == b.layer and r.position == b.position), None)
+        if row is not None and row.controls is not None:
+            head += f" (control tasks {fmt_controls(row.controls)}, selectivity {fmt_signed(row.selectivity)})"
     else:
         head = f"{result.label}={result.positive} ({result.probe}, n={result.n}): swept {len(result.rows)} layer/positions"
-    return head + (f"; input-only baselines: {base}" if base else "")
+    return head + (f"; input baseline: {base}" if base else "")
 
 
 # -- directions -------------------------------------------------------------------------------

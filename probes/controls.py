@@ -1,23 +1,39 @@
-"""Controls reported beside every sweep.
+"""Checks and baselines reported beside every sweep (the control tasks: probes.control_tasks).
 
-1. Shuffled labels (selectivity, Hewitt and Liang 2019): the labels are permuted within each
-   family (seeded), and the same probe, folds and scoring run on them. A probe that decodes
-   real labels far better than shuffled ones is reading the representation, not its own
-   capacity to fit noise; selectivity = AUROC - control AUROC. The permutation is balanced: it
-   keeps the chance share of positives in place (a 2 + 2 family keeps exactly one positive),
-   so the control labels are uncorrelated with the real ones on the sample rather than only in
-   expectation. A label that is constant within every family (system, initial property) is
-   unchanged by a within-family permutation, so for such labels the family labels are permuted
-   across families instead, balanced the same way (`control_kind` says which).
+1. Leakage check (labels shuffled within families): the labels are permuted within each family
+   (seeded), and the same probe, folds and scoring run on them. With folds of whole families the
+   shuffled labels of a held-out family are unrelated to anything a probe can learn from other
+   families, so this AUROC sits at 0.5 *by construction*: it measures no selectivity. What it
+   checks is the pipeline. If folds split families (a row's family mates in training) or the
+   features carry family-specific label information, it leaves 0.5 (below, when a probe learns a
+   family's mean label from the mates of a held-out row, which is anti-correlated with the row's
+   own shuffled label; above, when features encode the labels). The permutation is balanced: it
+   keeps the chance share of positives in place (a 2 + 2 family keeps exactly one positive), so
+   the shuffled labels are uncorrelated with the real ones on the sample, and a probe reading the
+   real label scores exactly chance on them. A label that is constant within every family
+   (system, initial property) is unchanged by a within-family permutation, so for such labels the
+   family labels are permuted across families instead, balanced the same way (`leakage_kind`).
+   L independent shuffles (4 by default, `SweepConfig.leakage_shuffles`) run beside each other
+   (one Gram matrix); a row's leakage AUROC is their mean. The check *fires* at a layer/position
+   when |mean - 0.5| > t_{df, 1 - 0.025/R} standard errors, the standard error taken from the
+   spread between shuffles pooled over the sweep's R scored rows (`leakage_check`; Bonferroni over
+   the rows, so a sound sweep raises a false alarm anywhere with probability <= 5%). The spread
+   between shuffles is the null variability of a cross-validated AUROC with the fitting included;
+   the family bootstrap with scores held fixed understates it by about a third. Grouped CV on
+   labels unbalanced within families can sit a little below 0.5 (a fold's training rows hold the
+   other class's surplus): a firing check there is worth reading too.
 
-2. Input-only baselines: a logistic model (C = 1) on the one-hot initial history alone, on the
-   one-hot threshold level alone, and on the one-hot (history, threshold level) pair, with the
-   same grouped folds and scoring. By construction sufficiency is the exclusive-or of history
-   and threshold level within a family (each history is answerable at exactly one of the two
-   thresholds), and which of the two XORs it is depends on the family's physics. Pooled over
-   families every (history, level) cell is half resolved, so all three baselines sit at 0.5:
-   a probe that beats them reads a conjunction of the measurement, the threshold and the
-   family's values that the model computed; the prompt's surface variables do not give it.
+2. Input-only baselines, all logistic (C = 1) on one-hot prompt variables with the same folds:
+   - the one-hot cell (system x initial property x history x threshold level,
+     probes.control_tasks.CELL_FIELDS): sufficiency is a function of the cell in the benchmark, so
+     this baseline is ~1.0 by construction. It says the label is computable from the prompt's
+     type; the sweep asks where, and how selectively, the model computes it (control tasks).
+   - details, at chance by design: the initial history alone, the threshold level alone, and the
+     (history, threshold level) pair. Sufficiency is the exclusive-or of history and threshold
+     level within a family (each history is answerable at exactly one of the two thresholds), and
+     which XOR it is depends on the family's physics; pooled over a balanced benchmark every
+     (history, level) cell is half resolved, so all three sit at 0.5. They catch an unbalanced
+     selection (a warning), nothing more.
 
 3. Within-family variance: sum over families of the squared distances of a family's rows from
    their family mean, divided by the total sum of squares about the grand mean, per layer and
@@ -32,12 +48,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
+from evprobe.core.bootstrap import Estimate, FamilyBootstrap
+from evprobe.probes.metrics import auroc_estimate
+
+if TYPE_CHECKING:
+    from evprobe.probes.captures import CaptureSet, LabelSet
+
 DEGENERATE_RATIO = 1e-6
+LEAK_FAMILYWISE = 0.05  # false-alarm probability of the leakage check over a whole sweep
 BASELINES = {
     "history": ("history",),
     "threshold": ("threshold_level",),
@@ -73,18 +97,19 @@ def _balanced_permutation(y: np.ndarray, rng: np.random.Generator, carry: list[f
     return out
 
 
-def control_labels(y: np.ndarray, families: Sequence[str], seed: int) -> tuple[np.ndarray, str]:
+def leakage_labels(y: np.ndarray, families: Sequence[str], seed: int, copy: int = 0) -> tuple[np.ndarray, str]:
     """Labels permuted within families (or, for a family-constant label, across families).
 
     The permutations are drawn uniformly among those that keep the chance share of positives
     in place (`_balanced_permutation`): the shuffled labels are uncorrelated with the real
     ones on the sample, whatever the luck of the draw. Families are visited in a seeded random
-    order. Returns (shuffled y (n,), kind) with kind "within-family" or "across-families".
+    order. `copy` numbers independent shuffles (seed streams [seed, 1] for copy 0, else
+    [seed, 1, copy]). Returns (shuffled y (n,), kind), kind "within-family" or "across-families".
     """
     y = np.asarray(y).astype(np.int8)
     fam = np.asarray(families, dtype=object)
     unique, inverse = np.unique(fam, return_inverse=True)
-    rng = np.random.default_rng([seed, 1])  # a stream of its own, apart from the folds
+    rng = np.random.default_rng([seed, 1] if copy == 0 else [seed, 1, copy])  # apart from the folds
     members = [np.flatnonzero(inverse == f) for f in range(len(unique))]
     varies = any(y[idx].min() != y[idx].max() for idx in members)
     carry = [float(rng.random()) - 0.5]  # random start of the rounding carry
@@ -145,3 +170,65 @@ def identical_pairs(X: np.ndarray, pair_ids: Sequence[Any]) -> tuple[int, int]:
     pairs = [g for g in groups.values() if len(g) == 2]
     same = sum(bool(np.array_equal(X[a], X[b])) for a, b in pairs)
     return same, len(pairs)
+
+
+@dataclass(frozen=True, eq=False)
+class LeakageCheck:
+    """The leakage check over a sweep's R scored rows (module docstring, item 1).
+
+    auroc (R,): mean AUROC over the L shuffles; lo, hi (R,): its 95% interval; z (R,):
+    (auroc - 0.5) / se; fires (R,); limit: the |z| beyond which it fires; df: R (L - 1)."""
+
+    auroc: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    z: np.ndarray
+    fires: np.ndarray
+    limit: float
+    se: float
+    df: int
+
+
+def leakage_check(values: np.ndarray) -> LeakageCheck:
+    """From the AUROCs of L independent within-family shuffles at R rows, `values` (R, L).
+
+    The spread between shuffles at a row is the null variability of a cross-validated AUROC,
+    fitting included; pooled over the rows (variance averaged, df = R (L - 1)) it gives the
+    standard error of a row's mean, se = s / sqrt(L). The family bootstrap with the scores held
+    fixed understates that variability (measured on noise: its z has sd ~1.35, not 1), so it is
+    not used here. Interval: mean +- t_{df, 0.975} se. Fires when |mean - 0.5| > t_{df, 1 - 0.025/R}
+    se (Bonferroni over the R rows: <= 5% false alarms per sweep). Needs L >= 2."""
+    from scipy.stats import t as student_t
+
+    values = np.asarray(values, dtype=np.float64)
+    R, L = values.shape
+    mean = values.mean(axis=1)
+    var = float(np.mean(values.var(axis=1, ddof=1))) if R and L > 1 else float("nan")
+    df = R * (L - 1)
+    se = float(np.sqrt(var / L)) if np.isfinite(var) else float("nan")
+    limit = float(student_t.ppf(1.0 - LEAK_FAMILYWISE / (2 * max(R, 1)), max(df, 1)))
+    half = float(student_t.ppf(0.975, max(df, 1))) * se
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, (mean - 0.5) / se, np.where(mean == 0.5, 0.0, np.sign(mean - 0.5) * np.inf))
+    return LeakageCheck(mean, mean - half, mean + half, z, np.abs(z) > limit, limit, se, df)
+
+
+def input_baselines(
+    captures: CaptureSet, labelset: LabelSet, folds: np.ndarray, boot: FamilyBootstrap
+) -> dict[str, Estimate]:
+    """AUROC of logistic models on single one-hot prompt inputs (probes.controls), grouped CV."""
+    out = {}
+    for name, fields in BASELINES.items():
+        values = [tuple(captures.index[r].get(f) for f in fields) for r in labelset.rows]
+        scores = baseline_scores(one_hot(values), labelset.y, folds)
+        out[name] = auroc_estimate(scores, labelset.y, labelset.families, boot)
+    return out
+
+
+def cell_baseline(cells: np.ndarray | None, labelset: LabelSet, folds: np.ndarray, boot: FamilyBootstrap,
+                  reason: str | None) -> Estimate:
+    """AUROC of a logistic model on the one-hot cell, grouped CV (None cells: skipped, `reason`)."""
+    if cells is None:
+        return Estimate.empty(reason)
+    scores = baseline_scores(one_hot([(c,) for c in cells]), labelset.y, folds)
+    return auroc_estimate(scores, labelset.y, labelset.families, boot)

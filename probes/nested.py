@@ -32,7 +32,7 @@ from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
 METHOD = (
     "nested grouped CV: per outer fold, the (layer, position) with the best pooled inner-CV AUROC on the "
     "training families only (inner folds = the other outer folds); that fold is then scored by the outer fit "
-    "at the chosen candidate; outer scores pooled; family-bootstrap 95% interval"
+    "at the chosen candidate; outer scores pooled"
 )
 
 
@@ -55,6 +55,7 @@ class NestedResult:
     accuracy: Estimate
     choices: tuple[FoldChoice, ...]
     method: str = METHOD
+    permutation: Any = None  # probes.inference.PermutationTest of `auroc`, when one was run
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +68,7 @@ class NestedResult:
             "accuracy_ci": list(self.accuracy.ci),
             "choices": [c.to_json() for c in self.choices],
             "method": self.method,
+            "permutation_test": None if self.permutation is None else self.permutation.to_json(),
         }
 
 

@@ -1,6 +1,10 @@
 """Markdown and PNG reports of sweeps and transfer matrices (matplotlib, Agg backend).
 
-Every number is printed as `value [lo, hi]` with its n, as the benchmark's score tables do.
+Every number is printed as `value [lo, hi]` with its n, as the benchmark's score tables do. A
+sweep's report leads with the probe AUROC beside the control tasks' mean and range and the
+selectivity (probes.control_tasks), shows the leakage check and the one-hot cell baseline with
+what they can and cannot say, and keeps the single-factor baselines (at chance by design) in a
+details section.
 """
 
 from __future__ import annotations
@@ -10,15 +14,39 @@ from pathlib import Path
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate
+from evprobe.probes.control_tasks import ControlSummary
+from evprobe.probes.summary import sweep_paragraph
 from evprobe.probes.sweep import SweepResult
 from evprobe.probes.transfer import TransferResult
 
 XOR_NOTE = (
-    "Sufficiency is, within a family, the exclusive-or of the initial history and the threshold level "
-    "(each history is answerable at exactly one of the family's two thresholds), and which XOR it is "
-    "depends on the family's physics. Pooled over families, history alone and threshold level alone carry "
-    "no information about it, nor does their pair: a probe that beats these baselines reads a conjunction "
-    "of the measurement, the threshold and the family's values that the model computed."
+    "At chance by design: sufficiency is, within a family, the exclusive-or of the initial history and the "
+    "threshold level (each history is answerable at exactly one of the family's two thresholds), and which XOR it "
+    "is depends on the family's physics. Pooled over a balanced benchmark, history alone and threshold level alone "
+    "carry no information about it, nor does their pair, so these baselines sit at 0.5 whatever the model does; "
+    "they catch an unbalanced selection (a warning above), nothing more."
+)
+CELL_NOTE = (
+    "The cell (system x initial property x history x threshold level) fixes the label here (sufficiency in the "
+    "benchmark), so a logistic model on the one-hot cell decodes it (~1.0) by construction: the label is computable "
+    "from the prompt's type. The question the sweep answers is where, and how selectively, the model computes it: a "
+    "representation that carries the cell decodes every function of the cell, sufficiency included; the control "
+    "tasks measure that, and selectivity is what sufficiency has beyond it."
+)
+CONTROLS_NOTE = (
+    "Control tasks (Hewitt and Liang 2019): {k} random balanced functions of the cell ({cells} cells; half the "
+    "cells labelled 1, seeded; redrawn when equal to the target, its negation or another control), fitted and "
+    "scored with the same probe and family folds. `control mean [min, max]` is their pair-weighted mean AUROC and "
+    "range; selectivity = AUROC - control mean, with a paired family-bootstrap interval (the same resamples for "
+    "target and controls). High AUROC with high control AUROC means the representation carries the cell, not "
+    "that it computes the label."
+)
+LEAK_NOTE = (
+    "Leakage check: {shuffles} independent shuffles of the labels {kind} (seeded), same probe and folds; the row "
+    "shows their mean AUROC. Grouped folds make it 0.5 by construction, so it measures no selectivity: it fires "
+    "(**LEAK**) where |AUROC - 0.5| > {limit:.2f} standard errors (the spread between shuffles pooled over the "
+    "{rows} scored rows, Student t with {df} df, Bonferroni: <= 5% false alarms per sweep), i.e. where folds split "
+    "families or the features carry family-specific label information. Interval: mean +- t_0.975 se."
 )
 
 
@@ -30,8 +58,20 @@ def fmt(e: Estimate | None, digits: int = 3) -> str:
     return f"{e.value:.{digits}f}{ci}"
 
 
+def fmt_signed(e: Estimate) -> str:
+    if e.value is None:
+        return "n/a"
+    lo, hi = e.ci
+    return f"{e.value:+.3f}" + ("" if lo is None else f" [{lo:+.3f}, {hi:+.3f}]")
+
+
+def fmt_controls(c: ControlSummary | None) -> str:
+    return "n/a" if c is None else f"{c.mean:.3f} [{c.min:.3f}, {c.max:.3f}]"
+
+
 def sweep_markdown(result: SweepResult) -> str:
     cfg = result.config
+    tasks = result.control_tasks
     lines = [f"# Probe sweep: {result.label}={result.positive}, {result.probe} probe", ""]
     for w in result.warnings:
         lines += [f"> **WARNING: {w}**", ""]
@@ -42,24 +82,32 @@ def sweep_markdown(result: SweepResult) -> str:
         f"- restriction: {result.restriction or 'none (all labelled rows)'}",
         f"- cross-validation: {cfg.n_splits} folds of whole families (seed {cfg.seed}); out-of-fold decision values "
         "pooled; accuracy = sign of the decision",
-        f"- intervals: family bootstrap, B = {cfg.n_boot}, pointwise 95% percentile; AUROC per resample by the "
-        "weighted Mann-Whitney formula",
-        f"- control: labels shuffled {result.control_kind}, same probe, folds and scoring (selectivity = AUROC - "
-        "control)",
+        ("- intervals: AUROC and accuracy (rows and nested): " + result.intervals.method
+         + f", B = {result.intervals.n_refits} (coverage: benchmarks/coverage.py); selectivity and leakage: family "
+         f"bootstrap of the out-of-fold scores, B = {cfg.n_boot}" if result.intervals is not None else
+         f"- intervals: family bootstrap of the out-of-fold scores with the fold models held fixed, B = {cfg.n_boot} "
+         "(too narrow: see the warning)"),
+        f"- control tasks: {tasks['k']} of {tasks['requested']} requested, cell = {' x '.join(tasks['cell_fields'])}"
+        + (f" (**skipped: {tasks['skipped']}**)" if tasks["skipped"] else ""),
         f"- probe: {result.probe}" + (f", C = {cfg.C} after StandardScaler" if result.probe == "logistic" else ""),
         "",
-        "## Input-only baselines (logistic on one-hot prompt variables, same folds)",
-        "",
-        "| baseline | AUROC [95% CI] | n |",
-        "|---|---|---:|",
     ]
-    names = {"history": "initial history alone", "threshold": "threshold level alone",
-             "history_threshold": "history and threshold level (joint one-hot)"}
-    for key, est in result.baselines.items():
-        lines.append(f"| {names.get(key, key)} | {fmt(est)} | {est.n} |")
-    if result.label == "resolved":
-        lines += ["", XOR_NOTE]
-    lines += ["", "## Best layer, chosen on validation folds only (nested)", ""]
+    lines += ["## What this shows", "", sweep_paragraph(result), ""]
+    if tasks["k"]:
+        lines += [CONTROLS_NOTE.format(k=tasks["k"], cells=tasks["n_cells"]), ""]
+    if result.leakage is not None:
+        lk = result.leakage
+        lines += [LEAK_NOTE.format(shuffles=cfg.leakage_shuffles, kind=result.leakage_kind, limit=lk.limit,
+                                   rows=len(lk.auroc), df=lk.df), ""]
+    lines += ["## Input baseline: the one-hot cell (logistic, same folds)", "",
+              f"AUROC {fmt(result.cell_baseline)} (n={result.cell_baseline.n}).", ""]
+    cell = result.cell_baseline.value
+    if cell is not None and cell >= 0.9:
+        lines += [CELL_NOTE, ""]
+    elif cell is not None:
+        lines += [f"Here the cell does not fix '{result.label}' (one-hot cell AUROC {cell:.3f}): the label varies "
+                  "within cells, so part of it is not a function of the prompt's type.", ""]
+    lines += ["## Best layer, chosen on validation folds only (nested)", ""]
     if result.best is None:
         lines.append("No layer/position could be scored." if result.degenerate or not result.rows else "Not computed.")
     else:
@@ -72,6 +120,14 @@ def sweep_markdown(result: SweepResult) -> str:
             "",
             f"Method: {b.method}.",
         ]
+        row = next((r for r in result.rows if r.layer == b.layer and r.position == b.position), None)
+        if row is not None and row.controls is not None:
+            verdict = (f"selective: '{result.label}' is decoded there beyond what random functions of the cell reach"
+                       if row.selective else
+                       "**not selective**: random functions of the cell decode about as well there, so the "
+                       "representation carries the cell rather than computing this label in particular")
+            lines += ["", f"At L{b.layer}/{b.position}: control tasks {fmt_controls(row.controls)} (k={row.controls.k}), "
+                          f"selectivity {fmt_signed(row.selectivity)}: {verdict}."]
         if result.naive_best:
             nb = result.naive_best
             lines += ["", f"For comparison, the maximum over layers of the test-fold AUROC (TRAPS-style, optimistic): "
@@ -80,46 +136,68 @@ def sweep_markdown(result: SweepResult) -> str:
         "",
         "## Per layer and position",
         "",
-        "| layer | position | AUROC [95% CI] | accuracy [95% CI] | shuffled control [95% CI] | selectivity "
-        "| within-family variance | n |",
-        "|---:|---|---|---|---|---:|---:|---:|",
+        "| layer | position | AUROC [95% CI] | accuracy [95% CI] | control tasks mean [min, max] | selectivity "
+        "[95% CI] | leakage check [95% CI] | within-family variance | n |",
+        "|---:|---|---|---|---|---|---|---:|---:|",
     ]
     for r in result.rows:
         if r.degenerate:
             lines.append(f"| {r.layer} | {r.position} | **DEGENERATE**: identical within families, 0.5 by "
-                         f"construction | | | | {r.within_family_variance:.2e} | {result.n} |")
+                         f"construction | | | | | {r.within_family_variance:.2e} | {result.n} |")
             continue
-        sel = "" if r.auroc.value is None or r.control.value is None else f"{r.auroc.value - r.control.value:+.3f}"
-        lines.append(f"| {r.layer} | {r.position} | {fmt(r.auroc)} | {fmt(r.accuracy)} | {fmt(r.control)} | {sel} "
-                     f"| {r.within_family_variance:.3f} | {r.auroc.n} |")
+        leak = fmt(r.leakage) + (" **LEAK**" if r.leakage_fires else "")
+        lines.append(f"| {r.layer} | {r.position} | {fmt(r.auroc)} | {fmt(r.accuracy)} | {fmt_controls(r.controls)} "
+                     f"| {fmt_signed(r.selectivity)} | {leak} | {r.within_family_variance:.3f} | {r.auroc.n} |")
+    if result.baselines:
+        names = {"history": "initial history alone", "threshold": "threshold level alone",
+                 "history_threshold": "history and threshold level (joint one-hot)"}
+        lines += ["", "## Details: single-factor input baselines (logistic on one-hot prompt variables, same folds)",
+                  "", "| baseline | AUROC [95% CI] | n |", "|---|---|---:|"]
+        for key, est in result.baselines.items():
+            lines.append(f"| {names.get(key, key)} | {fmt(est)} | {est.n} |")
+        if result.label == "resolved":
+            lines += ["", XOR_NOTE]
     return "\n".join(lines) + "\n"
 
 
+def _band(ax, x, v, lo, hi, style, colour, label) -> None:
+    ax.plot(x, v, style, color=colour, marker="o", ms=3, label=label)
+    ax.fill_between(x, lo, hi, color=colour, alpha=0.2, linewidth=0)
+
+
 def sweep_png(result: SweepResult, path: str | Path) -> Path:
-    """AUROC by layer with 95% bands, the shuffled control, the input-only baselines, chance and
-    the nested best layer; one panel per position."""
+    """AUROC by layer with 95% bands, the control tasks' mean with their min-max band, the
+    leakage check, the one-hot cell baseline, chance and the nested best layer; one panel per
+    position."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    nan = (lambda v: np.nan if v is None else v)
     positions = list(dict.fromkeys(r.position for r in result.rows))
     fig, axes = plt.subplots(1, len(positions), figsize=(5.2 * len(positions), 4.2), sharey=True, squeeze=False)
     for ax, pos in zip(axes[0], positions, strict=True):
         rows = [r for r in result.rows if r.position == pos]
         x = np.array([r.layer for r in rows], dtype=float)
-        for attr, label, style, colour in (("auroc", f"{result.probe} probe", "-", "C0"),
-                                           ("control", "shuffled labels (control)", "--", "C7")):
-            est = [getattr(r, attr) for r in rows]
-            v = np.array([np.nan if e.value is None else e.value for e in est])
-            lo = np.array([np.nan if e.ci[0] is None else e.ci[0] for e in est])
-            hi = np.array([np.nan if e.ci[1] is None else e.ci[1] for e in est])
-            ax.plot(x, v, style, color=colour, marker="o", ms=3, label=label)
-            ax.fill_between(x, lo, hi, color=colour, alpha=0.2, linewidth=0)
-        for key, colour, name in (("history", "C2", "history alone"), ("threshold", "C3", "threshold level alone")):
-            e = result.baselines.get(key)
-            if e is not None and e.value is not None:
-                ax.axhline(e.value, color=colour, ls=":", lw=1.2, label=f"baseline: {name} ({e.value:.2f})")
+        est = [r.auroc for r in rows]
+        _band(ax, x, [nan(e.value) for e in est], [nan(e.ci[0]) for e in est], [nan(e.ci[1]) for e in est], "-",
+              "C0", f"{result.probe} probe (95% CI)")
+        if any(r.controls is not None for r in rows):
+            c = [r.controls for r in rows]
+            _band(ax, x, [np.nan if e is None else e.mean for e in c], [np.nan if e is None else e.min for e in c],
+                  [np.nan if e is None else e.max for e in c], "--", "C7",
+                  f"control tasks: mean, min-max band (k={result.control_tasks['k']})")
+        if any(r.leakage.value is not None for r in rows):
+            ax.plot(x, [nan(r.leakage.value) for r in rows], ":", color="C3", lw=1,
+                    label="leakage check (0.5 by construction)")
+            fired = [r for r in rows if r.leakage_fires]
+            if fired:
+                ax.plot([r.layer for r in fired], [r.leakage.value for r in fired], "s", color="C3", ms=6,
+                        label="leakage check fired")
+        e = result.cell_baseline
+        if e.value is not None:
+            ax.axhline(e.value, color="C2", ls=":", lw=1.2, label=f"baseline: one-hot cell ({e.value:.2f})")
         ax.axhline(0.5, color="k", lw=0.6, alpha=0.6)
         bad = [r.layer for r in rows if r.degenerate]
         if bad:

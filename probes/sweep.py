@@ -1,15 +1,24 @@
 """The layer sweep: grouped cross-validated AUROC and accuracy at every captured layer and
-position, with controls beside every row and a nested (validation-only) best layer.
+position, with control tasks, a leakage check and baselines beside every row and a nested
+(validation-only) best layer.
 
 Per (layer, position), on the labelled rows X (n, d) read from the capture in float32:
 
 - family folds (probes.splits; K = 5 by default, seeded), both members of every pair on one
   side; out-of-fold decision values of the probe (`auroc`, `accuracy` = sign of the decision);
-- the same with labels shuffled within families (`control_auroc`, probes.controls);
+- control tasks (probes.control_tasks; 20 by default): random balanced functions of the cell
+  fitted with the same probe and folds on the same Gram matrix (probes.multilabel), giving
+  `control_tasks` (pair-weighted mean AUROC, min, max, k) and `selectivity` = AUROC - mean
+  control AUROC with a paired family-bootstrap interval;
+- the leakage check: L = 4 independent within-family label shuffles, same probe and folds
+  (`leakage_auroc`, their mean; it sits at 0.5 by construction unless folds or features leak;
+  interval and firing rule from the spread between shuffles, probes.controls.leakage_check);
 - the within-family variance ratio and identical pairs; a row whose representation does not
   vary within families, for a label that does, is `degenerate`: nothing is fitted there and
   the row says why instead of reporting 0.5;
-- inner fits for nested selection (probes.nested).
+- inner fits for nested selection (probes.nested; the target only).
+
+Once per sweep: input-only baselines (one-hot cell; single-factor details), probes.controls.
 
 Intervals: one `FamilyBootstrap` (B = 2000, seed 20260905 by default) over the labelled rows'
 families serves every number, so rows, controls and baselines see the same resamples. AUROC
@@ -23,25 +32,38 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
 from evprobe.probes.captures import CaptureSet, LabelSet
+from evprobe.probes.control_tasks import (
+    CELL_FIELDS,
+    DEFAULT_CONTROL_TASKS,
+    ControlSummary,
+    ControlTasks,
+    draw_control_tasks,
+    row_cells,
+    selectivity,
+)
 from evprobe.probes.controls import (
-    BASELINES,
     DEGENERATE_RATIO,
-    baseline_scores,
-    control_labels,
+    LeakageCheck,
+    cell_baseline,
     identical_pairs,
-    one_hot,
+    input_baselines,
+    leakage_check,
+    leakage_labels,
     within_family_variance,
 )
 from evprobe.probes.engine import Fitter, cv_scores, make_fitter, map_layers
-from evprobe.probes.metrics import accuracy_estimate, auroc_estimate
-from evprobe.probes.nested import NestedResult, nested_estimate
+from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
+from evprobe.probes.multilabel import ManyLabelLogisticFitter
+from evprobe.probes.inference import RefitIntervals, sweep_refit_intervals
+from evprobe.probes.nested import NestedResult, nested_estimate, nested_select
+from evprobe.probes.refit import DEFAULT_REFITS
 from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
 
 PAIR_FIELDS = ("image_pair_id", "threshold_pair_id")
@@ -61,8 +83,13 @@ class SweepConfig:
     n_boot: int = DEFAULT_N_BOOT
     layers: tuple[int, ...] | None = None  # model layer numbers; None = every captured layer
     positions: tuple[str, ...] | None = None  # None = every captured position
-    controls: bool = True
+    controls: bool = True  # control tasks, leakage check and input baselines
+    control_tasks: int = DEFAULT_CONTROL_TASKS  # random balanced cell functions per row (0: none)
+    leakage_shuffles: int = 4  # independent within-family shuffles of the leakage check (>= 2)
+    cell_fields: tuple[str, ...] = CELL_FIELDS  # index fields whose values make a row's cell
     nested: bool = True
+    refits: int = DEFAULT_REFITS  # family resamples on which the whole pipeline is refitted for the intervals (0: none)
+    permutations: int = 0  # label permutations for the nested estimate's p-value (probes.inference; 0: no test)
     n_jobs: int | None = None  # threads over layer chunks; None = the CPUs this process may use
 
 
@@ -73,16 +100,26 @@ class SweepRow:
     position: str
     auroc: Estimate
     accuracy: Estimate
-    control: Estimate
+    controls: ControlSummary | None  # control tasks (None: skipped, degenerate, or controls off)
+    selectivity: Estimate  # auroc - controls.mean, paired interval
+    leakage_shuffles: tuple[float, ...]  # AUROC of each within-family shuffle (empty: not run)
     within_family_variance: float
     degenerate: bool
     identical: dict[str, tuple[int, int]] = field(default_factory=dict)  # pair field -> (identical, pairs)
     reason: str | None = None
+    # the leakage check's mean AUROC with its interval, z and verdict: set once the sweep has every row
+    leakage: Estimate = Estimate.empty("not run")
+    leakage_z: float | None = None  # (leakage - 0.5) / standard error between shuffles
+    leakage_fires: bool | None = None
 
-    def to_json(self, baselines: dict[str, Estimate]) -> dict[str, Any]:
-        sel = None
-        if self.auroc.value is not None and self.control.value is not None:
-            sel = self.auroc.value - self.control.value
+    @property
+    def selective(self) -> bool | None:
+        """True when the selectivity interval lies above 0 (pointwise 95%); None without one."""
+        lo = self.selectivity.ci[0]
+        return None if lo is None else bool(lo > 0)
+
+    def to_json(self) -> dict[str, Any]:
+        z = self.leakage_z
         out = {
             "layer": self.layer,
             "layer_index": self.layer_index,
@@ -92,12 +129,13 @@ class SweepRow:
             "n": self.auroc.n,
             "accuracy": self.accuracy.value,
             "accuracy_ci": list(self.accuracy.ci),
-            "control_auroc": self.control.value,
-            "control_ci": list(self.control.ci),
-            "selectivity": sel,
-            "baseline_history_auroc": _value(baselines.get("history")),
-            "baseline_threshold_auroc": _value(baselines.get("threshold")),
-            "baseline_history_threshold_auroc": _value(baselines.get("history_threshold")),
+            "control_tasks": None if self.controls is None else self.controls.to_json(),
+            "selectivity": {**self.selectivity.to_json(), "selective": self.selective},
+            "leakage_auroc": self.leakage.value,
+            "leakage_ci": list(self.leakage.ci),
+            "leakage_z": None if z is None or not np.isfinite(z) else z,
+            "leakage_fires": self.leakage_fires,
+            "leakage_shuffles": list(self.leakage_shuffles),
             "within_family_variance": self.within_family_variance,
             "degenerate": self.degenerate,
             "identical_pairs": {k: list(v) for k, v in self.identical.items()},
@@ -107,8 +145,12 @@ class SweepRow:
         return out
 
 
-def _value(e: Estimate | None) -> float | None:
-    return None if e is None else e.value
+CONTROL_TASKS_METHOD = (
+    "Hewitt and Liang (2019) control tasks: random balanced functions of the cell (half the cells present labelled "
+    "1, seeded; redrawn when constant, equal to the target or its negation, or to another control or its negation), "
+    "fitted and scored with the same probe and family folds; mean = pair-weighted mean AUROC over the controls; "
+    "selectivity = AUROC - mean, paired family-bootstrap interval (same resamples)"
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,13 +165,17 @@ class SweepResult:
     n_families: int
     n_dropped: dict[str, int]
     restriction: str | None
-    control_kind: str
+    leakage_kind: str  # "within-family" or "across-families" shuffle
+    leakage: LeakageCheck | None  # the check over the scored rows (None: controls off or nothing scored)
+    control_tasks: dict[str, Any]  # k, requested, n_cells, cell_fields, skipped (reason or None)
     rows: tuple[SweepRow, ...]
-    baselines: dict[str, Estimate]
+    cell_baseline: Estimate  # logistic on the one-hot cell
+    baselines: dict[str, Estimate]  # single-factor baselines (details: at chance by design)
     best: NestedResult | None
     naive_best: dict[str, Any] | None  # argmax over rows: selected on test folds (TRAPS-style)
     warnings: tuple[str, ...]
     seconds: float
+    intervals: RefitIntervals | None = None  # None: the fixed-model bootstrap's (see FIXED_MODEL_WARNING)
 
     @property
     def degenerate(self) -> bool:
@@ -147,27 +193,45 @@ class SweepResult:
             "dropped": self.n_dropped,
             "restriction": self.restriction,
             "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()},
-            "control": f"labels shuffled {self.control_kind} (seeded), same probe, folds and scoring",
+            "control_tasks": {**self.control_tasks, "method": CONTROL_TASKS_METHOD},
+            "leakage_check": None if self.leakage is None else {
+                "kind": f"labels shuffled {self.leakage_kind} (seeded), same probe, folds and scoring",
+                "shuffles": self.config.leakage_shuffles,
+                "expected": 0.5,
+                "se": self.leakage.se,
+                "df": self.leakage.df,
+                "fires_at_z": self.leakage.limit,
+                "rule": "mean AUROC over the shuffles; standard error from the spread between shuffles pooled over "
+                        "the scored rows (df); fires where |AUROC - 0.5| > fires_at_z standard errors (Student t, "
+                        "Bonferroni over the scored layer/positions: <= 5% false alarms per sweep); interval: "
+                        "mean +- t_{df, 0.975} se",
+            },
+            "cell_baseline": self.cell_baseline.to_json(),
             "baselines": {k: e.to_json() for k, e in self.baselines.items()},
-            "rows": [r.to_json(self.baselines) for r in self.rows],
+            "rows": [r.to_json() for r in self.rows],
             "best": None if self.best is None else self.best.to_json(),
             "naive_best": self.naive_best,
             "degenerate": self.degenerate,
+            "intervals": self.intervals_json(),
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
         }
 
+    def intervals_json(self) -> dict[str, Any]:
+        """How the AUROC and accuracy intervals of the rows and of `best` were made."""
+        if self.intervals is None:
+            return {"method": "family bootstrap of the pooled out-of-fold scores, fold models held fixed "
+                              "(undercovers: benchmarks/coverage.py)", "refits": 0}
+        return {"method": self.intervals.method, "refits": self.intervals.n_refits,
+                "seconds": round(self.intervals.seconds, 3), "coverage": "benchmarks/coverage.py"}
 
-def input_baselines(
-    captures: CaptureSet, labelset: LabelSet, folds: np.ndarray, boot: FamilyBootstrap
-) -> dict[str, Estimate]:
-    """AUROC of logistic models on one-hot prompt inputs alone (probes.controls), grouped CV."""
-    out = {}
-    for name, fields in BASELINES.items():
-        values = [tuple(captures.index[r].get(f) for f in fields) for r in labelset.rows]
-        scores = baseline_scores(one_hot(values), labelset.y, folds)
-        out[name] = auroc_estimate(scores, labelset.y, labelset.families, boot)
-    return out
+
+def controls_for(captures: CaptureSet, labelset: LabelSet, config: SweepConfig) -> tuple[np.ndarray | None, ControlTasks]:
+    """(cell number per labelled row or None, the control tasks or the reason there are none)."""
+    cells, reason = row_cells([captures.index[r] for r in labelset.rows], config.cell_fields)
+    if cells is None:
+        return None, ControlTasks(np.zeros((0, labelset.n), np.int8), 0, config.control_tasks, reason)
+    return cells, draw_control_tasks(cells, labelset.y, config.control_tasks, config.seed)
 
 
 def candidate_indices(captures: CaptureSet, config: SweepConfig) -> tuple[list[int], list[int]]:
@@ -189,13 +253,24 @@ def sweep(
     y, fam = labelset.y, labelset.families
     folds = family_folds(fam, config.n_splits, config.seed, y)
     boot = FamilyBootstrap(sorted(set(fam)), config.n_boot, config.seed)
-    y_control, control_kind = control_labels(y, fam, config.seed)
     varies = labelset.varies_within_families
+    # checks and baselines, once per sweep
+    if config.controls and config.leakage_shuffles < 2:
+        raise ValueError(f"the leakage check needs at least 2 shuffles, got {config.leakage_shuffles}")
+    shuffles = [leakage_labels(y, fam, config.seed, copy) for copy in range(max(config.leakage_shuffles, 1))]
+    leakage_kind = shuffles[0][1]
+    y_leak = {f"leakage:{copy}": lab for copy, (lab, _) in enumerate(shuffles)}
+    cells, tasks = controls_for(captures, labelset, config) if config.controls else (None, None)
     baselines = input_baselines(captures, labelset, folds, boot) if config.controls else {}
+    cell_base = (cell_baseline(cells, labelset, folds, boot, tasks.reason) if tasks is not None
+                 else Estimate.empty("controls off"))
+    ys = {"y": y}
+    if config.controls:
+        ys |= {**y_leak, **tasks.as_labels()}
+    control_names = [] if tasks is None else tasks.names()
     layer_idx, pos_idx = candidate_indices(captures, config)
     candidates = [(captures.layers[li], captures.positions[pi]) for li in layer_idx for pi in pos_idx]
     pair_ids = {f: [captures.index[r].get(f) for r in labelset.rows] for f in PAIR_FIELDS}
-    ys = {"y": y, "control": y_control} if config.controls else {"y": y}
 
     def work(li: int, block: np.ndarray, fitter: Fitter) -> list[tuple[SweepRow, np.ndarray | None, np.ndarray | None]]:
         out = []
@@ -207,23 +282,33 @@ def sweep(
             if varies and ratio < DEGENERATE_RATIO:
                 empty = Estimate.empty("degenerate")
                 reason = DEGENERATE_REASON.format(ratio=ratio, limit=DEGENERATE_RATIO)
-                out.append((SweepRow(layer, li, position, empty, empty, empty, ratio, True, identical, reason), None, None))
+                out.append((SweepRow(layer, li, position, empty, empty, None, empty, (), ratio, True, identical,
+                                     reason, leakage=empty), None, None))
                 continue
             res = cv_scores(X, fitter, folds, ys, inner_label="y" if config.nested else None, key=pi)
-            s = res.oof["y"]
+            s = res.oof["y"]  # (n,) out-of-fold decision values of the target
             auc = auroc_estimate(s, y, fam, boot)
             correct = np.where(np.isfinite(s), ((s > 0) == y.astype(bool)).astype(float), np.nan)
             acc = accuracy_estimate(correct, fam, boot)
-            ctrl = auroc_estimate(res.oof["control"], y_control, fam, boot) if config.controls else Estimate.empty()
-            out.append((SweepRow(layer, li, position, auc, acc, ctrl, ratio, False, identical), s, res.inner))
+            summary, sel = None, Estimate.empty("no control tasks")
+            leak: tuple[float, ...] = ()
+            if config.controls:
+                leak = tuple(_scored_auroc(res.oof[name], lab) for name, lab in y_leak.items())
+            if control_names:
+                ctrl = np.array([res.oof[name] for name in control_names])  # (k, n)
+                summary, sel = selectivity(s, y, ctrl, tasks.labels, fam, boot)
+            out.append((SweepRow(layer, li, position, auc, acc, summary, sel, leak, ratio, False, identical),
+                        s, res.inner))
         return out
 
     def make() -> Fitter:
+        if config.probe == "logistic":
+            return ManyLabelLogisticFitter(config.C)  # control tasks share each Gram matrix (probes.multilabel)
         return make_fitter(config.probe, config.C, config.pooled_covariance)
 
     per_layer = map_layers(captures, labelset.rows, layer_idx, pos_idx, work, make, config.n_jobs, progress)
     flat = [item for layer_items in per_layer for item in layer_items]
-    rows = [row for row, _, _ in flat]
+    rows, check = with_leakage([row for row, _, _ in flat])
     n = labelset.n
     oof_all = np.full((len(candidates), n), np.nan)
     inner_all = np.full((len(candidates), config.n_splits, n), np.nan) if config.nested else None
@@ -235,22 +320,94 @@ def sweep(
     best = None
     if inner_all is not None:
         best = nested_estimate(oof_all, inner_all, y, folds, fam, boot, candidates)
+    intervals = None
+    if config.refits > 0 and config.probe == "logistic":
+        rows, best, intervals = with_refit_intervals(captures, labelset, config, folds, boot, rows, best, oof_all,
+                                                     inner_all, layer_idx, pos_idx)
     scored = [r for r in rows if r.auroc.value is not None]
     naive = None
     if scored:
         top = max(scored, key=lambda r: r.auroc.value)
         naive = {"layer": top.layer, "position": top.position, "auroc": top.auroc.value, "ci": list(top.auroc.ci),
                  "n": top.auroc.n, "note": "maximum over layers of test-fold AUROC (TRAPS-style; optimistic)"}
-    warnings = _warnings(rows, varies, baselines, labelset)
+    info = {"k": 0, "requested": config.control_tasks, "n_cells": 0, "cell_fields": list(config.cell_fields),
+            "skipped": "controls off"}
+    if tasks is not None:
+        info.update(k=tasks.k, n_cells=tasks.n_cells, skipped=tasks.reason)
+    warnings = _warnings(rows, baselines, labelset, info, check)
+    if intervals is None:
+        warnings.append(FIXED_MODEL_WARNING.format(why="refits are off (--refits 0)" if config.probe == "logistic"
+                                                    else f"refits are implemented for the logistic probe, not {config.probe}"))
     return SweepResult(
         label=labelset.name, positive=labelset.positive, probe=config.probe, config=config, model=captures.model,
         regimes=tuple(captures.source_names), n=n, n_families=len(set(fam)), n_dropped=labelset.dropped,
-        restriction=labelset.restriction, control_kind=control_kind, rows=tuple(rows), baselines=baselines,
-        best=best, naive_best=naive, warnings=tuple(warnings), seconds=time.perf_counter() - started,
+        restriction=labelset.restriction, leakage_kind=leakage_kind, leakage=check, control_tasks=info,
+        rows=tuple(rows), cell_baseline=cell_base, baselines=baselines, best=best, naive_best=naive,
+        warnings=tuple(warnings), seconds=time.perf_counter() - started, intervals=intervals,
     )
 
 
-def _warnings(rows: Sequence[SweepRow], varies: bool, baselines: dict[str, Estimate], labelset: LabelSet) -> list[str]:
+FIXED_MODEL_WARNING = (
+    "INTERVALS HOLD THE FOLD MODELS FIXED ({why}): they resample which families are scored, not which trained the "
+    "probes, and undercover (77-87% for a nominal 95% on null data, benchmarks/coverage.py)"
+)
+
+
+def with_refit_intervals(
+    captures: CaptureSet, labelset: LabelSet, config: SweepConfig, folds: np.ndarray, boot: FamilyBootstrap,
+    rows: list[SweepRow], best: NestedResult | None, oof_all: np.ndarray, inner_all: np.ndarray | None,
+    layer_idx: list[int], pos_idx: list[int],
+) -> tuple[list[SweepRow], NestedResult | None, RefitIntervals]:
+    """Rows and nested estimate with the intervals of the refitted pipeline (probes.refit,
+    probes.inference): same estimates, wider and honest intervals."""
+    nested = None
+    if best is not None and inner_all is not None:
+        chosen, _ = nested_select(inner_all, labelset.y, folds)
+        pooled = np.full(labelset.n, np.nan)
+        for k, g in enumerate(chosen):
+            if g >= 0:
+                pooled[folds == k] = oof_all[g, folds == k]
+        nested = (pooled, best.auroc.value, best.accuracy.value)
+    degenerate = {(i // len(pos_idx), i % len(pos_idx)) for i, r in enumerate(rows) if r.degenerate}
+    result = sweep_refit_intervals(
+        lambda li: captures.block(li, labelset.rows, pos_idx), layer_idx, len(pos_idx), labelset.y, labelset.families,
+        folds, boot, oof_all, [(r.auroc.value, r.accuracy.value) for r in rows], nested, n_splits=config.n_splits,
+        C=config.C, n_refits=config.refits, seed=config.seed, permutations=config.permutations, n_jobs=config.n_jobs,
+        skip=lambda slot, p: (slot, p) in degenerate,
+    )
+    out = [replace(r, auroc=_with_ci(r.auroc, auc_ci), accuracy=_with_ci(r.accuracy, acc_ci))
+           for r, (auc_ci, acc_ci) in zip(rows, result.per_candidate, strict=True)]
+    if best is not None and result.nested is not None:
+        best = replace(best, auroc=_with_ci(best.auroc, result.nested[0]), accuracy=_with_ci(best.accuracy, result.nested[1]),
+                       permutation=result.permutation)
+    return out, best, result
+
+
+def _with_ci(est: Estimate, ci: tuple[float | None, float | None]) -> Estimate:
+    return est if est.value is None else replace(est, ci=ci)
+
+
+def _scored_auroc(scores: np.ndarray, y: np.ndarray) -> float:
+    """AUROC over the rows with a score (NaN: a fold whose training rows had one class)."""
+    ok = np.isfinite(scores)
+    return auroc(scores[ok], y[ok]) if ok.any() else float("nan")
+
+
+def with_leakage(rows: list[SweepRow]) -> tuple[list[SweepRow], LeakageCheck | None]:
+    """The rows with the leakage check's estimate, z and verdict filled in (probes.controls)."""
+    scored = [i for i, r in enumerate(rows) if r.leakage_shuffles and all(np.isfinite(r.leakage_shuffles))]
+    if not scored:
+        return rows, None
+    check = leakage_check(np.array([rows[i].leakage_shuffles for i in scored]))  # (R, L)
+    out = list(rows)
+    for j, i in enumerate(scored):
+        est = Estimate(float(check.auroc[j]), (float(check.lo[j]), float(check.hi[j])), rows[i].auroc.n)
+        out[i] = replace(rows[i], leakage=est, leakage_z=float(check.z[j]), leakage_fires=bool(check.fires[j]))
+    return out, check
+
+
+def _warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], labelset: LabelSet,
+              tasks: dict[str, Any], check: LeakageCheck | None) -> list[str]:
     out = []
     bad = [r for r in rows if r.degenerate]
     if bad and len(bad) == len(rows):
@@ -276,16 +433,30 @@ def _warnings(rows: Sequence[SweepRow], varies: bool, baselines: dict[str, Estim
             out.append(f"input-only baseline '{name}' is above chance ({est.value:.3f}, CI {est.ci}); the "
                        "selection is not balanced within families, so a probe can partly read the prompt's "
                        "surface variables")
+    if tasks["skipped"] and tasks["skipped"] != "controls off":
+        fix = ("" if tasks["requested"] <= 0 else
+               " (set SweepConfig.cell_fields / --cell-fields to index fields the capture has)")
+        out.append(f"CONTROL TASKS SKIPPED: {tasks['skipped']}. Without them the sweep cannot say whether "
+                   f"'{labelset.name}' is decoded selectively or merely as one of the many functions of the prompt's "
+                   f"cell that the representation carries; no selectivity is reported{fix}.")
+    elif 0 < tasks["k"] < tasks["requested"]:
+        out.append(f"only {tasks['k']} of {tasks['requested']} control tasks could be drawn ({tasks['n_cells']} "
+                   "cells); the control mean and range rest on fewer tasks")
+    fired = [r for r in rows if r.leakage_fires]
+    if fired:
+        where = ", ".join(f"L{r.layer}/{r.position} {r.leakage.value:.3f}" for r in fired[:6])
+        out.append(f"LEAKAGE CHECK FIRED at {len(fired)} of {sum(r.leakage.value is not None for r in rows)} "
+                   f"layer/positions ({where}{' ...' if len(fired) > 6 else ''}): labels shuffled within families "
+                   f"decode away from 0.5 (|z| > {check.limit:.2f}), which grouped folds make impossible for features "
+                   "computed from the input alone: folds split families, or the features carry family-specific "
+                   "label information, and the AUROCs there are suspect. (A sound sweep raises this false alarm "
+                   "somewhere in at most 5% of runs: one row just past the limit is weak evidence.)")
     return out
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:
-    started = time.perf_counter()
+    """Per-layer progress with rate and ETA (core.progress: whole lines off a terminal; off
+    with --no-progress)."""
+    from evprobe.core.progress import progress_callback
 
-    def report(done: int, total: int) -> None:
-        elapsed = time.perf_counter() - started
-        end = "\n" if done >= total else "\r"
-        sys.stderr.write(f"{label} layer {done}/{total} ({elapsed:.1f} s)   {end}")
-        sys.stderr.flush()
-
-    return report
+    return progress_callback(f"{label} layer")

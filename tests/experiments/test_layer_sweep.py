@@ -69,7 +69,8 @@ def test_outputs_written(first: tuple[Path, dict]) -> None:
     assert [r["label"] for r in result["labels"]] == summary["swept"]
     for r in result["labels"]:
         assert r["n"] == 48 and r["best"]["n"] == 48 and len(r["best"]["ci"]) == 2
-        assert r["control"]["n"] == 48 and set(r["baselines"]) == {"history", "threshold", "history_threshold"}
+        assert r["control_tasks"]["n"] == 48 and r["selectivity"]["n"] == 48
+        assert set(r["baselines"]) == {"history", "threshold", "history_threshold"}
     md = (out / "best_layers.md").read_text()
     assert md.count("(n=48)") >= 4 * 5  # best, control and three baselines on every label row
     assert "resolved=True | 48 (6) | L" in md and "[" in md

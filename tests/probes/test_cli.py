@@ -35,7 +35,8 @@ def test_sweep_writes_json_markdown_and_png(planted, tmp_path: Path, capsys) -> 
     assert rc == 0
     data = json.loads((out / "sweep.json").read_text())
     assert data["label"] == "resolved" and data["probe"] == "massmean" and len(data["rows"]) == 10
-    assert {"layer", "position", "auroc", "ci", "control_auroc", "n"} <= set(data["rows"][0])
+    assert {"layer", "position", "auroc", "ci", "control_tasks", "selectivity", "leakage_auroc", "n"} <= set(data["rows"][0])
+    assert "control_auroc" not in data["rows"][0] and data["config"]["control_tasks"] == 20
     assert data["best"]["layer"] == 8
     assert (out / "sweep.md").read_text().startswith("# Probe sweep: resolved=True, massmean probe")
     assert (out / "sweep.png").stat().st_size > 1000
@@ -47,10 +48,13 @@ def test_sweep_defaults_and_behavioural_labels(planted, rows, tmp_path: Path) ->
     actions = ["stop" if r["resolved"] or i % 2 else r["reference_action"] for i, r in enumerate(rows)]
     run = write_records(tmp_path / "run", rows, actions)
     rc = _run(["sweep", str(planted[0]), "--label", "stopped", "--records", str(run), "--n-boot", "100",
-               "--layers", "8", "--positions", "last", "--quiet", "--out", str(tmp_path / "s")])
+               "--layers", "8", "--positions", "last", "--quiet", "--out", str(tmp_path / "s"), "--control-tasks", "5",
+               "--cell-fields", "system,history"])
     assert rc == 0
     data = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert data["label"] == "stopped" and [r["layer"] for r in data["rows"]] == [8]
+    assert data["control_tasks"]["cell_fields"] == ["system", "history"] and data["control_tasks"]["n_cells"] == 6
+    assert data["rows"][0]["control_tasks"]["k"] == 5
     rc = _run(["sweep", str(planted[0]), "--records", str(run), "--restrict", "confabulated", "--n-boot", "100",
                "--no-nested", "--quiet", "--out", str(tmp_path / "cf")])
     assert rc == 0

@@ -1,4 +1,4 @@
-"""The sweep: planted signal, controls, XOR baselines, nested selection, degenerate captures."""
+"""The sweep: planted signal, control tasks, leakage check, baselines, nested selection, degenerate captures."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from evprobe.probes.captures import labels, load_captures
-from evprobe.probes.controls import control_labels, within_family_variance
+from evprobe.probes.controls import leakage_labels, within_family_variance
 from evprobe.probes.report import sweep_markdown, sweep_png
 from evprobe.probes.sweep import SweepConfig, sweep
 from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
@@ -33,32 +33,43 @@ def test_planted_signal_is_found_at_its_layer_only(result) -> None:
         else:
             # chance, within the spread of cross-validated AUROC on noise (sd ~0.05 at 288 rows)
             assert abs(row.auroc.value - 0.5) < 0.17
-        # the shuffled-label control sits at chance everywhere, also where the signal is
-        assert abs(row.control.value - 0.5) < 0.17
-        assert row.auroc.n == result.n
+        # the leakage check and the control tasks sit at chance everywhere, also where the signal is
+        # (the planted direction is `resolved`, which is not a function of the cell in these rows)
+        assert abs(row.leakage.value - 0.5) < 0.12 and abs(row.controls.mean - 0.5) < 0.1
+        assert row.controls.k == 20 and row.auroc.n == row.selectivity.n == result.n
+        if row.layer == signal_layer:
+            assert row.selective and row.selectivity.value > 0.4
     noise = [r.auroc.value for r in result.rows if r.layer != signal_layer]
-    controls = [r.control.value for r in result.rows]
-    assert abs(np.mean(noise) - 0.5) < 0.05 and abs(np.mean(controls) - 0.5) < 0.05
+    assert sum(bool(r.selective) for r in result.rows if r.layer != signal_layer) <= 1  # pointwise 95%: rare on noise
+    leaks = [r.leakage.value for r in result.rows]
+    assert abs(np.mean(noise) - 0.5) < 0.05 and abs(np.mean(leaks) - 0.5) < 0.05
     assert result.best is not None and result.best.layer == signal_layer
     assert result.best.auroc.value > 0.95 and all(c.layer == signal_layer for c in result.best.choices)
-    assert result.control_kind == "within-family"
+    assert result.leakage_kind == "within-family" and result.leakage is not None
 
 
 def test_sweep_json_schema(result) -> None:
     data = json.loads(json.dumps(result.to_json()))
     assert data["label"] == "resolved" and data["probe"] == result.probe and data["positive"] is True
     row = data["rows"][0]
-    for key in ("layer", "position", "auroc", "ci", "control_auroc", "n", "accuracy", "accuracy_ci",
-                "baseline_history_auroc", "baseline_threshold_auroc", "within_family_variance", "degenerate"):
+    for key in ("layer", "position", "auroc", "ci", "n", "accuracy", "accuracy_ci", "control_tasks", "selectivity",
+                "leakage_auroc", "leakage_ci", "leakage_fires", "within_family_variance", "degenerate"):
         assert key in row
+    # the old keys are gone: no key keeps its name with a new meaning
+    for old in ("control_auroc", "control_ci", "baseline_history_auroc", "baseline_threshold_auroc"):
+        assert old not in row
+    assert set(row["control_tasks"]) == {"mean", "min", "max", "k"} and row["control_tasks"]["k"] == 20
+    assert {"value", "ci", "n", "selective"} <= set(row["selectivity"]) and len(row["selectivity"]["ci"]) == 2
+    assert data["control_tasks"]["k"] == 20 and data["control_tasks"]["n_cells"] == 24
+    assert data["leakage_check"]["shuffles"] == 4 and data["cell_baseline"]["n"] == result.n
     assert len(data["rows"]) == 5 * 2 and data["best"]["layer"] == 8 and len(data["best"]["ci"]) == 2
     assert data["degenerate"] is False
 
 
-def test_shuffled_control_is_uncorrelated_and_stays_within_families(rows) -> None:
+def test_leakage_shuffle_is_uncorrelated_and_stays_within_families(rows) -> None:
     y = np.array([r["resolved"] for r in rows], dtype=int)
     fams = [r["family_id"] for r in rows]
-    shuffled, kind = control_labels(y, fams, seed=5)
+    shuffled, kind = leakage_labels(y, fams, seed=5)
     assert kind == "within-family"
     for f in set(fams):
         idx = [i for i, g in enumerate(fams) if g == f]
@@ -66,8 +77,9 @@ def test_shuffled_control_is_uncorrelated_and_stays_within_families(rows) -> Non
         assert (shuffled[idx] == y[idx]).sum() == 2  # never the label or its negation
     assert abs(np.corrcoef(shuffled, y)[0, 1]) < 1e-12
     constant = np.array([r["system"] == "sliding" for r in rows], dtype=int)
-    across, kind = control_labels(constant, fams, seed=5)
+    across, kind = leakage_labels(constant, fams, seed=5)
     assert kind == "across-families" and across.sum() == constant.sum()
+    assert not np.array_equal(leakage_labels(y, fams, seed=5, copy=1)[0], shuffled)  # independent copies
 
 
 def test_xor_label_is_not_decodable_from_either_input(result) -> None:
@@ -77,6 +89,8 @@ def test_xor_label_is_not_decodable_from_either_input(result) -> None:
         assert est.ci[0] <= 0.5 <= est.ci[1], (key, est)
     assert abs(result.baselines["history"].value - 0.5) < 1e-9
     assert abs(result.baselines["threshold"].value - 0.5) < 1e-9
+    # in these rows the family's flip is random, so the cell does not fix the label either
+    assert result.cell_baseline.ci[0] <= 0.5 <= result.cell_baseline.ci[1]
 
 
 def test_baselines_at_chance_on_the_reference_data(tmp_path: Path) -> None:
@@ -98,7 +112,10 @@ def test_baselines_at_chance_on_the_reference_data(tmp_path: Path) -> None:
         assert est.n == 576 and abs(est.value - 0.5) < 1e-9 and est.ci[0] <= 0.5 <= est.ci[1]
     joint = res.baselines["history_threshold"]
     assert joint.ci[0] <= 0.5 <= joint.ci[1]
-    assert "exclusive-or" in sweep_markdown(res)
+    # sufficiency is a function of the benchmark's 24 cells: the one-hot cell decodes it by construction
+    assert res.control_tasks["n_cells"] == 24 and res.cell_baseline.value > 0.99
+    md = sweep_markdown(res)
+    assert "exclusive-or" in md and "## Details: single-factor" in md and "by construction" in md
 
 
 def test_degenerate_capture_is_flagged_loudly(tmp_path: Path) -> None:
@@ -144,5 +161,5 @@ def test_results_do_not_depend_on_the_number_of_threads(planted) -> None:
     a = sweep(cs, ls, SweepConfig(n_jobs=1, **FAST)).to_json()
     b = sweep(cs, ls, SweepConfig(n_jobs=3, **FAST)).to_json()
     for d in (a, b):
-        d.pop("seconds"), d["config"].pop("n_jobs")
+        d.pop("seconds"), d["config"].pop("n_jobs"), d["intervals"].pop("seconds")
     assert a == b
