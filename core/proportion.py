@@ -157,3 +157,23 @@ def hull(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The smallest interval holding both (lo, hi) pairs; a NaN bound in one takes the other's."""
     return np.fmin(a[0], b[0]), np.fmax(a[1], b[1])
+
+
+def saturated_change(
+    change: tuple[np.ndarray, np.ndarray], p1: np.ndarray, ci1: tuple[np.ndarray, np.ndarray],
+    p0: np.ndarray, ci0: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """A paired change p1 - p0 of two proportions whose interval never collapses.
+
+    `change` is the family bootstrap's paired interval; where either proportion sits at 0 or 1
+    (there every resample agrees and that interval can be a point, `+100 [+100, +100]`), it is
+    widened to hold Newcombe's (1998) MOVER interval built from the two cluster intervals:
+    d - sqrt((p1 - l1)^2 + (u0 - p0)^2), d + sqrt((u1 - p1)^2 + (p0 - l0)^2). MOVER ignores the
+    pairing; pairs of one item are positively correlated, so ignoring it can only widen the
+    interval. Elsewhere the paired bootstrap interval stands. All arrays (M,); NaN stays NaN.
+    """
+    d = p1 - p0
+    lo = d - np.sqrt((p1 - ci1[0]) ** 2 + (ci0[1] - p0) ** 2)
+    hi = d + np.sqrt((ci1[1] - p1) ** 2 + (p0 - ci0[0]) ** 2)
+    edge = np.isin(p1, (0.0, 1.0)) | np.isin(p0, (0.0, 1.0))
+    return (np.where(edge, np.fmin(change[0], lo), change[0]), np.where(edge, np.fmax(change[1], hi), change[1]))

@@ -21,6 +21,8 @@ FORMAT = "evprobe-dose-response/1"
 DEFAULT_ALPHAS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
 LETTERS = ("A", "B", "C", "D", "E")
 READOUTS = ("logprobs", "generate")
+CONTROLS = ("history", "threshold_level", "shuffled")  # specificity controls (experiments.dose_controls)
+DEFAULT_N_RANDOM = 50
 SELECT_TYPES = ("select", *VARIANTS, "variants")
 
 
@@ -40,8 +42,17 @@ class DoseResponseConfig:
     alphas: tuple[float, ...] = setting(
         DEFAULT_ALPHAS, "doses in multiples of the layer's mean residual norm; + = toward measuring; write "
         "--alphas=-1,0,1 when the first is negative")
-    n_random: int = setting(3, "random null directions (0 = none)")
-    random_seed: int = setting(0, "seed of the random directions")
+    n_random: int = setting(DEFAULT_N_RANDOM, "random null directions of the probe's raw norm (0 = none; the "
+                            "probe's percentile and z-score among them are reported)")
+    random_seed: int = setting(0, "seed of the random directions (and of the shuffled-label control)")
+    controls: tuple[str, ...] = setting(
+        CONTROLS, "specificity controls at the same norm: directions of other labels (history, threshold_level, "
+        "any capture index field) and shuffled (the named label, permuted); [] = none")
+    null_batch_rows: int | None = setting(None, "rows per forward for the random and control directions (items x "
+                                          "directions; null: batch_size)")
+    split_seed: int = setting(0, "seed of the two halves of held-out families for cross-fitted choices")
+    norm_items: int = setting(256, "items the alpha unit (mean residual norm at the steered positions) is "
+                              "measured on")
     ablation: bool = setting(True, "also project the direction out of each layer (--no-ablation to skip)")
     requests: tuple[str, ...] = setting(("select",), "select, select variant names or variants")
     systems: tuple[str, ...] | None = setting(None, "target systems, e.g. bouncing,spring")
@@ -79,10 +90,14 @@ class DoseResponseConfig:
             raise ValueError(f"key 'positions' is {self.positions!r}; choose from all, last")
         if self.n_random < 0:
             raise ValueError(f"key 'n_random' must be 0 or more, got {self.n_random}")
-        for key in ("limit", "batch_size"):
+        for key in ("limit", "batch_size", "null_batch_rows"):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ValueError(f"key {key!r} must be a positive integer or null, got {value}")
+        if self.norm_items < 1:
+            raise ValueError(f"key 'norm_items' must be a positive integer, got {self.norm_items}")
+        if len(set(self.controls)) != len(self.controls) or any(not c for c in self.controls):
+            raise ValueError(f"key 'controls' must name distinct labels, got {list(self.controls)}")
         if self.n_boot < 1:
             raise ValueError(f"key 'n_boot' must be a positive integer, got {self.n_boot}")
         if not self.requests:
@@ -109,7 +124,9 @@ def alpha_key(alpha: float) -> str:
 
 
 __all__ = [
+    "CONTROLS",
     "DEFAULT_ALPHAS",
+    "DEFAULT_N_RANDOM",
     "FORMAT",
     "LETTERS",
     "READOUTS",

@@ -20,6 +20,7 @@ from evprobe.bench.manifest import read_items, read_meta
 from evprobe.bench.protocols import prompt_template_sha256
 from evprobe.core.errors import InputError
 from evprobe.experiments.config import ConfigError, ModelConfig, as_dict, load_model_config
+from evprobe.experiments.dose_controls import ControlDirection, control_directions, controls_record
 from evprobe.experiments.dose_config import FORMAT, LETTERS, DoseResponseConfig, alpha_key
 
 if TYPE_CHECKING:
@@ -27,14 +28,17 @@ if TYPE_CHECKING:
 
 # Labels whose positive class True means "the evidence is enough / the model stops".
 TOWARD_STOP_LABELS = ("resolved", "stopped", "committed")
+SET_KINDS = ("random", "controls")
 # Provenance fields two directions must share to be "the same direction at another layer".
 SIBLING_KEYS = ("model", "position", "label", "positive", "probe", "condition", "regimes", "restriction", "d_model")
 
 
 @dataclass(frozen=True)
 class Condition:
-    """One steering condition. kind: baseline | probe | random | ablation; index: the random
-    direction's number (1-based); alpha: the dose (None for ablation, 0 for the baseline)."""
+    """One steering condition. kind: baseline | probe | random | controls | ablation; alpha: the
+    dose (None for ablation, 0 for the baseline). `random` and `controls` are direction *sets*: one
+    row per item holds the readouts of every random (or control) direction at that layer and dose,
+    read in a few large forwards (experiments.dose_readouts). index: unused (kept for old rows)."""
 
     key: str
     kind: str
@@ -44,7 +48,11 @@ class Condition:
 
     @property
     def label(self) -> str:
-        return f"random{self.index}" if self.kind == "random" else self.kind
+        return self.kind
+
+    @property
+    def is_set(self) -> bool:
+        return self.kind in SET_KINDS
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,10 +81,13 @@ class Plan:
     layers: list[int]
     directions: dict[int, LayerDirection]
     random: np.ndarray  # (n_random, d_model) float64 unit rows, the same at every layer
+    controls: dict[int, list[ControlDirection]]  # per layer, the specificity controls (config order)
     conditions: list[Condition]
     name: str  # the named direction
     provenance: dict[str, Any]  # the named direction's provenance (without the item list)
     flipped: bool  # the stored vectors point toward stopping and were negated
+    norm_items: list[Item]  # the items the alpha unit is measured on (experiments.dose_units)
+    norm_source: str  # "fit items" (select prompts of the items the directions were fitted on) or "target items"
     fit_families: list[str]  # families the used directions were fitted on
     excluded: list[str]  # of those, the ones present in the benchmark and dropped (heldout)
     d_model: int
@@ -203,16 +214,34 @@ def _select_items(config: DoseResponseConfig, bench: Path, every_item: list[Item
     return kept, excluded
 
 
-def conditions_for(layers: Sequence[int], alphas: Sequence[float], n_random: int, ablation: bool) -> list[Condition]:
-    """baseline, then per layer: each nonzero dose along the probe and each random direction, then ablation."""
+def _norm_items(config: DoseResponseConfig, every_item: list[Item], chosen: dict[int, Direction],
+                targets: list[Item]) -> tuple[list[Item], str]:
+    """The first `norm_items` select prompts (config requests, manifest order) of the items the used
+    directions were fitted on; the target items when none of those are in this benchmark. The whole
+    (unsharded) selection either way, so every shard measures the same unit."""
+    from evprobe.bench.runner import select_items
+
+    fit_ids = {i for d in chosen.values() for i in d.provenance.get("items") or ()}
+    fit = [it for it in select_items(every_item, list(config.requests), None) if it.item_id in fit_ids]
+    if fit:
+        return fit[: config.norm_items], "fit items"
+    return targets[: config.norm_items], "target items"
+
+
+def conditions_for(layers: Sequence[int], alphas: Sequence[float], n_random: int, ablation: bool,
+                   n_controls: int = 0) -> list[Condition]:
+    """baseline, then per layer: each nonzero dose along the probe, the random set and the control
+    set (when there are any), then ablation."""
     out = [Condition("base", "baseline", None, 0.0)]
     for layer in layers:
         for alpha in sorted(alphas):
             if alpha == 0:
                 continue
             out.append(Condition(f"L{layer}.probe.{alpha_key(alpha)}", "probe", layer, float(alpha)))
-            for k in range(1, n_random + 1):
-                out.append(Condition(f"L{layer}.random{k}.{alpha_key(alpha)}", "random", layer, float(alpha), k))
+            if n_random:
+                out.append(Condition(f"L{layer}.random.{alpha_key(alpha)}", "random", layer, float(alpha)))
+            if n_controls:
+                out.append(Condition(f"L{layer}.controls.{alpha_key(alpha)}", "controls", layer, float(alpha)))
         if ablation:
             out.append(Condition(f"L{layer}.ablate", "ablation", layer))
     return out
@@ -245,6 +274,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     family_by_item = {it.item_id: it.family_id for it in every_item}
     fit_families = {_family_of(i, family_by_item) for d in chosen.values() for i in d.provenance.get("items") or ()}
     items, excluded = _select_items(config, bench, every_item, fit_families)
+    norm_items, norm_source = _norm_items(config, every_item, chosen, items)
     d_model = int(prov["d_model"])
     directions = {}
     for layer, d in chosen.items():
@@ -257,7 +287,9 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     layers = sorted(directions)
     random = (random_directions(d_model, config.n_random, config.random_seed)
               if config.n_random else np.zeros((0, d_model)))  # (n_random, d_model)
-    conditions = conditions_for(layers, config.alphas, config.n_random, config.ablation)
+    controls = control_directions(config.controls, named, every, chosen,
+                                  {layer: d.vector for layer, d in directions.items()}, config.random_seed)
+    conditions = conditions_for(layers, config.alphas, config.n_random, config.ablation, len(config.controls))
     bench_meta = read_meta(bench)
     pinned = {
         "format": FORMAT,
@@ -271,6 +303,8 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         "positions": config.positions,
         "schedule": "every-step",
         "random_seed": config.random_seed,
+        "n_random": config.n_random,
+        "controls": list(config.controls),
         "direction": name,
         "flipped": sign < 0,
         "max_new_tokens": model.max_new_tokens_direct if "generate" in config.readouts else None,
@@ -282,8 +316,9 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     }
     return Plan(config=config, model=model, bench=bench, out=out, items=items,
                 bench_families=sorted(set(family_by_item.values())), layers=layers,
-                directions=directions, random=random, conditions=conditions, name=name,
+                directions=directions, random=random, controls=controls, conditions=conditions, name=name,
                 provenance={k: v for k, v in prov.items() if k != "items"}, flipped=sign < 0,
+                norm_items=norm_items, norm_source=norm_source,
                 fit_families=sorted(fit_families), excluded=excluded, d_model=d_model, n_layers=n_layers,
                 pinned=pinned)
 
@@ -311,6 +346,7 @@ def run_meta(plan: Plan, recorded: dict[str, Any] | None = None) -> dict[str, An
     return {
         **plan.pinned,
         "layer_directions": {**(recorded or {}), **layer_record(plan)},
+        "controls_directions": controls_record(plan.controls),
         "bench": str(plan.bench.resolve()),
         "directions_folder": str(Path(plan.config.directions).resolve()),
         "config": as_dict(plan.config),
@@ -319,6 +355,7 @@ def run_meta(plan: Plan, recorded: dict[str, Any] | None = None) -> dict[str, An
 
 
 __all__ = [
+    "SET_KINDS",
     "SIBLING_KEYS",
     "TOWARD_STOP_LABELS",
     "Condition",

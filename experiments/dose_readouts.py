@@ -1,5 +1,12 @@
 """Dose-response readouts: what one item's option log-probs or greedy reply say (stop, missing-property
-test, useless test, minimum cost, log-odds), the hooks of one condition, and the rows of one batch."""
+test, useless test, minimum cost, log-odds), the hooks of one condition, and the rows of one batch.
+
+A single-direction condition (baseline, probe, ablation) writes the full readout per item (`logprobs`,
+`lp`, `gen`). A direction set (the random null, the controls) writes one row per item with the
+compact readout of every direction (`lp_set`, `gen_set`): K directions x n items are read in
+forwards of up to `null_batch_rows` rows (hooks.steer_rows.option_logprobs_rows), so 50 random
+directions cost a handful of large forwards per batch instead of 50 small ones, and
+results.jsonl grows by one row per item and dose instead of 50."""
 
 from __future__ import annotations
 
@@ -76,47 +83,148 @@ def generate_readout(item: Item, text: str, regime: str, n_new: int) -> dict[str
     }
 
 
+def set_vectors(plan: Plan, cond: Condition) -> np.ndarray:
+    """The unit directions of a set condition: (K, d_model) float64 (random rows or the layer's controls)."""
+    if cond.kind == "random":
+        return plan.random
+    assert cond.layer is not None
+    return np.stack([c.vector for c in plan.controls[cond.layer]])
+
+
+def raw_dose(plan: Plan, cond: Condition, units: dict[str, dict[str, Any]]) -> tuple[float, str]:
+    """alpha x the layer's unit norm (experiments.dose_units) and the positions that norm was read at."""
+    assert cond.layer is not None and cond.alpha is not None
+    unit = units[str(cond.layer)]
+    return cond.alpha * unit["unit_norm"], unit["positions"]
+
+
 @contextmanager
-def _intervention(handle: Any, plan: Plan, cond: Condition) -> Iterator[None]:
-    """The hooks of one condition around the readout calls (nothing for the baseline)."""
+def _intervention(handle: Any, plan: Plan, cond: Condition, units: dict[str, dict[str, Any]]) -> Iterator[None]:
+    """The hooks of one single-direction condition around the readout calls (nothing for the baseline)."""
     from evprobe.hooks.ablate import ablate
     from evprobe.hooks.steer import Steering, steer
 
     if cond.kind == "baseline":
         yield
         return
-    assert cond.layer is not None
-    d = plan.directions[cond.layer]
+    assert cond.layer is not None and cond.alpha is not None or cond.kind == "ablation"
+    d = plan.directions[cond.layer]  # type: ignore[index]
     if cond.kind == "ablation":
         with ablate(handle, d.vector, layers=[cond.layer]):
             yield
         return
-    vector = d.vector if cond.kind == "probe" else plan.random[cond.index - 1]  # type: ignore[operator]
-    spec = Steering.from_norm_units(vector, cond.layer, cond.alpha, d.mean_norm,  # type: ignore[arg-type]
-                                    positions=plan.config.positions, schedule="every-step")
+    unit = units[str(cond.layer)]
+    spec = Steering.from_norm_units(d.vector, cond.layer, cond.alpha, unit["unit_norm"],  # type: ignore[arg-type]
+                                    positions=plan.config.positions, schedule="every-step",
+                                    measured_at=unit["positions"])
     with steer(handle, spec):
         yield
 
 
-def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]]) -> list[dict]:
+_ENC: dict[tuple, Any] = {}  # the last batch's encoded prompts, shared by its conditions
+
+
+def _encoded(handle: Any, prompts: list[str], images: list[list[Any]], batch: list[Item]) -> Any:
+    """build_inputs of one batch, computed once for all its conditions (the runner asks for every
+    condition of a batch in turn; on the organism encoding costs more than the forward)."""
+    from evprobe.hooks.inputs import build_inputs
+
+    key = (id(handle), tuple(it.item_id for it in batch), tuple(prompts))
+    if key not in _ENC:
+        _ENC.clear()
+        _ENC[key] = build_inputs(handle, prompts, images)
+    return _ENC[key]
+
+
+def _base_row(it: Item, cond: Condition) -> dict[str, Any]:
+    return {"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "resolved": it.resolved,
+            "variant": it.variant, "condition": cond.key, "kind": cond.kind, "layer": cond.layer,
+            "alpha": cond.alpha, "direction_index": cond.index}
+
+
+def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
+              prompts: list[str], units: dict[str, dict[str, Any]]) -> list[dict]:
+    """One row per item holding every direction of the set: `lp_set` {choice: K letters, log_odds: K
+    floats} and/or `gen_set` {action: K actions or null, valid: K 0/1}, direction order as the plan's.
+    Everything else (stop, missing, useless, min cost) follows from the choice and the item."""
+    from evprobe import hooks
+    from evprobe.hooks.steer_rows import option_logprobs_rows, steer_rows
+
+    config = plan.config
+    raw, measured_at = raw_dose(plan, cond, units)
+    if measured_at != config.positions:
+        raise RuntimeError(f"unit norm of L{cond.layer} was measured at {measured_at}, the edit is at {config.positions}")
+    deltas = raw * set_vectors(plan, cond)  # (K, d_model)
+    K, n = deltas.shape[0], len(batch)
+    max_rows = max(config.null_batch_rows or plan.batch_size, n)
+    rows = [_base_row(it, cond) for it in batch]
+    if "logprobs" in config.readouts:
+        logp = option_logprobs_rows(handle, prompts, images, LETTERS, cond.layer, deltas,  # (K, n, 5)
+                                    positions=config.positions, max_rows=max_rows,
+                                    enc=_encoded(handle, prompts, images, batch))
+        for i, it in enumerate(batch):
+            reads = [logprob_readout(it, logp[k, i]) for k in range(K)]
+            rows[i]["lp_set"] = {"choice": "".join(r["choice"] for r in reads),
+                                 "log_odds": [r["log_odds"] for r in reads]}
+    if "generate" in config.readouts:
+        per = max(1, max_rows // n)
+        actions: list[list[Any]] = [[] for _ in batch]
+        valid: list[list[int]] = [[] for _ in batch]
+        for start in range(0, K, per):
+            k = min(start + per, K) - start
+            with steer_rows(handle, cond.layer, np.repeat(deltas[start:start + k], n, axis=0),  # type: ignore[arg-type]
+                            positions=config.positions):
+                gens = hooks.generate(handle, prompts * k, images * k, max_new_tokens=plan.model.max_new_tokens_direct,
+                                      batch_size=k * n)
+            for j, g in enumerate(gens):
+                r = generate_readout(batch[j % n], g.text, config.regime, g.n_new_tokens)
+                actions[j % n].append(r["action"] if r["valid"] else None)
+                valid[j % n].append(int(bool(r["valid"])))
+        for i in range(n):
+            rows[i]["gen_set"] = {"action": actions[i], "valid": valid[i]}
+    return rows
+
+
+def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
+             units: dict[str, dict[str, Any]]) -> list[dict]:
+    """The rows of one condition for one batch of items. units: experiments.dose_units.units_for."""
     from evprobe import hooks
 
     config = plan.config
     prompts = [build_prompt(it, "direct", config.regime) for it in batch]
+    if cond.is_set:
+        return _set_rows(handle, plan, cond, batch, images, prompts, units)
     logp = gens = None
-    with _intervention(handle, plan, cond):
-        if "logprobs" in config.readouts:
+    if cond.kind in ("baseline", "probe") and "logprobs" in config.readouts:
+        # one direction through the rows path: the batch's encoding is shared by its conditions; the same
+        # numbers as next_token_logprobs under steer (alpha 0: no hook at all)
+        from evprobe.hooks.steer_rows import option_logprobs_rows
+
+        enc = _encoded(handle, prompts, images, batch)
+        if cond.kind == "baseline":
+            import torch
+
+            from evprobe.hooks.generation import candidate_token_ids
+
+            with torch.inference_mode():
+                logits = handle.model(**enc, use_cache=False, logits_to_keep=1).logits  # (n, 1, vocab)
+            logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)[:, candidate_token_ids(handle, list(LETTERS))]
+            logp = logp.double().cpu().numpy()  # (n, 5)
+        else:
+            raw, measured_at = raw_dose(plan, cond, units)
+            assert measured_at == config.positions, (measured_at, config.positions)
+            logp = option_logprobs_rows(handle, prompts, images, LETTERS, cond.layer,  # type: ignore[arg-type]
+                                        raw * plan.directions[cond.layer].vector[None, :],  # type: ignore[index]
+                                        positions=config.positions, enc=enc)[0]  # (n, 5)
+    with _intervention(handle, plan, cond, units):
+        if "logprobs" in config.readouts and logp is None:
             logp = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=len(batch))  # (rows, 5)
         if "generate" in config.readouts:
             gens = hooks.generate(handle, prompts, images, max_new_tokens=plan.model.max_new_tokens_direct,
                                   batch_size=len(batch))
     rows = []
     for r, it in enumerate(batch):
-        row: dict[str, Any] = {
-            "item_id": it.item_id, "family_id": it.family_id, "system": it.system, "resolved": it.resolved,
-            "variant": it.variant, "condition": cond.key, "kind": cond.kind, "layer": cond.layer,
-            "alpha": cond.alpha, "direction_index": cond.index,
-        }
+        row = _base_row(it, cond)
         if logp is not None:
             row["logprobs"] = {letter: float(logp[r, i]) for i, letter in enumerate(LETTERS)}
             row["lp"] = logprob_readout(it, logp[r])
@@ -128,6 +236,8 @@ def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images
 
 __all__ = [
     "generate_readout",
+    "raw_dose",
+    "set_vectors",
     "logprob_readout",
     "missing_test",
     "rows_for",

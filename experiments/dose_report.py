@@ -48,13 +48,26 @@ def fmt_estimate(e: dict[str, Any] | None, measure: str, sign: bool = False) -> 
 
 
 def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
-    """`mean 50.0 [min 45.8, max 54.2] (k=3, n=24)`: the random-direction null band."""
+    """`mean 50.0 [band 45.8, 54.2]; probe pct 99, z +6.1 (k=50, n=24)`: the random null at one cell
+    (band = 2.5-97.5 percentiles of the random directions' estimates; the probe's place in it)."""
     if not b or b.get("mean") is None:
         return "NA (n=0)"
     scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
     sign = measure == "log_odds"
-    return (f"mean {_num(b['mean'] * scale, digits, sign)} [min {_num(b['min'] * scale, digits, sign)}, "
-            f"max {_num(b['max'] * scale, digits, sign)}] (k={b['n_directions']}, n={b['n']})")
+    place = ""
+    if b.get("percentile") is not None:
+        z = "z NA" if b["z"] is None else f"z {b['z']:+.1f}"
+        place = f"; probe pct {b['percentile']:.0f}, {z}"
+    return (f"mean {_num(b['mean'] * scale, digits, sign)} [band {_num(b['band_lo'] * scale, digits, sign)}, "
+            f"{_num(b['band_hi'] * scale, digits, sign)}]{place} (k={b['n_directions']}, n={b['n']})")
+
+
+def _place(null: dict[str, Any] | None) -> str:
+    if not null or null.get("percentile") is None:
+        return "NA"
+    z = "NA" if null["z"] is None else f"{null['z']:+.1f}"
+    k = f" (k={null['n_directions']})" if "n_directions" in null else ""
+    return f"pct {null['percentile']:.0f}, z {z}, p {null['p_null']:.3f}{k}"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -100,16 +113,58 @@ def markdown(result: dict[str, Any]) -> str:
         "## Headline",
         "",
     ]
+    text = result.get("text") or []
+    lines += [t for p in text if p.startswith(("**Headline", "**logprobs", "**generate")) for t in (p, "")]
     head_rows = []
     for h in result["headline"]:
-        head_rows.append([h["readout"], f"L{h['layer']}", h["goal"], h["group"], alpha_key(h["alpha"]),
-                          fmt_estimate(h["stop_rate_at_0"], "stop_rate"), fmt_estimate(h["stop_rate"], "stop_rate"),
-                          fmt_estimate(h["change"], "stop_rate", sign=True), fmt_band(h["null_band"], "stop_rate")])
+        for block in (h["target"], h["other"]):
+            head_rows.append([h["readout"], h["goal"], block["group"] + (" (targeted)" if block is h["target"] else ""),
+                              ", ".join(f"{c['chosen_on']}: L{c['layer']} {alpha_key(c['alpha'])}" for c in h["choices"]),
+                              fmt_estimate(block["stop_rate_at_0"], "stop_rate"), fmt_estimate(block["stop_rate"], "stop_rate"),
+                              fmt_estimate(block["change"], "stop_rate", sign=True),
+                              fmt_estimate(block.get("log_odds_change"), "log_odds"),
+                              _place(block["null"].get("log_odds")), _place(block["null"].get("stop_rate"))])
     if head_rows:
-        lines += _table(["readout", "layer", "goal", "items", "alpha", "stop rate at 0", "stop rate at alpha",
-                         "change (points)", "random null at alpha"], head_rows)
+        lines += _table(["readout", "goal", "items", "chosen on half: setting", "stop rate at 0", "stop rate steered",
+                         "change (points)", "log-odds change (nats)", "log-odds vs random", "stop rate vs random"],
+                        head_rows)
+        split = meta.get("split") or {}
+        lines += ["", f"Halves ({split.get('rule')}, seed {split.get('seed')}): "
+                  + "; ".join(f"{h}: {len(f)} families" for h, f in (split.get("families") or {}).items()) + "."]
+    lines += ["", "## Per layer at the grid's extreme doses (no choice made on data)", ""]
+    by_rows = []
+    for h in result.get("by_layer", []):
+        by_rows.append([h["readout"], f"L{h['layer']}", h["goal"], alpha_key(h["alpha"]),
+                        fmt_estimate(h["change"], "stop_rate", sign=True), _place(h["null_band"]),
+                        fmt_estimate(h.get("log_odds_change"), "log_odds"), _place(h.get("log_odds_null")),
+                        f"{h['other_group']}: " + fmt_estimate(h["other_change"], "stop_rate", sign=True),
+                        _place(h.get("other_log_odds_null") or h.get("other_null"))])
+    if by_rows:
+        lines += _table(["readout", "layer", "goal (targeted group)", "alpha", "stop change", "vs random",
+                         "log-odds change", "vs random", "other group: stop change", "vs random"], by_rows)
     else:
         lines.append("No dose of the needed sign in the grid (give both signs to read both goals).")
+    if result.get("controls"):
+        lines += ["", "## Specificity controls (same raw doses; system all)", ""]
+        lines += [p for p in text if p.startswith("**Controls")]
+        ctl = []
+        for c in result["controls"]:
+            if c["measure"] not in ("stop_rate", "log_odds"):
+                continue
+            ctl.append([c["readout"], f"L{c['layer']}", alpha_key(c["alpha"]), c["control"],
+                        f"{c['cosine_with_probe']:+.2f}", c["group"], c["measure"],
+                        fmt_estimate(c["delta_vs_0"], c["measure"], sign=True),
+                        fmt_estimate(c["probe_delta_vs_0"], c["measure"], sign=True), _place(c)])
+        lines += [""] + _table(["readout", "layer", "alpha", "control", "cos with probe", "items", "measure",
+                                "control change", "probe change", "control vs random"], ctl)
+        lines += ["", "Sources: " + "; ".join(f"L{k}: " + ", ".join(f"{c['name']} ({c['source']})" for c in v)
+                                         for k, v in meta.get("controls", {}).items())]
+    if result.get("ablation"):
+        lines += ["", "## Ablation (necessity)", ""]
+        lines += [f"- {a['readout']}: {a['sentence']}" for a in result["ablation"]]
+    units = [p for p in text if p.startswith(("**Units", "**Null"))]
+    if units:
+        lines += ["", "## Units and null", "", *units]
     for readout in meta["readouts"]:
         for measure in MEASURES[readout]:
             title, unit = MEASURE_TITLES[measure]
@@ -163,12 +218,12 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
                         ax.fill_between(alphas, lo, hi, color="C0", alpha=0.25, label="probe 95% interval")
                         ax.plot(alphas, y, "o-", color="C0", label="probe direction")
                         if meta["n_random"]:
-                            bs = [band[(readout, layer, a, group, system, measure)] for a in alphas]
-                            bmin = np.array([np.nan if b["min"] is None else b["min"] for b in bs], dtype=float)
-                            bmax = np.array([np.nan if b["max"] is None else b["max"] for b in bs], dtype=float)
-                            bmean = np.array([np.nan if b["mean"] is None else b["mean"] for b in bs], dtype=float)
+                            bs = [band.get((readout, layer, a, group, system, measure)) or {} for a in alphas]
+                            bmin = np.array([np.nan if b.get("band_lo") is None else b["band_lo"] for b in bs], dtype=float)
+                            bmax = np.array([np.nan if b.get("band_hi") is None else b["band_hi"] for b in bs], dtype=float)
+                            bmean = np.array([np.nan if b.get("mean") is None else b["mean"] for b in bs], dtype=float)
                             ax.fill_between(alphas, bmin, bmax, color="0.5", alpha=0.3,
-                                            label=f"random null min-max (k={meta['n_random']})")
+                                            label=f"random null 2.5-97.5% (k={meta['n_random']})")
                             ax.plot(alphas, bmean, "--", color="0.35", label="random null mean")
                         if meta["ablation"]:
                             ab = rows[(readout, layer, "ablation", None, group, system, measure)]

@@ -5,8 +5,9 @@
 A direction written by `evprobe directions` (fitted on some families, e.g. one system or one kind
 of pair) is added at one decoder layer, at every token position and on every generated token, to
 the `select` prompts of the families it was NOT fitted on, over a grid of layers x doses; beside
-it run seeded random unit directions (the null band) and the projection of the direction out of
-that layer (ablation). Readouts per item and condition: the option letters' next-token log-probs
+it run n_random (default 50) seeded random unit directions of the same raw norm (the null), a few
+specificity controls (directions of other features: history, threshold level, a shuffled label;
+experiments.dose_controls) and the projection of the direction out of that layer (ablation). Readouts per item and condition: the option letters' next-token log-probs
 (default; the argmax letter is the choice) and/or the greedy direct-protocol reply read by the
 runner's parser. Outputs per system and per resolved / unresolved group: stop rate, rate of
 choosing the missing property's test, minimum-cost accuracy, mean log-odds of stop against the
@@ -23,10 +24,12 @@ Conventions (the report repeats them):
   issue's "+alpha on resolved items to induce measuring, -alpha on unresolved items to induce
   stopping" are the two halves of one grid: every dose runs on every item and the report reads
   the resolved group at +alpha and the unresolved group at -alpha.
-- **Units.** alpha is in multiples of the layer's mean residual norm at the direction's position
-  over the items it was fitted on (`mean_norm` in directions.json): the raw vector added is
-  alpha * mean_norm * unit direction (hooks.steer.Steering.from_norm_units). Random directions
-  get the same raw size at the same layer.
+- **Units.** alpha is in multiples of the layer's mean residual norm *over the positions the vector
+  is added at* (`positions: all` = every real prompt token; `last` = the last one), unsteered, on
+  up to `norm_items` select prompts of the items the direction was fitted on
+  (experiments.dose_units; recorded in meta.json `alpha_units`, beside directions.json's
+  `mean_norm`, which is read at the capture position only). The raw vector added is alpha x
+  unit_norm x unit direction; random and control directions get the same raw size.
 - **Layers.** Each steered layer uses the direction fitted *at that layer* with the same model,
   label, probe, position, condition, regimes and restriction as the named one (`evprobe
   directions ... --layer 8,16` writes such a set); `layers: from-direction` means every layer the
@@ -37,13 +40,22 @@ Conventions (the report repeats them):
   `heldout: false` steers in-sample and the report says so.
 - **alpha = 0** is the unsteered model: computed once per item (no hooks at all) and shared by
   every layer and direction kind; adding 0 * v is exact, so this is what a zero-dose hook gives.
-- **Null band.** n_random seeded Gaussian unit directions (hooks.steer.random_directions, the same
-  vectors at every layer) at the same raw doses. Per (layer, dose, group, system, measure) the
-  band is the mean of their point estimates and the min-max envelope of those point estimates
-  (not an interval: with k directions it is the range of k values; k and each estimate's n are
-  reported).
+- **Null.** n_random seeded Gaussian unit directions (hooks.steer.random_directions, the same
+  vectors at every layer) at the same raw doses, read as one *set* condition per layer x dose (one
+  row per item holding every direction's choice and log-odds; K x items rows per forward).
+  Effect = paired change vs alpha = 0, per item, averaged over a group; the primary measure is the
+  stop log-odds (nats; unsaturated), the stop rate beside it. Per (layer, dose, group, system,
+  measure): the probe's percentile, z-score and p_null among the K random effects, on the
+  targeted and on the non-targeted group; the band drawn is their 2.5-97.5 percentiles
+  (experiments.dose_null).
+- **Headline (cross-fitted).** Layer and dose are chosen on one half of the target families and
+  scored on the other, then the halves swap (whole families, seeded by `split_seed`, stratified by
+  system; experiments.dose_crossfit); the report says which half chose what. `by_layer` keeps the
+  fixed grid extremes per layer (chosen on no data).
 - **Ablation** projects the direction out of that one layer's output (hooks.ablate), every
-  position and step; it has no dose and is drawn as a horizontal line with its interval.
+  position and step; it has no dose and is drawn as a horizontal line with its interval; one
+  generated sentence per layer and group reads its change and interval (experiments.dose_text:
+  "not necessary at this layer" when the stop-rate and log-odds intervals include 0).
 - **Choices from log-probs.** The choice is the argmax over the item's option letters (ties go
   to the earlier letter); `stop` = that letter's action is stop; `missing test` = it is the test
   of the property the initial test did not measure (undefined on `no_initial_test` variants,
@@ -61,10 +73,10 @@ the held-out filter and `limit`, so the N shards together hold exactly the unsha
 `evprobe merge OUT SHARD_DIR...` writes results.jsonl in a single run's order, meta.json and every
 report of the whole experiment.
 
-Files in `out`: `meta.json` (what the run is; a rerun with other pinned settings is refused),
-`results.jsonl` (one row per item x condition, appended with an fsync per batch and condition; a
+Files in `out`: `meta.json` (what the run is, the alpha units; a rerun with other pinned settings
+is refused), `results.jsonl` (one row per item x condition, set conditions holding `lp_set` / `gen_set`, appended with an fsync per batch and condition; a
 rerun skips finished rows and cuts a torn last line), `dose_response.json` (all aggregates),
-`dose_response.md` (tables), and curves `<measure>.png` (plus `<measure>.<system>.png` with
+`dose_response.md` (tables and generated paragraphs saying what the numbers show and do not show), and curves `<measure>.png` (plus `<measure>.<system>.png` with
 several systems; `generate.` prefix for the generated-reply readout).
 """
 
@@ -97,6 +109,7 @@ from evprobe.experiments.dose_plan import Plan, check_layers, make_plan, run_met
 from evprobe.experiments.dose_readouts import rows_for
 from evprobe.experiments.dose_report import fmt_estimate, write_reports
 from evprobe.experiments.dose_stats import aggregate
+from evprobe.experiments.dose_units import units_for
 
 SUMMARY_KEYS = ("n_items", "n_conditions", "n_rows", "computed", "reused", "seconds", "rows_per_second", "out",
                 "files", "headline")
@@ -106,7 +119,7 @@ SUMMARY_KEYS = ("n_items", "n_conditions", "n_rows", "computed", "reused", "seco
 # readouts that the run's `readout` asked for (lp: logprob_readout, gen: generate_readout).
 ROW_TYPES = {"item_id": "id", "family_id": "id", "system": "str", "resolved": "bool?", "variant": "str?",
              "condition": "str", "kind": "str", "layer": "int?", "alpha": "number?", "direction_index": "int?",
-             "logprobs": "scores", "lp": "object", "gen": "object"}
+             "logprobs": "scores", "lp": "object", "gen": "object", "lp_set": "object", "gen_set": "object"}
 ROW_REQUIRED = ("item_id", "family_id", "condition", "kind")
 
 
@@ -152,6 +165,7 @@ class DoseResponseJob(Job):
         self.old = read_meta(self.meta_path())
         self.recorded = (self.old or {}).get("layer_directions") or {}  # the layers this folder steered so far
         self.handle: Any = None
+        self.alpha_units: dict[str, dict[str, Any]] = dict((self.old or {}).get("alpha_units") or {})  # experiments.dose_units
         self.images: dict[str, list[Any]] = {}  # the current batch's images by item id
 
     def units(self) -> list[Unit]:
@@ -179,13 +193,14 @@ class DoseResponseJob(Job):
         return out
 
     def meta(self) -> dict[str, Any]:
-        return {**run_meta(self.plan, self.recorded), **self.pinned()}
+        return {**run_meta(self.plan, self.recorded), "alpha_units": self.alpha_units, **self.pinned()}
 
     def store_at(self, folder: Path) -> JsonlRows:
         return JsonlRows(folder / RESULTS_FILE, _row_key, what="dose-response row", check=_row_problem)
 
     def open(self) -> None:
         self.handle = _load_handle(self.plan)
+        self.alpha_units = units_for(self.handle, self.plan, self.alpha_units)  # measured where the vector is added
         if self.old is not None:  # a later session: record its config and the layers it adds (the runner writes once)
             check_pinned(self, self.old, self.pinned())  # what only the loaded model tells, before the rewrite
             atomic_write_json(self.meta_path(), {FORMAT_KEY: self.kind, **self.meta(), "shard": self.old.get("shard")})
@@ -198,11 +213,11 @@ class DoseResponseJob(Job):
 
     def compute(self, batch: list[Unit], condition: str) -> list[Row]:
         items = [u.value for u in batch]
-        return rows_for(self.handle, self.plan, self.by_key[condition], items, self._images(items))
+        return rows_for(self.handle, self.plan, self.by_key[condition], items, self._images(items), self.alpha_units)
 
     def finish(self, rows: dict[RowKey, Row], summary: dict[str, Any]) -> dict[str, Any]:
         plan = replace(self.plan, items=[u.value for u in self.my_units()], out=self.out)
-        result = aggregate(plan, rows)
+        result = aggregate(plan, rows, self.alpha_units)
         session = summary.get("last_session") or {}
         return {"n_items": len(plan.items), "n_conditions": len(plan.conditions), "n_rows": len(rows),
                 "computed": summary.get("computed", 0), "reused": summary.get("reused", len(rows)),
@@ -257,9 +272,12 @@ def run_dose_response(args: argparse.Namespace) -> int:
     print(f"{summary['n_rows']} rows ({summary['n_items']} items x {summary['n_conditions']} conditions): "
           f"{summary['computed']} computed in {summary['seconds']} s, {summary['reused']} reused")
     for h in summary["headline"]:
-        print(f"  {h['readout']} L{h['layer']} {h['goal']} ({h['group']} items, alpha {alpha_key(h['alpha'])}): "
-              f"stop rate {fmt_estimate(h['stop_rate_at_0'], 'stop_rate')} -> "
-              f"{fmt_estimate(h['stop_rate'], 'stop_rate')}")
+        t = h["target"]
+        chosen = ", ".join(f"half {c['chosen_on']} chose L{c['layer']} {alpha_key(c['alpha'])}" for c in h["choices"])
+        null = t["null"].get("log_odds") or t["null"].get("stop_rate") or {}
+        z = "" if null.get("z") is None else f", z {null['z']:+.1f} vs {null['n_directions']} random"
+        print(f"  {h['readout']} {h['goal']} ({h['group']} items; cross-fitted: {chosen}): stop rate "
+              f"{fmt_estimate(t['stop_rate_at_0'], 'stop_rate')} -> {fmt_estimate(t['stop_rate'], 'stop_rate')}{z}")
     print(f"wrote {', '.join(summary['files'][:3])} ... ({len(summary['files'])} files) in {summary['out']}")
     return 0
 

@@ -1,5 +1,6 @@
 """Dose-response aggregation: per condition, group, system and measure a family-bootstrap estimate and
-its paired change against alpha = 0, the random-direction null band and the headline (JSON-able)."""
+its paired change against alpha = 0; the random null and controls (experiments.dose_null), the
+ablation, the cross-fitted headline (experiments.dose_crossfit) and the text (JSON-able)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap, percentile_interval
+from evprobe.core.proportion import check_shares, cluster_interval, hull, saturated_change
 from evprobe.experiments.dose_config import alpha_key
+from evprobe.experiments.dose_controls import controls_record
+from evprobe.experiments.dose_crossfit import crossfit
+from evprobe.experiments.dose_null import control_rows, null_band
 from evprobe.experiments.dose_plan import Plan
+from evprobe.experiments.dose_text import ablation_sentence, paragraphs
 
 GROUPS = ("resolved", "unresolved", "all")
 MEASURES: dict[str, tuple[str, ...]] = {
     "logprobs": ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "log_odds"),
     "generate": ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate"),
 }
+NOT_PROPORTIONS = {"log_odds"}  # every other measure is a share of 0/1 items: core.proportion's interval too
 
 
 def _values(readout: str, rows: list[dict[str, Any]]) -> np.ndarray:
@@ -43,12 +50,10 @@ def _values(readout: str, rows: list[dict[str, Any]]) -> np.ndarray:
 def _curve_conditions(plan: Plan) -> list[tuple[int | None, str, float | None, str]]:
     """(layer, kind label, alpha, row key) of every point reported; alpha 0 points read the baseline."""
     out: list[tuple[int | None, str, float | None, str]] = [(None, "baseline", 0.0, "base")]
-    labels = ["probe"] + [f"random{k}" for k in range(1, plan.config.n_random + 1)]
-    for layer in plan.layers:
+    for layer in plan.layers:  # the random and control sets are summarised by experiments.dose_null
         for alpha in sorted(plan.config.alphas):
-            for label in labels:
-                key = "base" if alpha == 0 else f"L{layer}.{label}.{alpha_key(alpha)}"
-                out.append((layer, label, float(alpha), key))
+            key = "base" if alpha == 0 else f"L{layer}.probe.{alpha_key(alpha)}"
+            out.append((layer, "probe", float(alpha), key))
         if plan.config.ablation:
             out.append((layer, "ablation", None, f"L{layer}.ablate"))
     return out
@@ -64,11 +69,10 @@ def _est(value: float, lo: float, hi: float, n: int) -> dict[str, Any]:
 Stats = dict[tuple[str, str, str, str], tuple[dict[str, Any], dict[str, Any]]]  # (key, group, system, measure)
 
 
-def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
-            boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One condition's cells, ordered (group, system) x measure: observed ratios (C,), resampled
-    ratios (B, C) (NaN where a resample's denominator is 0) and n (C,). Same ratio estimator as
-    FamilyBootstrap.resample_many, on the bootstrap's one resample matrix."""
+def _sums(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
+          boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-family sums (F, C) of one condition's cells, ordered (group, system) x measure: the
+    numerators (defined item values) and denominators (items where the measure is defined)."""
     V = _values(readout, rows)  # (items, measures)
     nums, dens = [], []
     for m in masks.values():
@@ -76,13 +80,51 @@ def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str
             defined = m & ~np.isnan(V[:, j])
             nums.append(boot.per_family(fam, np.where(defined, V[:, j], 0.0)))
             dens.append(boot.per_family(fam, defined.astype(float)))
-    NUM, DEN = np.stack(nums, axis=1), np.stack(dens, axis=1)  # (F, C) per-family sums
+    return np.stack(nums, axis=1), np.stack(dens, axis=1)
+
+
+def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
+            boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One condition's cells, ordered (group, system) x measure: observed ratios (C,), resampled
+    ratios (B, C) (NaN where a resample's denominator is 0) and n (C,). Same ratio estimator as
+    FamilyBootstrap.resample_many, on the bootstrap's one resample matrix."""
+    NUM, DEN = _sums(readout, rows, masks, boot, fam)  # (F, C) per-family sums
     top, bottom = NUM.sum(0), DEN.sum(0)
     draws_num, draws_den = boot.counts @ NUM, boot.counts @ DEN  # (B, C)
     with np.errstate(invalid="ignore", divide="ignore"):
         observed = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
         draws = np.where(draws_den > 0, draws_num / np.where(draws_den > 0, draws_den, 1.0), np.nan)
     return observed, draws, bottom.round().astype(int)
+
+
+def _cluster(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
+             boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cluster interval (lo, hi), each (C,), of the cells that are proportions (core.proportion,
+    the same as FamilyBootstrap's binary=True); NaN for log-odds, which keep their percentiles."""
+    NUM, DEN = _sums(readout, rows, masks, boot, fam)
+    share = np.array([m not in NOT_PROPORTIONS for _ in masks for m in MEASURES[readout]])  # (C,)
+    check_shares(NUM[:, share], DEN[:, share])
+    lo, hi = np.full(len(share), np.nan), np.full(len(share), np.nan)
+    lo[share], hi[share] = cluster_interval(NUM[:, share], DEN[:, share])
+    return lo, hi
+
+
+def intervals(readout: str, rows: list[dict[str, Any]], base_rows: list[dict[str, Any]],
+              masks: dict[tuple[str, str], np.ndarray], boot: FamilyBootstrap, fam: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi) of one condition's cells and (dlo, dhi) of their paired change against the base
+    rows, each (C,): family-bootstrap percentiles; for proportions hulled with the cluster interval
+    and, where a rate is saturated, the change widened by core.proportion.saturated_change, so no
+    rate and no change of rates prints a zero-width interval."""
+    observed, draws, _ = _ratios(readout, rows, masks, boot, fam)
+    base_obs, base_draws, _ = _ratios(readout, base_rows, masks, boot, fam)
+    ci1 = _cluster(readout, rows, masks, boot, fam)
+    ci0 = _cluster(readout, base_rows, masks, boot, fam)
+    lo, hi = hull(percentile_interval(draws), ci1)
+    share = np.isfinite(ci1[0]) & np.isfinite(ci0[0])  # proportion cells
+    dlo, dhi = percentile_interval(draws - base_draws)
+    wlo, whi = saturated_change((dlo, dhi), observed, ci1, base_obs, ci0)
+    return lo, hi, np.where(share, wlo, dlo), np.where(share, whi, dhi)
 
 
 def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]], row_keys: list[str],
@@ -96,12 +138,11 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]]
     def rows(key: str) -> list[dict[str, Any]]:
         return [done[(it.item_id, key)] for it in plan.items]
 
-    base_obs, base_draws, _ = _ratios(readout, rows("base"), masks, boot, fam)
+    base_obs = _ratios(readout, rows("base"), masks, boot, fam)[0]
     stats: Stats = {}
     for key in row_keys:
-        observed, draws, n = _ratios(readout, rows(key), masks, boot, fam)
-        lo, hi = percentile_interval(draws)
-        dlo, dhi = percentile_interval(draws - base_draws)
+        observed, _, n = _ratios(readout, rows(key), masks, boot, fam)
+        lo, hi, dlo, dhi = intervals(readout, rows(key), rows("base"), masks, boot, fam)
         for c, (group, system, measure) in enumerate(cells):
             stats[(key, group, system, measure)] = (
                 _est(observed[c], lo[c], hi[c], n[c]),
@@ -110,31 +151,11 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]]
     return stats
 
 
-def _null_band(plan: Plan, readout: str, stats: Stats, masks: dict[tuple[str, str], np.ndarray]) -> list[dict]:
-    """Mean and min-max envelope of the random directions' point estimates per layer x dose x cell."""
-    config, out = plan.config, []
-    if not config.n_random:
-        return out
-    for layer in plan.layers:
-        for alpha in sorted(config.alphas):
-            keys = ["base"] if alpha == 0 else [f"L{layer}.random{k}.{alpha_key(alpha)}"
-                                                for k in range(1, config.n_random + 1)]
-            for (group, system) in masks:
-                for measure in MEASURES[readout]:
-                    vals = [stats[(k, group, system, measure)][0] for k in keys]
-                    xs = [v["value"] for v in vals if v["value"] is not None]
-                    out.append({
-                        "readout": readout, "layer": layer, "alpha": float(alpha), "group": group,
-                        "system": system, "measure": measure,
-                        "mean": float(np.mean(xs)) if xs else None, "min": min(xs) if xs else None,
-                        "max": max(xs) if xs else None, "n_directions": config.n_random,
-                        "n": max((v["n"] for v in vals), default=0),
-                    })
-    return out
-
-
-def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
-    """All aggregates of the selected items: curves, null band, ablation, headline (JSON-able)."""
+def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
+              units: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """All aggregates of the selected items (JSON-able): curves (`rows`), the random null
+    (`null_band`, experiments.dose_null), the controls, the ablation, the cross-fitted `headline`
+    (experiments.dose_crossfit), the per-layer extremes (`by_layer`) and the generated text."""
     config = plan.config
     families = sorted({it.family_id for it in plan.items})
     boot = FamilyBootstrap(families, config.n_boot, config.seed)
@@ -149,7 +170,17 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]]) -> dict[s
             masks[(group, system)] = g & np.array([system in ("all", it.system) for it in plan.items])
     points = _curve_conditions(plan)
     row_keys = sorted({key for *_, key in points}, key=lambda k: (k != "base", k))
-    result: dict[str, Any] = {"rows": [], "null_band": [], "headline": []}
+    result: dict[str, Any] = {"rows": [], "null_band": [], "controls": [], "headline": [], "by_layer": [],
+                              "ablation": []}
+
+    def ratios(readout: str, rows: list[dict[str, Any]], cell_masks: dict[tuple[str, str], np.ndarray]):
+        return _ratios(readout, rows, cell_masks, boot, fam)
+
+    def spans(readout: str, rows: list[dict[str, Any]], base_rows: list[dict[str, Any]],
+              cell_masks: dict[tuple[str, str], np.ndarray]) -> tuple[np.ndarray, ...]:
+        return intervals(readout, rows, base_rows, cell_masks, boot, fam)
+
+    split: dict[str, Any] = {}
     for readout in config.readouts:
         stats = _stats(plan, readout, done, row_keys, masks, boot, fam)
         for layer, label, alpha, key in points:
@@ -160,16 +191,44 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]]) -> dict[s
                         "readout": readout, "layer": layer, "kind": label, "alpha": alpha, "group": group,
                         "system": system, "measure": measure, **value, "delta_vs_0": change,
                     })
-        band = _null_band(plan, readout, stats, masks)
+        band, random_effects = null_band(plan, readout, done, stats, masks, MEASURES[readout], _values)
         result["null_band"] += band
-        result["headline"] += _headline(plan, readout, stats, band)
-    result["meta"] = _report_meta(plan, families, systems, scopes)
+        base_obs, base_draws, _ = _ratios(readout, [done[(it.item_id, "base")] for it in plan.items], masks, boot, fam)
+        result["controls"] += control_rows(plan, readout, done, masks, MEASURES[readout], ratios, _est,
+                                           (base_obs, base_draws), spans, random_effects, stats)
+        result["by_layer"] += _by_layer(plan, readout, stats, band)
+        result["ablation"] += _ablation(plan, readout, stats)
+        headline, split = crossfit(plan, readout, done, MEASURES[readout], _values, ratios, _est, spans)
+        result["headline"] += headline
+    result["meta"] = _report_meta(plan, families, systems, scopes, units or {}, split)
+    result["text"] = paragraphs(result)
     return result
 
 
-def _headline(plan: Plan, readout: str, stats: Stats, band: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ablation(plan: Plan, readout: str, stats: Stats) -> list[dict[str, Any]]:
+    """Per layer and group (system all): the ablation's paired change of the stop rate and of the
+    stop log-odds (logprobs) vs the unsteered model, with intervals; interpreted in dose_text."""
+    out = []
+    if not plan.config.ablation:
+        return out
+    for layer in plan.layers:
+        for group in GROUPS:
+            key = f"L{layer}.ablate"
+            entry = {"readout": readout, "layer": layer, "group": group,
+                     "stop_rate_at_0": stats[("base", group, "all", "stop_rate")][0],
+                     "stop_rate": stats[(key, group, "all", "stop_rate")][0],
+                     "change": stats[(key, group, "all", "stop_rate")][1]}
+            if (key, group, "all", "log_odds") in stats:
+                entry["log_odds_change"] = stats[(key, group, "all", "log_odds")][1]
+            out.append({**entry, "sentence": ablation_sentence(entry)})
+    return out
+
+
+def _by_layer(plan: Plan, readout: str, stats: Stats, band: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per layer: stop rate of resolved items at the largest + dose (inducing measuring) and of
-    unresolved items at the most negative dose (inducing stopping), against alpha = 0."""
+    unresolved items at the most negative dose (inducing stopping), against alpha = 0, with the
+    probe's place in the random null on the targeted group and on the other one (stop rate and
+    stop log-odds). Fixed grid extremes, chosen on no data; the headline is cross-fitted."""
     out = []
     alphas = sorted(plan.config.alphas)
     for layer in plan.layers:
@@ -178,18 +237,31 @@ def _headline(plan: Plan, readout: str, stats: Stats, band: list[dict[str, Any]]
             if (goal == "induce measuring" and alpha <= 0) or (goal == "induce stopping" and alpha >= 0):
                 continue
             key = f"L{layer}.probe.{alpha_key(alpha)}"
-            null = next((b for b in band if (b["layer"], b["alpha"], b["group"], b["system"], b["measure"])
-                         == (layer, alpha, group, "all", "stop_rate")), None)
+            other = "unresolved" if group == "resolved" else "resolved"
+
+            def null(g: str, m: str) -> dict[str, Any] | None:
+                return next((b for b in band if (b["layer"], b["alpha"], b["group"], b["system"], b["measure"])
+                             == (layer, alpha, g, "all", m)), None)
+
             value, change = stats[(key, group, "all", "stop_rate")]
-            out.append({
+            entry = {
                 "readout": readout, "layer": layer, "goal": goal, "group": group, "alpha": alpha,
                 "stop_rate_at_0": stats[("base", group, "all", "stop_rate")][0],
-                "stop_rate": value, "change": change, "null_band": null,
-            })
+                "stop_rate": value, "change": change, "null_band": null(group, "stop_rate"),
+                "other_group": other, "other_change": stats[(key, other, "all", "stop_rate")][1],
+                "other_null": null(other, "stop_rate"),
+            }
+            if "log_odds" in MEASURES[readout]:
+                entry.update(log_odds_change=stats[(key, group, "all", "log_odds")][1],
+                             log_odds_null=null(group, "log_odds"),
+                             other_log_odds_change=stats[(key, other, "all", "log_odds")][1],
+                             other_log_odds_null=null(other, "log_odds"))
+            out.append(entry)
     return out
 
 
-def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: list[str]) -> dict[str, Any]:
+def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: list[str],
+                 units: dict[str, dict[str, Any]], split: dict[str, Any]) -> dict[str, Any]:
     n_res = sum(bool(it.resolved) for it in plan.items)
     return {
         "model": plan.model.model,
@@ -200,9 +272,15 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
         "sign_convention": ("positive alpha = toward measuring (unresolved); the stored direction points toward "
                             f"{plan.provenance.get('label')}={plan.provenance.get('positive')} and was "
                             f"{'negated' if plan.flipped else 'used as stored'}"),
-        "units": "alpha in multiples of the layer's mean residual norm (directions.json mean_norm)",
-        "layers": {str(layer): {"name": d.name, "mean_norm": d.mean_norm, "n_fit_items": d.n_items}
+        "units": (f"alpha in multiples of the layer's mean residual norm over the steered positions "
+                  f"({plan.config.positions}), unsteered, on {len(plan.norm_items)} {plan.norm_source} "
+                  "(experiments.dose_units)"),
+        "alpha_units": units,
+        "layers": {str(layer): {"name": d.name, "mean_norm": d.mean_norm, "n_fit_items": d.n_items,
+                                "unit_norm": (units.get(str(layer)) or {}).get("unit_norm")}
                    for layer, d in plan.directions.items()},
+        "controls": controls_record(plan.controls),
+        "split": split,
         "alphas": sorted(plan.config.alphas),
         "n_random": plan.config.n_random,
         "random_seed": plan.config.random_seed,
@@ -223,8 +301,9 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
         "fit_families": plan.fit_families,
         "excluded_families": plan.excluded,
         "requests": list(plan.config.requests),
-        "null_band_rule": ("mean and min-max envelope of the point estimates of n_random seeded random unit "
-                           "directions at the same layer and raw dose"),
+        "null_band_rule": ("n_random seeded random unit directions at the same layer and raw dose; the probe's "
+                           "paired effect vs alpha 0 placed among theirs (percentile, z, p_null); band = 2.5-97.5 "
+                           "percentiles of their point estimates (experiments.dose_null)"),
         "interval_method": INTERVAL_METHOD,
         "n_boot": plan.config.n_boot,
         "seed": plan.config.seed,

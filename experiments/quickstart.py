@@ -13,8 +13,9 @@ Steps (each one resumable; a second run reuses finished work):
     as DEGENERATE, never as AUROC 0.5);
  5. fit difference-of-means directions for `resolved` on each half of the families (a seeded
     coin per family), so steering runs on families the direction never saw;
- 6. dose-response: the first half's direction at every layer on the other half's selections,
-    with random directions of the same norm and ablation;
+ 6. dose-response: the first half's direction on the other half's selections (organism: layers
+    1-3 at alpha +-0.75 and +-1.5), with 50 random directions of the same norm, 3 specificity
+    controls, ablation and a cross-fitted headline;
  7. pair patching on image pairs;
  8. for the organism, the known-answer checks (experiments/known_answer.py), then one report,
     `OUT/report/report.md`, with every plot beside it.
@@ -52,8 +53,14 @@ ORGANISM = (
     "measured value), not from pixels or words. Its answer is known, so the checks below test the toolkit. "
     "Known-answer checks: {verdict}."
 )
-# A regular grid wide enough to reach where the organism breaks (about +-1 mean residual norm).
-ORGANISM_ALPHAS = (-1.5, -1.25, -1.0, -0.75, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
+# A grid reaching where the organism breaks (about +-1 mean residual norm), trimmed from 13 doses x 4
+# layers to 4 doses x layers 1-3 so that 50 random directions and 3 controls at every steered layer x
+# dose cost about what 3 random directions on the full grid did (each random set is 50 x the items;
+# the organism's forward, not its encoding, is then the cost). Layer 0 is left out for time (it moved
+# stopping one way only on the full grid); `evprobe dose-response` runs any grid.
+ORGANISM_ALPHAS = (-1.5, -0.75, 0.0, 0.75, 1.5)
+ORGANISM_LAYERS = (1, 2, 3)
+NULL_BATCH_ROWS = 2048  # rows per forward of the random/control sets (organism prompts are ~22 tokens)
 
 
 def _step(n: int, title: str) -> float:
@@ -78,7 +85,7 @@ def quickstart(
     families_per_system: int | None = None,
     pairs: int | None = None,
     n_boot: int = 1000,
-    progress: bool = False,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Run the whole pipeline into `out`; returns the timings and the report path."""
     from evprobe.experiments.config import load_model_config
@@ -125,7 +132,8 @@ def quickstart(
     from evprobe.probes.runs import directions_to_folder, sweep_to_folder
     from evprobe.probes.sweep import SweepConfig
 
-    sweep_to_folder([acts], "resolved", acts / "probes" / "resolved", SweepConfig(n_boot=n_boot))
+    sweep_to_folder([acts], "resolved", acts / "probes" / "resolved", SweepConfig(n_boot=n_boot, permutations=49),
+                    progress="sweep" if progress else None)
     timings["sweep"] = time.perf_counter() - t
 
     t = _step(5, "fit directions on each half of the families")
@@ -134,13 +142,16 @@ def quickstart(
     timings["directions"] = time.perf_counter() - t
 
     t = _step(6, "dose-response on held-out families")
-    from evprobe.experiments.dose_config import DoseResponseConfig
+    from evprobe.experiments.dose_config import CONTROLS, DoseResponseConfig
     from evprobe.experiments.dose_response import dose_response
 
     dose_response(DoseResponseConfig(model=model, bench=str(bench), directions=str(directions), out=str(dose),
-                                     layers="from-direction",
+                                     layers=ORGANISM_LAYERS if organism else "from-direction",
                                      alphas=ORGANISM_ALPHAS if organism else (-1.0, -0.5, 0.0, 0.5, 1.0),
-                                     n_random=3 if organism else 2, n_boot=n_boot), progress=progress)
+                                     # untrained tiny VLMs: ~1,200-token prompts, so the plumbing-only null of before
+                                     n_random=50 if organism else 2, controls=CONTROLS if organism else (),
+                                     null_batch_rows=NULL_BATCH_ROWS if organism else None, n_boot=n_boot),
+                  progress=progress)
     timings["dose_response"] = time.perf_counter() - t
 
     t = _step(7, "pair patching")
@@ -185,13 +196,12 @@ def add_quickstart_parser(sub: argparse._SubParsersAction) -> None:
                    help="benchmark size (default: 48, the main set, for the organism; 2 for other models)")
     p.add_argument("--pairs", type=int, default=None, help="image pairs to patch (default: 64 organism, 4 others)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
-    p.add_argument("--progress", action="store_true", help="show each step's progress line")
     p.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     result = quickstart(args.out, model=args.model, families_per_system=args.families_per_system,
-                        pairs=args.pairs, n_boot=args.n_boot, progress=args.progress)
+                        pairs=args.pairs, n_boot=args.n_boot, progress=True)  # --no-progress turns it off process-wide
     total = sum(result["seconds"].values())
     if result["known_answer"] is not None:
         for c in result["known_answer"]["checks"]:

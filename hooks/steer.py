@@ -24,10 +24,23 @@ that short). The nnsight path counts steps instead (`tracer.iter` step 0 is the
 prompt); the tests check the two agree.
 
 Alpha units: `Steering.alpha` is raw (residual-stream units of that model).
-`Steering.from_norm_units(v, layer, alpha_norm, mean_norm)` takes alpha in
-multiples of the layer's mean residual norm at the read position (measured on
-the capture set with `mean_residual_norm`) and stores raw = alpha_norm * mean_norm
-plus both inputs, so doses compare across models.
+`Steering.from_norm_units(v, layer, alpha_norm, mean_norm, measured_at=...)` takes
+alpha in multiples of the layer's mean residual norm and stores raw = alpha_norm *
+mean_norm plus both inputs, so doses compare across models. The norm must be
+measured where the vector is added: `hooks.steer_rows.residual_norms_at(handle, ..., layers, positions)`
+averages the per-token L2 norm of the layer's output over exactly the prompt
+positions `positions` edits ("all": every real token, padding excluded; "last":
+each row's last token). Position 0 (BOS) often has a norm many times the others,
+so a norm read at the last token and a vector added at every position are not
+the same unit; `from_norm_units` refuses `measured_at` != `positions` for that
+reason (a test checks it).
+
+Many directions at once (hooks.steer_rows): `steer_rows(handle, layer, deltas)` adds a different raw
+vector to each row of the batch (deltas: (rows, d_model)), and
+`option_logprobs_rows` uses it to read K directions x n prompts in a few large
+forwards (the prompts encoded once and repeated when every input tensor is
+row-major, else re-encoded), which is how the dose-response null runs 50 random
+directions for about the price of a handful of conditions on a small model.
 
 Why the primary path is plain torch forward hooks, not nnsight (nnsight 0.8.1):
 the project rule is nnsight everywhere unless it cannot do the job, and here it
@@ -59,7 +72,9 @@ noise of plain (min-time ratios 1.01 and 1.03).
 Composition pitfall: nnsight replaces each module's `forward` with its own
 wrapper and reads `.output` inside it, i.e. before torch forward hooks run. So an
 nnsight capture of the steered/ablated layer itself shows the unedited value;
-layers after it (and the next layer's `.input`) see the edit.
+layers after it (and the next layer's `.input`) see the edit. Working idioms (read
+`layers[k + 1].input`, or edit and save inside one trace) and a warning from
+hooks.capture: hooks/capture.py's docstring, tests/hooks/test_steer_nnsight.py.
 """
 
 from __future__ import annotations
@@ -133,7 +148,7 @@ def mean_residual_norm(acts: np.ndarray) -> float:
 
 # ---------------------------------------------------------------- the steering spec
 
-def _check_positions(positions: Any) -> Positions:
+def check_steer_positions(positions: Any) -> Positions:
     if isinstance(positions, str):
         if positions in ("all", "last"):
             return positions
@@ -183,7 +198,7 @@ class Steering:
         if not np.isfinite(alpha):
             raise ValueError(f"alpha must be finite, got {self.alpha!r}")
         object.__setattr__(self, "alpha", alpha)
-        object.__setattr__(self, "positions", _check_positions(self.positions))
+        object.__setattr__(self, "positions", check_steer_positions(self.positions))
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
 
@@ -197,10 +212,18 @@ class Steering:
         *,
         positions: Positions = "all",
         schedule: Schedule = "every-step",
+        measured_at: Positions | None = None,
     ) -> Steering:
-        """Alpha in multiples of the layer's mean residual norm: raw alpha = alpha_norm * mean_norm."""
+        """Alpha in multiples of the layer's mean residual norm: raw alpha = alpha_norm * mean_norm.
+
+        measured_at: the prompt positions mean_norm was averaged over (residual_norms_at); when
+        given it must equal `positions` (the unit is the norm of what is edited)."""
         if not (np.isfinite(mean_norm) and mean_norm > 0):
             raise ValueError(f"mean_norm must be a positive number (mean_residual_norm(acts)), got {mean_norm!r}")
+        if measured_at is not None and check_steer_positions(measured_at) != check_steer_positions(positions):
+            raise ValueError(f"mean_norm was measured at positions {measured_at!r} but the vector is added at "
+                             f"{positions!r}; measure the norm where the vector is added "
+                             "(residual_norms_at(..., positions)) or restrict the edit to where it was measured")
         return cls(direction, layer, float(alpha_norm) * float(mean_norm), positions, schedule,
                    alpha_norm=float(alpha_norm), mean_norm=float(mean_norm))
 

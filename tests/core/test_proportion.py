@@ -191,3 +191,20 @@ def test_probe_accuracy_at_100_percent_is_not_a_point() -> None:
     est = accuracy_estimate(np.ones(80), families, boot)
     assert est.value == 1.0 and est.n == 80
     assert est.ci == pytest.approx((0.025 ** (1 / 20), 1.0))
+
+
+def test_a_saturated_paired_change_never_collapses() -> None:
+    from evprobe.core.proportion import cluster_interval, saturated_change
+
+    # 36 families of 4: every item stopped after steering (p1 = 1), none before (p0 = 0)
+    den = np.full((36, 1), 4.0)
+    ci1, ci0 = cluster_interval(den.copy(), den), cluster_interval(np.zeros_like(den), den)
+    point = (np.array([1.0]), np.array([1.0]))  # what the paired bootstrap prints: +1 [+1, +1]
+    lo, hi = saturated_change(point, np.array([1.0]), ci1, np.array([0.0]), ci0)
+    assert hi[0] == 1.0 and lo[0] < 1.0
+    assert lo[0] == pytest.approx(1.0 - np.sqrt((1 - ci1[0][0]) ** 2 + ci0[1][0] ** 2))
+    # inside (0, 1) the paired bootstrap interval stands untouched
+    inner = (np.array([0.1]), np.array([0.3]))
+    lo, hi = saturated_change(inner, np.array([0.6]), (np.array([0.5]), np.array([0.7])),
+                              np.array([0.4]), (np.array([0.3]), np.array([0.5])))
+    assert (lo[0], hi[0]) == (0.1, 0.3)

@@ -126,7 +126,7 @@ def test_every_experiment_yaml_loads(path: Path) -> None:
     if cls is DoseResponseConfig:
         assert load_dose_response_config(path.stem) == load_dose_response_config(path)
         if path.stem == "dose_response":
-            assert cfg.alphas == DEFAULT_ALPHAS and cfg.n_random == 3 and cfg.ablation and cfg.heldout
+            assert cfg.alphas == DEFAULT_ALPHAS and cfg.n_random == 50 and cfg.ablation and cfg.heldout
 
 
 def test_direct_model_strings_become_default_configs() -> None:
@@ -220,7 +220,7 @@ def test_cli_overrides_beat_the_file_and_none_means_not_given(tmp_path: Path) ->
     path = write(tmp_path / "e.yaml", {"bench": "b", "directions": "d", "out": "o", "model": "tiny:llava",
                                        "limit": 8, "alphas": [-1, 0, 1]})
     cfg = load_config(DoseResponseConfig, path, {"limit": 2, "alphas": (0.5,), "n_random": None, "out": None})
-    assert (cfg.limit, cfg.alphas, cfg.n_random, cfg.out) == (2, (0.5,), 3, "o")
+    assert (cfg.limit, cfg.alphas, cfg.n_random, cfg.out) == (2, (0.5,), 50, "o")
     with pytest.raises(ConfigError) as err:
         load_config(DoseResponseConfig, path, {"limit": "many"})
     assert one_line(err).startswith("command line: key 'limit' must be an integer")

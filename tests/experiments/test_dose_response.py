@@ -58,9 +58,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def config(setup: dict[str, Path], out: str, **changes) -> DoseResponseConfig:
-    """The shipped tiny config (2 layers, alphas -1/0/+1, 1 random direction, 8 items) on the fixture."""
+    """The shipped tiny config (2 layers, alphas -1/0/+1, 8 items, 3 controls) on the fixture, with 3
+    random directions (tiny:llava prompts are ~1,200 tokens: 50 would take minutes on CPU)."""
     overrides = {"bench": str(setup["bench"]), "directions": str(setup["dirs"]), "out": str(setup["root"] / out)}
-    return replace(load_dose_response_config("dose_response_tiny", overrides), **changes)
+    return replace(load_dose_response_config("dose_response_tiny", overrides), **{"n_random": 3, **changes})
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def _images(bench: Path, item) -> list:
 
 def test_plan_holds_out_the_fitted_families_and_flips_the_sign(setup) -> None:
     plan = make_plan(config(setup, "plan"))
-    assert plan.name == "resolved=True.massmean.L1.last.system=bouncing"  # the first name, sorted
+    assert plan.name == "resolved.massmean.L1.last.system-bouncing"  # the first name, sorted
     assert plan.fit_families == ["bouncing-000", "bouncing-001"] == plan.excluded
     assert {it.family_id for it in plan.items} == {"sliding-000", "sliding-001"} and len(plan.items) == 8
     assert plan.layers == [1, 2] and plan.flipped
@@ -100,8 +101,11 @@ def test_plan_holds_out_the_fitted_families_and_flips_the_sign(setup) -> None:
         assert np.allclose(d.vector, -stored[layer].vector, atol=1e-6) and abs(np.linalg.norm(d.vector) - 1) < 1e-12
         assert d.mean_norm == stored[layer].mean_norm
     keys = [c.key for c in plan.conditions]
-    assert keys == ["base", "L1.probe.-1", "L1.random1.-1", "L1.probe.+1", "L1.random1.+1", "L1.ablate",
-                    "L2.probe.-1", "L2.random1.-1", "L2.probe.+1", "L2.random1.+1", "L2.ablate"]
+    assert keys == ["base", "L1.probe.-1", "L1.random.-1", "L1.controls.-1", "L1.probe.+1", "L1.random.+1",
+                    "L1.controls.+1", "L1.ablate", "L2.probe.-1", "L2.random.-1", "L2.controls.-1", "L2.probe.+1",
+                    "L2.random.+1", "L2.controls.+1", "L2.ablate"]
+    assert plan.random.shape == (3, plan.d_model)
+    assert [c.name for c in plan.controls[1]] == ["history", "threshold_level", "shuffled"]
     # other systems or families as targets; in-sample on request
     assert {it.system for it in make_plan(config(setup, "p", systems=("spring",))).items} == {"spring"}
     insample = make_plan(config(setup, "p", heldout=False, limit=None))
@@ -131,12 +135,12 @@ def test_readout_measures_from_logprobs(setup) -> None:
 def test_run_writes_every_file_and_alpha_zero_is_the_unsteered_model(setup, first) -> None:
     cfg, summary = first
     out = Path(cfg.out)
-    assert summary["computed"] == summary["n_rows"] == 8 * 11 and summary["reused"] == 0
+    assert summary["computed"] == summary["n_rows"] == 8 * 15 and summary["reused"] == 0
     for name in ("results.jsonl", "meta.json", "dose_response.json", "dose_response.md", "stop_rate.png",
                  "missing_test_rate.png", "min_cost_accuracy.png", "log_odds.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 200, name
     rows = load_results(out / RESULTS_FILE)
-    assert len(rows) == 88
+    assert len(rows) == 120
     plan = make_plan(cfg)
     handle = hooks.load(MODEL)
     prompts = [build_prompt(it, "direct", "standard") for it in plan.items]
@@ -167,7 +171,7 @@ def test_aggregates_carry_intervals_and_n(first) -> None:
     assert meta["flipped"] and meta["excluded_families"] == ["bouncing-000", "bouncing-001"]
     assert (meta["n_items"], meta["n_resolved"], meta["n_unresolved"], meta["n_families"]) == (8, 4, 4, 2)
     kinds = {r["kind"] for r in result["rows"]}
-    assert kinds == {"baseline", "probe", "random1", "ablation"}
+    assert kinds == {"baseline", "probe", "ablation"}
     for r in result["rows"]:
         assert set(r) >= {"value", "ci", "n", "delta_vs_0"} and r["measure"] in MEASURES["logprobs"]
         assert r["n"] == {"all": 8, "resolved": 4, "unresolved": 4}[r["group"]]
@@ -193,8 +197,9 @@ def test_aggregates_carry_intervals_and_n(first) -> None:
     assert got["value"] == pytest.approx(want.value) and got["ci"] == pytest.approx(list(want.ci))
     assert got["delta_vs_0"]["ci"] == pytest.approx(list(want_delta.ci)) and got["n"] == want.n == 8
     band = result["null_band"]
-    assert band and all(b["min"] <= b["mean"] <= b["max"] and b["n_directions"] == 1 for b in band)
-    goals = {(h["layer"], h["goal"], h["group"], h["alpha"]) for h in result["headline"]}
+    assert band and all(b["band_lo"] - 1e-12 <= b["mean"] <= b["band_hi"] + 1e-12 and b["n_directions"] == 3
+                        for b in band)
+    goals = {(h["layer"], h["goal"], h["group"], h["alpha"]) for h in result["by_layer"]}
     assert goals == {(1, "induce measuring", "resolved", 1.0), (1, "induce stopping", "unresolved", -1.0),
                      (2, "induce measuring", "resolved", 1.0), (2, "induce stopping", "unresolved", -1.0)}
     md = (Path(cfg.out) / "dose_response.md").read_text()
@@ -208,7 +213,7 @@ def test_rerun_reuses_everything_and_loads_no_model(setup, first, no_model_load)
     path = Path(cfg.out) / RESULTS_FILE
     before = path.read_bytes()
     again = dose_response(cfg, progress=False)
-    assert (again["computed"], again["reused"]) == (0, 88)
+    assert (again["computed"], again["reused"]) == (0, 120)
     assert path.read_bytes() == before
 
 
@@ -223,11 +228,14 @@ def test_a_torn_run_resumes_without_duplicates(setup, first) -> None:
     (Path(cut_cfg.out) / RESULTS_FILE).write_bytes(data[:cut])
     kept = data[:cut].count(b"\n")
     summary = dose_response(cut_cfg, progress=False)
-    assert (summary["reused"], summary["computed"]) == (kept, 88 - kept)
+    assert (summary["reused"], summary["computed"]) == (kept, 120 - kept)
     lines = (Path(cut_cfg.out) / RESULTS_FILE).read_text().splitlines()
-    assert len(lines) == 88 and len({(json.loads(x)["item_id"], json.loads(x)["condition"]) for x in lines}) == 88
+    assert len(lines) == 120 and len({(json.loads(x)["item_id"], json.loads(x)["condition"]) for x in lines}) == 120
     resumed = load_results(Path(cut_cfg.out) / RESULTS_FILE)
     for key, row in full.items():  # recomputed rows agree (other batch mixes: float noise at most)
+        if "lp_set" in row:
+            assert np.allclose(row["lp_set"]["log_odds"], resumed[key]["lp_set"]["log_odds"], atol=1e-5)
+            continue
         assert np.allclose([row["logprobs"][x] for x in LETTERS], [resumed[key]["logprobs"][x] for x in LETTERS],
                            atol=1e-5)
 
@@ -241,7 +249,8 @@ def test_other_settings_in_the_same_folder_are_refused(first, no_model_load) -> 
 
 
 def test_generated_replies_readout(setup) -> None:
-    cfg = config(setup, "gen", readout="both", layers=(1,), alphas=(0.0, 1.0), n_random=0, ablation=False, limit=4)
+    cfg = config(setup, "gen", readout="both", layers=(1,), alphas=(0.0, 1.0), n_random=0, controls=(),
+                 ablation=False, limit=4)
     summary = dose_response(cfg, progress=False)
     assert summary["computed"] == 4 * 2
     rows = load_results(Path(cfg.out) / RESULTS_FILE)
@@ -298,6 +307,102 @@ def test_cli_flags_override_the_config(setup, first, capsys, no_model_load) -> N
     cfg, _ = first
     # the finished run again through the CLI: flags select the same run, which is all reused
     rc = _cli(["--config", "dose_response_tiny", "--bench", str(setup["bench"]), "--directions", str(setup["dirs"]),
-               "--out", cfg.out, "--alphas=-1,0,1", "--layers", "1,2", "--n-random", "1", "--quiet"])
+               "--out", cfg.out, "--alphas=-1,0,1", "--layers", "1,2", "--n-random", "3", "--quiet"])
     assert rc == 0
     assert "0 computed" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- alpha units, direction sets, controls
+
+
+def test_alpha_unit_is_the_norm_where_the_vector_is_added(setup, first) -> None:
+    """Fails if the unit is read at the last token (or from directions.json) while the edit is at every position."""
+    cfg, _ = first
+    meta = json.loads((Path(cfg.out) / "meta.json").read_text())
+    plan = make_plan(cfg)
+    handle = hooks.load(MODEL)
+    from evprobe.hooks.steer import Steering, option_logprobs
+    from evprobe.hooks.steer_rows import residual_norms_at
+
+    prompts = [build_prompt(it, "direct", "standard") for it in plan.norm_items]
+    images = [_images(setup["bench"], it) for it in plan.norm_items]
+    every = residual_norms_at(handle, prompts, images, [1, 2], "all")
+    last = residual_norms_at(handle, prompts, images, [1, 2], "last")
+    assert plan.norm_source == "fit items" and {it.family_id for it in plan.norm_items} <= set(plan.fit_families)
+    for layer in (1, 2):
+        unit = meta["alpha_units"][str(layer)]
+        assert unit["positions"] == cfg.positions == "all"
+        assert unit["unit_norm"] == pytest.approx(every[layer][0], rel=1e-5)
+        assert unit["unit_norm"] != pytest.approx(last[layer][0], rel=1e-3)  # the two units differ here
+        assert unit["n_tokens"] == every[layer][1] > len(plan.norm_items)
+    # the probe rows were steered with exactly alpha * unit_norm
+    rows = load_results(Path(cfg.out) / RESULTS_FILE)
+    targets = [build_prompt(it, "direct", "standard") for it in plan.items]
+    timgs = [_images(setup["bench"], it) for it in plan.items]
+    raw = meta["alpha_units"]["1"]["unit_norm"]
+    want = option_logprobs(handle, targets, timgs, LETTERS, Steering(plan.directions[1].vector, 1, raw), batch_size=8)
+    got = np.array([[rows[(it.item_id, "L1.probe.+1")]["logprobs"][x] for x in LETTERS] for it in plan.items])
+    assert np.allclose(got, want, atol=1e-6)
+    with pytest.raises(ValueError, match="measured at positions 'last' but the vector is added at 'all'"):
+        Steering.from_norm_units(plan.directions[1].vector, 1, 1.0, raw, positions="all", measured_at="last")
+
+
+def test_random_set_rows_equal_one_direction_at_a_time(setup, first) -> None:
+    """The batched null (K directions x n items per forward) reads what K separate steered runs read."""
+    cfg, _ = first
+    meta = json.loads((Path(cfg.out) / "meta.json").read_text())
+    plan = make_plan(cfg)
+    rows = load_results(Path(cfg.out) / RESULTS_FILE)
+    handle = hooks.load(MODEL)
+    from evprobe.hooks.steer import Steering, option_logprobs
+
+    items = plan.items[:4]
+    prompts = [build_prompt(it, "direct", "standard") for it in items]
+    images = [_images(setup["bench"], it) for it in items]
+    raw = -1.0 * meta["alpha_units"]["2"]["unit_norm"]
+    for k in range(plan.random.shape[0]):
+        logp = option_logprobs(handle, prompts, images, LETTERS, Steering(plan.random[k], 2, raw), batch_size=4)
+        for i, it in enumerate(items):
+            want = logprob_readout(it, logp[i])
+            s = rows[(it.item_id, "L2.random.-1")]["lp_set"]
+            assert s["choice"][k] == want["choice"] and s["log_odds"][k] == pytest.approx(want["log_odds"], abs=1e-5)
+
+
+def test_null_controls_ablation_and_crossfit_are_reported(first) -> None:
+    cfg, _ = first
+    result = json.loads((Path(cfg.out) / "dose_response.json").read_text())
+    b = next(b for b in result["null_band"] if (b["layer"], b["alpha"], b["group"], b["system"], b["measure"])
+             == (1, 1.0, "resolved", "all", "log_odds"))
+    assert b["n_directions"] == 3 and b["percentile"] is not None and 0 <= b["percentile"] <= 100
+    assert b["p_null"] >= 1 / 4  # with 3 directions p_null cannot be small
+    ctl = {(c["control"], c["layer"], c["alpha"]) for c in result["controls"]}
+    assert ("shuffled", 2, -1.0) in ctl and ("history", 1, 1.0) in ctl
+    for c in result["controls"]:
+        assert -1 - 1e-9 <= c["cosine_with_probe"] <= 1 + 1e-9 and "delta_vs_0" in c
+    assert {a["layer"] for a in result["ablation"]} == {1, 2}
+    assert all(a["sentence"].startswith("Projecting the direction out at L") for a in result["ablation"])
+    split = result["meta"]["split"]
+    assert split["families"] == {"A": ["sliding-000"], "B": ["sliding-001"]} or \
+        split["families"] == {"A": ["sliding-001"], "B": ["sliding-000"]}
+    for h in result["headline"]:
+        assert [c["chosen_on"] for c in h["choices"]] == ["A", "B"]
+        assert [c["scored_on"] for c in h["choices"]] == ["B", "A"]
+        assert h["target"]["change"]["n"] == 4 and h["target"]["null"]["log_odds"]["n_directions"] == 3
+    md = (Path(cfg.out) / "dose_response.md").read_text()
+    assert "cross-fitted" in md and "What this shows" in md and "Specificity controls" in md
+    assert "p_null cannot go below" in md  # 3 directions: the text says the null is too small
+
+
+def test_controls_fail_in_one_line_without_captures(setup, tmp_path, no_model_load) -> None:
+    import shutil
+
+    dirs = tmp_path / "dirs"
+    shutil.copytree(setup["dirs"], dirs)
+    index = json.loads((dirs / "directions.json").read_text())
+    for d in index["directions"]:
+        d["captures"] = [str(tmp_path / "moved")]
+    (dirs / "directions.json").write_text(json.dumps(index))
+    with pytest.raises(ConfigError, match=r"cannot fit it from the captures.*controls: \[\]") as err:
+        make_plan(config(setup, "c", directions=str(dirs)))
+    assert "\n" not in str(err.value)
+    assert make_plan(config(setup, "c", directions=str(dirs), controls=())).controls == {1: [], 2: []}

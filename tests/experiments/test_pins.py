@@ -248,7 +248,7 @@ def test_dose_response_pins(directions: Path, small_bench: Path, items: list, tm
         "bench": str(small_bench), "directions": str(directions), "out": str(out), "layers": [1],
         "n_random": 1, "ablation": False, "limit": 2, "batch_size": 2, "n_boot": 50})
     first = dose_response(base, progress=False)
-    assert first["n_rows"] == 2 * 5  # base, probe -1 / +1, random1 -1 / +1
+    assert first["n_rows"] == 2 * 7  # base, probe -1 / +1, the random set -1 / +1, the control set -1 / +1
     meta = json.loads((out / "meta.json").read_text())
     assert meta["model_dtype"] == "float32" and meta["tiny_arch"] == "llava"
     model = load_model_config("tiny_llava")

@@ -295,6 +295,10 @@ def assert_same_dose_response(one: Path, other: Path) -> None:
     a, b = _rows(one / "results.jsonl"), _rows(other / "results.jsonl")
     assert [(r["item_id"], r["condition"]) for r in a] == [(r["item_id"], r["condition"]) for r in b]
     for x, y in zip(a, b):
+        if "lp_set" in x:  # a set of directions (random or controls) in one row
+            assert x["lp_set"]["choice"] == y["lp_set"]["choice"]
+            assert np.allclose(x["lp_set"]["log_odds"], y["lp_set"]["log_odds"], atol=1e-4)
+            continue
         assert {k: v for k, v in x["lp"].items() if k != "log_odds"} == {k: v for k, v in y["lp"].items() if k != "log_odds"}
         assert np.allclose(list(x["logprobs"].values()), list(y["logprobs"].values()), atol=1e-4)
     ja, jb = (json.loads((d / "dose_response.json").read_text()) for d in (one, other))

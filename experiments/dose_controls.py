@@ -1,0 +1,126 @@
+"""Specificity controls for dose-response: directions of *other* features, steered at the probe's norm.
+
+A probe direction that moves stopping could do so because any structured direction of that
+layer does (a feature-rich direction is not a random one). So beside the random null, each
+steered layer gets a few control directions, steered at the same raw doses (alpha x the same
+unit norm) and read the same way:
+
+- `history`, `threshold_level` (or any index field of the capture, e.g. `system=spring`): the
+  direction of that label, fitted with the named direction's probe, at the same layer and
+  position, on the same capture rows (the items the named direction was fitted on), pointing
+  toward the label's default positive class (probes.captures.DEFAULT_POSITIVE);
+- `shuffled`: the named direction's own label with its values permuted (seeded by
+  `random_seed`) over those rows, fitted the same way: a label direction whose label means
+  nothing (the "wrong label" control).
+
+Where they come from: first the directions folder (a direction there with that label and the
+named one's model, layer, position, probe and d_model is used as stored, so `evprobe directions
+ACTS --label history ...` written beside the named direction is picked up); otherwise fitted
+here from the captures named in the direction's provenance (numpy only, no model). If those
+captures cannot be read the plan fails with one line naming the fix (`controls: []` turns the
+controls off). The cosine of each control with the probe direction is reported, since a control
+that shares much of the probe's direction is not a control.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evprobe.experiments.config import ConfigError
+
+if TYPE_CHECKING:
+    from evprobe.probes.directions import Direction
+
+MATCH_KEYS = ("model", "position", "probe", "d_model")  # what a stored control must share with the named one
+
+
+@dataclass(frozen=True, eq=False)
+class ControlDirection:
+    """One control at one layer: a float64 unit vector (d_model,) and where it came from."""
+
+    name: str  # the control's name in the config (history, threshold_level, shuffled)
+    layer: int
+    vector: np.ndarray = field(repr=False)
+    source: str  # "folder: <direction name>" or "fitted: <label>=<positive> on n rows"
+    cosine_with_probe: float
+
+
+def _stored(name: str, named: Direction, every: dict[str, Direction], layer: int) -> Direction | None:
+    label = name.split("=", 1)[0]
+    for d in sorted(every.values(), key=lambda d: d.name):
+        p = d.provenance
+        if d.layer == layer and p.get("label") == label and all(
+                p.get(k) == named.provenance.get(k) for k in MATCH_KEYS):
+            if "=" not in name or str(p.get("positive")) == name.split("=", 1)[1]:
+                return d
+    return None
+
+
+def _fit(name: str, d: Direction, seed: int) -> tuple[np.ndarray, str]:
+    """Fit control `name` at d's layer and position on d's capture rows (d's fit items)."""
+    from evprobe.probes.captures import CaptureError, labels, load_captures
+    from evprobe.probes.directions import fit_directions
+
+    prov = d.provenance
+    paths = [Path(c) for c in prov.get("captures") or ()]
+    try:
+        if not paths:
+            raise CaptureError("the direction names no captures")
+        cs = load_captures(paths)
+        label = prov["label"] if name == "shuffled" else name
+        ls = labels(cs, label, positive=prov.get("positive") if name == "shuffled" else None)
+    except (CaptureError, OSError, KeyError) as e:
+        raise ConfigError(f"control {name!r} at layer {d.layer}: cannot fit it from the captures of {d.name} "
+                          f"({e}); write it with `evprobe directions ACTS --label {name} --layer {d.layer}` into the "
+                          "directions folder, or set controls: [] (--controls=) to run without controls") from None
+    fit_items = set(prov.get("items") or ())
+    mask = np.array([cs.index[r]["item_id"] in fit_items for r in ls.rows], dtype=bool)
+    if name == "shuffled":
+        y = ls.y.copy()
+        idx = np.flatnonzero(mask)
+        y[idx] = y[idx][np.random.default_rng(seed).permutation(len(idx))]
+        ls = replace(ls, y=y)
+    if mask.sum() < 2 or ls.y[mask].min() == ls.y[mask].max():
+        raise ConfigError(f"control {name!r} at layer {d.layer}: its label has one class on the {int(mask.sum())} rows "
+                          f"{d.name} was fitted on; choose another control or set controls: []")
+    (fitted,) = fit_directions(cs, ls, [d.layer], prov["position"], prov.get("probe", "massmean"),
+                               [(name, mask)])
+    what = (f"fitted: {prov['label']} permuted (seed {seed})" if name == "shuffled"
+            else f"fitted: {ls.name}={ls.positive}")
+    return fitted.vector.astype(np.float64), f"{what} on {int(mask.sum())} capture rows of {d.name}'s items"
+
+
+def control_directions(names: tuple[str, ...], named: Direction, every: dict[str, Direction],
+                       chosen: dict[int, Direction], probe_vectors: dict[int, np.ndarray],
+                       seed: int) -> dict[int, list[ControlDirection]]:
+    """Per steered layer, one unit control per name (config order). chosen: the direction used at
+    each layer; probe_vectors: its measuring-pointing unit vector (d_model,)."""
+    out: dict[int, list[ControlDirection]] = {}
+    for layer, d in chosen.items():
+        found = []
+        for name in names:
+            stored = None if name == "shuffled" else _stored(name, named, every, layer)
+            if stored is not None:
+                v, source = stored.vector.astype(np.float64), f"folder: {stored.name}"
+            else:
+                v, source = _fit(name, d, seed)
+            norm = float(np.linalg.norm(v))
+            if not np.isfinite(norm) or norm == 0:
+                raise ConfigError(f"control {name!r} at layer {layer} is a zero vector; choose another control")
+            v = v / norm
+            found.append(ControlDirection(name, layer, v, source, float(v @ probe_vectors[layer])))
+        out[layer] = found
+    return out
+
+
+def controls_record(controls: dict[int, list[ControlDirection]]) -> dict[str, list[dict[str, Any]]]:
+    """JSON-able: per layer, each control's name, source and cosine with the probe direction."""
+    return {str(layer): [{"name": c.name, "source": c.source, "cosine_with_probe": round(c.cosine_with_probe, 6)}
+                         for c in cs] for layer, cs in controls.items()}
+
+
+__all__ = ["ControlDirection", "control_directions", "controls_record"]

@@ -1,0 +1,166 @@
+"""Cross-fitted headline of dose-response: the steering setting is never chosen on the items it is scored on.
+
+Halves. The target families (held out from the direction's fit) are split into two halves, A and
+B, whole families, seeded (`split_seed`), stratified by system (each system's families are
+shuffled and dealt alternately, so both halves hold every system). With one family there is
+nothing to split and no headline (the report says so).
+
+Choice (per readout and goal). Goals: *induce measuring* = resolved items at alpha > 0, *induce
+stopping* = unresolved items at alpha < 0. On the fitting half, among every steered layer x dose
+of the goal's sign, the setting chosen is the one whose stop rate moves furthest toward the goal
+(point estimate, paired vs alpha = 0) while at most USELESS_CEILING of the group choose a useless
+test (the known-answer rule for "the model breaks"); ties go to the smaller |alpha|, then the
+lower layer. When every setting breaks, the furthest-moving one is taken and flagged.
+
+Scoring. The items of the other half are read at that setting; then the halves swap, so every
+target item is scored exactly once, at a setting chosen without it. The headline is the pooled
+cross-fitted effect: stop rate, its paired change vs alpha = 0 and the stop log-odds change, each
+with the family bootstrap of the run (families of both halves; the two choices are held fixed, so
+the interval does not include the variability of the choice), on the targeted and on the
+non-targeted group (the same items' other group at the same setting), and the probe's place among
+the random directions at the same per-item settings (experiments.dose_null). Each half's own
+scored numbers are reported too, with which half chose what.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from evprobe.experiments.dose_config import alpha_key
+from evprobe.experiments.dose_null import null_stats, point_estimates, set_values
+
+USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer)
+GOALS = (("induce measuring", "resolved", "unresolved", +1), ("induce stopping", "unresolved", "resolved", -1))
+HALVES = ("A", "B")
+
+
+def split_halves(families_by_system: dict[str, list[str]], seed: int) -> dict[str, str]:
+    """family -> "A" | "B": within each system (sorted), a seeded shuffle dealt alternately; the
+    first deal of each system alternates too, so odd counts do not all land in A."""
+    rng = np.random.default_rng(seed)
+    half: dict[str, str] = {}
+    for s, system in enumerate(sorted(families_by_system)):
+        fams = sorted(families_by_system[system])
+        for i, j in enumerate(rng.permutation(len(fams))):
+            half[fams[j]] = HALVES[(i + s) % 2]
+    return half
+
+
+def _mean(V: np.ndarray, mask: np.ndarray, j: int) -> float:
+    x = V[mask, j]
+    x = x[~np.isnan(x)]
+    return float(x.mean()) if len(x) else float("nan")
+
+
+def _choose(cands: list[tuple[int, float]], values: dict[str, np.ndarray], mask: np.ndarray, sign: int,
+            measures: tuple[str, ...]) -> dict[str, Any]:
+    """The setting chosen on `mask`'s items (module docstring)."""
+    js, ju = measures.index("stop_rate"), measures.index("useless_test_rate")
+    base = _mean(values["base"], mask, js)
+    scored = []
+    for layer, alpha in cands:
+        V = values[f"L{layer}.probe.{alpha_key(alpha)}"]
+        shift = -sign * (_mean(V, mask, js) - base)  # + = toward the goal (measuring lowers stopping)
+        useless = _mean(V, mask, ju)
+        scored.append((layer, alpha, shift, useless))
+    ok = [c for c in scored if not np.isnan(c[3]) and c[3] <= USELESS_CEILING]
+    pool = ok or scored
+    best = max(pool, key=lambda c: (round(c[2], 9), -abs(c[1]), -c[0]))
+    return {"layer": best[0], "alpha": best[1], "fit_shift_toward_goal": best[2], "fit_useless_rate": best[3],
+            "broken": not ok, "fit_n_items": int(mask.sum())}
+
+
+def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], values_of: Any, ratios: Any,
+             est: Any, spans: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The cross-fitted headline rows (one per goal) and the split (JSON-able)."""
+    items = plan.items
+    by_system: dict[str, list[str]] = {}
+    for it in items:
+        by_system.setdefault(it.system, [])
+        if it.family_id not in by_system[it.system]:
+            by_system[it.system].append(it.family_id)
+    n_fam = sum(len(v) for v in by_system.values())
+    split = {"seed": plan.config.split_seed, "rule": "whole families, seeded, stratified by system"}
+    if n_fam < 2:
+        return [], {**split, "skipped": "one target family: nothing to split"}
+    half_of = split_halves(by_system, plan.config.split_seed)
+    half = np.array([half_of[it.family_id] for it in items])  # (items,)
+    split["families"] = {h: sorted(f for f, x in half_of.items() if x == h) for h in HALVES}
+    resolved = np.array([bool(it.resolved) for it in items])
+    groups = {"resolved": resolved, "unresolved": ~resolved}
+    keys = ["base"] + [f"L{layer}.probe.{alpha_key(a)}" for layer in plan.layers for a in plan.config.alphas if a != 0]
+    values = {k: values_of(readout, [done[(it.item_id, k)] for it in items]) for k in keys}  # each (items, M)
+    out = []
+    for goal, target, other, sign in GOALS:
+        cands = [(layer, float(a)) for layer in plan.layers for a in sorted(plan.config.alphas) if a * sign > 0]
+        if not cands:
+            continue
+        choices = {}
+        for h in HALVES:
+            fit_mask = groups[target] & (half == h)
+            if not fit_mask.any():
+                break
+            choices[h] = _choose(cands, values, fit_mask, sign, measures)
+        if len(choices) < 2:
+            continue
+        scored_at = {h: choices["B" if h == "A" else "A"] for h in HALVES}  # the half scored at the other's choice
+        cond = [f"L{scored_at[half[i]]['layer']}.probe.{alpha_key(scored_at[half[i]]['alpha'])}"
+                for i in range(len(items))]
+        rows = [done[(it.item_id, cond[i])] for i, it in enumerate(items)]
+        masks = {(g, scope): groups[g] & (np.ones(len(items), bool) if scope == "pooled" else half == scope)
+                 for g in (target, other) for scope in ("pooled", *HALVES)}
+        observed, draws, n = ratios(readout, rows, masks)
+        base_rows = [done[(it.item_id, "base")] for it in items]
+        base_obs, _, _ = ratios(readout, base_rows, masks)
+        lo, hi, dlo, dhi = spans(readout, rows, base_rows, masks)  # experiments.dose_stats.intervals
+        blo, bhi, _, _ = spans(readout, base_rows, base_rows, masks)
+        M = len(measures)
+        cells = {(g, scope, m): c * M + j for c, (g, scope) in enumerate(masks) for j, m in enumerate(measures)}
+
+        def cell(g: str, scope: str, m: str, change: bool) -> dict[str, Any]:
+            c = cells[(g, scope, m)]
+            if change:
+                return est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c])
+            return est(observed[c], lo[c], hi[c], n[c])
+
+        null = {}
+        if plan.config.n_random:
+            rkeys = [c.replace(".probe.", ".random.") for c in cond]
+            V = set_values(readout, items, [done[(it.item_id, rkeys[i])] for i, it in enumerate(items)], measures,
+                           values_of)  # (items, K, M)
+            pooled = {(g, "pooled"): masks[(g, "pooled")] for g in (target, other)}
+            pe = point_estimates(V, pooled)  # (K, 2 * M)
+            for gi, g in enumerate((target, other)):
+                for m in ("stop_rate", "log_odds"):
+                    if m not in measures:
+                        continue
+                    c = cells[(g, "pooled", m)]
+                    eff = pe[:, gi * M + measures.index(m)] - base_obs[c]
+                    probe = None if np.isnan(observed[c]) else float(observed[c] - base_obs[c])
+                    null[(g, m)] = null_stats(probe, eff)
+
+        def group_block(g: str) -> dict[str, Any]:
+            c0 = cells[(g, "pooled", "stop_rate")]
+            block = {"group": g, "stop_rate_at_0": est(base_obs[c0], blo[c0], bhi[c0], n[c0]),
+                     "stop_rate": cell(g, "pooled", "stop_rate", False),
+                     "change": cell(g, "pooled", "stop_rate", True),
+                     "useless_rate": cell(g, "pooled", "useless_test_rate", False),
+                     "by_half": {h: {"change": cell(g, h, "stop_rate", True)} for h in HALVES},
+                     "null": {m: null.get((g, m)) for m in ("stop_rate", "log_odds")}}
+            if "log_odds" in measures:
+                block["log_odds_change"] = cell(g, "pooled", "log_odds", True)
+                for h in HALVES:
+                    block["by_half"][h]["log_odds_change"] = cell(g, h, "log_odds", True)
+            return block
+
+        out.append({
+            "readout": readout, "goal": goal, "group": target, "sign": "+" if sign > 0 else "-",
+            "choices": [{"chosen_on": h, "scored_on": "B" if h == "A" else "A", **choices[h]} for h in HALVES],
+            "target": group_block(target), "other": group_block(other),
+        })
+    return out, split
+
+
+__all__ = ["GOALS", "HALVES", "USELESS_CEILING", "crossfit", "split_halves"]

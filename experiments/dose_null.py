@@ -1,0 +1,182 @@
+"""The random-direction null and the specificity controls of dose-response, from the set rows.
+
+Effect. Per item the effect of a condition on a measure is its paired change against alpha = 0
+(the same item unsteered); a direction's effect on a group is the mean of those changes (for
+rates: the change of the rate, in points; for `log_odds` = log p(stop letter) - max log p(other
+letters), the mean change in nats: it does not saturate when the stop rate sits at 0 or 1).
+
+Null. At each layer x dose x group x system x measure the K random directions (same raw norm,
+same doses) give K effects; reported: their mean and sd, the band = their 2.5-97.5 percentiles
+(drawn on the plots; a band of K values, not an interval), the probe's effect, its percentile
+among them (100 x (#below + 0.5 #equal) / K), its z-score (probe - mean) / sd (sd with ddof 1;
+null when the random effects do not vary), and p_null = (1 + #{|random - mean| >= |probe -
+mean|}) / (K + 1), the two-sided share of random directions at least as far from the null
+centre as the probe (never 0). Both groups are reported: the targeted one and the one the dose
+should not move (e.g. +alpha on unresolved items, already measuring). The random effects are
+point estimates on the same items (no bootstrap per direction); the probe's own interval is the
+family bootstrap of its rows.
+
+Controls. Each control direction (experiments.dose_controls) is aggregated like the probe (same
+family-bootstrap resamples, paired change vs alpha = 0) and placed in the same random null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from evprobe.bench.items import Item
+from evprobe.experiments.dose_config import alpha_key
+from evprobe.experiments.dose_readouts import missing_test, useless_test
+
+Masks = dict[tuple[str, str], np.ndarray]  # (group, system) -> (items,) bool
+
+
+def pseudo_rows(readout: str, item: Item, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A set row as K single-direction rows in the `lp` / `gen` shape dose_stats reads."""
+    out = []
+    if readout == "logprobs":
+        s = row["lp_set"]
+        for choice, lo in zip(s["choice"], s["log_odds"], strict=True):
+            action = item.options[choice]  # type: ignore[index]
+            missing = missing_test(item)
+            out.append({"lp": {"stop": action == "stop", "missing": None if missing is None else action == missing,
+                               "useless": useless_test(item, action), "min_cost": action == item.reference_action,
+                               "log_odds": lo}})
+    else:
+        s = row["gen_set"]
+        for action, valid in zip(s["action"], s["valid"], strict=True):
+            missing = missing_test(item)
+            out.append({"gen": {"stop": action == "stop", "missing": None if missing is None else action == missing,
+                                "useless": useless_test(item, action),
+                                "min_cost": bool(valid) and action == item.reference_action, "valid": bool(valid)}})
+    return out
+
+
+def set_values(readout: str, items: list[Item], rows: list[dict[str, Any]], measures: tuple[str, ...],
+               values_of: Any) -> np.ndarray:
+    """(items, K, measures) values of one set condition; NaN where undefined."""
+    per = [values_of(readout, pseudo_rows(readout, it, row)) for it, row in zip(items, rows, strict=True)]  # (K, M)
+    return np.stack(per)
+
+
+def point_estimates(V: np.ndarray, masks: Masks) -> np.ndarray:
+    """(K, cells) means over each mask's items where defined, cells ordered (group, system) x measure;
+    NaN where a cell has no defined item. V: (items, K, measures)."""
+    cols = []
+    for m in masks.values():
+        sub = V[m]  # (n, K, M)
+        defined = ~np.isnan(sub)
+        total, count = np.where(defined, sub, 0.0).sum(axis=0), defined.sum(axis=0)  # (K, M) each
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cols.append(np.where(count > 0, total / np.maximum(count, 1), np.nan))  # (K, M)
+    return np.concatenate(cols, axis=1)
+
+
+def null_stats(probe_effect: float | None, effects: np.ndarray) -> dict[str, Any]:
+    """Percentile, z and p_null of the probe's effect among random effects (K,) (NaN-free)."""
+    e = effects[~np.isnan(effects)]
+    k = len(e)
+    out: dict[str, Any] = {"n_directions": k, "mean": None, "sd": None, "lo": None, "hi": None,
+                           "probe_effect": probe_effect, "percentile": None, "z": None, "p_null": None}
+    if not k:
+        return out
+    mean = float(e.mean())
+    sd = float(e.std(ddof=1)) if k > 1 else 0.0
+    out.update(mean=mean, sd=sd, lo=float(np.percentile(e, 2.5)), hi=float(np.percentile(e, 97.5)))
+    if probe_effect is None:
+        return out
+    p = probe_effect
+    out["percentile"] = float(100.0 * (np.sum(e < p) + 0.5 * np.sum(e == p)) / k)
+    out["z"] = float((p - mean) / sd) if sd > 1e-12 else None
+    out["p_null"] = float((1 + np.sum(np.abs(e - mean) >= abs(p - mean) - 1e-12)) / (k + 1))
+    return out
+
+
+def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, measures: tuple[str, ...],
+              values_of: Any) -> tuple[list[dict[str, Any]], dict[tuple, np.ndarray]]:
+    """Per layer x dose x cell the random null (module docstring) as JSON rows, and the random
+    effects (K,) by (layer, alpha, group, system, measure) for the controls and the headline.
+
+    Each row keeps `mean` (the random directions' mean *value*, as before) beside the effects."""
+    config, out, effects_by = plan.config, [], {}
+    if not config.n_random:
+        return out, effects_by
+    cells = [(g, s, m) for (g, s) in masks for m in measures]
+    for layer in plan.layers:
+        for alpha in sorted(config.alphas):
+            if alpha == 0:
+                values = None
+            else:
+                key = f"L{layer}.random.{alpha_key(alpha)}"
+                V = set_values(readout, plan.items, [done[(it.item_id, key)] for it in plan.items], measures,
+                               values_of)
+                values = point_estimates(V, masks)  # (K, cells)
+            pkey = "base" if alpha == 0 else f"L{layer}.probe.{alpha_key(alpha)}"
+            for c, (group, system, measure) in enumerate(cells):
+                base = stats[("base", group, system, measure)][0]
+                probe = stats[(pkey, group, system, measure)][0]
+                if base["value"] is None:
+                    continue
+                if values is None:  # alpha 0: every direction is the unsteered model
+                    eff = np.zeros(config.n_random)
+                else:
+                    eff = values[:, c] - base["value"]
+                effects_by[(layer, float(alpha), group, system, measure)] = eff
+                pe = None if probe["value"] is None else probe["value"] - base["value"]
+                s = null_stats(pe if alpha != 0 else None, eff)
+                mean_value = None if s["mean"] is None else base["value"] + s["mean"]
+                out.append({
+                    "readout": readout, "layer": layer, "alpha": float(alpha), "group": group, "system": system,
+                    "measure": measure, "mean": mean_value,
+                    "band_lo": None if s["lo"] is None else base["value"] + s["lo"],
+                    "band_hi": None if s["hi"] is None else base["value"] + s["hi"],
+                    "effect_mean": s["mean"], "effect_sd": s["sd"], "effect_lo": s["lo"], "effect_hi": s["hi"],
+                    "probe_effect": s["probe_effect"], "percentile": s["percentile"], "z": s["z"],
+                    "p_null": s["p_null"], "n_directions": s["n_directions"], "n": probe["n"],
+                })
+    return out, effects_by
+
+
+def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tuple[str, ...], ratios: Any,
+                 est: Any, base: tuple[np.ndarray, np.ndarray], spans: Any,
+                 random_effects: dict[tuple, np.ndarray], stats: dict) -> list[dict[str, Any]]:
+    """Each control at each layer x nonzero dose, system `all`: value and paired change with their
+    family-bootstrap intervals, the probe's change beside it, and the control's place in the null."""
+    out: list[dict[str, Any]] = []
+    if not plan.config.controls:
+        return out
+    base_obs, _ = base
+    base_rows = [done[(it.item_id, "base")] for it in plan.items]
+    cells = [(g, s, m) for (g, s) in masks for m in measures]
+    for layer in plan.layers:
+        names = [c.name for c in plan.controls[layer]]
+        cosines = [c.cosine_with_probe for c in plan.controls[layer]]
+        for alpha in sorted(plan.config.alphas):
+            if alpha == 0:
+                continue
+            key = f"L{layer}.controls.{alpha_key(alpha)}"
+            per_item = [pseudo_rows(readout, it, done[(it.item_id, key)]) for it in plan.items]
+            for j, name in enumerate(names):
+                rows = [p[j] for p in per_item]
+                observed, draws, n = ratios(readout, rows, masks)
+                lo, hi, dlo, dhi = spans(readout, rows, base_rows, masks)  # experiments.dose_stats.intervals
+                for c, (group, system, measure) in enumerate(cells):
+                    if system != "all":
+                        continue
+                    change = est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c])
+                    probe_change = stats[(f"L{layer}.probe.{alpha_key(alpha)}", group, system, measure)][1]
+                    eff = random_effects.get((layer, float(alpha), group, system, measure))
+                    place = (null_stats(change["value"], eff) if eff is not None
+                             else {"percentile": None, "z": None, "p_null": None})
+                    out.append({
+                        "readout": readout, "layer": layer, "alpha": float(alpha), "control": name,
+                        "cosine_with_probe": cosines[j], "group": group, "system": system, "measure": measure,
+                        **est(observed[c], lo[c], hi[c], n[c]), "delta_vs_0": change, "probe_delta_vs_0": probe_change,
+                        "percentile": place["percentile"], "z": place["z"], "p_null": place["p_null"],
+                    })
+    return out
+
+
+__all__ = ["control_rows", "null_band", "null_stats", "point_estimates", "pseudo_rows", "set_values"]

@@ -1,0 +1,164 @@
+"""Generated sentences of the dose-response report: what each analysis shows and what it does not.
+
+Every paragraph is built from numbers in dose_response.json (never a bare "pass"): the units, the
+cross-fitted headline, the random null and the non-targeted group, the controls and the ablation.
+Rules used in the wording (chosen here, tested in tests/experiments/test_dose_text.py):
+
+- an interval "includes 0" when lo <= 0 <= hi; a change is read as present only when it does not;
+- the probe is "outside the random null" when p_null <= 0.05 (|z| large and rare among K directions);
+  with fewer than 20 random directions p_null cannot reach 0.05 and the text says so;
+- ablation: "not necessary at this layer" when both the stop-rate and the log-odds intervals include 0;
+  "used at this layer" when the log-odds interval excludes 0 (the model's preference moves) and
+  "changes choices" when the stop-rate interval excludes 0 too. Not necessary is not "not used":
+  the information may be carried redundantly (other directions, positions or layers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+P_NULL = 0.05
+
+
+def _excludes_zero(e: dict[str, Any] | None) -> bool:
+    if not e or e.get("value") is None or e["ci"][0] is None:
+        return False
+    lo, hi = e["ci"]
+    return lo > 0 or hi < 0
+
+
+def _pts(e: dict[str, Any] | None) -> str:
+    """A rate change in points with its interval and n."""
+    if not e or e.get("value") is None:
+        return "NA (n=0)"
+    lo, hi = e["ci"]
+    ci = "[NA, NA]" if lo is None else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    return f"{100 * e['value']:+.1f} points {ci} (n={e['n']})"
+
+
+def _nats(e: dict[str, Any] | None) -> str:
+    if not e or e.get("value") is None:
+        return "NA (n=0)"
+    lo, hi = e["ci"]
+    ci = "[NA, NA]" if lo is None else f"[{lo:+.2f}, {hi:+.2f}]"
+    return f"{e['value']:+.2f} nats {ci} (n={e['n']})"
+
+
+def _place(null: dict[str, Any] | None, unit: str) -> str:
+    """Where the probe's effect sits among the random directions' effects."""
+    if not null or null.get("percentile") is None:
+        return "no random null"
+    scale = 100.0 if unit == "points" else 1.0
+    z = "z undefined (the random effects do not vary)" if null["z"] is None else f"z {null['z']:+.1f}"
+    return (f"percentile {null['percentile']:.0f} among {null['n_directions']} random directions "
+            f"(their effects {scale * null['lo']:+.2f} to {scale * null['hi']:+.2f} {unit}, 2.5-97.5%), {z}, "
+            f"p_null {null['p_null']:.3f}")
+
+
+def ablation_sentence(entry: dict[str, Any]) -> str:
+    """One sentence on one layer x group's ablation (module docstring's rule)."""
+    change, lo_change = entry["change"], entry.get("log_odds_change")
+    head = (f"Projecting the direction out at L{entry['layer']} changes the stop rate of {entry['group']} items by "
+            f"{_pts(change)}" + (f" and their stop log-odds by {_nats(lo_change)}" if lo_change else ""))
+    if _excludes_zero(lo_change) or _excludes_zero(change):
+        verdict = ("used at this layer: removing it changes choices" if _excludes_zero(change)
+                   else "used at this layer: removing it moves the model's preference, though not its choices")
+    else:
+        verdict = ("not necessary at this layer (the intervals include 0; the information may be carried "
+                   "elsewhere, so this does not show it is unused)")
+    return f"{head}: {verdict}."
+
+
+def _headline_paragraph(h: dict[str, Any]) -> str:
+    t, o = h["target"], h["other"]
+    picks = "; ".join(f"half {c['chosen_on']} chose L{c['layer']} at alpha {c['alpha']:+g} (its {t['group']} "
+                      f"items moved {100 * c['fit_shift_toward_goal']:+.1f} points toward the goal, useless tests "
+                      f"{100 * c['fit_useless_rate']:.0f}%{', every setting breaks' if c['broken'] else ''}), scored "
+                      f"on half {c['scored_on']}" for c in h["choices"])
+    lines = [f"**{h['readout']}, {h['goal']}** (cross-fitted). {picks}."]
+    lines.append(f"On the scored halves the {t['group']} items' stop rate moves {_pts(t['change'])}"
+                 + (f", stop log-odds {_nats(t.get('log_odds_change'))}" if t.get("log_odds_change") else "")
+                 + f"; in log-odds the probe is at {_place(t['null'].get('log_odds'), 'nats')}; "
+                 f"in stop rate at {_place(t['null'].get('stop_rate'), 'points')}.")
+    moved = _excludes_zero(t["change"]) or _excludes_zero(t.get("log_odds_change"))
+    outside = (t["null"].get("log_odds") or {}).get("p_null")
+    shows = []
+    if moved:
+        shows.append("the direction moves the targeted group at a setting chosen on other families")
+    else:
+        shows.append("no change of the targeted group is distinguishable from 0 at the chosen setting")
+    if outside is not None:
+        if outside <= P_NULL:
+            shows.append("the move is larger than random directions of the same norm give (specific to this "
+                         "direction, not to any push of that size)")
+        else:
+            shows.append("random directions of the same norm move it about as far, so the effect is not "
+                         "specific to this direction")
+    lines.append(f"The {o['group']} items (not targeted) at the same settings: stop rate {_pts(o['change'])}"
+                 + (f", log-odds {_nats(o.get('log_odds_change'))}" if o.get("log_odds_change") else "")
+                 + f", probe at {_place(o['null'].get('log_odds') or o['null'].get('stop_rate'), 'nats' if o['null'].get('log_odds') else 'points')}.")
+    lines.append("What this shows: " + "; ".join(shows) + ". What it does not show: that the model uses this "
+                 "direction when unsteered (see the ablation), or that the choice of setting is optimal (it was "
+                 "made on half the families and its variability is not in the intervals).")
+    return " ".join(lines)
+
+
+def _controls_paragraph(result: dict[str, Any]) -> list[str]:
+    rows = [c for c in result.get("controls", []) if c["measure"] == "log_odds" and c["system"] == "all"]
+    if not rows:
+        rows = [c for c in result.get("controls", []) if c["measure"] == "stop_rate" and c["system"] == "all"]
+    out: list[str] = []
+    seen: set[tuple] = set()  # both halves may choose the same setting: one paragraph each
+    for h in result.get("headline", []):
+        for ch in h["choices"]:
+            if (h["readout"], ch["layer"], ch["alpha"], h["group"]) in seen:
+                continue
+            seen.add((h["readout"], ch["layer"], ch["alpha"], h["group"]))
+            here = [c for c in rows if c["readout"] == h["readout"] and c["layer"] == ch["layer"]
+                    and c["alpha"] == ch["alpha"] and c["group"] == h["group"]]
+            if not here:
+                continue
+            unit = "nats" if here[0]["measure"] == "log_odds" else "points"
+            fmt = _nats if unit == "nats" else _pts
+            parts = [f"{c['control']} (cosine with the probe {c['cosine_with_probe']:+.2f}) {fmt(c['delta_vs_0'])}"
+                     for c in here]
+            probe = here[0]["probe_delta_vs_0"]
+            bigger = [c["control"] for c in here if c["delta_vs_0"]["value"] is not None and probe["value"] is not None
+                      and abs(c["delta_vs_0"]["value"]) >= 0.5 * abs(probe["value"])]
+            verdict = ("no control moves it half as far as the probe: the effect is specific to this feature's "
+                       "direction among those tried" if not bigger else
+                       f"{', '.join(bigger)} move it at least half as far as the probe: the effect is not specific "
+                       "to this feature")
+            out.append(f"**Controls, {h['readout']} L{ch['layer']} alpha {ch['alpha']:+g}, {h['group']} items.** "
+                       f"Probe {fmt(probe)}; {'; '.join(parts)}: {verdict}. Only the controls listed were tried.")
+    return out
+
+
+def paragraphs(result: dict[str, Any]) -> list[str]:
+    """The report's generated paragraphs, in order: units, headline per goal, controls, ablation."""
+    meta = result["meta"]
+    out = []
+    units = meta.get("alpha_units") or {}
+    if units:
+        parts = [f"L{k}: {v['unit_norm']:.4g} (directions.json's {v['directions_position']}-position mean norm "
+                 f"{v['directions_mean_norm']:.4g})" for k, v in sorted(units.items(), key=lambda kv: int(kv[0]))]
+        out.append(f"**Units.** alpha = 1 adds one mean residual norm of what is edited: the mean per-token norm over "
+                   f"the {meta['positions']} prompt positions, measured unsteered on "
+                   f"{next(iter(units.values()))['n_items']} {next(iter(units.values()))['items']} ({'; '.join(parts)}). "
+                   "Doses in these units compare across layers; they do not say how far a layer's decision boundary is.")
+    if not result.get("headline"):
+        why = (meta.get("split") or {}).get("skipped", "no dose of the needed sign")
+        out.append(f"**Headline.** No cross-fitted headline: {why}.")
+    for h in result.get("headline", []):
+        out.append(_headline_paragraph(h))
+    if meta.get("n_random", 0) and meta["n_random"] < 20:
+        out.append(f"**Null.** Only {meta['n_random']} random directions: p_null cannot go below "
+                   f"{1 / (meta['n_random'] + 1):.3f}, so no effect can be called outside the null; use n_random >= 50.")
+    out += _controls_paragraph(result)
+    for a in result.get("ablation", []):
+        if a["group"] != "all":
+            out.append(f"**Ablation ({a['readout']}).** {a['sentence']}")
+    return out
+
+
+__all__ = ["P_NULL", "ablation_sentence", "paragraphs"]

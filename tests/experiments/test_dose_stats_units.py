@@ -1,0 +1,71 @@
+"""Pure parts of dose-response's null, cross-fitting and text: each check shown catching a bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evprobe.experiments.dose_crossfit import _choose, split_halves
+from evprobe.experiments.dose_null import null_stats, point_estimates
+from evprobe.experiments.dose_text import ablation_sentence
+
+
+def test_null_stats_place_the_probe_among_random_effects() -> None:
+    rng = np.random.default_rng(0)
+    random = rng.normal(0.0, 1.0, 50)
+    far = null_stats(10.0, random)
+    assert far["percentile"] == 100.0 and far["z"] > 5 and far["p_null"] == pytest.approx(1 / 51)
+    inside = null_stats(float(np.median(random)), random)  # a probe no different from random directions
+    assert 40 <= inside["percentile"] <= 60 and abs(inside["z"]) < 0.5 and inside["p_null"] > 0.5
+    assert inside["lo"] == pytest.approx(np.percentile(random, 2.5))
+    flat = null_stats(1.0, np.zeros(50))  # random effects that do not vary: no z, never a zero p
+    assert flat["z"] is None and flat["p_null"] == pytest.approx(1 / 51)
+    assert null_stats(None, random)["percentile"] is None
+
+
+def test_point_estimates_skip_undefined_items() -> None:
+    V = np.array([[[1.0], [0.0]], [[np.nan], [1.0]], [[0.0], [1.0]]])  # (items 3, K 2, measures 1)
+    masks = {("all", "all"): np.array([True, True, True]), ("g", "all"): np.array([False, True, False])}
+    got = point_estimates(V, masks)  # (K, cells)
+    assert got[:, 0] == pytest.approx([0.5, 2 / 3]) and np.isnan(got[0, 1]) and got[1, 1] == 1.0
+
+
+def test_split_halves_whole_families_stratified_and_seeded() -> None:
+    fams = {"spring": [f"spring-{i:03d}" for i in range(7)], "sliding": [f"sliding-{i:03d}" for i in range(6)]}
+    a = split_halves(fams, 0)
+    assert a == split_halves(fams, 0) and a != split_halves(fams, 1)
+    assert set(a) == {f for v in fams.values() for f in v}
+    for system, fs in fams.items():
+        n_a = sum(a[f] == "A" for f in fs)
+        assert abs(n_a - (len(fs) - n_a)) <= 1  # both halves hold every system
+    assert abs(sum(v == "A" for v in a.values()) - sum(v == "B" for v in a.values())) <= 1
+
+
+def test_choice_moves_toward_the_goal_and_refuses_broken_settings() -> None:
+    measures = ("stop_rate", "useless_test_rate")
+    mask = np.ones(4, bool)
+    base = np.array([[1.0, 0.0]] * 4)
+    values = {"base": base,
+              "L1.probe.+1": np.array([[0.0, 0.5]] * 4),  # moves all the way but breaks (50% useless)
+              "L2.probe.+1": np.array([[0.5, 0.0]] * 4),  # moves half, sane
+              "L2.probe.+0.5": np.array([[0.5, 0.0]] * 4)}  # the same at a smaller dose: the tie goes here
+    got = _choose([(1, 1.0), (2, 1.0), (2, 0.5)], values, mask, +1, measures)
+    assert (got["layer"], got["alpha"], got["broken"]) == (2, 0.5, False)
+    assert got["fit_shift_toward_goal"] == pytest.approx(0.5)
+    only_broken = _choose([(1, 1.0)], values, mask, +1, measures)
+    assert only_broken["broken"] and only_broken["layer"] == 1
+
+
+def test_ablation_sentence_reads_the_intervals() -> None:
+    def e(v, lo, hi):
+        return {"value": v, "ci": [lo, hi], "n": 144}
+
+    null = ablation_sentence({"layer": 2, "group": "unresolved", "change": e(-0.012, -0.03, 0.005),
+                              "log_odds_change": e(0.05, -0.1, 0.2)})
+    assert "-1.2 points [-3.0, +0.5] (n=144)" in null and "not necessary at this layer" in null
+    used = ablation_sentence({"layer": 2, "group": "unresolved", "change": e(0.2, 0.1, 0.3),
+                              "log_odds_change": e(1.0, 0.5, 1.5)})
+    assert "used at this layer: removing it changes choices" in used
+    pref = ablation_sentence({"layer": 2, "group": "resolved", "change": e(0.0, -0.01, 0.01),
+                              "log_odds_change": e(-0.4, -0.6, -0.2)})
+    assert "moves the model's preference, though not its choices" in pref
