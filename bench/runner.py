@@ -30,6 +30,13 @@ from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.flags import HELP, setting
 
 POLICY_PREFIX = "policy:"
+# Information-injection levels selected (`bench.injection`). `evprobe run` selects every level the
+# benchmark holds by default, as it selects every request type (its behaviour before the flag);
+# `select_items`' own default and `evprobe capture`'s is level 0 only, since activations of several
+# levels pooled in one sweep or steering fit would mix prompts that differ by design.
+INJECTION_DEFAULT: tuple[int, ...] = (0,)
+HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (level L >= 1 needs a benchmark "
+                  "generated with --injection L)")
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class RunConfig:
     protocol: str = setting("direct", HELP["protocol"])
     regime: str = setting("standard", HELP["regime"])
     requests: tuple[str, ...] | None = setting(None, "comma-separated request types and variant names (default: all)")
+    injection: tuple[int, ...] | None = setting(None, HELP_INJECTION + "; default: every level in the benchmark")
     limit: int | None = setting(None, "only the first N selected items")
     batch_size: int = setting(8, "items per model call")
     dtype: str = setting("auto", HELP["dtype"])
@@ -54,11 +62,25 @@ class RunConfig:
     shard: str | None = setting(None, HELP["shard"])
 
 
-def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None) -> list[Item]:
-    """Items whose request type (base items) or variant name is in `requests`, in manifest order.
+def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None,
+                 injection: Sequence[int] | None = INJECTION_DEFAULT) -> list[Item]:
+    """Items whose request type (base items) or variant name is in `requests` and whose injection
+    level is in `injection` (None: every level), in manifest order; `limit` keeps the first N.
 
     `select` means the base selections; name a variant (or `variants`) to include variants.
+    Injection levels (`bench.injection`): the default, level 0, is every item of a benchmark
+    generated without `--injection` (variants and numeric items are level 0); naming a level the
+    benchmark does not hold is an error, not an empty selection.
     """
+    if injection is not None:
+        levels = check_injection(injection)
+        present = {it.injection for it in items}
+        missing = [lv for lv in levels if lv not in present and lv != 0]
+        if missing:
+            wanted = ",".join(map(str, sorted(set(missing) | (present - {0}))))
+            raise InputError(f"the benchmark has no injection level {missing[0]} items; regenerate it with "
+                             f"`evprobe generate --injection {wanted}` or choose other --injection levels")
+        items = [it for it in items if it.injection in levels]
     if requests is not None:
         known = set(REQUESTS) | set(NUMERIC_REQUESTS) | set(VARIANTS) | {"variants"}
         bad = [r for r in requests if r not in known]
@@ -71,6 +93,17 @@ def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: i
             raise InputError(f"--limit must be a positive integer, got {limit}")
         items = list(items)[:limit]
     return list(items)
+
+
+def check_injection(levels: Sequence[int]) -> tuple[int, ...]:
+    """`--injection`'s levels, validated: distinct, each among 0-3, at least one."""
+    from evprobe.bench.injection import INJECTION_LEVELS  # here: bench.injection imports the renderer (PIL)
+
+    out = tuple(levels)
+    if not out or len(set(out)) != len(out) or any(type(x) is not int or x not in INJECTION_LEVELS for x in out):
+        raise InputError(f"--injection takes distinct levels among {', '.join(map(str, INJECTION_LEVELS))}, got "
+                         f"{','.join(map(str, out)) or 'none'}")
+    return out
 
 
 class RunJob(Job):
@@ -88,7 +121,7 @@ class RunJob(Job):
             raise InputError(f"--batch-size must be a positive integer, got {config.batch_size}")
         self.bench_meta = read_meta(self.bench)  # validated; a missing or bad bench.json is one line
         self.all_items = read_items(self.bench)
-        self.items = select_items(self.all_items, config.requests, config.limit)
+        self.items = select_items(self.all_items, config.requests, config.limit, config.injection)
         if config.model.startswith(POLICY_PREFIX):
             name = config.model[len(POLICY_PREFIX):]
             if name not in POLICIES:
@@ -145,6 +178,8 @@ class RunJob(Job):
         config = dict(meta["config"])
         if config.get("requests") is not None:
             config["requests"] = tuple(config["requests"])
+        if config.get("injection") is not None:  # absent in a run.json written before the flag: every level
+            config["injection"] = tuple(config["injection"])
         return cls(RunConfig(**{**config, "out": str(out), "shard": None}))
 
 

@@ -55,14 +55,23 @@ INDEX_ITEM_TYPES: dict[str, str] = {
     "image_pair_id": "str?", "threshold_pair_id": "str?", "resolved": "bool?", "reference_action": "str?",
     "reference_answer": "str?",
 }
+# Item fields written only when they differ from their default (bench.items.OMIT_WHEN_DEFAULT), so a
+# capture of the main set, and one written before the field existed, have the same lines; a reader
+# takes a missing one as its default (the information-injection level: 0, the standard prompt).
+INDEX_OPTIONAL_ITEM_TYPES: dict[str, str] = {"injection": "count"}
+INDEX_OPTIONAL_DEFAULTS: dict[str, object] = {"injection": 0}
 INDEX_TYPES: dict[str, str] = {
-    "row": "count", "item_id": "id", **INDEX_ITEM_TYPES,
+    "row": "count", "item_id": "id", **INDEX_ITEM_TYPES, **INDEX_OPTIONAL_ITEM_TYPES,
     "text_span": "str", "n_tokens": "count", "n_image_tokens": "count", "n_text_tokens": "count",
     "n_clipped": "count",
 }
 # A row must have these; the others are checked when present (a capture of an older evprobe, or a
 # synthetic one (probes.synthetic), writes the item fields only).
 INDEX_REQUIRED = ("row", "item_id", "family_id")
+# A capture written from the user's own arrays (probes.capture_writer.write_capture) declares its own
+# label fields in meta.json `fields` ({name: kind}): scalar kinds only, since a label is a scalar, and
+# never a name of the table above (those keep their kinds). Captures without `fields` read as before.
+USER_KINDS = ("bool?", "int?", "number?", "str?")
 
 
 def _kind_problem(name: str, kind: str, value: Any) -> tuple[str, str] | None:
@@ -70,15 +79,16 @@ def _kind_problem(name: str, kind: str, value: Any) -> tuple[str, str] | None:
     return None if test(value) else (name, f"field {name!r} {must}, got {shown(value)}")
 
 
-def index_row_problem(row: Any) -> tuple[str, str] | None:
-    """(field, what is wrong) with one parsed index.jsonl line, or None."""
+def index_row_problem(row: Any, fields: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """(field, what is wrong) with one parsed index.jsonl line, or None. `fields`: the capture's
+    declared user fields (meta.json `fields`, checked by `meta_problem`), allowed beside the table."""
     if not isinstance(row, dict):
         return "", f"expected a JSON object, got {shown(row)}"
     for name in INDEX_REQUIRED:
         if name not in row:
             return name, f"missing field {name!r}"
     for name, value in row.items():
-        kind = INDEX_TYPES.get(name)
+        kind = INDEX_TYPES.get(name) or (fields or {}).get(name)
         if kind is None:
             return name, f"unknown field {name!r} (not in format {CAPTURE_FORMAT})"
         bad = _kind_problem(name, kind, value)
@@ -134,8 +144,21 @@ def meta_problem(meta: Any, acts_shape: Sequence[int] | None = None) -> tuple[st
     d_model = meta["d_model"]
     if not (type(d_model) is int and d_model > 0):
         return "d_model", f"field 'd_model' must be a positive integer, got {shown(d_model)}"
+    return fields_problem(meta.get("fields", {}))
+
+
+def fields_problem(fields: Any) -> tuple[str, str] | None:
+    """("fields", what is wrong) with meta.json's declared user fields, or None."""
+    if type(fields) is not dict:
+        return "fields", f"field 'fields' must be an object of field name -> kind, got {shown(fields)}"
+    for name, kind in fields.items():
+        if name in INDEX_TYPES:
+            return "fields", (f"field 'fields' redeclares {name!r}, a field of {CAPTURE_FORMAT} "
+                              f"(kind {INDEX_TYPES[name]})")
+        if kind not in USER_KINDS:
+            return "fields", f"field 'fields' gives {name!r} kind {shown(kind)}; use one of {', '.join(USER_KINDS)}"
     return None
 
 
-__all__ = ["CAPTURE_FORMAT", "INDEX_ITEM_TYPES", "INDEX_REQUIRED", "INDEX_TYPES", "KINDS", "index_row_problem",
-           "meta_problem", "row_problem"]
+__all__ = ["CAPTURE_FORMAT", "INDEX_ITEM_TYPES", "INDEX_OPTIONAL_DEFAULTS", "INDEX_OPTIONAL_ITEM_TYPES", "INDEX_REQUIRED", "INDEX_TYPES", "KINDS", "USER_KINDS",
+           "fields_problem", "index_row_problem", "meta_problem", "row_problem"]

@@ -7,12 +7,19 @@ install under it (`bench/` -> `evprobe.bench`, `hooks/` -> `evprobe.hooks`, `pro
 every name is imported on first use.
 
     evprobe.load(model, ...) -> Handle          a Hugging Face VLM (name, folder or model config)
+    evprobe.wrap(model, processor) -> Handle    a model already in memory (transformers or nnsight)
     evprobe.tiny(arch) -> Handle                a tiny random instance of an architecture, offline
     evprobe.capture(handle, prompts, images, layers=, positions=) -> (n, layers, positions, d_model)
+        positions: "last" / "image_mean" / "text_mean", token indices (int, evprobe.Token; negative
+        from the end), evprobe.Marker(text, "mean" | "first" | "last"); component= "resid_post"
+        (default), "attn_out", "mlp_out"; evprobe.capture_components(..., components=[...]) one pass
+    evprobe.capture_tokens(handle, prompts, images, layers=) -> TokenActs (one array per row)
     evprobe.Steering(direction, layer, alpha)   one additive edit; `with evprobe.steer(handle, s): ...`
     evprobe.ablate(handle, direction, layers)   project a direction out (context manager)
     evprobe.generate(handle, prompts, images)   batched greedy generation
     evprobe.load_capture(folder), evprobe.labels(...), evprobe.LogisticProbe, ... (probes)
+    evprobe.write_capture(folder, acts, rows, layers=)  your own arrays and labels -> a capture folder
+    evprobe.to_dataframe(run | results | sweep)  rows as a pandas DataFrame, nested fields dotted
 """
 
 from __future__ import annotations
@@ -25,9 +32,14 @@ __version__ = "0.1.0"
 # name -> (module, attribute in it)
 _API: dict[str, tuple[str, str]] = {
     "load": ("evprobe.hooks.loading", "load"),
+    "wrap": ("evprobe.hooks.loading", "wrap"),
     "Handle": ("evprobe.hooks.handle", "Handle"),
     "tiny": ("evprobe.hooks.tiny", "tiny"),
     "capture": ("evprobe.hooks.capture", "capture_layers"),
+    "capture_components": ("evprobe.hooks.capture", "capture_components"),
+    "capture_tokens": ("evprobe.hooks.token_capture", "capture_tokens"),
+    "Token": ("evprobe.hooks.positions", "Token"),
+    "Marker": ("evprobe.hooks.positions", "Marker"),
     "Steering": ("evprobe.hooks.steer", "Steering"),
     "steer": ("evprobe.hooks.steer", "steer"),
     "ablate": ("evprobe.hooks.ablate", "ablate"),
@@ -36,6 +48,9 @@ _API: dict[str, tuple[str, str]] = {
     "load_capture": ("evprobe.probes.captures", "load_capture"),
     "load_captures": ("evprobe.probes.captures", "load_captures"),
     "labels": ("evprobe.probes.captures", "labels"),
+    "write_capture": ("evprobe.probes.capture_writer", "write_capture"),
+    "read_directions": ("evprobe.probes.directions", "read_directions"),
+    "load_direction": ("evprobe.probes.directions", "load_direction"),
     "LogisticProbe": ("evprobe.probes.estimators", "LogisticProbe"),
     "MassMeanProbe": ("evprobe.probes.estimators", "MassMeanProbe"),
     "NearestCentroidProbe": ("evprobe.probes.estimators", "NearestCentroidProbe"),
@@ -43,6 +58,7 @@ _API: dict[str, tuple[str, str]] = {
     "SweepResult": ("evprobe.probes.sweep", "SweepResult"),
     "sweep": ("evprobe.probes.sweep", "sweep"),
     "InputError": ("evprobe.core.errors", "InputError"),
+    "to_dataframe": ("evprobe.core.frames", "to_dataframe"),
 }
 
 __all__ = sorted(_API)

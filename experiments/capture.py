@@ -1,16 +1,18 @@
 """`evprobe capture`: store the residual stream of benchmark prompts at named token positions.
 
     evprobe capture --model M --bench DIR --out ACTS [--requests select,answer_initial]
-                    [--layers all|0,4,8] [--positions last,image_mean,text_mean]
+                    [--injection 0,1,2,3] [--layers all|0,4,8] [--positions last,image_mean,text_mean]
                     [--regime standard|guided|json] [--protocol direct|brief] [--limit N]
 
 Files in ACTS:
 - `acts.npy`: a real .npy file, float16, shape (items, layers, positions, d_model), created
   whole (header + sparse zeros) up front, then filled row by row. Row i is the i-th selected
-  item (manifest order after `--requests` / `--limit`), so rows never move between sessions.
+  item (manifest order after `--requests` / `--injection` / `--limit`), so rows never move between
+  sessions.
   Read it with `numpy.load(path, mmap_mode="r")`.
-- `index.jsonl`: one line per captured item (its row, ids, pair ids, labels, token counts),
-  in capture order (items are batched by image count), so read rows by the `row` field. It
+- `index.jsonl`: one line per captured item (its row, ids, pair ids, labels, token counts, and
+  its information-injection level `injection` when not 0: a level-0 line is the line written
+  before levels existed, and readers take a missing level as 0), in capture order (items are batched by image count), so read rows by the `row` field. It
   is the commit log: a batch's rows are written to acts.npy and fsync'ed BEFORE its index
   lines are appended (and fsync'ed), so every indexed row holds finished data; a row that is
   not indexed may hold zeros or a torn write and is recomputed on resume.
@@ -47,11 +49,12 @@ import numpy as np
 
 from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items, read_meta, resolve_image
+from evprobe.core.capture_schema import INDEX_OPTIONAL_DEFAULTS
 from evprobe.core.errors import InputError
 from evprobe.core.flags import HELP, add_config_arguments, setting
 from evprobe.core.jobs import SHARD_FREE, Job, Unit, run_job
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
-from evprobe.bench.runner import select_items
+from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, select_items
 from evprobe.core.shard import Shard, select_shard
 from evprobe.experiments.capture_store import ACTS_FILE, ACTS_KEY, CaptureRows
 from evprobe.experiments.config import config_from_flags, resolve_model_flag
@@ -76,6 +79,8 @@ INDEX_FIELDS = (
     "request", "variant", "family_id", "system", "initial_property", "decision_id", "history", "threshold_level",
     "test", "hidden_world", "image_pair_id", "threshold_pair_id", "resolved", "reference_action", "reference_answer",
 )
+# Item fields copied only when they differ from their default (core.capture_schema.INDEX_OPTIONAL_ITEM_TYPES).
+INDEX_OPTIONAL_FIELDS = tuple(INDEX_OPTIONAL_DEFAULTS)
 
 @dataclass(frozen=True)
 class CaptureConfig:
@@ -86,6 +91,7 @@ class CaptureConfig:
     out: str = setting(help="capture folder (acts.npy, index.jsonl, meta.json)")
     requests: tuple[str, ...] | None = setting(("select", "answer_initial"),
                                                "comma-separated request types and variant names")
+    injection: tuple[int, ...] = setting(INJECTION_DEFAULT, HELP_INJECTION + " (one sweep should hold one level)")
     layers: str | tuple[int, ...] = setting("all", "all, or comma-separated decoder layer indices, e.g. 0,4,8")
     positions: tuple[str, ...] = setting(("last",), "comma-separated: last, image_mean, text_mean")
     regime: str = setting("standard", HELP["regime"])
@@ -204,6 +210,8 @@ def _index_row(row: int, item: Item, text_span: str, n_tokens: int, n_image: int
                n_clipped: int) -> dict[str, Any]:
     out: dict[str, Any] = {"row": row, "item_id": item.item_id}
     out.update({name: getattr(item, name) for name in INDEX_FIELDS})
+    out.update({name: getattr(item, name) for name in INDEX_OPTIONAL_FIELDS
+                if getattr(item, name) != INDEX_OPTIONAL_DEFAULTS[name]})
     out.update(text_span=text_span, n_tokens=n_tokens, n_image_tokens=n_image, n_text_tokens=n_text,
                n_clipped=n_clipped)
     return out
@@ -229,10 +237,10 @@ class CaptureJob(Job):
                              f"`evprobe generate --out {self.bench}`")
         self.bench_meta = read_meta(self.bench)
         self.all_items = read_items(self.bench)
-        self.selected = select_items(self.all_items, config.requests, config.limit)
+        self.selected = select_items(self.all_items, config.requests, config.limit, config.injection)
         if not self.selected:
-            raise InputError(f"no items of {self.bench} match --requests {','.join(config.requests or ())}; "
-                             "choose others")
+            raise InputError(f"no items of {self.bench} match --requests {','.join(config.requests or ())} at "
+                             f"--injection {','.join(map(str, config.injection))}; choose others")
         # Row i of this folder's acts.npy is the i-th item of its (shard's) selection.
         self.items = select_shard(self.selected, self.shard, self.all_items)
         if not self.items:
@@ -305,6 +313,7 @@ class CaptureJob(Job):
         return {
             **self.pinned(),
             "requests": list(self.config.requests) if self.config.requests is not None else None,
+            "injection": list(self.config.injection),
             "limit": self.config.limit, "n_images": self.n_images, "arch": self.handle.arch,
             "shape": [len(self.items), len(layers), len(self.positions), self.handle.d_model],
             "acts_dtype": "float16", "stored": STORED,
@@ -350,7 +359,7 @@ class CaptureJob(Job):
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> CaptureJob:
         c = dict(meta["config"])
-        for key in ("requests", "positions", "layers"):
+        for key in ("requests", "positions", "layers", "injection"):
             if isinstance(c.get(key), list):
                 c[key] = tuple(c[key])
         return cls(CaptureConfig(**{**c, "out": str(out), "shard": None}))

@@ -218,6 +218,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], object] | tuple[str, 
     "organism": ("evprobe.experiments.organism_cli", "add_organism_parser"),
     "sweep": ("evprobe.probes.cli", "add_sweep_parser"),
     "directions": ("evprobe.probes.cli", "add_directions_parser"),
+    "ladder": ("evprobe.experiments.ladder", "add_ladder_parser"),
 }
 
 

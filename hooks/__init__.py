@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "load": "evprobe.hooks.loading",
+    "wrap": "evprobe.hooks.loading",
+    "capture_components": "evprobe.hooks.capture",
+    "capture_tokens": "evprobe.hooks.token_capture",
+    "TokenActs": "evprobe.hooks.token_capture",
+    "Token": "evprobe.hooks.positions",
+    "Marker": "evprobe.hooks.positions",
     "Handle": "evprobe.hooks.handle",
     "build_inputs": "evprobe.hooks.inputs",
     "generate": "evprobe.hooks.generation",
@@ -55,6 +61,12 @@ _LAZY = {
 }
 
 __all__ = [
+    "wrap",
+    "capture_components",
+    "capture_tokens",
+    "TokenActs",
+    "Token",
+    "Marker",
     "ablate",
     "steer",
     "TINY_ARCHS",

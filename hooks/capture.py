@@ -1,21 +1,45 @@
-"""Capture the residual stream at named token positions, through nnsight.
+"""Capture decoder-layer components at token positions, through nnsight.
 
-What is stored: the raw output of each decoder layer (the residual stream after block i), a
-(batch, seq, d_model) tensor. For i < n_layers - 1 this equals transformers'
-`output_hidden_states[i + 1]`; for the last layer it is the value BEFORE the final norm
-(`hidden_states[-1]` is after it, so the two differ there). The final-normed value is never
-stored.
+What is stored, per decoder layer i and component (hooks.layers.COMPONENTS), a (batch, seq,
+d_model) tensor reduced to one vector per position:
+    resid_post  the raw output of decoder layer i (the residual stream after block i), the
+                default. For i < n_layers - 1 this equals transformers' `output_hidden_states[i + 1]`;
+                for the last layer it is the value BEFORE the final norm (`hidden_states[-1]` is
+                after it, so the two differ there). The final-normed value is never stored.
+    attn_out    what layer i's attention sublayer adds to the residual stream
+    mlp_out     what layer i's MLP sublayer adds to it (resid_post[i] = resid_post[i-1] + both)
+See hooks.layers for which child module gives each, per architecture.
 
-Positions (each reduced to one d_model vector per row and layer, in float32):
+Positions (hooks.positions; each reduced to one d_model vector per row, layer and component,
+in float32):
     last        the last prompt token (hooks.spans.Spans.last)
     image_mean  mean over the image-feature tokens of all the row's images (Spans.image)
     text_mean   mean over the row's text segment (Spans.text: its marker, or the whole prompt)
+    Token(i), i the i-th real token of the row (negative from its end; padding not counted)
+    Marker(s, reduce)  mean / first / last token of substring s of the prompt text
+Every token without reduction: `capture_tokens` (hooks.token_capture), one array per row.
 
-The reduction happens inside the trace, right after each layer runs, so only
-(batch, n_positions, d_model) per layer leaves the model; the trace stops after the last
-layer asked for (no final norm, no LM head). Means are masked with `torch.where` (not
-multiplied by a 0/1 mask), so whatever the padded positions hold (even NaN) cannot leak into
-a row; left padding never shifts a span because spans are padded-row indices.
+API: `capture_layers(..., component=)` one component -> (rows, layers, positions, d_model);
+`capture_components(..., components=)` several from ONE forward -> {component: that array};
+`capture_batch` is one batch of either (the CLI job's unit).
+
+The reduction happens inside the trace, right after each module runs, so only
+(batch, n_positions, d_model) per layer and component leaves the model; the trace stops after
+the last layer asked for (no final norm, no LM head). Modules are read in execution order
+(attn_out, mlp_out, resid_post within a layer; nnsight refuses any other order). Means are
+masked with `torch.where` (not multiplied by a 0/1 mask), so whatever the padded positions hold
+(even NaN) cannot leak into a row; left padding never shifts a span because spans are
+padded-row indices, and token indices count real tokens only.
+
+Under `hooks.steer` / `hooks.ablate` (torch forward hooks on decoder layers): nnsight, and so
+capture, reads a module's output inside the module's forward, BEFORE torch forward hooks run.
+Capturing the steered layer k itself therefore gives its unedited output (capture warns); layers
+after k see the edit. To read the edited stream: capture layer k + 1's input, i.e. in a trace
+`handle.nn_layers[k + 1].input` (exact except at Qwen3-VL's image tokens after layers
+0..len(deepstack_visual_indexes)-1, where deepstack features are added in between; see
+hooks.layers), or do the edit inside the same nnsight trace and save after it
+(`out = handle.nn_layers[k].output; out[:] += delta; saved = out.save()`).
+tests/hooks/test_steer_nnsight.py shows the pitfall and both idioms.
 """
 
 from __future__ import annotations
@@ -28,6 +52,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evprobe.hooks.inputs import build_inputs
+from evprobe.hooks.layers import COMPONENTS
+from evprobe.hooks.positions import Position, row_indices
+from evprobe.hooks.positions import check_positions as check_any_positions
 from evprobe.hooks.spans import Spans, batch_spans
 
 if TYPE_CHECKING:
@@ -49,7 +76,10 @@ POSITION_RULES: dict[str, str] = {
 
 
 def check_positions(positions: Sequence[str]) -> list[str]:
-    """The position names, validated: known, at least one, no repeats."""
+    """The position NAMES (POSITIONS), validated: known, at least one, no repeats.
+
+    The CLI capture job stores names only (acts.npy's position axis, meta.json's rules); the
+    library API takes Token / Marker too (hooks.positions.check_positions)."""
     if isinstance(positions, str):
         raise TypeError("positions must be a list of names, not a string")
     names = list(positions)
@@ -61,6 +91,21 @@ def check_positions(positions: Sequence[str]) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError(f"positions {names} repeat a name; give each once")
     return names
+
+
+def check_components(components: Sequence[str]) -> list[str]:
+    """Component names, validated: known (hooks.layers.COMPONENTS), at least one, no repeats."""
+    if isinstance(components, str):
+        raise TypeError("components must be a list of names, not a string (use component= for one)")
+    out = list(components)
+    if not out:
+        raise ValueError(f"no components given; choose from {', '.join(COMPONENTS)}")
+    for c in out:
+        if c not in COMPONENTS:
+            raise ValueError(f"unknown component {c!r}; choose from {', '.join(COMPONENTS)}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"components {out} repeat a name; give each once")
+    return out
 
 
 def check_layers(layers: Sequence[int], n_layers: int) -> list[int]:
@@ -82,14 +127,18 @@ def check_layers(layers: Sequence[int], n_layers: int) -> list[int]:
 class Capture:
     """One batch's capture.
 
-    acts: float32 (rows, len(layers), len(positions), d_model), in the order asked for.
+    acts: float32 (rows, len(layers), len(positions), d_model), in the order asked for, of
+        the first component asked for (capture_batch's `component`).
     spans: each row's token spans (hooks.spans).
     n_tokens: each row's prompt length without padding.
+    by_component: every component asked for -> its (rows, layers, positions, d_model) array
+        (`acts` is one of them).
     """
 
     acts: np.ndarray
     spans: list[Spans]
     n_tokens: list[int]
+    by_component: dict[str, np.ndarray] | None = None
 
 
 def _span(spans: Spans, position: str) -> tuple[int, ...]:
@@ -103,16 +152,24 @@ def _span(spans: Spans, position: str) -> tuple[int, ...]:
 def _gather_plan(
     spans: list[Spans], positions: list[str], device: torch.device, first_row: int = 0
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per position: (index (batch, width) long, valid (batch, width) bool); width = longest span."""
-    import torch
-
-    plan = []
-    for position in positions:
-        rows = [_span(s, position) for s in spans]
-        for r, row in enumerate(rows):
+    """`_plan` of the named positions (POSITIONS) of `spans`."""
+    rows = [[_span(s, p) for s in spans] for p in positions]
+    for position, per_row in zip(positions, rows, strict=True):
+        for r, row in enumerate(per_row):
             if not row:
                 raise ValueError(f"row {first_row + r}: position {position!r} has no tokens (e.g. a row without images "
                                  "asked for image_mean)")
+    return _plan(rows, device)
+
+
+def _plan(indices: list[list[tuple[int, ...]]], device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per position: (index (batch, width) long, valid (batch, width) bool); width = longest span.
+
+    indices: per position, per row, the non-empty padded-row indices to average."""
+    import torch
+
+    plan = []
+    for rows in indices:
         width = max(len(row) for row in rows)
         index = torch.zeros((len(rows), width), dtype=torch.long)
         valid = torch.zeros((len(rows), width), dtype=torch.bool)
@@ -137,46 +194,118 @@ def _reduce(out: torch.Tensor, plan: list[tuple[torch.Tensor, torch.Tensor]]) ->
     return torch.stack(means, 1)  # (batch, n_positions, d)
 
 
+def sites(handle: Handle, layers: Sequence[int], components: Sequence[str]) -> list[tuple[int, str, str]]:
+    """(layer, component, child name) in execution order: layers ascending, and within a layer
+    attn_out, mlp_out, resid_post (the order nnsight requires reads in). Raises the one-line
+    ValueError of hooks.layers.component_child when the architecture lacks a component."""
+    from evprobe.hooks.layers import component_child
+
+    order = [c for c in COMPONENTS[1:] + COMPONENTS[:1] if c in components]  # attn_out, mlp_out, resid_post
+    out = []
+    for i in sorted(layers):
+        for c in order:
+            try:
+                out.append((i, c, component_child(handle.layers[i], c)))
+            except ValueError as err:
+                raise ValueError(f"{handle.model_id} ({handle.arch}) layer {i}: {err}") from None
+    return out
+
+
+def _value(output):
+    """A module's output as one (batch, seq, d_model) tensor (attention returns (out, weights))."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+def trace_sites(handle: Handle, enc, layers: Sequence[int], components: Sequence[str], read) -> dict:
+    """Run one forward over `enc`, apply `read` to each (layer, component) output inside the
+    trace, and return {(layer, component): read(output)} (the trace stops after the last layer).
+
+    read: (batch, seq, d_model) tensor -> what to keep (e.g. span means, or the whole tensor)."""
+    import nnsight
+    import torch
+
+    plan = sites(handle, layers, components)
+    _warn_if_hooked(handle, plan)
+    envoys = handle.nn_layers
+    kwargs = dict(enc)
+    if "use_cache" in _forward_params(handle):
+        kwargs["use_cache"] = False
+    with torch.no_grad(), handle.nn.trace(**kwargs) as tracer:
+        saved = nnsight.save([read(_value((getattr(envoys[i], child) if child else envoys[i]).output))
+                              for i, _, child in plan])
+        tracer.stop()  # nothing after the last asked-for layer is needed
+    out = {(i, c): v for (i, c, _), v in zip(plan, saved, strict=True)}
+    # A finished nnsight trace leaves reference cycles that keep this batch's tensors alive until
+    # Python's cyclic GC happens to run; left alone, resident memory drifts up and down by
+    # hundreds of MB on long runs. A young-generation collection (about 1 ms) frees them now.
+    del tracer, saved, kwargs
+    gc.collect(1)
+    return out
+
+
+# Forward hooks that only record outputs: transformers installs one on every decoder layer, for
+# good, the first time a forward asks for output_hidden_states (seen with transformers 5.24).
+_RECORDING_HOOK_MODULES = ("transformers.utils.output_capturing",)
+
+
+def _editing_hooks(module) -> list:
+    """The module's torch forward hooks, less transformers' recording ones."""
+    return [h for h in module._forward_hooks.values()
+            if getattr(h, "__module__", None) not in _RECORDING_HOOK_MODULES]
+
+
+def _warn_if_hooked(handle: Handle, plan: list[tuple[int, str, str]]) -> None:
+    """Warn when a module capture reads carries torch forward hooks (hooks.steer / hooks.ablate
+    register them): nnsight reads a module's output inside its forward, before those hooks run,
+    so capture returns that module's UNEDITED output (later layers do see the edit)."""
+    hooked = [f"layer {i} {c}" for i, c, child in plan
+              if _editing_hooks(handle.layers[i].get_submodule(child) if child else handle.layers[i])]
+    if hooked:
+        import warnings
+
+        warnings.warn(f"{', '.join(hooked)}: the module carries torch forward hooks (e.g. an active hooks.steer or "
+                      "hooks.ablate); capture reads its output before they run, so these values are UNEDITED "
+                      "(later layers see the edit); see hooks.capture's docstring for reading the edited stream",
+                      stacklevel=4)
+
+
 def capture_batch(
     handle: Handle,
     prompts: Sequence[str],
     images: Sequence[Sequence[Image.Image]],
     *,
     layers: Sequence[int],
-    positions: Sequence[str],
+    positions: Sequence[Position | int],
     text_markers: Sequence[str | None] | None = None,
     first_row: int = 0,
+    component: str = "resid_post",
+    components: Sequence[str] | None = None,
 ) -> Capture:
     """Run the rows as ONE batch (one processor call, left padding) and capture them.
 
+    component: what `acts` holds; components: all to read in this forward (default: just
+        `component`; `by_component` holds each).
     first_row: the caller's index of row 0, used in error messages only.
     """
-    import nnsight
     import torch
 
-    positions = check_positions(positions)
+    positions = check_any_positions(positions)
     layers = check_layers(layers, handle.n_layers)
+    components = check_components([component] if components is None else components)
+    if component not in components:
+        raise ValueError(f"component {component!r} is not among components {components}")
+    sites(handle, layers, components)  # an unavailable component fails before any work
     enc = build_inputs(handle, list(prompts), list(images))
-    spans = batch_spans(handle, enc, list(prompts), [len(i) for i in images], text_markers, first_row=first_row)
-    plan = _gather_plan(spans, positions, handle.device, first_row)
-    order = sorted(layers)  # nnsight reads modules in execution order only
-    envoys = handle.nn_layers
-    kwargs = dict(enc)
-    if "use_cache" in _forward_params(handle):
-        kwargs["use_cache"] = False
-    with torch.no_grad(), handle.nn.trace(**kwargs) as tracer:
-        saved = nnsight.save([_reduce(envoys[i].output, plan) for i in order])  # each (batch, n_pos, d)
-        tracer.stop()  # nothing after the last asked-for layer is needed
-    by_layer = dict(zip(order, saved, strict=True))
+    n_images = [len(i) for i in images]
+    spans = batch_spans(handle, enc, list(prompts), n_images, text_markers, first_row=first_row)
+    indices = row_indices(handle, enc, list(prompts), n_images, spans, positions, first_row=first_row)
+    plan = _plan(indices, handle.device)
+    got = trace_sites(handle, enc, layers, components, lambda out: _reduce(out, plan))  # each (batch, n_pos, d)
     # Each layer's means to the CPU first: under a device_map the layers may sit on different GPUs.
-    acts = torch.stack([by_layer[i].cpu() for i in layers], 1).numpy()  # (batch, n_layers, n_pos, d)
+    by_component = {c: torch.stack([got[i, c].cpu() for i in layers], 1).numpy()  # (batch, n_layers, n_pos, d)
+                    for c in components}
     n_tokens = [int(n) for n in enc["attention_mask"].sum(1).tolist()]
-    # A finished nnsight trace leaves reference cycles that keep this batch's tensors alive until
-    # Python's cyclic GC happens to run; left alone, resident memory drifts up and down by
-    # hundreds of MB on long runs. A young-generation collection (about 1 ms) frees them now.
-    del tracer, saved, by_layer, enc, kwargs
-    gc.collect(1)
-    return Capture(acts=acts, spans=spans, n_tokens=n_tokens)
+    return Capture(acts=by_component[component], spans=spans, n_tokens=n_tokens, by_component=by_component)
 
 
 def _forward_params(handle: Handle) -> set[str]:
@@ -185,27 +314,8 @@ def _forward_params(handle: Handle) -> set[str]:
     return set(inspect.signature(handle.model.forward).parameters)
 
 
-def capture_layers(
-    handle: Handle,
-    prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
-    *,
-    layers: Sequence[int],
-    positions: Sequence[str],
-    text_markers: Sequence[str | None] | None = None,
-    batch_size: int | None = None,
-) -> np.ndarray:
-    """Residual stream of `layers` at `positions` for each (prompt, images) row.
-
-    layers: decoder layer indices (any order; the output keeps it).
-    positions: names from POSITIONS.
-    text_markers: per row, the substring of its prompt that `text_mean` averages over (None =
-        the whole prompt text); None = no markers for any row.
-    batch_size: rows per forward pass; None = all rows at once. A row gives the same values
-        (within float32 reduction-order noise) batched or alone.
-    Returns float32 (rows, len(layers), len(positions), d_model). A row whose span for an
-    asked position is empty is a ValueError naming the row and the position.
-    """
+def check_rows(prompts, images, text_markers, batch_size) -> int:
+    """Validate the row arguments shared by the capture functions; the rows per forward."""
     if isinstance(prompts, str):
         raise TypeError("prompts must be a list of strings, not a string")
     if len(images) != len(prompts):
@@ -215,11 +325,57 @@ def capture_layers(
     step = batch_size or len(prompts)
     if step < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    out = []
+    return step
+
+
+def capture_components(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    *,
+    layers: Sequence[int],
+    positions: Sequence[Position | int],
+    components: Sequence[str] = ("resid_post",),
+    text_markers: Sequence[str | None] | None = None,
+    batch_size: int | None = None,
+) -> dict[str, np.ndarray]:
+    """`capture_layers` of several components from one forward per batch: {component: array}."""
+    step = check_rows(prompts, images, text_markers, batch_size)
+    components = check_components(components)
+    out: dict[str, list[np.ndarray]] = {c: [] for c in components}
     for start in range(0, len(prompts), step):
         rows = slice(start, start + step)
         markers = None if text_markers is None else list(text_markers[rows])
-        cap = capture_batch(handle, list(prompts[rows]), list(images[rows]), layers=layers,
-                            positions=positions, text_markers=markers, first_row=start)
-        out.append(cap.acts)
-    return np.concatenate(out, axis=0)
+        cap = capture_batch(handle, list(prompts[rows]), list(images[rows]), layers=layers, positions=positions,
+                            text_markers=markers, first_row=start, component=components[0], components=components)
+        for c in components:
+            out[c].append(cap.by_component[c])
+    return {c: np.concatenate(v, axis=0) for c, v in out.items()}
+
+
+def capture_layers(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    *,
+    layers: Sequence[int],
+    positions: Sequence[Position | int],
+    text_markers: Sequence[str | None] | None = None,
+    batch_size: int | None = None,
+    component: str = "resid_post",
+) -> np.ndarray:
+    """One component of `layers` at `positions` for each (prompt, images) row.
+
+    layers: decoder layer indices (any order; the output keeps it).
+    positions: names from POSITIONS, token indices (int or Token; negative from the row's end,
+        padding not counted) and Marker(text, "mean" | "first" | "last"), in any mix and order.
+    text_markers: per row, the substring of its prompt that `text_mean` (and Marker(None, ...))
+        uses (None = the whole prompt text); None = no markers for any row.
+    batch_size: rows per forward pass; None = all rows at once. A row gives the same values
+        (within float32 reduction-order noise) batched or alone.
+    component: "resid_post" (default), "attn_out" or "mlp_out" (hooks.layers).
+    Returns float32 (rows, len(layers), len(positions), d_model). A row whose span for an
+    asked position is empty is a ValueError naming the row and the position.
+    """
+    return capture_components(handle, prompts, images, layers=layers, positions=positions, components=[component],
+                              text_markers=text_markers, batch_size=batch_size)[component]

@@ -1,7 +1,8 @@
 """The model handle every later stage uses: model + processor + decoder layers (`Handle`).
 
 `load` (hooks.loading) builds one from a name, a folder or a tiny architecture;
-`Handle.from_parts` wraps a model and processor already in memory.
+`wrap` (hooks.loading) and `Handle.from_parts` take a model and processor already in memory
+(`wrap` also unwraps an nnsight wrapper and checks what it is given).
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ class Handle:
     def from_parts(cls, model: PreTrainedModel, processor: ProcessorMixin, *, model_id: str) -> Handle:
         from evprobe.hooks.layers import find_decoder_layers
 
+        from transformers import PreTrainedTokenizerBase
+
         tokenizer = getattr(processor, "tokenizer", None)
+        if tokenizer is None and isinstance(processor, PreTrainedTokenizerBase):
+            tokenizer = processor  # a text-only model: its tokenizer is its processor (no images)
         if tokenizer is None:
             raise ValueError(f"{model_id}: processor {type(processor).__name__} has no tokenizer")
         # Left padding keeps every row's last real token at position -1 (batched

@@ -1,17 +1,46 @@
-"""Find the language model's decoder layers in a vision-language model.
+"""Find the language model's decoder layers in a vision-language model, and their components.
 
 Layers are found from the model's structure, not from a per-architecture table:
 first `model.get_decoder().layers` (transformers' own pointer to the language
 model), then a search of `named_modules()` for the ModuleList of decoder-like
 blocks outside the vision tower.
+
+Components of decoder layer i that capture can read (`COMPONENTS`), each (batch, seq, d_model):
+    resid_post  the layer's output: the residual stream after the block (the layer module itself)
+    attn_out    what the attention sublayer adds to the residual stream
+    mlp_out     what the MLP sublayer adds to the residual stream
+so resid_post[i] == resid_post[i - 1] + attn_out[i] + mlp_out[i] (tests/hooks/test_positions.py
+checks this identity on every tiny architecture). One exception: Qwen3-VL adds its "deepstack"
+visual features to the stream at the image tokens BETWEEN decoder layers (after layers
+0..len(deepstack_visual_indexes)-1, in the text model's loop, not inside a layer), so there layer
+i + 1's input is resid_post[i] plus that injection; resid_post is the layer's own output, before it. Which child module gives the sum's terms is
+read from the block's children, not from a table:
+  - pre-norm blocks (Llama, Mistral, Qwen2/2.5/3, Idefics3/SmolVLM text, LLaVA(-NeXT) text):
+    attn_out = output of the attention child (`self_attn`, else `self_attention`, `attention`,
+    `attn`; the first element when it returns a tuple with the attention weights), mlp_out =
+    output of the MLP child (`mlp`, else `feed_forward`, `ffn`, `block_sparse_moe`);
+  - "sandwich" blocks that also normalise each sublayer's output before the residual add
+    (Gemma 2/3, OLMo 2), recognised by a `post_feedforward_layernorm` child: attn_out = output
+    of `post_attention_layernorm`, mlp_out = output of `post_feedforward_layernorm` (there
+    `post_attention_layernorm` is the attention's OUTPUT norm; in Llama-style blocks the same
+    name is the MLP's input norm, which is why the rule looks for the second norm).
+Available on all nine tiny architectures (hooks.tiny); a block without such children (e.g. a
+parallel-attention or cross-attention-only layer) gets a one-line ValueError naming what was
+looked for.
 """
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where used: hooks.capture imports COMPONENTS before any model
+    from torch import nn
 
 # Path fragments of vision towers / projectors; their block lists are not the decoder.
 _VISION_HINTS = ("vision", "visual", "image", "patch", "mm_projector", "multi_modal_projector", "connector")
+COMPONENTS: tuple[str, ...] = ("resid_post", "attn_out", "mlp_out")
+_ATTN_CHILDREN = ("self_attn", "self_attention", "attention", "attn")
+_MLP_CHILDREN = ("mlp", "feed_forward", "ffn", "block_sparse_moe")
 # Path fragments of the language model inside a VLM.
 _TEXT_HINTS = ("language_model", "text_model", "llm", "decoder")
 
@@ -37,6 +66,8 @@ def find_decoder_layers(model: nn.Module) -> nn.ModuleList:
 
     Raises ValueError (naming the model class) when no plausible list is found.
     """
+    from torch import nn
+
     expected = _text_layer_count(model)
 
     # 1. transformers' own pointer: get_decoder() is the language model in VLMs.
@@ -79,3 +110,26 @@ def find_decoder_layers(model: nn.Module) -> nn.ModuleList:
         f"does not match num_hidden_layers={expected}, and no ModuleList of attention+MLP blocks outside the "
         "vision tower was found"
     )
+
+
+def component_child(block: nn.Module, component: str) -> str:
+    """Name of the child of decoder layer `block` whose output is `component` ("" = the block).
+
+    Raises ValueError (one line) for an unknown component or a block without the child."""
+    if component not in COMPONENTS:
+        raise ValueError(f"unknown component {component!r}; choose from {', '.join(COMPONENTS)}")
+    if component == "resid_post":
+        return ""
+    children = dict(block.named_children())
+    names = _ATTN_CHILDREN if component == "attn_out" else _MLP_CHILDREN
+    found = next((n for n in names if n in children), None)
+    if found is None:
+        raise ValueError(f"{component} is not available for {type(block).__name__}: it has no child named "
+                         f"{' / '.join(names)} (children: {', '.join(children) or 'none'})")
+    if "post_feedforward_layernorm" in children:  # sandwich norm: the sublayer's output norm is the summand
+        norm = "post_attention_layernorm" if component == "attn_out" else "post_feedforward_layernorm"
+        if norm not in children:
+            raise ValueError(f"{component} is not available for {type(block).__name__}: it has "
+                             f"post_feedforward_layernorm but no {norm}")
+        return norm
+    return found

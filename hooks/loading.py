@@ -1,4 +1,5 @@
-"""Loading a model into a `Handle`: tiny architectures, registered names, hub ids and folders.
+"""Loading a model into a `Handle`: tiny architectures, registered names, hub ids and folders;
+`wrap` for a model the researcher already holds in memory (transformers or nnsight).
 
 `load("tiny:<arch>")` builds a tiny random model (hooks.tiny); a name that an installed package
 registers in the `evprobe.models` entry-point group (`organism`) resolves to its folder; anything
@@ -179,6 +180,10 @@ def load(
     trust_remote_code: off unless asked for (never implied).
     attn_implementation: e.g. "eager" or "sdpa"; None = transformers' default.
     """
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"load takes a model name or folder, got a {type(model).__name__}; for a model already "
+                        "in memory (transformers or nnsight) use evprobe.wrap(model, processor)")
+    model = os.fspath(model)
     if model.startswith("tiny:"):
         import torch
 
@@ -242,3 +247,63 @@ def _causal_lm_types() -> set[str]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def wrap(model: Any, processor: Any = None, *, model_id: str | None = None) -> Handle:
+    """A Handle on a model the researcher already loaded: the same Handle `load` gives.
+
+    model: a transformers model (a `*ForConditionalGeneration` / `*ForCausalLM`, on any device and
+        dtype, dispatched by accelerate or not), or an nnsight wrapper of one (`NNsight`,
+        `TransformersModel`, `LanguageModel`, `VisionLanguageModel`): the wrapper is unwrapped to
+        the module it holds (an undispatched nnsight model is dispatched first, which loads its
+        weights) and the Handle builds its own nnsight wrapper over that same module; the
+        caller's wrapper keeps working beside it (tests/hooks/test_wrap.py).
+        A Handle is returned as is.
+    processor: its processor (tokenizer + image processor + chat template); a tokenizer for a
+        text-only model. None: taken from the nnsight wrapper (`.processor`, else `.tokenizer`).
+    model_id: a label for reports; None = the config's `_name_or_path`, else the class name.
+
+    What it changes on the caller's objects, as `load` does: the model is put in eval mode and
+    the tokenizer pads on the left (and pads with eos when it has no pad token). Weights,
+    placement and dtype are left alone.
+    """
+    from torch import nn
+
+    if isinstance(model, Handle):
+        if processor is not None and processor is not model.processor:
+            raise ValueError("wrap got a Handle and a different processor; a Handle already has its processor")
+        return model
+    module, processor = _unwrap_nnsight(model, processor)
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"wrap takes a transformers model or an nnsight wrapper of one, got {type(model).__name__}; "
+                        "to load by name or folder use evprobe.load")
+    if getattr(module, "config", None) is None:
+        raise TypeError(f"{type(module).__name__} has no `config`: wrap needs a transformers model (PreTrainedModel)")
+    if processor is None:
+        raise ValueError(f"wrap({type(module).__name__}) needs its processor (AutoProcessor.from_pretrained(...)), "
+                         "or its tokenizer for a text-only model")
+    if getattr(module, "hf_device_map", None) is None and any(p.device.type == "meta" for p in module.parameters()):
+        raise ValueError(f"{type(module).__name__} has weights on the meta device and no accelerate device map: "
+                         "its weights were never loaded")
+    name = model_id or getattr(module.config, "_name_or_path", "") or type(module).__name__
+    return Handle.from_parts(module, processor, model_id=str(name))
+
+
+def _unwrap_nnsight(model: Any, processor: Any) -> tuple[Any, Any]:
+    """(torch module, processor) of an nnsight Envoy; anything else unchanged.
+
+    Checked by type (nnsight's `Envoy`, the base of every nnsight model class) only when nnsight
+    is already imported: an object cannot be an Envoy otherwise, and wrap stays import-cheap."""
+    import sys
+
+    if "nnsight" not in sys.modules:
+        return model, processor
+    from nnsight.intervention.envoy import Envoy
+
+    if not isinstance(model, Envoy):
+        return model, processor
+    if getattr(model, "dispatched", True) is False:
+        model.dispatch()  # a lazily loaded nnsight model holds meta weights until dispatched
+    if processor is None:
+        processor = getattr(model, "processor", None) or getattr(model, "tokenizer", None)
+    return model._module, processor

@@ -14,7 +14,9 @@ A capture folder (written by `evprobe capture`) holds:
   ones: `row` a non-negative integer, not true; `resolved` true, false or null; ...).
 - `meta.json`: `format`, `shape` (acts.npy's), `model`, `layers` (the model's layer numbers, the
   second axis), `positions` (names, the third axis), `d_model`, `regime`, `requests`, ...; the
-  typed keys are checked (`core.capture_schema.meta_problem`), errors naming the key's line.
+  typed keys are checked (`core.capture_schema.meta_problem`), errors naming the key's line. A
+  capture written from the user's own arrays (`probes.capture_writer.write_capture`) also has
+  `fields` ({name: kind}): its own label fields, allowed in index rows beside the schema's.
 
 Every error is a `CaptureError`, an `InputError`: one line naming file, line, field and the fix.
 
@@ -198,7 +200,7 @@ def load_capture(path: str | Path) -> Capture:
     seen_ids: set[str] = set()
     rows = []
     for number, row in lines:
-        bad = index_row_problem(row)
+        bad = index_row_problem(row, meta.get("fields"))  # a user capture's declared label fields
         if bad:
             raise CaptureError(f"{index_path}:{number}: {bad[1]}; {FIX_CAPTURE}")
         r, item_id = row["row"], row["item_id"]
@@ -280,25 +282,20 @@ class CaptureSet:
             raise CaptureError(f"position {position!r} was not captured (captured: "
                                f"{', '.join(self.positions)}); pick one of those") from None
 
+    @property
+    def offsets(self) -> np.ndarray:
+        """(n_captures + 1,) the first pooled row of each capture."""
+        return self._offsets
+
     def block(self, layer_idx: int, rows: np.ndarray, positions: Sequence[int] | None = None) -> np.ndarray:
         """float32 activations of pooled `rows` at one layer: (len(rows), n_positions, d_model).
 
         Reads only those rows' slices of the memmap (each row's (positions, d) slice is
-        contiguous on disk), capture by capture, in the order given.
-        """
-        rows = np.asarray(rows, dtype=np.int64)
+        contiguous on disk), capture by capture, in ascending file order (probes.blocks)."""
+        from evprobe.probes.blocks import BlockReader
+
         pos = list(range(len(self.positions))) if positions is None else list(positions)
-        out = np.empty((len(rows), len(pos), self.d_model), dtype=np.float32)
-        source = np.searchsorted(self._offsets, rows, side="right") - 1
-        for s, cap in enumerate(self.captures):
-            take = np.flatnonzero(source == s)
-            if take.size == 0:
-                continue
-            file_rows = cap.rows[rows[take] - self._offsets[s]]
-            order = np.argsort(file_rows, kind="stable")  # ascending reads from the memmap
-            data = cap.acts[file_rows[order], layer_idx]  # (k, n_positions, d) float16 copy
-            out[take[order]] = data[:, pos, :]
-        return out
+        return BlockReader.of(self, rows, pos, reuse=True)(layer_idx)
 
 
 def load_captures(paths: Sequence[str | Path]) -> CaptureSet:

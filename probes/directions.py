@@ -10,12 +10,27 @@ classes, which is what adding alpha * v to a hidden state moves along (TRAPS sec
 
 Files (no pickles anywhere):
 
-- `DIR/<name>.npy`: the float32 unit vector, shape (d_model,), a plain .npy;
-- `DIR/directions.json`: `{"directions": [{name, file, model, layer, position, label, positive,
-  probe, condition, regimes, captures, restriction, n_items, n_positive, n_negative, items,
-  mean_norm, d_model}, ...]}`. `items` are the item ids used. `mean_norm` is the mean
-  Euclidean norm of the residual at that layer and position over those items, so a steering
-  strength can be stated in units of the typical norm (alpha = k * mean_norm).
+- `DIR/<name>.safetensors`: the float32 unit vector, shape (d_model,), under the tensor key
+  `direction`, with the provenance in the safetensors metadata (every value JSON text, since
+  safetensors metadata values are strings: `layer` "12", `position` "\"last\"", `positive` "true",
+  ...; plus `format` "\"evprobe-direction/1\"" and `name`), so one file is a complete direction for
+  any tool that reads safetensors (`load_direction(file)` here; `safetensors.safe_open` elsewhere);
+- `DIR/directions.json`: the folder's index, `{"directions": [{name, file, model, layer, position,
+  label, positive, probe, condition, regimes, captures, restriction, n_items, n_positive,
+  n_negative, items, mean_norm, d_model, sign}, ...]}`. `items` are the item ids used. `mean_norm`
+  is the mean Euclidean norm of the residual at that layer and position over those items, so a
+  steering strength can be stated in units of the typical norm (alpha = k * mean_norm). Folder
+  readers take the provenance from here (the file's metadata must name the same direction).
+
+Names (`direction_name`), which are also the file names, contain no `=` and split on `.` into
+LABEL.PROBE.L<layer>.POSITION[.CONDITION]: LABEL is the label when the positive class is true
+(`resolved`) and LABEL-POSITIVE otherwise (`resolved-false`, `system-sliding`); CONDITION is the
+condition with `=` written `-` (`system-bouncing`, `half-half_a`); in every part a character other
+than A-Z a-z 0-9 _ - becomes `_`. E.g. `resolved.massmean.L12.last.half-half_a.safetensors`.
+
+Folders written before this format (`<label>=<positive>....npy` files) are still read: an index
+entry's file decides the reader, `.npy` through `np.load(allow_pickle=False)` (never unpickled).
+New directions written into such a folder get new-style names beside the old ones.
 
 Writing merges into an existing directions.json by name (a later fit of the same name replaces
 the earlier one), so directions of several layers or runs accumulate in one folder.
@@ -23,7 +38,6 @@ the earlier one), so directions of several layers or runs accumulate in one fold
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections.abc import Sequence
@@ -38,7 +52,11 @@ from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
 from evprobe.probes.estimators import make_probe
 
 DIRECTIONS_FILE = "directions.json"
-_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+FORMAT = "evprobe-direction/1"  # the safetensors metadata's `format`
+SUFFIX = ".safetensors"
+TENSOR_KEY = "direction"
+LEGACY_SUFFIX = ".npy"  # folders written before safetensors: still read
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,8 +79,18 @@ class Direction:
 
 
 def direction_name(label: str, positive: Any, probe: str, layer: int, position: str, condition: str | None) -> str:
-    name = f"{label}={positive}.{probe}.L{layer}.{position}" + (f".{condition}" if condition else "")
-    return _SAFE.sub("_", name)
+    """The direction's name and file stem (module docstring): LABEL[-POSITIVE].PROBE.L<layer>.POSITION[.CONDITION]."""
+    head = label if positive is True else f"{label}-{_word(positive)}"
+    parts = [head, probe, f"L{layer}", position] + ([condition.replace("=", "-")] if condition else [])
+    return ".".join(_UNSAFE.sub("_", str(p)) for p in parts)
+
+
+def direction_file(name: str) -> str:
+    return f"{name}{SUFFIX}"
+
+
+def _word(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def fit_directions(
@@ -113,7 +141,8 @@ def fit_directions(
 
 
 def write_directions(out_dir: str | Path, directions: Sequence[Direction]) -> Path:
-    """Write each vector as `<name>.npy` and merge provenance into directions.json."""
+    """Write each vector as `<name>.safetensors` (with its provenance as metadata) and merge the
+    provenance into directions.json."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     index_path = out_dir / DIRECTIONS_FILE
@@ -122,13 +151,60 @@ def write_directions(out_dir: str | Path, directions: Sequence[Direction]) -> Pa
         for e in _read_index(index_path):
             entries[e["name"]] = e
     for d in directions:
-        buf = io.BytesIO()
-        np.save(buf, d.vector.astype(np.float32), allow_pickle=False)
-        atomic_write_bytes(out_dir / f"{d.name}.npy", buf.getvalue())
-        entries[d.name] = {"name": d.name, "file": f"{d.name}.npy", **d.provenance}
+        atomic_write_bytes(out_dir / direction_file(d.name), direction_bytes(d))
+        entries[d.name] = {"name": d.name, "file": direction_file(d.name), **d.provenance}
     payload = {"directions": sorted(entries.values(), key=lambda e: e["name"])}
     atomic_write_bytes(index_path, (json.dumps(payload, indent=2) + "\n").encode("utf-8"))
     return index_path
+
+
+def direction_bytes(d: Direction) -> bytes:
+    """One direction as a safetensors file: the (d_model,) float32 vector and JSON-text metadata."""
+    from safetensors.numpy import save
+
+    metadata = {"format": json.dumps(FORMAT), "name": json.dumps(d.name),
+                **{k: json.dumps(v) for k, v in d.provenance.items()}}
+    return save({TENSOR_KEY: np.ascontiguousarray(d.vector, dtype=np.float32)}, metadata=metadata)
+
+
+def load_direction(path: str | Path) -> Direction:
+    """One `.safetensors` direction file on its own, provenance from its metadata; checked: a
+    float vector under `direction`, unit norm, metadata of this format."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise CaptureError(f"{path} not found; write directions with `evprobe directions ACTS --layer L`")
+    try:
+        with safe_open(str(path), framework="numpy") as fh:
+            metadata = fh.metadata() or {}
+            if TENSOR_KEY not in fh.keys():
+                raise CaptureError(f"{path}: no tensor {TENSOR_KEY!r} (it has {', '.join(fh.keys()) or 'none'}); "
+                                   "write it with `evprobe directions`")
+            vec = fh.get_tensor(TENSOR_KEY)
+    except (SafetensorError, OSError, ValueError, TypeError) as err:
+        raise CaptureError(f"{path}: not a readable safetensors file ({type(err).__name__}: {err}); write it "
+                           "again with `evprobe directions`") from None
+    try:
+        meta = {k: json.loads(v) for k, v in metadata.items()}
+    except json.JSONDecodeError:
+        raise CaptureError(f"{path}: its metadata values are not JSON text; write it again with "
+                           "`evprobe directions`") from None
+    if meta.get("format") != FORMAT or type(meta.get("name")) is not str:
+        raise CaptureError(f"{path}: metadata format is {meta.get('format')!r}, not {FORMAT!r} with a name; write "
+                           "it with `evprobe directions`")
+    name = meta.pop("name")
+    meta.pop("format")
+    return Direction(name, _checked_vector(path, vec, meta.get("d_model")), meta)
+
+
+def _checked_vector(path: Path, vec: np.ndarray, d_model: Any) -> np.ndarray:
+    if vec.ndim != 1 or vec.dtype.kind != "f" or (d_model is not None and vec.shape[0] != d_model):
+        want = f" of length {d_model}" if d_model is not None else ""
+        raise CaptureError(f"{path}: expected a float vector{want}, got {vec.dtype} {vec.shape}")
+    if not abs(float(np.linalg.norm(vec.astype(np.float64))) - 1.0) < 1e-3:
+        raise CaptureError(f"{path}: not a unit vector")
+    return vec.astype(np.float32)
 
 
 def _read_index(path: Path) -> list[dict[str, Any]]:
@@ -141,8 +217,9 @@ def _read_index(path: Path) -> list[dict[str, Any]]:
 
 
 def read_directions(directory: str | Path) -> dict[str, Direction]:
-    """Every direction of a folder written by `write_directions`, by name, checked: a plain
-    float .npy of shape (d_model,) with unit norm, next to its provenance."""
+    """Every direction of a folder written by `write_directions` (or an older `.npy` folder), by
+    name, checked: a float vector of shape (d_model,) with unit norm, next to its provenance
+    (from directions.json; a safetensors file's metadata must name the same direction)."""
     directory = Path(directory)
     index_path = directory / DIRECTIONS_FILE
     if not index_path.is_file():
@@ -152,15 +229,29 @@ def read_directions(directory: str | Path) -> dict[str, Direction]:
         file = Path(e["file"])
         if file.is_absolute() or ".." in file.parts or len(file.parts) != 1:
             raise CaptureError(f"{index_path}: direction file {e['file']!r} must be a plain name inside the folder")
-        try:
-            vec = np.load(directory / file, allow_pickle=False)
-        except ValueError as err:
-            raise CaptureError(f"{directory / file}: not a plain numeric .npy ({err})") from None
-        if vec.ndim != 1 or vec.dtype.kind != "f" or vec.shape[0] != e["d_model"]:
-            raise CaptureError(f"{directory / file}: expected a float vector of length {e['d_model']}, got "
-                               f"{vec.dtype} {vec.shape}")
-        if not abs(float(np.linalg.norm(vec.astype(np.float64))) - 1.0) < 1e-3:
-            raise CaptureError(f"{directory / file}: not a unit vector")
+        path = directory / file
+        if file.suffix == SUFFIX:
+            found = load_direction(path)
+            if found.name != e["name"]:
+                raise CaptureError(f"{path}: holds direction {found.name!r}, but {index_path} lists it as "
+                                   f"{e['name']!r}; write the folder again with `evprobe directions`")
+            vec = _checked_vector(path, found.vector, e["d_model"])
+        elif file.suffix == LEGACY_SUFFIX:
+            vec = _checked_vector(path, _load_npy(path), e["d_model"])
+        else:
+            raise CaptureError(f"{index_path}: direction file {e['file']!r} is neither {SUFFIX} nor {LEGACY_SUFFIX}; "
+                               "write the folder again with `evprobe directions`")
         prov = {k: v for k, v in e.items() if k not in ("name", "file")}
         out[e["name"]] = Direction(e["name"], vec, prov)
     return out
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    """A direction of a folder written before safetensors; never unpickled."""
+    try:
+        vec = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise CaptureError(f"{path}: not a plain numeric .npy ({err})") from None
+    if not isinstance(vec, np.ndarray):
+        raise CaptureError(f"{path}: expected one array, got {type(vec).__name__}")
+    return vec

@@ -7,7 +7,8 @@ layer-sweep, gating).
 - `sweep_to_folder(captures, label, out, config)`: `probes.sweep.sweep` (and transfer matrices)
   -> OUT/sweep.json, sweep.md, sweep.png (and transfer-KIND.json / .md / .png).
 - `directions_to_folder(captures, label, out, layers)`: unit directions with provenance ->
-  OUT/<name>.npy and directions.json, and with two or more directions in OUT their cosines
+  OUT/<name>.safetensors and directions.json (probes.directions: names, metadata), and with two or
+  more directions in OUT their cosines
   (geometry.json / .md / .png).
 
 `captures` is a `CaptureSet` or capture folders; `label` a `LabelSet` or a label name. Nothing is
@@ -136,7 +137,7 @@ def directions_to_folder(
     request, regime or an index field) at `position` (default: last if captured, else the first)
     with `probe` (massmean, logistic, centroid, or all three), add them to `out` and, when `out`
     then holds two or more directions of one d_model, write their cosine matrix."""
-    from evprobe.probes.directions import fit_directions, read_directions, write_directions
+    from evprobe.probes.directions import direction_file, fit_directions, read_directions, write_directions
     from evprobe.probes.geometry import cosine_matrix, geometry_markdown, heatmap_png
     from evprobe.probes.transfer import conditions
 
@@ -150,7 +151,7 @@ def directions_to_folder(
         found += fit_directions(cs, labelset, list(layers), position, name, conds, C, pooled_covariance)
     out = Path(out)
     index = write_directions(out, found)
-    written = [index.name] + [f"{d.name}.npy" for d in found]
+    written = [index.name] + [direction_file(d.name) for d in found]
     every = read_directions(out)
     if len(every) >= 2:
         by_dim: dict[int, list[str]] = {}

@@ -6,8 +6,9 @@ decisions (history 0/1 x threshold level low/high), image pairs (same level) and
 answerable at which threshold depends on the family's physics), so every (history, level) cell
 is half resolved when pooled.
 
-`write_capture` writes the three files of the capture schema (acts.npy float16 via a memmap,
-index.jsonl, meta.json); `planted_acts` makes Gaussian activations with a planted unit direction
+`write_capture` writes a capture folder through the public writer
+(`probes.capture_writer.write_capture`) and can damage it for tests (a partial index, a torn last
+line); `planted_acts` makes Gaussian activations with a planted unit direction
 along which the classes of a label separate at chosen layers.
 """
 
@@ -19,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.lib.format import open_memmap
 
-from evprobe.probes.captures import ACTS_FILE, INDEX_FILE, META_FILE
+from evprobe.probes.capture_writer import write_capture as write_public
+from evprobe.probes.captures import INDEX_FILE
 
 SYSTEMS = ("sliding", "bouncing", "spring")
 OTHER = {"sliding": "friction", "bouncing": "restitution", "spring": "stiffness"}
@@ -94,27 +95,19 @@ def write_capture(
     indexed: Sequence[int] | None = None,
     torn_tail: str | None = None,
 ) -> Path:
-    """Write a capture folder. `indexed` lists the rows to commit in index.jsonl (default all:
-    fewer makes a partial capture); `torn_tail` is appended without a newline (a torn line)."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    n, n_layers, n_positions, d = acts.shape
-    layers = list(range(n_layers)) if layers is None else list(layers)
+    """Write a capture folder with the public writer (`probes.capture_writer.write_capture`; an
+    existing folder is overwritten), plus two test-only damages: `indexed` lists the rows to commit
+    in index.jsonl (default all: fewer makes a partial capture, in the order given); `torn_tail` is
+    appended without a newline (a torn line). Positions default to the capture's names."""
+    n_positions = acts.shape[2]
     positions = ["last", "image_mean", "text_mean"][:n_positions] if positions is None else list(positions)
-    mm = open_memmap(path / ACTS_FILE, mode="w+", dtype=np.float16, shape=acts.shape)
-    for i in range(0, n, 64):
-        mm[i : i + 64] = acts[i : i + 64]
-    mm.flush()
-    del mm
-    meta = {"format": "evprobe-capture/1", "model": model, "layers": layers, "positions": positions,
-            "d_model": d, "regime": regime, "requests": sorted({r["request"] for r in rows}),
-            "n_items": n, "shape": [n, n_layers, n_positions, d], "acts_dtype": "float16"}
-    (path / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    keep = range(n) if indexed is None else indexed
-    text = "".join(json.dumps({"row": i, **rows[i]}) + "\n" for i in keep)
-    if torn_tail is not None:
-        text += torn_tail
-    (path / INDEX_FILE).write_text(text)
+    path = write_public(path, acts, rows, layers=layers, positions=positions, model=model, regime=regime,
+                        overwrite=True)
+    if indexed is not None or torn_tail is not None:
+        index = path / INDEX_FILE
+        lines = index.read_text().splitlines(keepends=True)  # line i is row i
+        text = "".join(lines[i] for i in (range(len(rows)) if indexed is None else indexed))
+        index.write_text(text + (torn_tail or ""))
     return path
 
 

@@ -76,7 +76,8 @@ def test_directions_command(planted, tmp_path: Path, capsys) -> None:
     out = tmp_path / "dirs"
     assert _run(["directions", str(planted[0]), "--layer", "8", "--out", str(out)]) == 0
     index = json.loads((out / "directions.json").read_text())
-    assert [d["name"] for d in index["directions"]] == ["resolved=True.massmean.L8.last"]
+    assert [d["name"] for d in index["directions"]] == ["resolved.massmean.L8.last"]
+    assert (out / "resolved.massmean.L8.last.safetensors").is_file() and not list(out.glob("*.npy"))
     assert not (out / "geometry.json").exists()  # one direction: nothing to compare
     assert _run(["directions", str(planted[0]), "--layer", "8,16", "--by", "system", "--position", "image_mean",
                  "--out", str(out)]) == 0

@@ -1,0 +1,267 @@
+"""`evprobe ladder`: the information-injection ladder (seed 003, section 4.6; its Figure 5 for our
+task): the sufficiency probe's AUROC and the behaviour, level by level.
+
+    evprobe ladder --acts ACTS --out LADDER [--scores RUN/scores.json] [--records RUN]
+                   [--label resolved] [--requests select] [--levels 0,1,2,3] [--refits 50]
+
+Input: a capture holding several levels (`evprobe capture --injection 0,1,2,3`; its index rows
+carry `injection`, a missing field being level 0) and, for the behavioural panel, the scores of a
+run over the same levels (`evprobe run --injection 0,1,2,3`, `evprobe score`: level 0 is the main
+measures, level L >= 1 is `scores["injection"]["levels"][L]`).
+
+Per level L, the label is read once over the whole capture (`probes.captures.labels`, so its
+positive class is the same at every level) and restricted to the rows of level L
+(`LabelSet.subset`); `probes.runs.sweep_to_folder` then runs the full sweep on those rows alone
+into LADDER/L<L>/ (sweep.json, .md, .png: every layer and position, control tasks, leakage check,
+baselines). The ladder's number for L is the sweep's nested estimate (the best layer chosen on
+validation folds only, probes.nested), with its interval from refitting the whole pipeline on
+family resamples (probes.inference; `--refits 0` falls back to the fixed-model bootstrap, which
+the sweep flags as undercovering) and its n.
+
+Choices where the seed is silent:
+- One sweep per level, never a probe trained on one level and tested on another: the question is
+  how well each prompt's representation encodes sufficiency, the seed's per-level comparison.
+- The same sweep settings and seed at every level; the levels of one benchmark share their
+  families, so the folds deal the same families and the family resamples are the same sets
+  (`ladder.json` states whether the family sets agree; a mismatch is a warning in ladder.md).
+- A level whose rows carry one class only, or fewer families than folds, is reported with its
+  reason and no number (never a 0.5).
+- Behaviour: the min-cost choice rate (the headline selection measure) with its family-bootstrap
+  interval and n, and beside it in the table stop-if-enough and test-if-needed; a level the run
+  did not score says "not in scores.json".
+
+Not done here (what is left of issue 18 item 3): paired level-minus-level differences from one
+set of resamples (each level's interval is its own; their overlap is not a test), and the ladder
+inside `evprobe report`.
+
+Outputs: LADDER/ladder.json, ladder.md (level x measure table), ladder.png (two panels: nested
+AUROC per level with 95% interval bars and chance; min-cost choice rate per level with its
+interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from evprobe.core.flags import add_config_arguments, setting
+
+LEVEL_NAMES = {0: "implicit baseline", 1: "object awareness", 2: "attribute awareness", 3: "oracle guidance"}
+BEHAVIOUR = ("min_cost_choice", "stop_if_enough", "test_if_needed")  # scores.json keys, per level
+
+
+@dataclass(frozen=True)
+class LadderConfig:
+    """`evprobe ladder`: every field is a flag (`--n-boot` for n_boot), with this help."""
+
+    acts: tuple[str, ...] = setting(help="capture folder(s) holding the levels (evprobe capture --injection 0,1,2,3)")
+    out: str = setting(help="output folder (ladder.json, ladder.md, ladder.png, L<level>/sweep.*)")
+    scores: str | None = setting(None, "a run's scores.json (evprobe score) for the behavioural panel")
+    records: str | None = setting(None, "run folder whose replies give behavioural labels (stopped, ...)")
+    label: str = setting("resolved", "the label to probe, e.g. resolved (sufficiency) or system=sliding")
+    requests: tuple[str, ...] = setting(("select",), "request types whose rows are probed")
+    levels: tuple[int, ...] | None = setting(None, "injection levels to sweep (default: every level captured)")
+    layers: tuple[int, ...] | None = setting(None, "model layer numbers to probe (default: all captured)")
+    positions: tuple[str, ...] | None = setting(None, "positions to probe (default: all captured)")
+    folds: int = setting(5, "cross-validation folds of whole families")
+    n_boot: int = setting(2000, "family bootstrap resamples")
+    refits: int = setting(50, "family resamples on which the whole pipeline is refitted for the intervals")
+    control_tasks: int = setting(20, "control tasks per layer and position (0: none)")
+    seed: int = setting(20260905, "seed of folds, shuffles, refits and bootstrap (the same at every level)")
+
+
+@dataclass(frozen=True)
+class LevelPoint:
+    """One level of the ladder: the nested probe estimate and the behaviour."""
+
+    level: int
+    n: int  # labelled rows of this level
+    n_families: int
+    auroc: float | None
+    ci: tuple[float | None, float | None]
+    layer: int | None  # the nested estimate's most frequent choice
+    position: str | None
+    reason: str | None  # why there is no AUROC
+    behaviour: dict[str, dict[str, Any]]  # BEHAVIOUR key -> {value, ci, n} (or {reason})
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["name"] = LEVEL_NAMES.get(self.level, "")
+        out["ci"] = list(self.ci)
+        return out
+
+
+def level_of(row: dict[str, Any]) -> int:
+    """A capture index row's injection level (a row without the field is level 0)."""
+    return int(row.get("injection", 0))
+
+
+def behaviour_by_level(scores: dict[str, Any], level: int) -> dict[str, dict[str, Any]]:
+    """The BEHAVIOUR measures of `level` in a run's scores.json (level 0: the main measures)."""
+    block = scores if level == 0 else scores.get("injection", {}).get("levels", {}).get(str(level))
+    if block is None:
+        return {k: {"reason": "not in scores.json"} for k in BEHAVIOUR}
+    return {k: block.get(k, {"reason": "not in scores.json"}) for k in BEHAVIOUR}
+
+
+def ladder(config: LadderConfig, *, progress: bool = True) -> list[LevelPoint]:
+    """Sweep each level into OUT/L<level>/ and write ladder.json / .md / .png (module docstring)."""
+    import numpy as np
+
+    from evprobe.core.errors import InputError
+    from evprobe.probes.runs import labelled, sweep_to_folder
+    from evprobe.probes.sweep import SweepConfig
+
+    cs, labelset = labelled(list(config.acts), config.label, records=[config.records] if config.records else None,
+                            requests=list(config.requests))
+    row_levels = np.array([level_of(cs.index[r]) for r in labelset.rows])  # (n,) level of each labelled row
+    present = sorted(set(row_levels.tolist()))
+    levels = list(config.levels) if config.levels is not None else present
+    missing = [lv for lv in levels if lv not in present]
+    if missing:
+        raise InputError(f"the capture has no labelled rows of injection level {missing[0]} (levels there: "
+                         f"{', '.join(map(str, present))}); capture with --injection {','.join(map(str, levels))}")
+    scores = _read_scores(config.scores) if config.scores else None
+    sweep_config = SweepConfig(n_splits=config.folds, seed=config.seed, n_boot=config.n_boot, refits=config.refits,
+                               control_tasks=config.control_tasks, layers=config.layers, positions=config.positions)
+    out = Path(config.out)
+    points: list[LevelPoint] = []
+    families: dict[int, list[str]] = {}
+    methods: dict[int, str] = {}
+    for level in levels:
+        sub = labelset.subset(row_levels == level, restriction=f"injection level {level}", reason="other injection level")
+        fams = sorted(set(sub.families.tolist()))
+        families[level] = fams
+        behaviour = behaviour_by_level(scores, level) if scores is not None else {}
+        reason = None
+        if sub.y.min() == sub.y.max():
+            reason = f"one class on all {sub.n} rows of this level"
+        elif len(fams) < config.folds:
+            reason = f"{len(fams)} families, fewer than the {config.folds} folds"
+        if reason:
+            points.append(LevelPoint(level, sub.n, len(fams), None, (None, None), None, None, reason, behaviour))
+            continue
+        run = sweep_to_folder(cs, sub, out / f"L{level}", sweep_config, progress=f"level {level}" if progress else None)
+        best = run.result.best
+        methods[level] = run.result.intervals_json()["method"]
+        if best is None or best.auroc.value is None:
+            points.append(LevelPoint(level, sub.n, len(fams), None, (None, None), None, None,
+                                     "no nested estimate (every candidate degenerate)", behaviour))
+            continue
+        points.append(LevelPoint(level, sub.n, len(fams), best.auroc.value, tuple(best.auroc.ci), best.layer,
+                                 best.position, None, behaviour))
+    same = len({tuple(f) for f in families.values()}) <= 1
+    doc = {"label": labelset.title, "requests": list(config.requests), "model": cs.model,
+           "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
+           "same_families_at_every_level": same, "interval_method": methods,
+           "levels": [p.to_json() for p in points]}
+    out.mkdir(parents=True, exist_ok=True)
+    from evprobe.core.files import atomic_write_bytes
+
+    atomic_write_bytes(out / "ladder.json", (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+    atomic_write_bytes(out / "ladder.md", ladder_markdown(points, labelset.title, same).encode("utf-8"))
+    ladder_png(points, labelset.title, out / "ladder.png")
+    return points
+
+
+def _read_scores(path: str) -> dict[str, Any]:
+    from evprobe.core.errors import InputError
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "scores.json"
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{p} not found; score the run first (`evprobe score RUN`)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{p}: not valid JSON ({err}); rescore the run") from None
+
+
+def _fmt(value: float | None, ci: Any = None, n: int | None = None, pct: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    f = (lambda v: f"{100 * v:.1f}") if pct else (lambda v: f"{v:.3f}")
+    text = f(value)
+    if ci is not None and ci[0] is not None:
+        text += f" [{f(ci[0])}, {f(ci[1])}]"
+    return text + (f" (n={n})" if n is not None else "")
+
+
+def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool) -> str:
+    """The level x measure table."""
+    head = ["level", "name", f"probe AUROC {title} (nested, 95% CI)", "layer/position", "families"]
+    head += [f"{k} % (95% CI)" for k in BEHAVIOUR]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p in points:
+        auc = _fmt(p.auroc, p.ci, p.n) if p.reason is None else f"n/a ({p.reason})"
+        where = "" if p.layer is None else f"{p.layer}/{p.position}"
+        cells = [str(p.level), LEVEL_NAMES.get(p.level, ""), auc, where, str(p.n_families)]
+        for k in BEHAVIOUR:
+            b = p.behaviour.get(k)
+            cells.append("not given" if b is None else (b.get("reason") if "value" not in b else
+                                                         _fmt(b["value"], b.get("ci"), b.get("n"), pct=True)))
+        lines.append("| " + " | ".join(cells) + " |")
+    text = "# Information-injection ladder\n\n" + "\n".join(lines) + "\n"
+    if not same_families:
+        text += "\nWARNING: the levels do not hold the same families; their numbers are not comparable.\n"
+    text += ("\nEach level is its own sweep (LADDER/L<level>/sweep.md); intervals are per level: overlapping "
+             "intervals are not a test of a difference between levels.\n")
+    return text
+
+
+def ladder_png(points: list[LevelPoint], title: str, path: Path) -> Path:
+    """Two panels: nested AUROC per level with interval bars and chance; min-cost choice rate per level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    def bars(ax, xs, values, cis, color):
+        v = np.array([np.nan if x is None else x for x in values], dtype=float)
+        lo = np.array([np.nan if c[0] is None else c[0] for c in cis], dtype=float)
+        hi = np.array([np.nan if c[1] is None else c[1] for c in cis], dtype=float)
+        ax.errorbar(xs, v, yerr=[v - lo, hi - v], fmt="o-", color=color, capsize=4)
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    xs = [p.level for p in points]
+    bars(a, xs, [p.auroc for p in points], [p.ci for p in points], "C0")
+    a.axhline(0.5, ls=":", color="C7", label="chance")
+    a.set(xlabel="injection level", ylabel="AUROC (nested, 95% CI)", title=f"probe {title}", ylim=(0.0, 1.05))
+    a.legend(loc="lower right")
+    mc = [p.behaviour.get("min_cost_choice", {}) for p in points]
+    bars(b, xs, [m.get("value") for m in mc], [tuple(m.get("ci", (None, None))) for m in mc], "C1")
+    b.set(xlabel="injection level", ylabel="min-cost choice rate (95% CI)", title="behaviour", ylim=(0.0, 1.05))
+    for ax in (a, b):
+        ax.set_xticks(range(4), [f"{lv}\n{LEVEL_NAMES[lv]}" for lv in range(4)], fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- command line
+
+
+def add_ladder_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("ladder", help="probe AUROC and behaviour per information-injection level (seed 003 Fig. 5)",
+                       description="Sweep the label on each injection level's rows of a capture (one sweep per "
+                       "level) and put the nested AUROC beside a run's min-cost choice rate per level: "
+                       "LADDER/ladder.json, ladder.md, ladder.png.")
+    add_config_arguments(p, LadderConfig)
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(run=run_ladder)
+    return p
+
+
+def run_ladder(args: argparse.Namespace) -> int:
+    from evprobe.experiments.config import config_from_flags
+
+    config = config_from_flags(LadderConfig, args)
+    points = ladder(config, progress=not args.quiet)
+    print((Path(config.out) / "ladder.md").read_text(encoding="utf-8"), end="")
+    return 0 if points else 1

@@ -1,0 +1,158 @@
+"""Where capture reads a row: named spans, token indices of the user's choosing, marker spans.
+
+A position turns each row into a non-empty tuple of padded-row indices (they index a layer
+output's sequence axis directly); capture averages the layer's output over them (one index:
+that token's vector). Kinds:
+
+    "last", "image_mean", "text_mean"   the named spans of hooks.spans (POSITIONS in hooks.capture)
+    Token(i) or a bare int i            the i-th REAL token of the row: padding is not counted, so
+                                        0 is the row's first real token (BOS where the template has
+                                        one), -1 its last (== "last"), -2 the one before; the same
+                                        token whatever the batch's padding. Out of range is an error
+                                        naming the row (rows differ in length).
+    Marker(text, reduce)                the tokens overlapping the first occurrence of `text` in the
+                                        row's prompt text (hooks.spans rules: tokens straddling the
+                                        edges count; special, template and image tokens never do),
+                                        reduced by "mean" over them, or the "first" / "last" one.
+                                        text=None uses each row's own text marker (capture's
+                                        `text_markers`), or its whole prompt text when it has none,
+                                        so Marker(None, "mean") == "text_mean".
+
+Every token of a row (no reduction) is `hooks.capture.capture_tokens`, not a position here: its
+result is ragged (one array per row), not a (rows, positions, d_model) block.
+
+Choices where nothing forces one: token indices count real tokens (not padded slots), because a
+padded-slot index would move with the batch's longest row; a marker absent from a row's prompt is
+an error (not a silently skipped row), as in hooks.spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from evprobe.hooks.spans import Spans, token_spans
+
+if TYPE_CHECKING:
+    from transformers import BatchFeature
+
+    from evprobe.hooks.handle import Handle
+
+NAMED: tuple[str, ...] = ("last", "image_mean", "text_mean")
+REDUCTIONS: tuple[str, ...] = ("mean", "first", "last")
+
+
+@dataclass(frozen=True)
+class Token:
+    """The `index`-th real token of each row (negative counts from the row's end)."""
+
+    index: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, (int, np.integer)):
+            raise TypeError(f"Token index must be an integer, got {self.index!r}")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The tokens of substring `text` of each row's prompt (None: the row's own text marker),
+    reduced by `reduce`: "mean" over them, or the "first" / "last" token."""
+
+    text: str | None
+    reduce: Literal["mean", "first", "last"] = "mean"
+
+    def __post_init__(self) -> None:
+        if self.reduce not in REDUCTIONS:
+            raise ValueError(f"Marker reduce must be one of {', '.join(REDUCTIONS)}, got {self.reduce!r}")
+        if self.text is not None and (not isinstance(self.text, str) or not self.text.strip()):
+            raise ValueError(f"Marker text must be a non-empty string or None, got {self.text!r}")
+
+
+Position = str | Token | Marker
+
+
+def check_positions(positions: Sequence[str | int | Token | Marker]) -> list[Position]:
+    """Validated positions, bare ints made `Token`s: at least one, each known, none repeated."""
+    if isinstance(positions, (str, int, Token, Marker)):
+        raise TypeError("positions must be a list (e.g. ['last'] or [-1, Marker('red')]), not a single value")
+    out: list[Position] = []
+    for p in positions:
+        if isinstance(p, (int, np.integer)) and not isinstance(p, bool):
+            p = Token(int(p))
+        if isinstance(p, str):
+            if p not in NAMED:
+                raise ValueError(f"unknown position {p!r}; choose from {', '.join(NAMED)}, or give a token index "
+                                 "(int / Token) or a Marker")
+        elif not isinstance(p, (Token, Marker)):
+            raise TypeError(f"position {p!r} is not a name, an int, a Token or a Marker")
+        out.append(p)
+    if not out:
+        raise ValueError(f"no positions given; choose from {', '.join(NAMED)}, a token index or a Marker")
+    if len(set(out)) != len(out):
+        raise ValueError(f"positions {out} repeat one; give each once")
+    return out
+
+
+def position_label(p: Position) -> str:
+    """A short stable name: 'last', 'token[-2]', 'marker[first]:Question:' (for tables and metadata)."""
+    if isinstance(p, str):
+        return p
+    if isinstance(p, Token):
+        return f"token[{p.index}]"
+    return f"marker[{p.reduce}]:{'<row text marker>' if p.text is None else p.text}"
+
+
+def row_indices(
+    handle: Handle,
+    enc: BatchFeature,
+    prompts: Sequence[str],
+    n_images: Sequence[int],
+    spans: list[Spans],
+    positions: list[Position],
+    *,
+    first_row: int = 0,
+) -> list[list[tuple[int, ...]]]:
+    """Per position, per row: the padded-row indices capture reduces over (never empty).
+
+    Raises ValueError naming the row and the position when a row has no such token(s).
+    """
+    mask = enc["attention_mask"].cpu()
+    real = [[i for i, m in enumerate(mask[r].tolist()) if m] for r in range(len(spans))]  # padded index of each
+    out = []
+    for p in positions:
+        rows = []
+        for r, s in enumerate(spans):
+            try:
+                got = _indices(handle, enc, prompts, n_images, r, s, real[r], p)
+            except ValueError as err:
+                raise ValueError(f"row {first_row + r}: position {position_label(p)!r}: {err}") from None
+            if not got:
+                raise ValueError(f"row {first_row + r}: position {position_label(p)!r} has no tokens (e.g. a row "
+                                 "without images asked for image_mean)")
+            rows.append(got)
+        out.append(rows)
+    return out
+
+
+def _indices(handle, enc, prompts, n_images, r: int, s: Spans, real: list[int], p: Position) -> tuple[int, ...]:
+    if p == "last":
+        return (s.last,)
+    if p == "image_mean":
+        return s.image
+    if p == "text_mean":
+        return s.text
+    if isinstance(p, Token):
+        if not -len(real) <= p.index < len(real):
+            raise ValueError(f"token index {p.index} is out of range: the row has {len(real)} tokens")
+        return (real[p.index],)
+    span = s.text if p.text is None else token_spans(
+        handle, enc["input_ids"][r].cpu(), enc["attention_mask"][r].cpu(), prompts[r], p.text,
+        n_images=n_images[r]).text
+    if p.reduce == "first":
+        return span[:1]
+    if p.reduce == "last":
+        return span[-1:]
+    return span
