@@ -33,6 +33,7 @@ from numpy.lib.format import open_memmap
 from evprobe.bench.generate import GenerateConfig, build
 from evprobe.core.capture_schema import CAPTURE_FORMAT
 from evprobe.probes.captures import INDEX_FILE, META_FILE, labels, load_captures
+from evprobe.core.bootstrap import DEFAULT_REFITS
 from evprobe.probes.sweep import SweepConfig, sweep
 
 INDEX_FIELDS = (
@@ -82,12 +83,14 @@ def write_big_capture(
             fh.write(json.dumps({"row": i, "item_id": it.item_id, **{f: getattr(it, f) for f in INDEX_FIELDS}}) + "\n")
 
 
-def run_sweep_only(folder: Path, probe: str, n_boot: int, jobs: int | None, control_tasks: int, controls: bool) -> None:
+def run_sweep_only(folder: Path, probe: str, n_boot: int, jobs: int | None, control_tasks: int, controls: bool,
+                   refits: int = DEFAULT_REFITS) -> None:
     """The measured part, in its own process: load, label, sweep; print the figures."""
     t_start = time.perf_counter()
     captures = load_captures([folder])
     labelset = labels(captures, "resolved")
-    config = SweepConfig(probe=probe, n_boot=n_boot, n_jobs=jobs, control_tasks=control_tasks, controls=controls)
+    config = SweepConfig(probe=probe, n_boot=n_boot, n_jobs=jobs, control_tasks=control_tasks, controls=controls,
+                         refits=refits)
     cpu0, t0 = time.process_time(), time.perf_counter()
     result = sweep(captures, labelset, config)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -98,6 +101,9 @@ def run_sweep_only(folder: Path, probe: str, n_boot: int, jobs: int | None, cont
     print(f"probe={probe}, jobs={jobs or 'all CPUs'}: sweep of {len(result.rows)} layer/positions x {labelset.n} items x "
           f"{d_model} dims with {what}, diagnostic and nested selection, B={n_boot}")
     print(f"sweep wall {wall:.1f} s (CPU {cpu:.1f} s); process total {time.perf_counter() - t_start:.1f} s")
+    if result.intervals is not None:
+        print(f"  of which the {result.intervals.n_refits} refits of the whole pipeline (the printed AUROC/accuracy "
+              f"intervals): {result.intervals.seconds:.1f} s wall")
     print(f"peak RSS of the sweep process {peak:.0f} MB (python + numpy/scipy/sklearn + touched pages of the "
           "memory-mapped acts.npy + work arrays)")
     sig = next((r for r in result.rows if r.layer == 20), None)
@@ -128,11 +134,13 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=None, help="threads over layer chunks (default: all CPUs)")
     ap.add_argument("--keep", type=Path, default=None, help="write the capture here and keep it")
     ap.add_argument("--control-tasks", type=int, default=20, help="control tasks per row (0: none)")
+    ap.add_argument("--refits", type=int, default=DEFAULT_REFITS, help="refits for the intervals (0: fixed-model intervals)")
     ap.add_argument("--no-controls", action="store_true", help="no control tasks, leakage check or baselines")
     ap.add_argument("--sweep-only", type=Path, default=None, help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args()
     if args.sweep_only is not None:
-        run_sweep_only(args.sweep_only, args.probe, args.n_boot, args.jobs, args.control_tasks, not args.no_controls)
+        run_sweep_only(args.sweep_only, args.probe, args.n_boot, args.jobs, args.control_tasks, not args.no_controls,
+                       args.refits)
         return 0
     import os
     import subprocess
@@ -147,7 +155,7 @@ def main() -> int:
         print(f"wrote a {args.items} x {args.layers} x {args.positions} x {args.d_model} float16 capture "
               f"({args.structure}) in {time.perf_counter() - t0:.1f} s")
         child = [sys.executable, __file__, "--sweep-only", str(folder), "--probe", args.probe,
-                 "--n-boot", str(args.n_boot), "--control-tasks", str(args.control_tasks)]
+                 "--n-boot", str(args.n_boot), "--control-tasks", str(args.control_tasks), "--refits", str(args.refits)]
         child += (["--jobs", str(args.jobs)] if args.jobs else []) + (["--no-controls"] if args.no_controls else [])
         return subprocess.run(child, check=False).returncode
 

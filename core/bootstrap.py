@@ -43,6 +43,7 @@ from evprobe.core import proportion
 
 DEFAULT_SEED = 20260905
 DEFAULT_N_BOOT = 2000
+DEFAULT_REFITS = 50  # probe refits (probes.refit); benchmarks/coverage.py measures coverage at 50
 LEVEL = 95.0
 INTERVAL_METHOD = (
     "family bootstrap: whole families resampled with replacement (multinomial counts), "

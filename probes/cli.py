@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.core.argtypes import int_list, nonnegative_int, positive_float, positive_int, str_list
-from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED
 from evprobe.probes.control_tasks import CELL_FIELDS, DEFAULT_CONTROL_TASKS
 from evprobe.probes.runs import (
     PROBE_NAMES,
@@ -87,6 +87,11 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help="control tasks per layer/position: random balanced functions of the cell (0: none)")
     p.add_argument("--cell-fields", type=str_list, default=CELL_FIELDS,
                    help="index fields whose values make a row's cell (default: " + ",".join(CELL_FIELDS) + ")")
+    p.add_argument("--refits", type=nonnegative_int, default=DEFAULT_REFITS,
+                   help="family resamples on which the whole pipeline is refitted for the AUROC/accuracy intervals "
+                        "(0: fixed-model intervals, which undercover)")
+    p.add_argument("--permutations", type=nonnegative_int, default=0,
+                   help="label permutations (within families) for the nested estimate's p-value (0: no test)")
     p.add_argument("--jobs", type=positive_int, default=None, help="threads over layers (default: all CPUs)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: ACTS/probes/LABEL=POSITIVE.PROBE)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
@@ -102,6 +107,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         probe=args.probe, C=args.C, pooled_covariance=args.pooled_covariance, n_splits=args.folds, seed=args.seed,
         n_boot=args.n_boot, layers=args.layers, positions=args.positions, nested=not args.no_nested,
         n_jobs=args.jobs, control_tasks=args.control_tasks, cell_fields=tuple(args.cell_fields),
+        refits=args.refits, permutations=args.permutations,
     )
     out = args.out or default_sweep_out(args.acts[0], labelset, args.probe)
     run = sweep_to_folder(captures, labelset, out, config, transfer=args.transfer or (),
@@ -141,8 +147,8 @@ def add_directions_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentP
         "directions",
         help="fit named unit directions (with provenance) at chosen layers for steering",
         description="Fit a probe on all labelled rows at each --layer and one --position and write its unit "
-        "direction in the residual basis as DIR/<name>.npy, with provenance (model, layer, position, label, items "
-        "used, mean residual norm) in DIR/directions.json. With two or more directions in DIR, also writes their "
+        "direction in the residual basis as DIR/<name>.safetensors (provenance in its metadata and in "
+        "DIR/directions.json: model, layer, position, label, items used, mean residual norm). With two or more directions in DIR, also writes their "
         "cosine matrix: geometry.json, geometry.md, geometry.png.",
     )
     _common(p)

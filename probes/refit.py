@@ -3,7 +3,7 @@
 Why. The family bootstrap of pooled out-of-fold scores (probes.metrics) holds the K fold models
 fixed and only resamples which rows they score. It misses the variance that comes from training
 on a different sample, and the variance of the fold deal; on null data its nominal 95% interval
-covered the truth in 77-87% of replicates (benchmarks/coverage.py prints the measurement). Here
+covered the truth in 79-86% of replicates (benchmarks/coverage.py prints the measurement). Here
 every resample reruns everything the reported number depends on:
 
 1. draw F families with replacement (`FamilyBootstrap(..., n_refits, seed).counts`, whole
@@ -41,13 +41,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.core.bootstrap import DEFAULT_REFITS, FamilyBootstrap
 from evprobe.probes.engine import LAYER_CHUNK, default_jobs
 from evprobe.probes.estimators import kernel_logistic, primal_logistic, standardize_fit
 from evprobe.probes.metrics import weighted_auroc
 from evprobe.probes.splits import family_folds, fold_pairs
 
-DEFAULT_REFITS = 200
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,24 +80,18 @@ class RefitDraws:
 
 
 def draw_resamples(
-    y: np.ndarray, families: Sequence[str], n_refits: int, seed: int, n_splits: int, fold_seed: int,
-    scheme: str = "multinomial",
+    y: np.ndarray, families: Sequence[str], n_refits: int, seed: int, n_splits: int, fold_seed: int
 ) -> list[Resample]:
-    """The B resamples, each dealt into its own folds: whole families drawn with replacement
-    (`multinomial`), or every family kept with a random Exp(1) weight (`bayesian`, Rubin's
-    Bayesian bootstrap)."""
+    """The B resamples: whole families drawn with replacement, each dealt into its own folds.
+
+    (Rubin's Bayesian bootstrap, every family kept with an Exp(1) weight, was measured too: it
+    covered 99% at 144 families on null data, no better than this; benchmarks/coverage.py.)"""
     fam = np.asarray(families, dtype=object)
     unique, inverse = np.unique(fam, return_inverse=True)
-    if scheme == "multinomial":
-        weights = FamilyBootstrap(list(unique), n_refits, seed).counts.astype(np.float64)  # (B, F)
-    elif scheme == "bayesian":
-        g = np.random.default_rng([seed, 3]).exponential(size=(n_refits, len(unique)))
-        weights = g / g.mean(axis=1, keepdims=True)  # (B, F), mean 1 like the counts
-    else:
-        raise ValueError(f"unknown resampling scheme {scheme!r}")
+    weights = FamilyBootstrap(list(unique), n_refits, seed).counts.astype(np.float64)  # (B, F)
     out = []
     for b in range(n_refits):
-        counts = weights[b]  # (F,)
+        counts = weights[b]  # (F,) copies of each family
         rows = np.flatnonzero(counts[inverse] > 0)
         # a small sample's resample can hold fewer distinct families than folds: it is then dealt
         # into as many folds as it has families (each family its own fold), so no draw is dropped
@@ -217,14 +210,65 @@ def refit_bootstrap(
     nested: bool = True,
     n_jobs: int | None = None,
     skip: Callable[[int, int], bool] | None = None,
-    scheme: str = "multinomial",
 ) -> RefitDraws:
     """Rerun the grouped CV (and nested choice) of a logistic probe on `n_refits` resamples
     (see `rerun` for the arguments)."""
     y = np.asarray(y)
-    resamples = draw_resamples(y, families, n_refits, seed, n_splits, fold_seed, scheme)
+    resamples = draw_resamples(y, families, n_refits, seed, n_splits, fold_seed)
     return rerun(layer_block, layer_idx, n_positions, [Replicate(r, y) for r in resamples],
                  n_splits=n_splits, C=C, nested=nested, n_jobs=n_jobs, skip=skip)
+
+
+PROCESS_WORK = 1000  # candidates x replicates from which refits run in worker processes (see `rerun`)
+
+
+@dataclass(frozen=True, eq=False)
+class _Work:
+    """Everything a chunk of layers needs; sent once to each worker process."""
+
+    layer_block: Callable[[int], np.ndarray]
+    layer_idx: tuple[int, ...]
+    n_positions: int
+    replicates: tuple[Replicate, ...]
+    n_splits: int
+    C: float
+    nested: bool
+    skip: frozenset[tuple[int, int]]
+
+
+def _run_chunk(work: _Work, chunk: list[int]) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """(candidate, replicate, out-of-fold scores, inner AUROCs) of every fit in a chunk of layers;
+    warm starts chain along the chunk's layers, as in probes.engine."""
+    warm: dict[tuple[int, int], dict[tuple[int, ...], tuple[np.ndarray, float]]] = {}
+    out = []
+    for slot in chunk:
+        block = work.layer_block(work.layer_idx[slot])  # (n, P, d)
+        for p in range(work.n_positions):
+            if (slot, p) in work.skip:
+                continue
+            g = slot * work.n_positions + p
+            design = Design.of(block[:, p])
+            for b, rep in enumerate(work.replicates):
+                oof, auc_k = refit_one(design, rep.y, rep.sample, work.n_splits, work.C, work.nested,
+                                       warm.setdefault((p, b), {}))
+                out.append((g, b, oof, auc_k))
+    return out
+
+
+_WORKER: _Work | None = None
+
+
+def _init_worker(work: _Work) -> None:
+    global _WORKER
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")  # one BLAS thread per worker process
+    _WORKER = work
+
+
+def _run_in_worker(chunk: list[int]) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    assert _WORKER is not None
+    return _run_chunk(_WORKER, chunk)
 
 
 def rerun(
@@ -238,6 +282,7 @@ def rerun(
     nested: bool = True,
     n_jobs: int | None = None,
     skip: Callable[[int, int], bool] | None = None,
+    processes: bool | None = None,
 ) -> RefitDraws:
     """The pipeline on every replicate.
 
@@ -245,6 +290,12 @@ def rerun(
     float32. Candidates are ordered layer-major (g = layer_slot * n_positions + position), as in
     probes.sweep. skip(layer_slot, position) marks candidates not fitted (degenerate ones):
     their values are NaN and the nested choice never picks them.
+
+    Chunks of layers run in `n_jobs` threads, or, with `processes` (default: when there are
+    PROCESS_WORK candidate-replicates or more and more than one job), in as many worker processes
+    (spawned; `layer_block` must then be picklable, e.g. probes.blocks.BlockReader): the refits'
+    many small Newton steps hold the interpreter lock, so threads barely overlap (134 s CPU in
+    102 s wall on the 7B-size benchmark). Results do not depend on either choice (tested).
     """
     from threadpoolctl import threadpool_limits
 
@@ -257,36 +308,38 @@ def rerun(
     oofs: list[list[np.ndarray | None]] = [[None] * B for _ in range(n_cand)]
     slots = list(range(len(layer_idx)))
     chunks = [slots[i : i + LAYER_CHUNK] for i in range(0, len(slots), LAYER_CHUNK)]
-
-    def run(chunk: list[int]) -> None:
-        warm: dict[tuple[int, int], dict[tuple[int, ...], tuple[np.ndarray, float]]] = {}
-        for slot in chunk:
-            block = layer_block(layer_idx[slot])  # (n, P, d)
-            for p in range(n_positions):
-                if skip is not None and skip(slot, p):
-                    continue
-                g = slot * n_positions + p
-                design = Design.of(block[:, p])
-                for b, rep in enumerate(replicates):
-                    res = rep.sample
-                    oof, auc_k = refit_one(design, rep.y, res, n_splits, C, nested, warm.setdefault((p, b), {}))
-                    oofs[g][b] = oof
-                    inner_auc[g, b] = auc_k
-                    ok = np.isfinite(oof)
-                    if ok.any():
-                        yy, w = rep.y[res.rows][ok], res.weight[ok]
-                        per_candidate[b, g] = weighted_auroc(oof[ok], yy, w[None, :])[0]
-                        accuracy[b, g] = float(w @ ((oof[ok] > 0) == yy.astype(bool))) / float(w.sum())
-
+    skipped = frozenset((slot, p) for slot in slots for p in range(n_positions) if skip is not None and skip(slot, p))
+    work = _Work(layer_block, tuple(layer_idx), n_positions, tuple(replicates), n_splits, C, nested, skipped)
     jobs = max(1, min(n_jobs or default_jobs(), len(chunks)))
-    with threadpool_limits(limits=1, user_api="blas"):
-        if jobs == 1:
-            for chunk in chunks:
-                run(chunk)
-        else:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                for fut in [pool.submit(run, chunk) for chunk in chunks]:
-                    fut.result()
+    if processes is None:
+        processes = jobs > 1 and n_cand * B >= PROCESS_WORK
+    results: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+    if processes and jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_init_worker, initargs=(work,)) as pool:
+            for part in pool.map(_run_in_worker, chunks):
+                results.extend(part)
+    else:
+        with threadpool_limits(limits=1, user_api="blas"):
+            if jobs == 1:
+                for chunk in chunks:
+                    results.extend(_run_chunk(work, chunk))
+            else:
+                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                    for part in pool.map(lambda c: _run_chunk(work, c), chunks):
+                        results.extend(part)
+    for g, b, oof, auc_k in results:
+        res, yb = replicates[b].sample, replicates[b].y
+        oofs[g][b] = oof
+        inner_auc[g, b] = auc_k
+        ok = np.isfinite(oof)
+        if ok.any():
+            yy, w = yb[res.rows][ok], res.weight[ok]
+            per_candidate[b, g] = weighted_auroc(oof[ok], yy, w[None, :])[0]
+            accuracy[b, g] = float(w @ ((oof[ok] > 0) == yy.astype(bool))) / float(w.sum())
     nested_draws = nested_accuracy = None
     if nested:
         nested_draws, nested_accuracy = np.full(B, np.nan), np.full(B, np.nan)

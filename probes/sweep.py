@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED, Estimate, FamilyBootstrap
+from evprobe.probes.blocks import BlockReader
 from evprobe.probes.captures import CaptureSet, LabelSet
 from evprobe.probes.control_tasks import (
     CELL_FIELDS,
@@ -63,7 +64,6 @@ from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
 from evprobe.probes.multilabel import ManyLabelLogisticFitter
 from evprobe.probes.inference import RefitIntervals, sweep_refit_intervals
 from evprobe.probes.nested import NestedResult, nested_estimate, nested_select
-from evprobe.probes.refit import DEFAULT_REFITS
 from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
 
 PAIR_FIELDS = ("image_pair_id", "threshold_pair_id")
@@ -223,7 +223,7 @@ class SweepResult:
             return {"method": "family bootstrap of the pooled out-of-fold scores, fold models held fixed "
                               "(undercovers: benchmarks/coverage.py)", "refits": 0}
         return {"method": self.intervals.method, "refits": self.intervals.n_refits,
-                "seconds": round(self.intervals.seconds, 3), "coverage": "benchmarks/coverage.py"}
+                "coverage": "benchmarks/coverage.py"}  # no timing: sweep.json is deterministic (shards, merges)
 
 
 def controls_for(captures: CaptureSet, labelset: LabelSet, config: SweepConfig) -> tuple[np.ndarray | None, ControlTasks]:
@@ -349,7 +349,7 @@ def sweep(
 
 FIXED_MODEL_WARNING = (
     "INTERVALS HOLD THE FOLD MODELS FIXED ({why}): they resample which families are scored, not which trained the "
-    "probes, and undercover (77-87% for a nominal 95% on null data, benchmarks/coverage.py)"
+    "probes, and undercover (79-86% for a nominal 95%, benchmarks/coverage.py)"
 )
 
 
@@ -370,7 +370,7 @@ def with_refit_intervals(
         nested = (pooled, best.auroc.value, best.accuracy.value)
     degenerate = {(i // len(pos_idx), i % len(pos_idx)) for i, r in enumerate(rows) if r.degenerate}
     result = sweep_refit_intervals(
-        lambda li: captures.block(li, labelset.rows, pos_idx), layer_idx, len(pos_idx), labelset.y, labelset.families,
+        BlockReader.of(captures, labelset.rows, pos_idx), layer_idx, len(pos_idx), labelset.y, labelset.families,
         folds, boot, oof_all, [(r.auroc.value, r.accuracy.value) for r in rows], nested, n_splits=config.n_splits,
         C=config.C, n_refits=config.refits, seed=config.seed, permutations=config.permutations, n_jobs=config.n_jobs,
         skip=lambda slot, p: (slot, p) in degenerate,

@@ -158,7 +158,7 @@ def test_build_junk_is_ignored_by_git() -> None:
 
 _CHILD = r"""
 import importlib.metadata as md, json, sys
-import evprobe, evprobe.bench.generate, evprobe.experiments.cli, evprobe.organism.checkpoint
+import evprobe, evprobe.bench.generate, evprobe.experiments.cli, evprobe.organism.checkpoint, evprobe.hooks
 import evprobe.experiments.config
 from evprobe.organism.checkpoint import checkpoint_path
 from evprobe.experiments.config import CONFIGS_DIR
