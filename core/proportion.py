@@ -177,3 +177,16 @@ def saturated_change(
     hi = d + np.sqrt((ci1[1] - p1) ** 2 + (p0 - ci0[0]) ** 2)
     edge = np.isin(p1, (0.0, 1.0)) | np.isin(p0, (0.0, 1.0))
     return (np.where(edge, np.fmin(change[0], lo), change[0]), np.where(edge, np.fmax(change[1], hi), change[1]))
+
+
+def clopper_pearson(successes: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact binomial interval for `successes` (rounded) out of n. Used where a sample-dependent
+    estimate would otherwise print a zero-width interval (every resample agreed): read as a share
+    of n independent units (for an AUROC, the F families), the most conservative reading."""
+    from scipy import stats
+
+    x = int(round(successes))
+    tail = (1 - level) / 2
+    lo = 0.0 if x <= 0 else float(stats.beta.ppf(tail, x, n - x + 1))
+    hi = 1.0 if x >= n else float(stats.beta.ppf(1 - tail, x + 1, n - x))
+    return lo, hi

@@ -33,23 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evprobe.core.proportion import clopper_pearson
+
 INTERVAL_METHOD = (
     "refit family bootstrap: the whole pipeline (fold deal, fits, nested layer choice) rerun on B resamples of "
     "whole families; estimate +- t(B-1) x sd of the refit values, clipped to [0, 1]; exact binomial interval on "
     "the families when the refits have no spread"
 )
 LEVEL = 0.95
-
-
-def clopper_pearson(successes: float, n: int, level: float = LEVEL) -> tuple[float, float]:
-    """Exact binomial interval for `successes` (rounded) out of n."""
-    from scipy import stats  # here, not at import: scipy.stats costs the CLI's --help ~0.3 s
-
-    x = int(round(successes))
-    tail = (1 - level) / 2
-    lo = 0.0 if x <= 0 else float(stats.beta.ppf(tail, x, n - x + 1))
-    hi = 1.0 if x >= n else float(stats.beta.ppf(1 - tail, x + 1, n - x))
-    return lo, hi
 
 
 def distinct_share(n_families: int) -> float:

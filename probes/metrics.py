@@ -14,7 +14,8 @@ negatives strictly below (a cumulative sum) plus half the negatives tied with it
 AUROC is the same formula with unit weights (equal to scikit-learn's roc_auc_score, tested).
 Resamples with no positive or no negative weight have no AUROC and are dropped before the
 percentiles, as the bootstrap drops zero denominators; intervals are its pointwise 95%
-percentile intervals.
+percentile intervals, except where every resample gives the same value (a perfect separation,
+or a baseline exactly at 0.5): then the exact binomial interval on the F families, never a point.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap, percentile_interval
+from evprobe.core.proportion import clopper_pearson
 
 CHUNK = 256  # resamples per vectorised block: bounds memory at CHUNK x n floats per array
 
@@ -74,6 +76,10 @@ def auroc_estimate(
     value = auroc(s, yy)
     draws = weighted_auroc(s, yy, boot.counts[:, fam])
     lo, hi = percentile_interval(draws)
+    if np.isfinite(lo[0]) and lo[0] == hi[0]:  # every resample agreed (e.g. 1.0, or a baseline at 0.5):
+        # never a point; the exact interval on the families, as probes.inference does for refits
+        f = len(np.unique(fam))
+        lo[0], hi[0] = clopper_pearson(value * f, f)
     return Estimate(value, (_f(lo[0]), _f(hi[0])), int(ok.sum()))
 
 

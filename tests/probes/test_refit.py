@@ -191,3 +191,12 @@ def test_worker_processes_threads_and_one_job_agree(tmp_path) -> None:
     for other in runs[1:]:
         np.testing.assert_array_equal(runs[0].per_candidate, other.per_candidate)
         np.testing.assert_array_equal(runs[0].nested, other.nested)
+
+
+def test_a_bootstrap_where_every_resample_agrees_prints_no_point() -> None:
+    """Perfect separation: every family resample gives AUROC 1.0. The interval is the exact one on
+    the families instead of [1.0, 1.0] (probes.metrics, as refit_interval does)."""
+    fam, y = families_and_labels(24)
+    boot = FamilyBootstrap(sorted(set(fam)), 300, 0)
+    est = auroc_estimate(y.astype(float), y, fam, boot)
+    assert est.value == 1.0 and est.ci == clopper_pearson(24, 24) and est.ci[0] < 0.9
