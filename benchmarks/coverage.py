@@ -41,7 +41,7 @@ import numpy as np
 from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.probes.engine import LogisticFitter, cv_scores
 from evprobe.probes.inference import refit_interval
-from evprobe.probes.metrics import auroc, auroc_estimate, weighted_auroc
+from evprobe.probes.metrics import auroc, auroc_draws, auroc_estimate
 from evprobe.probes.nested import nested_estimate, nested_select
 from evprobe.probes.refit import refit_bootstrap
 from evprobe.probes.splits import family_folds
@@ -105,18 +105,14 @@ def one_replicate(setting: Setting, strength: float, rep: int, test: tuple[np.nd
                             n_splits=K, n_refits=setting.refits, seed=rep, fold_seed=1000 + rep)
     out = []
     last = setting.layers - 1
-    fam_idx = boot.family_index(list(fam))
-    pooled = np.full(len(y), np.nan)
-    for k, g in enumerate(chosen):
-        pooled[folds == k] = oof[g, folds == k]
     fixed_last = auroc_estimate(oof[last], y, fam, boot)
     for name, est, fixed_ci, scores, column, truth in (
         ("last layer", fixed_last.value, fixed_last.ci, oof[last], draws.per_candidate[:, last], truth_layer[last]),
-        ("nested", nres.auroc.value, nres.auroc.ci, pooled, draws.nested, truth_nested),
+        ("nested", nres.auroc.value, nres.auroc.ci, nres.pooled, draws.nested, truth_nested),
     ):
-        fixed_draws = weighted_auroc(scores, y, boot.counts[:, fam_idx])  # the fold models held fixed
+        fixed = auroc_draws(scores, y, fam, boot)  # the fold models held fixed
         plain = refit_interval(est, column, setting.families)
-        printed = refit_interval(est, column, setting.families, fixed_draws=fixed_draws)
+        printed = refit_interval(est, column, setting.families, fixed_draws=fixed)
         out.append((name, est, fixed_ci, plain, printed, truth))
     return out
 

@@ -5,6 +5,7 @@ ablation, the cross-fitted headline (experiments.dose_crossfit) and the text (JS
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -83,48 +84,59 @@ def _sums(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str],
     return np.stack(nums, axis=1), np.stack(dens, axis=1)
 
 
-def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
-            boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One condition's cells, ordered (group, system) x measure: observed ratios (C,), resampled
-    ratios (B, C) (NaN where a resample's denominator is 0) and n (C,). Same ratio estimator as
-    FamilyBootstrap.resample_many, on the bootstrap's one resample matrix."""
+@dataclass(frozen=True, eq=False)
+class Cells:
+    """One condition's cells, ordered (group, system) x measure, from one pass over its rows:
+    observed ratios (C,), resampled ratios (B, C) (NaN where a resample's denominator is 0), n (C,)
+    and the cluster interval (lo, hi) of the cells that are proportions (NaN for log-odds)."""
+
+    observed: np.ndarray
+    draws: np.ndarray
+    n: np.ndarray
+    cluster: tuple[np.ndarray, np.ndarray]
+
+
+def _cells(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
+           boot: FamilyBootstrap, fam: np.ndarray) -> Cells:
+    """Same ratio estimator as FamilyBootstrap.resample_many, on the bootstrap's one resample
+    matrix; the cluster interval as core.proportion (FamilyBootstrap's binary=True)."""
     NUM, DEN = _sums(readout, rows, masks, boot, fam)  # (F, C) per-family sums
     top, bottom = NUM.sum(0), DEN.sum(0)
     draws_num, draws_den = boot.counts @ NUM, boot.counts @ DEN  # (B, C)
     with np.errstate(invalid="ignore", divide="ignore"):
         observed = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
         draws = np.where(draws_den > 0, draws_num / np.where(draws_den > 0, draws_den, 1.0), np.nan)
-    return observed, draws, bottom.round().astype(int)
-
-
-def _cluster(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
-             boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cluster interval (lo, hi), each (C,), of the cells that are proportions (core.proportion,
-    the same as FamilyBootstrap's binary=True); NaN for log-odds, which keep their percentiles."""
-    NUM, DEN = _sums(readout, rows, masks, boot, fam)
     share = np.array([m not in NOT_PROPORTIONS for _ in masks for m in MEASURES[readout]])  # (C,)
     check_shares(NUM[:, share], DEN[:, share])
     lo, hi = np.full(len(share), np.nan), np.full(len(share), np.nan)
     lo[share], hi[share] = cluster_interval(NUM[:, share], DEN[:, share])
-    return lo, hi
+    return Cells(observed, draws, bottom.round().astype(int), (lo, hi))
+
+
+def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
+            boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(observed (C,), draws (B, C), n (C,)) of one condition's cells (see Cells)."""
+    c = _cells(readout, rows, masks, boot, fam)
+    return c.observed, c.draws, c.n
+
+
+def spans_of(cur: Cells, base: Cells) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi) of a condition's cells and (dlo, dhi) of their paired change against the base,
+    each (C,): family-bootstrap percentiles; for proportions hulled with the cluster interval and,
+    where a rate is saturated, the change widened by core.proportion.saturated_change, so no rate
+    and no change of rates prints a zero-width interval."""
+    lo, hi = hull(percentile_interval(cur.draws), cur.cluster)
+    share = np.isfinite(cur.cluster[0]) & np.isfinite(base.cluster[0])  # proportion cells
+    dlo, dhi = percentile_interval(cur.draws - base.draws)
+    wlo, whi = saturated_change((dlo, dhi), cur.observed, cur.cluster, base.observed, base.cluster)
+    return lo, hi, np.where(share, wlo, dlo), np.where(share, whi, dhi)
 
 
 def intervals(readout: str, rows: list[dict[str, Any]], base_rows: list[dict[str, Any]],
               masks: dict[tuple[str, str], np.ndarray], boot: FamilyBootstrap, fam: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(lo, hi) of one condition's cells and (dlo, dhi) of their paired change against the base
-    rows, each (C,): family-bootstrap percentiles; for proportions hulled with the cluster interval
-    and, where a rate is saturated, the change widened by core.proportion.saturated_change, so no
-    rate and no change of rates prints a zero-width interval."""
-    observed, draws, _ = _ratios(readout, rows, masks, boot, fam)
-    base_obs, base_draws, _ = _ratios(readout, base_rows, masks, boot, fam)
-    ci1 = _cluster(readout, rows, masks, boot, fam)
-    ci0 = _cluster(readout, base_rows, masks, boot, fam)
-    lo, hi = hull(percentile_interval(draws), ci1)
-    share = np.isfinite(ci1[0]) & np.isfinite(ci0[0])  # proportion cells
-    dlo, dhi = percentile_interval(draws - base_draws)
-    wlo, whi = saturated_change((dlo, dhi), observed, ci1, base_obs, ci0)
-    return lo, hi, np.where(share, wlo, dlo), np.where(share, whi, dhi)
+    """spans_of for rows given as records (what dose_null and dose_crossfit pass)."""
+    return spans_of(_cells(readout, rows, masks, boot, fam), _cells(readout, base_rows, masks, boot, fam))
 
 
 def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]], row_keys: list[str],
@@ -132,21 +144,21 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]]
     """(estimate, paired change against alpha = 0) of every cell of every condition.
 
     One condition at a time keeps memory at O(B x cells) however large the grid; the baseline's
-    draws are kept to pair each change with alpha = 0 on the same resamples."""
+    cells are computed once and pair each change with alpha = 0 on the same resamples."""
     cells = [(g, s, m) for (g, s) in masks for m in MEASURES[readout]]
 
     def rows(key: str) -> list[dict[str, Any]]:
         return [done[(it.item_id, key)] for it in plan.items]
 
-    base_obs = _ratios(readout, rows("base"), masks, boot, fam)[0]
+    base = _cells(readout, rows("base"), masks, boot, fam)
     stats: Stats = {}
     for key in row_keys:
-        observed, _, n = _ratios(readout, rows(key), masks, boot, fam)
-        lo, hi, dlo, dhi = intervals(readout, rows(key), rows("base"), masks, boot, fam)
+        cur = _cells(readout, rows(key), masks, boot, fam)
+        lo, hi, dlo, dhi = spans_of(cur, base)
         for c, (group, system, measure) in enumerate(cells):
             stats[(key, group, system, measure)] = (
-                _est(observed[c], lo[c], hi[c], n[c]),
-                _est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c]),
+                _est(cur.observed[c], lo[c], hi[c], cur.n[c]),
+                _est(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c]),
             )
     return stats
 

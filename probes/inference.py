@@ -163,16 +163,13 @@ class RefitIntervals:
 def fixed_draws(scores: np.ndarray, y: np.ndarray, families: Sequence[str], boot) -> tuple[np.ndarray, np.ndarray]:
     """(AUROC draws (B,), accuracy draws (B,)) of out-of-fold `scores` (n,) with the fold models
     held fixed, over `boot`'s family resamples (FamilyBootstrap); NaN scores left out."""
-    from evprobe.probes.metrics import weighted_auroc
+    from evprobe.probes.metrics import auroc_draws
 
     ok = np.isfinite(scores)
     fam = boot.family_index(list(np.asarray(families, dtype=object)[ok]))
-    counts = boot.counts[:, fam]  # (B, n_ok)
-    auc = weighted_auroc(scores[ok], y[ok], counts)
     correct = ((scores[ok] > 0) == np.asarray(y)[ok].astype(bool)).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc = (counts @ correct) / counts.sum(axis=1)
-    return auc, acc
+    accuracy = boot.resample(boot.per_family(fam, correct), boot.per_family(fam, np.ones(len(correct)))).draws
+    return auroc_draws(scores, y, families, boot), accuracy
 
 
 def sweep_refit_intervals(

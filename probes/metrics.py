@@ -60,6 +60,15 @@ def auroc(scores: np.ndarray, y: np.ndarray) -> float:
     return float(weighted_auroc(scores, y, np.ones((1, len(scores))))[0])
 
 
+def auroc_draws(scores: np.ndarray, y: np.ndarray, families: Sequence[str], boot: FamilyBootstrap) -> np.ndarray:
+    """(B,) AUROC of `scores` (n,) on each of `boot`'s family resamples (rows with a NaN score
+    left out): the fold models held fixed, only which families are scored resampled."""
+    scores = np.asarray(scores, dtype=np.float64)
+    ok = np.isfinite(scores)
+    fam = boot.family_index(list(np.asarray(families, dtype=object)[ok]))
+    return weighted_auroc(scores[ok], np.asarray(y)[ok], boot.counts[:, fam])
+
+
 def auroc_estimate(
     scores: np.ndarray, y: np.ndarray, families: Sequence[str], boot: FamilyBootstrap
 ) -> Estimate:
@@ -74,7 +83,7 @@ def auroc_estimate(
     if yy.min() == yy.max():
         return Estimate.empty("one class only")
     value = auroc(s, yy)
-    draws = weighted_auroc(s, yy, boot.counts[:, fam])
+    draws = auroc_draws(scores, y, families, boot)
     lo, hi = percentile_interval(draws)
     if np.isfinite(lo[0]) and lo[0] == hi[0]:  # every resample agreed (e.g. 1.0, or a baseline at 0.5):
         # never a point; the exact interval on the families, as probes.inference does for refits

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,8 @@ class NestedResult:
     choices: tuple[FoldChoice, ...]
     method: str = METHOD
     permutation: Any = None  # probes.inference.PermutationTest of `auroc`, when one was run
+    # (n,) the pooled outer scores `auroc` is computed on (NaN outside the scored rows); not in JSON
+    pooled: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -139,4 +141,4 @@ def nested_estimate(
     correct = np.where(np.isfinite(pooled), ((pooled > 0) == labels.astype(bool)).astype(float), np.nan)
     acc = accuracy_estimate(correct[rows_ok], fam[rows_ok], boot)
     (layer, position), _ = Counter((c.layer, c.position) for c in choices).most_common(1)[0]
-    return NestedResult(int(layer), str(position), auc, acc, tuple(choices))
+    return NestedResult(int(layer), str(position), auc, acc, tuple(choices), pooled=np.where(rows_ok, pooled, np.nan))

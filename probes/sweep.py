@@ -63,7 +63,7 @@ from evprobe.probes.engine import Fitter, cv_scores, make_fitter, map_layers
 from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
 from evprobe.probes.multilabel import ManyLabelLogisticFitter
 from evprobe.probes.inference import RefitIntervals, sweep_refit_intervals
-from evprobe.probes.nested import NestedResult, nested_estimate, nested_select
+from evprobe.probes.nested import NestedResult, nested_estimate
 from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
 
 PAIR_FIELDS = ("image_pair_id", "threshold_pair_id")
@@ -360,14 +360,7 @@ def with_refit_intervals(
 ) -> tuple[list[SweepRow], NestedResult | None, RefitIntervals]:
     """Rows and nested estimate with the intervals of the refitted pipeline (probes.refit,
     probes.inference): same estimates, wider and honest intervals."""
-    nested = None
-    if best is not None and inner_all is not None:
-        chosen, _ = nested_select(inner_all, labelset.y, folds)
-        pooled = np.full(labelset.n, np.nan)
-        for k, g in enumerate(chosen):
-            if g >= 0:
-                pooled[folds == k] = oof_all[g, folds == k]
-        nested = (pooled, best.auroc.value, best.accuracy.value)
+    nested = None if best is None or best.pooled is None else (best.pooled, best.auroc.value, best.accuracy.value)
     degenerate = {(i // len(pos_idx), i % len(pos_idx)) for i, r in enumerate(rows) if r.degenerate}
     result = sweep_refit_intervals(
         BlockReader.of(captures, labelset.rows, pos_idx), layer_idx, len(pos_idx), labelset.y, labelset.families,
