@@ -13,7 +13,9 @@
    real label scores exactly chance on them. A label that is constant within every family
    (system, initial property) is unchanged by a within-family permutation, so for such labels the
    family labels are permuted across families instead, balanced the same way (`leakage_kind`).
-   L independent shuffles (4 by default, `SweepConfig.leakage_shuffles`) run beside each other
+   L independent shuffles (16 by default, `SweepConfig.leakage_shuffles`; 4 were too few: the
+   shuffles share their draws across rows, so with 4 a clean organism sweep read 0.467 at z 3.3 and a
+   leaking one 0.39 at z 3.5) run beside each other
    (one Gram matrix); a row's leakage AUROC is their mean. The check *fires* at a layer/position
    when |mean - 0.5| > t_{df, 1 - 0.025/R} standard errors, the standard error taken from the
    spread between shuffles pooled over the sweep's R scored rows (`leakage_check`; Bonferroni over

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,9 @@ def _word(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+IDENTICAL_MEANS = 1e-6  # class-mean distance below this x the mean row norm: no direction
+
+
 def fit_directions(
     captures: CaptureSet,
     labelset: LabelSet,
@@ -103,7 +107,8 @@ def fit_directions(
     C: float = 1.0,
     pooled_covariance: bool = False,
 ) -> list[Direction]:
-    """One direction per layer (and per condition: (name, mask over labelled rows) pairs)."""
+    """One direction per layer (and per condition: (name, mask over labelled rows) pairs). A layer
+    whose two classes have identical mean states gets none (a warning says so)."""
     pi = captures.position_index(position)
     groups = [(None, np.ones(labelset.n, dtype=bool))] if not conditions else list(conditions)
     out = []
@@ -114,6 +119,15 @@ def fit_directions(
             y = labelset.y[mask]
             if y.min() == y.max():
                 raise CaptureError(f"condition {cond_name} has one class of {labelset.title} only; no direction")
+            Xm = X[mask].astype(np.float64)
+            gap = float(np.linalg.norm(Xm[y == 1].mean(0) - Xm[y == 0].mean(0)))
+            if not gap > IDENTICAL_MEANS * float(np.linalg.norm(Xm, axis=1).mean()):
+                # Identical class means (e.g. a position whose state is the same for every row of a
+                # family, labels balanced within families): any "direction" would be rounding noise.
+                where = f"layer {layer}/{position}" + (f" ({cond_name})" if cond_name else "")
+                warnings.warn(f"no direction for {labelset.title} at {where}: the two classes' mean states are "
+                              f"identical (distance {gap:.2g}); skipped", stacklevel=2)
+                continue
             est = make_probe(probe, C=C, pooled_covariance=pooled_covariance).fit(X[mask], y)
             rows = labelset.rows[mask]
             prov = {

@@ -10,7 +10,7 @@ Per (layer, position), on the labelled rows X (n, d) read from the capture in fl
   fitted with the same probe and folds on the same Gram matrix (probes.multilabel), giving
   `control_tasks` (pair-weighted mean AUROC, min, max, k) and `selectivity` = AUROC - mean
   control AUROC with a paired family-bootstrap interval;
-- the leakage check: L = 4 independent within-family label shuffles, same probe and folds
+- the leakage check: L = 16 independent within-family label shuffles, same probe and folds
   (`leakage_auroc`, their mean; it sits at 0.5 by construction unless folds or features leak;
   interval and firing rule from the spread between shuffles, probes.controls.leakage_check);
 - the within-family variance ratio and identical pairs; a row whose representation does not
@@ -85,7 +85,7 @@ class SweepConfig:
     positions: tuple[str, ...] | None = None  # None = every captured position
     controls: bool = True  # control tasks, leakage check and input baselines
     control_tasks: int = DEFAULT_CONTROL_TASKS  # random balanced cell functions per row (0: none)
-    leakage_shuffles: int = 4  # independent within-family shuffles of the leakage check (>= 2)
+    leakage_shuffles: int = 16  # independent within-family shuffles of the leakage check (>= 2)
     cell_fields: tuple[str, ...] = CELL_FIELDS  # index fields whose values make a row's cell
     nested: bool = True
     refits: int = DEFAULT_REFITS  # family resamples on which the whole pipeline is refitted for the intervals (0: none)

@@ -232,7 +232,9 @@ def test_leakage_check_fires_in_the_sweep_on_features_that_encode_the_shuffles(t
     fam = [r["family_id"] for r in rows]
     seed = 11
     acts = planted_acts(y, 3, 1, 32, seed=seed)[0].astype(np.float32)
-    for c in range(4):
+    from evprobe.probes.sweep import SweepConfig
+
+    for c in range(SweepConfig().leakage_shuffles):  # every shuffle's labels, one dimension each
         acts[:, 1, 0, c] += 3.0 * (2 * leakage_labels(y, fam, seed, c)[0] - 1)
     res = _sweep(tmp_path, "leak", acts.astype(np.float16), rows, probe="massmean", control_tasks=0, seed=seed)
     assert [r.leakage_fires for r in res.rows] == [False, True, False]

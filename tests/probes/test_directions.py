@@ -151,3 +151,19 @@ def test_geometry_per_condition(planted, tmp_path: Path) -> None:
     md = geometry_markdown([d.name for d in found], m)
     assert "system-sliding" in md and "+1.00" in md
     assert heatmap_png(tmp_path / "g.png", [d.name for d in found], m, "t").stat().st_size > 1000
+
+
+def test_no_direction_where_the_class_means_are_identical(rows: list[dict], tmp_path: Path) -> None:
+    """A state that is the same for every row of a family (labels balanced within families) has
+    identical class means: rounding noise must not become a "direction" (the organism's layer 0)."""
+    from evprobe.probes.capture_writer import write_capture
+
+    fams = sorted({r["family_id"] for r in rows})
+    rng = np.random.default_rng(0)
+    per_family = {f: rng.standard_normal(16) for f in fams}
+    acts = np.stack([per_family[r["family_id"]] for r in rows])[:, None, :]  # (n, 1 layer, d)
+    acts = np.concatenate([acts, acts + np.array([r["resolved"] for r in rows], float)[:, None, None]], axis=1)
+    cs = load_captures([write_capture(tmp_path / "acts", acts.astype(np.float32), rows, layers=[0, 1])])
+    with pytest.warns(UserWarning, match="layer 0/pos0: the two classes' mean states are identical"):
+        found = fit_directions(cs, labels(cs, "resolved"), [0, 1], "pos0")
+    assert [d.name for d in found] == ["resolved.massmean.L1.pos0"]

@@ -61,7 +61,7 @@ def test_sweep_json_schema(result) -> None:
     assert set(row["control_tasks"]) == {"mean", "min", "max", "k"} and row["control_tasks"]["k"] == 20
     assert {"value", "ci", "n", "selective"} <= set(row["selectivity"]) and len(row["selectivity"]["ci"]) == 2
     assert data["control_tasks"]["k"] == 20 and data["control_tasks"]["n_cells"] == 24
-    assert data["leakage_check"]["shuffles"] == 4 and data["cell_baseline"]["n"] == result.n
+    assert data["leakage_check"]["shuffles"] == 16 and data["cell_baseline"]["n"] == result.n
     assert len(data["rows"]) == 5 * 2 and data["best"]["layer"] == 8 and len(data["best"]["ci"]) == 2
     assert data["degenerate"] is False
 
