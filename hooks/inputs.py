@@ -10,7 +10,7 @@ is its last real token.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -113,3 +113,19 @@ def generation_position_ids(handle: Handle, enc: BatchFeature):
         return prepare(enc["input_ids"], kwargs)
     mask = enc["attention_mask"]
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (batch, seq)
+
+
+def repeat_rows(enc: Any, n: int, k: int) -> Any | None:
+    """enc with every row-major tensor repeated k times (direction-major: k blocks of the n rows),
+    or None when some tensor is not row-major (pixel patches of several images, Qwen's 3D ids)."""
+    import torch
+
+    out = {}
+    for key, value in enc.items():
+        if isinstance(value, torch.Tensor):
+            if value.ndim == 0 or value.shape[0] != n:
+                return None
+            out[key] = value.repeat((k,) + (1,) * (value.ndim - 1))
+        else:
+            return None
+    return out

@@ -83,22 +83,6 @@ def steer_rows(handle: Any, layer: int, deltas: Any, *, positions: Positions = "
         remover.remove()
 
 
-def _repeat_rows(enc: Any, n: int, k: int) -> Any | None:
-    """enc with every row-major tensor repeated k times (direction-major: k blocks of the n rows),
-    or None when some tensor is not row-major (pixel patches of several images, Qwen's 3D ids)."""
-    import torch
-
-    out = {}
-    for key, value in enc.items():
-        if isinstance(value, torch.Tensor):
-            if value.ndim == 0 or value.shape[0] != n:
-                return None
-            out[key] = value.repeat((k,) + (1,) * (value.ndim - 1))
-        else:
-            return None
-    return out
-
-
 def option_logprobs_rows(
     handle: Handle,
     prompts: Sequence[str],
@@ -121,7 +105,7 @@ def option_logprobs_rows(
     import torch
 
     from evprobe.hooks.generation import candidate_token_ids
-    from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.inputs import build_inputs, repeat_rows
 
     D = np.asarray(deltas, dtype=np.float64)  # (K, d_model)
     if D.ndim != 2:
@@ -135,7 +119,7 @@ def option_logprobs_rows(
     for start in range(0, K, per):
         stop = min(start + per, K)
         k = stop - start
-        big = _repeat_rows(enc, n, k)
+        big = repeat_rows(enc, n, k)
         if big is None:  # not row-major: encode the repeated prompts (same rows, processor cost k-fold)
             big = build_inputs(handle, list(prompts) * k, list(images) * k)
         rows = np.repeat(D[start:stop], n, axis=0)  # (k * n, d_model), direction-major like big
