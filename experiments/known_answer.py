@@ -1,38 +1,48 @@
-"""Known-answer checks: does the toolkit find what a model is known to compute?
+"""Known-answer checks: does the toolkit find what a model is known to compute, where it is planted?
 
-The model organism (`organism`) is trained to decide sufficiency, so its answer is known before
-the toolkit looks: it must choose well, its sufficiency must be decodable (and not from the
-prompt's surface), a direction must steer it, and patching must find where it reads the sheet.
-`known_answer_checks(OUT)` reads what `evprobe quickstart` wrote under OUT and checks each target
-(the issue's targets; thresholds below), writing OUT/known_answer.json and OUT/known_answer.md.
-Every number comes with its interval and n from the file it was read from; nothing is re-fitted.
+The model organism (`organism`) is built so that its answer and where it forms are known before the
+toolkit looks (organism.model): below layer k (`attention_free_layers`, 1) its attention weights are
+zero, so no position reads another there: the sheet value and the threshold cannot meet, every state
+is a function of its own token, and the last prompt position's state is the same for the four decisions
+of a family. A training-only head read the right option's meaning at the last prompt position after
+layer m (`aux_layer`, 3, not the last), so sufficiency is linearly there, one direction for every
+system. `known_answer_checks(OUT)` reads what `evprobe quickstart` wrote under OUT (and the plant from
+the checkpoint's organism.json) and writes OUT/known_answer.json and OUT/known_answer.md. Every number
+comes with its interval and n. Each check below names the fault that it catches in
+tests/experiments/test_known_answer_mutations.py (the README's fault x check table):
 
-Targets and the choices made where the wording leaves room:
-- behaviour: minimum-cost choice >= 0.90 and both-correct image pairs >= 0.80 (scores.json);
-- probe: some layer/position has grouped-CV AUROC >= 0.90 for `resolved` (sweep.json), and the
-  nested best (selected without test labels) is reported beside it;
-- input baselines at chance: no input-only baseline (history, threshold, both one-hot) is above
-  chance: each is <= 0.55 or its interval reaches 0.5 (sufficiency is their exclusive or, which
-  no linear read of the inputs gets). Below 0.5 passes: grouped CV on a design balanced within
-  families pushes an uninformative baseline below 0.5 (the fold's training rows hold the other
-  class's surplus), which is no information a reader could use;
-- within-family variance: no probed row is degenerate (identical states within families);
-- steering, per layer: on resolved items at +alpha and unresolved items at -alpha the stop rate
-  moves >= 0.40 toward the predicted side at some dose before the model breaks, with random
-  directions of the same raw norm moving it at most a quarter as far at that dose ("far less"),
-  and monotonically up to that dose (each dose at least as far as the one before, slack 0.02);
-  the first such dose is reported (else the one that moves it most). The model *breaks* at the
-  first dose where more than 10% of the group choose a useless test (free fall, or repeating the
-  test already done: no belief about the evidence justifies either; the combined report does
-  resolve, so choosing it is costly, not incoherent), or where the stop rate falls back from an
-  earlier dose's shift by more than 0.02 and more than its own 95% interval reaches (the push no
-  longer pushes); the reason is reported. The share choosing stop or the missing test is
-  reported beside it. One layer meeting all on both sides passes.
-- patching: the two members of an image pair differ only in the sheet value token, so at the
-  first layer the gap must sit in the image position (>= 0.3: the value itself) and the fact
-  tokens after it that have read it (image + text >= 0.9); by the last layer it must have left
-  the image position (<= 0.05) for the last position (>= 0.8). The first layer where the last
-  position carries half the gap is reported as where the decision is made.
+- behaviour: minimum-cost choice >= 0.95 and both-correct image pairs >= 0.90 (scores.json).
+  Catches: image-pair members swapped.
+- planted profile (sweep.json): before layer k every position is at chance (AUROC <= 0.55 or its
+  interval reaches 0.5) and the last position's state is identical within families (the same
+  at every image pair and threshold pair); from layer k on, it differs within every pair; at (m, last) the
+  grouped-CV AUROC is >= 0.90 with its interval's low end >= 0.80. The nested estimate (layer and
+  position chosen without test labels) is shown beside it, never the test-fold maximum.
+  Catches: the capture's layers off by one.
+- one direction across systems: a probe trained on one system's rows at (m, last) scores every other
+  system's (disjoint families) at AUROC >= 0.90 (probes.transfer, kind "system"): the planted head reads
+  one "stop" class for all systems. Catches: a wrong label (sufficiency flipped for some system x
+  initial-test groups), which grouped CV within the pooled rows still decodes.
+- no family leakage (sweep.json): the sweep's within-family shuffle check fires on no row with an
+  effect that matters (|shuffled AUROC - 0.5| > 0.05; the sweep's own rule alone allows 5% false
+  alarms per sweep). Catches: families leaking across the folds.
+- steering at the planted layer (dose_response.json), layer m only: on resolved items at +alpha and
+  unresolved items at -alpha the stop rate moves >= 0.40 toward the predicted side at some dose before
+  the model breaks, with random directions of the same raw norm moving it at most a quarter as far at
+  that dose, monotonically up to that dose (slack 0.02); the model *breaks* at the first dose where
+  more than 10% of the group choose a useless test (free fall, or the test already done) or where the
+  stop rate falls back from an earlier dose's shift by more than 0.02 and more than its own 95% interval
+  reaches. Catches: no-op steering, a random direction in place of the probe's, the steering layer off
+  by one.
+- interchange interventions (patching.json; decoded flip = interchange-intervention accuracy, IIA:
+  the share of pairs whose top letter becomes the source member's when one state is patched): known
+  by construction at both ends. Before layer k the two members differ only at the image position, and
+  its state is a function of the sheet value alone, so patching it there is running the source:
+  image IIA >= 0.95, text and last <= 0.05. At the last layer only the last position feeds the letter:
+  last IIA >= 0.95, image and text <= 0.05. The layers between are reported: the first layer where the
+  last position carries IIA >= 0.5 is where the decision has reached it. Catches: patching positions
+  off by one. Does not catch patching at the wrong layer: the profile is the same at layers 0 and 1
+  and at 3 and 4, the only layers where it is known (measured; experiments/mutations.py).
 """
 
 from __future__ import annotations
@@ -43,6 +53,13 @@ from typing import Any
 
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 
+MIN_COST_FLOOR = 0.95
+PAIRS_FLOOR = 0.90
+DECODE_FLOOR = 0.90  # AUROC at the planted row (and each transfer cell)
+DECODE_LOW_END = 0.80  # the planted row's interval must not reach below this
+CHANCE = 0.55  # an AUROC at most this, or whose interval reaches 0.5, is at chance
+IIA_HIGH, IIA_LOW = 0.95, 0.05
+LEAK_EFFECT = 0.05  # a shuffled-label AUROC this far from 0.5 is leakage that matters
 USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
 MONOTONE_SLACK = 0.02
 NULL_FRACTION = 0.25
@@ -69,56 +86,128 @@ def behaviour_checks(scores: dict[str, Any] | None) -> list[dict[str, Any]]:
     if scores is None:
         return [_check("behaviour", None, "no scores.json", "run and score the model")]
     out = []
-    for key, floor, title in (("min_cost_choice", 0.90, "minimum-cost choice"),
-                              ("both_correct_image_pairs", 0.80, "both-correct image pairs")):
+    for key, floor, title in (("min_cost_choice", MIN_COST_FLOOR, "minimum-cost choice"),
+                              ("both_correct_image_pairs", PAIRS_FLOOR, "both-correct image pairs")):
         e = scores[key]
         out.append(_check(title, e["value"] is not None and e["value"] >= floor, _est(e), f">= {floor:.2f}"))
     return out
 
 
-def probe_checks(sweep: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if sweep is None:
-        return [_check("probe", None, "no sweep.json", "sweep probes for resolved")]
-    rows = [r for r in sweep["rows"] if r.get("auroc") is not None]
-    out = []
-    if rows:
-        top = max(rows, key=lambda r: r["auroc"])
-        best = sweep.get("best") or {}
-        nested = ""
-        if best.get("layer") is not None:
-            e = {"value": best.get("auroc"), "ci": best.get("ci", [None, None]), "n": best.get("n")}
-            nested = f"; nested best L{best['layer']}/{best['position']} {_est(e)}"
-        by_layer = ", ".join(f"L{r['layer']} {r['auroc']:.3f}" for r in rows if r["position"] == top["position"])
-        out.append(_check(
-            "sufficiency decodable", top["auroc"] >= 0.90,
-            f"best L{top['layer']}/{top['position']} {top['auroc']:.3f} [{top['ci'][0]:.3f}, {top['ci'][1]:.3f}] "
-            f"(n={top['n']}){nested}; by layer at {top['position']}: {by_layer}",
-            ">= 0.90 at some layer",
-        ))
-    else:
-        out.append(_check("sufficiency decodable", False, "no row could be scored", ">= 0.90 at some layer"))
-    base = sweep.get("baselines", {})
-    far = {k: e["value"] for k, e in base.items() if not _at_chance(e)}
-    shown = "; ".join(f"{k} {_est(e)}" for k, e in base.items()) or "none computed"
-    out.append(_check("input baselines at chance", bool(base) and not far, shown,
-                      "none above chance (each <= 0.55 or its interval reaches 0.5)"))
-    degenerate = [f"L{r['layer']}/{r['position']}" for r in sweep["rows"] if r.get("degenerate")]
-    ratios = [r["within_family_variance"] for r in sweep["rows"] if r.get("within_family_variance") is not None]
-    out.append(_check(
-        "states vary within families", not degenerate,
-        (f"degenerate at {', '.join(degenerate)}" if degenerate else "no degenerate row")
-        + (f"; smallest within-family variance ratio {min(ratios):.3g}" if ratios else ""),
-        "no layer/position identical within families",
-    ))
-    return out
+def _ci(e: dict[str, Any]) -> str:
+    lo, hi = e.get("ci") or [None, None]
+    return "" if lo is None else f" [{lo:.3f}, {hi:.3f}]"
 
 
 def _at_chance(e: dict[str, Any]) -> bool:
-    """Not above chance: within 0.05 of 0.5, or below it, or its interval reaches 0.5."""
-    v, (lo, _) = e.get("value"), e.get("ci", [None, None])
+    """Not above chance: AUROC <= CHANCE, or its interval reaches 0.5 (below 0.5 is no information)."""
+    v, (lo, _) = e.get("auroc", e.get("value")), e.get("ci") or [None, None]
     if v is None:
         return False
-    return v <= 0.55 or (lo is not None and lo <= 0.5)
+    return v <= CHANCE or (lo is not None and lo <= 0.5)
+
+
+def _pairs(row: dict[str, Any]) -> tuple[int, int]:
+    """(pairs whose two states are identical, pairs) over the row's image and threshold pairs."""
+    counts = list((row.get("identical_pairs") or {}).values())
+    return sum(int(c[0]) for c in counts), sum(int(c[1]) for c in counts)
+
+
+def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int]) -> dict[str, Any]:
+    """Chance before the planted layer k, identical last states there; varying from k; decodable at m."""
+    title = "planted layer profile"
+    k, m = plant["attention_free_layers"], plant["aux_layer"]
+    target = (f"L0-L{k - 1}: every position at chance, the last position identical within every pair; "
+              f"L{k}+: the last position differs within every pair; L{m}/last AUROC >= {DECODE_FLOOR:.2f}, interval above "
+              f"{DECODE_LOW_END:.2f}")
+    if sweep is None:
+        return _check(title, None, "no sweep.json", target)
+    rows = sweep["rows"]
+    before, after = [r for r in rows if r["layer"] < k], [r for r in rows if r["layer"] >= k]
+    planted = next((r for r in rows if r["layer"] == m and r["position"] == "last"), None)
+    if not before or planted is None or not after:
+        return _check(title, None, f"the sweep lacks layers before L{k} or L{m}/last", target)
+    problems, parts = [], []
+    for r in before:
+        name = f"L{r['layer']}/{r['position']}"
+        if r["position"] == "last":
+            same, total = _pairs(r)
+            ok = total > 0 and same == total
+            parts.append(f"{name} identical in {same} of {total} image and threshold pairs")
+        else:
+            ok = r.get("auroc") is not None and _at_chance(r)
+            parts.append(f"{name} {r['auroc']:.3f}{_ci(r)}" if r.get("auroc") is not None else f"{name} n/a")
+        if not ok:
+            problems.append(name)
+    flat = []
+    for r in (r for r in after if r["position"] == "last"):
+        same, total = _pairs(r)
+        if total == 0 or same > 0:
+            flat.append(f"L{r['layer']}/last ({same} of {total} pairs identical)")
+    problems += flat
+    parts.append(f"L{k}+/last differ in every pair" if not flat else f"identical pairs at {', '.join(flat)}")
+    value, (lo, _) = planted.get("auroc"), planted.get("ci") or [None, None]
+    decoded = value is not None and value >= DECODE_FLOOR and lo is not None and lo >= DECODE_LOW_END
+    if not decoded:
+        problems.append(f"L{m}/last not decodable")
+    parts.append(f"L{m}/last {value:.3f}{_ci(planted)} (n={planted.get('n')})" if value is not None
+                 else f"L{m}/last n/a")
+    best = sweep.get("best") or {}
+    if best.get("layer") is not None:
+        parts.append(f"nested estimate (choice without test labels) L{best['layer']}/{best['position']} "
+                     f"{best['auroc']:.3f}{_ci(best)} (n={best.get('n')})")
+    measured = "; ".join(parts) + (f"; FAILS at {', '.join(problems)}" if problems else "")
+    return _check(title, not problems, measured, target)
+
+
+def transfer_check(acts: Path | None, plant: dict[str, int], *, n_boot: int = 200) -> dict[str, Any]:
+    """A probe at (m, last) trained on one system scores each other system at >= DECODE_FLOOR."""
+    title = "one direction across systems"
+    m = plant["aux_layer"]
+    target = f"L{m}/last: a probe trained on one system scores every other at AUROC >= {DECODE_FLOOR:.2f}"
+    if acts is None or not (acts / "meta.json").is_file():
+        return _check(title, None, "no capture", target)
+    from evprobe.probes.runs import labelled
+    from evprobe.probes.sweep import SweepConfig
+    from evprobe.probes.transfer import transfer
+
+    cs, labelset = labelled([acts], "resolved")
+    if m not in cs.layers or "last" not in cs.positions:
+        return _check(title, None, f"L{m}/last was not captured", target)
+    result = transfer(cs, labelset, "system", SweepConfig(layers=(m,), positions=("last",), nested=False,
+                                                          n_boot=n_boot, refits=0))
+    cells, low = [], []
+    for c in result.cells:
+        if c.train == c.test:
+            continue
+        (_, _, e), = c.rows
+        cells.append(f"{c.train}->{c.test} {_est({'value': e.value, 'ci': list(e.ci), 'n': e.n})}")
+        if e.value is None or e.value < DECODE_FLOOR:
+            low.append(f"{c.train}->{c.test}")
+    measured = "; ".join(cells) + (f"; BELOW at {', '.join(low)}" if low else "")
+    return _check(title, bool(cells) and not low, measured, target)
+
+
+def leakage_check(sweep: dict[str, Any] | None) -> dict[str, Any]:
+    """Fails where the sweep's within-family shuffle check fires AND the shuffled AUROC is more than
+    LEAK_EFFECT from 0.5: the sweep's own test allows 5% false alarms per sweep (its Bonferroni
+    rule), too many for a pass/fail gate, so a gate also asks for an effect that matters."""
+    title = "no family leakage"
+    target = f"the within-family shuffle check fires on no row with |AUROC - 0.5| > {LEAK_EFFECT}"
+    if sweep is None:
+        return _check(title, None, "no sweep.json", target)
+    scored = [r for r in sweep["rows"] if r.get("leakage_auroc") is not None]
+    if not scored:
+        return _check(title, None, "the sweep ran no leakage check", target)
+    fired = [r for r in scored if r.get("leakage_fires")]
+    leaking = [f"L{r['layer']}/{r['position']} {r['leakage_auroc']:.3f}" for r in fired
+               if abs(r["leakage_auroc"] - 0.5) > LEAK_EFFECT]
+    worst = max(scored, key=lambda r: abs(r["leakage_auroc"] - 0.5))
+    check = sweep.get("leakage_check") or {}
+    measured = (f"{len(fired)} of {len(scored)} rows fire"
+                + (f" ({', '.join(leaking)} beyond {LEAK_EFFECT})" if leaking else "")
+                + f"; farthest from 0.5: L{worst['layer']}/{worst['position']} {worst['leakage_auroc']:.3f} "
+                f"(z {worst.get('leakage_z') or 0.0:+.2f}; {check.get('shuffles', '?')} shuffles)")
+    return _check(title, not leaking, measured, target)
 
 
 def _series(rows: list[dict], layer: int, kind: str, group: str, measure: str) -> dict[float, dict]:
@@ -191,16 +280,17 @@ def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
     return out
 
 
-def steering_checks(result: dict[str, Any] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def steering_checks(result: dict[str, Any] | None, plant: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The steering check at the planted layer m; every steered layer's numbers are kept beside it."""
+    m = plant["aux_layer"]
+    title = f"steering at the planted layer (L{m})"
     if result is None:
-        return [_check("steering", None, "no dose_response.json", "run dose-response")], []
+        return [_check(title, None, "no dose_response.json", "run dose-response")], []
     layers = sorted({r["layer"] for r in result["rows"] if r.get("layer") is not None})
     per_layer = [steering_layer(result, layer) for layer in layers]
-    good = [p for p in per_layer if p["passed"]]
-    pick = good[0] if good else max(per_layer, key=lambda p: min(
-        p.get("resolved", {}).get("best_shift", 0.0), p.get("unresolved", {}).get("best_shift", 0.0)), default=None)
+    pick = next((p for p in per_layer if p["layer"] == m), None)
     if pick is None:
-        return [_check("steering", False, "no steered layer", "")], per_layer
+        return [_check(title, None, f"L{m} was not steered", "")], per_layer
 
     def side(p: dict, g: str) -> str:
         s = p.get(g, {})
@@ -215,48 +305,64 @@ def steering_checks(result: dict[str, Any] | None) -> tuple[list[dict[str, Any]]
                 f"(shift {s['best_shift']:+.3f}, random {null}, {'monotone' if s['monotone'] else 'NOT monotone'}, "
                 f"stop or missing test {s['stop_or_missing_at_best']:.2f}, {brk})")
 
-    measured = f"L{pick['layer']}: " + "; ".join(side(pick, g) for g in ("resolved", "unresolved"))
-    passing = ", ".join("L" + str(p["layer"]) for p in good) or "none"
-    target = (f">= {STEER_TARGET:.2f} both sides, monotone before the break, random <= {NULL_FRACTION:g} of it "
-              f"(layers passing: {passing})")
-    return [_check("steering shifts stopping", bool(good), measured, target)], per_layer
+    measured = f"L{m}: " + "; ".join(side(pick, g) for g in ("resolved", "unresolved"))
+    others = ", ".join(f"L{p['layer']} {'passes' if p['passed'] else 'fails'}" for p in per_layer if p["layer"] != m)
+    target = (f">= {STEER_TARGET:.2f} both sides, monotone before the break, random <= {NULL_FRACTION:g} of it"
+              + (f" (other layers, not checked: {others})" if others else ""))
+    return [_check(title, bool(pick["passed"]), measured, target)], per_layer
 
 
-def patching_checks(summary: dict[str, Any] | None) -> list[dict[str, Any]]:
+def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int]) -> dict[str, Any]:
+    """IIA known by construction before layer k (image) and at the last layer (last)."""
+    title = "interchange interventions"
+    k = plant["attention_free_layers"]
+    target = (f"L0-L{k - 1}: image IIA >= {IIA_HIGH}, text and last <= {IIA_LOW}; last layer: last IIA >= "
+              f"{IIA_HIGH}, image and text <= {IIA_LOW}")
     if summary is None:
-        return [_check("patching", None, "no patching.json", "run pair patching")]
+        return _check(title, None, "no patching.json", target)
     layers, positions = summary["layers"], summary["positions"]
     if not {"image", "last", "text"} <= set(positions):
-        return [_check("patching localises the measurement", None, "image, text and last not all patched", "")]
-    share = summary["share_of_gap"]  # (layers, positions) of estimates
+        return _check(title, None, "image, text and last not all patched", target)
+    if layers[-1] != plant["n_layers"] - 1 or not any(layer < k for layer in layers):
+        return _check(title, None, f"patched layers {layers} lack L0-L{k - 1} or the last layer", target)
+    iia = summary["decoded_flip"]  # (layers, positions) of estimates
 
-    def curve(name: str) -> list[float | None]:
-        return [share[i][positions.index(name)]["value"] for i in range(len(layers))]
+    def at(layer: int, name: str) -> float | None:
+        return iia[layers.index(layer)][positions.index(name)]["value"]
 
-    img, text, last = curve("image"), curve("text"), curve("last")
-    if any(v is None for v in img + text + last):
-        return [_check("patching localises the measurement", None, "shares undefined (no pair with a gap)", "")]
-    decides = next((layers[i] for i in range(len(layers)) if last[i] >= 0.5), None)
-    passed = img[0] >= 0.3 and img[0] + text[0] >= 0.9 and img[-1] <= 0.05 and last[-1] >= 0.8
-    rows = ", ".join(f"L{layer} {a:.2f}/{t:.2f}/{b:.2f}" for layer, a, t, b in zip(layers, img, text, last))
-    return [_check(
-        "patching localises the measurement", passed,
-        f"share of the gap, image/text/last: {rows}; the last position carries it from "
-        f"{'L' + str(decides) if decides is not None else 'no layer'} (n={summary['n_rows']} patched pairs)",
-        "first layer: image >= 0.3 and image + text >= 0.9; last layer: image <= 0.05, last >= 0.8",
-    )]
+    if any(at(layer, p) is None for layer in layers for p in ("image", "text", "last")):
+        return _check(title, None, "IIA undefined (no pair whose top letters differ)", target)
+    problems = []
+    for layer in (x for x in layers if x < k):
+        if at(layer, "image") < IIA_HIGH or at(layer, "text") > IIA_LOW or at(layer, "last") > IIA_LOW:
+            problems.append(f"L{layer}")
+    last = layers[-1]
+    if at(last, "last") < IIA_HIGH or at(last, "image") > IIA_LOW or at(last, "text") > IIA_LOW:
+        problems.append(f"L{last}")
+    reached = next((layer for layer in layers if at(layer, "last") >= 0.5), None)
+    rows = ", ".join(f"L{x} {at(x, 'image'):.2f}/{at(x, 'text'):.2f}/{at(x, 'last'):.2f}" for x in layers)
+    n = iia[0][positions.index("image")].get("n")
+    measured = (f"IIA image/text/last: {rows}; the decision reaches the last position at "
+                f"{'L' + str(reached) if reached is not None else 'no layer'} (n={n} pairs whose top letters "
+                f"differ, {summary['n_rows']} patched)" + (f"; FAILS at {', '.join(problems)}" if problems else ""))
+    return _check(title, not problems, measured, target)
 
 
-def known_answer_checks(out: Path) -> dict[str, Any]:
-    """Check every target against the quickstart folder `out`; writes known_answer.json/.md."""
+def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[str, Any]:
+    """Check every target against the quickstart folder `out`; writes known_answer.json/.md.
+    plant: the organism's planted location (default: the committed checkpoint's organism.json)."""
+    from evprobe.organism.checkpoint import planted_location
+
     out = Path(out)
+    plant = plant or planted_location()
     scores = _load(out / "run" / "scores.json")
     sweep = _load(out / "acts" / "probes" / "resolved" / "sweep.json")
     dose = _load(out / "dose_response" / "dose_response.json")
     patch = _load(out / "patching" / "patching.json")
-    steer, per_layer = steering_checks(dose)
-    checks = behaviour_checks(scores) + probe_checks(sweep) + steer + patching_checks(patch)
-    result = {"checks": checks, "steering_by_layer": per_layer,
+    steer, per_layer = steering_checks(dose, plant)
+    checks = (behaviour_checks(scores) + [profile_check(sweep, plant), transfer_check(out / "acts", plant),
+              leakage_check(sweep)] + steer + [interchange_check(patch, plant)])
+    result = {"plant": plant, "checks": checks, "steering_by_layer": per_layer,
               "passed": all(c["passed"] for c in checks)}
     atomic_write_json(out / "known_answer.json", result)
     atomic_write_bytes(out / "known_answer.md", markdown(result).encode("utf-8"))
@@ -266,7 +372,10 @@ def known_answer_checks(out: Path) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     mark = {True: "pass", False: "**FAIL**", None: "not run"}
     lines = ["# Known-answer checks", "",
-             "Targets for a model whose answer is known (experiments/known_answer.py says how each is read).", "",
+             "Targets for a model whose answer and its place are known (experiments/known_answer.py says how each "
+             "is read and which fault each catches). Planted: no position reads another before layer "
+             f"{result['plant']['attention_free_layers']}; sufficiency is read out at the last prompt position "
+             f"after layer {result['plant']['aux_layer']} of {result['plant']['n_layers']}.", "",
              "| check | result | measured | target |", "|---|---|---|---|"]
     for c in result["checks"]:
         lines.append(f"| {c['check']} | {mark[c['passed']]} | {c['measured']} | {c['target']} |")

@@ -13,8 +13,8 @@ Steps (each one resumable; a second run reuses finished work):
     as DEGENERATE, never as AUROC 0.5);
  5. fit difference-of-means directions for `resolved` on each half of the families (a seeded
     coin per family), so steering runs on families the direction never saw;
- 6. dose-response: the first half's direction on the other half's selections (organism: layers
-    1-3 at alpha +-0.75 and +-1.5), with 50 random directions of the same norm, 3 specificity
+ 6. dose-response: the first half's direction on the other half's selections (organism: the last
+    position at layers 2-3, alpha +-0.625 to +-1.0), with 50 random directions of the same norm, 3 specificity
     controls, ablation and a cross-fitted headline;
  7. pair patching on image pairs;
  8. for the organism, the known-answer checks (experiments/known_answer.py), then one report,
@@ -48,18 +48,20 @@ UNTRAINED = (
     "Every number below tests the toolkit's plumbing, not what any model knows."
 )
 ORGANISM = (
-    "The model is the model organism: a 4-layer Llama trained here (organism/) to choose the cheapest "
+    "The model is the model organism: a 5-layer Llama trained here (organism/) to choose the cheapest "
     "sufficient action from facts its front end reads off the prompt and the sheets (numbers, menu, the "
-    "measured value), not from pixels or words. Its answer is known, so the checks below test the toolkit. "
-    "Known-answer checks: {verdict}."
+    "measured value), not from pixels or words. Its answer and where it forms are known by construction "
+    "(no position reads another before layer 1; sufficiency is read out at the last prompt position after "
+    "layer 3), so the checks below test the toolkit. Known-answer checks: {verdict}."
 )
-# A grid reaching where the organism breaks (about +-1 mean residual norm), trimmed from 13 doses x 4
-# layers to 4 doses x layers 1-3 so that 50 random directions and 3 controls at every steered layer x
-# dose cost about what 3 random directions on the full grid did (each random set is 50 x the items;
-# the organism's forward, not its encoding, is then the cost). Layer 0 is left out for time (it moved
-# stopping one way only on the full grid); `evprobe dose-response` runs any grid.
-ORGANISM_ALPHAS = (-1.5, -0.75, 0.0, 0.75, 1.5)
-ORGANISM_LAYERS = (1, 2, 3)
+# The organism's grid: the last prompt position (where the planted head reads sufficiency, and where
+# the decision is carried from layer 3 on: the patching IIA), at layers 2 and 3 (the planted layer 3
+# is checked; 2 shows the effect is layer-specific), with doses fine enough to catch the switch of a
+# confident model (on a development run the stop rate moved from 1.00 to 0.50 between +0.5 and
+# +0.875 and broke at +1.0). Layers 0-1 are left out: layer 0's direction does not exist (identical
+# class means) and the last position at layer 1 moved nothing at any dose up to 1.0.
+ORGANISM_ALPHAS = (-1.0, -0.875, -0.75, -0.625, 0.0, 0.625, 0.75, 0.875, 1.0)
+ORGANISM_LAYERS = (2, 3)
 NULL_BATCH_ROWS = 2048  # rows per forward of the random/control sets (organism prompts are ~22 tokens)
 
 
@@ -86,8 +88,19 @@ def quickstart(
     pairs: int | None = None,
     n_boot: int = 1000,
     progress: bool = True,
+    n_random: int | None = None,
+    permutations: int = 49,
+    refits: int | None = None,
+    dose_layers: tuple[int, ...] | None = None,
+    alphas: tuple[float, ...] | None = None,
+    controls: bool = True,
 ) -> dict[str, Any]:
-    """Run the whole pipeline into `out`; returns the timings and the report path."""
+    """Run the whole pipeline into `out`; returns the timings and the report path.
+
+    n_random (random directions per steered layer x dose; default 50 for the organism, 2 for others),
+    permutations and refits (the sweep's; refits default probes.sweep's), dose_layers and alphas (the
+    organism's default grid otherwise) and controls (the dose-response's control directions) shrink
+    the job, e.g. for the known-answer mutation tests."""
     from evprobe.experiments.config import load_model_config
 
     cfg = load_model_config(model)  # a bad name or file fails here, before anything runs
@@ -132,7 +145,12 @@ def quickstart(
     from evprobe.probes.runs import directions_to_folder, sweep_to_folder
     from evprobe.probes.sweep import SweepConfig
 
-    sweep_to_folder([acts], "resolved", acts / "probes" / "resolved", SweepConfig(n_boot=n_boot, permutations=49),
+    sweep_cfg = SweepConfig(n_boot=n_boot, permutations=permutations)
+    if refits is not None:
+        from dataclasses import replace
+
+        sweep_cfg = replace(sweep_cfg, refits=refits)
+    sweep_to_folder([acts], "resolved", acts / "probes" / "resolved", sweep_cfg,
                     progress="sweep" if progress else None)
     timings["sweep"] = time.perf_counter() - t
 
@@ -146,10 +164,12 @@ def quickstart(
     from evprobe.experiments.dose_response import dose_response
 
     dose_response(DoseResponseConfig(model=model, bench=str(bench), directions=str(directions), out=str(dose),
-                                     layers=ORGANISM_LAYERS if organism else "from-direction",
-                                     alphas=ORGANISM_ALPHAS if organism else (-1.0, -0.5, 0.0, 0.5, 1.0),
+                                     layers=dose_layers or (ORGANISM_LAYERS if organism else "from-direction"),
+                                     alphas=alphas or (ORGANISM_ALPHAS if organism else (-1.0, -0.5, 0.0, 0.5, 1.0)),
                                      # untrained tiny VLMs: ~1,200-token prompts, so the plumbing-only null of before
-                                     n_random=50 if organism else 2, controls=CONTROLS if organism else (),
+                                     n_random=n_random if n_random is not None else (50 if organism else 2),
+                                     controls=CONTROLS if organism and controls else (),
+                                     positions="last" if organism else "all",
                                      null_batch_rows=NULL_BATCH_ROWS if organism else None, n_boot=n_boot),
                   progress=progress)
     timings["dose_response"] = time.perf_counter() - t

@@ -30,10 +30,17 @@ from evprobe.organism.vocab import (
 @dataclass(frozen=True)
 class ModelConfig:
     d_model: int = 64
-    n_layers: int = 4
+    n_layers: int = 5
     n_heads: int = 4
     d_ffn: int = 256
     max_positions: int = 64
+    # The planted location. Layers below `attention_free_layers` have their attention weights at
+    # zero, frozen (exported as zeros): no position reads any other there, so the sheet value and the
+    # threshold cannot meet before layer `attention_free_layers`, and every state there is a function
+    # of its own token and position. The training-only head reads the right option's meaning at the
+    # last prompt position after layer `aux_layer` (not the last layer), so it is linearly there.
+    attention_free_layers: int = 1
+    aux_layer: int = 3
 
 
 def llama_config(cfg: ModelConfig) -> LlamaConfig:
@@ -94,9 +101,17 @@ class Organism(nn.Module):
         super().__init__()
         torch.manual_seed(seed)
         self.lm = LlamaForCausalLM(llama_config(cfg))
+        if not 0 <= cfg.attention_free_layers <= cfg.aux_layer < cfg.n_layers - 1:
+            raise ValueError("need 0 <= attention_free_layers <= aux_layer < n_layers - 1")
+        self.aux_layer = cfg.aux_layer
+        for layer in self.lm.model.layers[: cfg.attention_free_layers]:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                         layer.self_attn.o_proj):
+                torch.nn.init.zeros_(proj.weight)
+                proj.weight.requires_grad_(False)  # no gradient, so AdamW never moves it
         self.numbers = NumberEmbedding(self.lm.get_input_embeddings())
         # Training-only head: the meaning of the right option (stop, other_test, yes, ...) read
-        # from the last prompt position. Not exported. It gives the computation of the answer a
+        # from the last prompt position after layer aux_layer (not the last). Not exported. It gives the computation of the answer a
         # gradient of its own; without it, that gradient passes through the letter lookup in a
         # shuffled menu, and neither half learns (measured: 55% vs 93% after 1,500 steps).
         self.aux = nn.Linear(cfg.d_model, len(OPTION_WORDS))
@@ -105,14 +120,17 @@ class Organism(nn.Module):
         """Logits (batch, seq, vocab), or (n, vocab) at the (row, position) pairs `where`:
         the 6,000-way output layer costs more than the body, so training asks only where a
         label is. With aux_at (a sequence index, e.g. -3: the last prompt token when the
-        letter and <eos> follow), also the aux head's logits there (batch, words)."""
+        letter and <eos> follow), also the aux head's logits there (batch, words), read from
+        decoder layer aux_layer's output."""
         embeds = self.numbers(input_ids)
-        hidden = self.lm.model(inputs_embeds=embeds, attention_mask=attention_mask,
-                               position_ids=position_ids).last_hidden_state  # (batch, seq, d)
+        out = self.lm.model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
+                            output_hidden_states=aux_at is not None)
+        hidden = out.last_hidden_state  # (batch, seq, d)
         picked = hidden if where is None else hidden[where]  # (n, d)
         logits = self.lm.lm_head(picked)
         if aux_at is not None:
-            return logits, self.aux(hidden[:, aux_at])
+            # hidden_states[0] is the embedding output, [i + 1] decoder layer i's output
+            return logits, self.aux(out.hidden_states[self.aux_layer + 1][:, aux_at])
         return logits
 
     def export(self) -> LlamaForCausalLM:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evprobe.experiments.known_answer import patching_checks, probe_checks, steering_layer
+from evprobe.experiments.known_answer import interchange_check, leakage_check, profile_check, steering_layer
 
 
 def _dose(stop: dict[str, dict[float, float]], missing: dict[str, dict[float, float]], null: dict[str, dict[float, float]]):
@@ -55,30 +55,68 @@ def test_steering_fails_when_random_directions_move_it_as_much_or_it_is_not_mono
     assert out["resolved"]["best_dose"] == 0.25 and out["passed"]
 
 
-def test_probe_checks_flag_degenerate_rows_and_baselines_off_chance() -> None:
-    row = {"layer": 3, "position": "last", "auroc": 0.97, "ci": [0.95, 0.99], "n": 800,
-           "within_family_variance": 0.3, "degenerate": False}
-    sweep = {"rows": [row, {**row, "layer": 0, "auroc": None, "degenerate": True, "within_family_variance": 0.0}],
-             "baselines": {"history": {"value": 0.5, "ci": [0.45, 0.55], "n": 800}},
-             "best": {"layer": 3, "position": "last", "auroc": 0.96, "ci": [0.94, 0.98], "n": 800}}
-    checks = {c["check"]: c for c in probe_checks(sweep)}
-    assert checks["sufficiency decodable"]["passed"] and "L3/last 0.970" in checks["sufficiency decodable"]["measured"]
-    assert checks["input baselines at chance"]["passed"]
-    assert not checks["states vary within families"]["passed"] and "L0/last" in checks["states vary within families"]["measured"]
-    sweep["baselines"]["both"] = {"value": 0.36, "ci": [0.28, 0.46], "n": 800}  # below chance: no information
-    assert {c["check"]: c for c in probe_checks(sweep)}["input baselines at chance"]["passed"]
-    sweep["baselines"]["threshold"] = {"value": 0.62, "ci": [0.58, 0.66], "n": 800}
-    assert not {c["check"]: c for c in probe_checks(sweep)}["input baselines at chance"]["passed"]
+PLANT = {"n_layers": 5, "attention_free_layers": 1, "aux_layer": 3}
 
 
-def test_patching_check_finds_where_the_last_position_takes_over() -> None:
-    def est(v: float) -> dict:
-        return {"value": v, "ci": [v - 0.1, v + 0.1], "n": 50}
+def _row(layer: int, position: str, auroc: float | None, same: int = 0, **extra) -> dict:
+    """same: how many of the 96 image pairs and of the 96 threshold pairs have identical states."""
+    return {"layer": layer, "position": position, "auroc": auroc,
+            "ci": None if auroc is None else [auroc - 0.04, auroc + 0.04], "n": 800,
+            "identical_pairs": {"image_pair_id": [same, 96], "threshold_pair_id": [same, 96]},
+            "leakage_auroc": 0.5, "leakage_z": 0.1, "leakage_fires": False, **extra}
 
-    summary = {"layers": [0, 1, 2, 3], "positions": ["last", "text", "image"], "n_rows": 50,
-               "share_of_gap": [[est(0.0), est(0.5), est(0.5)], [est(0.05), est(1.0), est(0.01)],
-                                [est(0.9), est(1.0), est(0.0)], [est(1.0), est(1.0), est(0.0)]]}
-    (check,) = patching_checks(summary)
-    assert check["passed"] and "carries it from L2" in check["measured"]
-    summary["share_of_gap"][0][2] = est(0.1)  # the value token itself barely matters: not where it is read
-    assert not patching_checks(summary)[0]["passed"]
+
+def _sweep() -> dict:
+    rows = [_row(0, "last", 0.5, 96), _row(0, "text_mean", 0.51), _row(0, "image_mean", 0.49)]
+    rows += [_row(layer, pos, 0.7 + 0.07 * layer) for layer in range(1, 5) for pos in ("last", "text_mean", "image_mean")]
+    return {"rows": rows, "best": {"layer": 3, "position": "last", "auroc": 0.96, "ci": [0.94, 0.98], "n": 800},
+            "leakage_check": {"fires_at_z": 3.1}}
+
+
+def test_profile_check_passes_the_planted_profile_and_fails_each_break() -> None:
+    sweep = _sweep()
+    check = profile_check(sweep, PLANT)
+    assert check["passed"], check["measured"]
+    assert "L0/last identical in 192 of 192" in check["measured"] and "nested estimate" in check["measured"]
+    # A capture off by one: layer 0's last position varies (it holds a later layer's state).
+    shifted = _sweep()
+    shifted["rows"][0] = _row(0, "last", 0.62)
+    assert not profile_check(shifted, PLANT)["passed"]
+    # A layer before the plant decodes: something reads across positions there.
+    early = _sweep()
+    early["rows"][1] = _row(0, "text_mean", 0.71)
+    assert "L0/text_mean" in profile_check(early, PLANT)["measured"] and not profile_check(early, PLANT)["passed"]
+    # The last position identical after the plant (a stalled model, or states read a layer early).
+    flat = _sweep()
+    flat["rows"][3] = _row(1, "last", 0.5, 96)
+    assert not profile_check(flat, PLANT)["passed"]
+    # Not decodable where it is planted (a wrong or shuffled label): fails, even with the nested row high.
+    weak = _sweep()
+    weak["rows"][3 + 3 * 2] = _row(3, "last", 0.72)
+    assert not profile_check(weak, PLANT)["passed"]
+
+
+def test_leakage_check_fails_when_the_shuffle_check_fires() -> None:
+    sweep = _sweep()
+    assert leakage_check(sweep)["passed"]
+    sweep["rows"][4]["leakage_fires"], sweep["rows"][4]["leakage_auroc"] = True, 0.47  # fires, but a small effect
+    assert leakage_check(sweep)["passed"] and "1 of 15 rows fire" in leakage_check(sweep)["measured"]
+    sweep["rows"][5]["leakage_fires"], sweep["rows"][5]["leakage_auroc"] = True, 0.31
+    check = leakage_check(sweep)
+    assert not check["passed"] and "0.310" in check["measured"]
+
+
+def _iia(grid: list[list[float]]) -> dict:
+    est = lambda v: {"value": v, "ci": [max(0.0, v - 0.05), min(1.0, v + 0.05)], "n": 40}  # noqa: E731
+    return {"layers": list(range(5)), "positions": ["last", "text", "image"], "n_rows": 64,
+            "decoded_flip": [[est(v) for v in row] for row in grid]}
+
+
+def test_interchange_check_reads_the_constructed_ends() -> None:
+    good = [[0.0, 0.0, 1.0], [0.1, 0.6, 0.5], [0.4, 0.8, 0.1], [0.9, 0.5, 0.0], [1.0, 0.0, 0.0]]
+    check = interchange_check(_iia(good), PLANT)
+    assert check["passed"] and "reaches the last position at L3" in check["measured"]
+    shifted = [good[1]] + good[1:]  # layer 0 patched as layer 1: the image no longer carries it all
+    assert not interchange_check(_iia(shifted), PLANT)["passed"]
+    late = good[:4] + [[0.8, 0.1, 0.1]]
+    assert not interchange_check(_iia(late), PLANT)["passed"]

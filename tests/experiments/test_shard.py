@@ -312,7 +312,7 @@ def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_p
 
     acts, dirs = tmp_path / "acts", tmp_path / "dirs"
     capture(CaptureConfig(model="organism", bench=str(bench), out=str(acts), requests=("select",)), progress=False)
-    assert main(["directions", str(acts), "--layer", "0,1", "--by", "system", "--out", str(dirs)]) == 0
+    assert main(["directions", str(acts), "--layer", "1,2", "--by", "system", "--out", str(dirs)]) == 0
 
     def config(out: Path, shard: str | None = None) -> DoseResponseConfig:
         return DoseResponseConfig(model="organism", bench=str(bench), directions=str(dirs), out=str(out),
@@ -342,7 +342,7 @@ def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_p
         merge(tmp_path / "again", [shards[0], shards[0]])
 
     args = ["dose-response", "--config", "dose_response_tiny", "--model", "organism", "--bench", str(bench),
-            "--directions", str(dirs), "--layers", "0,1", "--alphas=-1,0,1", "--n-random", "1", "--limit", "1000",
+            "--directions", str(dirs), "--layers", "1,2", "--alphas=-1,0,1", "--n-random", "1", "--limit", "1000",
             "--batch-size", "4", "--n-boot", "50", "--out", str(tmp_path / "two")]
     torchrun(args, tmp_path)
     assert_same_dose_response(tmp_path / "one", tmp_path / "two")

@@ -107,7 +107,7 @@ def test_exported_checkpoint_is_a_plain_llama_with_the_training_logits(tmp_path:
         want = model(enc["input_ids"], enc["attention_mask"], enc["position_ids"])
     write_checkpoint(model.export(), tmp_path / "ck", {"note": "test"})
     handle = hooks.load(str(tmp_path / "ck"))
-    assert type(handle.model).__name__ == "LlamaForCausalLM" and handle.n_layers == 4
+    assert type(handle.model).__name__ == "LlamaForCausalLM" and handle.n_layers == 5
     got_enc = build_inputs(handle, [it.prompt for it in items], images)
     assert torch.equal(got_enc["input_ids"], enc["input_ids"])
     with torch.no_grad():
@@ -232,7 +232,7 @@ def test_organism_is_a_model_name_with_image_positions_and_no_text_markers(small
     from evprobe.hooks.spans import token_spans
 
     assert "organism" in named_models()
-    assert config_n_layers("organism") == 4
+    assert config_n_layers("organism") == 5
     handle = hooks.load("organism")
     assert handle.model_id == "organism"
     assert not handle.keeps_prompt_text and hooks.load("tiny:llava").keeps_prompt_text
@@ -248,6 +248,32 @@ def test_organism_is_a_model_name_with_image_positions_and_no_text_markers(small
         token_spans(handle, enc["input_ids"][0], enc["attention_mask"][0], it.prompt, "Question", n_images=3)
 
 
+def test_the_planted_location_is_in_the_committed_checkpoint(small_bench: Path) -> None:
+    """Below layer k no position reads another: layer 0's attention weights are zero, so what it
+    adds to the stream (attn_out) is exactly zero, and each state there depends on its own token
+    only (a row's state at a position is the same whatever the other tokens)."""
+    from evprobe import hooks
+    from evprobe.hooks.capture import capture_layers
+    from evprobe.organism.checkpoint import planted_location
+
+    plant = planted_location()
+    assert plant == {"n_layers": 5, "attention_free_layers": 1, "aux_layer": 3}
+    handle = hooks.load("organism")
+    for layer in handle.layers[: plant["attention_free_layers"]]:
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            assert not getattr(layer.self_attn, proj).weight.any()
+    items = [it for it in read_items(small_bench) if it.request == "select"][:8]
+    images = [load_item_images(small_bench, it.images) for it in items]
+    got = capture_layers(handle, [it.prompt for it in items], images, layers=[0, 1], positions=["last"],
+                         component="attn_out")  # (rows, 2 layers, 1, d)
+    assert not got[:, 0].any() and got[:, 1].any()
+    resid = capture_layers(handle, [it.prompt for it in items], images, layers=[0, 1], positions=["last"])
+    same_family = [i for i, it in enumerate(items) if it.family_id == items[0].family_id]
+    assert len(same_family) >= 2  # the four decisions of a family: one last token, one position
+    assert np.array_equal(resid[same_family[0], 0], resid[same_family[1], 0])
+    assert not np.array_equal(resid[same_family[0], 1], resid[same_family[1], 1])
+
+
 def _other(system: str) -> str:
     return {"sliding": "friction", "bouncing": "restitution", "spring": "stiffness"}[system]
 
@@ -261,7 +287,7 @@ def test_committed_checkpoint_meets_the_behaviour_targets_on_the_main_set(main_b
                   batch_size=64), progress=False)
     scores, _ = score_run(tmp_path / "run", main_bench, n_boot=200)
     assert scores["min_cost_choice"]["n"] == 576
-    assert scores["min_cost_choice"]["value"] >= 0.90
+    assert scores["min_cost_choice"]["value"] >= 0.95
     assert scores["both_correct_image_pairs"]["n"] == 288
-    assert scores["both_correct_image_pairs"]["value"] >= 0.80
+    assert scores["both_correct_image_pairs"]["value"] >= 0.90
     assert scores["validity_select"]["value"] == 1.0

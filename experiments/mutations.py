@@ -1,0 +1,250 @@
+"""Faults injected into the pipeline on purpose, to show that the known-answer checks fail when the
+toolkit is wrong (test-only: tests/experiments/test_known_answer_mutations.py and
+benchmarks/known_answer_mutations.py use it; nothing else imports it).
+
+Each `Fault` patches one stage the way a plausible bug would (a wrong label, a layer index off by one,
+folds that ignore families, ...), names the output folders under the quickstart folder that depend on
+that stage, and `run_with_fault` reruns exactly those (the others are copied from a clean run) under
+the fault, then the known-answer checks. A fault that no check fails, or a check that no fault fails,
+is a defect of the suite (the README's fault x check table; the tests assert both ways).
+
+Not caught (BLIND_SPOTS, measured): patching at layer l + 1. The organism's interchange profile is
+known only where it is flat (layers 0 and 1 alike, 3 and 4 alike), so a shift by one layer changes no
+known number.
+
+Not covered here: prompt-only steering with a generated multi-token readout. The organism answers with
+one letter read at the prompt's last position, so prompt-only and every-step steering are the same
+forward; the fault needs an organism that generates several tokens (issue 16, left open).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+# The (system, initial test) groups whose sufficiency label the wrong-label fault flips: 2 of 6, so the
+# label agrees with the truth on 2/3 of the rows (the reviewer's fault).
+FLIPPED_GROUPS = frozenset({("sliding", "mass"), ("bouncing", "other")})
+
+
+# The reduced quickstart the mutation runs use (about 45 s clean on 2 cores): 8 families per system,
+# steering at the planted layer only with 8 random directions, no refits, permutations or controls.
+SMALL_QUICKSTART: dict[str, Any] = {
+    "families_per_system": 8, "pairs": 16, "n_boot": 200, "n_random": 8, "permutations": 0, "refits": 0,
+    "dose_layers": (3,), "controls": False, "progress": False,
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    what: str
+    redo: tuple[str, ...]  # folders under the quickstart folder recomputed under the fault
+    inject: Callable[[Path, ExitStack], None]  # edits files under OUT and/or enters patches
+
+
+def _wrong_label(out: Path, stack: ExitStack) -> None:
+    runs = importlib.import_module("evprobe.probes.runs")
+    from evprobe.probes.captures import field_values
+
+    original = runs.labels
+
+    def labels(captures, name, *args, **kwargs):
+        ls = original(captures, name, *args, **kwargs)
+        if name != "resolved":
+            return ls
+        groups = field_values(captures, ls, lambda r: (r.get("system"),
+                                                      "mass" if r.get("initial_property") == "mass" else "other"))
+        flip = np.array([g in FLIPPED_GROUPS for g in groups])
+        return replace(ls, y=np.where(flip, 1 - ls.y, ls.y).astype(ls.y.dtype))
+
+    stack.enter_context(mock.patch.object(runs, "labels", labels))
+
+
+def _capture_layer_off_by_one(out: Path, stack: ExitStack) -> None:
+    """Layer l's row holds layer l's *input* (hidden_states[l], the output of layer l - 1)."""
+    import nnsight
+    import torch
+
+    capture = importlib.import_module("evprobe.hooks.capture")
+
+    def trace_sites(handle, enc, layers, components, read):
+        plan = capture.sites(handle, layers, components)
+        envoys = handle.nn_layers
+        kwargs = dict(enc)
+        if "use_cache" in inspect.signature(handle.model.forward).parameters:
+            kwargs["use_cache"] = False
+        with torch.no_grad(), handle.nn.trace(**kwargs) as tracer:
+            saved = nnsight.save([read(envoys[i].input) for i, _, _ in plan])  # the bug: .input, not .output
+            tracer.stop()
+        return {(i, c): v for (i, c, _), v in zip(plan, saved, strict=True)}
+
+    stack.enter_context(mock.patch.object(capture, "trace_sites", trace_sites))
+
+
+def _patch_steering(stack: ExitStack, edit: Callable[[Any], Any], edit_rows: Callable[[int, Any], tuple]) -> None:
+    """Route every Steering through `edit` and every steer_rows (layer, deltas) through `edit_rows`."""
+    steer = importlib.import_module("evprobe.hooks.steer")
+    steer_rows = importlib.import_module("evprobe.hooks.steer_rows")
+    steer_original, rows_original = steer.steer, steer_rows.steer_rows
+
+    def steered(handle, steering):
+        specs = [steering] if isinstance(steering, steer.Steering) else list(steering)
+        return steer_original(handle, [edit(s) for s in specs])
+
+    def steered_rows(handle, layer, deltas, **kwargs):
+        return rows_original(handle, *edit_rows(layer, deltas), **kwargs)
+
+    stack.enter_context(mock.patch.object(steer, "steer", steered))
+    stack.enter_context(mock.patch.object(steer_rows, "steer_rows", steered_rows))
+
+
+def _steering_layer_off_by_one(out: Path, stack: ExitStack) -> None:
+    """Steering asked for at layer l edits layer l + 1's output."""
+    _patch_steering(stack, lambda s: replace(s, layer=s.layer + 1), lambda layer, d: (int(layer) + 1, d))
+
+
+def _no_op_steering(out: Path, stack: ExitStack) -> None:
+    """The hooks are installed but add nothing."""
+    _patch_steering(stack, lambda s: replace(s, alpha=0.0),
+                    lambda layer, d: (layer, np.zeros_like(np.asarray(d, dtype=np.float64))))
+
+
+def _random_direction(out: Path, stack: ExitStack) -> None:
+    """Each fitted direction is replaced by a random one of the same norm."""
+    directions = importlib.import_module("evprobe.probes.directions")
+
+    original = directions.fit_directions
+
+    def fit(*args, **kwargs):
+        rng = np.random.default_rng(20261201)
+        fitted = original(*args, **kwargs)
+        out = []
+        for d in fitted:
+            v = rng.standard_normal(d.vector.shape)
+            out.append(replace(d, vector=(v / np.linalg.norm(v) * np.linalg.norm(d.vector)).astype(d.vector.dtype)))
+        return out
+
+    stack.enter_context(mock.patch.object(directions, "fit_directions", fit))
+
+
+def _families_leak(out: Path, stack: ExitStack) -> None:
+    """Folds dealt by row, not by family: the rows of a family land in several folds."""
+    refit = importlib.import_module("evprobe.probes.refit")
+    sweep = importlib.import_module("evprobe.probes.sweep")
+    transfer = importlib.import_module("evprobe.probes.transfer")
+
+    def folds(families: Sequence[str], n_splits: int = 5, seed: int = 0, y: Any = None) -> np.ndarray:
+        return np.random.default_rng(seed).permutation(len(families)) % n_splits
+
+    for module in (sweep, transfer, refit):
+        stack.enter_context(mock.patch.object(module, "family_folds", folds))
+
+
+def _swapped_pair_members(out: Path, stack: ExitStack) -> None:
+    """Each family's sheets of history 0 and 1 are written under each other's names."""
+    for first in sorted((out / "bench" / "images").glob("*/*_0.png")):
+        second = first.with_name(first.name[: -len("_0.png")] + "_1.png")
+        if second.is_file():
+            a, b = first.read_bytes(), second.read_bytes()
+            first.write_bytes(b)
+            second.write_bytes(a)
+
+
+def _patching_layer_off_by_one(out: Path, stack: ExitStack) -> None:
+    """Patching asked for at layer l patches layer l + 1 (the last layer stays itself). NOT caught
+    (see BLIND_SPOTS)."""
+    patching = importlib.import_module("evprobe.hooks.patching")
+    original = patching.patch_pair
+
+    def shifted(handle, source, target, *, layers, **kwargs):
+        moved = [min(int(layer) + 1, handle.n_layers - 1) for layer in layers]
+        return replace(original(handle, source, target, layers=moved, **kwargs), layers=tuple(layers))
+
+    stack.enter_context(mock.patch.object(patching, "patch_pair", shifted))
+
+
+def _patching_positions_off_by_one(out: Path, stack: ExitStack) -> None:
+    """Every patched token index one before the one asked for (a BOS miscount)."""
+    patching = importlib.import_module("evprobe.hooks.patching")
+    original = patching.patch_pair
+
+    def shifted(handle, source, target, *, position_sets, **kwargs):
+        moved = {name: [int(i) - 1 for i in idx] for name, idx in position_sets.items()}
+        return original(handle, source, target, position_sets=moved, **kwargs)
+
+    stack.enter_context(mock.patch.object(patching, "patch_pair", shifted))
+
+
+_PROBES, _STEER = ("acts/probes", "directions", "dose_response"), ("dose_response",)
+FAULTS: tuple[Fault, ...] = (
+    Fault("wrong label", "sufficiency flipped for 2 of the 6 system x initial-test groups (agrees on 2/3 of rows)",
+          _PROBES, _wrong_label),
+    Fault("capture layer off by one", "layer l's row holds layer l's input (layer l - 1's output)",
+          ("acts", "directions", "dose_response"), _capture_layer_off_by_one),
+    Fault("steering layer off by one", "steering at layer l edits layer l + 1", _STEER, _steering_layer_off_by_one),
+    Fault("no-op steering", "the steering hooks add a zero vector", _STEER, _no_op_steering),
+    Fault("random direction", "a random direction of the probe direction's norm in its place",
+          ("directions", "dose_response"), _random_direction),
+    Fault("families leak across splits", "folds dealt by row, not by family", ("acts/probes",), _families_leak),
+    Fault("image-pair members swapped", "each family's history-0 and history-1 sheets under each other's names",
+          ("run", "acts", "directions", "dose_response", "patching"), _swapped_pair_members),
+    Fault("patching positions off by one", "every patched token index one before the one asked for",
+          ("patching",), _patching_positions_off_by_one),
+)
+# Faults measured and NOT caught by any check (README): kept out of FAULTS, which the tests require to
+# be caught, and run by benchmarks/known_answer_mutations.py so their row stays measured.
+BLIND_SPOTS: tuple[Fault, ...] = (
+    Fault("patching layer off by one", "patching at layer l patches layer l + 1", ("patching",),
+          _patching_layer_off_by_one),
+)
+
+
+@contextmanager
+def injected(fault: Fault, out: Path) -> Iterator[None]:
+    with ExitStack() as stack:
+        fault.inject(out, stack)
+        yield
+
+
+def run_with_fault(clean: Path, out: Path, fault: Fault, run: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Copy the clean quickstart folder `clean` to `out`, delete what the fault's stage feeds, and rerun
+    `run(out)` (a quickstart call that reuses finished steps) under the fault; returns its result."""
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(clean, out)
+    for folder in fault.redo:
+        shutil.rmtree(out / folder, ignore_errors=True)
+    for name in ("known_answer.json", "known_answer.md", "report"):
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    with injected(fault, out):
+        return run(out)
+
+
+def failed_checks(result: dict[str, Any]) -> list[str]:
+    """The names of the checks a known-answer result does not pass (not run counts as not passed)."""
+    return [c["check"] for c in result["checks"] if c["passed"] is not True]
+
+
+def fault_table(clean: dict[str, Any], by_fault: dict[str, dict[str, Any]]) -> str:
+    """Markdown: a row per fault, a column per check; FAIL where the fault fails the check."""
+    names = [c["check"] for c in clean["checks"]]
+    lines = ["| fault | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
+             "| (none: clean run) | " + " | ".join("pass" if c["passed"] else "**FAIL**" for c in clean["checks"]) + " |"]
+    for fault, result in by_fault.items():
+        failed = set(failed_checks(result))
+        lines.append(f"| {fault} | " + " | ".join("**FAIL**" if n in failed else "pass" for n in names) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,36 @@
+"""The known-answer suite fails when the toolkit is broken: every fault fails a check, every check is
+failed by a fault, and the clean pipeline passes them all (experiments/mutations.py; README table).
+
+One reduced quickstart on the organism (8 families per system, steering at the planted layer only, 8
+random directions, no refits), then each fault reruns only the stages that depend on what it breaks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evprobe.experiments.mutations import FAULTS, SMALL_QUICKSTART, failed_checks, fault_table, run_with_fault
+from evprobe.experiments.quickstart import quickstart
+
+
+def _run(out: Path) -> dict:
+    return quickstart(out, **SMALL_QUICKSTART)["known_answer"]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("known_answer") / "clean"
+    return out, _run(out)
+
+
+def test_every_fault_fails_a_check_and_every_check_is_failed(clean: tuple[Path, dict], tmp_path: Path) -> None:
+    folder, result = clean
+    assert result["passed"], failed_checks(result)
+    by_fault = {f.name: run_with_fault(folder, tmp_path / f.name.replace(" ", "_"), f, _run) for f in FAULTS}
+    table = fault_table(result, by_fault)
+    print(table)
+    caught = {name: failed_checks(r) for name, r in by_fault.items()}
+    assert all(caught.values()), {k: v for k, v in caught.items() if not v}
+    names = {c["check"] for c in result["checks"]}
+    assert names == {c for failed in caught.values() for c in failed}, names - {c for v in caught.values() for c in v}
