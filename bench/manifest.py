@@ -217,11 +217,22 @@ def _resolve_under(root: Path, rel: str, where: str) -> Path:
 
 
 def load_item_images(bench_dir: str | Path, rels: Iterable[str]) -> list[Any]:
-    """The RGB PIL images of an item's `images` paths (each checked by `resolve_image`)."""
+    """The RGB PIL images of an item's `images` paths (each checked by `resolve_image`). Each
+    image's `info` carries SOURCE_INFO: the blake2b-128 digest of its file's bytes, which readers
+    that cache per sheet (the organism's eye) key on (the bytes, not a path or mtime: a rewritten
+    file is a new key however soon it is rewritten)."""
+    import io
+
     from PIL import Image
 
     out = []
     for rel in rels:
-        with Image.open(resolve_image(bench_dir, rel)) as im:
-            out.append(im.convert("RGB"))
+        data = resolve_image(bench_dir, rel).read_bytes()
+        with Image.open(io.BytesIO(data)) as im:
+            rgb = im.convert("RGB")
+        rgb.info[SOURCE_INFO] = hashlib.blake2b(data, digest_size=16).hexdigest()
+        out.append(rgb)
     return out
+
+
+SOURCE_INFO = "evprobe_source"  # key in PIL's Image.info: the digest of the file's bytes

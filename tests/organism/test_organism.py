@@ -291,3 +291,43 @@ def test_committed_checkpoint_meets_the_behaviour_targets_on_the_main_set(main_b
     assert scores["both_correct_image_pairs"]["n"] == 288
     assert scores["both_correct_image_pairs"]["value"] >= 0.90
     assert scores["validity_select"]["value"] == 1.0
+
+
+def test_the_eye_reads_each_sheet_file_once_and_again_when_it_changes(small_bench: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import evprobe.organism.eye as eye
+    from evprobe.bench.render import STYLES
+    from evprobe.organism.reader import calibration
+
+    calls = []
+    original = eye.detect_sheet
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(eye, "detect_sheet", counted)
+    monkeypatch.setattr(eye, "_READINGS", type(eye._READINGS)())
+    items = read_items(small_bench)
+    item = next(it for it in items if it.request == "select" and it.initial_property == "mass")
+    other = next(it for it in items if it.request == "select" and it.family_id == item.family_id
+                 and it.history != item.history)
+    cal = calibration(item.prompt)["mass"]
+    g = next(f for f in read_families(small_bench) if f.family_id == item.family_id).constants["g"]
+    style = STYLES[item.style]
+    # A private copy of the sheet's file (the shared bench is read-only), at the same relative path.
+    bench = tmp_path / "bench"
+    (bench / item.images[0]).parent.mkdir(parents=True)
+    shutil.copy(small_bench / item.images[0], bench / item.images[0])
+    first = eye.read_sheet(load_item_images(bench, item.images)[0], "mass", cal, g, style)
+    again = eye.read_sheet(load_item_images(bench, item.images)[0], "mass", cal, g, style)
+    assert first == again and len(calls) == 1  # the same file: read once
+    plain = load_item_images(bench, item.images)[0].copy()
+    plain.info.clear()
+    assert eye.read_sheet(plain, "mass", cal, g, style) == first and len(calls) == 2  # no digest: read
+    # The file rewritten at once with the pair partner's sheet: read again, its own value back.
+    (bench / item.images[0]).write_bytes((small_bench / other.images[0]).read_bytes())
+    swapped = eye.read_sheet(load_item_images(bench, item.images)[0], "mass", cal, g, style)
+    assert len(calls) == 3 and swapped != pytest.approx(first, rel=1e-3)
