@@ -340,21 +340,39 @@ def patching_markdown(summary: dict[str, Any]) -> str:
 
 
 def heatmap_png(summary: dict[str, Any], path: Path) -> None:
+    """Two panels, layer x patched positions: the share of the source-target gap the patch recovers
+    and the interchange-intervention accuracy (decoded flips), each cell with its value and 95%
+    interval, the same measures as patching.md."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid = np.array([[e["value"] if e["value"] is not None else np.nan for e in row] for row in summary["mean_change"]])
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(summary["positions"]), 1.2 + 0.35 * len(summary["layers"])))
-    bound = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
-    im = ax.imshow(grid, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", origin="lower")
-    ax.set_xticks(range(len(summary["positions"])), summary["positions"])
-    ax.set_yticks(range(len(summary["layers"])), summary["layers"])
-    ax.set_xlabel("patched positions")
-    ax.set_ylabel("decoder layer")
-    ax.set_title(f"Mean change in log-odds\n(n={summary['n_rows']} patched pairs)", fontsize=10)
-    fig.colorbar(im, ax=ax, label="LD_patched - LD_target (nats)")
+    layers, positions = summary["layers"], summary["positions"]
+    panels = (("share_of_gap", f"Share of the gap recovered (|gap| >= {MIN_GAP} nats)", "RdBu_r", (-1.0, 1.0)),
+              ("decoded_flip", "Top letter becomes the source's (IIA)", "Greens", (0.0, 1.0)))
+    fig, axes = plt.subplots(1, 2, figsize=(2.0 + 2.6 * len(positions), 1.4 + 0.55 * len(layers)), squeeze=False)
+    for ax, (key, title, cmap, (lo, hi)) in zip(axes[0], panels):
+        cells = summary[key]  # (layers, positions) of estimates
+        grid = np.array([[np.nan if e["value"] is None else e["value"] for e in row] for row in cells])
+        im = ax.imshow(grid, cmap=cmap, vmin=lo, vmax=hi, aspect="auto", origin="lower")
+        for i, row in enumerate(cells):
+            for j, e in enumerate(row):
+                if e["value"] is None:
+                    continue
+                ci = e.get("ci") or [None, None]
+                text = f"{e['value']:.2f}" + ("" if ci[0] is None else f"\n[{ci[0]:.2f}, {ci[1]:.2f}]")
+                ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                        color="white" if abs(e["value"]) > 0.6 * max(abs(lo), abs(hi)) else "black")
+        ax.set_xticks(range(len(positions)), positions)
+        ax.set_yticks(range(len(layers)), layers)
+        ax.set_xlabel("patched positions")
+        ax.set_ylabel("decoder layer")
+        n = cells[0][0].get("n") if cells and cells[0] else None
+        ax.set_title(f"{title}\n(n={n})", fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.05)
+    fig.suptitle(f"Pair patching, {summary['n_rows']} patched pair directions; 95% family-bootstrap intervals",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

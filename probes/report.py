@@ -9,7 +9,9 @@ details section.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -165,6 +167,17 @@ def _band(ax, x, v, lo, hi, style, colour, label) -> None:
     ax.fill_between(x, lo, hi, color=colour, alpha=0.2, linewidth=0)
 
 
+def layer_ticks(layers: Sequence[int], most: int = 12) -> list[int]:
+    """Whole layer numbers for an x axis: every layer when there are few, else an even subset that
+    keeps the first and the last (never the 0.5, 1.5 a default locator puts between layers)."""
+    xs = sorted({int(x) for x in layers})
+    if len(xs) <= most:
+        return xs
+    step = -(-len(xs) // most)
+    picked = xs[::step]
+    return picked if picked[-1] == xs[-1] else picked + [xs[-1]]
+
+
 def sweep_png(result: SweepResult, path: str | Path) -> Path:
     """AUROC by layer with 95% bands, the control tasks' mean with their min-max band, the
     leakage check, the one-hot cell baseline, chance and the nested best layer; one panel per
@@ -205,13 +218,21 @@ def sweep_png(result: SweepResult, path: str | Path) -> Path:
         if result.best is not None and result.best.position == pos:
             best = result.best.auroc.value  # None when no held-out fold could be scored
             score = "n/a" if best is None else f"{best:.2f}"
-            ax.axvline(result.best.layer, color="C1", lw=1, alpha=0.7, label=f"nested best L{result.best.layer}: {score}")
+            ax.axvline(result.best.layer, color="C1", lw=1, alpha=0.7,
+                       label=f"nested estimate (layer/position chosen without test labels): L{result.best.layer}/{pos}, "
+                             f"{score}")
+        ax.set_xticks(layer_ticks([r.layer for r in rows]))
         ax.set_xlabel("layer (model layer number)")
         ax.set_title(f"position: {pos}", fontsize=10)
         ax.set_ylim(0.0, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"AUROC, grouped {result.config.n_splits}-fold CV (out-of-fold)")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    # One legend for every panel's lines (the nested estimate's line is drawn on its own panel only).
+    seen: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    axes[0][-1].legend(list(seen.values()), list(seen), fontsize=7, loc="lower right")
     title = (f"{result.label}={result.positive}: AUROC by layer, 95% family-bootstrap bands — {result.model} "
              f"(n={result.n}, {result.n_families} families)")
     if result.degenerate:

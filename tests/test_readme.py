@@ -31,12 +31,18 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "HF_HUB_OFFLINE=1" in ci and "python -m pytest -q" in ci
 
 
-def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The evprobe part of the first command (the quickstart), in a scratch folder."""
+def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The evprobe part of the first command (the quickstart), in a scratch folder; the console ends
+    with the headline numbers (each with its interval and n) and the report's path."""
     monkeypatch.chdir(tmp_path)
     evprobe = [c for c in _commands(BLOCKS[0]) if c.startswith("evprobe ")]
     assert evprobe == ["evprobe quickstart"]
     assert main(shlex.split(evprobe[0])[1:]) == 0
+    tail = capsys.readouterr().out.strip().splitlines()[-5:]
+    assert tail[0].startswith("behaviour: minimum-cost choice") and "(n=576)" in tail[0]
+    assert tail[1].startswith("probe: sufficiency decoded at AUROC") and "nested estimate" in tail[1]
+    assert tail[2].startswith("steering (induce measuring") and tail[3].startswith("steering (induce stopping")
+    assert tail[4] == "report: out/quickstart/report/report.md"
     report = (tmp_path / "out" / "quickstart" / "report" / "report.md").read_text()
     for part in ("## Known-answer checks", "## Behaviour", "## Probe sweeps", "## Dose-response", "## Pair patching",
                  "model organism", "Known-answer checks: all passed"):

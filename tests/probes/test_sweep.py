@@ -163,3 +163,13 @@ def test_results_do_not_depend_on_the_number_of_threads(planted) -> None:
     for d in (a, b):
         d.pop("seconds"), d["config"].pop("n_jobs")
     assert a == b
+
+
+def test_layer_ticks_are_whole_layer_numbers() -> None:
+    """Matplotlib's default locator puts 0.5, 1.5 between 2-3 layers; the sweep plot names layers."""
+    from evprobe.probes.report import layer_ticks
+
+    assert layer_ticks([0, 1, 2]) == [0, 1, 2]
+    assert layer_ticks([4, 0, 8]) == [0, 4, 8]
+    many = layer_ticks(list(range(28)))
+    assert len(many) <= 13 and many[0] == 0 and many[-1] == 27 and all(isinstance(x, int) for x in many)
