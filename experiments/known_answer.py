@@ -13,8 +13,8 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
 
 - behaviour: minimum-cost choice >= 0.95 and both-correct image pairs >= 0.90 (scores.json).
   Catches: image-pair members swapped.
-- planted profile (sweep.json): before layer k every position is at chance (AUROC <= 0.55 or its
-  interval reaches 0.5) and the last position's state is identical within families (the same
+- planted profile (sweep.json): before layer k every position is at chance (AUROC within 0.05 of 0.5
+  or its interval covering 0.5; far below 0.5 fails too) and the last position's state is identical within families (the same
   at every image pair and threshold pair); from layer k on, it differs within every pair; at (m, last) the
   grouped-CV AUROC is >= 0.90 with its interval's low end >= 0.80. The nested estimate (layer and
   position chosen without test labels) is shown beside it, never the test-fold maximum.
@@ -99,11 +99,12 @@ def _ci(e: dict[str, Any]) -> str:
 
 
 def _at_chance(e: dict[str, Any]) -> bool:
-    """Not above chance: AUROC <= CHANCE, or its interval reaches 0.5 (below 0.5 is no information)."""
-    v, (lo, _) = e.get("auroc", e.get("value")), e.get("ci") or [None, None]
+    """At chance: AUROC within CHANCE - 0.5 of 0.5, or its interval covers 0.5. Two-sided: far below
+    0.5 is not "no information" but a fault's signature (folds that split families push it there)."""
+    v, (lo, hi) = e.get("auroc", e.get("value")), e.get("ci") or [None, None]
     if v is None:
         return False
-    return v <= CHANCE or (lo is not None and lo <= 0.5)
+    return abs(v - 0.5) <= CHANCE - 0.5 or (lo is not None and lo <= 0.5 <= hi)
 
 
 def _pairs(row: dict[str, Any]) -> tuple[int, int]:

@@ -86,6 +86,10 @@ def test_profile_check_passes_the_planted_profile_and_fails_each_break() -> None
     early = _sweep()
     early["rows"][1] = _row(0, "text_mean", 0.71)
     assert "L0/text_mean" in profile_check(early, PLANT)["measured"] and not profile_check(early, PLANT)["passed"]
+    # Far below chance before the plant is a fault's signature too (folds that split families), not "no information".
+    below = _sweep()
+    below["rows"][1] = _row(0, "text_mean", 0.14)
+    assert not profile_check(below, PLANT)["passed"]
     # The last position identical after the plant (a stalled model, or states read a layer early).
     flat = _sweep()
     flat["rows"][3] = _row(1, "last", 0.5, 96)
