@@ -51,6 +51,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evprobe.bench.score_report import plain
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 
 MIN_COST_FLOOR = 0.95
@@ -71,11 +72,7 @@ def _load(path: Path) -> dict[str, Any] | None:
 
 
 def _est(e: dict[str, Any] | None) -> str:
-    if not e or e.get("value") is None:
-        return "n/a"
-    lo, hi = e.get("ci", [None, None])
-    ci = "" if lo is None else f" [{lo:.3f}, {hi:.3f}]"
-    return f"{e['value']:.3f}{ci} (n={e.get('n')})"
+    return "n/a" if not e or e.get("value") is None else plain(e)
 
 
 def _check(name: str, passed: bool | None, measured: str, target: str) -> dict[str, Any]:

@@ -146,11 +146,7 @@ def quickstart(
     from evprobe.probes.runs import directions_to_folder, sweep_to_folder
     from evprobe.probes.sweep import SweepConfig
 
-    sweep_cfg = SweepConfig(n_boot=n_boot, permutations=permutations)
-    if refits is not None:
-        from dataclasses import replace
-
-        sweep_cfg = replace(sweep_cfg, refits=refits)
+    sweep_cfg = SweepConfig(n_boot=n_boot, permutations=permutations, **({} if refits is None else {"refits": refits}))
     sweep_to_folder([acts], "resolved", acts / "probes" / "resolved", sweep_cfg,
                     progress="sweep" if progress else None)
     timings["sweep"] = time.perf_counter() - t
@@ -235,16 +231,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _interval(e: dict[str, Any] | None, scale: float = 1.0, unit: str = "", signed: bool = False,
-              digits: int = 1) -> str:
-    if not e or e.get("value") is None:
-        return "n/a"
-    lo, hi = e.get("ci") or [None, None]
-    f = "{:" + ("+" if signed else "") + f".{digits}f" + "}"
-    ci = "" if lo is None else f" [{f.format(lo * scale)}, {f.format(hi * scale)}]"
-    return f"{f.format(e['value'] * scale)}{unit}{ci} (n={e.get('n')})"
-
-
 def headline_lines(out: Path) -> list[str]:
     """The three headline numbers of a quickstart folder, each with its interval and n: behaviour,
     the probe's nested estimate, and the cross-fitted steering effects (what the report opens with)."""
@@ -252,21 +238,24 @@ def headline_lines(out: Path) -> list[str]:
         path = out / rel
         return json.loads(path.read_text()) if path.is_file() else None
 
+    from evprobe.bench.score_report import pct, plain, points
+    from evprobe.experiments.dose_report import fmt_estimate
+
     lines = []
     scores = load("run/scores.json")
     if scores:
-        lines.append(f"behaviour: minimum-cost choice {_interval(scores.get('min_cost_choice'), 100, '%')}")
+        lines.append(f"behaviour: minimum-cost choice (%) {pct(scores.get('min_cost_choice'))}")
     sweep = load("acts/probes/resolved/sweep.json")
     best = (sweep or {}).get("best") or {}
     if best.get("layer") is not None:
         e = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n")}
-        lines.append(f"probe: sufficiency decoded at AUROC {_interval(e, digits=3)}, nested estimate (layer and position "
+        lines.append(f"probe: sufficiency decoded at AUROC {plain(e)}, nested estimate (layer and position "
                      f"chosen without test labels: L{best['layer']}/{best['position']})")
     dose = load("dose_response/dose_response.json")
     for h in (dose or {}).get("headline") or []:
         where = ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in h["choices"]}))
         t = h["target"]
-        lines.append(f"steering ({h['goal']}, {h['group']} items, cross-fitted at {where}): stop log-odds "
-                     f"{_interval(t.get('log_odds_change'), 1.0, ' nats', signed=True, digits=2)}, stop rate "
-                     f"{_interval(t.get('change'), 100, ' points', signed=True)}")
+        lines.append(f"steering ({h['goal']}, {h['group']} items, cross-fitted at {where}): stop log-odds (nats) "
+                     f"{fmt_estimate(t.get('log_odds_change'), 'log_odds')}, stop rate (points) "
+                     f"{points(t.get('change'))}")
     return lines

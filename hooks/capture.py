@@ -75,37 +75,33 @@ POSITION_RULES: dict[str, str] = {
 }
 
 
+def _check_names(values: Sequence[str], known: Sequence[str], what: str, string_hint: str = "") -> list[str]:
+    """Names validated against `known`: a list (not a string), at least one, each known, no repeats.
+    what: the plural ("positions"); messages name one as the singular."""
+    if isinstance(values, str):
+        raise TypeError(f"{what} must be a list of names, not a string{string_hint}")
+    names = list(values)
+    if not names:
+        raise ValueError(f"no {what} given; choose from {', '.join(known)}")
+    for name in names:
+        if name not in known:
+            raise ValueError(f"unknown {what[:-1]} {name!r}; choose from {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} {names} repeat a name; give each once")
+    return names
+
+
 def check_positions(positions: Sequence[str]) -> list[str]:
     """The position NAMES (POSITIONS), validated: known, at least one, no repeats.
 
     The CLI capture job stores names only (acts.npy's position axis, meta.json's rules); the
     library API takes Token / Marker too (hooks.positions.check_positions)."""
-    if isinstance(positions, str):
-        raise TypeError("positions must be a list of names, not a string")
-    names = list(positions)
-    if not names:
-        raise ValueError(f"no positions given; choose from {', '.join(POSITIONS)}")
-    for name in names:
-        if name not in POSITIONS:
-            raise ValueError(f"unknown position {name!r}; choose from {', '.join(POSITIONS)}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"positions {names} repeat a name; give each once")
-    return names
+    return _check_names(positions, POSITIONS, "positions")
 
 
 def check_components(components: Sequence[str]) -> list[str]:
     """Component names, validated: known (hooks.layers.COMPONENTS), at least one, no repeats."""
-    if isinstance(components, str):
-        raise TypeError("components must be a list of names, not a string (use component= for one)")
-    out = list(components)
-    if not out:
-        raise ValueError(f"no components given; choose from {', '.join(COMPONENTS)}")
-    for c in out:
-        if c not in COMPONENTS:
-            raise ValueError(f"unknown component {c!r}; choose from {', '.join(COMPONENTS)}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"components {out} repeat a name; give each once")
-    return out
+    return _check_names(components, COMPONENTS, "components", " (use component= for one)")
 
 
 def check_layers(layers: Sequence[int], n_layers: int) -> list[int]:
