@@ -438,10 +438,19 @@ def _injection_section(injection: dict[str, Any]) -> str:
     rows = [[_label(n), *[headline_cell(n, levels[L].get(n)) for L in levels]] for n in names]
     rows += [[_label(n), *[pct(levels[L].get("answers", {}).get(n)) for L in levels]]
              for n in ("known_answer", "unknown_answer")]
+    text = _table(["measure", *[f"level {L}" for L in levels]], rows)
+    diffs = injection.get("differences", {})
+    if diffs:
+        shown = ("min_cost_choice", "stop_if_enough", "test_if_needed", "both_correct_image_pairs",
+                 "enough_evidence", "validity_select")
+        text += "\n\nLevel minus level 0, in percentage points, paired on the same family resamples:\n\n"
+        text += _table(["measure", *[f"level {L} - level 0" for L in diffs]],
+                       [[_label(n), *[points(diffs[L].get(n)) for L in diffs]] for n in shown])
     return _section(
         "Information-injection levels (seed 003, section 4.6)",
         "Each level's selections and answers scored as a benchmark of their own (level 0 is the "
-        "main measures above; same families and bootstrap seed). Level differences are the "
-        "dose-response report's.",
-        _table(["measure", *[f"level {L}" for L in levels]], rows),
+        "main measures above; same families and bootstrap seed, so resample b draws the same "
+        "families at every level and a level's difference from level 0 is paired; the two levels' "
+        "own intervals overlapping is not a test).",
+        text,
     )

@@ -43,6 +43,8 @@ from evprobe.core.bootstrap import (
     Resampled,
 )
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
+from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
+from evprobe.bench.level_differences import level_differences
 from evprobe.bench.numeric_scoring import numeric_measures
 from evprobe.bench.records import Record
 from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
@@ -407,15 +409,20 @@ def score(
         else:
             parts[item.injection][1].append(rec)
     base_items, base_records = parts.pop(0, ([], []))
+    base_kept: dict[str, Any] = {}
     out = _score_set(base_items, base_records, n_boot=n_boot, seed=seed, prices=prices,
-                     numeric=(numeric_items, numeric_records))
+                     numeric=(numeric_items, numeric_records), keep=base_kept)
     if parts:
-        levels = {}
+        levels, differences = {}, {}
         for level in sorted(parts):
             level_items, level_records = parts[level]
-            full = _score_set(level_items, level_records, n_boot=n_boot, seed=seed, prices=prices)
+            kept: dict[str, Any] = {}
+            full = _score_set(level_items, level_records, n_boot=n_boot, seed=seed, prices=prices, keep=kept)
             levels[str(level)] = {name: full[name] for name in LEVEL_SECTIONS}
-        out["injection"] = {"levels": levels, "level_0": "the main measures above"}
+            same = kept["families"] == base_kept["families"]  # same ids in the same order: the same resamples
+            differences[str(level)] = level_differences(kept["resampled"], base_kept["resampled"], same)
+        out["injection"] = {"levels": levels, "level_0": "the main measures above",
+                            "differences": _jsonable(differences), "differences_method": LEVEL_DIFFERENCE_METHOD}
     return out
 
 
@@ -427,8 +434,11 @@ def _score_set(
     seed: int,
     prices: Prices,
     numeric: tuple[Sequence[Item], dict[str, Record]] = ((), {}),
+    keep: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every measure over one set of decision items (the main items, or one injection level's)."""
+    """Every measure over one set of decision items (the main items, or one injection level's).
+    `keep`, when given, receives the bootstrap's families and every measure's resamples (for the
+    paired level differences)."""
     bench = Bench.build(items)
     replies = Replies.build(bench, records)
     boot = FamilyBootstrap(bench.families, n_boot, seed)
@@ -448,6 +458,8 @@ def _score_set(
         {**replies.records, **numeric_records}, bench.family_of,
     )
     resampled, est = tally.resolve()
+    if keep is not None:
+        keep.update(families=tuple(boot.families), resampled=resampled)
 
     out: dict[str, Any] = {}
     for key, estimate in est.items():

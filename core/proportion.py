@@ -166,8 +166,9 @@ def saturated_change(
     """A paired change p1 - p0 of two proportions whose interval never collapses.
 
     `change` is the family bootstrap's paired interval; where either proportion sits at 0 or 1
-    (there every resample agrees and that interval can be a point, `+100 [+100, +100]`), it is
-    widened to hold Newcombe's (1998) MOVER interval built from the two cluster intervals:
+    (there every resample agrees and that interval can be a point, `+100 [+100, +100]`), or where
+    the paired interval is a point for another reason (every unit chose alike in both conditions:
+    `+0 [+0, +0]`), it is widened to hold Newcombe's (1998) MOVER interval built from the two cluster intervals:
     d - sqrt((p1 - l1)^2 + (u0 - p0)^2), d + sqrt((u1 - p1)^2 + (p0 - l0)^2). MOVER ignores the
     pairing; pairs of one item are positively correlated, so ignoring it can only widen the
     interval. Elsewhere the paired bootstrap interval stands. All arrays (M,); NaN stays NaN.
@@ -175,7 +176,7 @@ def saturated_change(
     d = p1 - p0
     lo = d - np.sqrt((p1 - ci1[0]) ** 2 + (ci0[1] - p0) ** 2)
     hi = d + np.sqrt((ci1[1] - p1) ** 2 + (p0 - ci0[0]) ** 2)
-    edge = np.isin(p1, (0.0, 1.0)) | np.isin(p0, (0.0, 1.0))
+    edge = np.isin(p1, (0.0, 1.0)) | np.isin(p0, (0.0, 1.0)) | (change[0] == change[1])
     return (np.where(edge, np.fmin(change[0], lo), change[0]), np.where(edge, np.fmax(change[1], hi), change[1]))
 
 

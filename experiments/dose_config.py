@@ -55,6 +55,9 @@ class DoseResponseConfig:
                               "measured on")
     ablation: bool = setting(True, "also project the direction out of each layer (--no-ablation to skip)")
     requests: tuple[str, ...] = setting(("select",), "select, select variant names or variants")
+    injection: int = setting(0, "information-injection level of the target items (seed 003: 0 the main items, "
+                             "1-3 need `evprobe generate --injection`); directions and the alpha unit stay those "
+                             "of the fit, so a dose is the same vector at every level")
     systems: tuple[str, ...] | None = setting(None, "target systems, e.g. bouncing,spring")
     families: tuple[str, ...] | None = setting(None, "target families, e.g. spring-000,spring-001")
     heldout: bool = setting(True, "drop the families the directions were fitted on (--no-heldout steers in-sample)")
@@ -107,6 +110,8 @@ class DoseResponseConfig:
             raise ValueError(f"key 'requests' has {bad[0]!r}: dose-response reads stop-or-test choices, so only "
                              f"select requests qualify ({', '.join(SELECT_TYPES)})")
         check_regime(self.regime)
+        if self.injection not in (0, 1, 2, 3):
+            raise ValueError(f"key 'injection' is {self.injection}; choose a level among 0, 1, 2, 3")
 
     @property
     def readouts(self) -> tuple[str, ...]:

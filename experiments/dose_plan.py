@@ -186,7 +186,7 @@ def _select_items(config: DoseResponseConfig, bench: Path, every_item: list[Item
                   fit_families: set[str]) -> tuple[list[Item], list[str]]:
     from evprobe.bench.runner import select_items
 
-    items = select_items(every_item, list(config.requests), None)
+    items = select_items(every_item, list(config.requests), None, (config.injection,))
     present = {it.family_id for it in items}
     systems = {it.system for it in items}
     for system in config.systems or ():
@@ -313,6 +313,9 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         "prompt_template_sha256": prompt_template_sha256("direct", config.regime),
         "images_sha256": images_sha256(bench, every_item)[0],
         **model_fingerprint(model.model),
+        # level 0 is pinned as None, so a folder written before levels existed resumes at level 0 and
+        # any other level is refused there (core.jobs.check_pinned: an absent key matches only None)
+        "injection": config.injection or None,
     }
     return Plan(config=config, model=model, bench=bench, out=out, items=items,
                 bench_families=sorted(set(family_by_item.values())), layers=layers,

@@ -96,7 +96,9 @@ def markdown(result: dict[str, Any]) -> str:
                     for k, v in meta["layers"].items()) + ".",
         (f"- Direction: label {prov.get('label')}={prov.get('positive')}, probe {prov.get('probe')}, position "
          f"{prov.get('position')}, condition {prov.get('condition')}, regimes {prov.get('regimes')}."),
-        f"- Target items: n={meta['n_items']} {'/'.join(meta['requests'])} items ({meta['n_resolved']} resolved, "
+        f"- Target items: n={meta['n_items']} {'/'.join(meta['requests'])} items"
+        + (f" of information-injection level {meta['injection']}" if meta.get("injection") else "")
+        + f" ({meta['n_resolved']} resolved, "
         f"{meta['n_unresolved']} unresolved) from {meta['n_families']} families, systems "
         f"{', '.join(meta['systems'])}; "
         + (f"held out: the {len(meta['fit_families'])} families the directions were fitted on are excluded "

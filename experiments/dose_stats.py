@@ -313,6 +313,7 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
         "fit_families": plan.fit_families,
         "excluded_families": plan.excluded,
         "requests": list(plan.config.requests),
+        "injection": plan.config.injection,
         "null_band_rule": ("n_random seeded random unit directions at the same layer and raw dose; the probe's "
                            "paired effect vs alpha 0 placed among theirs (percentile, z, p_null); band = 2.5-97.5 "
                            "percentiles of their point estimates (experiments.dose_null)"),

@@ -30,20 +30,31 @@ Choices where the seed is silent:
   interval and n, and beside it in the table stop-if-enough and test-if-needed; a level the run
   did not score says "not in scores.json".
 
-Not done here (what is left of issue 18 item 3): paired level-minus-level differences from one
-set of resamples (each level's interval is its own; their overlap is not a test), and the ladder
-inside `evprobe report`.
+Paired differences (each level against the reference level, 0 when swept, else the lowest):
+two intervals overlapping is not a test of a difference, so every level's difference is computed
+on the same resamples. Probe: the levels share their families and every sweep uses the same seed,
+so refit b (and fixed-model resample b) drew the same families at every level; the difference's
+interval is `probes.inference.refit_difference` on the per-refit differences (`--refits 0`: no
+difference is given). Behaviour: the run's scores.json holds level minus level 0 per resample
+(`bench.level_differences`). Steering: per level only, each dose-response folder with its own
+family-bootstrap intervals (its items are level L's; pairing across folders is not done).
 
-Outputs: LADDER/ladder.json, ladder.md (level x measure table), ladder.png (two panels: nested
+Steering (`--dose DIR [DIR ...]`, one `evprobe dose-response --injection L` folder per level; the
+level is read from each folder's dose_response.json): the cross-fitted headline per goal (induce
+measuring on resolved items, induce stopping on unresolved ones), its stop log-odds change in nats
+and stop-rate change in points, each with interval and n, and where it was chosen.
+
+Outputs: LADDER/ladder.json, ladder.md (level x measure tables), ladder.png (panels: nested
 AUROC per level with 95% interval bars and chance; min-cost choice rate per level with its
-interval).
+interval; with --dose, the cross-fitted stop log-odds change per goal and level). `evprobe report`
+shows ladder.md and ladder.png under "Information-injection ladder".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +81,8 @@ class LadderConfig:
     n_boot: int = setting(2000, "family bootstrap resamples")
     refits: int = setting(50, "family resamples on which the whole pipeline is refitted for the intervals")
     control_tasks: int = setting(20, "control tasks per layer and position (0: none)")
+    dose: tuple[str, ...] = setting((), "dose-response folders, one per level (evprobe dose-response --injection L) "
+                                    "for the steering panel")
     seed: int = setting(20260905, "seed of folds, shuffles, refits and bootstrap (the same at every level)")
 
 
@@ -86,6 +99,10 @@ class LevelPoint:
     position: str | None
     reason: str | None  # why there is no AUROC
     behaviour: dict[str, dict[str, Any]]  # BEHAVIOUR key -> {value, ci, n} (or {reason})
+    # paired against the reference level: {"vs", "value", "ci"} or {"vs", "reason"}; None at the reference
+    difference: dict[str, Any] | None = None
+    behaviour_difference: dict[str, dict[str, Any]] | None = None  # BEHAVIOUR key -> scores.json's difference
+    steering: dict[str, dict[str, Any]] | None = None  # goal -> {setting, log_odds_change, change} of --dose
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -107,6 +124,43 @@ def behaviour_by_level(scores: dict[str, Any], level: int) -> dict[str, dict[str
     return {k: block.get(k, {"reason": "not in scores.json"}) for k in BEHAVIOUR}
 
 
+def behaviour_difference(scores: dict[str, Any], level: int) -> dict[str, dict[str, Any]]:
+    """The BEHAVIOUR differences level minus level 0 in a run's scores.json (bench.level_differences)."""
+    block = scores.get("injection", {}).get("differences", {}).get(str(level))
+    if block is None:
+        return {k: {"reason": "no paired difference in scores.json (rescore the run)"} for k in BEHAVIOUR}
+    return {k: block.get(k, {"reason": "not in scores.json"}) for k in BEHAVIOUR}
+
+
+def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str, Any]]]:
+    """level -> goal -> {setting, log_odds_change, change, n_families} from dose-response folders
+    (the level is each folder's `meta.injection`; two folders of one level are refused)."""
+    from evprobe.core.errors import InputError
+
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    for folder in folders:
+        path = Path(folder) / "dose_response.json"
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"{path} not found; --dose takes folders written by `evprobe dose-response`") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: not valid JSON ({err}); rerun `evprobe dose-response` there") from None
+        level = int(doc.get("meta", {}).get("injection", 0))
+        if level in out:
+            raise InputError(f"{path}: a second dose-response folder of injection level {level}; give one per level")
+        goals = {}
+        for h in doc.get("headline") or []:
+            if h.get("readout", "logprobs") != "logprobs":
+                continue
+            where = ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in h["choices"]}))
+            goals[h["goal"]] = {"group": h["group"], "setting": where,
+                                "log_odds_change": h["target"].get("log_odds_change"),
+                                "change": h["target"].get("change")}
+        out[level] = goals or {"(none)": {"reason": doc.get("split", {}).get("skipped", "no cross-fitted headline")}}
+    return out
+
+
 def ladder(config: LadderConfig, *, progress: bool = True) -> list[LevelPoint]:
     """Sweep each level into OUT/L<level>/ and write ladder.json / .md / .png (module docstring)."""
     import numpy as np
@@ -125,36 +179,48 @@ def ladder(config: LadderConfig, *, progress: bool = True) -> list[LevelPoint]:
         raise InputError(f"the capture has no labelled rows of injection level {missing[0]} (levels there: "
                          f"{', '.join(map(str, present))}); capture with --injection {','.join(map(str, levels))}")
     scores = _read_scores(config.scores) if config.scores else None
+    steering = steering_by_level(config.dose) if config.dose else {}
+    reference = 0 if 0 in levels else min(levels)
     sweep_config = SweepConfig(n_splits=config.folds, seed=config.seed, n_boot=config.n_boot, refits=config.refits,
                                control_tasks=config.control_tasks, layers=config.layers, positions=config.positions)
     out = Path(config.out)
     points: list[LevelPoint] = []
     families: dict[int, list[str]] = {}
     methods: dict[int, str] = {}
+    draws: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
     for level in levels:
         sub = labelset.subset(row_levels == level, restriction=f"injection level {level}", reason="other injection level")
         fams = sorted(set(sub.families.tolist()))
         families[level] = fams
         behaviour = behaviour_by_level(scores, level) if scores is not None else {}
+        extra = {"behaviour_difference": behaviour_difference(scores, level)
+                 if scores is not None and level != reference and reference == 0 else None,
+                 "steering": steering.get(level)}
         reason = None
         if sub.y.min() == sub.y.max():
             reason = f"one class on all {sub.n} rows of this level"
         elif len(fams) < config.folds:
             reason = f"{len(fams)} families, fewer than the {config.folds} folds"
         if reason:
-            points.append(LevelPoint(level, sub.n, len(fams), None, (None, None), None, None, reason, behaviour))
+            points.append(LevelPoint(level, sub.n, len(fams), None, (None, None), None, None, reason, behaviour,
+                                     **extra))
             continue
         run = sweep_to_folder(cs, sub, out / f"L{level}", sweep_config, progress=f"level {level}" if progress else None)
         best = run.result.best
         methods[level] = run.result.intervals_json()["method"]
         if best is None or best.auroc.value is None:
             points.append(LevelPoint(level, sub.n, len(fams), None, (None, None), None, None,
-                                     "no nested estimate (every candidate degenerate)", behaviour))
+                                     "no nested estimate (every candidate degenerate)", behaviour, **extra))
             continue
+        draws[level] = run.result.intervals.nested_draws if run.result.intervals is not None else None
         points.append(LevelPoint(level, sub.n, len(fams), best.auroc.value, tuple(best.auroc.ci), best.layer,
-                                 best.position, None, behaviour))
+                                 best.position, None, behaviour, **extra))
     same = len({tuple(f) for f in families.values()}) <= 1
-    doc = {"label": labelset.title, "requests": list(config.requests), "model": cs.model,
+    points = [p if p.level == reference else replace(p, difference=_probe_difference(p, points, reference, draws, same))
+              for p in points]
+    doc = {"label": labelset.title, "requests": list(config.requests), "model": cs.model, "reference_level": reference,
+           "difference_methods": {"probe": DIFFERENCE_METHOD, "behaviour": "scores.json injection.differences_method",
+                                  "steering": "none: each level's folder has its own intervals"},
            "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
            "same_families_at_every_level": same, "interval_method": methods,
            "levels": [p.to_json() for p in points]}
@@ -162,9 +228,30 @@ def ladder(config: LadderConfig, *, progress: bool = True) -> list[LevelPoint]:
     from evprobe.core.files import atomic_write_bytes
 
     atomic_write_bytes(out / "ladder.json", (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
-    atomic_write_bytes(out / "ladder.md", ladder_markdown(points, labelset.title, same).encode("utf-8"))
+    atomic_write_bytes(out / "ladder.md", ladder_markdown(points, labelset.title, same, reference).encode("utf-8"))
     ladder_png(points, labelset.title, out / "ladder.png")
     return points
+
+
+DIFFERENCE_METHOD = ("nested AUROC of level L minus the reference level's on the same refits (same families, "
+                     "same seed): estimate +- t(B-1) x sd of the paired refit differences (probes.inference."
+                     "refit_difference); MOVER from the two levels' own intervals when they have no spread")
+
+
+def _probe_difference(p: LevelPoint, points: list[LevelPoint], reference: int,
+                      draws: dict[int, Any], same_families: bool) -> dict[str, Any]:
+    """The paired AUROC difference of `p` against the reference level (module docstring)."""
+    from evprobe.probes.inference import refit_difference
+
+    ref = next(q for q in points if q.level == reference)
+    if p.auroc is None or ref.auroc is None:
+        return {"vs": reference, "reason": "no nested estimate at one of the two levels"}
+    if not same_families:
+        return {"vs": reference, "reason": "the levels hold different families: no paired difference"}
+    if draws.get(p.level) is None or draws.get(reference) is None:
+        return {"vs": reference, "reason": "no refits (--refits 0): no paired difference"}
+    value, ci = refit_difference(p.auroc, draws[p.level], p.ci, ref.auroc, draws[reference], ref.ci, p.n_families)
+    return {"vs": reference, "value": value, "ci": list(ci), "n": p.n}
 
 
 def _read_scores(path: str) -> dict[str, Any]:
@@ -181,18 +268,26 @@ def _read_scores(path: str) -> dict[str, Any]:
         raise InputError(f"{p}: not valid JSON ({err}); rescore the run") from None
 
 
-def _fmt(value: float | None, ci: Any = None, n: int | None = None, pct: bool = False) -> str:
+def _fmt(value: float | None, ci: Any = None, n: int | None = None, pct: bool = False, sign: bool = False) -> str:
     if value is None:
         return "n/a"
-    f = (lambda v: f"{100 * v:.1f}") if pct else (lambda v: f"{v:.3f}")
+    f = (lambda v: f"{100 * v:{'+' if sign else ''}.1f}") if pct else (lambda v: f"{v:{'+' if sign else ''}.3f}")
     text = f(value)
     if ci is not None and ci[0] is not None:
         text += f" [{f(ci[0])}, {f(ci[1])}]"
     return text + (f" (n={n})" if n is not None else "")
 
 
-def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool) -> str:
-    """The level x measure table."""
+def _cell(est: dict[str, Any] | None, **fmt: Any) -> str:
+    if est is None:
+        return "not given"
+    if est.get("value") is None:
+        return f"n/a ({est['reason']})" if est.get("reason") else "n/a"
+    return _fmt(est["value"], est.get("ci"), est.get("n"), **fmt)
+
+
+def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, reference: int = 0) -> str:
+    """The level x measure tables: levels, paired differences against the reference, steering."""
     head = ["level", "name", f"probe AUROC {title} (nested, 95% CI)", "layer/position", "families"]
     head += [f"{k} % (95% CI)" for k in BEHAVIOUR]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -200,43 +295,84 @@ def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool) -
         auc = _fmt(p.auroc, p.ci, p.n) if p.reason is None else f"n/a ({p.reason})"
         where = "" if p.layer is None else f"{p.layer}/{p.position}"
         cells = [str(p.level), LEVEL_NAMES.get(p.level, ""), auc, where, str(p.n_families)]
-        for k in BEHAVIOUR:
-            b = p.behaviour.get(k)
-            cells.append("not given" if b is None else (b.get("reason") if "value" not in b else
-                                                         _fmt(b["value"], b.get("ci"), b.get("n"), pct=True)))
+        cells += [_cell(p.behaviour.get(k), pct=True) if p.behaviour else "not given" for k in BEHAVIOUR]
         lines.append("| " + " | ".join(cells) + " |")
     text = "# Information-injection ladder\n\n" + "\n".join(lines) + "\n"
     if not same_families:
         text += "\nWARNING: the levels do not hold the same families; their numbers are not comparable.\n"
-    text += ("\nEach level is its own sweep (LADDER/L<level>/sweep.md); intervals are per level: overlapping "
-             "intervals are not a test of a difference between levels.\n")
+    text += ("\nEach level is its own sweep (LADDER/L<level>/sweep.md); two levels' intervals overlapping is not a "
+             "test of their difference, which the next table gives.\n")
+    others = [p for p in points if p.level != reference]
+    if others:
+        head = ["level", f"probe AUROC minus level {reference} (paired refits)"]
+        head += [f"{k} minus level 0, points (paired resamples)" for k in BEHAVIOUR]
+        rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for p in others:
+            cells = [str(p.level), _cell(p.difference, sign=True)]
+            cells += ([_cell(p.behaviour_difference.get(k), pct=True, sign=True) for k in BEHAVIOUR]
+                      if p.behaviour_difference else ["not given"] * len(BEHAVIOUR))
+            rows.append("| " + " | ".join(cells) + " |")
+        text += (f"\n## Differences from level {reference}\n\nSame families and seed at every level, so refit "
+                 "(and bootstrap resample) b draws the same families at both levels and the difference is taken "
+                 "per resample.\n\n" + "\n".join(rows) + "\n")
+    steered = [p for p in points if p.steering]
+    if steered:
+        rows = ["| level | goal | chosen at | stop log-odds change, nats (95% CI) | stop-rate change, points (95% CI) |",
+                "|---|---|---|---|---|"]
+        for p in steered:
+            for goal, g in p.steering.items():
+                if "reason" in g:
+                    rows.append(f"| {p.level} | {goal} | n/a ({g['reason']}) | | |")
+                    continue
+                rows.append(f"| {p.level} | {goal} ({g['group']} items) | {g['setting']} | "
+                            f"{_cell(g.get('log_odds_change'), sign=True)} | {_cell(g.get('change'), pct=True, sign=True)} |")
+        text += ("\n## Steering per level\n\nThe cross-fitted headline of each level's dose-response folder "
+                 "(the same directions and alpha unit at every level; intervals per level, not paired).\n\n"
+                 + "\n".join(rows) + "\n")
     return text
 
 
 def ladder_png(points: list[LevelPoint], title: str, path: Path) -> Path:
-    """Two panels: nested AUROC per level with interval bars and chance; min-cost choice rate per level."""
+    """Panels: nested AUROC per level with interval bars and chance; min-cost choice rate per level;
+    with steering, the cross-fitted stop log-odds change per goal and level."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    def bars(ax, xs, values, cis, color):
+    def bars(ax, xs, values, cis, color, label=None):
         v = np.array([np.nan if x is None else x for x in values], dtype=float)
         lo = np.array([np.nan if c[0] is None else c[0] for c in cis], dtype=float)
         hi = np.array([np.nan if c[1] is None else c[1] for c in cis], dtype=float)
-        ax.errorbar(xs, v, yerr=[v - lo, hi - v], fmt="o-", color=color, capsize=4)
+        ax.errorbar(xs, v, yerr=[v - lo, hi - v], fmt="o-", color=color, capsize=4, label=label)
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    steered = any(p.steering for p in points)
+    fig, axes = plt.subplots(1, 3 if steered else 2, figsize=(15 if steered else 10, 4))
+    a, b = axes[0], axes[1]
     xs = [p.level for p in points]
     bars(a, xs, [p.auroc for p in points], [p.ci for p in points], "C0")
     a.axhline(0.5, ls=":", color="C7", label="chance")
     a.set(xlabel="injection level", ylabel="AUROC (nested, 95% CI)", title=f"probe {title}", ylim=(0.0, 1.05))
     a.legend(loc="lower right")
     mc = [p.behaviour.get("min_cost_choice", {}) for p in points]
-    bars(b, xs, [m.get("value") for m in mc], [tuple(m.get("ci", (None, None))) for m in mc], "C1")
-    b.set(xlabel="injection level", ylabel="min-cost choice rate (95% CI)", title="behaviour", ylim=(0.0, 1.05))
-    for ax in (a, b):
+    values = [None if m.get("value") is None else 100 * m["value"] for m in mc]  # percent, as the tables
+    cis = [tuple(None if c is None else 100 * c for c in m.get("ci", (None, None))) for m in mc]
+    bars(b, xs, values, cis, "C1")
+    b.set(xlabel="injection level", ylabel="min-cost choice, % (95% CI)", title="behaviour", ylim=(0.0, 105.0))
+    if steered:
+        c = axes[2]
+        goals = sorted({g for p in points for g in (p.steering or {}) if "reason" not in (p.steering or {})[g]})
+        for i, goal in enumerate(goals):
+            ests = [((p.steering or {}).get(goal) or {}).get("log_odds_change") or {} for p in points]
+            bars(c, xs, [e.get("value") for e in ests], [tuple(e.get("ci") or (None, None)) for e in ests],
+                 f"C{i + 2}", label=goal)
+        c.axhline(0.0, ls=":", color="C7")
+        c.set(xlabel="injection level", ylabel="stop log-odds change, nats (95% CI)",
+              title="steering (cross-fitted)")
+        if goals:
+            c.legend(loc="best", fontsize=8)
+    for ax in axes:
         ax.set_xticks(range(4), [f"{lv}\n{LEVEL_NAMES[lv]}" for lv in range(4)], fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -2,8 +2,9 @@
 folders hold (one folder per model or run).
 
 It gathers, in this order, whatever it finds under DIR: behavioural scores (`*/scores.md`), probe
-sweeps (`**/sweep.md`), directions and their geometry (`**/geometry.md`), dose-response
-(`**/dose_response.md`) and pair patching (`**/patching.md`), and copies every PNG beside them
+sweeps (`**/sweep.md`, except an `evprobe ladder` folder's per-level sweeps), directions and their
+geometry (`**/geometry.md`), dose-response (`**/dose_response.md`), pair patching
+(`**/patching.md`) and the information-injection ladder (`**/ladder.md`), and copies every PNG beside them
 into `DIR/report/`, so the report folder can be moved as a whole. Each part keeps its own numbers
 with their n and intervals; the report adds nothing it did not read.
 
@@ -36,7 +37,15 @@ PARTS = (
     ("Direction geometry", "geometry.md"),
     ("Dose-response", "dose_response.md"),
     ("Pair patching", "patching.md"),
+    ("Information-injection ladder", "ladder.md"),
 )
+LADDER_MD = "ladder.md"
+
+
+def _inside_ladder(path: Path) -> bool:
+    """A per-level sweep an `evprobe ladder` folder holds (LADDER/L<level>/sweep.md): the ladder's
+    part reports it, so the probe-sweep part does not repeat every level's sweep."""
+    return path.parent.name[:1] == "L" and (path.parent.parent / LADDER_MD).is_file()
 
 
 def _demote(markdown: str) -> str:
@@ -114,7 +123,7 @@ def build_report(
             (root, root_name, p)
             for root, root_name in zip(roots, names)
             for p in sorted(root.rglob(name))
-            if out_resolved not in p.resolve().parents
+            if out_resolved not in p.resolve().parents and not (name == "sweep.md" and _inside_ladder(p))
         ]
         if not paths:
             continue
@@ -131,7 +140,7 @@ def build_report(
                 lines += [f"![{png.stem} ({where})]({quote(target)})", ""]
     if not found:
         listed = ", ".join(str(r) for r in roots)
-        raise InputError(f"{listed}: found no scores.md, sweep.md, dose_response.md or patching.md to report")
+        raise InputError(f"{listed}: found no scores.md, sweep.md, dose_response.md, patching.md or ladder.md to report")
     path = out / "report.md"
     atomic_write_bytes(path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
     return path
@@ -140,9 +149,9 @@ def build_report(
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
-        help="gather scores, sweeps, dose-response and patching of a folder into one Markdown report",
+        help="gather scores, sweeps, dose-response, patching and the ladder of a folder into one Markdown report",
         description="Write DIR/report/report.md with the PNG plots beside it, from every scores.md, "
-        "sweep.md, geometry.md, dose_response.md and patching.md found under DIR.",
+        "sweep.md, geometry.md, dose_response.md, patching.md and ladder.md found under DIR.",
     )
     p.add_argument("roots", metavar="DIR", type=Path, nargs="+",
                    help="pipeline output folders, e.g. one quickstart or run folder per model")

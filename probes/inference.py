@@ -158,6 +158,9 @@ class RefitIntervals:
     n_refits: int
     seconds: float
     method: str = INTERVAL_METHOD
+    # the nested AUROC's draws: (refit values (B,), fixed-model bootstrap values (B,)), for paired
+    # differences between sweeps on the same families and seed (`refit_difference`); None without nesting
+    nested_draws: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def fixed_draws(scores: np.ndarray, y: np.ndarray, families: Sequence[str], boot) -> tuple[np.ndarray, np.ndarray]:
@@ -208,10 +211,36 @@ def sweep_refit_intervals(
 
     per_candidate = tuple(pair(oof_all[g], auc, acc, draws.per_candidate[:B, g], draws.accuracy[:B, g])
                           for g, (auc, acc) in enumerate(estimates))
-    nested_ci = test = None
+    nested_ci = test = nested_draws = None
     if nested is not None and draws.nested is not None and draws.nested_accuracy is not None:
         pooled, auc, acc = nested
         nested_ci = pair(pooled, auc, acc, draws.nested[:B], draws.nested_accuracy[:B])
+        if auc is not None and np.isfinite(pooled).any():
+            nested_draws = (draws.nested[:B].copy(), fixed_draws(pooled, y, families, boot)[0])
         if with_test:
             test = PermutationTest.of(float(draws.nested[B]), draws.nested[B + 1 :])
-    return RefitIntervals(per_candidate, nested_ci, test, n_refits, draws.seconds)
+    return RefitIntervals(per_candidate, nested_ci, test, n_refits, draws.seconds, nested_draws=nested_draws)
+
+
+def refit_difference(
+    a: float, a_draws: tuple[np.ndarray, np.ndarray], a_ci: tuple[float, float],
+    b: float, b_draws: tuple[np.ndarray, np.ndarray], b_ci: tuple[float, float],
+    n_families: int, level: float = LEVEL,
+) -> tuple[float, tuple[float, float]]:
+    """(a - b, its interval) of two nested AUROCs estimated on the same families with the same
+    seed (two sweeps of one capture's levels), so refit b and bootstrap resample b drew the same
+    families in both: `refit_interval`'s rule applied to the per-resample differences (the pairing
+    removes what the two share, e.g. hard families). a_draws, b_draws = (refit (B,), fixed (B,))
+    as `RefitIntervals.nested_draws`. Where the differences have no spread (identical sweeps) the
+    interval is the MOVER combination of the two estimates' own intervals, never a point.
+    The result is clipped to [-1, 1]."""
+    from scipy import stats
+
+    d = a - b
+    sd, k = refit_sd(a_draws[0] - b_draws[0], a_draws[1] - b_draws[1], n_families)
+    if sd > 0.0 and k >= 2:
+        half = float(stats.t.ppf(0.5 + level / 2, k - 1)) * sd
+        return d, (max(-1.0, d - half), min(1.0, d + half))
+    lo = d - float(np.hypot(a - a_ci[0], b_ci[1] - b))
+    hi = d + float(np.hypot(a_ci[1] - a, b - b_ci[0]))
+    return d, (max(-1.0, lo), min(1.0, hi))

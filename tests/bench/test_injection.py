@@ -10,6 +10,7 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.bench.edits import rewrite_items
@@ -176,3 +177,54 @@ def test_check_catches_wrong_level_3_readings(ladder_bench: Path, tmp_path: Path
     rewrite_items(bad, wrong)
     failed = _failed(bad, capsys)
     assert "Level 3 readings are the oracle's" in failed
+
+
+def _level_1_as_level_0(run_dir: Path, bench_dir: Path, flip: int) -> None:
+    """Rewrite a run's level-1 select replies to level 0's for the same decision, then make
+    `flip` of them (where level 0 missed) choose the reference action."""
+    from evprobe.bench.manifest import read_items
+
+    items = {it.item_id: it for it in read_items(bench_dir)}
+    rows = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    level0 = {r["item_id"]: r for r in rows if items[r["item_id"]].injection == 0}
+    flipped = 0
+    for r in rows:
+        it = items[r["item_id"]]
+        if it.injection != 1 or it.request != "select":
+            continue
+        base = level0[r["item_id"].removesuffix(".L1")]
+        assert it.options == items[base["item_id"]].options
+        r.update({k: base[k] for k in ("reply", "valid", "route", "choice", "action")})
+        if flipped < flip and r["action"] != it.reference_action:
+            letter = next(k for k, v in it.options.items() if v == it.reference_action)
+            r.update(reply=letter, choice=letter, action=it.reference_action)
+            flipped += 1
+    assert flipped == flip
+    (run_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_level_differences_are_paired_on_the_same_family_resamples(ladder_bench: Path, tmp_path: Path) -> None:
+    """Level 1's replies copied from level 0 give a difference of exactly 0 whose interval is
+    not a point (every resample's difference is 0; the MOVER interval stands in); with 3 of 24
+    decisions fixed the difference is +3/24 and its paired interval is far narrower than one that
+    ignored the pairing (MOVER from the two levels' own intervals), which is what an unpaired
+    implementation (another seed per level) would print."""
+    out = tmp_path / "run"
+    run(RunConfig(model="policy:random", bench=str(ladder_bench), out=str(out), requests=("select",),
+                  injection=(0, 1)), progress=False)
+    _level_1_as_level_0(out, ladder_bench, flip=0)
+    scores, _ = score_run(out, n_boot=400)
+    same = scores["injection"]["differences"]["1"]["min_cost_choice"]
+    assert same["value"] == 0.0 and same["n"] == 24
+    assert same["ci"][0] < 0.0 < same["ci"][1]
+
+    _level_1_as_level_0(out, ladder_bench, flip=3)
+    scores, _ = score_run(out, n_boot=400)
+    diff = scores["injection"]["differences"]["1"]["min_cost_choice"]
+    p0, p1 = scores["min_cost_choice"], scores["injection"]["levels"]["1"]["min_cost_choice"]
+    assert diff["value"] == pytest.approx(3 / 24) == pytest.approx(p1["value"] - p0["value"])
+    assert diff["ci"][0] <= diff["value"] <= diff["ci"][1]
+    mover = (np.hypot(p1["value"] - p1["ci"][0], p0["ci"][1] - p0["value"])
+             + np.hypot(p1["ci"][1] - p1["value"], p0["value"] - p0["ci"][0]))
+    assert diff["ci"][1] - diff["ci"][0] < 0.5 * mover
+    assert "paired on the same family resamples" in (out / "scores.md").read_text()

@@ -208,3 +208,17 @@ def test_a_saturated_paired_change_never_collapses() -> None:
     lo, hi = saturated_change(inner, np.array([0.6]), (np.array([0.5]), np.array([0.7])),
                               np.array([0.4]), (np.array([0.3]), np.array([0.5])))
     assert (lo[0], hi[0]) == (0.1, 0.3)
+
+
+def test_a_paired_change_where_every_unit_agrees_is_widened_too() -> None:
+    """Two conditions with identical replies at 60%: every resample's change is 0, so the paired
+    bootstrap prints +0 [+0, +0]; the MOVER interval from the two cluster intervals stands in."""
+    from evprobe.core.proportion import cluster_interval, saturated_change
+
+    num = np.array([[3.0], [2.0], [4.0], [1.0], [2.0]] * 6)  # 30 families of 4 items, 12/20 = 60%
+    den = np.full_like(num, 4.0)
+    ci = cluster_interval(num, den)
+    p = np.array([num.sum() / den.sum()])
+    lo, hi = saturated_change((np.array([0.0]), np.array([0.0])), p, ci, p, ci)
+    assert lo[0] < 0.0 < hi[0]
+    assert hi[0] == pytest.approx(np.sqrt((ci[1][0] - p[0]) ** 2 + (p[0] - ci[0][0]) ** 2))

@@ -23,14 +23,19 @@ STRENGTH = {0: 0.0, 1: 1.0, 2: 2.0, 3: 4.0}
 FAST = dict(refits=20, n_boot=500, control_tasks=4)
 
 
-def level_capture(path: Path, strengths: dict[int, float], n_families: int = 24) -> Path:
+def level_capture(path: Path, strengths: dict[int, float], n_families: int = 24,
+                  jitter: dict[int, float] | None = None) -> Path:
     """Rows of `reference_rows` once per level (ids suffixed as bench.injection does), the label
-    `resolved` planted along one direction at layer 1 with the level's strength."""
+    `resolved` planted along one direction at layer 1 with the level's strength. With `jitter`,
+    a level is level 0's activations plus N(0, jitter^2) noise (a level almost identical to 0)."""
     base = reference_rows(n_families)
     y = np.array([r["resolved"] for r in base], dtype=np.int8)
     rows, acts = [], []
     for level, strength in strengths.items():
         a, _ = planted_acts(y, 2, 1, 16, signal_layers=(1,), strength=strength, seed=level, direction=np.eye(16)[0])
+        if jitter and level in jitter:
+            noise = np.random.default_rng(100 + level).standard_normal(acts[0].shape) * jitter[level]
+            a = (acts[0].astype(np.float32) + noise).astype(acts[0].dtype)
         acts.append(a)
         sfx = f".L{level}" if level else ""
         for r in base:
@@ -71,6 +76,64 @@ def test_the_ladder_rises_with_the_planted_signal(tmp_path: Path, scored_run: Pa
     assert points[2]["behaviour"]["min_cost_choice"] == scores["injection"]["levels"]["2"]["min_cost_choice"]
     table = (tmp_path / "ladder" / "ladder.md").read_text()
     assert "| 3 | oracle guidance |" in table and (tmp_path / "ladder" / "ladder.png").stat().st_size > 0
+    # paired differences against level 0: the probe's from the same refits, behaviour's from scores.json
+    assert doc["reference_level"] == 0 and points[0]["difference"] is None
+    d3 = points[3]["difference"]
+    assert d3["vs"] == 0 and d3["value"] == pytest.approx(auc[3] - auc[0]) and d3["ci"][0] > 0.1
+    assert points[2]["behaviour_difference"]["min_cost_choice"] == \
+        scores["injection"]["differences"]["2"]["min_cost_choice"]
+    assert "## Differences from level 0" in table
+    # `evprobe report` shows the ladder, and not each level's sweep again under "Probe sweeps"
+    assert main(["report", str(tmp_path / "ladder"), "--out", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    headings = [line for line in report.splitlines() if line.startswith("#")]
+    assert "## Information-injection ladder" in headings and "#### Differences from level 0" in headings
+    assert "## Probe sweeps" not in headings and "](ladder.png)" in report
+
+
+def test_paired_probe_differences(tmp_path: Path) -> None:
+    """A level identical to level 0 differs by exactly 0 on every refit: the interval is the MOVER
+    combination of the two levels' intervals, never a point. A level that is level 0 plus a little
+    noise differs on each refit by little, so the paired interval is far narrower than one that
+    ignored the pairing (MOVER from the levels' own intervals), what two unpaired sweeps (another
+    seed, other families per refit) would give."""
+    acts = level_capture(tmp_path / "same", {0: 1.5, 1: 1.5}, jitter={1: 0.0})
+    same = ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "same_out"), **FAST), progress=False)
+    d = same[1].difference
+    assert same[1].auroc == same[0].auroc and d["value"] == 0.0 and d["ci"][0] < 0.0 < d["ci"][1]
+    acts = level_capture(tmp_path / "near", {0: 1.5, 1: 1.5}, jitter={1: 0.1})
+    near = ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "near_out"), **FAST), progress=False)
+    a, b, d = near[1], near[0], near[1].difference
+    assert d["ci"][0] <= d["value"] <= d["ci"][1] and d["ci"][0] < d["ci"][1]
+    mover = np.hypot(a.auroc - a.ci[0], b.ci[1] - b.auroc) + np.hypot(a.ci[1] - a.auroc, b.auroc - b.ci[0])
+    assert d["ci"][1] - d["ci"][0] < 0.5 * mover
+    none = ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "none_out"), **{**FAST, "refits": 0}),
+                  progress=False)
+    assert none[1].difference["reason"] == "no refits (--refits 0): no paired difference"
+
+
+def test_the_steering_panel_reads_one_dose_folder_per_level(tmp_path: Path) -> None:
+    def dose(folder: str, level: int, nats: float) -> Path:
+        est = {"value": nats, "ci": [nats - 1, nats + 1], "n": 40}
+        doc = {"meta": {"injection": level}, "headline": [
+            {"readout": "logprobs", "goal": "induce measuring", "group": "resolved", "choices": [
+                {"layer": 3, "alpha": 0.875}, {"layer": 3, "alpha": 1.0}],
+             "target": {"log_odds_change": est, "change": {"value": -0.5, "ci": [-0.6, -0.4], "n": 40}}}]}
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "dose_response.json").write_text(json.dumps(doc))
+        return tmp_path / folder
+
+    acts = level_capture(tmp_path / "acts", {0: 1.0, 2: 1.0})
+    folders = (str(dose("d0", 0, -9.0)), str(dose("d2", 2, -4.0)))
+    points = ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "out"), dose=folders, **FAST), progress=False)
+    steer = {p.level: p.steering["induce measuring"] for p in points}
+    assert steer[0]["log_odds_change"]["value"] == -9.0 and steer[2]["log_odds_change"]["value"] == -4.0
+    assert steer[2]["setting"] == "L3 alpha +0.875, L3 alpha +1"
+    md = (tmp_path / "out" / "ladder.md").read_text()
+    assert "| 2 | induce measuring (resolved items) | L3 alpha +0.875, L3 alpha +1 | -4.000 [-5.000, -3.000] (n=40)" in md
+    with pytest.raises(InputError, match="a second dose-response folder of injection level 0"):
+        ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "o2"), dose=(folders[0], folders[0]), **FAST),
+               progress=False)
 
 
 def test_a_ladder_that_ignored_the_level_would_be_caught(tmp_path: Path) -> None:
