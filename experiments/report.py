@@ -1,7 +1,13 @@
 """`evprobe report DIR [DIR ...]`: one self-contained Markdown report of everything pipeline
 folders hold (one folder per model or run).
 
-It gathers, in this order, whatever it finds under DIR: behavioural scores (`*/scores.md`), probe
+Page one, report.md, reads in two minutes (experiments.report_summary): what model and what was
+run, one headline figure, one table of the headline numbers with intervals and n, and sentences
+saying what they show; it links one detail page per part (`details-<part>.md`, every plot with a
+caption saying what to look for), and report.html holds every page in one self-contained file
+(figures inline; experiments.report_html).
+
+The detail pages gather, in this order, whatever they find under DIR: behavioural scores (`*/scores.md`), probe
 sweeps (`**/sweep.md`, except an `evprobe ladder` folder's per-level sweeps), directions and their
 geometry (`**/geometry.md`), dose-response (`**/dose_response.md`), pair patching
 (`**/patching.md`) and the information-injection ladder (`**/ladder.md`), and copies every PNG beside them
@@ -98,12 +104,60 @@ def _fresh_scores_md(path: Path) -> None:
         load_scores(path.parent)
 
 
+# What to look for in each kind of plot (by the PNG's stem up to its first dot), as its caption.
+CAPTIONS = {
+    "sweep": "AUROC by layer and position with 95% intervals. Look for the layer where the curve leaves chance "
+             "and rises above the control tasks; the nested estimate (chosen without test labels) is the number "
+             "to quote, not the highest point.",
+    "transfer-system": "AUROC of a probe fitted on one system (row) and tested on another (column). A direction "
+                       "shared across systems keeps the off-diagonal cells near the diagonal.",
+    "geometry": "Cosine similarity between directions. Directions of one feature fitted on different halves or "
+                "systems should agree; a direction close to another label's measures that label too.",
+    "stop_rate": "Stop rate against the dose, paired against alpha = 0, with the random directions' band. Look for "
+                 "doses where the probe's curve leaves the band, in the direction its sign predicts.",
+    "log_odds": "Stop log-odds (nats) against the dose, paired against alpha = 0, with the random directions' band; "
+                "unsaturated, so it shows effects a rate at 0% or 100% hides.",
+    "min_cost_accuracy": "Minimum-cost accuracy against the dose: steering that moves the stop rate but breaks "
+                         "the choice shows here as a fall.",
+    "missing_test_rate": "Rate of buying the missing property's test against the dose: the useful way to stop "
+                         "stopping.",
+    "useless_test_rate": "Rate of useless tests (free fall, or repeating the initial test) against the dose: a "
+                         "rise means the steering breaks the model rather than changes its belief.",
+    "patching": "Share of the gap closed and interchange-intervention accuracy by layer and position, with "
+                "values and 95% intervals. Look for where patching the other pair member's state flips the choice.",
+    "ladder": "Probe AUROC, behaviour and (with --dose) steering by information-injection level. Read level "
+              "differences from the paired table, not from overlapping bars.",
+}
+
+
+def caption(stem: str) -> str:
+    """What to look for in a plot named `stem` (e.g. `stop_rate.bouncing`, `generate.stop_rate`)."""
+    parts = stem.split(".")
+    key = next((p for p in parts if p in CAPTIONS), parts[0])
+    text = CAPTIONS.get(key, "")
+    scope = [p for p in parts if p not in CAPTIONS and p != "generate"]
+    if scope and key in CAPTIONS:
+        text += f" ({', '.join(scope)} only.)"
+    if "generate" in parts:
+        text += " Readout: the generated reply."
+    return text
+
+
+def _slug(heading: str) -> str:
+    return "details-" + re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-") + ".md"
+
+
 def build_report(
-    roots: Path | list[Path], *, title: str, banner: str | None = None, out: Path | None = None
+    roots: Path | list[Path], *, title: str, banner: str | None = None, out: Path | None = None,
+    html: bool = True,
 ) -> Path:
-    """Write `out/report.md` (default: the first root's `report/`) with the PNGs it cites, from the
-    parts found under every root (one root per model or run, in the order given). Every copied
-    PNG and every part is named after its own root, so same-named roots never collide."""
+    """Write `out/report.md` (default: the first root's `report/`): page one (experiments.report_summary:
+    the headline figure, table and sentences) linking one detail page per part found under the roots
+    (`details-<part>.md`, every plot with its caption), the PNGs they cite, and with `html` a
+    self-contained report.html of all pages. Every copied PNG and every part is named after its own
+    root, so same-named roots never collide."""
+    from evprobe.experiments.report_summary import summary_markdown
+
     roots = [Path(r) for r in ([roots] if isinstance(roots, (str, Path)) else roots)]
     for root in roots:
         if not root.is_dir():
@@ -113,11 +167,8 @@ def build_report(
     out = Path(out) if out is not None else roots[0] / "report"
     out.mkdir(parents=True, exist_ok=True)
     out_resolved = out.resolve()
-    lines = [f"# {title}", ""]
-    if banner:
-        lines += [f"> **{banner}**", ""]
-    found = 0
     used: dict[str, Path] = {}  # report file name -> the PNG copied under it
+    details: list[tuple[str, str]] = []  # (heading, page file name)
     for heading, name in PARTS:
         paths = [
             (root, root_name, p)
@@ -127,9 +178,8 @@ def build_report(
         ]
         if not paths:
             continue
-        lines += [f"## {heading}", ""]
+        lines = [f"# {title}", "", "[Back to the summary](report.md)", "", f"## {heading}", ""]
         for root, root_name, path in paths:
-            found += 1
             _fresh_scores_md(path)
             rel = path.parent.relative_to(root)
             where = root_name / rel if len(roots) > 1 else rel
@@ -138,11 +188,21 @@ def build_report(
                 target = _target_name(where, png.resolve(), used)
                 shutil.copyfile(png, out / target)
                 lines += [f"![{png.stem} ({where})]({quote(target)})", ""]
-    if not found:
+                if caption(png.stem):
+                    lines += [f"*{caption(png.stem)}*", ""]
+        page = _slug(heading)
+        atomic_write_bytes(out / page, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
+        details.append((heading, page))
+    if not details:
         listed = ", ".join(str(r) for r in roots)
-        raise InputError(f"{listed}: found no scores.md, sweep.md, dose_response.md, patching.md or ladder.md to report")
+        raise InputError(f"{listed}: found no scores.md, sweep.md, dose_response.md, patching.md or ladder.md "
+                         "to report")
     path = out / "report.md"
-    atomic_write_bytes(path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
+    atomic_write_bytes(path, (summary_markdown(roots, out, title, banner, details).rstrip() + "\n").encode("utf-8"))
+    if html:
+        from evprobe.experiments.report_html import write_html
+
+        write_html(out, title, ["report.md", *(page for _, page in details)])
     return path
 
 
@@ -163,5 +223,5 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     title = args.title or "evprobe report: " + ", ".join(str(n) for n in _root_names(_distinct(args.roots)))
     path = build_report(args.roots, title=title, out=args.out)
-    print(f"wrote {path}")
+    print(f"wrote {path} (and report.html beside it)")
     return 0

@@ -43,11 +43,18 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
     assert tail[1].startswith("probe: sufficiency decoded at AUROC") and "nested estimate" in tail[1]
     assert tail[2].startswith("steering (induce measuring") and tail[3].startswith("steering (induce stopping")
     assert tail[4] == "report: out/quickstart/report/report.md"
-    report = (tmp_path / "out" / "quickstart" / "report" / "report.md").read_text()
-    for part in ("## Known-answer checks", "## Behaviour", "## Probe sweeps", "## Dose-response", "## Pair patching",
-                 "model organism", "Known-answer checks: all passed"):
-        assert part in report
-    assert "(n=" in report and list((tmp_path / "out" / "quickstart" / "report").glob("*.png"))
+    folder = tmp_path / "out" / "quickstart" / "report"
+    page_one = (folder / "report.md").read_text()
+    # page one reads in two minutes: the figure, the headline table with intervals and n, sentences
+    assert len(page_one.splitlines()) < 60 and "](summary.png)" in page_one and (folder / "summary.png").is_file()
+    assert "| minimum-cost choice (%) | 100.0 [" in page_one and "| known-answer checks passed | 7 of 7 |" in page_one
+    assert "model organism" in page_one and "Known-answer checks: all passed" in page_one
+    details = "\n".join(p.read_text() for p in sorted(folder.glob("details-*.md")))
+    for part in ("## Known-answer checks", "## Behaviour", "## Probe sweeps", "## Dose-response", "## Pair patching"):
+        assert part in details
+    assert "(n=" in details and list(folder.glob("*.png"))
+    html = (folder / "report.html").read_text()
+    assert html.count("<img ") == html.count('<img src="data:image/png;base64,') > 20  # every figure inline
 
 
 def test_every_documented_flag_exists() -> None:

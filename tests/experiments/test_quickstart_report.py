@@ -29,14 +29,23 @@ def test_report_needs_something_to_report(tmp_path: Path, capsys) -> None:
     assert main(["report", str(tmp_path / "missing")]) == 2
 
 
+def _pages(report: Path) -> str:
+    """Every detail page of a report folder, in the order page one links them."""
+    links = re.findall(r"^- \[[^\]]+\]\((details-[^)]+\.md)\)$", (report / "report.md").read_text(), flags=re.M)
+    return "\n".join((report / link).read_text() for link in links)
+
+
 def test_report_gathers_parts_and_plots(tmp_path: Path) -> None:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "scores.md").write_text("# model\n\n## Choice\n\n| a | 1.0 [1.0, 1.0] (n=4) |\n")
     (tmp_path / "run" / "plot.png").write_bytes(b"\x89PNG")
     assert main(["report", str(tmp_path), "--title", "T"]) == 0
-    text = (tmp_path / "report" / "report.md").read_text()
+    page_one = (tmp_path / "report" / "report.md").read_text()
+    assert page_one.startswith("# T") and "- [Behaviour](details-behaviour.md)" in page_one
+    text = (tmp_path / "report" / "details-behaviour.md").read_text()
     assert text.startswith("# T") and "## Behaviour" in text and "### model" in text and "#### Choice" in text
     assert "(run__plot.png)" in text and (tmp_path / "report" / "run__plot.png").is_file()
+    assert "[Back to the summary](report.md)" in text
 
 
 def test_report_over_several_models(tmp_path: Path) -> None:
@@ -45,7 +54,7 @@ def test_report_over_several_models(tmp_path: Path) -> None:
         (tmp_path / model / "run" / "scores.md").write_text(f"# {model}\n\n| a | 0.5 [0.4, 0.6] (n=8) |\n")
     out = tmp_path / "both"
     assert main(["report", str(tmp_path / "qwen"), str(tmp_path / "smol"), "--out", str(out)]) == 0
-    text = (out / "report.md").read_text()
+    text = _pages(out)
     assert "### qwen" in text and "### smol" in text and "`qwen/run/scores.md`" in text
 
 
@@ -68,7 +77,7 @@ def test_report_keeps_same_named_folders_apart(tmp_path: Path) -> None:
     report = tmp_path / "report"
     roots = [str(tmp_path / "runs" / run / "out") for run in ("a", "b")]
     assert main(["report", *roots, "--out", str(report)]) == 0
-    text = (report / "report.md").read_text()
+    text = _pages(report)
     sections = re.split(r"\*From `", text)[1:]
     assert [s.split("`", 1)[0] for s in sections] == [
         "a/out/run/scores.md", "b/out/run/scores.md", "a/out/sweep.md", "b/out/sweep.md"]
@@ -100,7 +109,7 @@ def test_report_rescores_a_run_whose_records_changed(small_bench: Path, tmp_path
     fresh = (run_dir / "scores.md").read_text()
     assert fresh != stale
     assert json.loads((run_dir / "scores.json").read_text())["records"]["n_records"] == 40
-    text = (tmp_path / "model" / "report" / "report.md").read_text()
+    text = _pages(tmp_path / "model" / "report")
     assert _rows(fresh) <= set(text.splitlines())  # every table row of the fresh scores
     stale_only = _rows(stale) - _rows(fresh)
     assert stale_only and not stale_only & set(text.splitlines())  # none of the stale ones

@@ -1,0 +1,272 @@
+"""Page one of `evprobe report`: what was run, one headline figure, one table of the headline
+numbers (each with its interval and n) and sentences saying what they show.
+
+Sources, each the first found under the report's folders (a part that is absent is left out and
+the page says so): behaviour from `scores.json`, the probe from the `sweep.json` of label
+`resolved` (else the first sweep), steering from `dose_response.json`, the known-answer checks
+from `known_answer.json`. Nothing is computed here that the parts do not hold: the page reads
+their numbers, never re-derives them.
+
+The headline figure (`summary.png`):
+- left: the probe's AUROC by layer at the position the nested estimate chose, with each layer's
+  95% interval as a band, the control tasks' mean AUROC at each layer (Hewitt and Liang: what a
+  probe reaches on a random function of the cell; a probe worth reading sits above it), chance,
+  and the nested estimate (layer and position chosen without test labels) as a point with its
+  interval;
+- right: the dose-response at the layer the cross-fitted headline chose: the paired change of the
+  stop log-odds (nats) against alpha, for resolved and unresolved items with their intervals,
+  beside the random directions' 2.5-97.5% band at the same doses.
+Units: AUROC as a number in [0, 1]; rates in percent and changes of rates in points; log-odds in
+nats (the same as every table of the report).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The JSON files the summary reads (None where the folders hold none)."""
+
+    scores: Path | None
+    sweep: Path | None
+    dose: Path | None
+    known_answer: Path | None
+
+
+def _first(roots: list[Path], name: str, skip: Path | None, prefer: str | None = None) -> Path | None:
+    found = [p for root in roots for p in sorted(root.rglob(name))
+             if skip is None or skip not in p.resolve().parents]
+    if prefer:
+        preferred = [p for p in found if p.parent.name == prefer]
+        found = preferred or found
+    return found[0] if found else None
+
+
+def find_sources(roots: list[Path], out: Path | None = None) -> Sources:
+    skip = out.resolve() if out is not None else None
+    # a per-level sweep of a ladder (LADDER/L<level>/sweep.json) is not the headline probe
+    sweeps = [p for root in roots for p in sorted(root.rglob("sweep.json"))
+              if (skip is None or skip not in p.resolve().parents)
+              and not (p.parent.name[:1] == "L" and (p.parent.parent / "ladder.md").is_file())]
+    preferred = [p for p in sweeps if p.parent.name == "resolved"]
+    sweep = (preferred or sweeps or [None])[0]
+    return Sources(_first(roots, "scores.json", skip), sweep, _first(roots, "dose_response.json", skip),
+                   _first(roots, "known_answer.json", skip))
+
+
+def _load(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None  # the part's own page shows what it holds; the summary leaves it out
+
+
+def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
+                  known: dict | None) -> list[tuple[str, str, str]]:
+    """(measure, estimate with interval and n, what it is) rows of the headline table."""
+    from evprobe.bench.score_report import pct, plain, points
+    from evprobe.experiments.dose_report import fmt_estimate
+
+    rows = []
+    if scores:
+        rows.append(("minimum-cost choice (%)", pct(scores.get("min_cost_choice")),
+                     "selections where the model bought exactly what the decision needs"))
+        rows.append(("stop if enough (%)", pct(scores.get("stop_if_enough")), "resolved decisions answered at once"))
+        rows.append(("test if needed (%)", pct(scores.get("test_if_needed")),
+                     "unresolved decisions that bought the missing measurement"))
+    best = (sweep or {}).get("best") or {}
+    if best.get("layer") is not None:
+        e = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n")}
+        rows.append((f"probe AUROC, {sweep.get('label', 'label')} (nested)", plain(e),
+                     f"layer {best['layer']}, position {best['position']}, chosen without test labels"))
+        sel = _row_at(sweep, best["layer"], best["position"]).get("selectivity")
+        if sel:
+            rows.append(("selectivity (AUROC minus control tasks)", plain(sel),
+                         "above 0: the probe reads more than a random function of the cell"))
+    for h in (dose or {}).get("headline") or []:
+        if h.get("readout", "logprobs") != "logprobs":
+            continue
+        where = ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in h["choices"]}))
+        t = h["target"]
+        rows.append((f"steering: {h['goal']}, stop log-odds change (nats)",
+                     fmt_estimate(t.get("log_odds_change"), "log_odds"),
+                     f"{h['group']} items, cross-fitted at {where}"))
+        rows.append((f"steering: {h['goal']}, stop-rate change (points)", points(t.get("change")),
+                     f"{h['group']} items, same setting"))
+    if known:
+        checks = known.get("checks") or []
+        passed = sum(1 for c in checks if c.get("passed") is True)
+        rows.append(("known-answer checks passed", f"{passed} of {len(checks)}", "the organism's planted answers"))
+    return rows
+
+
+def _row_at(sweep: dict, layer: int, position: str) -> dict[str, Any]:
+    return next((r for r in sweep.get("rows", []) if r["layer"] == layer and r["position"] == position), {})
+
+
+def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> list[str]:
+    """What the headline numbers show, and what they do not, in a few generated sentences."""
+    from evprobe.bench.score_report import pct, plain
+
+    out = []
+    if scores and (m := scores.get("min_cost_choice")) and m.get("value") is not None:
+        out.append(f"Behaviour: the model chose the minimum-cost action on {pct(m)} of its selections; the "
+                   "detail page splits this by resolved and unresolved decisions and by system.")
+    best = (sweep or {}).get("best") or {}
+    if best.get("layer") is not None:
+        row = _row_at(sweep, best["layer"], best["position"])
+        sel = (row.get("selectivity") or {})
+        lo = (best.get("ci") or [None])[0]
+        strength = ("above chance" if lo is not None and lo > 0.5 else "not distinguishable from chance")
+        text = (f"Probe: {sweep.get('label', 'the label')} is decodable at AUROC "
+                f"{plain({'value': best.get('auroc'), 'ci': best.get('ci'), 'n': best.get('n')})}, {strength}, at "
+                f"layer {best['layer']} / {best['position']} (nested estimate: chosen on training folds only).")
+        if sel.get("value") is not None:
+            text += (" Against control tasks its selectivity is " + plain(sel)
+                     + ("; decodability alone does not show the model uses it (the steering below tests that)."
+                        if sel.get("selective") else "; it is not selective: a random function of the cell is "
+                        "decoded as well."))
+        out.append(text)
+    for h in (dose or {}).get("headline") or []:
+        if h.get("readout", "logprobs") != "logprobs":
+            continue
+        null = ((h["target"].get("null") or {}).get("log_odds") or {})
+        e = h["target"].get("log_odds_change") or {}
+        if e.get("value") is None:
+            continue
+        outside = (null.get("lo") is not None and e.get("ci") and
+                   (e["ci"][1] < null["lo"] or e["ci"][0] > null["hi"]))
+        band = (f"the {null.get('n_directions')} random directions' band is {null['lo']:+.2f} to {null['hi']:+.2f} "
+                "nats" if null.get("lo") is not None else "no random directions were run")
+        out.append(f"Steering ({h['goal']}): the probe direction moved the {h['group']} items' stop log-odds by "
+                   f"{e['value']:+.2f} nats [{e['ci'][0]:+.2f}, {e['ci'][1]:+.2f}] (n={e.get('n')}); {band}, so the "
+                   f"effect is {'outside' if outside else 'not outside'} what a random direction of the same size does.")
+    return out
+
+
+def summary_png(sweep: dict | None, dose: dict | None, path: Path) -> Path | None:
+    """The headline figure (module docstring); None when neither a sweep nor a dose-response exists."""
+    best = (sweep or {}).get("best") or {}
+    have_probe = best.get("layer") is not None
+    layer = _steered_layer(dose)
+    if not have_probe and layer is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    panels = int(have_probe) + int(layer is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
+    k = 0
+    if have_probe:
+        ax = axes[0][k]
+        k += 1
+        rows = sorted((r for r in sweep["rows"] if r["position"] == best["position"] and r.get("auroc") is not None),
+                      key=lambda r: r["layer"])
+        xs = np.array([r["layer"] for r in rows])
+        ax.plot(xs, [r["auroc"] for r in rows], "o-", color="C0", label=f"probe ({best['position']})")
+        ax.fill_between(xs, [r["ci"][0] for r in rows], [r["ci"][1] for r in rows], color="C0", alpha=0.2,
+                        label="95% interval")
+        ctl = [(r["layer"], r["control_tasks"]["mean"]) for r in rows if (r.get("control_tasks") or {}).get("mean")]
+        if ctl:
+            ax.plot(*zip(*ctl), "s--", color="C3", label="control tasks (mean)")
+        ax.axhline(0.5, ls=":", color="C7", label="chance")
+        lo, hi = best["ci"]
+        ax.errorbar([best["layer"]], [best["auroc"]], yerr=[[best["auroc"] - lo], [hi - best["auroc"]]], fmt="*",
+                    ms=14, color="k", capsize=4, label="nested estimate")
+        ax.set(xlabel="layer", ylabel="AUROC", ylim=(0.0, 1.05),
+               title=f"probe: {sweep.get('label', '')} by layer")
+        ax.set_xticks(xs)
+        ax.legend(loc="lower right", fontsize=8)
+    if layer is not None:
+        ax = axes[0][k]
+        _dose_panel(ax, dose, layer)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _steered_layer(dose: dict | None) -> int | None:
+    """The layer the cross-fitted headline chose most often (the lower on ties); None without one."""
+    layers = [c["layer"] for h in (dose or {}).get("headline") or [] if h.get("readout", "logprobs") == "logprobs"
+              for c in h["choices"]]
+    if not layers:
+        return None
+    return min(set(layers), key=lambda x: (-layers.count(x), x))
+
+
+def _dose_panel(ax, dose: dict, layer: int) -> None:
+    rows = [r for r in dose["rows"] if r["readout"] == "logprobs" and r["system"] == "all"
+            and r["measure"] == "log_odds" and (r["kind"] == "baseline" or (r["kind"] == "probe" and r["layer"] == layer))]
+    for i, group in enumerate(("resolved", "unresolved")):
+        pts = sorted((r["alpha"], r["delta_vs_0"]) for r in rows if r["group"] == group)
+        if not pts:
+            continue
+        xs = [a for a, _ in pts]
+        vs = [d["value"] for _, d in pts]
+        los = [d["value"] - d["ci"][0] for _, d in pts]
+        his = [d["ci"][1] - d["value"] for _, d in pts]
+        ax.errorbar(xs, vs, yerr=[los, his], fmt="o-", color=f"C{i}", capsize=3, label=f"probe, {group} items")
+    for i, group in enumerate(("resolved", "unresolved")):
+        band = [(b["alpha"], b["effect_lo"], b["effect_hi"]) for b in dose.get("null_band", [])
+                if b["readout"] == "logprobs" and b["layer"] == layer and b["system"] == "all"
+                and b["measure"] == "log_odds" and b["group"] == group]
+        if band:
+            pairs = sorted([(0.0, 0.0, 0.0), *band])  # alpha = 0 is the unsteered model: no spread
+            ax.fill_between([a for a, _, _ in pairs], [lo for _, lo, _ in pairs], [hi for _, _, hi in pairs],
+                            color=f"C{i}", alpha=0.15, label=f"random directions, {group} (2.5-97.5%)")
+    ax.axhline(0.0, ls=":", color="C7")
+    ax.set(xlabel="alpha (mean residual norms; + toward measuring)", ylabel="change in stop log-odds (nats)",
+           title=f"steering at layer {layer} (cross-fitted choice)")
+    ax.legend(loc="best", fontsize=8)
+
+
+def summary_markdown(roots: list[Path], out: Path, title: str, banner: str | None,
+                     details: list[tuple[str, str]]) -> str:
+    """Page one (module docstring). `details`: (heading, relative link) of each detail page."""
+    src = find_sources(roots, out)
+    scores, sweep, dose, known = (_load(p) for p in (src.scores, src.sweep, src.dose, src.known_answer))
+    lines = [f"# {title}", ""]
+    if banner:
+        lines += [f"> **{banner}**", ""]
+    model = (dose or {}).get("meta", {}).get("model") or (sweep or {}).get("model")
+    if not model and src.scores is not None:
+        run_json = _load(src.scores.parent / "run.json")
+        model = ((run_json or {}).get("config") or {}).get("model")
+    lines += ["## Summary", "", f"- Model: `{model or 'not recorded'}`.",
+              "- Run: " + ", ".join(h for h, _ in details) + "." if details else "- Run: nothing found.", ""]
+    png = summary_png(sweep, dose, out / "summary.png")
+    if png is not None:
+        lines += ["![Headline: probe AUROC by layer with control tasks; dose-response at the chosen layer with "
+                  "the random-direction band](summary.png)", "",
+                  "*Left: a probe worth reading rises above the control tasks and chance; the star is the honest "
+                  "estimate. Right: steering works where the probe's curve leaves the shaded band of random "
+                  "directions of the same size (one band per group, in its colour).*", ""]
+    rows = headline_rows(scores, sweep, dose, known)
+    if rows:
+        lines += ["| measure | estimate [95% CI] (n) | what it is |", "|---|---|---|"]
+        lines += [f"| {m} | {e} | {w} |" for m, e, w in rows]
+        lines.append("")
+    text = sentences(scores, sweep, dose)
+    if text:
+        lines += [*(f"- {t}" for t in text), ""]
+    missing = [name for name, p in (("behaviour", src.scores), ("probe sweep", src.sweep),
+                                    ("dose-response", src.dose)) if p is None]
+    if missing:
+        lines += [f"Not in these folders: {', '.join(missing)}.", ""]
+    if details:
+        lines += ["## Details", "", *(f"- [{h}]({link})" for h, link in details), ""]
+    return "\n".join(lines)
+
+
+__all__ = ["Sources", "find_sources", "headline_rows", "sentences", "summary_markdown", "summary_png"]
