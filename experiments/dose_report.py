@@ -17,12 +17,12 @@ from evprobe.experiments.dose_stats import GROUPS, MEASURES
 JSON_FILE = "dose_response.json"
 MD_FILE = "dose_response.md"
 MEASURE_TITLES = {
-    "stop_rate": ("stop rate", "stop rate (fraction of items)"),
-    "missing_test_rate": ("missing-property test rate", "missing-property test chosen (fraction of items)"),
-    "useless_test_rate": ("useless test rate", "test that reveals nothing unknown: repeat or free fall (fraction)"),
-    "min_cost_accuracy": ("minimum-cost accuracy", "minimum-cost choice (fraction of items)"),
+    "stop_rate": ("stop rate", "stop rate (share of items)"),
+    "missing_test_rate": ("missing-property test rate", "missing-property test chosen (share of items)"),
+    "useless_test_rate": ("useless test rate", "test that reveals nothing unknown: repeat or free fall (share of items)"),
+    "min_cost_accuracy": ("minimum-cost accuracy", "minimum-cost choice (share of items)"),
     "log_odds": ("log-odds stop vs best other letter", "log p(stop) - max log p(other) (nats)"),
-    "invalid_rate": ("invalid replies", "invalid replies (fraction of items)"),
+    "invalid_rate": ("invalid replies", "invalid replies (share of items)"),
 }
 RATE_MEASURES = ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate")
 ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward measuring)"
@@ -191,12 +191,20 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot_axis(measure: str) -> tuple[float, str]:
+    """(factor applied to the stored values, y-axis label) of a measure's plots: rates in percent,
+    as in every table of the report, log-odds in nats."""
+    title, _ = MEASURE_TITLES[measure]
+    return (100.0, f"{title}, % of items") if measure in RATE_MEASURES else (1.0, f"{title} (nats)")
+
+
 def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
     """One PNG per readout x measure x scope: rows = layers, columns = resolved / unresolved / all."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     meta = result["meta"]
     rows, band = _index(result)
@@ -206,6 +214,7 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
     for readout in meta["readouts"]:
         for measure in MEASURES[readout]:
             title, unit = MEASURE_TITLES[measure]
+            scale, axis_label = plot_axis(measure)
             for system in meta["scopes"]:
                 fig, axes = plt.subplots(len(layers), len(GROUPS), figsize=(4.2 * len(GROUPS), 3.2 * len(layers)),
                                          squeeze=False, sharey=measure in RATE_MEASURES)
@@ -213,38 +222,43 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
                     for gi, group in enumerate(GROUPS):
                         ax = axes[li][gi]
                         pts = [rows[(readout, layer, "probe", a, group, system, measure)] for a in alphas]
-                        y = np.array([np.nan if p["value"] is None else p["value"] for p in pts], dtype=float)
-                        lo = np.array([np.nan if p["ci"][0] is None else p["ci"][0] for p in pts], dtype=float)
-                        hi = np.array([np.nan if p["ci"][1] is None else p["ci"][1] for p in pts], dtype=float)
+                        y = scale * np.array([np.nan if p["value"] is None else p["value"] for p in pts], dtype=float)
+                        lo = scale * np.array([np.nan if p["ci"][0] is None else p["ci"][0] for p in pts], dtype=float)
+                        hi = scale * np.array([np.nan if p["ci"][1] is None else p["ci"][1] for p in pts], dtype=float)
                         n = max(p["n"] for p in pts)
                         ax.fill_between(alphas, lo, hi, color="C0", alpha=0.25, label="probe 95% interval")
                         ax.plot(alphas, y, "o-", color="C0", label="probe direction")
                         if meta["n_random"]:
                             bs = [band.get((readout, layer, a, group, system, measure)) or {} for a in alphas]
-                            bmin = np.array([np.nan if b.get("band_lo") is None else b["band_lo"] for b in bs], dtype=float)
-                            bmax = np.array([np.nan if b.get("band_hi") is None else b["band_hi"] for b in bs], dtype=float)
-                            bmean = np.array([np.nan if b.get("mean") is None else b["mean"] for b in bs], dtype=float)
+                            bmin = scale * np.array([np.nan if b.get("band_lo") is None else b["band_lo"] for b in bs],
+                                                    dtype=float)
+                            bmax = scale * np.array([np.nan if b.get("band_hi") is None else b["band_hi"] for b in bs],
+                                                    dtype=float)
+                            bmean = scale * np.array([np.nan if b.get("mean") is None else b["mean"] for b in bs],
+                                                     dtype=float)
                             ax.fill_between(alphas, bmin, bmax, color="0.5", alpha=0.3,
                                             label=f"random null 2.5-97.5% (k={meta['n_random']})")
                             ax.plot(alphas, bmean, "--", color="0.35", label="random null mean")
                         if meta["ablation"]:
                             ab = rows[(readout, layer, "ablation", None, group, system, measure)]
                             if ab["value"] is not None:
-                                ax.axhline(ab["value"], color="C3", ls=":", label="ablation (no dose)")
+                                ax.axhline(scale * ab["value"], color="C3", ls=":", label="ablation (no dose)")
                                 if ab["ci"][0] is not None:
-                                    ax.axhspan(ab["ci"][0], ab["ci"][1], color="C3", alpha=0.08)
+                                    ax.axhspan(scale * ab["ci"][0], scale * ab["ci"][1], color="C3", alpha=0.08)
                         if measure in RATE_MEASURES:
-                            ax.set_ylim(-0.03, 1.03)
+                            ax.set_ylim(-3, 103)
                         ax.axvline(0.0, color="0.8", lw=0.8)
                         ax.set_title(f"L{layer}, {group} (n={n} items)", fontsize=9)
                         ax.set_xlabel(ALPHA_AXIS, fontsize=8)
-                        ax.set_ylabel(unit, fontsize=8)
+                        ax.xaxis.set_major_locator(MaxNLocator(5))  # the dose grid's ticks ran together
+                        if gi == 0:  # one label per row: long labels on every panel ran into their neighbours
+                            ax.set_ylabel(axis_label, fontsize=8)
                 axes[0][0].legend(fontsize=7, loc="best")
                 scope = "all systems" if system == "all" else system
                 counts = meta["scope_counts"][system]
                 fig.suptitle(f"{title} ({readout}) vs dose: {meta['model_name']}, {scope}, n={counts['n_items']} "
                              f"items from {counts['n_families']} families", fontsize=10)
-                fig.tight_layout()
+                fig.tight_layout(rect=(0, 0, 1, 0.95))  # room for the suptitle
                 name = ("" if readout == "logprobs" else "generate.") + measure + ("" if system == "all" else f".{system}")
                 fig.savefig(out / f"{name}.png", dpi=90)
                 plt.close(fig)
@@ -268,6 +282,7 @@ __all__ = [
     "fmt_band",
     "fmt_estimate",
     "markdown",
+    "plot_axis",
     "plot_curves",
     "write_reports",
 ]

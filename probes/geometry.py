@@ -33,6 +33,24 @@ def geometry_markdown(names: Sequence[str], matrix: np.ndarray, title: str = "Co
     return "\n".join(lines) + "\n"
 
 
+def short_labels(names: Sequence[str], width: int = 24) -> tuple[list[str], str]:
+    """Axis labels for `names` (dotted direction names such as
+    `resolved=True.massmean.L1.last.half=half_a`): the parts that vary between names, and the
+    shared pattern with `*` where they vary (for the title). Names of different shapes, or labels
+    still longer than `width`, fall back to their index (the Markdown table names them)."""
+    split = [str(n).split(".") for n in names]
+    if len(split) > 1 and len({len(p) for p in split}) == 1:
+        varies = [len({p[i] for p in split}) > 1 for i in range(len(split[0]))]
+        labels = [" ".join(part for part, v in zip(p, varies) if v) for p in split]
+        common = "" if all(varies) else ".".join("*" if v else part for part, v in zip(split[0], varies))
+        if all(0 < len(label) <= width for label in labels) and len(set(labels)) == len(labels):
+            return labels, common
+    labels = [str(n) for n in names]
+    if all(len(label) <= width for label in labels):
+        return labels, ""
+    return [str(i) for i in range(len(names))], "names by index in the table beside this plot"
+
+
 def heatmap_png(
     path: str | Path, names: Sequence[str], matrix: np.ndarray, title: str, vmin: float = -1.0, vmax: float = 1.0,
     cmap: str = "RdBu_r", colorbar: str = "cosine similarity", fmt: str = "{:+.2f}",
@@ -44,16 +62,21 @@ def heatmap_png(
     import matplotlib.pyplot as plt
 
     k = len(names)
+    labels, common = short_labels(names)
     size = max(4.0, 0.55 * k + 2.5)
     fig, ax = plt.subplots(figsize=(size + 1.2, size))
     im = ax.imshow(np.ma.masked_invalid(matrix), cmap=cmap, vmin=vmin, vmax=vmax)
-    ax.set_xticks(range(k), labels=list(names), rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(k), labels=list(names), fontsize=8)
+    ax.set_xticks(range(k), labels=labels, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(k), labels=labels, fontsize=8)
+    if common:
+        title = f"{title}\n{common}"
     if k <= 20:
         for i in range(k):
             for j in range(k):
                 if np.isfinite(matrix[i, j]):
-                    ax.text(j, i, fmt.format(matrix[i, j]), ha="center", va="center", fontsize=7)
+                    dark = abs(matrix[i, j] - (vmin + vmax) / 2) > 0.3 * (vmax - vmin)
+                    ax.text(j, i, fmt.format(matrix[i, j]), ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black")
     fig.colorbar(im, ax=ax, label=colorbar, shrink=0.8)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()

@@ -69,3 +69,14 @@ def test_ablation_sentence_reads_the_intervals() -> None:
     pref = ablation_sentence({"layer": 2, "group": "resolved", "change": e(0.0, -0.01, 0.01),
                               "log_odds_change": e(-0.4, -0.6, -0.2)})
     assert "moves the model's preference, though not its choices" in pref
+
+
+def test_dose_plots_show_rates_in_percent_and_log_odds_in_nats() -> None:
+    """One unit per measure across plots and tables: the tables print rates in percent, so the
+    plots do too (they drew fractions)."""
+    from evprobe.experiments.dose_report import RATE_MEASURES, plot_axis
+
+    for measure in RATE_MEASURES:
+        scale, label = plot_axis(measure)
+        assert scale == 100.0 and label.endswith("% of items")
+    assert plot_axis("log_odds") == (1.0, "log-odds stop vs best other letter (nats)")

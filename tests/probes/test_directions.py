@@ -167,3 +167,17 @@ def test_no_direction_where_the_class_means_are_identical(rows: list[dict], tmp_
     with pytest.warns(UserWarning, match="layer 0/pos0: the two classes' mean states are identical"):
         found = fit_directions(cs, labels(cs, "resolved"), [0, 1], "pos0")
     assert [d.name for d in found] == ["resolved.massmean.L1.pos0"]
+
+
+def test_heatmap_labels_are_what_varies_between_direction_names() -> None:
+    """The broken input: 40-character names as axis labels ran over the plot; the labels are now
+    the varying parts (the shared pattern goes to the title), or indexes into the table."""
+    from evprobe.probes.geometry import short_labels
+
+    names = [f"resolved=True.massmean.L{layer}.last.half=half_{h}" for layer in (1, 2) for h in "ab"]
+    labels, common = short_labels(names)
+    assert labels == ["L1 half=half_a", "L1 half=half_b", "L2 half=half_a", "L2 half=half_b"]
+    assert common == "resolved=True.massmean.*.last.*"
+    labels, common = short_labels(["a.b", "x.y.z" * 10])  # different shapes, too long: indexes
+    assert labels == ["0", "1"] and "index" in common
+    assert short_labels(["history", "resolved"]) == (["history", "resolved"], "")
