@@ -2,7 +2,12 @@
 
     evprobe capture --model M --bench DIR --out ACTS [--requests select,answer_initial]
                     [--injection 0,1,2,3] [--layers all|0,4,8] [--positions last,image_mean,text_mean]
+                    [--component resid_post|attn_out|mlp_out]
                     [--regime standard|guided|json] [--protocol direct|brief] [--limit N]
+
+Positions: the named spans, `token:I` (the I-th real token; -3 is the third from the end) and
+`marker:TEXT[:first|last|mean]` (the tokens of a substring of the prompt, e.g.
+`marker:Question:last`); each is the name of its slot on the positions axis.
 
 Files in ACTS:
 - `acts.npy`: a real .npy file, float16, shape (items, layers, positions, d_model), created
@@ -93,7 +98,11 @@ class CaptureConfig:
                                                "comma-separated request types and variant names")
     injection: tuple[int, ...] = setting(INJECTION_DEFAULT, HELP_INJECTION + " (one sweep should hold one level)")
     layers: str | tuple[int, ...] = setting("all", "all, or comma-separated decoder layer indices, e.g. 0,4,8")
-    positions: tuple[str, ...] = setting(("last",), "comma-separated: last, image_mean, text_mean")
+    positions: tuple[str, ...] = setting(("last",), "comma-separated: last, image_mean, text_mean, token:I (the I-th "
+                                         "real token, negative from the end) or marker:TEXT[:first|last|mean] (a "
+                                         "substring's tokens; no comma in TEXT)")
+    component: str = setting("resid_post", "what is read at each layer: resid_post (the residual stream after the "
+                             "layer), attn_out (attention output) or mlp_out (MLP output)")
     regime: str = setting("standard", HELP["regime"])
     protocol: str = setting("direct", HELP["protocol"])
     limit: int | None = setting(None, "only the first N selected items")
@@ -228,6 +237,12 @@ class CaptureJob(Job):
         self.config, self.bench = config, Path(config.bench)
         # Cheap validation first: nothing is loaded or written before the input is known good.
         self.positions = check_positions(config.positions)
+        from evprobe.hooks.capture import check_components  # cheap: no torch at module level
+
+        try:
+            check_components([config.component])
+        except ValueError as err:
+            raise InputError(f"--component: {err}") from None
         get_protocol(config.protocol)
         check_regime(config.regime)
         if config.batch_size <= 0:
@@ -285,6 +300,8 @@ class CaptureJob(Job):
             "selection_sha256": sha256_text("\n".join(it.item_id for it in self.items)),
             "n_items": len(self.items), "images_sha256": self.images_sha256,
             "attn_implementation": c.attn_implementation, "requested_dtype": c.dtype, **self.input_pins,
+            # resid_post pinned as None: a folder written before components existed resumes as it was
+            "component": None if c.component == "resid_post" else c.component,
         }
         layers = self._layers()  # a layer out of range fails here, before the model loads
         if layers is not None:
@@ -307,6 +324,7 @@ class CaptureJob(Job):
 
     def meta(self) -> dict[str, Any]:
         from evprobe.hooks.capture import POSITION_RULES
+        from evprobe.hooks.positions import position_rule
 
         assert self.handle is not None
         layers = self._layers() or []
@@ -316,8 +334,11 @@ class CaptureJob(Job):
             "injection": list(self.config.injection),
             "limit": self.config.limit, "n_images": self.n_images, "arch": self.handle.arch,
             "shape": [len(self.items), len(layers), len(self.positions), self.handle.d_model],
-            "acts_dtype": "float16", "stored": STORED,
-            "position_rules": {p: POSITION_RULES[p] for p in self.positions},
+            "acts_dtype": "float16",
+            "stored": STORED if self.config.component == "resid_post" else
+            f"the {self.config.component} output of each decoder layer (hooks.layers), not the residual stream",
+            "position_rules": {p: POSITION_RULES.get(p) or position_rule(p) for p in self.positions},
+            "stored_component": self.config.component,
             "text_marker_rule": TEXT_MARKER_RULE, "versions": _versions(), "bench": str(self.bench.resolve()),
             "config": asdict(self.config),
         }
@@ -383,6 +404,7 @@ def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
 def _capture_items(handle: Handle, bench: Path, items: list[Item], config: CaptureConfig, layers: list[int],
                    positions: list[str]):
     from evprobe.hooks.capture import capture_batch
+    from evprobe.hooks.positions import parse_position
 
     prompts = [build_prompt(it, config.protocol, config.regime) for it in items]
     images = [load_item_images(bench, it.images) for it in items]
@@ -390,7 +412,8 @@ def _capture_items(handle: Handle, bench: Path, items: list[Item], config: Captu
     # its text span is every fact token except the sheet values (hooks.spans).
     markers = [question_marker(it.prompt) if handle.keeps_prompt_text else None for it in items]
     try:
-        return capture_batch(handle, prompts, images, layers=layers, positions=positions, text_markers=markers)
+        return capture_batch(handle, prompts, images, layers=layers, positions=[parse_position(p) for p in positions],
+                             text_markers=markers, component=config.component)
     except ValueError as err:
         text = str(err)
         if text.startswith("row "):  # name the item rather than the batch row

@@ -92,11 +92,22 @@ def _check_names(values: Sequence[str], known: Sequence[str], what: str, string_
 
 
 def check_positions(positions: Sequence[str]) -> list[str]:
-    """The position NAMES (POSITIONS), validated: known, at least one, no repeats.
+    """Position specs as text, validated: at least one, no repeats, each a NAMED span (POSITIONS),
+    `token:I` or `marker:TEXT[:first|last|mean]` (hooks.positions.parse_position).
 
-    The CLI capture job stores names only (acts.npy's position axis, meta.json's rules); the
-    library API takes Token / Marker too (hooks.positions.check_positions)."""
-    return _check_names(positions, POSITIONS, "positions")
+    The CLI capture job stores these strings (acts.npy's position axis, meta.json's rules); the
+    library API takes Token / Marker objects too (hooks.positions.check_positions)."""
+    from evprobe.hooks.positions import parse_position
+
+    if isinstance(positions, str):
+        raise TypeError("positions must be a list of names, not a string")
+    names = list(positions)
+    if not names:
+        raise ValueError(f"no positions given; choose from {', '.join(POSITIONS)}, token:I or marker:TEXT")
+    parsed = [parse_position(name) for name in names]  # a bad spec fails here, naming it
+    if len(set(parsed)) != len(parsed):
+        raise ValueError(f"positions {names} repeat one; give each once")
+    return names
 
 
 def check_components(components: Sequence[str]) -> list[str]:

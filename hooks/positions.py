@@ -96,6 +96,43 @@ def check_positions(positions: Sequence[str | int | Token | Marker]) -> list[Pos
     return out
 
 
+def parse_position(spec: str) -> Position:
+    """A position written as text (the CLI capture job's `--positions`): a NAMED span, `token:I`
+    (Token(I); negative from the row's end) or `marker:TEXT` / `marker:TEXT:first|last|mean`
+    (Marker(TEXT, reduce); the default reduction is mean). The text is the folder's position name,
+    so it must not hold a comma (the flag's separator)."""
+    if not isinstance(spec, str):
+        raise TypeError(f"a position spec is a string, got {spec!r}")
+    kind, sep, rest = spec.partition(":")
+    if not sep:
+        return check_positions([spec])[0]
+    if kind == "token":
+        try:
+            return Token(int(rest))
+        except ValueError:
+            raise ValueError(f"position {spec!r}: token:I needs an integer index, e.g. token:-3") from None
+    if kind == "marker":
+        text, reduce = rest, "mean"
+        head, sep2, tail = rest.rpartition(":")
+        if sep2 and tail in REDUCTIONS:
+            text, reduce = head, tail
+        if not text.strip():
+            raise ValueError(f"position {spec!r}: marker:TEXT needs the text to find, e.g. marker:Question:last")
+        return Marker(text, reduce)  # type: ignore[arg-type]
+    raise ValueError(f"unknown position {spec!r}; choose from {', '.join(NAMED)}, token:I or marker:TEXT[:first|last|mean]")
+
+
+def position_rule(spec: str) -> str:
+    """What a `parse_position` spec reads, in words (meta.json's position_rules)."""
+    p = parse_position(spec)
+    if isinstance(p, Token):
+        return (f"the real token at index {p.index} of the row (padding not counted; negative from the end)")
+    if isinstance(p, Marker):
+        return (f"the {p.reduce if p.reduce != 'mean' else 'mean over the'} token(s) overlapping the first "
+                f"occurrence of {p.text!r} in the prompt text (an item without it is an error)")
+    return ""
+
+
 def position_label(p: Position) -> str:
     """A short stable name: 'last', 'token[-2]', 'marker[first]:Question:' (for tables and metadata)."""
     if isinstance(p, str):

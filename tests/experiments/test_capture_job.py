@@ -21,7 +21,7 @@ import torch
 
 from evprobe import hooks
 from evprobe.core.errors import InputError
-from evprobe.bench.manifest import read_items, resolve_image
+from evprobe.bench.manifest import load_item_images, read_items, resolve_image
 from evprobe.bench.protocols import build_prompt
 from evprobe.bench.runner import select_items
 from evprobe.experiments.capture_store import ACTS_FILE, INDEX_FILE
@@ -227,6 +227,7 @@ def test_mixed_image_counts_and_prompts_without_a_question(bench: Path, tmp_path
         (dict(limit=8), "selection_sha256"),
         (dict(requests=("select",)), "selection_sha256"),
         (dict(model="tiny:gemma3"), "model"),
+        (dict(component="mlp_out"), "component"),
     ],
 )
 def test_a_rerun_with_other_settings_is_refused(bench: Path, first: Path, change: dict, setting: str):
@@ -240,6 +241,12 @@ def test_bad_input_fails_before_anything_is_written(bench: Path, tmp_path: Path)
         capture(config(bench, out, layers="0,9"), progress=False)
     with pytest.raises(ValueError, match="--positions: unknown position 'middle'"):
         capture(config(bench, out, positions=("last", "middle")), progress=False)
+    with pytest.raises(ValueError, match="--positions: position 'token:x': token:I needs an integer index"):
+        capture(config(bench, out, positions=("token:x",)), progress=False)
+    with pytest.raises(ValueError, match="--positions: positions .* repeat one"):
+        capture(config(bench, out, positions=("last", "token:-1", "token:-1")), progress=False)
+    with pytest.raises(InputError, match="--component: unknown component 'attn'"):
+        capture(config(bench, out, component="attn"), progress=False)
     with pytest.raises(ValueError, match="--layers must be 'all' or comma-separated integers"):
         capture(config(bench, out, layers="0-3"), progress=False)
     with pytest.raises(InputError, match=r"both_given\) has no image.*drop image_mean"):
@@ -294,3 +301,31 @@ def test_question_marker():
     assert question_marker("Setup.\n\nQuestion: Will it slide more than 0.35 m?\n\nOptions:") == (
         "Will it slide more than 0.35 m?")
     assert question_marker("- Question: the impulse gives speed J / m.\nRead the ruler.") is None
+
+
+def test_positions_and_components_of_ones_choosing(bench: Path, tmp_path: Path, handle):
+    """`--positions token:I,marker:TEXT[:reduce]` and `--component`: token:-1 is the last token,
+    the marker's last token is what the library reads there, and attn_out is not the residual."""
+    from evprobe.hooks.positions import Marker
+
+    positions = ("last", "token:-1", "marker:Question:last")
+    resid = capture(config(bench, tmp_path / "resid", positions=positions, limit=4, requests=("select",)),
+                    progress=False)
+    attn = capture(config(bench, tmp_path / "attn", positions=positions, limit=4, requests=("select",),
+                          component="attn_out"), progress=False)
+    r = np.load(tmp_path / "resid" / ACTS_FILE)
+    a = np.load(tmp_path / "attn" / ACTS_FILE)
+    assert r.shape == a.shape == (4, 4, 3, handle.d_model)
+    assert np.array_equal(r[:, :, 0], r[:, :, 1]) and np.array_equal(a[:, :, 0], a[:, :, 1])
+    assert np.abs(r - a).max() > 1e-2
+    items = select_items(read_items(bench), ["select"], 4)
+    prompts = [build_prompt(it, "direct", "standard") for it in items]
+    images = [load_item_images(bench, it.images) for it in items]
+    direct = capture_layers(handle, prompts, images, layers=[0, 1, 2, 3], positions=[Marker("Question", "last")],
+                            component="attn_out")
+    assert np.allclose(a[:, :, 2], direct[:, :, 0], rtol=FLOAT16_ULP, atol=1e-3)
+    meta = json.loads((tmp_path / "attn" / "meta.json").read_text())
+    assert meta["positions"] == list(positions) and meta["component"] == "attn_out"
+    assert meta["stored_component"] == "attn_out" and "not the residual stream" in meta["stored"]
+    assert "'Question'" in meta["position_rules"]["marker:Question:last"]
+    assert resid["component"] is None and json.loads((tmp_path / "resid" / "meta.json").read_text())["stored"] == STORED
