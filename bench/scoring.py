@@ -8,7 +8,11 @@ variant subset), so differences and products are paired. Every rate of 0/1 units
 pairs, answers, validity, a policy's success) is a proportion (`Tally.rate`, `binary=True`): its
 interval is the hull of the percentile interval and a cluster Clopper-Pearson interval
 (`core.proportion`), so 576/576 prints an interval that reaches below 1, never `[1.0, 1.0]`. Costs
-(`Tally.mean`), PECS (a product of rates) and the variant differences keep the percentile interval.
+are bounded means (`Tally.bounded_mean`: 0 to the dearest price, rescaled to a share for their
+interval), so a run at the reference's cost on every decision is not `0.5 [0.5, 0.5]` either.
+Paired differences (variants, injection levels) are widened where a rate saturates
+(`bench.level_differences`). PECS (a product of rates), the random test's assigned cost and the
+numeric block's mean log error keep the percentile interval.
 
 Units and vocabulary. A *decision* is a base `select` item; its `decision_id` links its
 `answer_initial` item and its 8 `answer_after_test` items (4 tests x 2 hidden worlds). A decision
@@ -44,7 +48,7 @@ from evprobe.core.bootstrap import (
 )
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
-from evprobe.bench.level_differences import level_differences
+from evprobe.bench.level_differences import level_differences, paired_difference
 from evprobe.bench.numeric_scoring import numeric_measures
 from evprobe.bench.records import Record
 from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
@@ -319,6 +323,7 @@ class Tally:
         self.den: list[np.ndarray] = []
         self.binary: list[bool] = []  # per measure: a proportion (cluster interval too) or a mean
         self.reasons: dict[Key, str] = {}
+        self.bounds: dict[Key, tuple[float, float]] = {}  # bounded means: (lower, span) to undo the rescaling
 
     def rate(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
         """A proportion from (family index, unit value) pairs, unit values 0/1 (or a unit's mean of
@@ -329,6 +334,21 @@ class Tally:
     def mean(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
         """A mean of unit values that are not shares (costs): the plain percentile interval."""
         self._add(key, units, binary=False)
+
+    def bounded_mean(self, key: Key, units: Iterable[tuple[int, float]], lower: float, upper: float) -> None:
+        """A mean of unit values known to lie in [lower, upper] (a cost lies between the cheapest
+        and the dearest price). It is tallied as the share (v - lower) / (upper - lower), so its
+        interval is a proportion's (`FamilyBootstrap`'s binary=True: the percentile interval hulled
+        with the cluster Clopper-Pearson interval, conservative for bounded units since a 0/1 unit
+        has the largest variance of any unit with its mean), then mapped back to the value's
+        scale. So a sample whose every family agrees (every decision at the reference's cost)
+        does not print a zero-width interval, as a plain mean would."""
+        if upper <= lower:
+            self.mean(key, units)
+            return
+        span = upper - lower
+        self._add(key, ((f, (v - lower) / span) for f, v in units), binary=True)
+        self.bounds[key] = (lower, span)
 
     def _add(self, key: Key, units: Iterable[tuple[int, float]], *, binary: bool) -> None:
         pairs = list(units)
@@ -355,6 +375,13 @@ class Tally:
             parts = []
         resampled = dict(zip(self.keys, parts, strict=True))
         estimates = dict(zip(self.keys, self.boot.estimates(parts), strict=True))
+        for key, (lower, span) in self.bounds.items():  # bounded means back on their own scale
+            e, r = estimates[key], resampled[key]
+            if e.value is not None:
+                lo, hi = e.ci
+                estimates[key] = Estimate(lower + span * e.value, (None if lo is None else lower + span * lo,
+                                                                   None if hi is None else lower + span * hi), e.n)
+            resampled[key] = Resampled(lower + span * r.value, lower + span * r.draws, r.n)
         estimates.update({key: Estimate.empty(reason) for key, reason in self.reasons.items()})
         return resampled, estimates
 
@@ -551,6 +578,12 @@ def _cost(action: str | None, prices: Prices) -> float:
     return 0.0 if action is None else prices.of(action)  # an invalid reply buys nothing
 
 
+def _cost_bounds(prices: Prices) -> tuple[float, float]:
+    """(lower, upper) of any one decision's cost: 0 (an invalid reply) to the dearest price."""
+    values = prices.as_dict().values()
+    return min(0.0, *values), max(0.0, *values)
+
+
 SELECTION_KEYS: tuple[Key, ...] = (
     ("min_cost_choice",),
     ("stop_if_enough",),
@@ -596,7 +629,7 @@ def _selection_measures(
     tally.rate(("test_if_needed",), ((d.family, a == d.reference_action) for d, a in unknown))
     _pair_measures(tally, bench, replies, bench.decisions, ())
     tally.rate(("enough_evidence",), ((d.family, a is not None and d.resolves(a)) for d, a in sel))
-    tally.mean(("mean_cost",), ((d.family, _cost(a, prices)) for d, a in sel))
+    tally.bounded_mean(("mean_cost",), ((d.family, _cost(a, prices)) for d, a in sel), *_cost_bounds(prices))
     for group, units in (("resolved", known), ("unresolved", unknown)):
         for cat in CATEGORIES:
             tally.rate(
@@ -622,18 +655,24 @@ def _selection_measures(
             ("repricing", _price_key(price), "choice_accuracy"),
             ((d.family, a in best[d.decision_id]) for d, a in sel),
         )
-        tally.mean(
+        tally.bounded_mean(
             ("repricing", _price_key(price), "mean_cost"),
             ((d.family, _cost(a, repriced)) for d, a in sel),
+            *_cost_bounds(repriced),
         )
-    tally.mean(("policies", "model", "mean_cost"), ((d.family, _cost(a, prices)) for d, a in sel))
+    tally.bounded_mean(
+        ("policies", "model", "mean_cost"),
+        ((d.family, _cost(a, prices)) for d, a in sel),
+        *_cost_bounds(prices),
+    )
     tally.rate(
         ("policies", "model_exact_reader", "correct"),
         ((d.family, a is not None and d.resolves(a)) for d, a in sel),
     )
-    tally.mean(
+    tally.bounded_mean(
         ("policies", "model_exact_reader", "mean_cost"),
         ((d.family, _cost(a, prices)) for d, a in sel),
+        *_cost_bounds(prices),
     )
 
 
@@ -846,9 +885,10 @@ def _policy_measures(
     after = present["answer_after_test"]
     initial = present["answer_initial"]
     for rule, pick in FIXED_RULES.items():
-        tally.mean(
+        tally.bounded_mean(
             ("policies", rule, "mean_cost"),
             ((d.family, prices.of(pick(d))) for d in bench.decisions),
+            *_cost_bounds(prices),
         )
         reads_initial = rule in ("always_stop", "min_cost")
         reads_after = rule != "always_stop"
@@ -1032,8 +1072,8 @@ def _variants(bench: Bench, replies: Replies, boot: FamilyBootstrap) -> dict[str
         _put(out, key, value)
     for variant in VARIANTS:
         a, b = (variant, "min_cost_choice"), ("variant_base", "min_cost_choice")
-        if a in resampled and b in resampled:
-            out[variant]["difference"] = FamilyBootstrap.difference(resampled[a], resampled[b])
+        if a in resampled and b in resampled:  # paired, widened where a rate saturates (never a point)
+            out[variant]["difference"] = paired_difference(resampled[a], resampled[b])
         else:
             out[variant]["difference"] = Estimate.empty(est[a].reason or est[b].reason)
     return out

@@ -39,10 +39,12 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   by construction at both ends. Before layer k the two members differ only at the image position, and
   its state is a function of the sheet value alone, so patching it there is running the source:
   image IIA >= 0.95, text and last <= 0.05. At the last layer only the last position feeds the letter:
-  last IIA >= 0.95, image and text <= 0.05. The layers between are reported: the first layer where the
-  last position carries IIA >= 0.5 is where the decision has reached it. Catches: patching positions
-  off by one. Does not catch patching at the wrong layer: the profile is the same at layers 0 and 1
-  and at 3 and 4, the only layers where it is known (measured; experiments/mutations.py).
+  last IIA >= 0.95, image and text <= 0.05. Exact too: before layer k patching the last or text
+  positions moves the log-odds by nothing (<= 1e-4 nats; their states are identical in an image pair),
+  and at layer k patching the last position moves them (it has read the sheet). The layers between are
+  reported: the first layer where the last position carries IIA >= 0.5 is where the decision has
+  reached it. Catches: patching the wrong layer (off by one: IIA alone is the same at layers 0 and 1,
+  the exact no-change is not) and patching positions off by one (experiments/mutations.py).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ DECODE_FLOOR = 0.90  # AUROC at the planted row (and each transfer cell)
 DECODE_LOW_END = 0.80  # the planted row's interval must not reach below this
 CHANCE = 0.55  # an AUROC at most this, or whose interval reaches 0.5, is at chance
 IIA_HIGH, IIA_LOW = 0.95, 0.05
+EXACT_NATS = 1e-4  # "no change at all", allowing float noise between batched forwards
 LEAK_EFFECT = 0.05  # a shuffled-label AUROC this far from 0.5 is leakage that matters
 USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
 MONOTONE_SLACK = 0.02
@@ -314,7 +317,8 @@ def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int]) -> 
     """IIA known by construction before layer k (image) and at the last layer (last)."""
     title = "interchange interventions"
     k = plant["attention_free_layers"]
-    target = (f"L0-L{k - 1}: image IIA >= {IIA_HIGH}, text and last <= {IIA_LOW}; last layer: last IIA >= "
+    target = (f"L0-L{k - 1}: image IIA >= {IIA_HIGH}, text and last <= {IIA_LOW} and their patches move the "
+              f"log-odds by <= {EXACT_NATS:g} nats; L{k}: patching last moves them; last layer: last IIA >= "
               f"{IIA_HIGH}, image and text <= {IIA_LOW}")
     if summary is None:
         return _check(title, None, "no patching.json", target)
@@ -334,6 +338,23 @@ def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int]) -> 
     for layer in (x for x in layers if x < k):
         if at(layer, "image") < IIA_HIGH or at(layer, "text") > IIA_LOW or at(layer, "last") > IIA_LOW:
             problems.append(f"L{layer}")
+    # Exact by construction, not only in IIA: before layer k no position reads another, so an image
+    # pair's last and text states there are identical and patching them changes nothing at all; at
+    # layer k the last position has read the sheet, so patching it moves the log-odds. A patch of
+    # the wrong layer (off by one) breaks one of the two.
+    change = summary.get("mean_change")
+
+    def moved(layer: int, name: str) -> float:
+        est = change[layers.index(layer)][positions.index(name)]
+        return abs(est["value"]) if est.get("value") is not None else float("nan")
+
+    if change is not None:
+        for layer in (x for x in layers if x < k):
+            if not (moved(layer, "last") <= EXACT_NATS and moved(layer, "text") <= EXACT_NATS):
+                problems.append(f"L{layer} (patching last/text moved the log-odds by "
+                                f"{max(moved(layer, 'last'), moved(layer, 'text')):.2g} nats)")
+        if k in layers and not moved(k, "last") > EXACT_NATS:
+            problems.append(f"L{k} (patching last moved nothing)")
     last = layers[-1]
     if at(last, "last") < IIA_HIGH or at(last, "image") > IIA_LOW or at(last, "text") > IIA_LOW:
         problems.append(f"L{last}")

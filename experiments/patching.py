@@ -280,6 +280,7 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
     change = np.zeros((F, L, P))
     n_rows = np.zeros(F)
     share_num, share_den = np.zeros((F, L, P)), np.zeros(F)
+    share_bounded = np.ones((L, P), bool)  # every pair's share of the gap inside [0, 1] in this cell
     flip_num, flip_den = np.zeros((F, L, P)), np.zeros(F)
     for r in rows:
         f = index[r["family_id"]]
@@ -289,14 +290,17 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
         n_rows[f] += 1
         gap = r["ld_source"] - r["ld_target"]
         if abs(gap) >= MIN_GAP:
-            share_num[f] += delta / gap
+            share = delta / gap  # (L, P)
+            share_num[f] += share
             share_den[f] += 1
+            share_bounded &= (share >= 0.0) & (share <= 1.0)
         if r["top_source"] != r["top_target"]:
             flip_num[f] += np.asarray(r["top_patched"]) == r["top_source"]
             flip_den[f] += 1
 
-    def grid(num: np.ndarray, den: np.ndarray, binary: bool = False) -> list[list[dict]]:
-        flat = boot.rates(num.reshape(F, -1), np.repeat(den[:, None], L * P, axis=1), binary=binary)
+    def grid(num: np.ndarray, den: np.ndarray, binary: bool | np.ndarray = False) -> list[list[dict]]:
+        flags = np.broadcast_to(np.asarray(binary, dtype=bool), (L, P)).reshape(-1)
+        flat = boot.rates(num.reshape(F, -1), np.repeat(den[:, None], L * P, axis=1), binary=flags)
         return [[flat[i * P + j].to_json() for j in range(P)] for i in range(L)]
 
     return {
@@ -305,10 +309,15 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
         "n_rows": int(n_rows.sum()),
         "n_families": F,
         "mean_change": grid(change, n_rows),
-        "share_of_gap": grid(share_num, share_den),
+        # a cell whose every pair recovers between none and all of the gap is a mean of [0, 1] units:
+        # its interval is also the cluster Clopper-Pearson one (core.proportion; conservative for
+        # bounded units), so a deterministic model's 1.00 is not printed as [1.00, 1.00]
+        "share_of_gap": grid(share_num, share_den, binary=share_bounded),
         "decoded_flip": grid(flip_num, flip_den, binary=True),  # a share of rows: never a zero-width interval
         "mean_gap": float(np.mean([r["ld_source"] - r["ld_target"] for r in rows])) if rows else None,
-        "interval": f"family bootstrap, {n_boot} resamples, seed {seed}, pointwise 95% percentile",
+        "interval": (f"family bootstrap, {n_boot} resamples, seed {seed}, pointwise 95% percentile; decoded flips, "
+                     "and shares of the gap where every pair's share lies in [0, 1], hulled with the cluster "
+                     "Clopper-Pearson interval (never zero width)"),
     }
 
 

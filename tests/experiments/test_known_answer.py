@@ -124,3 +124,22 @@ def test_interchange_check_reads_the_constructed_ends() -> None:
     assert not interchange_check(_iia(shifted), PLANT)["passed"]
     late = good[:4] + [[0.8, 0.1, 0.1]]
     assert not interchange_check(_iia(late), PLANT)["passed"]
+
+
+def test_interchange_check_reads_the_exact_no_change_before_the_plant() -> None:
+    """IIA alone is the same at layers 0 and 1 on the organism, so a patch one layer late passed.
+    The plant also says patching last or text at L0 changes nothing at all, and patching last at L1
+    does: a shifted patch breaks the one or the other."""
+    iia = [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.35, 0.0, 0.65], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    est = lambda v: {"value": v, "ci": [v - 0.1, v + 0.1], "n": 64}  # noqa: E731
+    good = [[0.0, 0.0, 9.0], [2.5, 0.4, 9.0], [6.0, 0.1, 5.0], [9.0, 0.0, 0.0], [9.0, 0.0, 0.0]]  # nats
+
+    def summary(change):
+        return {**_iia(iia), "mean_change": [[est(v) for v in row] for row in change]}
+
+    assert interchange_check(summary(good), PLANT)["passed"]
+    late = [good[1]] + good[1:]  # every layer patched one late: L0 shows L1's changes
+    check = interchange_check(summary(late), PLANT)
+    assert not check["passed"] and "L0 (patching last/text moved the log-odds by 2.5 nats)" in check["measured"]
+    early = [good[0], good[0]] + good[2:]  # L1 shows L0's (no) change
+    assert "L1 (patching last moved nothing)" in interchange_check(summary(early), PLANT)["measured"]

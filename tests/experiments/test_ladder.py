@@ -85,10 +85,13 @@ def test_the_ladder_rises_with_the_planted_signal(tmp_path: Path, scored_run: Pa
     assert "## Differences from level 0" in table
     # `evprobe report` shows the ladder, and not each level's sweep again under "Probe sweeps"
     assert main(["report", str(tmp_path / "ladder"), "--out", str(tmp_path / "report")]) == 0
-    report = (tmp_path / "report" / "report.md").read_text()
+    page_one = (tmp_path / "report" / "report.md").read_text()
+    assert "- [Information-injection ladder](details-information-injection-ladder.md)" in page_one
+    assert "Probe sweeps" not in page_one  # each level's sweep is the ladder's, not shown again
+    report = (tmp_path / "report" / "details-information-injection-ladder.md").read_text()
     headings = [line for line in report.splitlines() if line.startswith("#")]
     assert "## Information-injection ladder" in headings and "#### Differences from level 0" in headings
-    assert "## Probe sweeps" not in headings and "](ladder.png)" in report
+    assert "](ladder__ladder.png)" in report or "](ladder.png)" in report
 
 
 def test_paired_probe_differences(tmp_path: Path) -> None:

@@ -85,3 +85,17 @@ def test_a_layer_out_of_range_fails_before_the_model_loads(bench: Path, tmp_path
                  "--layers", "0,7"])
     err = capsys.readouterr().err
     assert code == 2 and "layer" in err and "0..3" in err and "loaded" not in err
+
+
+def test_a_deterministic_share_of_the_gap_is_not_a_point() -> None:
+    """The broken output: every pair recovering exactly all of the gap printed 1.00 [1.00, 1.00].
+    A cell whose every pair's share lies in [0, 1] gets the cluster interval too; a cell with a
+    share outside [0, 1] has no bound to lean on and keeps the percentile interval (left open: a
+    deterministic overshoot still prints a point)."""
+    rows = [{"family_id": f"f{i // 2}", "ld_source": 2.0, "ld_target": -2.0, "ld_patched": [[2.0, 4.0]],
+             "top_source": "A", "top_target": "B", "top_patched": [["A", "A"]]} for i in range(24)]
+    out = aggregate(rows, [0], ["image", "text"], n_boot=200, seed=0)
+    full, over = out["share_of_gap"][0]
+    assert full["value"] == 1.0 and full["ci"][0] < 1.0 == full["ci"][1]
+    assert over["value"] == 1.5 and over["ci"][0] <= 1.5 <= over["ci"][1]
+    assert out["decoded_flip"][0][0]["ci"][0] < 1.0
