@@ -2,7 +2,7 @@
 
 Every paragraph is built from numbers in dose_response.json (never a bare "pass"): the units, the
 cross-fitted headline, the random null and the non-targeted group, the controls and the ablation.
-Rules used in the wording (chosen here, tested in tests/experiments/test_dose_text.py):
+Rules used in the wording (chosen here, tested in tests/experiments/test_dose_stats_units.py):
 
 - an interval "includes 0" when lo <= 0 <= hi; a change is read as present only when it does not;
 - the probe is "outside the random null" when p_null <= 0.05 (|z| large and rare among K directions);
@@ -27,21 +27,24 @@ def _excludes_zero(e: dict[str, Any] | None) -> bool:
     return lo > 0 or hi < 0
 
 
+def _with_unit(text: str, unit: str) -> str:
+    """`+1.23 [..] (n=24)` -> `+1.23 nats [..] (n=24)`; `NA (n=0)` stays as it is."""
+    value, _, rest = text.partition(" ")
+    return text if value == "NA" else f"{value} {unit} {rest}"
+
+
 def _pts(e: dict[str, Any] | None) -> str:
-    """A rate change in points with its interval and n."""
-    if not e or e.get("value") is None:
-        return "NA (n=0)"
-    lo, hi = e["ci"]
-    ci = "[NA, NA]" if lo is None else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
-    return f"{100 * e['value']:+.1f} points {ci} (n={e['n']})"
+    """A rate change in points with its interval and n (dose_report.fmt_estimate's numbers)."""
+    from evprobe.experiments.dose_report import fmt_estimate  # here: dose_report imports this module's users
+
+    return _with_unit(fmt_estimate(e, "stop_rate", sign=True), "points")
 
 
 def _nats(e: dict[str, Any] | None) -> str:
-    if not e or e.get("value") is None:
-        return "NA (n=0)"
-    lo, hi = e["ci"]
-    ci = "[NA, NA]" if lo is None else f"[{lo:+.2f}, {hi:+.2f}]"
-    return f"{e['value']:+.2f} nats {ci} (n={e['n']})"
+    """A log-odds change in nats with its interval and n."""
+    from evprobe.experiments.dose_report import fmt_estimate
+
+    return _with_unit(fmt_estimate(e, "log_odds"), "nats")
 
 
 def _place(null: dict[str, Any] | None, unit: str) -> str:
