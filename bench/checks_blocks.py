@@ -13,6 +13,8 @@ Injection levels (for every level L >= 1):
   the stored calibration and the sheet's candidate value) is printed in the level-3 prompt.
 - "Level image pairs share every prompt byte but the history": identical prompts at levels 1-2; at
   level 3 identical once the readings lines (the history written as numbers) are removed.
+- "Level estimate groups share every prompt byte but the sheets" (with --numeric): the numeric
+  estimates of one group (two sheets of a property, four worlds of an outcome) alike, as above.
 - "Level threshold pairs differ only in the threshold": each prints its threshold once, and the
   prompts are identical once it is replaced.
 - "Level hidden-world pairs of uninformative tests share every prompt byte" (appendix D).
@@ -110,6 +112,18 @@ def check_levels(report: Any, items: list[Item], oracles: dict[str, oracle.Oracl
         not bad_threshold,
         f"first {bad_threshold[:3]}",
     )
+    estimates: dict[str, list[Item]] = defaultdict(list)  # numeric estimates at a level (--numeric)
+    for it in items:
+        if it.injection and it.request in ("estimate_property", "estimate_outcome") and it.image_pair_id:
+            estimates[it.image_pair_id].append(it)
+    if estimates:
+        bad_estimates = [k for k, v in estimates.items() if len(v) < 2 or len({_image_key(x) for x in v}) != 1]
+        report.add(
+            "Level estimate groups share every prompt byte but the sheets",
+            f"{_n(len(estimates) - len(bad_estimates))}/{_n(len(estimates))}",
+            not bad_estimates,
+            f"first {bad_estimates[:3]}",
+        )
     uninformative = [v for v in hidden.values() if len(v) == 2 and v[0].images == v[1].images]
     bad_hidden = [v[0].item_id for v in uninformative if v[0].prompt != v[1].prompt]
     report.add(
@@ -145,7 +159,8 @@ def check_numeric(report: Any, items: list[Item]) -> None:
         if it.request not in oracle.NUMERIC_REQUESTS:
             continue
         n += 1
-        groups[str(it.image_pair_id)].append(it)
+        if not it.injection:  # a level's groups: check_levels (level 3's readings differ by design)
+            groups[str(it.image_pair_id)].append(it)
         if it.reference_value is not None and re.search(
             rf"(?<![\d.]){re.escape(oracle.fmt6(it.reference_value))}(?![\d])", it.prompt
         ):

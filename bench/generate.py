@@ -127,7 +127,10 @@ def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
     for level in levels:  # one block per level, each in the main items' order
         items += [it for f, block in zip(families, per_family) for it in injected_items(f, block, (level,))]
     if config.numeric:
-        items += [it for f in families for it in numeric_items(f)]
+        numeric = [numeric_items(f) for f in families]
+        items += [it for block in numeric for it in block]
+        for level in levels:  # the estimates' levels after them (seed 003 traces them across the ladder)
+            items += [it for f, block in zip(families, numeric) for it in injected_items(f, block, (level,))]
     return families, items
 
 

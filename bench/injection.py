@@ -19,9 +19,12 @@ Levels (cumulative: each keeps the text of the levels below it):
   them here would change two things in one step.
 
 Which requests: `INJECTED_REQUESTS`, the base selections and the answers before and after a test
-(the requests that show a sheet and ask for a decision); both_given shows no sheet (it is
-already the given-values control), the probes ask about the sheet directly, and the variants are
-their own conditions.
+(the requests that show a sheet and ask for a decision), and the opt-in numeric estimates
+(`bench.numeric`, with `--numeric`: seed 003 traces threshold accuracy across the ladder; their
+guidance follows the sheet paragraph, and level 2 says the reading determines the property, since
+their prompts print no candidates); both_given shows no sheet (it is already the given-values
+control), the ruler and property probes ask about the sheet directly, and the variants are their
+own conditions.
 
 Why items, not a run-time flag like the regimes: a level's text depends on the family (its
 sheets, times, loads and readings), so the rendered prompt would no longer be fixed by the
@@ -59,7 +62,12 @@ LEVEL_NAMES: dict[int, str] = {
     2: "attribute awareness",
     3: "oracle guidance",
 }
-INJECTED_REQUESTS: tuple[str, ...] = ("select", "answer_initial", "answer_after_test")
+INJECTED_REQUESTS: tuple[str, ...] = ("select", "answer_initial", "answer_after_test", "estimate_property",
+                                      "estimate_outcome")
+NUMERIC_INJECTED: tuple[str, ...] = ("estimate_property", "estimate_outcome")  # no candidates in their prompts
+# The paragraph a level's guidance follows (and level 3's readings extend): the evidence of a decision
+# prompt, the sheet paragraph of a numeric estimate (bench.numeric).
+_ANCHORS: tuple[str, ...] = ("Evidence", "The attached sheet", "The first attached sheet")
 GUIDANCE_OPENING = "Where to look:"
 _ORDINALS = ("first", "second", "third")
 _COORDINATE = {
@@ -82,8 +90,10 @@ def _sheet_of(rel: str) -> str:
     return PurePosixPath(rel).stem
 
 
-def guidance(family: Family, images: list[str], level: int, style: str = "a") -> str:
-    """The "Where to look" paragraph of `level` (1 or more) for a prompt showing `images`."""
+def guidance(family: Family, images: list[str], level: int, style: str = "a", numeric: bool = False) -> str:
+    """The "Where to look" paragraph of `level` (1 or more) for a prompt showing `images`.
+    numeric: the prompt is a numeric estimate's, which prints no candidate values, so level 2
+    says the reading determines the property rather than which candidate holds."""
     f, marker = family, STYLES[style].marker_name
     obj = {"sliding": "block", "bouncing": "ball", "spring": "cart"}[f.system]
     many = len(images) > 1
@@ -103,7 +113,8 @@ def guidance(family: Family, images: list[str], level: int, style: str = "a") ->
             tells = "this reading is the same for every candidate value of the mass and of the " + f.other
         else:
             prop = "mass" if spec.kind == "mass" else f.other
-            tells = f"this reading tells which candidate value of the {prop} holds"
+            tells = (f"with the calibration above, this reading determines the {prop}" if numeric
+                     else f"this reading tells which candidate value of the {prop} holds")
         sheet = f"the {_ORDINALS[i]} sheet ({test})" if many else f"the sheet ({test})"
         lines.append(
             f"What to read: on {sheet}, the ruler reading at the {marker} dot in the last panel is "
@@ -142,10 +153,10 @@ def level_prompt(family: Family, base: Item, level: int) -> str:
     if base.request not in INJECTED_REQUESTS or base.variant is not None or not base.images:
         raise ValueError(f"injection levels apply to base {', '.join(INJECTED_REQUESTS)} items, not {base.item_id}")
     parts = base.prompt.split("\n\n")
-    at = next(i for i, p in enumerate(parts) if p.startswith("Evidence"))
+    at = next(i for i, p in enumerate(parts) if p.startswith(_ANCHORS))
     if level >= 3:
         parts[at] += "\n" + readings_block(family, base.images)
-    parts.insert(at + 1, guidance(family, base.images, level, base.style))
+    parts.insert(at + 1, guidance(family, base.images, level, base.style, numeric=base.request in NUMERIC_INJECTED))
     return "\n\n".join(parts)
 
 

@@ -3,7 +3,8 @@
 Scored requests (`NUMERIC_SCORED`): read_ruler (metres read), recover_property (the chosen
 candidate's value, so its threshold accuracy is its choice accuracy at every delta up to the
 candidates' spread), and the opt-in estimates `estimate_property` and `estimate_outcome`
-(`bench.numeric`). Per request, over the items that have records (base items only: injection 0):
+(`bench.numeric`). Per request, over the items that have records (the caller passes one injection
+level's items: level 0 in the main measures, level L under `injection.levels.L.numeric`):
 
 - `acc_5`, `acc_10`, `acc_20`, `acc_30`: the share of items whose reply is valid and within delta
   of the reference value (`bench.threshold.within`); invalid replies count as not within and stay
@@ -69,7 +70,7 @@ def numeric_measures(
     by_request: dict[str, list[tuple[Item, Record]]] = defaultdict(list)
     n_items: Counter[str] = Counter()
     for it in items:
-        if it.request not in NUMERIC_SCORED or it.variant is not None or it.injection:
+        if it.request not in NUMERIC_SCORED or it.variant is not None:  # one level's items per call
             continue
         n_items[it.request] += 1
         rec = records.get(it.item_id)

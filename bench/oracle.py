@@ -383,6 +383,7 @@ def expected_items(
     action that is not unique at these prices is None (the generator refuses such prices).
     """
     row, fid, pos = fam.row, fam.family_id, fam.initial_pos
+    levels = tuple(levels)  # read twice: the decisions' levels, then the estimates'
     menus = row["options"], row["answer_options"], row["reworded_options"], row["recover_options"]
     options, answer_options, reworded, recover = (dict(m) for m in menus)
     common = dict(family_id=fid, system=fam.system, initial_property=row["initial_property"], style="a")
@@ -453,15 +454,23 @@ def expected_items(
         for item_id, row in base.items():
             out[f"{item_id}.L{level}"] = {**row, "decision_id": f"{row['decision_id']}.L{level}", "injection": level}
     if numeric:
+        estimates = {}
         for prop, pos in (("mass", 0), ("other", 1)):
             for idx in (0, 1):
-                put(f"{fid}.estimate_property.{prop}_{idx}", "estimate_property", history=idx,
+                item_id = f"{fid}.estimate_property.{prop}_{idx}"
+                put(item_id, "estimate_property", history=idx,
                     test="test_mass" if pos == 0 else "test_other", images=[_image(fid, f"{prop}_{idx}")],
                     reference_value=fam.value(pos, idx))
+                estimates[item_id] = out[item_id]
         for w in WORLDS:
-            put(f"{fid}.estimate_outcome.{world_name(w)}", "estimate_outcome", test="combined_report",
+            item_id = f"{fid}.estimate_outcome.{world_name(w)}"
+            put(item_id, "estimate_outcome", test="combined_report",
                 hidden_world=world_name(w), images=[_image(fid, s) for s in _test_sheets("combined_report", w)],
                 reference_value=fam.outcomes[w])
+            estimates[item_id] = out[item_id]
+        for level in levels:  # the estimates climb the ladder too (same values; no decision ids)
+            for item_id, row in estimates.items():
+                out[f"{item_id}.L{level}"] = {**row, "injection": level}
     return out
 
 

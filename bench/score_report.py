@@ -438,6 +438,10 @@ def _injection_section(injection: dict[str, Any]) -> str:
     rows = [[_label(n), *[headline_cell(n, levels[L].get(n)) for L in levels]] for n in names]
     rows += [[_label(n), *[pct(levels[L].get("answers", {}).get(n)) for L in levels]]
              for n in ("known_answer", "unknown_answer")]
+    for request in ("estimate_property", "estimate_outcome"):  # --numeric: threshold accuracy per level
+        if any(request in levels[L].get("numeric", {}) for L in levels):
+            rows.append([f"{request.replace('_', ' ')}: within 10%",
+                         *[pct(levels[L].get("numeric", {}).get(request, {}).get("acc_10")) for L in levels]])
     text = _table(["measure", *[f"level {L}" for L in levels]], rows)
     diffs = injection.get("differences", {})
     if diffs:

@@ -390,7 +390,7 @@ class Tally:
 
 
 # Measures kept per injection level (`bench.injection`): the headline and the answer sections.
-LEVEL_SECTIONS: tuple[str, ...] = (*HEADLINE, "answers", "hidden_alternatives", "validity", "coverage")
+LEVEL_SECTIONS: tuple[str, ...] = (*HEADLINE, "answers", "hidden_alternatives", "validity", "coverage", "numeric")
 
 
 def score(
@@ -420,32 +420,37 @@ def score(
             raise ValueError(f"duplicate item id {it.item_id!r} in the benchmark")
         index[it.item_id] = it
     parts: dict[int, tuple[list[Item], list[Record]]] = defaultdict(lambda: ([], []))
-    numeric_items = [it for it in items if it.request in NUMERIC_REQUESTS]
-    numeric_records: dict[str, Record] = {}
+    # the opt-in numeric estimates, per injection level (bench.injection): level L's are scored with
+    # level L's decisions, so threshold accuracy is traced across the ladder on the same resamples
+    numeric_items: dict[int, list[Item]] = defaultdict(list)
+    numeric_records: dict[int, dict[str, Record]] = defaultdict(dict)
     for it in items:
-        if it.request not in NUMERIC_REQUESTS:
+        if it.request in NUMERIC_REQUESTS:
+            numeric_items[it.injection].append(it)
+        else:
             parts[it.injection][0].append(it)
     for rec in records:
         item = index.get(rec.item_id)
         if item is None:
             raise ValueError(f"record for unknown item id {rec.item_id!r}: not in this benchmark")
         if item.request in NUMERIC_REQUESTS:
-            if rec.item_id in numeric_records:
+            if rec.item_id in numeric_records[item.injection]:
                 raise ValueError(f"two records for item {rec.item_id!r}; keep one record per item")
-            numeric_records[rec.item_id] = rec
+            numeric_records[item.injection][rec.item_id] = rec
         else:
             parts[item.injection][1].append(rec)
     base_items, base_records = parts.pop(0, ([], []))
     base_kept: dict[str, Any] = {}
     out = _score_set(base_items, base_records, n_boot=n_boot, seed=seed, prices=prices,
-                     numeric=(numeric_items, numeric_records), keep=base_kept)
+                     numeric=(numeric_items.get(0, []), numeric_records.get(0, {})), keep=base_kept)
     if parts:
         levels, differences = {}, {}
         for level in sorted(parts):
             level_items, level_records = parts[level]
             kept: dict[str, Any] = {}
-            full = _score_set(level_items, level_records, n_boot=n_boot, seed=seed, prices=prices, keep=kept)
-            levels[str(level)] = {name: full[name] for name in LEVEL_SECTIONS}
+            full = _score_set(level_items, level_records, n_boot=n_boot, seed=seed, prices=prices, keep=kept,
+                              numeric=(numeric_items.get(level, []), numeric_records.get(level, {})))
+            levels[str(level)] = {name: full[name] for name in LEVEL_SECTIONS if name in full}
             same = kept["families"] == base_kept["families"]  # same ids in the same order: the same resamples
             differences[str(level)] = level_differences(kept["resampled"], base_kept["resampled"], same)
         out["injection"] = {"levels": levels, "level_0": "the main measures above",

@@ -28,7 +28,7 @@ from evprobe.experiments.scoring_io import score_run
 
 @pytest.fixture(scope="module")
 def ladder() -> tuple[list[Family], list[Item]]:
-    return build(GenerateConfig(families_per_system=4, subset_per_cell=1, injection_levels=(1, 2, 3)))
+    return build(GenerateConfig(families_per_system=4, subset_per_cell=1, injection_levels=(1, 2, 3), numeric=True))
 
 
 def _added_lines(base: str, level: str) -> list[str]:
@@ -86,7 +86,9 @@ def test_pairs_hold_at_every_level(ladder) -> None:
     for level in (0, 1, 2, 3):
         image, threshold = defaultdict(list), defaultdict(list)
         for it in items:
-            if it.injection == level and it.variant is None and it.request in INJECTED_REQUESTS:
+            # decision pairs here; the numeric estimates' groups are tests/bench/test_numeric.py's
+            if it.injection == level and it.variant is None and it.request in INJECTED_REQUESTS \
+                    and it.decision_id is not None:
                 image[it.image_pair_id].append(it)
                 threshold[it.threshold_pair_id].append(it)
         assert image and all(len(v) == 2 for v in image.values())

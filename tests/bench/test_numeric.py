@@ -38,9 +38,11 @@ def test_main_set_is_byte_identical_and_blocks_are_appended() -> None:
     assert counts == {
         ("estimate_property", 0): 576, ("estimate_outcome", 0): 576,
         **{(r, level): n for level in (1, 2, 3) for r, n in
-           (("select", 576), ("answer_initial", 576), ("answer_after_test", 4608))},
+           (("select", 576), ("answer_initial", 576), ("answer_after_test", 4608),
+            ("estimate_property", 576), ("estimate_outcome", 576))},
     }
-    props = Counter(it.test if it.test == "test_mass" else it.system for it in both if it.request == "estimate_property")
+    props = Counter(it.test if it.test == "test_mass" else it.system for it in both
+                    if it.request == "estimate_property" and not it.injection)
     assert props == {"test_mass": 288, "sliding": 96, "bouncing": 96, "spring": 96}
 
 
@@ -134,6 +136,13 @@ def test_policies_give_their_analytic_numeric_scores(block_bench: Path, tmp_path
             assert all(block[k]["value"] == 1.0 for k in ("acc_5", "acc_10", "acc_20", "acc_30", "validity"))
             assert block["mean_log_error"]["value"] < (1e-12 if policy == "reference" else 0.01)
         assert scores["numeric"]["read_ruler"]["acc_5"]["value"] == scores["controls"]["read_ruler"]["value"]
+        for level in ("1", "2", "3"):  # the estimates across the ladder: the same analytic values
+            block = scores["injection"]["levels"][level]["numeric"]
+            assert set(block) == {"estimate_property", "estimate_outcome", "counts"}, level
+            for request in ("estimate_property", "estimate_outcome"):
+                assert all(block[request][k]["value"] == 1.0 for k in ("acc_5", "acc_30", "validity")), (level, request)
+                assert block[request]["acc_5"]["n"] == 24  # 6 families x 4 estimates of each kind
+        assert "estimate property: within 10%" in (out / "scores.md").read_text()
 
 
 def _copy(src: Path, tmp_path: Path) -> Path:
@@ -159,7 +168,9 @@ def test_check_passes_the_blocks_and_catches_a_leaked_answer(block_bench: Path, 
         row["prompt"] += f" (It is {row['reference_value']:.6g}.)"
 
     rewrite_items(bench, leak)
-    assert _failed(bench, capsys) == {"Numeric prompts do not state their answer", "Numeric prompt groups share every byte"}
+    # the leaked level-0 prompt is also no longer the start of its levels' prompts
+    assert _failed(bench, capsys) == {"Numeric prompts do not state their answer", "Numeric prompt groups share every byte",
+                                      "Level prompts are level 0's plus the level's text"}
 
 
 def test_check_catches_a_wrong_numeric_reference(block_bench: Path, tmp_path: Path, capsys) -> None:
@@ -171,3 +182,39 @@ def test_check_catches_a_wrong_numeric_reference(block_bench: Path, tmp_path: Pa
 
     rewrite_items(bench, wrong)
     assert _failed(bench, capsys) == {"Oracle reference values (ruler reading, property)"}
+
+
+def test_estimates_climb_the_ladder(numeric_items, block_bench: Path, tmp_path: Path, capsys) -> None:
+    """Seed 003 traces threshold accuracy across the injection levels: each estimate's level-L prompt
+    is level 0's plus the level's text (level 2 says what the reading determines, never which
+    candidate: these prompts print none; level 3 adds the sheets' readings), a level's estimate groups
+    share every byte but the sheets (checked), and a wrong level-3 reading is caught."""
+    from evprobe.bench.injection import level_prompt
+    from evprobe.bench.family import Family
+
+    _, items = build(GenerateConfig(families_per_system=1, subset_per_cell=0, numeric=True, injection_levels=(2, 3)))
+    by_id = {it.item_id: it for it in items}
+    base = by_id["sliding-000.estimate_outcome.w00"]
+    l2, l3 = by_id[base.item_id + ".L2"], by_id[base.item_id + ".L3"]
+    assert l2.prompt.startswith(base.prompt.split("\n\nThe block starts")[0])
+    assert "this reading determines the mass" in l2.prompt and "candidate" not in l2.prompt
+    assert l3.prompt.count("- panel ") == 8 and "Readings from the first sheet (mass test):" in l3.prompt
+    assert l2.reference_value == base.reference_value and l2.image_pair_id == base.image_pair_id + ".L2"
+    assert _failed(_copy(block_bench, tmp_path / "ok"), capsys) == set()
+    bench = _copy(block_bench, tmp_path / "wrong")
+
+    def wrong(rows: list[dict]) -> None:
+        row = next(r for r in rows if r["request"] == "estimate_property" and r.get("injection") == 3)
+        line = next(x for x in row["prompt"].split("\n") if x.startswith("- panel 4"))
+        row["prompt"] = row["prompt"].replace(line, line.replace(" m", "1 m"), 1)
+
+    rewrite_items(bench, wrong)
+    assert _failed(bench, capsys) == {"Level 3 readings are the oracle's"}
+    bench = _copy(block_bench, tmp_path / "apart")
+
+    def apart(rows: list[dict]) -> None:  # one member of a level-2 group told something else
+        row = next(r for r in rows if r["request"] == "estimate_outcome" and r.get("injection") == 2)
+        row["prompt"] = row["prompt"].replace("determines the mass", "determines the weight", 1)
+
+    rewrite_items(bench, apart)
+    assert _failed(bench, capsys) == {"Level estimate groups share every prompt byte but the sheets"}
