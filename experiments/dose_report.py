@@ -11,6 +11,7 @@ import numpy as np
 
 from evprobe.core.files import atomic_write_bytes
 from evprobe.experiments.dose_config import alpha_key
+from evprobe.experiments.dose_format import RATE_MEASURES, fmt_estimate, num
 from evprobe.experiments.dose_plan import Plan
 from evprobe.experiments.dose_stats import GROUPS, MEASURES
 
@@ -24,27 +25,7 @@ MEASURE_TITLES = {
     "log_odds": ("log-odds stop vs best other letter", "log p(stop) - max log p(other) (nats)"),
     "invalid_rate": ("invalid replies", "invalid replies (share of items)"),
 }
-RATE_MEASURES = ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate")
 ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward measuring)"
-
-
-def _num(x: float, digits: int, sign: bool = False) -> str:
-    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-    zero = f"{0:.{digits}f}"
-    if text.lstrip("+-") == zero:  # never print -0.0
-        text = f"+{zero}" if sign else zero
-    return text
-
-
-def fmt_estimate(e: dict[str, Any] | None, measure: str, sign: bool = False) -> str:
-    """`58.3 [41.7, 75.0] (n=24)` for rates (percent), `+1.23 [0.40, 2.10] (n=24)` for log-odds (nats)."""
-    if not e or e.get("value") is None:
-        return "NA (n=0)"
-    scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
-    sign = sign or measure == "log_odds"
-    lo, hi = e["ci"]
-    ci = "[NA, NA]" if lo is None else f"[{_num(lo * scale, digits, sign)}, {_num(hi * scale, digits, sign)}]"
-    return f"{_num(e['value'] * scale, digits, sign)} {ci} (n={e['n']})"
 
 
 def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
@@ -58,8 +39,8 @@ def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
     if b.get("percentile") is not None:
         z = "z NA" if b["z"] is None else f"z {b['z']:+.1f}"
         place = f"; probe pct {b['percentile']:.0f}, {z}"
-    return (f"mean {_num(b['mean'] * scale, digits, sign)} [band {_num(b['band_lo'] * scale, digits, sign)}, "
-            f"{_num(b['band_hi'] * scale, digits, sign)}]{place} (k={b['n_directions']}, n={b['n']})")
+    return (f"mean {num(b['mean'] * scale, digits, sign)} [band {num(b['band_lo'] * scale, digits, sign)}, "
+            f"{num(b['band_hi'] * scale, digits, sign)}]{place} (k={b['n_directions']}, n={b['n']})")
 
 
 def _place(null: dict[str, Any] | None) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from evprobe.experiments.dose_format import fmt_estimate
+
 P_NULL = 0.05
 
 
@@ -34,16 +36,12 @@ def _with_unit(text: str, unit: str) -> str:
 
 
 def _pts(e: dict[str, Any] | None) -> str:
-    """A rate change in points with its interval and n (dose_report.fmt_estimate's numbers)."""
-    from evprobe.experiments.dose_report import fmt_estimate  # here: dose_report imports this module's users
-
+    """A rate change in points with its interval and n (dose_format.fmt_estimate's numbers)."""
     return _with_unit(fmt_estimate(e, "stop_rate", sign=True), "points")
 
 
 def _nats(e: dict[str, Any] | None) -> str:
     """A log-odds change in nats with its interval and n."""
-    from evprobe.experiments.dose_report import fmt_estimate
-
     return _with_unit(fmt_estimate(e, "log_odds"), "nats")
 
 

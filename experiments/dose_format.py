@@ -1,0 +1,32 @@
+"""How dose-response numbers are printed: rates in percent, log-odds in nats, each with its
+interval and n. Its own module so the report (experiments.dose_report) and the generated sentences
+(experiments.dose_text, which the report's statistics use) share one formatter without a cycle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+RATE_MEASURES = ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate")
+
+
+def num(x: float, digits: int, sign: bool = False) -> str:
+    """`x` with `digits` decimals (a sign with sign=True), never -0.0."""
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    zero = f"{0:.{digits}f}"
+    if text.lstrip("+-") == zero:
+        text = f"+{zero}" if sign else zero
+    return text
+
+
+def fmt_estimate(e: dict[str, Any] | None, measure: str, sign: bool = False) -> str:
+    """`58.3 [41.7, 75.0] (n=24)` for rates (percent), `+1.23 [0.40, 2.10] (n=24)` for log-odds (nats)."""
+    if not e or e.get("value") is None:
+        return "NA (n=0)"
+    scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
+    sign = sign or measure == "log_odds"
+    lo, hi = e["ci"]
+    ci = "[NA, NA]" if lo is None else f"[{num(lo * scale, digits, sign)}, {num(hi * scale, digits, sign)}]"
+    return f"{num(e['value'] * scale, digits, sign)} {ci} (n={e['n']})"
+
+
+__all__ = ["RATE_MEASURES", "fmt_estimate", "num"]
