@@ -141,14 +141,29 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
         e = h["target"].get("log_odds_change") or {}
         if e.get("value") is None:
             continue
-        outside = (null.get("lo") is not None and e.get("ci") and
-                   (e["ci"][1] < null["lo"] or e["ci"][0] > null["hi"]))
-        band = (f"the {null.get('n_directions')} random directions' band is {null['lo']:+.2f} to {null['hi']:+.2f} "
-                "nats" if null.get("lo") is not None else "no random directions were run")
         out.append(f"Steering ({h['goal']}): the probe direction moved the {h['group']} items' stop log-odds by "
-                   f"{e['value']:+.2f} nats [{e['ci'][0]:+.2f}, {e['ci'][1]:+.2f}] (n={e.get('n')}); {band}, so the "
-                   f"effect is {'outside' if outside else 'not outside'} what a random direction of the same size does.")
+                   f"{e['value']:+.2f} nats [{e['ci'][0]:+.2f}, {e['ci'][1]:+.2f}] (n={e.get('n')}); "
+                   + _against_null(e, null))
     return out
+
+
+def _against_null(e: dict[str, Any], null: dict[str, Any]) -> str:
+    """Where an effect sits against the random directions' 2.5-97.5% band (same layer, dose, norm):
+    outside only when its whole interval is; a point estimate beyond the band whose interval reaches
+    into it is said to be so, not called outside."""
+    if null.get("lo") is None:
+        return "no random directions were run, so nothing says the direction is special."
+    band = (f"the {null.get('n_directions')} random directions of the same size move it by {null['lo']:+.2f} to "
+            f"{null['hi']:+.2f} nats (2.5-97.5%)")
+    lo, hi = e["ci"]
+    if hi < null["lo"] or lo > null["hi"]:
+        verdict = "its whole interval lies outside that band, so random directions of the same size do not do this"
+    elif e["value"] < null["lo"] or e["value"] > null["hi"]:
+        verdict = ("its estimate lies beyond that band but its interval reaches into it, so it is not clearly more "
+                   "than a random direction does")
+    else:
+        verdict = "its estimate lies inside that band: a random direction of the same size does as much"
+    return f"{band}; {verdict}."
 
 
 def summary_png(sweep: dict | None, dose: dict | None, path: Path) -> Path | None:
