@@ -29,4 +29,10 @@ def fmt_estimate(e: dict[str, Any] | None, measure: str, sign: bool = False) -> 
     return f"{num(e['value'] * scale, digits, sign)} {ci} (n={e['n']})"
 
 
-__all__ = ["RATE_MEASURES", "fmt_estimate", "num"]
+def crossfit_setting(headline: dict[str, Any]) -> str:
+    """Where a cross-fitted headline row steered: `L3 alpha +0.875, L3 alpha +1` (each half's choice,
+    once each)."""
+    return ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in headline["choices"]}))
+
+
+__all__ = ["RATE_MEASURES", "crossfit_setting", "fmt_estimate", "num"]

@@ -133,9 +133,10 @@ def behaviour_difference(scores: dict[str, Any], level: int) -> dict[str, dict[s
 
 
 def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str, Any]]]:
-    """level -> goal -> {setting, log_odds_change, change, n_families} from dose-response folders
-    (the level is each folder's `meta.injection`; two folders of one level are refused)."""
+    """level -> goal -> {group, setting, log_odds_change, change} from dose-response folders (the
+    level is each folder's `meta.injection`; two folders of one level are refused)."""
     from evprobe.core.errors import InputError
+    from evprobe.experiments.dose_format import crossfit_setting
 
     out: dict[int, dict[str, dict[str, Any]]] = {}
     for folder in folders:
@@ -153,8 +154,7 @@ def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str,
         for h in doc.get("headline") or []:
             if h.get("readout", "logprobs") != "logprobs":
                 continue
-            where = ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in h["choices"]}))
-            goals[h["goal"]] = {"group": h["group"], "setting": where,
+            goals[h["goal"]] = {"group": h["group"], "setting": crossfit_setting(h),
                                 "log_odds_change": h["target"].get("log_odds_change"),
                                 "change": h["target"].get("change")}
         out[level] = goals or {"(none)": {"reason": doc.get("split", {}).get("skipped", "no cross-fitted headline")}}

@@ -246,7 +246,7 @@ def headline_lines(out: Path) -> list[str]:
         return json.loads(path.read_text()) if path.is_file() else None
 
     from evprobe.bench.score_report import pct, plain, points
-    from evprobe.experiments.dose_report import fmt_estimate
+    from evprobe.experiments.dose_format import crossfit_setting, fmt_estimate
 
     lines = []
     scores = load("run/scores.json")
@@ -260,7 +260,7 @@ def headline_lines(out: Path) -> list[str]:
                      f"chosen without test labels: L{best['layer']}/{best['position']})")
     dose = load("dose_response/dose_response.json")
     for h in (dose or {}).get("headline") or []:
-        where = ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in h["choices"]}))
+        where = crossfit_setting(h)
         t = h["target"]
         lines.append(f"steering ({h['goal']}, {h['group']} items, cross-fitted at {where}): stop log-odds (nats) "
                      f"{fmt_estimate(t.get('log_odds_change'), 'log_odds')}, stop rate (points) "

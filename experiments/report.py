@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes
+from evprobe.experiments.report_summary import inside_ladder
 
 PARTS = (
     ("Known-answer checks", "known_answer.md"),
@@ -45,14 +46,6 @@ PARTS = (
     ("Pair patching", "patching.md"),
     ("Information-injection ladder", "ladder.md"),
 )
-LADDER_MD = "ladder.md"
-
-
-def _inside_ladder(path: Path) -> bool:
-    """A per-level sweep an `evprobe ladder` folder holds (LADDER/L<level>/sweep.md): the ladder's
-    part reports it, so the probe-sweep part does not repeat every level's sweep."""
-    return path.parent.name[:1] == "L" and (path.parent.parent / LADDER_MD).is_file()
-
 
 def _demote(markdown: str) -> str:
     """Shift every heading two levels down, so each part sits under the report's own headings."""
@@ -174,7 +167,7 @@ def build_report(
             (root, root_name, p)
             for root, root_name in zip(roots, names)
             for p in sorted(root.rglob(name))
-            if out_resolved not in p.resolve().parents and not (name == "sweep.md" and _inside_ladder(p))
+            if out_resolved not in p.resolve().parents and not (name == "sweep.md" and inside_ladder(p))
         ]
         if not paths:
             continue

@@ -38,25 +38,30 @@ class Sources:
     known_answer: Path | None
 
 
-def _first(roots: list[Path], name: str, skip: Path | None, prefer: str | None = None) -> Path | None:
-    found = [p for root in roots for p in sorted(root.rglob(name))
-             if skip is None or skip not in p.resolve().parents]
-    if prefer:
-        preferred = [p for p in found if p.parent.name == prefer]
-        found = preferred or found
-    return found[0] if found else None
+LADDER_MD = "ladder.md"
+
+
+def inside_ladder(path: Path) -> bool:
+    """A file of an `evprobe ladder` folder's per-level sweep (LADDER/L<level>/sweep.*): the ladder
+    reports it, so neither the headline probe nor the report's probe-sweep part takes it."""
+    return path.parent.name[:1] == "L" and (path.parent.parent / LADDER_MD).is_file()
+
+
+def _found(roots: list[Path], name: str, skip: Path | None) -> list[Path]:
+    """Every `name` under the roots, in order, except under `skip` (the report's own folder)."""
+    return [p for root in roots for p in sorted(root.rglob(name)) if skip is None or skip not in p.resolve().parents]
 
 
 def find_sources(roots: list[Path], out: Path | None = None) -> Sources:
     skip = out.resolve() if out is not None else None
-    # a per-level sweep of a ladder (LADDER/L<level>/sweep.json) is not the headline probe
-    sweeps = [p for root in roots for p in sorted(root.rglob("sweep.json"))
-              if (skip is None or skip not in p.resolve().parents)
-              and not (p.parent.name[:1] == "L" and (p.parent.parent / "ladder.md").is_file())]
+
+    def first(name: str) -> Path | None:
+        return next(iter(_found(roots, name, skip)), None)
+
+    sweeps = [p for p in _found(roots, "sweep.json", skip) if not inside_ladder(p)]
     preferred = [p for p in sweeps if p.parent.name == "resolved"]
     sweep = (preferred or sweeps or [None])[0]
-    return Sources(_first(roots, "scores.json", skip), sweep, _first(roots, "dose_response.json", skip),
-                   _first(roots, "known_answer.json", skip))
+    return Sources(first("scores.json"), sweep, first("dose_response.json"), first("known_answer.json"))
 
 
 def _load(path: Path | None) -> dict[str, Any] | None:
@@ -72,7 +77,7 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
                   known: dict | None) -> list[tuple[str, str, str]]:
     """(measure, estimate with interval and n, what it is) rows of the headline table."""
     from evprobe.bench.score_report import pct, plain, points
-    from evprobe.experiments.dose_report import fmt_estimate
+    from evprobe.experiments.dose_format import crossfit_setting, fmt_estimate
 
     rows = []
     if scores:
@@ -93,11 +98,10 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
     for h in (dose or {}).get("headline") or []:
         if h.get("readout", "logprobs") != "logprobs":
             continue
-        where = ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in h["choices"]}))
         t = h["target"]
         rows.append((f"steering: {h['goal']}, stop log-odds change (nats)",
                      fmt_estimate(t.get("log_odds_change"), "log_odds"),
-                     f"{h['group']} items, cross-fitted at {where}"))
+                     f"{h['group']} items, cross-fitted at {crossfit_setting(h)}"))
         rows.append((f"steering: {h['goal']}, stop-rate change (points)", points(t.get("change")),
                      f"{h['group']} items, same setting"))
     if known:
@@ -284,4 +288,4 @@ def summary_markdown(roots: list[Path], out: Path, title: str, banner: str | Non
     return "\n".join(lines)
 
 
-__all__ = ["Sources", "find_sources", "headline_rows", "sentences", "summary_markdown", "summary_png"]
+__all__ = ["LADDER_MD", "Sources", "find_sources", "inside_ladder", "headline_rows", "sentences", "summary_markdown", "summary_png"]
