@@ -181,8 +181,9 @@ def build_report(
                 target = _target_name(where, png.resolve(), used)
                 shutil.copyfile(png, out / target)
                 lines += [f"![{png.stem} ({where})]({quote(target)})", ""]
-                if caption(png.stem):
-                    lines += [f"*{caption(png.stem)}*", ""]
+                note = caption(png.stem)
+                if note:
+                    lines += [f"*{note}*", ""]
         page = _slug(heading)
         atomic_write_bytes(out / page, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
         details.append((heading, page))

@@ -113,3 +113,12 @@ def test_report_rescores_a_run_whose_records_changed(small_bench: Path, tmp_path
     assert _rows(fresh) <= set(text.splitlines())  # every table row of the fresh scores
     stale_only = _rows(stale) - _rows(fresh)
     assert stale_only and not stale_only & set(text.splitlines())  # none of the stale ones
+
+
+def test_plot_captions_say_what_to_look_for_and_name_the_scope() -> None:
+    from evprobe.experiments.report import caption
+
+    assert caption("stop_rate").startswith("Stop rate against the dose")
+    assert caption("stop_rate.bouncing").endswith("(bouncing only.)")
+    assert caption("generate.log_odds").endswith("Readout: the generated reply.")
+    assert caption("something_else") == ""  # an unknown plot gets no invented caption
