@@ -64,6 +64,10 @@ class DoseResponseConfig:
     limit: int | None = setting(None, "only the first N target items (after the held-out filter)")
     readout: Literal["logprobs", "generate", "both"] = setting(
         "logprobs", "logprobs (option letters' next-token log-probs), generate (greedy direct reply) or both")
+    generate_sets: bool = setting(
+        True, "with readout both, also generate for the random and control directions; --no-generate-sets reads "
+        "them by log-probs only (generation costs about n_random times the probe's), so the generated readout has "
+        "no null band or controls")
     positions: Literal["all", "last"] = setting("all", "prompt positions steered (generated tokens always)")
     regime: str = setting("standard", "prompt regime: standard, guided or json")
     batch_size: int | None = setting(None, "rows per forward (null: the model config's)")
@@ -89,6 +93,9 @@ class DoseResponseConfig:
                 raise ValueError(f"key 'layers' must be distinct layer numbers >= 0, got {list(self.layers)}")
         if self.readout not in ("logprobs", "generate", "both"):
             raise ValueError(f"key 'readout' is {self.readout!r}; choose from logprobs, generate, both")
+        if not self.generate_sets and self.readout != "both":
+            raise ValueError("key 'generate_sets' is false but readout is not both: the random and control "
+                             "directions would be read by nothing; set readout: both, or n_random: 0 and controls: []")
         if self.positions not in ("all", "last"):
             raise ValueError(f"key 'positions' is {self.positions!r}; choose from all, last")
         if self.n_random < 0:
@@ -116,6 +123,10 @@ class DoseResponseConfig:
     @property
     def readouts(self) -> tuple[str, ...]:
         return READOUTS if self.readout == "both" else (self.readout,)
+
+    def reads_sets(self, readout: str) -> bool:
+        """Whether the random and control directions are read by `readout` (generate_sets)."""
+        return readout in self.readouts and (readout == "logprobs" or self.generate_sets)
 
 
 def load_dose_response_config(ref: str | Path, overrides: dict[str, Any] | None = None) -> DoseResponseConfig:

@@ -299,6 +299,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         "attn_implementation": model.attn_implementation,
         "items_sha256": bench_meta.get("items_sha256"),
         "readout": config.readout,
+        "generate_sets": None if config.generate_sets else False,  # True as None: older folders resume
         "regime": config.regime,
         "positions": config.positions,
         "schedule": "every-step",

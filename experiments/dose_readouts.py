@@ -166,7 +166,7 @@ def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], image
             reads = [logprob_readout(it, logp[k, i]) for k in range(K)]
             rows[i]["lp_set"] = {"choice": "".join(r["choice"] for r in reads),
                                  "log_odds": [r["log_odds"] for r in reads]}
-    if "generate" in config.readouts:
+    if config.reads_sets("generate"):
         per = max(1, max_rows // n)
         actions: list[list[Any]] = [[] for _ in batch]
         valid: list[list[int]] = [[] for _ in batch]

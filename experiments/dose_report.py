@@ -85,7 +85,7 @@ def markdown(result: dict[str, Any]) -> str:
         + (f"held out: the {len(meta['fit_families'])} families the directions were fitted on are excluded "
            f"({len(meta['excluded_families'])} of them are in this benchmark)."
            if meta["heldout"] else "IN-SAMPLE (heldout: false): fitted families are included."),
-        (f"- Steering: every {'prompt position' if meta['positions'] == 'all' else 'last prompt position'} and "
+        (f"- Steering: every {'prompt position' if meta['positions'] == 'all' else 'last position'} and "
          f"every generated token of the steered layer; regime {meta['regime']}, direct protocol; readouts "
          f"{', '.join(meta['readouts'])}."),
         (f"- Null band: {meta['null_band_rule']} (k={meta['n_random']}, seed {meta['random_seed']}). Ablation: "
@@ -180,7 +180,9 @@ def plot_axis(measure: str) -> tuple[float, str]:
 
 
 def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
-    """One PNG per readout x measure x scope: rows = layers, columns = resolved / unresolved / all."""
+    """One PNG per readout x measure x scope: rows = layers, columns = resolved / unresolved / all.
+    A readout the random directions were not read with (--no-generate-sets) gets no null band and
+    its all-systems figures only (per-system curves are in the tables; 0.85 s a figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,10 +195,11 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
     layers = [int(k) for k in meta["layers"]]
     written = []
     for readout in meta["readouts"]:
+        with_sets = readout in meta.get("set_readouts", meta["readouts"])
         for measure in MEASURES[readout]:
             title, unit = MEASURE_TITLES[measure]
             scale, axis_label = plot_axis(measure)
-            for system in meta["scopes"]:
+            for system in (meta["scopes"] if with_sets else ["all"]):
                 fig, axes = plt.subplots(len(layers), len(GROUPS), figsize=(4.2 * len(GROUPS), 3.2 * len(layers)),
                                          squeeze=False, sharey=measure in RATE_MEASURES)
                 for li, layer in enumerate(layers):
@@ -209,7 +212,7 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
                         n = max(p["n"] for p in pts)
                         ax.fill_between(alphas, lo, hi, color="C0", alpha=0.25, label="probe 95% interval")
                         ax.plot(alphas, y, "o-", color="C0", label="probe direction")
-                        if meta["n_random"]:
+                        if meta["n_random"] and with_sets:
                             bs = [band.get((readout, layer, a, group, system, measure)) or {} for a in alphas]
                             bmin = scale * np.array([np.nan if b.get("band_lo") is None else b["band_lo"] for b in bs],
                                                     dtype=float)

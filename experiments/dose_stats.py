@@ -5,7 +5,7 @@ ablation, the cross-fitted headline (experiments.dose_crossfit) and the text (JS
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -194,6 +194,12 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
 
     split: dict[str, Any] = {}
     for readout in config.readouts:
+        if not config.reads_sets(readout):
+            # --no-generate-sets: the sets hold no generated replies; this readout is summarised as a
+            # run without random or control directions (no null band or controls)
+            plan_r = replace(plan, config=replace(config, n_random=0, controls=()))
+        else:
+            plan_r = plan
         stats = _stats(plan, readout, done, row_keys, masks, boot, fam)
         for layer, label, alpha, key in points:
             for (group, system) in masks:
@@ -203,14 +209,14 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
                         "readout": readout, "layer": layer, "kind": label, "alpha": alpha, "group": group,
                         "system": system, "measure": measure, **value, "delta_vs_0": change,
                     })
-        band, random_effects = null_band(plan, readout, done, stats, masks, MEASURES[readout], _values)
+        band, random_effects = null_band(plan_r, readout, done, stats, masks, MEASURES[readout], _values)
         result["null_band"] += band
         base_obs, base_draws, _ = _ratios(readout, [done[(it.item_id, "base")] for it in plan.items], masks, boot, fam)
-        result["controls"] += control_rows(plan, readout, done, masks, MEASURES[readout], ratios, _est,
+        result["controls"] += control_rows(plan_r, readout, done, masks, MEASURES[readout], ratios, _est,
                                            (base_obs, base_draws), spans, random_effects, stats)
-        result["by_layer"] += _by_layer(plan, readout, stats, band)
-        result["ablation"] += _ablation(plan, readout, stats)
-        headline, split = crossfit(plan, readout, done, MEASURES[readout], _values, ratios, _est, spans)
+        result["by_layer"] += _by_layer(plan_r, readout, stats, band)
+        result["ablation"] += _ablation(plan_r, readout, stats)
+        headline, split = crossfit(plan_r, readout, done, MEASURES[readout], _values, ratios, _est, spans)
         result["headline"] += headline
     result["meta"] = _report_meta(plan, families, systems, scopes, units or {}, split)
     result["text"] = paragraphs(result)
@@ -298,6 +304,8 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
         "random_seed": plan.config.random_seed,
         "ablation": plan.config.ablation,
         "readouts": list(plan.config.readouts),
+        # readouts the random and control sets were read with (the others have no null band or controls)
+        "set_readouts": [r for r in plan.config.readouts if plan.config.reads_sets(r)],
         "positions": plan.config.positions,
         "regime": plan.config.regime,
         "n_items": len(plan.items),

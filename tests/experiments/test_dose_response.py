@@ -264,6 +264,27 @@ def test_generated_replies_readout(setup) -> None:
     assert (Path(cfg.out) / "generate.stop_rate.png").is_file() and (Path(cfg.out) / "stop_rate.png").is_file()
 
 
+def test_sets_read_by_logprobs_only_without_generate_sets(setup) -> None:
+    """--no-generate-sets: the probe and baseline rows have both readouts, the random and control
+    sets only log-probs; the generated readout is summarised without a null band or controls."""
+    cfg = config(setup, "gen_nosets", readout="both", generate_sets=False, layers=(1,), alphas=(0.0, 1.0),
+                 n_random=2, controls=("history",), ablation=False, limit=4)
+    dose_response(cfg, progress=False)
+    rows = load_results(Path(cfg.out) / RESULTS_FILE)
+    sets = [r for r in rows.values() if "lp_set" in r]
+    singles = [r for r in rows.values() if "lp" in r]
+    assert sets and all("gen_set" not in r for r in sets)
+    assert singles and all("gen" in r for r in singles)
+    result = json.loads((Path(cfg.out) / "dose_response.json").read_text())
+    assert {r["readout"] for r in result["null_band"]} == {"logprobs"}
+    assert {r["readout"] for r in result["controls"]} == {"logprobs"}
+    assert {r["readout"] for r in result["rows"]} == {"logprobs", "generate"}
+    with pytest.raises(InputError, match="readout=None, this run has|generate_sets=False, this run has"):
+        dose_response(replace(cfg, generate_sets=True), progress=False)
+    with pytest.raises(ValueError, match="'generate_sets' is false but readout is not both"):
+        replace(cfg, readout="logprobs")
+
+
 # ---------------------------------------------------------------- errors before any model load
 
 
