@@ -38,6 +38,9 @@ HELP = {
     "offload_folder": "folder for modules offloaded to disk with --device-map",
     "trust_remote_code": "allow a model's own code (off by default)",
     "attn_implementation": "e.g. eager (Pixtral, seed 000 appendix I) or sdpa",
+    "answer_prefix": "text the reply starts with before its answer letter (e.g. 'ANSWER:'), appended to the "
+                     "generation prompt by the answer readouts (log-probs, capture, patching); default: the "
+                     "model's own (the organism's ANSWER:), else none",
     "shard": "only shard K/N (0-based; whole families, sorted ids round robin); combine the N folders with "
              "`evprobe merge`. Under torchrun the rank picks the shard",
     "regime": "prompt regime: standard, guided or json",

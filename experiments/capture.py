@@ -113,6 +113,7 @@ class CaptureConfig:
     offload_folder: str | None = setting(None, HELP["offload_folder"])
     trust_remote_code: bool = setting(False, HELP["trust_remote_code"])
     attn_implementation: str | None = setting(None, HELP["attn_implementation"])
+    answer_prefix: str | None = setting(None, HELP["answer_prefix"])
     shard: str | None = setting(None, HELP["shard"])
 
 
@@ -300,6 +301,7 @@ class CaptureJob(Job):
             "selection_sha256": sha256_text("\n".join(it.item_id for it in self.items)),
             "n_items": len(self.items), "images_sha256": self.images_sha256,
             "attn_implementation": c.attn_implementation, "requested_dtype": c.dtype, **self.input_pins,
+            "answer_prefix": c.answer_prefix,
             # resid_post pinned as None: a folder written before components existed resumes as it was
             "component": None if c.component == "resid_post" else c.component,
         }
@@ -357,7 +359,7 @@ class CaptureJob(Job):
 
         c = self.config
         self.handle = load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
-                           trust_remote_code=c.trust_remote_code)
+                           trust_remote_code=c.trust_remote_code, answer_prefix=c.answer_prefix)
 
     def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
         assert self.handle is not None

@@ -72,6 +72,9 @@ class ModelConfig:
     batch_size: rows per forward / generate call.
     trust_remote_code: run a checkpoint's own code (never implied).
     revision: a hub commit / tag to pin; loaded through the local hub cache (see `model_source`).
+    answer_prefix: what the reply starts with before its answer letter (e.g. "ANSWER:"), appended
+        by the answer readouts (hooks.Handle.answer_prefix); None = the model's own (the
+        organism's "ANSWER:"), else none.
     notes: free text (why a setting is what it is).
     """
 
@@ -87,6 +90,7 @@ class ModelConfig:
     batch_size: int = 8
     trust_remote_code: bool = False
     revision: str | None = None
+    answer_prefix: str | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -149,7 +153,8 @@ def load_model(cfg: ModelConfig):
     from evprobe.hooks.devices import placement_of
 
     return hooks.load(model_source(cfg), dtype=cfg.dtype, **placement_of(cfg),
-                      trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation)
+                      trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
+                      answer_prefix=cfg.answer_prefix)
 
 
 def config_from_flags(cls: type[T], args: Any, **given: Any) -> T:

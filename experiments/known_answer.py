@@ -3,10 +3,11 @@
 The model organism (`organism`) is built so that its answer and where it forms are known before the
 toolkit looks (organism.model): below layer k (`attention_free_layers`, 1) its attention weights are
 zero, so no position reads another there: the sheet value and the threshold cannot meet, every state
-is a function of its own token, and the last prompt position's state is the same for the four decisions
-of a family. A training-only head read the right option's meaning at the last prompt position after
-layer m (`aux_layer`, 3, not the last), so sufficiency is linearly there, one direction for every
-system. `known_answer_checks(OUT)` reads what `evprobe quickstart` wrote under OUT (and the plant from
+is a function of its own token, and the last position's state is the same for the four decisions
+of a family. The organism replies `ANSWER: <letter>`; the readouts teacher-force `ANSWER:` (hooks'
+answer prefix), so the last position is that token, the one that predicts the letter (in generation
+a generated token's). A training-only head read the right option's meaning there after layer m
+(`aux_layer`, 3, not the last), so sufficiency is linearly there, one direction for every system. `known_answer_checks(OUT)` reads what `evprobe quickstart` wrote under OUT (and the plant from
 the checkpoint's organism.json) and writes OUT/known_answer.json and OUT/known_answer.md. Every number
 comes with its interval and n. Each check below names the fault that it catches in
 tests/experiments/test_known_answer_mutations.py (the README's fault x check table):
@@ -34,6 +35,11 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   stop rate falls back from an earlier dose's shift by more than 0.02 and more than its own 95% interval
   reaches. Catches: no-op steering, a random direction in place of the probe's, the steering layer off
   by one.
+- generated replies follow the steering (dose_response.json, readout both), layer m: at alpha 0 and
+  every dose before the break, both groups, the greedy reply's stop rate is within 0.05 of the log-prob
+  readout's and at most 5% of the replies are invalid. The letter is generated at the step after
+  `ANSWER:`, from that generated token's state; the log-probs read the same state teacher-forced in one
+  forward. Catches: steering that edits the prompt pass and no generated token (prompt-only).
 - interchange interventions (patching.json; decoded flip = interchange-intervention accuracy, IIA:
   the share of pairs whose top letter becomes the source member's when one state is patched): known
   by construction at both ends. Before layer k the two members differ only at the image position, and
@@ -53,8 +59,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evprobe.bench.score_report import plain
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.experiments.known_answer_row import check_row, estimate_text
+from evprobe.experiments.known_answer_steering import generated_check, steering_checks
 
 MIN_COST_FLOOR = 0.95
 PAIRS_FLOOR = 0.90
@@ -64,32 +71,20 @@ CHANCE = 0.55  # an AUROC at most this, or whose interval reaches 0.5, is at cha
 IIA_HIGH, IIA_LOW = 0.95, 0.05
 EXACT_NATS = 1e-4  # "no change at all", allowing float noise between batched forwards
 LEAK_EFFECT = 0.05  # a shuffled-label AUROC this far from 0.5 is leakage that matters
-USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
-MONOTONE_SLACK = 0.02
-NULL_FRACTION = 0.25
-STEER_TARGET = 0.40
 
 
 def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _est(e: dict[str, Any] | None) -> str:
-    return "n/a" if not e or e.get("value") is None else plain(e)
-
-
-def _check(name: str, passed: bool | None, measured: str, target: str) -> dict[str, Any]:
-    return {"check": name, "passed": passed, "measured": measured, "target": target}
-
-
 def behaviour_checks(scores: dict[str, Any] | None) -> list[dict[str, Any]]:
     if scores is None:
-        return [_check("behaviour", None, "no scores.json", "run and score the model")]
+        return [check_row("behaviour", None, "no scores.json", "run and score the model")]
     out = []
     for key, floor, title in (("min_cost_choice", MIN_COST_FLOOR, "minimum-cost choice"),
                               ("both_correct_image_pairs", PAIRS_FLOOR, "both-correct image pairs")):
         e = scores[key]
-        out.append(_check(title, e["value"] is not None and e["value"] >= floor, _est(e), f">= {floor:.2f}"))
+        out.append(check_row(title, e["value"] is not None and e["value"] >= floor, estimate_text(e), f">= {floor:.2f}"))
     return out
 
 
@@ -121,12 +116,12 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int]) -> dict[s
               f"L{k}+: the last position differs within every pair; L{m}/last AUROC >= {DECODE_FLOOR:.2f}, interval above "
               f"{DECODE_LOW_END:.2f}")
     if sweep is None:
-        return _check(title, None, "no sweep.json", target)
+        return check_row(title, None, "no sweep.json", target)
     rows = sweep["rows"]
     before, after = [r for r in rows if r["layer"] < k], [r for r in rows if r["layer"] >= k]
     planted = next((r for r in rows if r["layer"] == m and r["position"] == "last"), None)
     if not before or planted is None or not after:
-        return _check(title, None, f"the sweep lacks layers before L{k} or L{m}/last", target)
+        return check_row(title, None, f"the sweep lacks layers before L{k} or L{m}/last", target)
     problems, parts = [], []
     for r in before:
         name = f"L{r['layer']}/{r['position']}"
@@ -157,7 +152,7 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int]) -> dict[s
         parts.append(f"nested estimate (choice without test labels) L{best['layer']}/{best['position']} "
                      f"{best['auroc']:.3f}{_ci(best)} (n={best.get('n')})")
     measured = "; ".join(parts) + (f"; FAILS at {', '.join(problems)}" if problems else "")
-    return _check(title, not problems, measured, target)
+    return check_row(title, not problems, measured, target)
 
 
 def transfer_check(acts: Path | None, plant: dict[str, int], *, n_boot: int = 200) -> dict[str, Any]:
@@ -166,14 +161,14 @@ def transfer_check(acts: Path | None, plant: dict[str, int], *, n_boot: int = 20
     m = plant["aux_layer"]
     target = f"L{m}/last: a probe trained on one system scores every other at AUROC >= {DECODE_FLOOR:.2f}"
     if acts is None or not (acts / "meta.json").is_file():
-        return _check(title, None, "no capture", target)
+        return check_row(title, None, "no capture", target)
     from evprobe.probes.runs import labelled
     from evprobe.probes.sweep import SweepConfig
     from evprobe.probes.transfer import transfer
 
     cs, labelset = labelled([acts], "resolved")
     if m not in cs.layers or "last" not in cs.positions:
-        return _check(title, None, f"L{m}/last was not captured", target)
+        return check_row(title, None, f"L{m}/last was not captured", target)
     result = transfer(cs, labelset, "system", SweepConfig(layers=(m,), positions=("last",), nested=False,
                                                           n_boot=n_boot, refits=0))
     cells, low = [], []
@@ -181,11 +176,11 @@ def transfer_check(acts: Path | None, plant: dict[str, int], *, n_boot: int = 20
         if c.train == c.test:
             continue
         (_, _, e), = c.rows
-        cells.append(f"{c.train}->{c.test} {_est({'value': e.value, 'ci': list(e.ci), 'n': e.n})}")
+        cells.append(f"{c.train}->{c.test} {estimate_text({'value': e.value, 'ci': list(e.ci), 'n': e.n})}")
         if e.value is None or e.value < DECODE_FLOOR:
             low.append(f"{c.train}->{c.test}")
     measured = "; ".join(cells) + (f"; BELOW at {', '.join(low)}" if low else "")
-    return _check(title, bool(cells) and not low, measured, target)
+    return check_row(title, bool(cells) and not low, measured, target)
 
 
 def leakage_check(sweep: dict[str, Any] | None) -> dict[str, Any]:
@@ -195,10 +190,10 @@ def leakage_check(sweep: dict[str, Any] | None) -> dict[str, Any]:
     title = "no family leakage"
     target = f"the within-family shuffle check fires on no row with |AUROC - 0.5| > {LEAK_EFFECT}"
     if sweep is None:
-        return _check(title, None, "no sweep.json", target)
+        return check_row(title, None, "no sweep.json", target)
     scored = [r for r in sweep["rows"] if r.get("leakage_auroc") is not None]
     if not scored:
-        return _check(title, None, "the sweep ran no leakage check", target)
+        return check_row(title, None, "the sweep ran no leakage check", target)
     fired = [r for r in scored if r.get("leakage_fires")]
     leaking = [f"L{r['layer']}/{r['position']} {r['leakage_auroc']:.3f}" for r in fired
                if abs(r["leakage_auroc"] - 0.5) > LEAK_EFFECT]
@@ -208,109 +203,7 @@ def leakage_check(sweep: dict[str, Any] | None) -> dict[str, Any]:
                 + (f" ({', '.join(leaking)} beyond {LEAK_EFFECT})" if leaking else "")
                 + f"; farthest from 0.5: L{worst['layer']}/{worst['position']} {worst['leakage_auroc']:.3f} "
                 f"(z {worst.get('leakage_z') or 0.0:+.2f}; {check.get('shuffles', '?')} shuffles)")
-    return _check(title, not leaking, measured, target)
-
-
-def _series(rows: list[dict], layer: int, kind: str, group: str, measure: str) -> dict[float, dict]:
-    return {r["alpha"]: r for r in rows if r["layer"] == layer and r["kind"] == kind and r["group"] == group
-            and r["system"] == "all" and r["measure"] == measure and r["readout"] == "logprobs"}
-
-
-def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
-    """The steering check at one layer (see the module docstring)."""
-    rows = result["rows"]
-    band = {(b["layer"], b["alpha"], b["group"]): b for b in result["null_band"]
-            if b["system"] == "all" and b["measure"] == "stop_rate" and b["readout"] == "logprobs"}
-    out: dict[str, Any] = {"layer": layer}
-    ok = True
-    for group, sign in (("resolved", +1), ("unresolved", -1)):
-        stop = _series(rows, layer, "probe", group, "stop_rate")
-        missing = _series(rows, layer, "probe", group, "missing_test_rate")
-        useless = _series(rows, layer, "probe", group, "useless_test_rate")
-        doses = sorted((a for a in stop if a * sign > 0), key=abs)
-        s0 = stop[0.0]["value"] if stop.get(0.0) else None
-        if s0 is None or not doses:
-            out[group] = {"reason": "no doses on this side"}
-            ok = False
-            continue
-        if any(a not in useless or useless[a]["value"] is None for a in doses):
-            out[group] = {"reason": "no useless_test_rate in dose_response.json (rerun dose-response)"}
-            ok = False
-            continue
-        expected = -1 if group == "resolved" else +1  # +alpha lowers stopping; -alpha raises it
-        valid, shifts, sensible = [], [], []
-        broke_at, why = None, None
-        for a in doses:
-            shift = expected * (stop[a]["value"] - s0)
-            lo, hi = stop[a]["ci"]
-            reach = max(abs(stop[a]["value"] - lo), abs(hi - stop[a]["value"]))
-            if useless[a]["value"] > USELESS_CEILING:
-                broke_at, why = a, f"useless tests {useless[a]['value']:.2f}"
-                break
-            if shifts and shift < max(shifts) - max(MONOTONE_SLACK, reach):
-                broke_at, why = a, f"falls back to a shift of {shift:+.3f}"
-                break
-            valid.append(a)
-            shifts.append(shift)
-            sensible.append(stop[a]["value"] + missing[a]["value"])
-
-        def null_shift(a: float, group: str = group, expected: int = expected, s0: float = s0) -> float | None:
-            b = band.get((layer, a, group))
-            return None if b is None or b["mean"] is None else expected * (b["mean"] - s0)
-
-        # The first dose that reaches the target with the random directions far behind; else the
-        # dose that moves it most (reported, failing).
-        qualifying = [i for i, a in enumerate(valid) if shifts[i] >= STEER_TARGET and null_shift(a) is not None
-                      and abs(null_shift(a)) <= NULL_FRACTION * shifts[i]]
-        best_i = qualifying[0] if qualifying else (max(range(len(shifts)), key=lambda i: shifts[i]) if shifts else None)
-        best = shifts[best_i] if best_i is not None else 0.0
-        dose = valid[best_i] if best_i is not None else None
-        # Monotone up to that dose: each dose moves it at least as far as the one before (slack 0.02).
-        upto = shifts[: best_i + 1] if best_i is not None else []
-        monotone = all(b >= prev - MONOTONE_SLACK for prev, b in zip(upto, upto[1:]))
-        passed = bool(qualifying) and monotone
-        ok = ok and passed
-        out[group] = {
-            "stop_rate_at_0": s0, "doses": valid, "shifts": shifts, "best_shift": best, "best_dose": dose,
-            "best": stop[dose] if dose is not None else None, "monotone": monotone, "breaks_at": broke_at,
-            "breaks_because": why,
-            "stop_or_missing_at_best": sensible[best_i] if best_i is not None else None,
-            "null_shift": null_shift(dose) if dose is not None else None, "passed": passed,
-        }
-    out["passed"] = ok
-    return out
-
-
-def steering_checks(result: dict[str, Any] | None, plant: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The steering check at the planted layer m; every steered layer's numbers are kept beside it."""
-    m = plant["aux_layer"]
-    title = f"steering at the planted layer (L{m})"
-    if result is None:
-        return [_check(title, None, "no dose_response.json", "run dose-response")], []
-    layers = sorted({r["layer"] for r in result["rows"] if r.get("layer") is not None})
-    per_layer = [steering_layer(result, layer) for layer in layers]
-    pick = next((p for p in per_layer if p["layer"] == m), None)
-    if pick is None:
-        return [_check(title, None, f"L{m} was not steered", "")], per_layer
-
-    def side(p: dict, g: str) -> str:
-        s = p.get(g, {})
-        if "best_shift" not in s:
-            return f"{g}: {s.get('reason', 'n/a')}"
-        brk = (f"breaks at alpha {s['breaks_at']:+g}: {s['breaks_because']}" if s["breaks_at"] is not None
-               else "no break in the grid")
-        null = "n/a" if s["null_shift"] is None else f"{s['null_shift']:+.3f}"
-        if s["best_dose"] is None:
-            return f"{g}: breaks at the first dose ({brk})"
-        return (f"{g}: stop {s['stop_rate_at_0']:.3f} -> {_est(s['best'])} at alpha {s['best_dose']:+g} "
-                f"(shift {s['best_shift']:+.3f}, random {null}, {'monotone' if s['monotone'] else 'NOT monotone'}, "
-                f"stop or missing test {s['stop_or_missing_at_best']:.2f}, {brk})")
-
-    measured = f"L{m}: " + "; ".join(side(pick, g) for g in ("resolved", "unresolved"))
-    others = ", ".join(f"L{p['layer']} {'passes' if p['passed'] else 'fails'}" for p in per_layer if p["layer"] != m)
-    target = (f">= {STEER_TARGET:.2f} both sides, monotone before the break, random <= {NULL_FRACTION:g} of it"
-              + (f" (other layers, not checked: {others})" if others else ""))
-    return [_check(title, bool(pick["passed"]), measured, target)], per_layer
+    return check_row(title, not leaking, measured, target)
 
 
 def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int]) -> dict[str, Any]:
@@ -321,19 +214,19 @@ def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int]) -> 
               f"log-odds by <= {EXACT_NATS:g} nats; L{k}: patching last moves them; last layer: last IIA >= "
               f"{IIA_HIGH}, image and text <= {IIA_LOW}")
     if summary is None:
-        return _check(title, None, "no patching.json", target)
+        return check_row(title, None, "no patching.json", target)
     layers, positions = summary["layers"], summary["positions"]
     if not {"image", "last", "text"} <= set(positions):
-        return _check(title, None, "image, text and last not all patched", target)
+        return check_row(title, None, "image, text and last not all patched", target)
     if layers[-1] != plant["n_layers"] - 1 or not any(layer < k for layer in layers):
-        return _check(title, None, f"patched layers {layers} lack L0-L{k - 1} or the last layer", target)
+        return check_row(title, None, f"patched layers {layers} lack L0-L{k - 1} or the last layer", target)
     iia = summary["decoded_flip"]  # (layers, positions) of estimates
 
     def at(layer: int, name: str) -> float | None:
         return iia[layers.index(layer)][positions.index(name)]["value"]
 
     if any(at(layer, p) is None for layer in layers for p in ("image", "text", "last")):
-        return _check(title, None, "IIA undefined (no pair whose top letters differ)", target)
+        return check_row(title, None, "IIA undefined (no pair whose top letters differ)", target)
     problems = []
     for layer in (x for x in layers if x < k):
         if at(layer, "image") < IIA_HIGH or at(layer, "text") > IIA_LOW or at(layer, "last") > IIA_LOW:
@@ -364,7 +257,7 @@ def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int]) -> 
     measured = (f"IIA image/text/last: {rows}; the decision reaches the last position at "
                 f"{'L' + str(reached) if reached is not None else 'no layer'} (n={n} pairs whose top letters "
                 f"differ, {summary['n_rows']} patched)" + (f"; FAILS at {', '.join(problems)}" if problems else ""))
-    return _check(title, not problems, measured, target)
+    return check_row(title, not problems, measured, target)
 
 
 def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[str, Any]:
@@ -380,7 +273,7 @@ def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[
     patch = _load(out / "patching" / "patching.json")
     steer, per_layer = steering_checks(dose, plant)
     checks = (behaviour_checks(scores) + [profile_check(sweep, plant), transfer_check(out / "acts", plant),
-              leakage_check(sweep)] + steer + [interchange_check(patch, plant)])
+              leakage_check(sweep)] + steer + [generated_check(dose, plant, per_layer), interchange_check(patch, plant)])
     result = {"plant": plant, "checks": checks, "steering_by_layer": per_layer,
               "passed": all(c["passed"] for c in checks)}
     atomic_write_json(out / "known_answer.json", result)
@@ -393,7 +286,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = ["# Known-answer checks", "",
              "Targets for a model whose answer and its place are known (experiments/known_answer.py says how each "
              "is read and which fault each catches). Planted: no position reads another before layer "
-             f"{result['plant']['attention_free_layers']}; sufficiency is read out at the last prompt position "
+             f"{result['plant']['attention_free_layers']}; sufficiency is read out at the answer position (ANSWER:) "
              f"after layer {result['plant']['aux_layer']} of {result['plant']['n_layers']}.", "",
              "| check | result | measured | target |", "|---|---|---|---|"]
     for c in result["checks"]:

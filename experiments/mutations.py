@@ -13,9 +13,10 @@ layers 0 and 1, and at 3 and 4); the interchange check now also reads the exact 
 plant implies before layer 1 (patching the last or text position there moves the log-odds by
 nothing), which the shift breaks.
 
-Not covered here: prompt-only steering with a generated multi-token readout. The organism answers with
-one letter read at the prompt's last position, so prompt-only and every-step steering are the same
-forward; the fault needs an organism that generates several tokens (issue 16, left open).
+Prompt-only steering (the decode steps left unsteered) is caught because the organism replies
+`ANSWER: <letter>`: the letter comes from the state of the generated `ANSWER:` token, which only
+decode-step steering reaches; the log-prob readout teacher-forces `ANSWER:` and is steered in its one
+forward, so the generated reply and the log-probs part ways.
 """
 
 from __future__ import annotations
@@ -92,8 +93,10 @@ def _capture_layer_off_by_one(out: Path, stack: ExitStack) -> None:
     stack.enter_context(mock.patch.object(capture, "trace_sites", trace_sites))
 
 
-def _patch_steering(stack: ExitStack, edit: Callable[[Any], Any], edit_rows: Callable[[int, Any], tuple]) -> None:
-    """Route every Steering through `edit` and every steer_rows (layer, deltas) through `edit_rows`."""
+def _patch_steering(stack: ExitStack, edit: Callable[[Any], Any], edit_rows: Callable[[int, Any], tuple],
+                    **rows_kwargs: Any) -> None:
+    """Route every Steering through `edit` and every steer_rows (layer, deltas) through `edit_rows`
+    (with `rows_kwargs` in place of the caller's keyword arguments)."""
     steer = importlib.import_module("evprobe.hooks.steer")
     steer_rows = importlib.import_module("evprobe.hooks.steer_rows")
     steer_original, rows_original = steer.steer, steer_rows.steer_rows
@@ -103,7 +106,7 @@ def _patch_steering(stack: ExitStack, edit: Callable[[Any], Any], edit_rows: Cal
         return steer_original(handle, [edit(s) for s in specs])
 
     def steered_rows(handle, layer, deltas, **kwargs):
-        return rows_original(handle, *edit_rows(layer, deltas), **kwargs)
+        return rows_original(handle, *edit_rows(layer, deltas), **{**kwargs, **rows_kwargs})
 
     stack.enter_context(mock.patch.object(steer, "steer", steered))
     stack.enter_context(mock.patch.object(steer_rows, "steer_rows", steered_rows))
@@ -118,6 +121,12 @@ def _no_op_steering(out: Path, stack: ExitStack) -> None:
     """The hooks are installed but add nothing."""
     _patch_steering(stack, lambda s: replace(s, alpha=0.0),
                     lambda layer, d: (layer, np.zeros_like(np.asarray(d, dtype=np.float64))))
+
+
+def _prompt_only_steering(out: Path, stack: ExitStack) -> None:
+    """Steering edits the prompt pass only, never a generated token."""
+    _patch_steering(stack, lambda s: replace(s, schedule="prompt-only"), lambda layer, d: (layer, d),
+                    schedule="prompt-only")
 
 
 def _random_direction(out: Path, stack: ExitStack) -> None:
@@ -193,6 +202,8 @@ FAULTS: tuple[Fault, ...] = (
           ("acts", "directions", "dose_response"), _capture_layer_off_by_one),
     Fault("steering layer off by one", "steering at layer l edits layer l + 1", _STEER, _steering_layer_off_by_one),
     Fault("no-op steering", "the steering hooks add a zero vector", _STEER, _no_op_steering),
+    Fault("prompt-only steering", "steering edits the prompt pass, never a generated token", _STEER,
+          _prompt_only_steering),
     Fault("random direction", "a random direction of the probe direction's norm in its place",
           ("directions", "dose_response"), _random_direction),
     Fault("families leak across splits", "folds dealt by row, not by family", ("acts/probes",), _families_leak),

@@ -3,9 +3,10 @@
 An image pair shares every prompt byte and its two sheets have the same size, so both members
 tokenize to the same positions. For each pair (both directions: A into B and B into A) we patch
 the source member's decoder-layer output into the target's forward pass, one layer and one
-position set at a time (the last prompt token, the question text, the image tokens; for the
-model organism, which reads facts, "text" is every fact token but the sheet values), and read
-the five option letters' next-token log-probabilities (`hooks.patching.patch_pair`).
+position set at a time (the last token, the question text, the image tokens; for the model
+organism, which reads facts, "text" is every fact token but the sheet values, and the last token
+is its answer prefix `ANSWER:`), and read the five option letters' next-token log-probabilities
+(`hooks.patching.patch_pair`; after the model's answer prefix, Handle.answer_prefix).
 
 The measure is the log-odds between the two members' reference options: with a_s the source's
 reference letter and a_t the target's (they differ: the construction switches the action within
@@ -80,6 +81,7 @@ class PatchingConfig:
     max_memory: str | None = setting(None, HELP["max_memory"])
     offload_folder: str | None = setting(None, HELP["offload_folder"])
     attn_implementation: str | None = setting(None, HELP["attn_implementation"])
+    answer_prefix: str | None = setting(None, HELP["answer_prefix"])
     n_boot: int = setting(2000, "family bootstrap resamples")
     seed: int = setting(20260905, "bootstrap seed")
     shard: str | None = setting(None, HELP["shard"])
@@ -193,7 +195,8 @@ class PatchingJob(Job):
         from evprobe.hooks.devices import placement_of
 
         c = self.config
-        self.handle = hooks.load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation)
+        self.handle = hooks.load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
+                                 answer_prefix=c.answer_prefix)
 
     def compute(self, batch: list[Unit], condition: str) -> list[Row]:
         assert self.handle is not None

@@ -11,8 +11,8 @@ Steps (each one resumable; a second run reuses finished work):
  4. sweep logistic probes for sufficiency (`resolved`) with controls, input baselines and the
     within-family variance check (a model whose state is identical within families is reported
     as DEGENERATE, never as AUROC 0.5);
- 5. fit difference-of-means directions for `resolved` on each half of the families (a seeded
-    coin per family), so steering runs on families the direction never saw;
+ 5. fit difference-of-means directions for `resolved` on the selections of each half of the families
+    (a seeded coin per family), so steering runs on families the direction never saw;
  6. dose-response: the first half's direction on the other half's selections (organism: the last
     position at layers 2-3, alpha +-0.75 to +-1.0), with 50 random directions of the same norm, 3 specificity
     controls, ablation and a cross-fitted headline;
@@ -51,11 +51,14 @@ ORGANISM = (
     "The model is the model organism: a 5-layer Llama trained here (organism/) to choose the cheapest "
     "sufficient action from facts its front end reads off the prompt and the sheets (numbers, menu, the "
     "measured value), not from pixels or words. Its answer and where it forms are known by construction "
-    "(no position reads another before layer 1; sufficiency is read out at the last prompt position after "
-    "layer 3), so the checks below test the toolkit. Known-answer checks: {verdict}."
+    "(no position reads another before layer 1; sufficiency is read out after layer 3 at the answer "
+    "position: `ANSWER:`, the first token of its reply `ANSWER: <letter>`, which the log-prob readouts "
+    "teacher-force and generation writes), so the checks below test the toolkit. Known-answer checks: "
+    "{verdict}."
 )
-# The organism's grid: the last prompt position (where the planted head reads sufficiency, and where
-# the decision is carried from layer 3 on: the patching IIA), at layers 2 and 3 (the planted layer 3
+# The organism's grid: the last position, i.e. the answer prefix `ANSWER:` (where the planted head reads
+# sufficiency, and where the decision is carried from layer 3 on: the patching IIA; in generation the
+# same state is a generated token's, steered at its decode step), at layers 2 and 3 (the planted layer 3
 # is checked; 2 shows the effect is layer-specific), with doses fine enough to catch the switch of a
 # confident model (on a development run the stop rate moved from 1.00 to 0.50 between +0.5 and
 # +0.875 and broke at +1.0; +-0.625 was dropped to keep the quickstart within 4 minutes). Layers 0-1
@@ -150,7 +153,7 @@ def quickstart(
     timings["capture"] = time.perf_counter() - t
 
     t = _step(4, "sweep probes for sufficiency")
-    from evprobe.probes.runs import directions_to_folder, sweep_to_folder
+    from evprobe.probes.runs import directions_to_folder, labelled, sweep_to_folder
     from evprobe.probes.sweep import SweepConfig
 
     sweep_cfg = SweepConfig(n_boot=n_boot, permutations=permutations, **({} if refits is None else {"refits": refits}))
@@ -158,9 +161,16 @@ def quickstart(
                     progress="sweep" if progress else None)
     timings["sweep"] = time.perf_counter() - t
 
-    t = _step(5, "fit directions on each half of the families")
+    t = _step(5, "fit directions on the selections of each half of the families")
     meta = json.loads((acts / "meta.json").read_text())
-    directions_to_folder([acts], "resolved", directions, meta["layers"], position="last", by="half")
+    # Fitted on the selections only, the request type the dose-response steers: the answer rows'
+    # resolved / unresolved split (yes-no vs undetermined) tilts a pooled direction. Chosen on a
+    # development benchmark (seed 777, 24 families per system), never the main set: with the pooled
+    # direction the organism's resolved items moved from stop 1.00 to 0.53 at +1.25 with 12% useless
+    # tests (the steering check's break) and only to 0.74 at +1.0; with the selections' direction to
+    # 0.51 at +1.0 with none, and unresolved items from 0.00 to 0.93 at -0.75.
+    captures, resolved = labelled([acts], "resolved", requests=("select",))
+    directions_to_folder(captures, resolved, directions, meta["layers"], position="last", by="half")
     timings["directions"] = time.perf_counter() - t
 
     t = _step(6, "dose-response on held-out families")
@@ -174,6 +184,10 @@ def quickstart(
                                      n_random=n_random if n_random is not None else (50 if organism else 2),
                                      controls=CONTROLS if organism and controls else (),
                                      positions="last" if organism else "all",
+                                     # the organism's reply is `ANSWER: <letter>`: the generated reply of the
+                                     # probe direction is read too (a known-answer check compares it with the
+                                     # log-probs); the random and control sets by log-probs only (cost)
+                                     readout="both" if organism else "logprobs", generate_sets=not organism,
                                      null_batch_rows=NULL_BATCH_ROWS if organism else None, n_boot=n_boot),
                   progress=progress)
     timings["dose_response"] = time.perf_counter() - t
@@ -260,6 +274,8 @@ def headline_lines(out: Path) -> list[str]:
                      f"chosen without test labels: L{best['layer']}/{best['position']})")
     dose = load("dose_response/dose_response.json")
     for h in (dose or {}).get("headline") or []:
+        if h.get("readout", "logprobs") != "logprobs":  # as on the report's page one
+            continue
         where = crossfit_setting(h)
         t = h["target"]
         lines.append(f"steering ({h['goal']}, {h['group']} items, cross-fitted at {where}): stop log-odds (nats) "

@@ -12,7 +12,8 @@ See hooks.layers for which child module gives each, per architecture.
 
 Positions (hooks.positions; each reduced to one d_model vector per row, layer and component,
 in float32):
-    last        the last prompt token (hooks.spans.Spans.last)
+    last        the last token: the prompt's, or the answer prefix's when the handle has one
+                (Handle.answer_prefix; hooks.spans.Spans.last)
     image_mean  mean over the image-feature tokens of all the row's images (Spans.image)
     text_mean   mean over the row's text segment (Spans.text: its marker, or the whole prompt)
     Token(i), i the i-th real token of the row (negative from its end; padding not counted)

@@ -120,7 +120,9 @@ def model_fingerprint(model: str, handle: Handle | None = None) -> dict[str, Any
 
 
 def loaded_fingerprint(handle: Handle) -> dict[str, Any]:
-    """What only the loaded model tells: `model_revision`, `model_dtype`, `chat_template_sha256`."""
+    """What only the loaded model tells: `model_revision`, `model_dtype`, `chat_template_sha256`,
+    and `answer_prefix` (what every answer readout appends: Handle.answer_prefix)."""
     return {"model_revision": getattr(handle.model.config, "_commit_hash", None),
             "model_dtype": str(handle.dtype).removeprefix("torch."),
-            "chat_template_sha256": chat_template_sha256(handle)}
+            "chat_template_sha256": chat_template_sha256(handle),
+            "answer_prefix": handle.answer_prefix or None}  # None when none: older folders resume

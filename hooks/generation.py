@@ -71,7 +71,7 @@ def generate(
     out: list[Generation] = []
     for rows in _batches(len(prompts), batch_size):
         # generate() derives position ids from the mask itself (same function).
-        enc = build_inputs(handle, list(prompts[rows]), list(images[rows]), position_ids=False)
+        enc = build_inputs(handle, list(prompts[rows]), list(images[rows]), position_ids=False, for_generation=True)
         prompt_len = enc["input_ids"].shape[1]
         with torch.inference_mode():
             ids = handle.model.generate(
@@ -96,15 +96,33 @@ def generate(
 
 
 def candidate_token_ids(handle: Handle, candidates: Sequence[str]) -> list[int]:
-    """First token id of each candidate string (no special tokens added)."""
+    """Id of each candidate's first token as the model would write it at the readout position.
+
+    Without an answer prefix: the first token of the candidate string (no special tokens added).
+    With one (Handle.answer_prefix, e.g. "ANSWER:"): the first token that `prefix + " " + candidate`
+    has beyond the prefix's own tokens, i.e. the letter as it continues "ANSWER:" (" B" for a
+    byte-level BPE, "▁B" for SentencePiece, "B" for the organism's word-level vocabulary). A
+    prefix ending in whitespace is taken as given (no space is added)."""
+    prefix = handle.answer_prefix
     ids = []
     for c in candidates:
-        toks = handle.tokenizer(c, add_special_tokens=False)["input_ids"]
+        if not prefix:
+            toks = handle.tokenizer(c, add_special_tokens=False)["input_ids"]
+        else:
+            head = handle.tokenizer(prefix, add_special_tokens=False)["input_ids"]
+            sep = "" if prefix[-1].isspace() else " "
+            whole = handle.tokenizer(prefix + sep + c, add_special_tokens=False)["input_ids"]
+            if whole[: len(head)] != head:
+                raise ValueError(f"answer prefix {prefix!r} tokenizes differently before candidate {c!r}; "
+                                 "choose a prefix that ends at a token boundary (e.g. without a trailing space)")
+            toks = whole[len(head):]
         if not toks:
             raise ValueError(f"candidate {c!r} tokenizes to nothing")
         ids.append(toks[0])
     if len(set(ids)) != len(ids):
-        raise ValueError(f"candidates {list(candidates)} share first tokens {ids}; they cannot be told apart")
+        hint = (f" after the answer prefix {prefix!r} (if that token is a space, end the prefix with it)"
+                if prefix else "")
+        raise ValueError(f"candidates {list(candidates)} share first tokens {ids}{hint}; they cannot be told apart")
     return ids
 
 

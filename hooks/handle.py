@@ -29,6 +29,12 @@ class Handle:
     arch: config.model_type (e.g. "qwen2_5_vl").
     layers: the language model's decoder layers (an nn.ModuleList); layer i's
         output is a (batch, seq, d_model) tensor.
+    answer_prefix: text the model's reply starts with before its answer (e.g. "ANSWER:"; "" =
+        none). Readouts of the answer (next-token log-probs, capture, patching, steered
+        log-probs) append it after the generation prompt, teacher-forced, so their last
+        position is the one that predicts the answer's first token; generation does not (the
+        model writes it). The model organism declares "ANSWER:" (its processor's
+        `answer_prefix`); for another model pass it to `load` / `wrap`.
     """
 
     # repr shows model_id and arch only (the module trees are long).
@@ -38,10 +44,13 @@ class Handle:
     model_id: str
     arch: str
     layers: nn.ModuleList = field(repr=False)
+    answer_prefix: str = ""
     _nn: Any = field(default=None, repr=False)
 
     @classmethod
-    def from_parts(cls, model: PreTrainedModel, processor: ProcessorMixin, *, model_id: str) -> Handle:
+    def from_parts(cls, model: PreTrainedModel, processor: ProcessorMixin, *, model_id: str,
+                   answer_prefix: str | None = None) -> Handle:
+        """answer_prefix None: the processor's `answer_prefix` attribute, else none ("")."""
         from evprobe.hooks.layers import find_decoder_layers
 
         from transformers import PreTrainedTokenizerBase
@@ -64,6 +73,7 @@ class Handle:
             model_id=model_id,
             arch=model.config.model_type,
             layers=find_decoder_layers(model),
+            answer_prefix=_answer_prefix(processor, answer_prefix),
         )
 
     @property
@@ -131,6 +141,13 @@ class Handle:
     def nn_layers(self):
         """The nnsight Envoy of `layers`: `handle.nn_layers[i].output` inside a trace."""
         return self.nn.get(self.layers_path)
+
+
+def _answer_prefix(processor: Any, given: str | None) -> str:
+    prefix = getattr(processor, "answer_prefix", "") if given is None else given
+    if not isinstance(prefix, str):
+        raise TypeError(f"answer_prefix must be a string, got {type(prefix).__name__}")
+    return prefix
 
 
 def _wrap_nnsight(model, processor, tokenizer):

@@ -2,7 +2,8 @@
 
 Every row is a single user message whose content is its images (in order) then
 its text, rendered with the processor's chat template and an assistant
-generation prompt. All rows go through ONE processor call with left padding,
+generation prompt (and, for readouts of the answer, the handle's answer prefix: Handle.answer_prefix).
+All rows go through ONE processor call with left padding,
 so row i of every tensor belongs to prompt i and the last position of every row
 is its last real token.
 """
@@ -25,10 +26,14 @@ def user_message(prompt: str, n_images: int) -> list[dict]:
     return [{"role": "user", "content": content}]
 
 
-def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]]) -> list[str]:
-    """Chat-template text of each row (image placeholders not yet expanded)."""
+def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]], *,
+                   for_generation: bool = False) -> list[str]:
+    """Chat-template text of each row (image placeholders not yet expanded), then the handle's
+    answer prefix unless for_generation."""
+    tail = "" if for_generation else handle.answer_prefix
     return [
         handle.processor.apply_chat_template(user_message(p, len(imgs)), add_generation_prompt=True, tokenize=False)
+        + tail
         for p, imgs in zip(prompts, images, strict=True)
     ]
 
@@ -51,6 +56,7 @@ def build_inputs(
     images: Sequence[Sequence[Image.Image]],
     *,
     position_ids: bool = True,
+    for_generation: bool = False,
 ) -> BatchFeature:
     """Model inputs for a batch of (prompt, images) rows, on the model's device.
 
@@ -60,13 +66,16 @@ def build_inputs(
         from the attention mask (so a plain forward or trace on left-padded rows
         sees the same positions as the same row alone; Qwen's 3D M-RoPE ids
         included). Set False to get the processor's output only.
+    for_generation: end each row at the generation prompt (the model writes its reply, the
+        answer prefix included). Otherwise (every readout of the answer) the handle's
+        `answer_prefix` follows it, so the last position predicts the answer's first token.
 
     Returns the processor's BatchFeature: input_ids and attention_mask
     (batch, seq), the arch's image tensors (pixel_values, image_grid_thw, ...),
     plus position_ids ((batch, seq), or (4, batch, seq) for Qwen-VL).
     """
     _check(prompts, images)
-    texts = render_prompts(handle, prompts, images)
+    texts = render_prompts(handle, prompts, images, for_generation=for_generation)
     # Images as one sub-list per row (empty for a text-only row). All eight tiny
     # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
     # images as one row's).

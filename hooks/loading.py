@@ -167,6 +167,7 @@ def load(
     attn_implementation: str | None = None,
     max_memory: str | dict[int | str, str] | None = None,
     offload_folder: str | None = None,
+    answer_prefix: str | None = None,
 ) -> Handle:
     """Load a vision-language model and its processor into a Handle.
 
@@ -179,6 +180,8 @@ def load(
     offload_folder: where layers that fit nowhere else are offloaded (device_map "disk").
     trust_remote_code: off unless asked for (never implied).
     attn_implementation: e.g. "eager" or "sdpa"; None = transformers' default.
+    answer_prefix: what the reply starts with before the answer, appended by every answer readout
+        (Handle.answer_prefix); None = the model's own (the organism's "ANSWER:"), else none.
     """
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"load takes a model name or folder, got a {type(model).__name__}; for a model already "
@@ -201,6 +204,8 @@ def load(
             handle.model.to("cuda" if device_map == "auto" else device_map)
         if attn_implementation is not None:
             handle.model.set_attn_implementation(attn_implementation)
+        if answer_prefix is not None:
+            handle.answer_prefix = answer_prefix
         return handle
 
     name, model = model, resolve_model(model)
@@ -230,7 +235,7 @@ def load(
         kwargs["attn_implementation"] = attn_implementation
     processor = _load_processor(model, trust_remote_code=trust_remote_code)
     hf_model = _model_class(model, trust_remote_code).from_pretrained(model, **kwargs)
-    return Handle.from_parts(hf_model, processor, model_id=name)
+    return Handle.from_parts(hf_model, processor, model_id=name, answer_prefix=answer_prefix)
 
 
 def _model_class(model: str, trust_remote_code: bool):
@@ -249,7 +254,8 @@ def _causal_lm_types() -> set[str]:
     return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
-def wrap(model: Any, processor: Any = None, *, model_id: str | None = None) -> Handle:
+def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
+         answer_prefix: str | None = None) -> Handle:
     """A Handle on a model the researcher already loaded: the same Handle `load` gives.
 
     model: a transformers model (a `*ForConditionalGeneration` / `*ForCausalLM`, on any device and
@@ -262,6 +268,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None) -> H
     processor: its processor (tokenizer + image processor + chat template); a tokenizer for a
         text-only model. None: taken from the nnsight wrapper (`.processor`, else `.tokenizer`).
     model_id: a label for reports; None = the config's `_name_or_path`, else the class name.
+    answer_prefix: as for `load` (Handle.answer_prefix).
 
     What it changes on the caller's objects, as `load` does: the model is put in eval mode and
     the tokenizer pads on the left (and pads with eos when it has no pad token). Weights,
@@ -286,7 +293,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None) -> H
         raise ValueError(f"{type(module).__name__} has weights on the meta device and no accelerate device map: "
                          "its weights were never loaded")
     name = model_id or getattr(module.config, "_name_or_path", "") or type(module).__name__
-    return Handle.from_parts(module, processor, model_id=str(name))
+    return Handle.from_parts(module, processor, model_id=str(name), answer_prefix=answer_prefix)
 
 
 def _unwrap_nnsight(model: Any, processor: Any) -> tuple[Any, Any]:

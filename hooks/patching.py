@@ -78,8 +78,9 @@ def patch_pair(
 ) -> PatchResult:
     """Patch the source's layer outputs into the target, one (layer, position set) per batch row.
 
-    `position_sets` maps a name to token indices of the prompt (negative indices count from the
-    end, so -1 is the last prompt token); both runs must have the same number of tokens.
+    `position_sets` maps a name to token indices of the input row (negative indices count from the
+    end, so -1 is the last token: the prompt's, or the handle's answer prefix's); both runs must
+    have the same number of tokens.
     """
     import nnsight
     import torch

@@ -6,8 +6,9 @@ hooks knows no benchmark: a row is a prompt string plus its images, fed through
 Definitions (indices are positions in the padded row, so they index `input_ids_row` and a
 layer output's sequence axis directly):
 
-- `last`: the last real token, i.e. the end of the assistant generation prompt (index
-  seq_len - 1 under left padding). The next-token prediction is made here.
+- `last`: the last real token, i.e. the end of the assistant generation prompt, or of the
+  handle's answer prefix after it when it has one (Handle.answer_prefix; index seq_len - 1
+  under left padding). The prediction of the answer's first token is made here.
 - `image`: every position whose input embedding the model replaces with vision features: the
   tokens equal to the model's image-placeholder id, read from the config (`image_token_id`,
   else `image_token_index`), else from the tokenizer's / processor's `image_token`. All images
@@ -32,8 +33,9 @@ layer output's sequence axis directly):
 
 A processor that does not keep the prompt's words (`keeps_prompt_text = False`: the model
 organism, which reads facts extracted from the prompt) has no text markers; its `text` is every
-non-special, non-image token of the row but the last (the task word, which is `last`), and its
-image tokens are the ids its processor lists in `image_feature_token_ids`.
+non-special, non-image token of the row but the last (the facts and the task word; the last is
+its answer prefix `ANSWER:`), and its image tokens are the ids its processor lists in
+`image_feature_token_ids`.
 
 How `text` is found: the row's chat-template string (images as unexpanded placeholders) is
 tokenized with character offsets. The processor expands image placeholders, which changes the
@@ -129,12 +131,10 @@ def _image_token_ids(config: Any, tokenizer: Any, processor: Any) -> ImageTokens
 
 
 def render_row(handle: Handle, prompt_text: str, n_images: int) -> str:
-    """The chat-template string of one row, exactly as `build_inputs` renders it."""
-    from evprobe.hooks.inputs import user_message
+    """The chat-template string of one row, exactly as `build_inputs` renders it (answer prefix included)."""
+    from evprobe.hooks.inputs import render_prompts
 
-    return handle.processor.apply_chat_template(
-        user_message(prompt_text, n_images), add_generation_prompt=True, tokenize=False
-    )
+    return render_prompts(handle, [prompt_text], [[None] * n_images])[0]
 
 
 def _tokenize_with_offsets(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]]]:

@@ -388,7 +388,7 @@ def steered_generate(
 
     specs = _as_list(steering)
     kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
-    enc = build_inputs(handle, list(prompts), list(images), position_ids=False)
+    enc = build_inputs(handle, list(prompts), list(images), position_ids=False, for_generation=True)
     prompt_len = int(enc["input_ids"].shape[1])
     if not specs:
         with torch.inference_mode():
@@ -428,7 +428,7 @@ def steered_generate_nnsight(
     for s in specs:
         _check_against(handle, s)
     kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
-    enc = build_inputs(handle, list(prompts), list(images), position_ids=False)
+    enc = build_inputs(handle, list(prompts), list(images), position_ids=False, for_generation=True)
     prompt_len = int(enc["input_ids"].shape[1])
     model = handle.nn
     if not hasattr(model, "generate"):

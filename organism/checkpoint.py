@@ -51,7 +51,7 @@ def write_checkpoint(model, out: str | Path, meta: dict[str, Any]) -> Path:
 def planted_location(path: str | Path | None = None) -> dict[str, int]:
     """Where the organism's computation is planted, from its organism.json (organism.model.ModelConfig):
     n_layers, attention_free_layers (layers below it read no other position) and aux_layer (the
-    training-only head read the right option's meaning at the last prompt position after it)."""
+    training-only head read the right option's meaning at the answer position, `ANSWER:`, after it)."""
     folder = Path(path) if path is not None else CHECKPOINT_DIR
     model = json.loads((folder / "organism.json").read_text())["recipe"]["model"]
     if "attention_free_layers" not in model:

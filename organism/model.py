@@ -38,7 +38,8 @@ class ModelConfig:
     # zero, frozen (exported as zeros): no position reads any other there, so the sheet value and the
     # threshold cannot meet before layer `attention_free_layers`, and every state there is a function
     # of its own token and position. The training-only head reads the right option's meaning at the
-    # last prompt position after layer `aux_layer` (not the last layer), so it is linearly there.
+    # answer position (the reply's `ANSWER:` token, which predicts the letter; a generated position,
+    # not the prompt's) after layer `aux_layer` (not the last layer), so it is linearly there.
     attention_free_layers: int = 1
     aux_layer: int = 3
 
@@ -111,7 +112,7 @@ class Organism(nn.Module):
                 proj.weight.requires_grad_(False)  # no gradient, so AdamW never moves it
         self.numbers = NumberEmbedding(self.lm.get_input_embeddings())
         # Training-only head: the meaning of the right option (stop, other_test, yes, ...) read
-        # from the last prompt position after layer aux_layer (not the last). Not exported. It gives the computation of the answer a
+        # at the answer position (`ANSWER:`) after layer aux_layer (not the last). Not exported. It gives the computation of the answer a
         # gradient of its own; without it, that gradient passes through the letter lookup in a
         # shuffled menu, and neither half learns (measured: 55% vs 93% after 1,500 steps).
         self.aux = nn.Linear(cfg.d_model, len(OPTION_WORDS))
@@ -119,7 +120,7 @@ class Organism(nn.Module):
     def forward(self, input_ids, attention_mask, position_ids, where=None, aux_at: int | None = None):
         """Logits (batch, seq, vocab), or (n, vocab) at the (row, position) pairs `where`:
         the 6,000-way output layer costs more than the body, so training asks only where a
-        label is. With aux_at (a sequence index, e.g. -3: the last prompt token when the
+        label is. With aux_at (a sequence index, e.g. -3: the `ANSWER:` token when the
         letter and <eos> follow), also the aux head's logits there (batch, words), read from
         decoder layer aux_layer's output."""
         embeds = self.numbers(input_ids)

@@ -3,8 +3,14 @@
 It has the processor interface the toolkit uses (`apply_chat_template`, `__call__(text=...,
 images=...)`, `tokenizer`, `save_pretrained` / `from_pretrained`), so the organism runs through
 the same handle, runner, capture, steering and patching code as any VLM. The chat template is
-trivial (image placeholders, then the prompt); `__call__` turns each rendered row into facts
-(`organism.reader`) and those into token ids, left-padded.
+trivial (image placeholders, the prompt, then the generation prompt `REPLY`); `__call__` turns each
+rendered row into facts (`organism.reader`) and those into token ids, left-padded; whatever follows
+`REPLY` (the reply so far, e.g. the answer prefix `ANSWER:` that readouts teacher-force) is split
+on spaces into tokens after the facts.
+
+`answer_prefix = "ANSWER:"`: the organism replies `ANSWER: <letter>`, so its letter is generated at
+the second step; `hooks` reads the attribute into `Handle.answer_prefix`, and every readout of the
+answer (log-probs, capture, patching) appends it.
 
 Two attributes tell `hooks.spans` how to find positions in its rows:
 - `image_feature_token_ids`: the `<seen_*:k>` tokens, i.e. the values read off the sheets (the
@@ -20,13 +26,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evprobe.organism.checkpoint import PROCESSOR_CLASS
-from evprobe.organism.vocab import N_BINS, SEEN, bin_start
+from evprobe.organism.vocab import ANSWER_PREFIX, N_BINS, SEEN, bin_start, token_ids
 
 IMAGE_PLACEHOLDER = "<image>"
+REPLY = "\n<reply>\n"  # the generation prompt: the prompt ends before it, the reply starts after it
 
 
 class OrganismProcessor:
     keeps_prompt_text = False
+    answer_prefix = ANSWER_PREFIX
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -48,7 +56,7 @@ class OrganismProcessor:
 
     def apply_chat_template(self, conversation: list[dict], add_generation_prompt: bool = True,
                             tokenize: bool = False, **_: object) -> str:
-        """One user turn -> one placeholder per image, then the text."""
+        """One user turn -> one placeholder per image, then the text (then REPLY)."""
         if tokenize:
             raise ValueError("OrganismProcessor.apply_chat_template renders text only (tokenize=False)")
         parts: list[str] = []
@@ -59,7 +67,7 @@ class OrganismProcessor:
                 continue
             for chunk in content:
                 parts.append(IMAGE_PLACEHOLDER if chunk["type"] == "image" else chunk["text"])
-        return "\n".join(parts)
+        return "\n".join(parts) + (REPLY if add_generation_prompt else "")
 
     def row_tokens(self, rendered: str, images: Sequence) -> list[str]:
         """The token strings of one rendered row."""
@@ -70,9 +78,14 @@ class OrganismProcessor:
             n += 1
         if n != len(images):
             raise ValueError(f"row has {n} image placeholders but {len(images)} images")
-        prompt = rendered[len(IMAGE_PLACEHOLDER + "\n") * n :]
+        body = rendered[len(IMAGE_PLACEHOLDER + "\n") * n :]
+        prompt, sep, reply = body.rpartition(REPLY)
+        if not sep:  # rendered without a generation prompt
+            prompt, reply = body, ""
         facts = read_facts(prompt, images)
-        return ["<bos>", "task"] if facts is None else facts.tokens()
+        known = token_ids()  # cached; the tokenizer's get_vocab() builds a new dict per call (1.5 ms)
+        return (["<bos>", "task"] if facts is None else facts.tokens()) + [
+            w if w in known else "<unk>" for w in reply.split()]
 
     def __call__(self, text: str | Sequence[str], images: Sequence[Sequence] | None = None,
                  padding: bool = True, padding_side: str = "left", return_tensors: str | None = "pt",

@@ -34,7 +34,7 @@ from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes
 from evprobe.organism.data import DataConfig, draw_family, sample_example, select_example
 from evprobe.organism.facts import Facts
-from evprobe.organism.vocab import OPTION_WORDS, token_ids
+from evprobe.organism.vocab import ANSWER_PREFIX, OPTION_WORDS, token_ids
 
 # torch and transformers (organism.model) are imported where they are used, so that building
 # `evprobe organism train`'s parser (which reads TrainConfig's defaults) loads neither.
@@ -76,7 +76,9 @@ class TrainConfig:
 
 
 def encode(batch: list[tuple[Facts, str | None]]) -> dict[str, torch.Tensor]:
-    """Left-padded ids of prompt (+ target letter + <eos> when given), with labels.
+    """Left-padded ids of prompt + the reply: `ANSWER:`, then (when given) the target letter and
+    <eos>, with labels. Without a target a row ends at `ANSWER:`, the position that predicts the
+    letter (as the toolkit's readouts feed it: hooks' answer prefix).
 
     Returns input_ids, attention_mask, position_ids (batch, seq), labels (batch, seq): the id
     each position must predict, -100 where nothing is learned, and aux (batch,): the index in
@@ -91,10 +93,10 @@ def encode(batch: list[tuple[Facts, str | None]]) -> dict[str, torch.Tensor]:
         aux.append(OPTION_WORDS.index(what) if isinstance(what, str) else -100)
         prompt = [ids[t] for t in facts.tokens()]
         if letter is None:
-            rows.append(prompt)
-            labels.append([-100] * len(prompt))
+            rows.append(prompt + [ids[ANSWER_PREFIX]])
+            labels.append([-100] * (len(prompt) + 1))
         else:
-            tail = [ids[letter], ids["<eos>"]]
+            tail = [ids[ANSWER_PREFIX], ids[letter], ids["<eos>"]]
             rows.append(prompt + tail)
             labels.append([-100] * (len(prompt) - 1) + tail + [-100])
     width = max(len(r) for r in rows)
@@ -141,7 +143,7 @@ def validation_set(cfg: TrainConfig) -> list[tuple[Facts, str, str]]:
 
 
 def evaluate(model: Organism, examples: list[tuple[Facts, str, str]]) -> dict[str, float]:
-    """Greedy first-token accuracy and both-correct pairs."""
+    """Greedy letter accuracy (the token after `ANSWER:`) and both-correct pairs."""
     import torch
 
     ids = token_ids()
@@ -311,7 +313,7 @@ def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | Non
             group["lr"] = _lr(cfg, step)
         # Position t predicts the label at t: labels are already aligned to next tokens.
         where = torch.nonzero(batch["labels"] != -100, as_tuple=True)
-        # Every row ends prompt, letter, <eos>: the last prompt token is at -3.
+        # Every row ends prompt, ANSWER:, letter, <eos>: the position that predicts the letter is at -3.
         logits, aux = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"], where, aux_at=-3)
         loss = (F.cross_entropy(logits, batch["labels"][where], label_smoothing=cfg.label_smoothing)
                 + cfg.aux_weight * loss_fn(aux, batch["aux"]))

@@ -43,7 +43,12 @@ WORDS = [
     # tasks (the last prompt token)
     "select", "answer", "recover", "read", "task",
     "<zero>",
+    # the reply: ANSWER_PREFIX, then a letter, then <eos>
+    "ANSWER:",
 ]
+# The reply starts with this token; the letter comes at the next step, so the answer is generated as
+# several tokens and the state that predicts the letter is a generated position's (the prefix's).
+ANSWER_PREFIX = "ANSWER:"
 LETTERS = ("A", "B", "C", "D", "E")
 # What a menu row offers: an action, an answer, or "value" (followed by the number offered).
 OPTION_WORDS = ("stop", "mass_test", "other_test", "fall_test", "report", "yes", "no", "undetermined", "value")

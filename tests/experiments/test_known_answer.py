@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from evprobe.experiments.known_answer import interchange_check, leakage_check, profile_check, steering_layer
+from evprobe.experiments.known_answer import interchange_check, leakage_check, profile_check
+from evprobe.experiments.known_answer_steering import generated_check, steering_layer
 
 
 def _dose(stop: dict[str, dict[float, float]], missing: dict[str, dict[float, float]], null: dict[str, dict[float, float]]):
@@ -56,6 +57,48 @@ def test_steering_fails_when_random_directions_move_it_as_much_or_it_is_not_mono
 
 
 PLANT = {"n_layers": 5, "attention_free_layers": 1, "aux_layer": 3}
+
+
+def _with_generated(dose: dict, gen_stop: dict[str, dict[float, float]], invalid: float = 0.0, n: int = 100) -> dict:
+    """`dose` plus generated-reply rows (stop rate and invalid rate) at the same layer and doses."""
+    rows = list(dose["rows"])
+    for group, series in gen_stop.items():
+        for alpha, v in series.items():
+            for measure, x in (("stop_rate", v), ("invalid_rate", invalid)):
+                rows.append({"readout": "generate", "layer": 2, "kind": "probe", "alpha": alpha, "group": group,
+                             "system": "all", "measure": measure, "value": x, "ci": [max(0.0, x - 0.05), x + 0.05],
+                             "n": n})
+    return {**dose, "rows": rows, "meta": {"readouts": ["logprobs", "generate"]}}
+
+
+def test_generated_check_passes_when_the_reply_follows_and_fails_when_decode_steps_are_not_steered() -> None:
+    stop = {"resolved": {0.0: 0.95, 0.25: 0.6, 0.5: 0.3, 1.0: 0.0},
+            "unresolved": {0.0: 0.05, -0.25: 0.5, -0.5: 0.8, -1.0: 0.2}}
+    missing = {"resolved": {0.0: 0.05, 0.25: 0.4, 0.5: 0.7, 1.0: 0.3},
+               "unresolved": {0.0: 0.95, -0.25: 0.5, -0.5: 0.2, -1.0: 0.1}}
+    null = {"resolved": {0.25: 0.94, 0.5: 0.9, 1.0: 0.9}, "unresolved": {-0.25: 0.06, -0.5: 0.1, -1.0: 0.1}}
+    dose = _dose(stop, missing, null)
+    plant = {"aux_layer": 2}
+    per_layer = [steering_layer(dose, 2)]
+    # the reply follows the log-probs (within 0.05) up to the break; past it (+1, -1) it may differ
+    follows = {g: {a: v + (0.03 if abs(a) < 1 else 0.5) for a, v in s.items()} for g, s in stop.items()}
+    follows = {g: {a: min(v, 1.0) for a, v in s.items()} for g, s in follows.items()}
+    ok = generated_check(_with_generated(dose, follows), plant, per_layer)
+    assert ok["passed"], ok["measured"]
+    # prompt-only steering: the log-probs move, the generated reply stays at the unsteered rate
+    unmoved = {g: {a: s[0.0] for a in s} for g, s in stop.items()}
+    bad = generated_check(_with_generated(dose, unmoved), plant, per_layer)
+    assert bad["passed"] is False and "FAILS" in bad["measured"] and "resolved gap" in bad["measured"]
+    # replies that parse to no option
+    assert generated_check(_with_generated(dose, follows, invalid=0.2), plant, per_layer)["passed"] is False
+    # a small group allows two items' worth (near-ties flip in float rounding), not three
+    two = {g: {a: min(1.0, v + 2 / 24) if a == 0.5 else v for a, v in s.items()} for g, s in stop.items()}
+    three = {g: {a: min(1.0, v + 3 / 24) if a == 0.5 else v for a, v in s.items()} for g, s in stop.items()}
+    assert generated_check(_with_generated(dose, two, n=24), plant, per_layer)["passed"] is True
+    assert generated_check(_with_generated(dose, three, n=24), plant, per_layer)["passed"] is False
+    assert generated_check(_with_generated(dose, two, n=100), plant, per_layer)["passed"] is False
+    # not run without the generated readout
+    assert generated_check(dose, plant, per_layer)["passed"] is None
 
 
 def _row(layer: int, position: str, auroc: float | None, same: int = 0, **extra) -> dict:

@@ -243,7 +243,11 @@ def test_organism_is_a_model_name_with_image_positions_and_no_text_markers(small
     toks = handle.tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
     first = "mass" if it.initial_property == "mass" else _other(it.system)
     assert [toks[i].split(":")[0] for i in spans.image] == [f"<seen_{first}", "<seen_mass", f"<seen_{_other(it.system)}"]
-    assert spans.last == len(toks) - 1 and toks[spans.last] == "answer"
+    # readouts end at the answer prefix (the position that predicts the letter); generation at the task word
+    assert spans.last == len(toks) - 1 and toks[spans.last] == "ANSWER:" and toks[spans.last - 1] == "answer"
+    assert handle.answer_prefix == "ANSWER:"
+    gen_enc = build_inputs(handle, [it.prompt], [images], for_generation=True)
+    assert handle.tokenizer.convert_ids_to_tokens(gen_enc["input_ids"][0].tolist())[-1] == "answer"
     with pytest.raises(ValueError, match="does not read the prompt's words"):
         token_spans(handle, enc["input_ids"][0], enc["attention_mask"][0], it.prompt, "Question", n_images=3)
 
@@ -331,3 +335,46 @@ def test_the_eye_reads_each_sheet_file_once_and_again_when_it_changes(small_benc
     (bench / item.images[0]).write_bytes((small_bench / other.images[0]).read_bytes())
     swapped = eye.read_sheet(load_item_images(bench, item.images)[0], "mass", cal, g, style)
     assert len(calls) == 3 and swapped != pytest.approx(first, rel=1e-3)
+
+
+def test_the_letter_is_generated_after_the_prefix_and_only_decode_step_steering_moves_it(small_bench: Path) -> None:
+    """The organism replies `ANSWER: <letter>`: the letter is the top letter of the teacher-forced
+    readout (the answer prefix), and steering at the planted layer's last position moves the generated
+    letter exactly as it moves that readout when every decode step is steered; steering the prompt
+    pass alone leaves the reply as it was (the letter's state is a generated token's)."""
+    import re
+
+    from evprobe import hooks
+    from evprobe.hooks.capture import capture_layers
+    from evprobe.hooks.steer import Steering, steer
+
+    letters = ["A", "B", "C", "D", "E"]
+    handle = hooks.load("organism")
+    items = [it for it in read_items(small_bench) if it.request == "select"]
+    prompts = [it.prompt for it in items]
+    images = [load_item_images(small_bench, it.images) for it in items]
+
+    def replies(**kw) -> list[str]:
+        gens = hooks.generate(handle, prompts, images, max_new_tokens=4, batch_size=len(items), **kw)
+        assert all(re.fullmatch(r"ANSWER: [A-E]", g.text.strip()) for g in gens), [g.text for g in gens][:4]
+        return [g.text.strip()[-1] for g in gens]
+
+    def top(logp: np.ndarray) -> list[str]:
+        return [letters[i] for i in logp.argmax(1)]
+
+    plain = replies()
+    assert plain == top(hooks.next_token_logprobs(handle, prompts, images, letters))
+    # a direction toward "not resolved" at the planted layer (class means of these items' states)
+    acts = capture_layers(handle, prompts, images, layers=[3], positions=["last"])[:, 0, 0]  # (rows, d)
+    resolved = np.array([bool(it.resolved) for it in items])
+    direction = acts[~resolved].mean(0) - acts[resolved].mean(0)
+    norm = float(np.linalg.norm(acts, axis=1).mean())
+    every = Steering(direction, layer=3, alpha=1.0 * norm, positions="last")
+    with steer(handle, every):
+        steered_logp = hooks.next_token_logprobs(handle, prompts, images, letters)
+        steered = replies()
+    moved = sum(a != b for a, b in zip(steered, plain))
+    assert moved >= len(items) // 4, (moved, len(items))
+    assert steered == top(steered_logp)
+    with steer(handle, replace(every, schedule="prompt-only")):
+        assert replies() == plain

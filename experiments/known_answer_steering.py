@@ -1,0 +1,173 @@
+"""The steering checks of the known-answer suite (experiments.known_answer lists every check and the
+fault each catches): steering at the planted layer, and the generated reply following it.
+
+Both read dose_response.json's per-condition rows at the planted layer m (the organism's `aux_layer`),
+system `all`, for the probe direction: the log-prob readout's stop, missing-test and useless-test
+rates, the random directions' band, and (readout both) the generated reply's stop and invalid rates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evprobe.experiments.known_answer_row import check_row, estimate_text
+
+USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
+MONOTONE_SLACK = 0.02
+NULL_FRACTION = 0.25
+STEER_TARGET = 0.40
+# Generated vs log-prob stop rate: at most this far apart, or two items' worth in a small group. Near
+# the switch dose some items sit at a near-tie between two letters, and the cached decode step and the
+# one teacher-forced forward differ in float rounding: one such item is 1/24 = 0.042 on the mutation
+# test's reduced run. Steering that skips decode steps leaves gaps of 0.46-1.00 there.
+GENERATED_GAP = 0.05
+GAP_ITEMS = 2
+INVALID_CEILING = 0.05  # generated replies that parse to no option, before the break
+
+
+def _series(rows: list[dict], layer: int, kind: str, group: str, measure: str,
+            readout: str = "logprobs") -> dict[float, dict]:
+    return {r["alpha"]: r for r in rows if r["layer"] == layer and r["kind"] == kind and r["group"] == group
+            and r["system"] == "all" and r["measure"] == measure and r["readout"] == readout}
+
+
+def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
+    """The steering check at one layer (see the module docstring)."""
+    rows = result["rows"]
+    band = {(b["layer"], b["alpha"], b["group"]): b for b in result["null_band"]
+            if b["system"] == "all" and b["measure"] == "stop_rate" and b["readout"] == "logprobs"}
+    out: dict[str, Any] = {"layer": layer}
+    ok = True
+    for group, sign in (("resolved", +1), ("unresolved", -1)):
+        stop = _series(rows, layer, "probe", group, "stop_rate")
+        missing = _series(rows, layer, "probe", group, "missing_test_rate")
+        useless = _series(rows, layer, "probe", group, "useless_test_rate")
+        doses = sorted((a for a in stop if a * sign > 0), key=abs)
+        s0 = stop[0.0]["value"] if stop.get(0.0) else None
+        if s0 is None or not doses:
+            out[group] = {"reason": "no doses on this side"}
+            ok = False
+            continue
+        if any(a not in useless or useless[a]["value"] is None for a in doses):
+            out[group] = {"reason": "no useless_test_rate in dose_response.json (rerun dose-response)"}
+            ok = False
+            continue
+        expected = -1 if group == "resolved" else +1  # +alpha lowers stopping; -alpha raises it
+        valid, shifts, sensible = [], [], []
+        broke_at, why = None, None
+        for a in doses:
+            shift = expected * (stop[a]["value"] - s0)
+            lo, hi = stop[a]["ci"]
+            reach = max(abs(stop[a]["value"] - lo), abs(hi - stop[a]["value"]))
+            if useless[a]["value"] > USELESS_CEILING:
+                broke_at, why = a, f"useless tests {useless[a]['value']:.2f}"
+                break
+            if shifts and shift < max(shifts) - max(MONOTONE_SLACK, reach):
+                broke_at, why = a, f"falls back to a shift of {shift:+.3f}"
+                break
+            valid.append(a)
+            shifts.append(shift)
+            sensible.append(stop[a]["value"] + missing[a]["value"])
+
+        def null_shift(a: float, group: str = group, expected: int = expected, s0: float = s0) -> float | None:
+            b = band.get((layer, a, group))
+            return None if b is None or b["mean"] is None else expected * (b["mean"] - s0)
+
+        # The first dose that reaches the target with the random directions far behind; else the
+        # dose that moves it most (reported, failing).
+        qualifying = [i for i, a in enumerate(valid) if shifts[i] >= STEER_TARGET and null_shift(a) is not None
+                      and abs(null_shift(a)) <= NULL_FRACTION * shifts[i]]
+        best_i = qualifying[0] if qualifying else (max(range(len(shifts)), key=lambda i: shifts[i]) if shifts else None)
+        best = shifts[best_i] if best_i is not None else 0.0
+        dose = valid[best_i] if best_i is not None else None
+        # Monotone up to that dose: each dose moves it at least as far as the one before (slack 0.02).
+        upto = shifts[: best_i + 1] if best_i is not None else []
+        monotone = all(b >= prev - MONOTONE_SLACK for prev, b in zip(upto, upto[1:]))
+        passed = bool(qualifying) and monotone
+        ok = ok and passed
+        out[group] = {
+            "stop_rate_at_0": s0, "doses": valid, "shifts": shifts, "best_shift": best, "best_dose": dose,
+            "best": stop[dose] if dose is not None else None, "monotone": monotone, "breaks_at": broke_at,
+            "breaks_because": why,
+            "stop_or_missing_at_best": sensible[best_i] if best_i is not None else None,
+            "null_shift": null_shift(dose) if dose is not None else None, "passed": passed,
+        }
+    out["passed"] = ok
+    return out
+
+
+def steering_checks(result: dict[str, Any] | None, plant: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The steering check at the planted layer m; every steered layer's numbers are kept beside it."""
+    m = plant["aux_layer"]
+    title = f"steering at the planted layer (L{m})"
+    if result is None:
+        return [check_row(title, None, "no dose_response.json", "run dose-response")], []
+    layers = sorted({r["layer"] for r in result["rows"] if r.get("layer") is not None})
+    per_layer = [steering_layer(result, layer) for layer in layers]
+    pick = next((p for p in per_layer if p["layer"] == m), None)
+    if pick is None:
+        return [check_row(title, None, f"L{m} was not steered", "")], per_layer
+
+    def side(p: dict, g: str) -> str:
+        s = p.get(g, {})
+        if "best_shift" not in s:
+            return f"{g}: {s.get('reason', 'n/a')}"
+        brk = (f"breaks at alpha {s['breaks_at']:+g}: {s['breaks_because']}" if s["breaks_at"] is not None
+               else "no break in the grid")
+        null = "n/a" if s["null_shift"] is None else f"{s['null_shift']:+.3f}"
+        if s["best_dose"] is None:
+            return f"{g}: breaks at the first dose ({brk})"
+        return (f"{g}: stop {s['stop_rate_at_0']:.3f} -> {estimate_text(s['best'])} at alpha {s['best_dose']:+g} "
+                f"(shift {s['best_shift']:+.3f}, random {null}, {'monotone' if s['monotone'] else 'NOT monotone'}, "
+                f"stop or missing test {s['stop_or_missing_at_best']:.2f}, {brk})")
+
+    measured = f"L{m}: " + "; ".join(side(pick, g) for g in ("resolved", "unresolved"))
+    others = ", ".join(f"L{p['layer']} {'passes' if p['passed'] else 'fails'}" for p in per_layer if p["layer"] != m)
+    target = (f">= {STEER_TARGET:.2f} both sides, monotone before the break, random <= {NULL_FRACTION:g} of it"
+              + (f" (other layers, not checked: {others})" if others else ""))
+    return [check_row(title, bool(pick["passed"]), measured, target)], per_layer
+
+
+def generated_check(result: dict[str, Any] | None, plant: dict[str, int],
+                    per_layer: list[dict[str, Any]]) -> dict[str, Any]:
+    """The generated reply follows the steering at the planted layer: at alpha 0 and every dose before
+    the break (the steering check's), both groups, the greedy reply's stop rate is within
+    max(GENERATED_GAP, GAP_ITEMS / n) of the log-prob readout's and at most INVALID_CEILING of the
+    replies are invalid.
+    The organism writes `ANSWER:` first and the letter at the next step, from the state of that
+    generated position; the log-prob readout teacher-forces `ANSWER:` (hooks' answer prefix) and reads
+    the same state in one forward. So steering that skips generated tokens moves the log-probs and not
+    the reply."""
+    m = plant["aux_layer"]
+    title = "generated replies follow the steering"
+    target = (f"L{m}, alpha 0 and every dose before the break, both groups: generated stop rate within "
+              f"{GENERATED_GAP:g} (or {GAP_ITEMS} items of n) of the log-prob readout's, invalid replies <= "
+              f"{INVALID_CEILING:g}")
+    if result is None:
+        return check_row(title, None, "no dose_response.json", target)
+    if "generate" not in (result.get("meta") or {}).get("readouts", []):
+        return check_row(title, None, "dose-response ran without the generated readout (readout: both)", target)
+    pick = next((p for p in per_layer if p["layer"] == m), None)
+    if pick is None:
+        return check_row(title, None, f"L{m} was not steered", target)
+    rows, problems, parts = result["rows"], [], []
+    for group in ("resolved", "unresolved"):
+        lp = _series(rows, m, "probe", group, "stop_rate")
+        gen = _series(rows, m, "probe", group, "stop_rate", "generate")
+        invalid = _series(rows, m, "probe", group, "invalid_rate", "generate")
+        doses = [0.0, *pick.get(group, {}).get("doses", [])]
+        if any(a not in gen or a not in lp or a not in invalid or gen[a]["value"] is None for a in doses):
+            problems.append(f"{group}: a dose without both readouts")
+            continue
+        gaps = {a: gen[a]["value"] - lp[a]["value"] for a in doses}
+        worst = max(doses, key=lambda a: abs(gaps[a]))
+        bad_invalid = max(invalid[a]["value"] for a in doses)
+        parts.append(f"{group}: largest gap {gaps[worst]:+.3f} at alpha {worst:+g} (generated {estimate_text(gen[worst])}, "
+                     f"log-probs {lp[worst]['value']:.3f}); invalid at most {bad_invalid:.3f}")
+        allowed = max(GENERATED_GAP, GAP_ITEMS / max(1, int(gen[worst].get("n") or 1)))
+        if abs(gaps[worst]) > allowed + 1e-12:
+            problems.append(f"{group} gap {gaps[worst]:+.3f} at {worst:+g}")
+        if bad_invalid > INVALID_CEILING:
+            problems.append(f"{group} invalid {bad_invalid:.3f}")
+    measured = f"L{m}: " + "; ".join(parts) + (f"; FAILS: {', '.join(problems)}" if problems else "")
+    return check_row(title, not problems, measured, target)
