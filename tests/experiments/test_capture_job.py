@@ -228,6 +228,7 @@ def test_mixed_image_counts_and_prompts_without_a_question(bench: Path, tmp_path
         (dict(requests=("select",)), "selection_sha256"),
         (dict(model="tiny:gemma3"), "model"),
         (dict(component="mlp_out"), "component"),
+        (dict(answer_prefix="ANSWER:"), "answer_prefix"),
     ],
 )
 def test_a_rerun_with_other_settings_is_refused(bench: Path, first: Path, change: dict, setting: str):
@@ -329,3 +330,19 @@ def test_positions_and_components_of_ones_choosing(bench: Path, tmp_path: Path, 
     assert meta["stored_component"] == "attn_out" and "not the residual stream" in meta["stored"]
     assert "'Question'" in meta["position_rules"]["marker:Question:last"]
     assert resid["component"] is None and json.loads((tmp_path / "resid" / "meta.json").read_text())["stored"] == STORED
+
+
+def test_an_answer_prefix_moves_the_last_position_only(bench: Path, tmp_path: Path, handle):
+    """`--answer-prefix`: the last position becomes the prefix's (its state changes), the question
+    marker's does not (a causal model: the prefix comes after it); pinned in meta.json."""
+    positions = ("last", "marker:Question:last")
+    plain = capture(config(bench, tmp_path / "plain", positions=positions, limit=4, requests=("select",)),
+                    progress=False)
+    prefixed = capture(config(bench, tmp_path / "prefixed", positions=positions, limit=4, requests=("select",),
+                              answer_prefix="ANSWER:"), progress=False)
+    assert plain["complete"] and prefixed["complete"]
+    a, b = np.load(tmp_path / "plain" / ACTS_FILE), np.load(tmp_path / "prefixed" / ACTS_FILE)
+    last_moved = np.abs(a[:, :, 0].astype(np.float32) - b[:, :, 0]).max()  # (the random tiny model's states are ~0.03)
+    marker_moved = np.abs(a[:, :, 1].astype(np.float32) - b[:, :, 1]).max()
+    assert last_moved > 1e-4 and marker_moved <= 1e-6 and last_moved > 100 * marker_moved
+    assert json.loads((tmp_path / "prefixed" / "meta.json").read_text())["answer_prefix"] == "ANSWER:"
