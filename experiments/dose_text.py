@@ -144,7 +144,7 @@ def paragraphs(result: dict[str, Any]) -> list[str]:
         parts = [f"L{k}: {v['unit_norm']:.4g} (directions.json's {v['directions_position']}-position mean norm "
                  f"{v['directions_mean_norm']:.4g})" for k, v in sorted(units.items(), key=lambda kv: int(kv[0]))]
         out.append(f"**Units.** alpha = 1 adds one mean residual norm of what is edited: the mean per-token norm over "
-                   f"the {meta['positions']} prompt positions, measured unsteered on "
+                   f"the {meta['positions']} input positions (the prompt's, and the answer prefix's if any), measured unsteered on "
                    f"{next(iter(units.values()))['n_items']} {next(iter(units.values()))['items']} ({'; '.join(parts)}). "
                    "Doses in these units compare across layers; they do not say how far a layer's decision boundary is.")
     if not result.get("headline"):
