@@ -7,7 +7,8 @@ is a function of its own token, and the last position's state is the same for th
 of a family. The organism replies `ANSWER: <letter>`; the readouts teacher-force `ANSWER:` (hooks'
 answer prefix), so the last position is that token, the one that predicts the letter (in generation
 a generated token's). A training-only head read the right option's meaning there after layer m
-(`aux_layer`, 3, not the last), so sufficiency is linearly there, one direction for every system. `known_answer_checks(OUT)` reads what `evprobe quickstart` wrote under OUT (and the plant from
+(`aux_layer`, 3, not the last), so sufficiency is linearly there, one direction for every system.
+`known_answer_checks(OUT)` reads what `evprobe quickstart` wrote under OUT (and the plant from
 the checkpoint's organism.json) and writes OUT/known_answer.json and OUT/known_answer.md. Every number
 comes with its interval and n. Each check below names the fault that it catches in
 tests/experiments/test_known_answer_mutations.py (the README's fault x check table):
@@ -36,8 +37,8 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   reaches. Catches: no-op steering, a random direction in place of the probe's, the steering layer off
   by one.
 - generated replies follow the steering (dose_response.json, readout both), layer m: at alpha 0 and
-  every dose before the break, both groups, the greedy reply's stop rate is within 0.05 of the log-prob
-  readout's and at most 5% of the replies are invalid. The letter is generated at the step after
+  every dose before the break, both groups, the greedy reply's stop rate is within 0.05 (or two items'
+  worth of a small group) of the log-prob readout's and at most 5% of the replies are invalid. The letter is generated at the step after
   `ANSWER:`, from that generated token's state; the log-probs read the same state teacher-forced in one
   forward. Catches: steering that edits the prompt pass and no generated token (prompt-only).
 - interchange interventions (patching.json; decoded flip = interchange-intervention accuracy, IIA:

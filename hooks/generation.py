@@ -104,13 +104,14 @@ def candidate_token_ids(handle: Handle, candidates: Sequence[str]) -> list[int]:
     byte-level BPE, "▁B" for SentencePiece, "B" for the organism's word-level vocabulary). A
     prefix ending in whitespace is taken as given (no space is added)."""
     prefix = handle.answer_prefix
+    if prefix:  # the prefix's own tokens, once for every candidate
+        head = handle.tokenizer(prefix, add_special_tokens=False)["input_ids"]
+        sep = "" if prefix[-1].isspace() else " "
     ids = []
     for c in candidates:
         if not prefix:
             toks = handle.tokenizer(c, add_special_tokens=False)["input_ids"]
         else:
-            head = handle.tokenizer(prefix, add_special_tokens=False)["input_ids"]
-            sep = "" if prefix[-1].isspace() else " "
             whole = handle.tokenizer(prefix + sep + c, add_special_tokens=False)["input_ids"]
             if whole[: len(head)] != head:
                 raise ValueError(f"answer prefix {prefix!r} tokenizes differently before candidate {c!r}; "

@@ -97,7 +97,7 @@ class OrganismProcessor:
         rows_images = list(images) if images is not None else [[] for _ in texts]
         if len(rows_images) != len(texts):
             raise ValueError(f"{len(texts)} rows but {len(rows_images)} image lists")
-        vocab = self.tokenizer.get_vocab()
+        vocab = token_ids()  # the tokenizer's vocabulary, cached (as in row_tokens)
         rows = [[vocab[t] for t in self.row_tokens(t, list(imgs))] for t, imgs in zip(texts, rows_images)]
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id

@@ -32,6 +32,10 @@ STATED = ("mass", "friction", "restitution", "stiffness", "g", "J", "h", "q", "c
 SEEN = ("seen_mass", "seen_friction", "seen_restitution", "seen_stiffness", "seen_g")
 NUMBER_TYPES = STATED + SEEN
 
+# The reply starts with this token; the letter comes at the next step, so the answer is generated as
+# several tokens and the state that predicts the letter is a generated position's (the prefix's).
+ANSWER_PREFIX = "ANSWER:"
+
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 WORDS = [
     # systems
@@ -44,11 +48,8 @@ WORDS = [
     "select", "answer", "recover", "read", "task",
     "<zero>",
     # the reply: ANSWER_PREFIX, then a letter, then <eos>
-    "ANSWER:",
+    ANSWER_PREFIX,
 ]
-# The reply starts with this token; the letter comes at the next step, so the answer is generated as
-# several tokens and the state that predicts the letter is a generated position's (the prefix's).
-ANSWER_PREFIX = "ANSWER:"
 LETTERS = ("A", "B", "C", "D", "E")
 # What a menu row offers: an action, an answer, or "value" (followed by the number offered).
 OPTION_WORDS = ("stop", "mass_test", "other_test", "fall_test", "report", "yes", "no", "undetermined", "value")
