@@ -168,7 +168,8 @@ def quickstart(
     # development benchmark (seed 777, 24 families per system), never the main set: with the pooled
     # direction the organism's resolved items moved from stop 1.00 to 0.53 at +1.25 with 12% useless
     # tests (the steering check's break) and only to 0.74 at +1.0; with the selections' direction to
-    # 0.51 at +1.0 with none, and unresolved items from 0.00 to 0.93 at -0.75.
+    # 0.51 at +1.0 with none, and unresolved items from 0.00 to 0.93 at -0.75
+    # (benchmarks/organism_direction_choice.py).
     captures, resolved = labelled([acts], "resolved", requests=("select",))
     directions_to_folder(captures, resolved, directions, meta["layers"], position="last", by="half")
     timings["directions"] = time.perf_counter() - t
