@@ -54,7 +54,10 @@ if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
 
 RESULTS_FILE = "results.jsonl"
-POSITION_SETS = ("last", "text", "image")
+# image_first / image_rest split the image span: its first token, and the others (for the organism's
+# one-sheet selections, the reading's block and its offset: a partial patch of one sheet's span).
+POSITION_SETS = ("last", "text", "image", "image_first", "image_rest")
+DEFAULT_POSITION_SETS = ("last", "text", "image")
 LETTERS = ("A", "B", "C", "D", "E")
 MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no share
 # results.jsonl's schema: every field required, nothing else (core.capture_schema kinds)
@@ -72,7 +75,8 @@ class PatchingConfig:
     bench: str = setting(help="benchmark folder (evprobe generate)")
     out: str = setting(help="output folder (results.jsonl, patching.json/.md/.png)")
     layers: str = setting("all", "all, or comma-separated decoder layer indices, e.g. 0,2,4")
-    positions: tuple[str, ...] = setting(POSITION_SETS, "comma-separated position sets: last, text, image")
+    positions: tuple[str, ...] = setting(DEFAULT_POSITION_SETS, "comma-separated position sets: last, text, "
+                                         "image, image_first (the first image token), image_rest (the others)")
     regime: str = setting("standard", HELP["regime"])
     protocol: str = setting("direct", HELP["protocol"])
     limit_pairs: int | None = setting(None, "only the first N image pairs")
@@ -249,8 +253,13 @@ def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: 
     # its "text" set is every fact token except the sheet values (hooks.spans).
     marker = question_marker(target.prompt) if handle.keeps_prompt_text else None
     spans = token_spans(handle, enc["input_ids"][0], enc["attention_mask"][0], tgt[0], marker, n_images=len(tgt[1]))
-    sets = {"last": [spans.last], "text": list(spans.text), "image": list(spans.image)}
+    sets = {"last": [spans.last], "text": list(spans.text), "image": list(spans.image),
+            "image_first": list(spans.image[:1]), "image_rest": list(spans.image[1:])}
     chosen = {name: sets[name] for name in config.positions}
+    empty = [name for name, idx in chosen.items() if not idx]
+    if empty:
+        raise InputError(f"{target.item_id}: position set {empty[0]} has no token in this row (image tokens: "
+                         f"{len(spans.image)}); drop it from --positions")
     result = patch_pair(handle, src, tgt, layers=layers, position_sets=chosen, candidates=list(LETTERS))
     a_s = LETTERS.index(source.reference_option)
     a_t = LETTERS.index(target.reference_option)
