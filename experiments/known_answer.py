@@ -52,6 +52,11 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   reported: the first layer where the last position carries IIA >= 0.5 is where the decision has
   reached it. Catches: patching the wrong layer (off by one: IIA alone is the same at layers 0 and 1,
   the exact no-change is not) and patching positions off by one (experiments/mutations.py).
+- partial image-span patching (patching results.jsonl; experiments.known_answer_span): each sheet is a
+  span of two image tokens, its reading's block and its offset; before layer k, patching only the block
+  or only the offset gives a hybrid reading whose answer the causal model (organism.causal) knows:
+  >= 0.95 agreement, with both predicted flips and predicted stays present. Catches: image tokens
+  listed out of order within the span, and patching positions off by one.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from typing import Any
 
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.experiments.known_answer_row import check_row, estimate_text
+from evprobe.experiments.known_answer_span import image_span_check, span_outcomes
 from evprobe.experiments.known_answer_steering import generated_check, steering_checks
 
 MIN_COST_FLOOR = 0.95
@@ -274,7 +280,8 @@ def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[
     patch = _load(out / "patching" / "patching.json")
     steer, per_layer = steering_checks(dose, plant)
     checks = (behaviour_checks(scores) + [profile_check(sweep, plant), transfer_check(out / "acts", plant),
-              leakage_check(sweep)] + steer + [generated_check(dose, plant, per_layer), interchange_check(patch, plant)])
+              leakage_check(sweep)] + steer + [generated_check(dose, plant, per_layer), interchange_check(patch, plant),
+              image_span_check(span_outcomes(out / "patching", out / "bench", plant["attention_free_layers"]), plant)])
     result = {"plant": plant, "checks": checks, "steering_by_layer": per_layer,
               "passed": all(c["passed"] for c in checks)}
     atomic_write_json(out / "known_answer.json", result)

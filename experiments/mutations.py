@@ -17,6 +17,10 @@ Prompt-only steering (the decode steps left unsteered) is caught because the org
 `ANSWER: <letter>`: the letter comes from the state of the generated `ANSWER:` token, which only
 decode-step steering reaches; the log-prob readout teacher-forces `ANSWER:` and is steered in its one
 forward, so the generated reply and the log-probs part ways.
+
+A span listed out of order (image tokens last to first) leaves every whole-span patch and every
+image_mean capture as it was (the same set of tokens); only a partial patch of a sheet's span
+(image_first, image_rest) sees it, which the partial image-span check reads.
 """
 
 from __future__ import annotations
@@ -194,6 +198,18 @@ def _patching_positions_off_by_one(out: Path, stack: ExitStack) -> None:
     stack.enter_context(mock.patch.object(patching, "patch_pair", shifted))
 
 
+def _image_span_reversed(out: Path, stack: ExitStack) -> None:
+    """hooks.spans lists a row's image tokens last to first: the first image token is a sheet's offset."""
+    spans = importlib.import_module("evprobe.hooks.spans")
+    original = spans.token_spans
+
+    def reversed_image(*args, **kwargs):
+        found = original(*args, **kwargs)
+        return replace(found, image=tuple(reversed(found.image)))
+
+    stack.enter_context(mock.patch.object(spans, "token_spans", reversed_image))
+
+
 _PROBES, _STEER = ("acts/probes", "directions", "dose_response"), ("dose_response",)
 FAULTS: tuple[Fault, ...] = (
     Fault("wrong label", "sufficiency flipped for 2 of the 6 system x initial-test groups (agrees on 2/3 of rows)",
@@ -213,6 +229,8 @@ FAULTS: tuple[Fault, ...] = (
           ("patching",), _patching_positions_off_by_one),
     Fault("patching layer off by one", "patching at layer l patches layer l + 1", ("patching",),
           _patching_layer_off_by_one),
+    Fault("image span out of order", "a row's image tokens listed last to first (a sheet's offset taken for its "
+          "block)", ("patching",), _image_span_reversed),
 )
 # Faults measured and NOT caught by any check (README): kept out of FAULTS, which the tests require to
 # be caught, and run by benchmarks/known_answer_mutations.py so their row stays measured. None now.

@@ -60,11 +60,14 @@ ORGANISM = (
 # sufficiency, and where the decision is carried from layer 3 on: the patching IIA; in generation the
 # same state is a generated token's, steered at its decode step), at layers 2 and 3 (the planted layer 3
 # is checked; 2 shows the effect is layer-specific), with doses fine enough to catch the switch of a
-# confident model (on a development run the stop rate moved from 1.00 to 0.50 between +0.5 and
-# +0.875 and broke at +1.0; +-0.625 was dropped to keep the quickstart within 4 minutes). Layers 0-1
-# are left out: layer 0's direction does not exist (identical class means) and the last position at
-# layer 1 moved nothing at any dose up to 1.0.
-ORGANISM_ALPHAS = (-1.0, -0.875, -0.75, 0.0, 0.75, 0.875, 1.0)
+# confident model. Chosen for this organism (v4, two-token sheets) on the development benchmark (seed
+# 777, selections' directions; `python benchmarks/organism_direction_choice.py --directions selections
+# --alphas ...`), never the main set: resolved items' stop rate 1.00 -> 0.89 / 0.57 / 0.50 / 0.42 at
+# +0.5 / +0.625 / +0.6875 / +0.75, with useless tests 0.00 / 0.03 / 0.06 / 0.11 (the break); unresolved
+# items 0.00 -> 0.42 / 0.72 / 0.79 / 0.85 at -0.625 / -0.75 / -0.875 / -1.0, never breaking. Seven doses
+# keep the quickstart's cost. Layers 0-1 are left out: layer 0's direction does not exist (identical
+# class means) and the last position at layer 1 moved nothing at any dose up to 1.0 (earlier organism).
+ORGANISM_ALPHAS = (-1.0, -0.875, -0.75, 0.0, 0.625, 0.6875, 0.75)
 ORGANISM_LAYERS = (2, 3)
 NULL_BATCH_ROWS = 2048  # rows per forward of the random/control sets (organism prompts are ~22 tokens)
 
@@ -194,9 +197,11 @@ def quickstart(
     timings["dose_response"] = time.perf_counter() - t
 
     t = _step(7, "pair patching")
-    from evprobe.experiments.patching import PatchingConfig, run_patching
+    from evprobe.experiments.patching import DEFAULT_POSITION_SETS, POSITION_SETS, PatchingConfig, run_patching
 
-    run_patching(PatchingConfig(model=cfg.model, bench=str(bench), out=str(patch), limit_pairs=pairs,
+    # the organism's sheets are spans of two image tokens (block, offset): patched apart too
+    sets = POSITION_SETS if organism else DEFAULT_POSITION_SETS
+    run_patching(PatchingConfig(model=cfg.model, bench=str(bench), out=str(patch), limit_pairs=pairs, positions=sets,
                                 dtype=cfg.dtype, **placement_of(cfg),
                                 attn_implementation=cfg.attn_implementation, n_boot=n_boot), progress=progress)
     timings["patching"] = time.perf_counter() - t

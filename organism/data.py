@@ -13,7 +13,12 @@ when only the two constructed thresholds are used, see ../shared/notes/organism-
   one of the two outcomes the history leaves possible (where the answer flips), otherwise
   log-uniformly on [0.5 x the smallest, 2 x the largest] of the family's four outcomes.
 The sheet value is the true candidate value times 10^u, u ~ U(-jitter, jitter), standing in
-for the eye's reading error (measured on the benchmark: see organism.reader).
+for the eye's reading error (measured on the benchmark: see organism.reader); in `spread_share`
+of the sheets u ~ U(-spread, spread) instead, and the sheet counts as showing the candidate
+nearest to its reading in log10 (`nearest`: the label follows). The benchmark's sheets never read
+so far off; these teach the rule "a reading shows its nearest candidate" everywhere near the
+candidates, so that a reading made of one sheet's block token and another's offset token (a
+partial patch of the image span, `organism.causal`) has a defined answer.
 """
 
 from __future__ import annotations
@@ -38,6 +43,18 @@ class DataConfig:
     jitter: float = 0.004
     answer_share: float = 0.3  # share of answer requests (the curriculum: see answer_example)
     both_known_share: float = 0.5  # of answer requests, those with both properties known
+    spread_share: float = 0.3  # share of sheets read far from their candidate (see the docstring)
+    spread: float = 0.35  # decades: half-width of those readings' offset
+
+
+def nearest(family: Family, prop: str, value: float) -> int:
+    """Index of `prop`'s candidate nearest to `value` in log10 ("mass" or "other")."""
+    return int(np.argmin([abs(np.log10(value / family.value(prop, i))) for i in range(2)]))
+
+
+def _reading(rng: np.random.Generator, family: Family, prop: str, index: int, config: DataConfig) -> float:
+    width = config.spread if rng.random() < config.spread_share else config.jitter
+    return float(family.value(prop, index) * 10 ** rng.uniform(-width, width))
 
 
 def draw_family(rng: np.random.Generator, index: int) -> Family:
@@ -109,8 +126,8 @@ def sample_example(rng: np.random.Generator, family: Family, config: DataConfig)
     else:
         q = _draw_q(rng, family, [outcomes[w] for w in compatible(history_of(family.initial, history))], config)
     order = [ACTIONS[int(i)] for i in rng.permutation(len(ACTIONS))]
-    value = family.value(family.initial, history) * 10 ** rng.uniform(-config.jitter, config.jitter)
-    return select_example(family, history, q, order, float(value))
+    value = _reading(rng, family, family.initial, history, config)
+    return select_example(family, nearest(family, family.initial, value), q, order, value)
 
 
 def _sample_answer(rng: np.random.Generator, family: Family, config: DataConfig) -> tuple[Facts, str]:
@@ -118,9 +135,10 @@ def _sample_answer(rng: np.random.Generator, family: Family, config: DataConfig)
     seen = [first]
     if rng.random() < config.both_known_share:
         seen.append(("mass" if family.initial == "other" else "other", int(rng.integers(2))))
+    values = [_reading(rng, family, p, i, config) for p, i in seen]
+    seen = [(p, nearest(family, p, v)) for (p, _), v in zip(seen, values)]  # what each reading shows
     outcomes = family.outcomes()
     left = [outcomes[w] for w in compatible(frozenset(seen))]
     q = _draw_q(rng, family, left, config)
     order = [ANSWERS[int(i)] for i in rng.permutation(len(ANSWERS))]
-    values = [family.value(p, i) * 10 ** rng.uniform(-config.jitter, config.jitter) for p, i in seen]
-    return answer_example(family, seen, q, order, [float(v) for v in values])
+    return answer_example(family, seen, q, order, values)

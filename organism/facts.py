@@ -4,7 +4,9 @@ The organism never reads the English prompt word by word. Its front end (`organi
 extracts what a careful reader would note from the prompt and the sheets, and nothing else:
 
     <bos> {system} <mass:m0> <mass:m1> <{other}:p0> <{other}:p1> <g:G> [<J:J> | <h:h>] <q:Q>
-          <seen_{property}:V> ...          one per attached sheet, in order ("none" if none)
+          <seen_{property}:B> <fine_{property}:F> ...   per attached sheet, in order ("none" if none):
+                                           its reading V as a span of two image tokens, V's
+                                           0.4-decade block and its offset there
           options <A:{action}> <cost:c> ...  the menu as shown: one token per row (letter and
                                            what it offers), then its price
           {task}                           select | answer | recover | read | task
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evprobe.organism.vocab import number_token
+from evprobe.organism.vocab import number_token, reading_tokens
 
 # How a menu action is written (the prompt's wording differs per system and variant).
 ACTION_WORDS = {
@@ -70,7 +72,7 @@ class Facts:
         if not self.seen:
             out.append("none")
         for prop, value in self.seen:
-            out.append("unread" if value is None else number_token(f"seen_{prop}", value))
+            out += ["unread"] if value is None else reading_tokens(prop, value)
         out.append("options")
         for letter, what, cost in self.options:
             if isinstance(what, str):

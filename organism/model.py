@@ -1,9 +1,10 @@
 """The organism's network: a plain transformers `LlamaForCausalLM`, small enough for CPU training.
 
 During training a number token's input embedding is not a free row: it is
-`base[kind] + w[kind] * log10(bin centre)` (xVal-style; `w` starts at std 0.01 because RMSNorm
-would otherwise erase the magnitude), so nearby numbers get nearby embeddings and the model can
-compare them. `export_embeddings` writes exactly these rows into the model's embedding table, so
+`base[kind] + w[kind] * c`, c the bin's log10 centre, or for the `fine_*` types (a reading's
+offset in its block) the offset in decades, 0.01 per bin: xVal-style (`w` starts at std 0.01
+because RMSNorm would otherwise erase the magnitude), so nearby numbers get nearby embeddings and
+the model can compare them. `export_embeddings` writes exactly these rows into the model's embedding table, so
 the saved checkpoint is an ordinary Llama that loads with `from_pretrained` and gives the same
 logits as the training wrapper (a test checks this).
 """
@@ -17,6 +18,8 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from evprobe.organism.vocab import (
+    FINE,
+    LOG_STEP,
     N_BINS,
     NUMBER_TYPES,
     OPTION_WORDS,
@@ -63,7 +66,8 @@ def llama_config(cfg: ModelConfig) -> LlamaConfig:
 
 
 class NumberEmbedding(nn.Module):
-    """Input embeddings with number tokens as base[kind] + w[kind] * log10(value)."""
+    """Input embeddings with number tokens as base[kind] + w[kind] * centre[kind, bin]: log10 of the
+    bin's value, or for a `fine_*` type the offset in decades."""
 
     KINDS = NUMBER_TYPES
 
@@ -73,7 +77,10 @@ class NumberEmbedding(nn.Module):
         self.embed = embed
         self.base = nn.Parameter(torch.randn(len(self.KINDS), d) * 0.02)  # (kinds, d)
         self.w = nn.Parameter(torch.randn(len(self.KINDS), d) * 0.01)  # (kinds, d)
-        self.register_buffer("centers", torch.tensor(bin_centers(), dtype=torch.float32), persistent=False)
+        offsets = [k * LOG_STEP for k in range(N_BINS)]
+        self.register_buffer("centers", torch.tensor([offsets if kind in FINE else bin_centers()
+                                                      for kind in self.KINDS], dtype=torch.float32),
+                             persistent=False)  # (kinds, N_BINS)
         self.starts = [bin_start(k) for k in self.KINDS]
         assert self.starts == [self.starts[0] + i * N_BINS for i in range(len(self.KINDS))]
 
@@ -84,14 +91,14 @@ class NumberEmbedding(nn.Module):
         is_num = (offset >= 0) & (offset < N_BINS * len(self.KINDS))
         offset = offset.clamp(0, N_BINS * len(self.KINDS) - 1)
         kind, k = offset // N_BINS, offset % N_BINS
-        num = self.base[kind] + self.w[kind] * self.centers[k].unsqueeze(-1)  # (batch, seq, d)
+        num = self.base[kind] + self.w[kind] * self.centers[kind, k].unsqueeze(-1)  # (batch, seq, d)
         return torch.where(is_num.unsqueeze(-1), num, out)
 
     @torch.no_grad()
     def export(self) -> None:
         """Write every number token's row into the embedding table."""
         for k, start in enumerate(self.starts):
-            rows = self.base[k] + self.w[k] * self.centers.unsqueeze(-1)  # (N_BINS, d)
+            rows = self.base[k] + self.w[k] * self.centers[k].unsqueeze(-1)  # (N_BINS, d)
             self.embed.weight[start : start + N_BINS] = rows
 
 

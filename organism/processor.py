@@ -13,8 +13,8 @@ the second step; `hooks` reads the attribute into `Handle.answer_prefix`, and ev
 answer (log-probs, capture, patching) appends it.
 
 Two attributes tell `hooks.spans` how to find positions in its rows:
-- `image_feature_token_ids`: the `<seen_*:k>` tokens, i.e. the values read off the sheets (the
-  organism's image positions);
+- `image_feature_token_ids`: the `<seen_*:k>` and `<fine_*:f>` tokens, i.e. the readings of the
+  sheets, two tokens per sheet (the organism's image positions, `vocab.reading_tokens`);
 - `keeps_prompt_text = False`: the rows are facts, not the prompt's words, so text spans do
   not exist.
 """
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evprobe.organism.checkpoint import PROCESSOR_CLASS
-from evprobe.organism.vocab import ANSWER_PREFIX, N_BINS, SEEN, bin_start, token_ids
+from evprobe.organism.vocab import ANSWER_PREFIX, FINE, N_BINS, SEEN, bin_start, token_ids
 
 IMAGE_PLACEHOLDER = "<image>"
 REPLY = "\n<reply>\n"  # the generation prompt: the prompt ends before it, the reply starts after it
@@ -39,7 +39,7 @@ class OrganismProcessor:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.image_feature_token_ids = frozenset(
-            i for kind in SEEN for i in range(bin_start(kind), bin_start(kind) + N_BINS)
+            i for kind in SEEN + FINE for i in range(bin_start(kind), bin_start(kind) + N_BINS)
         )
 
     @classmethod

@@ -55,7 +55,7 @@ def _model_config() -> ModelConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     seed: int = 20261130
-    steps: int = 20000
+    steps: int = 16000
     batch_size: int = 64
     lr: float = 3e-3
     min_lr_fraction: float = 0.05

@@ -3,8 +3,13 @@
 A number x > 0 of quantity T becomes the one token `<T:k>`, k = round((log10 x - LOG_MIN) /
 LOG_STEP) clamped to the range; 0 is `<zero>`. Quantities stated in the prompt have their types
 (mass candidates, friction candidates, g, J, q, costs, ...); values the eye reads off a sheet have
-`seen_*` types, so the tokens that carry image content are known (what `hooks.spans` calls the
-organism's image positions).
+two tokens of image types, so the tokens that carry image content are known (what `hooks.spans` calls
+the organism's image positions): the reading's block `<seen_T:k>` (k a multiple of BLOCK_BINS: the
+0.4-decade block the reading lies in, its lower edge) and its offset within the block `<fine_T:f>`
+(f = 0 .. BLOCK_BINS - 1, in 0.01-decade steps), like the two digits of a reading. Candidate values
+differ by a factor 2 to 4 (0.3 to 0.6 decades), so neither token alone tells which candidate a sheet
+shows: the block is often shared by both candidates, and the offset repeats every 0.4 decades. The
+transformer must combine the two positions (`reading_tokens`).
 
 Bin width 0.01 in log10 is a relative error of at most 1.16%; the benchmark's smallest threshold
 margin is 17.2% and candidate values differ by a factor of 2 to 4, so binning never changes an
@@ -29,8 +34,10 @@ N_BINS = round((LOG_MAX - LOG_MIN) / LOG_STEP) + 1  # 401
 # Every number is typed by the quantity it is (its own token range): the reader knows what each
 # number in the prompt means, so the model need not route a label word to the number after it.
 STATED = ("mass", "friction", "restitution", "stiffness", "g", "J", "h", "q", "cost", "num")
-SEEN = ("seen_mass", "seen_friction", "seen_restitution", "seen_stiffness", "seen_g")
-NUMBER_TYPES = STATED + SEEN
+SEEN = ("seen_mass", "seen_friction", "seen_restitution", "seen_stiffness", "seen_g")  # a reading's block
+FINE = ("fine_mass", "fine_friction", "fine_restitution", "fine_stiffness", "fine_g")  # its offset in the block
+NUMBER_TYPES = STATED + SEEN + FINE
+BLOCK_BINS = 40  # bins per block: 0.4 decades
 
 # The reply starts with this token; the letter comes at the next step, so the answer is generated as
 # several tokens and the state that predicts the letter is a generated position's (the prefix's).
@@ -64,6 +71,19 @@ def number_token(kind: str, x: float) -> str:
         return "<unk>"
     k = round((math.log10(x) - LOG_MIN) / LOG_STEP)
     return f"<{kind}:{min(max(k, 0), N_BINS - 1)}>"
+
+
+def reading_tokens(prop: str, x: float) -> list[str]:
+    """A sheet's reading x of property `prop` as its two image tokens: block, then offset.
+
+    With k the bin of x (`number_token`), the block token is `<seen_prop:BLOCK_BINS * (k //
+    BLOCK_BINS)>` and the offset token `<fine_prop:k % BLOCK_BINS>`; 0 and bad values are one token
+    (`<zero>`, `<unk>`), as in number_token."""
+    token = number_token(f"seen_{prop}", x)
+    if not token.startswith("<seen_"):
+        return [token]
+    k = int(token[:-1].rsplit(":", 1)[1])
+    return [f"<seen_{prop}:{BLOCK_BINS * (k // BLOCK_BINS)}>", f"<fine_{prop}:{k % BLOCK_BINS}>"]
 
 
 def bin_centers() -> list[float]:

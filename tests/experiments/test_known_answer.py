@@ -186,3 +186,25 @@ def test_interchange_check_reads_the_exact_no_change_before_the_plant() -> None:
     assert not check["passed"] and "L0 (patching last/text moved the log-odds by 2.5 nats)" in check["measured"]
     early = [good[0], good[0]] + good[2:]  # L1 shows L0's (no) change
     assert "L1 (patching last moved nothing)" in interchange_check(summary(early), PLANT)["measured"]
+
+
+def _span(first: list[tuple[str, bool]], rest: list[tuple[str, bool]]) -> dict:
+    """span_outcomes' shape at layer 0: per part, (family, predicted member, patched top agreed)."""
+    per = lambda rows: {0: [(f"f{i % 8}", who, ok) for i, (who, ok) in enumerate(rows)]}  # noqa: E731
+    return {"layers": [0], "parts": {"image_first": per(first), "image_rest": per(rest)}}
+
+
+def test_image_span_check_needs_agreement_and_both_predictions() -> None:
+    from evprobe.experiments.known_answer_span import image_span_check
+
+    first = [("source", True)] * 27 + [("target", True)] * 5
+    rest = [("target", True)] * 27 + [("source", True)] * 5
+    check = image_span_check(_span(first, rest), PLANT)
+    assert check["passed"], check
+    assert "L0 image_first 1.000 [" in check["measured"] and "(32 predicted flips, 32 predicted stays)" in check["measured"]
+    # the span read out of order: the block patched as the offset, so the answer follows the other part
+    swapped = image_span_check(_span([(w, w == "target") for w, _ in first], [(w, w == "source") for w, _ in rest]), PLANT)
+    assert not swapped["passed"] and "FAILS at L0 image_first, L0 image_rest" in swapped["measured"]
+    # a patch that moves nothing agrees with every predicted stay; without predicted flips it cannot pass
+    assert not image_span_check(_span([("target", True)] * 32, [("target", True)] * 32), PLANT)["passed"]
+    assert image_span_check(None, PLANT)["passed"] is None

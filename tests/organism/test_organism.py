@@ -17,12 +17,14 @@ from evprobe.organism.data import select_example
 from evprobe.organism.eye import fit_value, predicted
 from evprobe.organism.reader import read_facts
 from evprobe.organism.vocab import (
+    BLOCK_BINS,
     LOG_STEP,
     N_BINS,
     NUMBER_TYPES,
     bin_start,
     build_tokenizer,
     number_token,
+    reading_tokens,
     vocabulary,
 )
 
@@ -44,6 +46,36 @@ def test_number_tokens_are_log_bins_of_their_type() -> None:
     assert len(set(vocabulary())) == len(vocabulary())
 
 
+def test_a_reading_is_two_image_tokens_block_then_offset() -> None:
+    assert reading_tokens("mass", 1.0) == ["<seen_mass:200>", "<fine_mass:0>"]  # bin 200 = 5 x 40 + 0
+    assert reading_tokens("friction", 10 ** (0.39 + 0.4 * LOG_STEP)) == ["<seen_friction:200>", "<fine_friction:39>"]
+    assert reading_tokens("g", 10 ** 0.4) == ["<seen_g:240>", "<fine_g:0>"]  # the next block
+    assert reading_tokens("mass", 1e9) == [f"<seen_mass:{N_BINS - 1}>", "<fine_mass:0>"]  # bin 400, clamped
+    assert reading_tokens("mass", 0.0) == ["<zero>"] and reading_tokens("mass", -1.0) == ["<unk>"]
+    for x in np.logspace(-2, 2, 97):
+        block, offset = reading_tokens("stiffness", float(x))
+        k = int(number_token("seen_stiffness", float(x))[:-1].split(":")[1])
+        assert int(block[:-1].split(":")[1]) + int(offset[:-1].split(":")[1]) == k
+        assert int(block[:-1].split(":")[1]) % BLOCK_BINS == 0 and 0 <= int(offset[:-1].split(":")[1]) < BLOCK_BINS
+
+
+def test_offset_tokens_embed_their_offset_and_block_tokens_their_value() -> None:
+    """Training's number embedding: base + w * centre, the centre log10 of the bin's value for a block
+    token and the offset in decades for an offset token (so block + offset is linear in log10)."""
+    from evprobe.organism.model import ModelConfig, Organism
+
+    numbers = Organism(ModelConfig(), seed=0).numbers
+    ids = build_tokenizer().convert_tokens_to_ids(["<seen_mass:240>", "<fine_mass:7>", "<fine_mass:0>", "<mass:247>"])
+    with torch.no_grad():
+        e = numbers(torch.tensor([ids]))[0]
+        kinds = list(numbers.KINDS)
+        seen, fine, mass = kinds.index("seen_mass"), kinds.index("fine_mass"), kinds.index("mass")
+        torch.testing.assert_close(e[0], numbers.base[seen] + numbers.w[seen] * (-2.0 + 240 * LOG_STEP))
+        torch.testing.assert_close(e[1], numbers.base[fine] + numbers.w[fine] * (7 * LOG_STEP))
+        torch.testing.assert_close(e[2], numbers.base[fine])
+        torch.testing.assert_close(e[3], numbers.base[mass] + numbers.w[mass] * (-2.0 + 247 * LOG_STEP))
+
+
 def test_eye_forward_models_match_the_renderer_and_invert_them(small_bench: Path) -> None:
     from evprobe.bench.sheets import ORIENTATION
 
@@ -59,6 +91,19 @@ def test_eye_forward_models_match_the_renderer_and_invert_them(small_bench: Path
             assert fit_value(spec.kind, want, cal, f.constants["g"]) == pytest.approx(value, rel=2e-3)
 
 
+def _merge_readings(tokens: list[str]) -> list[str]:
+    """A reading's two image tokens (<seen_p:block> <fine_p:offset>) as one <seen_p:bin> token."""
+    out: list[str] = []
+    for t in tokens:
+        if t.startswith("<fine_"):
+            kind, k = out[-1][1:-1].split(":")
+            assert kind == "seen_" + t[6:].split(":")[0] and int(k) % BLOCK_BINS == 0, (out[-1], t)
+            out[-1] = f"<{kind}:{int(k) + int(t[:-1].split(':')[1])}>"
+        else:
+            out.append(t)
+    return out
+
+
 def test_reader_gives_the_training_facts_on_every_benchmark_selection(small_bench: Path) -> None:
     """The front end reads the same facts from prompt + pixels as training builds from the family;
     only the sheet value may differ, by at most one bin (the eye's reading error)."""
@@ -72,7 +117,7 @@ def test_reader_gives_the_training_facts_on_every_benchmark_selection(small_benc
         order = [it.options[k] for k in sorted(it.options)]
         want, letter = select_example(f, it.history, it.threshold, order, f.value(f.initial, it.history))
         assert letter == it.reference_option
-        got_t, want_t = facts.tokens(), want.tokens()
+        got_t, want_t = _merge_readings(facts.tokens()), _merge_readings(want.tokens())
         assert len(got_t) == len(want_t)
         for a, b in zip(got_t, want_t):
             if a != b:
@@ -242,7 +287,11 @@ def test_organism_is_a_model_name_with_image_positions_and_no_text_markers(small
     spans = token_spans(handle, enc["input_ids"][0], enc["attention_mask"][0], it.prompt, n_images=3)
     toks = handle.tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
     first = "mass" if it.initial_property == "mass" else _other(it.system)
-    assert [toks[i].split(":")[0] for i in spans.image] == [f"<seen_{first}", "<seen_mass", f"<seen_{_other(it.system)}"]
+    # each sheet is a span of two image tokens: its reading's block, then the offset in the block
+    assert [toks[i].split(":")[0] for i in spans.image] == [
+        f"<seen_{first}", f"<fine_{first}", "<seen_mass", "<fine_mass", f"<seen_{_other(it.system)}",
+        f"<fine_{_other(it.system)}"]
+    assert list(spans.image) == list(range(spans.image[0], spans.image[0] + 6))
     # readouts end at the answer prefix (the position that predicts the letter); generation at the task word
     assert spans.last == len(toks) - 1 and toks[spans.last] == "ANSWER:" and toks[spans.last - 1] == "answer"
     assert handle.answer_prefix == "ANSWER:"

@@ -1,0 +1,118 @@
+"""Known-answer check on part of an image span: patching a sheet's block or its offset alone.
+
+The organism reads each sheet as two image tokens, the reading's 0.4-decade block and its offset in
+the block (organism.vocab.reading_tokens); neither alone tells which candidate a sheet shows. Below
+the planted layer k no position reads another, so patching only the first image token (image_first)
+or only the rest (image_rest) of an image pair's source into its target gives the target a reading
+made of the two members' tokens, and `organism.causal.hybrid_prediction` says which member's
+reference option that reading leads to (or that it is undefined: untaught, or near a tie).
+
+Check: at every patched layer below k, for image_first and image_rest, the patched top letter is the
+predicted member's on >= 0.95 of the pairs with a prediction (family-bootstrap interval, n), and the
+predictions include at least MIN_EACH "flips" (the source's option) and MIN_EACH "stays" (the
+target's) over the two parts, so a patch that moves nothing, or everything, cannot pass. Catches: a
+span whose tokens the toolkit lists out of order (the block patched as the offset) and patching
+positions off by one (experiments/mutations.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evprobe.bench.manifest import load_item_images, read_items
+from evprobe.bench.protocols import build_prompt
+from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.experiments.known_answer_row import check_row, estimate_text
+
+PARTS = ("image_first", "image_rest")
+SPAN_HIGH = 0.95
+MIN_EACH = 5  # predicted flips and predicted stays, each at least this many (both parts together)
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, Any] | None:
+    """Per part and layer below `layers_below`: per pair (family, predicted member, patched top ==
+    predicted top). None when the patching lacks the parts or those layers."""
+    from evprobe.organism.causal import hybrid_prediction
+    from evprobe.organism.reader import read_facts
+
+    meta_path, rows_path = patch_dir / "meta.json", patch_dir / "results.jsonl"
+    if not meta_path.is_file() or not rows_path.is_file():
+        return None
+    config = json.loads(meta_path.read_text())["config"]
+    positions = list(config["positions"])
+    layers = json.loads((patch_dir / "patching.json").read_text())["layers"]
+    below = [layer for layer in layers if layer < layers_below]
+    if not set(PARTS) <= set(positions) or not below:
+        return None
+    items = {it.item_id: it for it in read_items(bench)}
+    facts: dict[str, Any] = {}
+
+    def facts_of(item_id: str):
+        if item_id not in facts:
+            it = items[item_id]
+            prompt = build_prompt(it, config["protocol"], config["regime"])
+            facts[item_id] = read_facts(prompt, load_item_images(bench, it.images))
+        return facts[item_id]
+
+    out: dict[str, Any] = {"layers": below, "parts": {}}
+    rows = _rows(rows_path)
+    for part in PARTS:
+        p = positions.index(part)
+        per_layer = {layer: [] for layer in below}
+        for r in rows:
+            if r["top_source"] == r["top_target"]:
+                continue
+            who = hybrid_prediction(facts_of(r["source"]), facts_of(r["target"]), part)
+            if who is None:
+                continue
+            expected = r["top_source"] if who == "source" else r["top_target"]
+            for layer in below:
+                got = r["top_patched"][layers.index(layer)][p]
+                per_layer[layer].append((r["family_id"], who, got == expected))
+        out["parts"][part] = per_layer
+    return out
+
+
+def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], *, n_boot: int = 1000,
+                     seed: int = 20260905) -> dict[str, Any]:
+    title = "partial image-span patching"
+    k = plant["attention_free_layers"]
+    target = (f"L0-L{k - 1}: patching the sheet's block alone (image_first) or its offset alone (image_rest) "
+              f"gives the causal model's answer on >= {SPAN_HIGH} of the pairs with a prediction, with >= "
+              f"{MIN_EACH} predicted flips and >= {MIN_EACH} predicted stays")
+    if outcomes is None:
+        return check_row(title, None, "no patching of image_first and image_rest below the planted layer", target)
+    problems, parts_text = [], []
+    flips = stays = 0
+    for part, per_layer in outcomes["parts"].items():
+        for layer, results in per_layer.items():
+            if not results:
+                problems.append(f"L{layer} {part}: no pair with a prediction")
+                continue
+            families = sorted({f for f, _, _ in results})
+            index = {f: i for i, f in enumerate(families)}
+            num, den = np.zeros((len(families), 1)), np.zeros((len(families), 1))
+            for f, _, ok in results:
+                num[index[f], 0] += ok
+                den[index[f], 0] += 1
+            est = FamilyBootstrap(families, n_boot, seed).rates(num, den, binary=True)[0].to_json()
+            parts_text.append(f"L{layer} {part} {estimate_text(est)}")
+            if est["value"] < SPAN_HIGH:
+                problems.append(f"L{layer} {part}")
+        first = next(iter(per_layer.values()), [])
+        flips += sum(who == "source" for _, who, _ in first)
+        stays += sum(who == "target" for _, who, _ in first)
+    if flips < MIN_EACH or stays < MIN_EACH:
+        problems.append(f"only {flips} predicted flips and {stays} predicted stays")
+    measured = (f"agreement with the causal model: {'; '.join(parts_text)} ({flips} predicted flips, {stays} "
+                "predicted stays)" + (f"; FAILS at {', '.join(problems)}" if problems else ""))
+    return check_row(title, not problems, measured, target)
