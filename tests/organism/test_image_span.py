@@ -89,3 +89,26 @@ def test_the_organism_answers_hybrid_readings_as_its_causal_model_says(small_ben
                 agree.append(int(result.top()[0, k]) == (top_s if who == "source" else top_t))
     assert seen == {"source", "target"}
     assert len(agree) >= 16 and np.mean(agree) >= 0.95, (np.mean(agree), len(agree))
+
+
+def test_a_position_set_with_no_token_is_a_one_line_error(small_bench: Path, tmp_path: Path) -> None:
+    """Both sheets of an image pair blanked: the eye reads nothing (`unread`, not an image token), so the
+    row has no image token and image_first names none; the error names the item and the fix."""
+    import shutil
+
+    from PIL import Image
+
+    from evprobe.core.errors import InputError
+    from evprobe.experiments.patching import PatchingConfig, run_patching
+
+    bench = tmp_path / "bench"
+    shutil.copytree(small_bench, bench)
+    for item in _pairs(bench)[0]:
+        for rel in item.images:
+            size = Image.open(bench / rel).size
+            Image.new("RGB", size, (255, 255, 255)).save(bench / rel)
+    config = PatchingConfig(model="organism", bench=str(bench), out=str(tmp_path / "p"), layers="0",
+                            positions=("last", "image_first"), limit_pairs=1, n_boot=20)
+    with pytest.raises(InputError, match=r"select\.h1\.\w+: position set image_first has no token in this row "
+                                         r"\(image tokens: 0\); drop it from --positions"):
+        run_patching(config, progress=False)
