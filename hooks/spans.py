@@ -86,7 +86,7 @@ class ImageTokens:
 
     features: usually one id (the placeholder the model scatters vision features into); a
     processor that writes image content as several token ids lists them in its
-    `image_feature_token_ids` attribute (the model organism's sheet values).
+    `image_feature_token_ids` attribute (the model organism's sheet readings, two tokens each).
     """
 
     features: frozenset[int]
