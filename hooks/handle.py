@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -136,6 +137,15 @@ class Handle:
     def layers_path(self) -> str:
         """Dotted path of `layers` inside `model`, e.g. "model.language_model.layers"."""
         return _module_path(self.model, self.layers)
+
+    def with_answer_prefix(self, prefix: str | None) -> Handle:
+        """This handle with another answer prefix: a shallow copy sharing the model, processor and
+        nnsight wrapper (self is left as it is); None: self unchanged. A non-string is a TypeError."""
+        if prefix is None:
+            return self
+        other = copy.copy(self)
+        other.answer_prefix = _answer_prefix(self.processor, prefix)
+        return other
 
     @property
     def nn_layers(self):

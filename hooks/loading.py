@@ -204,9 +204,7 @@ def load(
             handle.model.to("cuda" if device_map == "auto" else device_map)
         if attn_implementation is not None:
             handle.model.set_attn_implementation(attn_implementation)
-        if answer_prefix is not None:
-            handle.answer_prefix = answer_prefix
-        return handle
+        return handle.with_answer_prefix(answer_prefix)
 
     name, model = model, resolve_model(model)
     if (os.path.isabs(model) or model.startswith(".")) and not os.path.isdir(model):
@@ -264,7 +262,8 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
         the module it holds (an undispatched nnsight model is dispatched first, which loads its
         weights) and the Handle builds its own nnsight wrapper over that same module; the
         caller's wrapper keeps working beside it (tests/hooks/test_wrap.py).
-        A Handle is returned as is.
+        A Handle is returned as is, or with `answer_prefix` when one is given (a copy sharing its
+        model: `Handle.with_answer_prefix`).
     processor: its processor (tokenizer + image processor + chat template); a tokenizer for a
         text-only model. None: taken from the nnsight wrapper (`.processor`, else `.tokenizer`).
     model_id: a label for reports; None = the config's `_name_or_path`, else the class name.
@@ -279,7 +278,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
     if isinstance(model, Handle):
         if processor is not None and processor is not model.processor:
             raise ValueError("wrap got a Handle and a different processor; a Handle already has its processor")
-        return model
+        return model.with_answer_prefix(answer_prefix)
     module, processor = _unwrap_nnsight(model, processor)
     if not isinstance(module, nn.Module):
         raise TypeError(f"wrap takes a transformers model or an nnsight wrapper of one, got {type(model).__name__}; "

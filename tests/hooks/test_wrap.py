@@ -127,5 +127,13 @@ def test_wrap_and_load_refuse_the_wrong_thing_clearly():
     with pytest.raises(ValueError, match="meta device"):
         evprobe.wrap(ghost, ref.processor)
     assert evprobe.wrap(ref) is ref
+    # a prefix given with a Handle is applied (it used to be ignored), on a copy: ref keeps its own
+    prefixed = evprobe.wrap(ref, answer_prefix="Answer:")
+    assert prefixed.answer_prefix == "Answer:" and ref.answer_prefix == "" and prefixed.model is ref.model
+    with pytest.raises(TypeError, match="answer_prefix must be a string"):
+        evprobe.wrap(ref, answer_prefix=3)
+    with pytest.raises(TypeError, match="answer_prefix must be a string"):
+        load("tiny:llava", answer_prefix=3)  # the tiny path skipped the check
+    assert load("tiny:llava", answer_prefix="Answer:").answer_prefix == "Answer:"
     with pytest.raises(ValueError, match="different processor"):
         evprobe.wrap(ref, object())
