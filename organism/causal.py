@@ -19,14 +19,11 @@ import math
 
 from evprobe.organism.data import DataConfig
 from evprobe.organism.facts import OTHER_WORDS, Facts
-from evprobe.organism.vocab import BLOCK_BINS, LOG_MIN, LOG_STEP, number_token
+from evprobe.organism.vocab import BLOCK_BINS, LOG_MIN, LOG_STEP, number_bin
 
 PARTS = ("image", "image_first", "image_rest")
 MARGIN = 0.03  # decades either side of the midpoint between the candidates: not scored
-
-
-def _bin(prop: str, value: float) -> int:
-    return int(number_token(f"seen_{prop}", value)[:-1].rsplit(":", 1)[1])
+SPREAD = DataConfig().spread  # decades: how far from a candidate training taught the nearest-candidate rule
 
 
 def _candidates(facts: Facts, prop: str) -> tuple[float, float]:
@@ -36,7 +33,7 @@ def _candidates(facts: Facts, prop: str) -> tuple[float, float]:
 def shown(facts: Facts, prop: str, log_value: float) -> int | None:
     """Index of the candidate a reading of log10 `log_value` shows; None where untaught or a tie."""
     d = [abs(log_value - math.log10(c)) for c in _candidates(facts, prop)]
-    if min(d) > DataConfig().spread or abs(d[0] - d[1]) < 2 * MARGIN:
+    if min(d) > SPREAD or abs(d[0] - d[1]) < 2 * MARGIN:
         return None
     return int(d[1] < d[0])
 
@@ -56,7 +53,9 @@ def hybrid_prediction(source: Facts, target: Facts, part: str) -> str | None:
     if prop_s not in ("mass", OTHER_WORDS[source.system]):
         raise ValueError(f"a sheet of {prop_s!r} is not one of the system's two properties")
     prop = "mass" if prop_s == "mass" else "other"
-    k_s, k_t = _bin(prop_s, v_s), _bin(prop_s, v_t)
+    k_s, k_t = number_bin(v_s), number_bin(v_t)
+    if k_s is None or k_t is None:
+        raise ValueError(f"readings must be positive numbers, got {v_s!r} and {v_t!r}")
     block = {"image": k_s, "image_first": k_s, "image_rest": k_t}[part] // BLOCK_BINS * BLOCK_BINS
     offset = {"image": k_s, "image_first": k_t, "image_rest": k_s}[part] % BLOCK_BINS
     hybrid = shown(source, prop, LOG_MIN + (block + offset) * LOG_STEP)

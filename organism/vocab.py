@@ -63,26 +63,30 @@ OPTION_WORDS = ("stop", "mass_test", "other_test", "fall_test", "report", "yes",
 OPTIONS = [f"<{letter}:{what}>" for letter in LETTERS for what in OPTION_WORDS]
 
 
+def number_bin(x: float) -> int | None:
+    """The bin of x > 0 (clamped to 0 .. N_BINS - 1); None for 0, negatives, NaN and infinities."""
+    if not x > 0.0 or math.isinf(x):
+        return None
+    return min(max(round((math.log10(x) - LOG_MIN) / LOG_STEP), 0), N_BINS - 1)
+
+
 def number_token(kind: str, x: float) -> str:
     """The token of x > 0 as quantity `kind` (one of NUMBER_TYPES); 0 is `<zero>`."""
     if x == 0.0:
         return "<zero>"
-    if not x > 0.0 or math.isinf(x):
-        return "<unk>"
-    k = round((math.log10(x) - LOG_MIN) / LOG_STEP)
-    return f"<{kind}:{min(max(k, 0), N_BINS - 1)}>"
+    k = number_bin(x)
+    return "<unk>" if k is None else f"<{kind}:{k}>"
 
 
 def reading_tokens(prop: str, x: float) -> list[str]:
     """A sheet's reading x of property `prop` as its two image tokens: block, then offset.
 
-    With k the bin of x (`number_token`), the block token is `<seen_prop:BLOCK_BINS * (k //
+    With k the bin of x (`number_bin`), the block token is `<seen_prop:BLOCK_BINS * (k //
     BLOCK_BINS)>` and the offset token `<fine_prop:k % BLOCK_BINS>`; 0 and bad values are one token
     (`<zero>`, `<unk>`), as in number_token."""
-    token = number_token(f"seen_{prop}", x)
-    if not token.startswith("<seen_"):
-        return [token]
-    k = int(token[:-1].rsplit(":", 1)[1])
+    k = number_bin(x)
+    if k is None:
+        return [number_token(f"seen_{prop}", x)]
     return [f"<seen_{prop}:{BLOCK_BINS * (k // BLOCK_BINS)}>", f"<fine_{prop}:{k % BLOCK_BINS}>"]
 
 
