@@ -26,16 +26,13 @@ import numpy as np
 from evprobe.bench.manifest import load_item_images, read_items
 from evprobe.bench.protocols import build_prompt
 from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.core.jobs import read_meta
 from evprobe.experiments.known_answer_row import check_row, estimate_text
+from evprobe.experiments.patching import RESULTS_FILE, PatchingJob, read_results
 
 PARTS = ("image_first", "image_rest")
 SPAN_HIGH = 0.95
 MIN_EACH = 5  # predicted flips and predicted stays, each at least this many (both parts together)
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, Any] | None:
@@ -44,10 +41,10 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
     from evprobe.organism.causal import hybrid_prediction
     from evprobe.organism.reader import read_facts
 
-    meta_path, rows_path = patch_dir / "meta.json", patch_dir / "results.jsonl"
-    if not meta_path.is_file() or not rows_path.is_file():
+    meta = read_meta(patch_dir / PatchingJob.meta_file)
+    if meta is None or not (patch_dir / RESULTS_FILE).is_file():
         return None
-    config = json.loads(meta_path.read_text())["config"]
+    config = meta["config"]
     positions = list(config["positions"])
     layers = json.loads((patch_dir / "patching.json").read_text())["layers"]
     below = [layer for layer in layers if layer < layers_below]
@@ -64,7 +61,7 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
         return facts[item_id]
 
     out: dict[str, Any] = {"layers": below, "parts": {}}
-    rows = _rows(rows_path)
+    rows = read_results(patch_dir)
     for part in PARTS:
         p = positions.index(part)
         per_layer = {layer: [] for layer in below}
@@ -98,13 +95,11 @@ def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], *, 
             if not results:
                 problems.append(f"L{layer} {part}: no pair with a prediction")
                 continue
-            families = sorted({f for f, _, _ in results})
-            index = {f: i for i, f in enumerate(families)}
-            num, den = np.zeros((len(families), 1)), np.zeros((len(families), 1))
-            for f, _, ok in results:
-                num[index[f], 0] += ok
-                den[index[f], 0] += 1
-            est = FamilyBootstrap(families, n_boot, seed).rates(num, den, binary=True)[0].to_json()
+            boot = FamilyBootstrap(sorted({f for f, _, _ in results}), n_boot, seed)
+            fam = boot.family_index([f for f, _, _ in results])
+            num = boot.per_family(fam, np.array([ok for _, _, ok in results], dtype=float))[:, None]  # (F, 1)
+            den = boot.per_family(fam, np.ones(len(results)))[:, None]
+            est = boot.rates(num, den, binary=True)[0].to_json()
             parts_text.append(f"L{layer} {part} {estimate_text(est)}")
             if est["value"] < SPAN_HIGH:
                 problems.append(f"L{layer} {part}")

@@ -91,6 +91,17 @@ class PatchingConfig:
     shard: str | None = setting(None, HELP["shard"])
 
 
+def _store(folder: Path) -> JsonlRows:
+    return JsonlRows(folder / RESULTS_FILE, lambda row: (row["key"], ""), what="patching row",
+                     check=lambda row: row_problem(row, ROW_TYPES, ROW_TYPES, "patching row"))
+
+
+def read_results(folder: Path) -> list[dict[str, Any]]:
+    """A patching folder's finished rows in file order, each checked against the schema (a torn last
+    line, a killed run's, is left out with a warning; the file is not changed)."""
+    return list(_store(folder).done().values())
+
+
 def select_pairs(items: Sequence[Item], limit_pairs: int | None) -> list[tuple[Item, Item]]:
     """The job's image pairs: manifest order, the first `limit_pairs`."""
     pairs = image_pairs(items)
@@ -191,8 +202,7 @@ class PatchingJob(Job):
         return {"config": asdict(self.config), **self.pinned()}
 
     def store_at(self, folder: Path) -> JsonlRows:
-        return JsonlRows(folder / RESULTS_FILE, lambda row: (row["key"], ""), what="patching row",
-                         check=lambda row: row_problem(row, ROW_TYPES, ROW_TYPES, "patching row"))
+        return _store(folder)
 
     def open(self) -> None:
         from evprobe import hooks
