@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from evprobe.hooks import TINY_ARCHS, Handle, build_inputs, next_token_logprobs, tiny
+from evprobe.hooks import Handle, build_inputs, next_token_logprobs, tiny
 from evprobe.hooks.capture import capture_layers
 
 PROMPTS = ["Question: Is it red?\nAnswer with a letter.", "Look closely. Question: Which one is largest?"]
@@ -32,21 +32,6 @@ def picture(seed: int) -> Image.Image:
 IMAGES = [[picture(1)], [picture(2)]]
 
 
-@pytest.fixture(scope="module")
-def handles() -> dict[str, Handle]:
-    return {}
-
-
-@pytest.fixture(params=TINY_ARCHS)
-def handle(request, handles) -> Handle:
-    if request.param not in handles:
-        handles[request.param] = tiny(request.param)
-    h = handles[request.param]
-    h.answer_prefix = ""
-    yield h
-    h.answer_prefix = ""
-
-
 def _tail(handle: Handle, enc, row: int, n: int) -> list[int]:
     ids = enc["input_ids"][row][enc["attention_mask"][row].bool()]
     return ids[-n:].tolist()
@@ -54,7 +39,7 @@ def _tail(handle: Handle, enc, row: int, n: int) -> list[int]:
 
 def test_readouts_end_with_the_prefix_and_generation_rows_do_not(handle: Handle):
     plain = build_inputs(handle, PROMPTS, IMAGES)
-    handle.answer_prefix = PREFIX
+    handle = handle.with_answer_prefix(PREFIX)
     prefixed = build_inputs(handle, PROMPTS, IMAGES)
     for_generation = build_inputs(handle, PROMPTS, IMAGES, for_generation=True)
     assert torch.equal(for_generation["input_ids"], plain["input_ids"])
@@ -75,7 +60,7 @@ def test_nothing_before_the_prefix_moves_and_the_last_position_is_the_prefix(han
     markers = {"text_markers": MARKERS}
     before = capture_layers(handle, PROMPTS, IMAGES, layers=layers, positions=positions, **markers)
     lp_before = next_token_logprobs(handle, PROMPTS, IMAGES, LETTERS)
-    handle.answer_prefix = PREFIX
+    handle = handle.with_answer_prefix(PREFIX)
     after = capture_layers(handle, PROMPTS, IMAGES, layers=layers, positions=positions, **markers)
     lp_after = next_token_logprobs(handle, PROMPTS, IMAGES, LETTERS)
     np.testing.assert_allclose(after[:, :, 1:], before[:, :, 1:], atol=2e-5, rtol=0)  # image, question

@@ -14,9 +14,11 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from evprobe.hooks import TINY_ARCHS, Handle, build_inputs, tiny
+from evprobe.hooks import Handle, build_inputs
 from evprobe.hooks.capture import POSITIONS, _reduce, capture_batch, capture_layers
 from evprobe.hooks.spans import batch_spans, image_token_ids, render_row, token_spans
+
+from .conftest import tiny_handle
 
 ALL = list(POSITIONS)  # last, image_mean, text_mean
 # Rows of clearly different token lengths; each marker is a whole sentence of its prompt.
@@ -48,20 +50,8 @@ IMAGES = [[picture(1)], [picture(2, (100, 140))], [picture(3, (160, 80))]]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def handles() -> dict[str, Handle]:
-    return {}
-
-
-@pytest.fixture(params=TINY_ARCHS)
-def handle(request, handles) -> Handle:
-    if request.param not in handles:
-        handles[request.param] = tiny(request.param)
-    return handles[request.param]
-
-
 def _llava(handles) -> Handle:
-    return handles.get("llava") or handles.setdefault("llava", tiny("llava"))
+    return tiny_handle(handles, "llava")
 
 
 def _squash(text: str) -> str:
@@ -134,7 +124,7 @@ def test_image_markers_are_the_structural_image_tokens(handles):
               "qwen2_5_vl": {"<|vision_start|>", "<|vision_end|>"},
               "idefics3": {"<fake_token_around_image>", "<global-img>", "<row_1_col_1>"}, "llava": set()}
     for arch, names in expect.items():
-        h = handles.get(arch) or handles.setdefault(arch, tiny(arch))
+        h = tiny_handle(handles, arch)
         enc = build_inputs(h, PROMPTS[:1], IMAGES[:1])
         (s,) = batch_spans(h, enc, PROMPTS[:1], [1])
         found = set(h.tokenizer.convert_ids_to_tokens(enc["input_ids"][0, list(s.image_markers)].tolist()))

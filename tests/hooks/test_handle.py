@@ -61,19 +61,6 @@ IMAGES = [[picture(1)], [picture(2, (500, 700))], [picture(3, (800, 400))]]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="session")
-def handles() -> dict[str, Handle]:
-    return {}
-
-
-@pytest.fixture(params=TINY_ARCHS)
-def handle(request, handles) -> Handle:
-    arch = request.param
-    if arch not in handles:
-        handles[arch] = tiny(arch)
-    return handles[arch]
-
-
 def test_tiny_archs_names():
     assert TINY_ARCHS == ("qwen2_5_vl", "qwen3_vl", "idefics3", "llava", "llava_next", "gemma3", "mistral3",
                           "smolvlm", "llava_next_video")

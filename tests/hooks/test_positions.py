@@ -12,11 +12,13 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from evprobe.hooks import TINY_ARCHS, Handle, build_inputs, tiny
+from evprobe.hooks import TINY_ARCHS, build_inputs
 from evprobe.hooks.capture import capture_components, capture_layers
 from evprobe.hooks.layers import COMPONENTS, component_child
 from evprobe.hooks.positions import Marker, Token
 from evprobe.hooks.token_capture import capture_tokens
+
+from .conftest import tiny_handle
 
 PROMPTS = [
     "Question: Is it red?\nAnswer yes or no.",
@@ -40,15 +42,7 @@ IMAGES = [[picture(1)], [picture(2, (80, 120))], []]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def handles() -> dict[str, Handle]:
-    return {}
-
-
-def get(handles, arch: str) -> Handle:
-    if arch not in handles:
-        handles[arch] = tiny(arch)
-    return handles[arch]
+get = tiny_handle
 
 
 @pytest.mark.parametrize("arch", TINY_ARCHS)
