@@ -88,7 +88,7 @@ def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], *, 
               f"{MIN_EACH} predicted flips and >= {MIN_EACH} predicted stays")
     if outcomes is None:
         return check_row(title, None, "no patching of image_first and image_rest below the planted layer", target)
-    problems, parts_text = [], []
+    problems, parts_text, counts = [], [], []
     flips = stays = 0
     for part, per_layer in outcomes["parts"].items():
         for layer, results in per_layer.items():
@@ -103,11 +103,13 @@ def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], *, 
             parts_text.append(f"L{layer} {part} {estimate_text(est)}")
             if est["value"] < SPAN_HIGH:
                 problems.append(f"L{layer} {part}")
-        first = next(iter(per_layer.values()), [])
-        flips += sum(who == "source" for _, who, _ in first)
-        stays += sum(who == "target" for _, who, _ in first)
+        first = next(iter(per_layer.values()), [])  # predictions do not depend on the layer
+        part_flips, part_stays = (sum(who == w for _, who, _ in first) for w in ("source", "target"))
+        counts.append(f"{part} {part_flips}/{part_stays}")
+        flips, stays = flips + part_flips, stays + part_stays
     if flips < MIN_EACH or stays < MIN_EACH:
         problems.append(f"only {flips} predicted flips and {stays} predicted stays")
     measured = (f"agreement with the causal model: {'; '.join(parts_text)} ({flips} predicted flips, {stays} "
-                "predicted stays)" + (f"; FAILS at {', '.join(problems)}" if problems else ""))
+                f"predicted stays; flips/stays by part: {', '.join(counts)})"
+                + (f"; FAILS at {', '.join(problems)}" if problems else ""))
     return check_row(title, not problems, measured, target)

@@ -201,7 +201,9 @@ def test_image_span_check_needs_agreement_and_both_predictions() -> None:
     rest = [("target", True)] * 27 + [("source", True)] * 5
     check = image_span_check(_span(first, rest), PLANT)
     assert check["passed"], check
-    assert "L0 image_first 1.000 [" in check["measured"] and "(32 predicted flips, 32 predicted stays)" in check["measured"]
+    assert "L0 image_first 1.000 [" in check["measured"]
+    assert ("(32 predicted flips, 32 predicted stays; flips/stays by part: image_first 27/5, image_rest 5/27)"
+            in check["measured"])
     # the span read out of order: the block patched as the offset, so the answer follows the other part
     swapped = image_span_check(_span([(w, w == "target") for w, _ in first], [(w, w == "source") for w, _ in rest]), PLANT)
     assert not swapped["passed"] and "FAILS at L0 image_first, L0 image_rest" in swapped["measured"]
