@@ -3,7 +3,9 @@
 Rates print as percentages with their 95% interval and n, `58.5 [55.6, 61.5] (n=576)`; costs as
 plain numbers, `0.99 [0.96, 1.02] (n=576)`; paired differences in percentage points with a sign,
 `+14.2 [+8.7, +20.5] (n=288)`. A measure without a value prints `NA` and, when the inputs were
-missing, the reason: `NA (no answer_initial records)`.
+missing, the reason: `NA (no answer_initial records)`. A value fixed by design (core.bootstrap: the
+same on every family resample, such as the random test's cost) prints without an interval:
+`1.25 (fixed by design, n=576)`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evprobe.bench.scoring import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
+from evprobe.core.bootstrap import FIXED_TEXT
 
 LABELS: dict[str, str] = {
     "min_cost_choice": "Minimum cost choice",
@@ -79,6 +82,8 @@ def _fmt(est: dict[str, Any] | None, scale: float, digits: int, sign: bool = Fal
         return "NA"
     if est.get("value") is None:
         return f"NA ({est['reason']})" if est.get("reason") else "NA (n=0)"
+    if est.get("fixed_by_design"):  # no sampling interval (core.bootstrap)
+        return f"{_num(est['value'] * scale, digits, sign)} ({FIXED_TEXT}, n={est['n']})"
     lo, hi = est["ci"]
     interval = (
         f"[{_num(lo * scale, digits, sign)}, {_num(hi * scale, digits, sign)}]"
@@ -260,7 +265,8 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
             "Policy comparison (Tables 7, 24-29)",
             "Stored answer records recombined per rule, averaged over the two hidden worlds; an "
             "invalid model selection costs 0 and never succeeds. The exact reader scores enough "
-            "evidence.",
+            "evidence. A rule that reads no replies costs the same in every family by design: "
+            "its cost has no interval (fixed by design).",
             _table(
                 ["rule", "resolved and correct", "mean cost"],
                 [

@@ -11,8 +11,11 @@ interval is the hull of the percentile interval and a cluster Clopper-Pearson in
 are bounded means (`Tally.bounded_mean`: 0 to the dearest price, rescaled to a share for their
 interval), so a run at the reference's cost on every decision is not `0.5 [0.5, 0.5]` either.
 Paired differences (variants, injection levels) are widened where a rate saturates
-(`bench.level_differences`). PECS (a product of rates), the random test's assigned cost and the
-numeric block's mean log error keep the percentile interval.
+(`bench.level_differences`). PECS (a product of rates) and the numeric block's mean log error keep
+the percentile interval. The cost of a rule that reads no replies (the fixed rules, the random test,
+whose every decision costs the mean test price) is computed from the design alone: where every
+family shares it, it is fixed by design (`Tally.design_mean`, core.bootstrap's rule), with
+`"fixed_by_design": true` and no interval in print, `1.25 (fixed by design, n=576)`.
 
 Units and vocabulary. A *decision* is a base `select` item; its `decision_id` links its
 `answer_initial` item and its 8 `answer_after_test` items (4 tests x 2 hidden worlds). A decision
@@ -324,6 +327,7 @@ class Tally:
         self.binary: list[bool] = []  # per measure: a proportion (cluster interval too) or a mean
         self.reasons: dict[Key, str] = {}
         self.bounds: dict[Key, tuple[float, float]] = {}  # bounded means: (lower, span) to undo the rescaling
+        self.fixed: set[Key] = set()  # values fixed by design (core.bootstrap): no sampling interval
 
     def rate(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
         """A proportion from (family index, unit value) pairs, unit values 0/1 (or a unit's mean of
@@ -349,6 +353,27 @@ class Tally:
         span = upper - lower
         self._add(key, ((f, (v - lower) / span) for f, v in units), binary=True)
         self.bounds[key] = (lower, span)
+
+    def design_mean(self, key: Key, units: Iterable[tuple[int, float]], lower: float, upper: float) -> None:
+        """A mean of unit values that the benchmark's design sets alone (items and prices, never the
+        replies): a fixed rule's or the random test's cost. When every family's mean equals the
+        overall mean (every decision at the same price, or every family with the same mix of
+        decisions) every family resample reproduces it: it is fixed by design (core.bootstrap,
+        `Estimate.by_design`), with no interval. Otherwise the families differ and the value depends
+        on which were sampled: a bounded mean, as any cost."""
+        pairs = list(units)
+        fam = np.fromiter((f for f, _ in pairs), dtype=int, count=len(pairs))
+        val = np.fromiter((v for _, v in pairs), dtype=float, count=len(pairs))
+        num, den = self.boot.per_family(fam, val), self.boot.per_family(fam, np.ones(len(pairs)))
+        if den.sum() == 0:
+            self.bounded_mean(key, pairs, lower, upper)
+            return
+        value = num.sum() / den.sum()
+        if np.allclose(num, value * den, rtol=0.0, atol=1e-12 * max(1.0, abs(value)) * max(1.0, den.max())):
+            self._add(key, pairs, binary=False)  # its resamples, for paired measures: all equal to value
+            self.fixed.add(key)
+        else:
+            self.bounded_mean(key, pairs, lower, upper)
 
     def _add(self, key: Key, units: Iterable[tuple[int, float]], *, binary: bool) -> None:
         pairs = list(units)
@@ -382,6 +407,8 @@ class Tally:
                 estimates[key] = Estimate(lower + span * e.value, (None if lo is None else lower + span * lo,
                                                                    None if hi is None else lower + span * hi), e.n)
             resampled[key] = Resampled(lower + span * r.value, lower + span * r.draws, r.n)
+        for key in self.fixed:
+            estimates[key] = Estimate.by_design(resampled[key].value, resampled[key].n)
         estimates.update({key: Estimate.empty(reason) for key, reason in self.reasons.items()})
         return resampled, estimates
 
@@ -889,8 +916,8 @@ def _policy_measures(
     exist. The model rules use decisions with a select record (and the needed answer records)."""
     after = present["answer_after_test"]
     initial = present["answer_initial"]
-    for rule, pick in FIXED_RULES.items():
-        tally.bounded_mean(
+    for rule, pick in FIXED_RULES.items():  # a rule's cost: the design's, fixed when every family shares it
+        tally.design_mean(
             ("policies", rule, "mean_cost"),
             ((d.family, prices.of(pick(d))) for d in bench.decisions),
             *_cost_bounds(prices),
@@ -905,9 +932,10 @@ def _policy_measures(
             continue
         units = ((d.family, _success(bench, replies, d, pick(d))) for d in bench.decisions)
         tally.rate(("policies", rule, "correct"), ((f, v) for f, v in units if v is not None))
-    mean_test = sum(prices.of(t) for t in TESTS) / len(TESTS)
-    tally.mean(
-        ("policies", "random_test", "mean_cost"), ((d.family, mean_test) for d in bench.decisions)
+    mean_test = sum(prices.of(t) for t in TESTS) / len(TESTS)  # every decision's expected cost
+    tally.design_mean(
+        ("policies", "random_test", "mean_cost"), ((d.family, mean_test) for d in bench.decisions),
+        *_cost_bounds(prices),
     )
     if after:
         units = ((d.family, _random_success(bench, replies, d)) for d in bench.decisions)

@@ -15,6 +15,11 @@ are checked against the truth:
   split into its test-sampling part (fixed models) and its training part (the rest of the
   refits' variance, rescaled from the resamples' distinct families to the sample's).
 
+`fixed` and `printed` go through the interval rule of every printed probe AUROC (probes.metrics,
+`unit_interval`: hulled with the cluster Clopper-Pearson interval, with the boundary reach);
+`fixed pct` and `printed t x sd` are the same intervals without it (what evprobe printed before the
+rule), so the pairs show what the rule changes mid-range. Near the boundary: benchmarks/coverage_auroc_boundary.py.
+
 The truth of a planted setting is what cross-validation estimates: the expected AUROC, on new
 families, of the probe trained on the training folds (for the nested estimate: of the procedure
 that chooses the layer on the training folds and fits there). It is measured on `--test-families`
@@ -37,11 +42,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.core.bootstrap import FamilyBootstrap, percentile_interval
 from evprobe.probes.engine import LogisticFitter, cv_scores
-from evprobe.probes.inference import refit_interval
-from evprobe.probes.metrics import auroc, auroc_draws, auroc_estimate
+from evprobe.probes.inference import refit_interval, refit_sd
+from evprobe.probes.metrics import auroc, auroc_draws, auroc_estimate, auroc_reading
 from evprobe.probes.nested import nested_estimate, nested_select
 from evprobe.probes.refit import refit_bootstrap
 from evprobe.probes.splits import family_folds
@@ -106,14 +112,20 @@ def one_replicate(setting: Setting, strength: float, rep: int, test: tuple[np.nd
     out = []
     last = setting.layers - 1
     fixed_last = auroc_estimate(oof[last], y, fam, boot)
+    fam_idx = np.unique(fam, return_inverse=True)[1]
     for name, est, fixed_ci, scores, column, truth in (
         ("last layer", fixed_last.value, fixed_last.ci, oof[last], draws.per_candidate[:, last], truth_layer[last]),
         ("nested", nres.auroc.value, nres.auroc.ci, nres.pooled, draws.nested, truth_nested),
     ):
         fixed = auroc_draws(scores, y, fam, boot)  # the fold models held fixed
-        plain = refit_interval(est, column, setting.families)
-        printed = refit_interval(est, column, setting.families, fixed_draws=fixed)
-        out.append((name, est, fixed_ci, plain, printed, truth))
+        reading = auroc_reading(scores, y, fam_idx)
+        plain = refit_interval(est, column, setting.families, reading=reading)
+        printed = refit_interval(est, column, setting.families, fixed_draws=fixed, reading=reading)
+        sd, b = refit_sd(column, fixed, setting.families)  # the printed interval without the rule
+        half = float(stats.t.ppf(0.975, b - 1)) * sd
+        bare = (max(0.0, est - half), min(1.0, est + half))
+        lo, hi = percentile_interval(fixed)  # the fixed-model interval without the rule
+        out.append((name, est, fixed_ci, plain, printed, truth, bare, (float(lo[0]), float(hi[0]))))
     return out
 
 
@@ -133,7 +145,7 @@ def run_setting(setting: Setting, kind: str, reps: int, jobs: int, test_families
         truths = np.array([r[5] for r in rows])
         truth = float(truths.mean())  # the unconditional truth: averaged over replicates
         cells = []
-        for label, idx in (("fixed", 2), ("refit-plain", 3), ("printed", 4)):
+        for label, idx in (("fixed pct", 7), ("fixed", 2), ("refit-plain", 3), ("printed t x sd", 6), ("printed", 4)):
             cover = np.array([r[idx][0] <= truth <= r[idx][1] for r in rows], dtype=float)
             width = np.mean([r[idx][1] - r[idx][0] for r in rows])
             se = np.sqrt(cover.mean() * (1 - cover.mean()) / len(cover))

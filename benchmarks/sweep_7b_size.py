@@ -5,8 +5,8 @@ default: the 576 base selections of the main set (their real index rows, built i
 `bench.generate.build`, so families, pairs and the XOR structure are the benchmark's), with a
 sufficiency direction planted at layer 20. Times `probes.sweep.sweep` with everything a CLI
 sweep computes: grouped 5-fold CV AUROC and accuracy per layer with family-bootstrap intervals
-(B = 2,000), 20 control tasks (random cell functions, probes.control_tasks) with the paired
-selectivity interval, the leakage check (4 within-family shuffles), the input-only baselines, the
+(B = 2,000), 39 control tasks (random cell functions, probes.control_tasks) with the
+selectivity interval against their range, the leakage check (4 within-family shuffles), the input-only baselines, the
 variance diagnostic and nested best-layer selection (10 inner fits per layer). `--control-tasks 0`
 leaves the control tasks out (the sweep as it was before them, but for the leakage shuffles);
 `--no-controls` leaves out every control, check and baseline. Prints wall time, CPU
@@ -15,7 +15,7 @@ and the number of BLAS threads.
 
     python benchmarks/sweep_7b_size.py [--layers 40] [--items 576] [--d-model 3584] [--positions 1]
                                        [--probe logistic] [--n-boot 2000] [--structure walk|independent]
-                                       [--jobs N] [--keep DIR] [--control-tasks 20] [--no-controls]
+                                       [--jobs N] [--keep DIR] [--control-tasks 39] [--no-controls]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from evprobe.bench.generate import GenerateConfig, build
 from evprobe.core.capture_schema import CAPTURE_FORMAT
 from evprobe.probes.captures import INDEX_FILE, META_FILE, labels, load_captures
 from evprobe.core.bootstrap import DEFAULT_REFITS
+from evprobe.probes.control_tasks import DEFAULT_CONTROL_TASKS, fmt_selectivity
 from evprobe.probes.sweep import SweepConfig, sweep
 
 INDEX_FIELDS = (
@@ -112,9 +113,9 @@ def run_sweep_only(folder: Path, probe: str, n_boot: int, jobs: int | None, cont
         print(f"planted layer 20: AUROC {sig.auroc.value:.3f} [{sig.auroc.ci[0]:.3f}, {sig.auroc.ci[1]:.3f}]; nested best "
               f"L{best.layer}/{best.position} {best.auroc.value:.3f} [{best.auroc.ci[0]:.3f}, {best.auroc.ci[1]:.3f}]")
         if sig.controls is not None:
-            c, e = sig.controls, sig.selectivity
+            c = sig.controls
             print(f"  control tasks mean {c.mean:.3f} [min {c.min:.3f}, max {c.max:.3f}] (k={c.k}); selectivity "
-                  f"{e.value:+.3f} [{e.ci[0]:+.3f}, {e.ci[1]:+.3f}]; leakage check {sig.leakage.value:.3f} "
+                  f"{fmt_selectivity(sig.selectivity)}; leakage check {sig.leakage.value:.3f} "
                   f"[{sig.leakage.ci[0]:.3f}, {sig.leakage.ci[1]:.3f}]")
         print(f"one-hot cell baseline {result.cell_baseline.value}; warnings: {len(result.warnings)}")
         for w in result.warnings:
@@ -133,7 +134,7 @@ def main() -> int:
                     help="layers as a residual random walk (default) or independent noise (worst case)")
     ap.add_argument("--jobs", type=int, default=None, help="threads over layer chunks (default: all CPUs)")
     ap.add_argument("--keep", type=Path, default=None, help="write the capture here and keep it")
-    ap.add_argument("--control-tasks", type=int, default=20, help="control tasks per row (0: none)")
+    ap.add_argument("--control-tasks", type=int, default=DEFAULT_CONTROL_TASKS, help="control tasks per row (0: none)")
     ap.add_argument("--refits", type=int, default=DEFAULT_REFITS, help="refits for the intervals (0: fixed-model intervals)")
     ap.add_argument("--no-controls", action="store_true", help="no control tasks, leakage check or baselines")
     ap.add_argument("--sweep-only", type=Path, default=None, help=argparse.SUPPRESS)  # the child process

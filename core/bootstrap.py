@@ -24,8 +24,22 @@ where `binary` may be one flag per measure). Its percentile interval is a point 
 resample agrees), so its reported interval is the hull of the percentile interval and a cluster
 Clopper-Pearson interval at the effective sample size (`core.proportion`, which documents the method
 and its measured coverage). Unflagged measures (costs, log-odds, differences, products) keep the plain
-percentile interval; `Estimate.constant` is for values that do not depend on the sample, never for a
-sample rate.
+percentile interval.
+
+Values fixed by design. Some reported numbers do not depend on the sample at all: the random-test
+policy's mean cost is the mean test price for every decision, and a fixed rule's mean cost (always
+stop, always the combined report) is the same in every family. Every family resample reproduces such
+a value exactly, so it has no sampling interval, and printing one ([1.25, 1.25]) would read as an
+estimate of zero width. The rule, stated here once: a value is *fixed by design* when it is computed
+from the benchmark's design alone (its items and prices, never the replies) and every family's own
+value equals it (then every resample's ratio does, whatever the counts); it is an
+`Estimate.by_design(value, n)`, whose `fixed` flag says so, whose JSON says `"fixed_by_design": true`,
+and which every printer prints without an interval, `1.25 (fixed by design, n=576)` (`FIXED_TEXT`).
+Its "coverage" is that identity: checked where it is made (`bench.scoring.Tally.design_mean` marks a
+design value fixed only when every family shares it, and otherwise resamples it as any cost) and
+tested on every resample (tests/bench/test_scoring.py).
+Nothing observed on the sample is ever marked fixed: a rate whose every resample agrees gets the
+proportion interval above, a probe AUROC the rule of probes.metrics.
 """
 
 from __future__ import annotations
@@ -53,31 +67,39 @@ INTERVAL_METHOD = (
 )
 
 
+FIXED_TEXT = "fixed by design"  # what printers print in place of a fixed value's interval
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A point value with its interval and n, the number of units in its denominator.
 
     `value` is None when the denominator is empty (then `ci` is (None, None) and n is 0); `reason`
     says why when the inputs of the measure are missing altogether (for example no select records).
+    `fixed` marks a value fixed by design (module docstring): it has no sampling interval, and its
+    `ci` is (value, value) only because every family resample reproduces it.
     """
 
     value: float | None
     ci: tuple[float | None, float | None]
     n: int
     reason: str | None = None
+    fixed: bool = False
 
     @classmethod
     def empty(cls, reason: str | None = None) -> Estimate:
         return cls(None, (None, None), 0, reason)
 
     @classmethod
-    def constant(cls, value: float, n: int) -> Estimate:
-        """A value that does not depend on the sample (e.g. the random test's assigned cost); its
-        interval is the point itself. Never for a rate observed on the sample (use binary=True)."""
-        return cls(float(value), (float(value), float(value)), n)
+    def by_design(cls, value: float, n: int) -> Estimate:
+        """A value fixed by design (module docstring: computed from the design alone and the same in
+        every family, e.g. the random test's assigned cost). Never for a value observed on the sample."""
+        return cls(float(value), (float(value), float(value)), n, fixed=True)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"value": self.value, "ci": list(self.ci), "n": self.n}
+        if self.fixed:
+            out["fixed_by_design"] = True
         if self.reason is not None:
             out["reason"] = self.reason
         return out

@@ -60,6 +60,7 @@ from evprobe.experiments.config import (
     resolve_config,
 )
 from evprobe.hooks.devices import placement_of
+from evprobe.probes.control_tasks import fmt_selectivity
 
 SWEEPS_DIR = "sweeps"
 ACTS_DIR = "acts"
@@ -382,13 +383,6 @@ def _auc(value: float | None, ci: list | tuple | None = None, n: int | None = No
     return text + (f" (n={n})" if n is not None else "")
 
 
-def _signed(value: float, ci: list | tuple, n: int) -> str:
-    text = f"{value:+.3f}"
-    if ci and ci[0] is not None:
-        text += f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-    return text + f" (n={n})"
-
-
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# Layer sweep: {result['model_name']} ({result['model']})",
@@ -400,7 +394,8 @@ def markdown(result: dict[str, Any]) -> str:
         "folds of the training families only (nested) and scored on the held-out families' out-of-fold decisions."),
         ("- Control tasks (Hewitt and Liang): random balanced functions of the prompt's cell (system x initial property "
         "x history x threshold level) fitted like the probe, at the best layer/position: their mean AUROC [min, max] "
-        "(k tasks); selectivity = held-out AUROC there - that mean, paired family-bootstrap interval. Baselines: "
+        "(k tasks); selectivity = held-out AUROC there - that mean, interval [AUROC - max control, AUROC - min control] "
+        "(95% at k = 39 when the label decodes like one more cell function; selective = beats every control). Baselines: "
         "logistic models on the prompt inputs alone, out of fold: the one-hot cell (~1.0 for sufficiency by "
         "construction: it is a function of the cell), and history, threshold level, both (at chance by design)."),
         f"- Intervals: {result['interval_method']}; B={result['n_boot']}, seed {result['seed']}; n = labelled items.",
@@ -420,7 +415,7 @@ def markdown(result: dict[str, Any]) -> str:
             r["title"], f"{r['n']} ({r['n_families']})", where,
             "NA (n=0)" if b is None else _auc(b["auroc"], b["ci"], b["n"]),
             "NA" if ctl is None else f"{ctl['mean']:.3f} [{ctl['min']:.3f}, {ctl['max']:.3f}] (k={ctl['k']}, n={ctl['n']})",
-            "NA" if sel.get("value") is None else _signed(sel["value"], sel["ci"], sel["n"]),
+            "NA" if sel.get("value") is None else fmt_selectivity(sel),
             _auc(r["cell_baseline"]["value"], r["cell_baseline"]["ci"], r["cell_baseline"]["n"]) if r["cell_baseline"]
             else "NA",
             *(_auc(e["value"], e["ci"], e["n"]) if e else "NA" for e in

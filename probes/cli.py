@@ -122,7 +122,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 def _summary(result: Any) -> str:
     """One line: the nested best layer (or why there is none), its control tasks and selectivity, and
     the one-hot cell baseline."""
-    from evprobe.probes.report import fmt, fmt_controls, fmt_signed
+    from evprobe.probes.report import fmt, fmt_controls, fmt_selectivity
 
     base = f"one-hot cell {fmt(result.cell_baseline)}" if result.cell_baseline.value is not None else ""
     if result.degenerate:
@@ -133,7 +133,7 @@ def _summary(result: Any) -> str:
                 f"nested best L{b.layer}/{b.position} AUROC {fmt(b.auroc)}")
         row = next((r for r in result.rows if r.layer == b.layer and r.position == b.position), None)
         if row is not None and row.controls is not None:
-            head += f" (control tasks {fmt_controls(row.controls)}, selectivity {fmt_signed(row.selectivity)})"
+            head += f" (control tasks {fmt_controls(row.controls)}, selectivity {fmt_selectivity(row.selectivity)})"
     else:
         head = f"{result.label}={result.positive} ({result.probe}, n={result.n}): swept {len(result.rows)} layer/positions"
     return head + (f"; input baseline: {base}" if base else "")

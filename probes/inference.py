@@ -12,11 +12,12 @@ comes from the refits and the centre from the estimate. The t quantile with B - 
 freedom carries the Monte Carlo error of an sd taken from B refits. benchmarks/coverage.py
 measures the result (README, "Probe intervals").
 
-When the refits have no spread (every resample separates the classes perfectly, or every one is
-at 0.5 exactly) that rule would print a zero-width interval. Then the interval is the exact
-(Clopper-Pearson) interval for the estimate read as a share of the F families: as if each family
-were a single independent comparison, which is conservative (a family's rows are not
-independent, so F is the least informative reading of the sample).
+That interval then goes through the rule of every printed probe AUROC and accuracy
+(`probes.metrics.unit_interval`): hulled with the estimate's cluster Clopper-Pearson interval and
+given the boundary reach. So refits without spread (every resample separates the classes perfectly,
+or every one is at 0.5 exactly) print the cluster interval, at a perfect separation the exact one
+with every family one unit ([0.975, 1.000] at 144 families), and a near-perfect estimate with a
+tiny spread (0.99998 +- 0.0001) is not printed narrower than a perfect one.
 
 Test (`permutation_test`). The labels are permuted uniformly within families
 (`permuted_labels`), and the whole pipeline (folds, fits,
@@ -33,12 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evprobe.core.proportion import clopper_pearson
+from evprobe.probes.metrics import ClusterReading, accuracy_reading, auroc_reading, unit_interval
 
 INTERVAL_METHOD = (
     "refit family bootstrap: the whole pipeline (fold deal, fits, nested layer choice) rerun on B resamples of "
-    "whole families; estimate +- t(B-1) x sd of the refit values, clipped to [0, 1]; exact binomial interval on "
-    "the families when the refits have no spread"
+    "whole families; estimate +- t(B-1) x sd of the refit values, clipped to [0, 1]; hulled with the cluster "
+    "Clopper-Pearson interval at the effective size (AUROC: family-linearised DeLong variance of the placement "
+    "values; accuracy: core.proportion; every family one unit where nothing varies) and the lower bound at most "
+    "a perfect estimate's on the same families (the upper at least its mirror image): probes.metrics"
 )
 LEVEL = 0.95
 
@@ -73,18 +76,18 @@ def refit_sd(refit_draws: np.ndarray, fixed_draws: np.ndarray | None, n_families
 
 def refit_interval(
     estimate: float | None, refit_draws: np.ndarray | None, n_families: int,
-    fixed_draws: np.ndarray | None = None, level: float = LEVEL,
+    fixed_draws: np.ndarray | None = None, level: float = LEVEL, *, reading: ClusterReading,
 ) -> tuple[float | None, float | None]:
-    """The printed interval of an AUROC (or accuracy) estimate (module docstring)."""
+    """The printed interval of an AUROC (or accuracy) estimate (module docstring): estimate +- t x sd,
+    under the rule of `probes.metrics.unit_interval` with the estimate's `reading` (its cluster
+    interval and effective number of families: `auroc_reading`, `accuracy_reading`)."""
     if estimate is None or refit_draws is None or not np.isfinite(estimate):
         return None, None
     from scipy import stats
 
     sd, b = refit_sd(refit_draws, fixed_draws, n_families)
-    if sd <= 0.0:
-        return clopper_pearson(estimate * n_families, n_families, level)
-    half = float(stats.t.ppf(0.5 + level / 2, b - 1)) * sd
-    return max(0.0, estimate - half), min(1.0, estimate + half)
+    half = float(stats.t.ppf(0.5 + level / 2, b - 1)) * sd if sd > 0.0 else 0.0
+    return unit_interval((max(0.0, estimate - half), min(1.0, estimate + half)), reading, 100.0 * level)
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,11 @@ def sweep_refit_intervals(
         if auc is None or not np.isfinite(scores).any():
             return (None, None), (None, None)
         fa, fc = fixed_draws(scores, y, families, boot)
-        return (refit_interval(auc, auc_draws, n_families, fa), refit_interval(acc, acc_draws, n_families, fc))
+        ok = np.isfinite(scores)
+        fam = np.unique(np.asarray(families, dtype=object)[ok], return_inverse=True)[1]
+        correct = ((scores[ok] > 0) == y[ok].astype(bool)).astype(np.float64)
+        return (refit_interval(auc, auc_draws, n_families, fa, reading=auroc_reading(scores[ok], y[ok], fam)),
+                refit_interval(acc, acc_draws, n_families, fc, reading=accuracy_reading(correct, fam)))
 
     per_candidate = tuple(pair(oof_all[g], auc, acc, draws.per_candidate[:B, g], draws.accuracy[:B, g])
                           for g, (auc, acc) in enumerate(estimates))

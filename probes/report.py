@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.core.bootstrap import Estimate
-from evprobe.probes.control_tasks import ControlSummary
+from evprobe.core.bootstrap import FIXED_TEXT, Estimate
+from evprobe.probes.control_tasks import ControlSummary, fmt_selectivity
 from evprobe.probes.summary import sweep_paragraph
 from evprobe.probes.sweep import SweepResult
 from evprobe.probes.transfer import TransferResult
@@ -38,10 +38,13 @@ CELL_NOTE = (
 CONTROLS_NOTE = (
     "Control tasks (Hewitt and Liang 2019): {k} random balanced functions of the cell ({cells} cells; half the "
     "cells labelled 1, seeded; redrawn when equal to the target, its negation or another control), fitted and "
-    "scored with the same probe and family folds. `control mean [min, max]` is their pair-weighted mean AUROC and "
-    "range; selectivity = AUROC - control mean, with a paired family-bootstrap interval (the same resamples for "
-    "target and controls). High AUROC with high control AUROC means the representation carries the cell, not "
-    "that it computes the label."
+    "scored with the same probe and family folds. `control mean [min, max]` is the mean and range of their AUROCs. "
+    "Selectivity = AUROC - control mean; its interval is [AUROC - max control, AUROC - min control]: random cell "
+    "functions differ in how well they decode, so the target is compared with the controls' own spread, and the "
+    "interval covers {level:.1%} of the time when the target decodes like one more cell function (shifted or not). "
+    "**Selective** = decoded better than every control, which a label that is just another cell function does "
+    "{false:.1%} of the time (benchmarks/coverage_selectivity.py measures both). High AUROC with high control "
+    "AUROC means the representation carries the cell, not that it computes the label."
 )
 LEAK_NOTE = (
     "Leakage check: {shuffles} independent shuffles of the labels {kind} (seeded), same probe and folds; the row "
@@ -55,16 +58,11 @@ LEAK_NOTE = (
 def fmt(e: Estimate | None, digits: int = 3) -> str:
     if e is None or e.value is None:
         return "n/a" + (f" ({e.reason})" if e is not None and e.reason else "")
+    if e.fixed:  # no sampling interval (core.bootstrap)
+        return f"{e.value:.{digits}f} ({FIXED_TEXT})"
     lo, hi = e.ci
     ci = "" if lo is None else f" [{lo:.{digits}f}, {hi:.{digits}f}]"
     return f"{e.value:.{digits}f}{ci}"
-
-
-def fmt_signed(e: Estimate) -> str:
-    if e.value is None:
-        return "n/a"
-    lo, hi = e.ci
-    return f"{e.value:+.3f}" + ("" if lo is None else f" [{lo:+.3f}, {hi:+.3f}]")
 
 
 def fmt_controls(c: ControlSummary | None) -> str:
@@ -85,8 +83,8 @@ def sweep_markdown(result: SweepResult) -> str:
         f"- cross-validation: {cfg.n_splits} folds of whole families (seed {cfg.seed}); out-of-fold decision values "
         "pooled; accuracy = sign of the decision",
         ("- intervals: AUROC and accuracy (rows and nested): " + result.intervals.method
-         + f", B = {result.intervals.n_refits} (coverage: benchmarks/coverage.py); selectivity and leakage: family "
-         f"bootstrap of the out-of-fold scores, B = {cfg.n_boot}" if result.intervals is not None else
+         + f", B = {result.intervals.n_refits} (coverage: benchmarks/coverage.py); selectivity: against the control "
+         f"tasks' range (below); leakage: the spread between shuffles" if result.intervals is not None else
          f"- intervals: family bootstrap of the out-of-fold scores with the fold models held fixed, B = {cfg.n_boot} "
          "(too narrow: see the warning)"),
         f"- control tasks: {tasks['k']} of {tasks['requested']} requested, cell = {' x '.join(tasks['cell_fields'])}"
@@ -96,7 +94,8 @@ def sweep_markdown(result: SweepResult) -> str:
     ]
     lines += ["## What this shows", "", sweep_paragraph(result), ""]
     if tasks["k"]:
-        lines += [CONTROLS_NOTE.format(k=tasks["k"], cells=tasks["n_cells"]), ""]
+        k = tasks["k"]
+        lines += [CONTROLS_NOTE.format(k=k, cells=tasks["n_cells"], level=(k - 1) / (k + 1), false=1 / (k + 1)), ""]
     if result.leakage is not None:
         lk = result.leakage
         lines += [LEAK_NOTE.format(shuffles=cfg.leakage_shuffles, kind=result.leakage_kind, limit=lk.limit,
@@ -124,12 +123,13 @@ def sweep_markdown(result: SweepResult) -> str:
         ]
         row = next((r for r in result.rows if r.layer == b.layer and r.position == b.position), None)
         if row is not None and row.controls is not None:
-            verdict = (f"selective: '{result.label}' is decoded there beyond what random functions of the cell reach"
+            verdict = (f"selective: '{result.label}' is decoded there better than every random function of the cell"
                        if row.selective else
-                       "**not selective**: random functions of the cell decode about as well there, so the "
+                       "no verdict: too few control tasks for a 5% false-verdict rate" if row.selective is None else
+                       "**not selective**: some random function of the cell decodes as well there, so the "
                        "representation carries the cell rather than computing this label in particular")
             lines += ["", f"At L{b.layer}/{b.position}: control tasks {fmt_controls(row.controls)} (k={row.controls.k}), "
-                          f"selectivity {fmt_signed(row.selectivity)}: {verdict}."]
+                          f"selectivity {fmt_selectivity(row.selectivity)}: {verdict}."]
         if result.naive_best:
             nb = result.naive_best
             lines += ["", f"For comparison, the maximum over layers of the test-fold AUROC (TRAPS-style, optimistic): "
@@ -139,7 +139,7 @@ def sweep_markdown(result: SweepResult) -> str:
         "## Per layer and position",
         "",
         "| layer | position | AUROC [95% CI] | accuracy [95% CI] | control tasks mean [min, max] | selectivity "
-        "[95% CI] | leakage check [95% CI] | within-family variance | n |",
+        "[interval] | leakage check [95% CI] | within-family variance | n |",
         "|---:|---|---|---|---|---|---|---:|---:|",
     ]
     for r in result.rows:
@@ -149,7 +149,7 @@ def sweep_markdown(result: SweepResult) -> str:
             continue
         leak = fmt(r.leakage) + (" **LEAK**" if r.leakage_fires else "")
         lines.append(f"| {r.layer} | {r.position} | {fmt(r.auroc)} | {fmt(r.accuracy)} | {fmt_controls(r.controls)} "
-                     f"| {fmt_signed(r.selectivity)} | {leak} | {r.within_family_variance:.3f} | {r.auroc.n} |")
+                     f"| {fmt_selectivity(r.selectivity)} | {leak} | {r.within_family_variance:.3f} | {r.auroc.n} |")
     if result.baselines:
         names = {"history": "initial history alone", "threshold": "threshold level alone",
                  "history_threshold": "history and threshold level (joint one-hot)"}

@@ -4,8 +4,8 @@ Rules, per position, over the scored (non-degenerate) rows in layer order:
 
 - decodable: the AUROC interval lies above 0.5; the paragraph names the first such layer and
   its AUROC with interval and n;
-- selective: the selectivity interval (AUROC - mean AUROC of the control tasks) lies above 0;
-  named likewise. Decodable but not selective layers are said to carry the prompt's cell rather
+- selective: decoded better than every control task (the selectivity interval, AUROC - mean
+  AUROC of the control tasks against their range, lies above 0); named likewise. Decodable but not selective layers are said to carry the prompt's cell rather
   than this label in particular (Hewitt and Liang's reading of control tasks);
 - without control tasks (a capture with no cell fields) the paragraph says decodability cannot
   be told apart from carrying the prompt's type.
@@ -18,15 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evprobe.core.bootstrap import Estimate
+from evprobe.core.bootstrap import FIXED_TEXT, Estimate
+from evprobe.probes.control_tasks import fmt_selectivity
 from evprobe.probes.sweep import SweepResult, SweepRow
 
 
-def _est(e: Estimate, signed: bool = False) -> str:
+def _est(e: Estimate) -> str:
+    if e.fixed:  # no sampling interval (core.bootstrap)
+        return f"{e.value:.3f} ({FIXED_TEXT})"
     lo, hi = e.ci
-    f = "+.3f" if signed else ".3f"
-    ci = "" if lo is None else f" [{lo:{f}}, {hi:{f}}]"
-    return f"{e.value:{f}}{ci}"
+    ci = "" if lo is None else f" [{lo:.3f}, {hi:.3f}]"
+    return f"{e.value:.3f}{ci}"
 
 
 def _decodable(r: SweepRow) -> bool:
@@ -60,14 +62,16 @@ def position_sentence(label: str, position: str, rows: Sequence[SweepRow], contr
     carried = [r for r in decodable if r.selective is False]
     if selective:
         s = selective[0]
-        text += (f", beyond the control tasks from L{s.layer} (selectivity {_est(s.selectivity, True)}; random "
-                 f"functions of the cell reach {s.controls.mean:.3f} there)")  # type: ignore[union-attr]
+        text += (f", beyond the control tasks from L{s.layer} (selectivity {fmt_selectivity(s.selectivity)}; random "
+                 f"functions of the cell reach {s.controls.mean:.3f} on average there)")  # type: ignore[union-attr]
         if carried:
             text += (f". At {_layers(carried)} the control tasks decode about as well, so those layers carry the "
                      "cell rather than this label in particular")
         return text + "."
-    worst = max(decodable, key=lambda r: r.controls.mean if r.controls else 0.0)
-    return text + (f", but random functions of the cell decode about as well (e.g. {worst.controls.mean:.3f} at "  # type: ignore[union-attr]
+    if not carried:  # controls ran, but too few of them for a verdict
+        return text + "; too few control tasks for a verdict on selectivity."
+    worst = max(decodable, key=lambda r: r.controls.max if r.controls else 0.0)
+    return text + (f", but random functions of the cell decode as well (up to {worst.controls.max:.3f} at "  # type: ignore[union-attr]
                    f"L{worst.layer}): the probe is not selective at {position}; the representation carries the "
                    "cell, not this label in particular.")
 

@@ -8,8 +8,9 @@ Per (layer, position), on the labelled rows X (n, d) read from the capture in fl
   side; out-of-fold decision values of the probe (`auroc`, `accuracy` = sign of the decision);
 - control tasks (probes.control_tasks; 20 by default): random balanced functions of the cell
   fitted with the same probe and folds on the same Gram matrix (probes.multilabel), giving
-  `control_tasks` (pair-weighted mean AUROC, min, max, k) and `selectivity` = AUROC - mean
-  control AUROC with a paired family-bootstrap interval;
+  `control_tasks` (each one's AUROC, their mean and range) and `selectivity` = AUROC - mean
+  control AUROC, its interval and verdict read off the controls' own distribution (the target
+  against the range of k = 39 controls: a 95% interval, probes.control_tasks);
 - the leakage check: L = 16 independent within-family label shuffles, same probe and folds
   (`leakage_auroc`, their mean; it sits at 0.5 by construction unless folds or features leak;
   interval and firing rule from the spread between shuffles, probes.controls.leakage_check);
@@ -43,8 +44,10 @@ from evprobe.probes.captures import CaptureSet, LabelSet
 from evprobe.probes.control_tasks import (
     CELL_FIELDS,
     DEFAULT_CONTROL_TASKS,
+    MIN_VERDICT_TASKS,
     ControlSummary,
     ControlTasks,
+    Selectivity,
     draw_control_tasks,
     row_cells,
     selectivity,
@@ -101,7 +104,7 @@ class SweepRow:
     auroc: Estimate
     accuracy: Estimate
     controls: ControlSummary | None  # control tasks (None: skipped, degenerate, or controls off)
-    selectivity: Estimate  # auroc - controls.mean, paired interval
+    selectivity: Selectivity  # auroc - controls.mean, interval from the controls' range
     leakage_shuffles: tuple[float, ...]  # AUROC of each within-family shuffle (empty: not run)
     within_family_variance: float
     degenerate: bool
@@ -114,9 +117,9 @@ class SweepRow:
 
     @property
     def selective(self) -> bool | None:
-        """True when the selectivity interval lies above 0 (pointwise 95%); None without one."""
-        lo = self.selectivity.ci[0]
-        return None if lo is None else bool(lo > 0)
+        """True when the target beats every control task (the selectivity interval lies above 0);
+        None without a verdict (probes.control_tasks.Selectivity)."""
+        return self.selectivity.selective
 
     def to_json(self) -> dict[str, Any]:
         z = self.leakage_z
@@ -130,7 +133,7 @@ class SweepRow:
             "accuracy": self.accuracy.value,
             "accuracy_ci": list(self.accuracy.ci),
             "control_tasks": None if self.controls is None else self.controls.to_json(),
-            "selectivity": {**self.selectivity.to_json(), "selective": self.selective},
+            "selectivity": self.selectivity.to_json(),
             "leakage_auroc": self.leakage.value,
             "leakage_ci": list(self.leakage.ci),
             "leakage_z": None if z is None or not np.isfinite(z) else z,
@@ -148,8 +151,11 @@ class SweepRow:
 CONTROL_TASKS_METHOD = (
     "Hewitt and Liang (2019) control tasks: random balanced functions of the cell (half the cells present labelled "
     "1, seeded; redrawn when constant, equal to the target or its negation, or to another control or its negation), "
-    "fitted and scored with the same probe and family folds; mean = pair-weighted mean AUROC over the controls; "
-    "selectivity = AUROC - mean, paired family-bootstrap interval (same resamples)"
+    "fitted and scored with the same probe and family folds; mean = plain mean of the controls' AUROCs; "
+    "selectivity = AUROC - mean; interval [AUROC - max control, AUROC - min control], which covers a location "
+    "shift with probability (k - 1) / (k + 1) (95% at k = 39) when the target decodes like one more cell function; "
+    "selective = the target beats every control (a label exchangeable with them does so with probability "
+    "1 / (k + 1)); coverage and false verdicts measured by benchmarks/coverage_selectivity.py"
 )
 
 
@@ -282,21 +288,21 @@ def sweep(
             if varies and ratio < DEGENERATE_RATIO:
                 empty = Estimate.empty("degenerate")
                 reason = DEGENERATE_REASON.format(ratio=ratio, limit=DEGENERATE_RATIO)
-                out.append((SweepRow(layer, li, position, empty, empty, None, empty, (), ratio, True, identical,
-                                     reason, leakage=empty), None, None))
+                out.append((SweepRow(layer, li, position, empty, empty, None, Selectivity(empty), (), ratio, True,
+                                     identical, reason, leakage=empty), None, None))
                 continue
             res = cv_scores(X, fitter, folds, ys, inner_label="y" if config.nested else None, key=pi)
             s = res.oof["y"]  # (n,) out-of-fold decision values of the target
             auc = auroc_estimate(s, y, fam, boot)
             correct = np.where(np.isfinite(s), ((s > 0) == y.astype(bool)).astype(float), np.nan)
             acc = accuracy_estimate(correct, fam, boot)
-            summary, sel = None, Estimate.empty("no control tasks")
+            summary, sel = None, Selectivity.empty("no control tasks")
             leak: tuple[float, ...] = ()
             if config.controls:
                 leak = tuple(_scored_auroc(res.oof[name], lab) for name, lab in y_leak.items())
             if control_names:
-                ctrl = np.array([res.oof[name] for name in control_names])  # (k, n)
-                summary, sel = selectivity(s, y, ctrl, tasks.labels, fam, boot)
+                each = [_scored_auroc(res.oof[name], lab) for name, lab in zip(control_names, tasks.labels, strict=True)]
+                summary, sel = selectivity(_scored_auroc(s, y), each, int(np.isfinite(s).sum()))
             out.append((SweepRow(layer, li, position, auc, acc, summary, sel, leak, ratio, False, identical),
                         s, res.inner))
         return out
@@ -435,6 +441,14 @@ def _warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], labelset
     elif 0 < tasks["k"] < tasks["requested"]:
         out.append(f"only {tasks['k']} of {tasks['requested']} control tasks could be drawn ({tasks['n_cells']} "
                    "cells); the control mean and range rest on fewer tasks")
+    k = tasks["k"]
+    if 0 < k < MIN_VERDICT_TASKS:
+        out.append(f"NO SELECTIVITY VERDICT: {k} control tasks; a label that is just another cell function beats all "
+                   f"of them with probability 1/{k + 1} > 5%, so no row is called selective or not (use >= "
+                   f"{MIN_VERDICT_TASKS}; {DEFAULT_CONTROL_TASKS} give a 95% interval)")
+    elif MIN_VERDICT_TASKS <= k < DEFAULT_CONTROL_TASKS:
+        out.append(f"{k} control tasks: the selectivity interval (the target against the controls' range) is a "
+                   f"{(k - 1) / (k + 1):.1%} interval, not 95% ({DEFAULT_CONTROL_TASKS} give 95%)")
     fired = [r for r in rows if r.leakage_fires]
     if fired:
         where = ", ".join(f"L{r.layer}/{r.position} {r.leakage.value:.3f}" for r in fired[:6])

@@ -174,7 +174,9 @@ def test_reference_scores_perfectly(ref_scores: dict) -> None:
 
 
 def test_reference_policies_are_analytic(ref_scores: dict) -> None:
-    """With perfect answers a rule succeeds exactly when its evidence settles the question."""
+    """With perfect answers a rule succeeds exactly when its evidence settles the question. A rule
+    that reads no replies has its cost from the design alone, the same in every family: fixed by
+    design (core.bootstrap), so no interval."""
     p = ref_scores["policies"]
     expected = {
         "always_stop": (0.5, 0.0),  # only the resolved half
@@ -191,6 +193,8 @@ def test_reference_policies_are_analytic(ref_scores: dict) -> None:
     for rule, (correct, cost) in expected.items():
         assert p[rule]["correct"]["value"] == correct, rule
         assert p[rule]["mean_cost"]["value"] == cost, rule
+        reads_replies = rule in ("model", "model_exact_reader")
+        assert p[rule]["mean_cost"].get("fixed_by_design", False) == (not reads_replies), rule
 
 
 def test_always_stop(items: list[Item]) -> None:
@@ -492,18 +496,73 @@ def test_a_rate_takes_shares_and_a_mean_takes_costs() -> None:
     assert est[("cost",)].ci == (2.0, 2.0)  # a cost that does not vary keeps its percentiles
 
 
-def test_no_rate_of_a_perfect_run_is_a_point(ref_scores: dict) -> None:
-    def rates(tree: dict, path: tuple[str, ...] = ()):
-        for k, v in tree.items():
-            if isinstance(v, dict) and set(v) >= {"value", "ci", "n"}:
-                yield (*path, k), v
-            elif isinstance(v, dict):
-                yield from rates(v, (*path, k))
+def estimates(tree: dict, path: tuple[str, ...] = ()):
+    """(key, estimate) of every estimate in a scored run."""
+    for k, v in tree.items():
+        if isinstance(v, dict) and set(v) >= {"value", "ci", "n"}:
+            yield (*path, k), v
+        elif isinstance(v, dict):
+            yield from estimates(v, (*path, k))
 
-    # a product and the mean log error: unbounded or products, percentile intervals (Tally.mean);
-    # the random test's cost is assigned, not observed (the same for every sample)
-    points = {"pecs", "mean_log_error"}
-    for key, est in rates(ref_scores):
-        if est["value"] is None or points & set(key) or key == ("policies", "random_test", "mean_cost"):
+
+POINT = r"\[([-+]?\d+(?:\.\d+)?), \1\]"  # an interval printed as `[x, x]`
+FIXED = {("policies", rule, "mean_cost") for rule in
+         ("always_stop", "repeat_known", "free_fall", "test_missing", "complete_report", "random_test", "min_cost")}
+
+
+def test_no_interval_of_a_perfect_run_is_a_point_unless_fixed_by_design(ref_scores: dict) -> None:
+    """Every zero-width interval of the reference run is a value fixed by design (core.bootstrap):
+    the costs of the rules that read no replies. Two sample measures still keep their percentile
+    interval and print a point at a perfect run (listed so that the list can only shrink): PECS (a
+    product of rates at 1 x (1 - 0)) and the numeric block's mean log error (0 when every estimate
+    is exact)."""
+    known_points = {"pecs", "mean_log_error"}
+    fixed, points = set(), set()
+    for key, est in estimates(ref_scores):
+        if est["value"] is None:
             continue
-        assert est["ci"][1] > est["ci"][0], key
+        if est.get("fixed_by_design"):
+            fixed.add(key)
+        elif est["ci"][1] <= est["ci"][0]:
+            points.add(key)
+    assert fixed == FIXED
+    assert points and all(known_points & set(key) for key in points), points
+    text = scores_markdown(ref_scores, "reference")
+    assert "| Random test | 75.0 [" in text and "1.25 (fixed by design, n=576)" in text
+    assert "[1.25, 1.25]" not in text and "[0.00, 0.00]" not in text and "[2.00, 2.00]" not in text
+    printed = {m.group(0) for m in re.finditer(POINT, text)}
+    assert printed <= {"[1.000, 1.000]", "[0.000, 0.000]"}, printed  # PECS and the mean log error only
+
+
+def test_no_interval_of_an_imperfect_run_is_a_point(items: list[Item], random_run: list[Record]) -> None:
+    """A run of random letters and ruler readings off by a few percent: no interval in scores.json
+    or scores.md is a point, except the values fixed by design, which print without an interval."""
+    rng = np.random.default_rng(6)
+    records = [replace(r, value=r.value * float(np.exp(0.05 * rng.standard_normal())))
+               if r.request == "read_ruler" else r for r in random_run]
+    s = score(items, records, n_boot=300)
+    for key, est in estimates(s):
+        if est["value"] is not None and not est.get("fixed_by_design"):
+            assert est["ci"][1] > est["ci"][0], key
+    assert {key for key, est in estimates(s) if est.get("fixed_by_design")} == FIXED
+    text = scores_markdown(s, "random")
+    assert re.search(POINT, text) is None and "(fixed by design, n=576)" in text
+
+
+def test_a_design_value_is_the_same_on_every_family_resample() -> None:
+    """Its "coverage": a value fixed by design is reproduced exactly by every resample, and is only
+    marked fixed when every family shares it; a design value that differs between families (here a
+    family of dearer decisions) is resampled as any cost and gets an interval."""
+    boot = FamilyBootstrap([f"f{i:03d}" for i in range(144)], n_boot=500, seed=3)
+    tally = Tally(boot)
+    tally.design_mean(("random",), [(f, 1.25) for f in range(144) for _ in range(4)], 0.0, 2.0)
+    tally.design_mean(("mix",), [(f, c) for f in range(144) for c in (0.0, 0.0, 1.0, 1.0)], 0.0, 2.0)
+    tally.design_mean(("uneven",), [(f, 2.0 if f == 0 else 1.0) for f in range(144) for _ in range(4)], 0.0, 2.0)
+    resampled, est = tally.resolve()
+    for key, value in ((("random",), 1.25), (("mix",), 0.5)):
+        assert est[key].fixed and est[key].value == value and est[key].n == 576
+        assert np.all(resampled[key].draws == value)  # every one of the 500 resamples
+        assert est[key].to_json() == {"value": value, "ci": [value, value], "n": 576, "fixed_by_design": True}
+    uneven = est[("uneven",)]
+    assert not uneven.fixed and uneven.ci[0] < uneven.value < uneven.ci[1]
+    assert "fixed_by_design" not in uneven.to_json()

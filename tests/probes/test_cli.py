@@ -36,7 +36,7 @@ def test_sweep_writes_json_markdown_and_png(planted, tmp_path: Path, capsys) -> 
     data = json.loads((out / "sweep.json").read_text())
     assert data["label"] == "resolved" and data["probe"] == "massmean" and len(data["rows"]) == 10
     assert {"layer", "position", "auroc", "ci", "control_tasks", "selectivity", "leakage_auroc", "n"} <= set(data["rows"][0])
-    assert "control_auroc" not in data["rows"][0] and data["config"]["control_tasks"] == 20
+    assert "control_auroc" not in data["rows"][0] and data["config"]["control_tasks"] == 39
     assert data["best"]["layer"] == 8
     assert (out / "sweep.md").read_text().startswith("# Probe sweep: resolved=True, massmean probe")
     assert (out / "sweep.png").stat().st_size > 1000

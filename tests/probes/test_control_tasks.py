@@ -7,19 +7,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.probes.captures import labels, load_captures
 from evprobe.probes.control_tasks import (
     CELL_FIELDS,
     DEFAULT_CONTROL_TASKS,
     draw_control_tasks,
-    pooled_auroc_draws,
+    fmt_selectivity,
     row_cells,
+    selectivity,
 )
 from evprobe.probes.controls import leakage_check, leakage_labels
 from evprobe.probes.engine import LogisticFitter, cv_scores, make_fitter
 from evprobe.probes.estimators import kernel_logistic
-from evprobe.probes.metrics import auroc, weighted_auroc
+from evprobe.probes.metrics import auroc
 from evprobe.probes.multilabel import ManyLabelLogisticFitter, kernel_logistic_many
 from evprobe.probes.report import sweep_markdown
 from evprobe.probes.splits import family_folds
@@ -47,7 +47,7 @@ def cells_of(rows: list[dict]) -> np.ndarray:
 
 
 def test_defaults_and_balance() -> None:
-    assert DEFAULT_CONTROL_TASKS >= 20 and SweepConfig().control_tasks == DEFAULT_CONTROL_TASKS
+    assert DEFAULT_CONTROL_TASKS == 39 and SweepConfig().control_tasks == DEFAULT_CONTROL_TASKS
     assert SweepConfig().cell_fields == ("system", "initial_property", "history", "threshold_level")
     rows = cell_rows()
     cells, y = cells_of(rows), np.array([r["resolved"] for r in rows], dtype=np.int8)
@@ -90,35 +90,55 @@ def test_missing_cell_fields_skip_control_tasks_loudly(tmp_path: Path) -> None:
     res = sweep(cs, labels(cs, "resolved"), SweepConfig(**FAST))
     assert res.control_tasks["k"] == 0 and "lacks the cell field" in res.control_tasks["skipped"]
     assert any(w.startswith("CONTROL TASKS SKIPPED") for w in res.warnings)
-    assert all(r.controls is None and r.selectivity.value is None for r in res.rows)
+    assert all(r.controls is None and r.selectivity.estimate.value is None for r in res.rows)
     assert res.cell_baseline.value is None and "skipped: the capture's index lacks" in sweep_markdown(res)
     # other cell fields make it run again
     ok = sweep(cs, labels(cs, "resolved"), SweepConfig(cell_fields=("initial_property", "threshold_level"), **FAST))
     assert ok.control_tasks["n_cells"] == 8 and ok.control_tasks["k"] >= 1  # 4 initial properties x 2 levels
 
 
-# -- AUROC per resample -----------------------------------------------------------------------
+# -- selectivity against the controls' own distribution ---------------------------------------
 
 
-def test_pooled_draws_match_the_weighted_mann_whitney_formula() -> None:
+def test_selectivity_interval_is_the_target_against_the_controls_range() -> None:
+    summary, sel = selectivity(0.9, [0.6, 0.7, np.nan, 0.8], n=40)  # a NaN control (one class) is left out
+    assert summary.k == 3 and summary.mean == pytest.approx(0.7) and (summary.min, summary.max) == (0.6, 0.8)
+    assert sel.estimate.value == pytest.approx(0.2) and sel.estimate.ci == pytest.approx((0.1, 0.3))
+    assert sel.estimate.n == 40 and sel.beaten == 3 and sel.level == pytest.approx(0.5)
+    assert sel.p_value == pytest.approx(1 / 4)
+    assert sel.selective is None  # 3 controls: a random label beats them all 1 time in 4, too often for a verdict
+    many = np.linspace(0.6, 0.8, DEFAULT_CONTROL_TASKS)
+    _, above = selectivity(0.81, many, n=40)
+    assert above.selective is True and above.estimate.ci[0] > 0 and above.level == pytest.approx(0.95)
+    assert above.p_value == pytest.approx(1 / 40)
+    _, tied = selectivity(0.8, many, n=40)  # a tie with the best control counts against the target
+    assert tied.selective is False and tied.estimate.ci[0] == 0.0 and tied.beaten == DEFAULT_CONTROL_TASKS - 1
+    _, inside = selectivity(0.75, many, n=40)
+    assert inside.selective is False and inside.estimate.ci[0] < 0 < inside.estimate.ci[1]
+    assert selectivity(0.9, [np.nan], n=40)[1].estimate.reason == "no control tasks"
+    assert selectivity(np.nan, many, n=40)[1].selective is None
+    js = above.to_json()
+    assert js["selective"] is True and js["k"] == 39 and js["beaten"] == 39 and js["level"] == pytest.approx(0.95)
+    assert fmt_selectivity(above).endswith("(beats 39 of 39 control tasks)")
+    assert fmt_selectivity(js) == fmt_selectivity(above)  # the same text from the object or its JSON
+    assert "a 50.0% interval" in fmt_selectivity(sel)
+
+
+def test_selectivity_coverage_and_false_verdicts_when_the_target_is_one_more_control() -> None:
+    """The promise behind the rule, on exchangeable values (any distribution): the interval covers 0
+    with probability (k - 1) / (k + 1) and the target beats every control 1 time in k + 1."""
     rng = np.random.default_rng(0)
-    fam = np.repeat(np.arange(30), 4)
-    boot = FamilyBootstrap([str(i) for i in range(30)], 300, 5)
-    s = np.round(rng.standard_normal(120), 1)  # ties on purpose
-    y = rng.integers(0, 2, 120)
-    value, draws, each = pooled_auroc_draws(s[None], y[None], fam, boot.counts)
-    assert value == pytest.approx(auroc(s, y)) and each[0] == pytest.approx(value)
-    assert np.allclose(draws, weighted_auroc(s, y, boot.counts[:, fam]), equal_nan=True)
-    s2 = s.copy()
-    s2[:7] = np.nan  # unscored rows are left out
-    v2, d2, _ = pooled_auroc_draws(s2[None], y[None], fam, boot.counts)
-    assert v2 == pytest.approx(auroc(s[7:], y[7:]))
-    assert np.allclose(d2, weighted_auroc(s[7:], y[7:], boot.counts[:, fam[7:]]), equal_nan=True)
-    # two label vectors with the same pair count: the pooled value is their plain mean
-    y2 = np.roll(y, 4)
-    pooled, _, both = pooled_auroc_draws(np.stack([s, s]), np.stack([y, y2]), fam, boot.counts)
-    if y.sum() == y2.sum():
-        assert pooled == pytest.approx(both.mean())
+    reps, k = 4000, DEFAULT_CONTROL_TASKS
+    values = rng.beta(8, 2, size=(reps, k + 1))  # skewed toward 1, as AUROCs of a well-read cell are
+    covers = selective = 0
+    for v in values:
+        _, sel = selectivity(v[0], v[1:], n=100)
+        lo, hi = sel.estimate.ci
+        covers += lo <= 0 <= hi
+        selective += bool(sel.selective)
+    se = np.sqrt(0.05 * 0.95 / reps)
+    assert abs(covers / reps - 0.95) < 3.5 * se
+    assert abs(selective / reps - 1 / (k + 1)) < 3.5 * np.sqrt(0.025 * 0.975 / reps)
 
 
 # -- the batched solver -----------------------------------------------------------------------
@@ -168,12 +188,13 @@ def test_selective_when_only_the_target_is_encoded(tmp_path: Path) -> None:
     res = _sweep(tmp_path, "sel", acts, rows, probe="massmean", nested=True)
     row = res.rows[0]
     assert res.cell_baseline.value > 0.99  # the label is a function of the cell
-    assert row.auroc.value > 0.95 and row.controls.mean < 0.8 and row.controls.k == 20
-    lo, hi = row.selectivity.ci
-    assert row.selective and 0 < lo < row.selectivity.value < hi  # the truth (> 0) is inside and 0 is not
-    assert row.selectivity.value == pytest.approx(row.auroc.value - row.controls.mean)
+    assert row.auroc.value > 0.95 and row.controls.mean < 0.8 and row.controls.k == DEFAULT_CONTROL_TASKS
+    lo, hi = row.selectivity.estimate.ci
+    assert row.selective and 0 < lo < row.selectivity.estimate.value < hi  # the truth (> 0) is inside and 0 is not
+    assert row.selectivity.estimate.value == pytest.approx(row.auroc.value - row.controls.mean)
+    assert (lo, hi) == pytest.approx((row.auroc.value - row.controls.max, row.auroc.value - row.controls.min))
     md = sweep_markdown(res)
-    assert "selective: 'resolved' is decoded there" in md
+    assert "selective: 'resolved' is decoded there" in md and "beats 39 of 39 control tasks" in md
     assert "'resolved' is decodable from L0" in md and "beyond the control tasks from L0" in md  # the paragraph
 
 
@@ -189,8 +210,8 @@ def test_not_selective_when_the_representation_carries_the_cell(tmp_path: Path, 
     res = _sweep(tmp_path, f"cell-{probe}", acts.astype(np.float16), rows, probe=probe, nested=True)
     row = res.rows[0]
     assert row.auroc.value > 0.95 and row.controls.mean > 0.9 and row.controls.min > 0.8
-    lo, hi = row.selectivity.ci
-    assert lo <= 0 <= hi and abs(row.selectivity.value) < 0.05 and row.selective is False
+    lo, hi = row.selectivity.estimate.ci
+    assert lo <= 0 <= hi and abs(row.selectivity.estimate.value) < 0.05 and row.selective is False
     md = sweep_markdown(res)
     assert "**not selective**" in md
     assert "the probe is not selective at last; the representation carries the cell" in md  # the paragraph

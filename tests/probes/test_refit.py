@@ -7,8 +7,9 @@ import pytest
 
 from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.probes.estimators import kernel_logistic, primal_logistic
-from evprobe.probes.inference import clopper_pearson, permutation_test, refit_interval
-from evprobe.probes.metrics import auroc_estimate
+from evprobe.core.proportion import clopper_pearson
+from evprobe.probes.inference import permutation_test, refit_interval
+from evprobe.probes.metrics import ClusterReading, auroc_estimate, auroc_reading
 from evprobe.probes.refit import Design, Resample, draw_resamples, refit_bootstrap, refit_one
 
 
@@ -109,17 +110,20 @@ def test_refits_spread_wider_than_fixed_models_on_null_data() -> None:
 
 def test_refit_interval_is_centred_on_the_estimate_and_never_a_point() -> None:
     draws = np.array([0.50, 0.55, 0.60, 0.65, 0.70])
-    lo, hi = refit_interval(0.6, draws, n_families=30)  # centred on 0.6, not on the draws' mean 0.6
+    mid = ClusterReading((0.55, 0.65), 30.0)  # a cluster interval inside the refits' one
+    lo, hi = refit_interval(0.6, draws, n_families=30, reading=mid)  # centred on 0.6, not on the draws' mean
     assert lo < 0.6 < hi and pytest.approx((lo + hi) / 2) == 0.6
     from scipy import stats
 
     assert pytest.approx(hi - 0.6) == stats.t.ppf(0.975, 4) * draws.std(ddof=1)
-    lo, hi = refit_interval(0.7, draws, n_families=30)
+    lo, hi = refit_interval(0.7, draws, n_families=30, reading=ClusterReading((0.65, 0.75), 30.0))
     assert pytest.approx((lo + hi) / 2) == 0.7  # the refits give the spread, the estimate the centre
-    lo, hi = refit_interval(1.0, np.ones(50), n_families=144)  # every refit separates perfectly
-    assert (lo, hi) == clopper_pearson(144, 144) and lo < 0.98 and hi == 1.0
-    assert refit_interval(0.99, np.array([0.9, 1.0, 1.0]), 30)[1] == 1.0  # clipped to [0, 1]
-    assert refit_interval(None, draws, 30) == (None, None)
+    fam, y = families_and_labels(144)
+    perfect = auroc_reading(y.astype(float), y, np.unique(fam, return_inverse=True)[1])
+    lo, hi = refit_interval(1.0, np.ones(50), n_families=144, reading=perfect)  # every refit separates perfectly
+    assert (lo, hi) == pytest.approx(clopper_pearson(144, 144), abs=1e-12) and lo < 0.98 and hi == 1.0
+    assert refit_interval(0.99, np.array([0.9, 1.0, 1.0]), 30, reading=mid)[1] == 1.0  # clipped to [0, 1]
+    assert refit_interval(None, draws, 30, reading=mid) == (None, None)
 
 
 def test_permutation_test_is_exact_on_null_data_and_finds_a_signal() -> None:
@@ -199,4 +203,4 @@ def test_a_bootstrap_where_every_resample_agrees_prints_no_point() -> None:
     fam, y = families_and_labels(24)
     boot = FamilyBootstrap(sorted(set(fam)), 300, 0)
     est = auroc_estimate(y.astype(float), y, fam, boot)
-    assert est.value == 1.0 and est.ci == clopper_pearson(24, 24) and est.ci[0] < 0.9
+    assert est.value == 1.0 and est.ci == pytest.approx(clopper_pearson(24, 24), abs=1e-12) and est.ci[0] < 0.9
