@@ -14,6 +14,7 @@ from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
 from evprobe.core.flags import setting
 from evprobe.core.shard import Shard
 from evprobe.experiments.config import ModelConfig, load_config, resolve_config
+from evprobe.experiments.dose_relabel import DEFAULT_N_RELABEL
 
 RESULTS_FILE = "results.jsonl"
 RUN_META_FILE = "meta.json"
@@ -44,7 +45,10 @@ class DoseResponseConfig:
         "--alphas=-1,0,1 when the first is negative")
     n_random: int = setting(DEFAULT_N_RANDOM, "random null directions of the probe's raw norm (0 = none; the "
                             "probe's percentile and z-score among them are reported)")
-    random_seed: int = setting(0, "seed of the random directions (and of the shuffled-label control)")
+    n_relabel: int = setting(DEFAULT_N_RELABEL, "relabelled null directions: fitted like the named one on its fit rows "
+                             "with the label permuted within families, at the probe's raw norm (0 = none; the "
+                             "specificity verdict is made against them, experiments.dose_relabel)")
+    random_seed: int = setting(0, "seed of the random directions, the relabellings and the shuffled-label control")
     controls: tuple[str, ...] = setting(
         CONTROLS, "specificity controls at the same norm: directions of other labels (history, threshold_level, "
         "any capture index field) and shuffled (the named label, permuted); [] = none")
@@ -94,12 +98,14 @@ class DoseResponseConfig:
         if self.readout not in ("logprobs", "generate", "both"):
             raise ValueError(f"key 'readout' is {self.readout!r}; choose from logprobs, generate, both")
         if not self.generate_sets and self.readout != "both":
-            raise ValueError("key 'generate_sets' is false but readout is not both: the random and control "
-                             "directions would be read by nothing; set readout: both, or n_random: 0 and controls: []")
+            raise ValueError("key 'generate_sets' is false but readout is not both: the random, relabelled and "
+                             "control directions would be read by nothing; set readout: both, or n_random: 0, "
+                             "n_relabel: 0 and controls: []")
         if self.positions not in ("all", "last"):
             raise ValueError(f"key 'positions' is {self.positions!r}; choose from all, last")
-        if self.n_random < 0:
-            raise ValueError(f"key 'n_random' must be 0 or more, got {self.n_random}")
+        for key in ("n_random", "n_relabel"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"key {key!r} must be 0 or more, got {getattr(self, key)}")
         for key in ("limit", "batch_size", "null_batch_rows"):
             value = getattr(self, key)
             if value is not None and value < 1:

@@ -18,8 +18,9 @@ cross-fitted effect: stop rate, its paired change vs alpha = 0 and the stop log-
 with the family bootstrap of the run (families of both halves; the two choices are held fixed, so
 the interval does not include the variability of the choice), on the targeted and on the
 non-targeted group (the same items' other group at the same setting), and the probe's place among
-the random directions at the same per-item settings (experiments.dose_null). Each half's own
-scored numbers are reported too, with which half chose what.
+the null directions (random, relabelled), each of which went through the same choice and scoring
+(experiments.dose_specificity: the specificity verdict). Each half's own scored numbers are
+reported too, with which half chose what.
 """
 
 from __future__ import annotations
@@ -29,9 +30,15 @@ from typing import Any
 import numpy as np
 
 from evprobe.experiments.dose_config import alpha_key
-from evprobe.experiments.dose_null import null_stats, point_estimates, set_values
+from evprobe.experiments.dose_null import null_stats, set_values
+from evprobe.experiments.dose_specificity import (
+    NULL_SETS,
+    USELESS_CEILING,
+    choose_settings,
+    crossfit_effects,
+    specificity_stats,
+)
 
-USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer)
 GOALS = (("induce measuring", "resolved", "unresolved", +1), ("induce stopping", "unresolved", "resolved", -1))
 HALVES = ("A", "B")
 
@@ -48,6 +55,11 @@ def split_halves(families_by_system: dict[str, list[str]], seed: int) -> dict[st
     return half
 
 
+def _set_size(plan: Any, kind: str) -> int:
+    """Directions in the plan's `kind` set (random, relabel) that this readout reads."""
+    return plan.config.n_random if kind == "random" else plan.config.n_relabel if plan.relabel else 0
+
+
 def _mean(V: np.ndarray, mask: np.ndarray, j: int) -> float:
     x = V[mask, j]
     x = x[~np.isnan(x)]
@@ -56,20 +68,17 @@ def _mean(V: np.ndarray, mask: np.ndarray, j: int) -> float:
 
 def _choose(cands: list[tuple[int, float]], values: dict[str, np.ndarray], mask: np.ndarray, sign: int,
             measures: tuple[str, ...]) -> dict[str, Any]:
-    """The setting chosen on `mask`'s items (module docstring)."""
+    """The setting chosen on `mask`'s items (module docstring; the rule is
+    experiments.dose_specificity.choose_settings, which the null directions go through too)."""
     js, ju = measures.index("stop_rate"), measures.index("useless_test_rate")
     base = _mean(values["base"], mask, js)
-    scored = []
-    for layer, alpha in cands:
-        V = values[f"L{layer}.probe.{alpha_key(alpha)}"]
-        shift = -sign * (_mean(V, mask, js) - base)  # + = toward the goal (measuring lowers stopping)
-        useless = _mean(V, mask, ju)
-        scored.append((layer, alpha, shift, useless))
-    ok = [c for c in scored if not np.isnan(c[3]) and c[3] <= USELESS_CEILING]
-    pool = ok or scored
-    best = max(pool, key=lambda c: (round(c[2], 9), -abs(c[1]), -c[0]))
-    return {"layer": best[0], "alpha": best[1], "fit_shift_toward_goal": best[2], "fit_useless_rate": best[3],
-            "broken": not ok, "fit_n_items": int(mask.sum())}
+    V = [values[f"L{layer}.probe.{alpha_key(alpha)}"] for layer, alpha in cands]
+    shift = np.array([[-sign * (_mean(v, mask, js) - base)] for v in V])  # (C, 1); + = toward the goal
+    useless = np.array([[_mean(v, mask, ju)] for v in V])  # (C, 1)
+    chosen, broken = choose_settings(cands, shift, useless)
+    c = int(chosen[0])
+    return {"layer": cands[c][0], "alpha": cands[c][1], "fit_shift_toward_goal": float(shift[c, 0]),
+            "fit_useless_rate": float(useless[c, 0]), "broken": bool(broken[0]), "fit_n_items": int(mask.sum())}
 
 
 def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], values_of: Any, ratios: Any,
@@ -93,6 +102,7 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
     keys = ["base"] + [f"L{layer}.probe.{alpha_key(a)}" for layer in plan.layers for a in plan.config.alphas if a != 0]
     values = {k: values_of(readout, [done[(it.item_id, k)] for it in items]) for k in keys}  # each (items, M)
     out = []
+    n_goals = sum(any(a * sign > 0 for a in plan.config.alphas) for *_, sign in GOALS)  # claims sharing the 5%
     for goal, target, other, sign in GOALS:
         cands = [(layer, float(a)) for layer in plan.layers for a in sorted(plan.config.alphas) if a * sign > 0]
         if not cands:
@@ -125,21 +135,25 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
                 return est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c])
             return est(observed[c], lo[c], hi[c], n[c])
 
-        null = {}
-        if plan.config.n_random:
-            rkeys = [c.replace(".probe.", ".random.") for c in cond]
-            V = set_values(readout, items, [done[(it.item_id, rkeys[i])] for i, it in enumerate(items)], measures,
-                           values_of)  # (items, K, M)
-            pooled = {(g, "pooled"): masks[(g, "pooled")] for g in (target, other)}
-            pe = point_estimates(V, pooled)  # (K, 2 * M)
-            for gi, g in enumerate((target, other)):
+        null: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        for kind in NULL_SETS:
+            if not _set_size(plan, kind):
+                continue
+            sets = {(layer, a): set_values(readout, items, [done[(it.item_id, f"L{layer}.{kind}.{alpha_key(a)}")]
+                                                            for it in items], measures, values_of)
+                    for layer, a in cands}  # each (items, K, M)
+            effects = crossfit_effects(cands, values["base"], sets, half, HALVES, groups[target],
+                                       {g: groups[g] for g in (target, other)}, sign, measures)
+            null[kind] = {}
+            for g in (target, other):
                 for m in ("stop_rate", "log_odds"):
                     if m not in measures:
                         continue
                     c = cells[(g, "pooled", m)]
-                    eff = pe[:, gi * M + measures.index(m)] - base_obs[c]
                     probe = None if np.isnan(observed[c]) else float(observed[c] - base_obs[c])
-                    null[(g, m)] = null_stats(probe, eff)
+                    eff = effects[g][:, measures.index(m)]
+                    null[kind][(g, m)] = (specificity_stats(probe, eff, sign, n_goals) if g == target
+                                          else {**null_stats(probe, eff), "effects": [float(x) for x in eff]})
 
         def group_block(g: str) -> dict[str, Any]:
             c0 = cells[(g, "pooled", "stop_rate")]
@@ -148,7 +162,7 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
                      "change": cell(g, "pooled", "stop_rate", True),
                      "useless_rate": cell(g, "pooled", "useless_test_rate", False),
                      "by_half": {h: {"change": cell(g, h, "stop_rate", True)} for h in HALVES},
-                     "null": {m: null.get((g, m)) for m in ("stop_rate", "log_odds")}}
+                     "null": {kind: {m: by.get((g, m)) for m in ("stop_rate", "log_odds")} for kind, by in null.items()}}
             if "log_odds" in measures:
                 block["log_odds_change"] = cell(g, "pooled", "log_odds", True)
                 for h in HALVES:

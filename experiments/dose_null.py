@@ -95,13 +95,15 @@ def null_stats(probe_effect: float | None, effects: np.ndarray) -> dict[str, Any
 
 
 def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, measures: tuple[str, ...],
-              values_of: Any) -> tuple[list[dict[str, Any]], dict[tuple, np.ndarray]]:
-    """Per layer x dose x cell the random null (module docstring) as JSON rows, and the random
-    effects (K,) by (layer, alpha, group, system, measure) for the controls and the headline.
+              values_of: Any, kind: str = "random") -> tuple[list[dict[str, Any]], dict[tuple, np.ndarray]]:
+    """Per layer x dose x cell the null of the `kind` set (random, or relabel: experiments.dose_relabel)
+    as JSON rows (module docstring), and its effects (K,) by (layer, alpha, group, system, measure)
+    for the controls.
 
-    Each row keeps `mean` (the random directions' mean *value*, as before) beside the effects."""
+    Each row keeps `mean` (the directions' mean *value*, as before) beside the effects."""
     config, out, effects_by = plan.config, [], {}
-    if not config.n_random:
+    n_dirs = config.n_random if kind == "random" else (config.n_relabel if plan.relabel else 0)
+    if not n_dirs:
         return out, effects_by
     cells = [(g, s, m) for (g, s) in masks for m in measures]
     for layer in plan.layers:
@@ -109,7 +111,7 @@ def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, me
             if alpha == 0:
                 values = None
             else:
-                key = f"L{layer}.random.{alpha_key(alpha)}"
+                key = f"L{layer}.{kind}.{alpha_key(alpha)}"
                 V = set_values(readout, plan.items, [done[(it.item_id, key)] for it in plan.items], measures,
                                values_of)
                 values = point_estimates(V, masks)  # (K, cells)
@@ -120,7 +122,7 @@ def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, me
                 if base["value"] is None:
                     continue
                 if values is None:  # alpha 0: every direction is the unsteered model
-                    eff = np.zeros(config.n_random)
+                    eff = np.zeros(n_dirs)
                 else:
                     eff = values[:, c] - base["value"]
                 effects_by[(layer, float(alpha), group, system, measure)] = eff
@@ -141,9 +143,11 @@ def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, me
 
 def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tuple[str, ...], ratios: Any,
                  est: Any, base: tuple[np.ndarray, np.ndarray], spans: Any,
-                 random_effects: dict[tuple, np.ndarray], stats: dict) -> list[dict[str, Any]]:
+                 random_effects: dict[tuple, np.ndarray], stats: dict,
+                 relabel_effects: dict[tuple, np.ndarray] | None = None) -> list[dict[str, Any]]:
     """Each control at each layer x nonzero dose, system `all`: value and paired change with their
-    family-bootstrap intervals, the probe's change beside it, and the control's place in the null."""
+    family-bootstrap intervals, the probe's change beside it, and the control's place in the random
+    null and (when run) in the relabelled one (`relabel_percentile`, `relabel_p_null`)."""
     out: list[dict[str, Any]] = []
     if not plan.config.controls:
         return out
@@ -170,11 +174,15 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
                     eff = random_effects.get((layer, float(alpha), group, system, measure))
                     place = (null_stats(change["value"], eff) if eff is not None
                              else {"percentile": None, "z": None, "p_null": None})
+                    rel = (relabel_effects or {}).get((layer, float(alpha), group, system, measure))
+                    rel_place = (null_stats(change["value"], rel) if rel is not None
+                                 else {"percentile": None, "p_null": None})
                     out.append({
                         "readout": readout, "layer": layer, "alpha": float(alpha), "control": name,
                         "cosine_with_probe": cosines[j], "group": group, "system": system, "measure": measure,
                         **est(observed[c], lo[c], hi[c], n[c]), "delta_vs_0": change, "probe_delta_vs_0": probe_change,
                         "percentile": place["percentile"], "z": place["z"], "p_null": place["p_null"],
+                        "relabel_percentile": rel_place["percentile"], "relabel_p_null": rel_place["p_null"],
                     })
     return out
 

@@ -22,13 +22,14 @@ from evprobe.core.errors import InputError
 from evprobe.experiments.config import ConfigError, ModelConfig, as_dict, load_model_config
 from evprobe.experiments.dose_controls import ControlDirection, control_directions, controls_record
 from evprobe.experiments.dose_config import FORMAT, LETTERS, DoseResponseConfig, alpha_key
+from evprobe.experiments.dose_relabel import RelabelSet, relabel_directions, relabel_record
 
 if TYPE_CHECKING:
     from evprobe.probes.directions import Direction
 
 # Labels whose positive class True means "the evidence is enough / the model stops".
 TOWARD_STOP_LABELS = ("resolved", "stopped", "committed")
-SET_KINDS = ("random", "controls")
+SET_KINDS = ("random", "relabel", "controls")
 # Provenance fields two directions must share to be "the same direction at another layer".
 SIBLING_KEYS = ("model", "position", "label", "positive", "probe", "condition", "regimes", "restriction", "d_model")
 
@@ -81,6 +82,7 @@ class Plan:
     layers: list[int]
     directions: dict[int, LayerDirection]
     random: np.ndarray  # (n_random, d_model) float64 unit rows, the same at every layer
+    relabel: dict[int, RelabelSet]  # per layer, the relabelled null (experiments.dose_relabel; {} when off)
     controls: dict[int, list[ControlDirection]]  # per layer, the specificity controls (config order)
     conditions: list[Condition]
     name: str  # the named direction
@@ -229,9 +231,9 @@ def _norm_items(config: DoseResponseConfig, every_item: list[Item], chosen: dict
 
 
 def conditions_for(layers: Sequence[int], alphas: Sequence[float], n_random: int, ablation: bool,
-                   n_controls: int = 0) -> list[Condition]:
-    """baseline, then per layer: each nonzero dose along the probe, the random set and the control
-    set (when there are any), then ablation."""
+                   n_controls: int = 0, n_relabel: int = 0) -> list[Condition]:
+    """baseline, then per layer: each nonzero dose along the probe, the random set, the relabelled
+    set and the control set (when there are any), then ablation."""
     out = [Condition("base", "baseline", None, 0.0)]
     for layer in layers:
         for alpha in sorted(alphas):
@@ -240,6 +242,8 @@ def conditions_for(layers: Sequence[int], alphas: Sequence[float], n_random: int
             out.append(Condition(f"L{layer}.probe.{alpha_key(alpha)}", "probe", layer, float(alpha)))
             if n_random:
                 out.append(Condition(f"L{layer}.random.{alpha_key(alpha)}", "random", layer, float(alpha)))
+            if n_relabel:
+                out.append(Condition(f"L{layer}.relabel.{alpha_key(alpha)}", "relabel", layer, float(alpha)))
             if n_controls:
                 out.append(Condition(f"L{layer}.controls.{alpha_key(alpha)}", "controls", layer, float(alpha)))
         if ablation:
@@ -287,9 +291,11 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     layers = sorted(directions)
     random = (random_directions(d_model, config.n_random, config.random_seed)
               if config.n_random else np.zeros((0, d_model)))  # (n_random, d_model)
-    controls = control_directions(config.controls, named, every, chosen,
-                                  {layer: d.vector for layer, d in directions.items()}, config.random_seed)
-    conditions = conditions_for(layers, config.alphas, config.n_random, config.ablation, len(config.controls))
+    probe_vectors = {layer: d.vector for layer, d in directions.items()}
+    controls = control_directions(config.controls, named, every, chosen, probe_vectors, config.random_seed)
+    relabel = relabel_directions(config.n_relabel, named, chosen, probe_vectors, config.random_seed)
+    conditions = conditions_for(layers, config.alphas, config.n_random, config.ablation, len(config.controls),
+                                config.n_relabel)
     bench_meta = read_meta(bench)
     pinned = {
         "format": FORMAT,
@@ -305,6 +311,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         "schedule": "every-step",
         "random_seed": config.random_seed,
         "n_random": config.n_random,
+        "n_relabel": config.n_relabel or None,  # 0 as None: a folder written before the relabelled null resumes with 0
         "controls": list(config.controls),
         "direction": name,
         "flipped": sign < 0,
@@ -320,7 +327,8 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     }
     return Plan(config=config, model=model, bench=bench, out=out, items=items,
                 bench_families=sorted(set(family_by_item.values())), layers=layers,
-                directions=directions, random=random, controls=controls, conditions=conditions, name=name,
+                directions=directions, random=random, relabel=relabel, controls=controls, conditions=conditions,
+                name=name,
                 provenance={k: v for k, v in prov.items() if k != "items"}, flipped=sign < 0,
                 norm_items=norm_items, norm_source=norm_source,
                 fit_families=sorted(fit_families), excluded=excluded, d_model=d_model, n_layers=n_layers,
@@ -328,9 +336,13 @@ def make_plan(config: DoseResponseConfig) -> Plan:
 
 
 def layer_record(plan: Plan) -> dict[str, dict[str, Any]]:
-    """meta.json's `layer_directions`: per steered layer, the vector's name, sha256 and mean norm."""
-    return {str(layer): {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
-            for layer, d in plan.directions.items()}
+    """meta.json's `layer_directions`: per steered layer, the vector's name, sha256 and mean norm (and
+    the relabelled set's sha256, which depends on the capture the direction was fitted on)."""
+    out = {str(layer): {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
+           for layer, d in plan.directions.items()}
+    for layer, s in plan.relabel.items():
+        out[str(layer)]["relabel_sha256"] = s.sha256
+    return out
 
 
 def check_layers(plan: Plan, recorded: dict[str, Any]) -> None:
@@ -338,6 +350,10 @@ def check_layers(plan: Plan, recorded: dict[str, Any]) -> None:
     its meta's layer_directions); a layer new to the folder only adds rows."""
     for layer, now in layer_record(plan).items():
         was = recorded.get(layer)
+        if was is not None and was.get("relabel_sha256") != now.get("relabel_sha256"):
+            raise ConfigError(f"{plan.out} steered layer {layer} with another relabelled null (sha256 "
+                              f"{str(was.get('relabel_sha256'))[:12]}, this run {str(now.get('relabel_sha256'))[:12]}): "
+                              "the capture or n_relabel changed; use another out folder")
         if was is not None and (was.get("sha256"), was.get("mean_norm")) != (now["sha256"], now["mean_norm"]):
             raise ConfigError(f"{plan.out} steered layer {layer} along {was.get('name')} (sha256 "
                               f"{str(was.get('sha256'))[:12]}, mean_norm {was.get('mean_norm')}), this run along "
@@ -351,6 +367,7 @@ def run_meta(plan: Plan, recorded: dict[str, Any] | None = None) -> dict[str, An
         **plan.pinned,
         "layer_directions": {**(recorded or {}), **layer_record(plan)},
         "controls_directions": controls_record(plan.controls),
+        "relabel_directions": relabel_record(plan.relabel),
         "bench": str(plan.bench.resolve()),
         "directions_folder": str(Path(plan.config.directions).resolve()),
         "config": as_dict(plan.config),

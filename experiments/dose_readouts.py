@@ -84,10 +84,13 @@ def generate_readout(item: Item, text: str, regime: str, n_new: int) -> dict[str
 
 
 def set_vectors(plan: Plan, cond: Condition) -> np.ndarray:
-    """The unit directions of a set condition: (K, d_model) float64 (random rows or the layer's controls)."""
+    """The unit directions of a set condition: (K, d_model) float64 (random rows, the layer's relabelled
+    set or its controls)."""
     if cond.kind == "random":
         return plan.random
     assert cond.layer is not None
+    if cond.kind == "relabel":
+        return plan.relabel[cond.layer].vectors
     return np.stack([c.vector for c in plan.controls[cond.layer]])
 
 

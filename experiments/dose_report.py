@@ -11,6 +11,7 @@ import numpy as np
 
 from evprobe.core.files import atomic_write_bytes
 from evprobe.experiments.dose_config import alpha_key
+from evprobe.experiments.dose_specificity import NULL_SETS, SPECIFIC_P
 from evprobe.experiments.dose_format import RATE_MEASURES, fmt_estimate, num
 from evprobe.experiments.dose_plan import Plan
 from evprobe.experiments.dose_stats import GROUPS, MEASURES
@@ -46,6 +47,9 @@ def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
 def _place(null: dict[str, Any] | None) -> str:
     if not null or null.get("percentile") is None:
         return "NA"
+    if null.get("p_goal") is not None:  # a headline's targeted group: the one-sided specificity test
+        verdict = " **specific**" if null["specific"] else ""
+        return f"beyond {null['beaten']} of {null['n_directions']}, p {null['p_goal']:.3f}{verdict}"
     z = "NA" if null["z"] is None else f"{null['z']:+.1f}"
     k = f" (k={null['n_directions']})" if "n_directions" in null else ""
     return f"pct {null['percentile']:.0f}, z {z}, p {null['p_null']:.3f}{k}"
@@ -88,8 +92,8 @@ def markdown(result: dict[str, Any]) -> str:
         (f"- Steering: every {'prompt position' if meta['positions'] == 'all' else 'last position'} and "
          f"every generated token of the steered layer; regime {meta['regime']}, direct protocol; readouts "
          f"{', '.join(meta['readouts'])}."),
-        (f"- Null band: {meta['null_band_rule']} (k={meta['n_random']}, seed {meta['random_seed']}). Ablation: "
-         "the direction projected out of the layer's output (no dose)."),
+        (f"- Null band: {meta['null_band_rule']} (k={meta['n_random']} random, {meta.get('n_relabel', 0)} relabelled, "
+         f"seed {meta['random_seed']}). Ablation: the direction projected out of the layer's output (no dose)."),
         (f"- Intervals: {meta['interval_method']}; B={meta['n_boot']}, seed {meta['seed']}. {meta['n_unit']}; "
          "rates in percent, log-odds in nats, changes paired against alpha = 0 on the same resamples."),
         "",
@@ -106,11 +110,17 @@ def markdown(result: dict[str, Any]) -> str:
                               fmt_estimate(block["stop_rate_at_0"], "stop_rate"), fmt_estimate(block["stop_rate"], "stop_rate"),
                               fmt_estimate(block["change"], "stop_rate", sign=True),
                               fmt_estimate(block.get("log_odds_change"), "log_odds"),
-                              _place(block["null"].get("log_odds")), _place(block["null"].get("stop_rate"))])
+                              *(_place((block["null"].get(kind) or {}).get(m)) for kind in NULL_SETS
+                                for m in ("log_odds", "stop_rate"))])
     if head_rows:
         lines += _table(["readout", "goal", "items", "chosen on half: setting", "stop rate at 0", "stop rate steered",
-                         "change (points)", "log-odds change (nats)", "log-odds vs random", "stop rate vs random"],
-                        head_rows)
+                         "change (points)", "log-odds change (nats)", "log-odds vs random", "stop rate vs random",
+                         "log-odds vs relabelled", "stop rate vs relabelled"], head_rows)
+        lines += ["", "Against each null, every one of its directions was given the probe's own cross-fitted choice "
+                  "(its best setting on each half, scored on the other); on the targeted group, p = (1 + #null "
+                  f"directions at least as far toward the goal) / (K + 1), **specific** at p <= {SPECIFIC_P:g} / the "
+                  "number of goals (the goals' claims share the 5%; experiments.dose_specificity); on the other "
+                  "group the two-sided place."]
         split = meta.get("split") or {}
         lines += ["", f"Halves ({split.get('rule')}, seed {split.get('seed')}): "
                   + "; ".join(f"{h}: {len(f)} families" for h, f in (split.get("families") or {}).items()) + "."]
@@ -190,7 +200,9 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
     from matplotlib.ticker import MaxNLocator
 
     meta = result["meta"]
-    rows, band = _index(result)
+    rows, _ = _index(result)
+    bands = {key: {(b["readout"], b["layer"], b["alpha"], b["group"], b["system"], b["measure"]): b
+                   for b in result.get(key, [])} for key in ("null_band", "relabel_band")}
     alphas = meta["alphas"]
     layers = [int(k) for k in meta["layers"]]
     written = []
@@ -212,17 +224,21 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
                         n = max(p["n"] for p in pts)
                         ax.fill_between(alphas, lo, hi, color="C0", alpha=0.25, label="probe 95% interval")
                         ax.plot(alphas, y, "o-", color="C0", label="probe direction")
-                        if meta["n_random"] and with_sets:
-                            bs = [band.get((readout, layer, a, group, system, measure)) or {} for a in alphas]
+                        for key, what, k, style in (
+                                ("null_band", "random null", meta["n_random"], {"color": "0.5", "alpha": 0.3}),
+                                ("relabel_band", "relabelled null", meta.get("n_relabel", 0),
+                                 {"facecolor": "none", "edgecolor": "C2", "hatch": "///"})):
+                            if not k or not with_sets:
+                                continue
+                            bs = [bands[key].get((readout, layer, a, group, system, measure)) or {} for a in alphas]
                             bmin = scale * np.array([np.nan if b.get("band_lo") is None else b["band_lo"] for b in bs],
                                                     dtype=float)
                             bmax = scale * np.array([np.nan if b.get("band_hi") is None else b["band_hi"] for b in bs],
                                                     dtype=float)
                             bmean = scale * np.array([np.nan if b.get("mean") is None else b["mean"] for b in bs],
                                                      dtype=float)
-                            ax.fill_between(alphas, bmin, bmax, color="0.5", alpha=0.3,
-                                            label=f"random null 2.5-97.5% (k={meta['n_random']})")
-                            ax.plot(alphas, bmean, "--", color="0.35", label="random null mean")
+                            ax.fill_between(alphas, bmin, bmax, label=f"{what} 2.5-97.5% of {k} directions", **style)
+                            ax.plot(alphas, bmean, "--", color=style.get("edgecolor", "0.35"), label=f"{what} mean")
                         if meta["ablation"]:
                             ab = rows[(readout, layer, "ablation", None, group, system, measure)]
                             if ab["value"] is not None:

@@ -108,6 +108,7 @@ from evprobe.experiments.dose_config import (
 from evprobe.experiments.dose_plan import Plan, check_layers, make_plan, run_meta
 from evprobe.experiments.dose_readouts import rows_for
 from evprobe.experiments.dose_report import fmt_estimate, write_reports
+from evprobe.experiments.dose_specificity import NULL_SETS
 from evprobe.experiments.dose_stats import aggregate
 from evprobe.experiments.dose_units import units_for
 
@@ -183,7 +184,9 @@ class DoseResponseJob(Job):
 
     def pinned(self) -> dict[str, Any]:
         # Each layer's vector (sha256, mean norm) is pinned layer by layer, not as one value: another vector
-        # at a layer steered here is refused, a new layer only adds rows (as README says).
+        # at a layer steered here is refused, a new layer only adds rows (as README says). The settings
+        # first: a changed seed or n_relabel is named as such, not as the relabelled vectors it changes.
+        check_pinned(self, self.old, self.plan.pinned)
         check_layers(self.plan, self.recorded)
         out = dict(self.plan.pinned)
         if self.handle is not None:  # after open(): what only the loaded model tells
@@ -274,10 +277,14 @@ def run_dose_response(args: argparse.Namespace) -> int:
     for h in summary["headline"]:
         t = h["target"]
         chosen = ", ".join(f"half {c['chosen_on']} chose L{c['layer']} {alpha_key(c['alpha'])}" for c in h["choices"])
-        null = t["null"].get("log_odds") or t["null"].get("stop_rate") or {}
-        z = "" if null.get("z") is None else f", z {null['z']:+.1f} vs {null['n_directions']} random"
+        places = []
+        for kind in NULL_SETS:
+            null = (t["null"].get(kind) or {}).get("log_odds") or (t["null"].get(kind) or {}).get("stop_rate") or {}
+            if null.get("p_goal") is not None:
+                places.append(f"beyond {null['beaten']} of {null['n_directions']} {kind} (p {null['p_goal']:.3f})")
         print(f"  {h['readout']} {h['goal']} ({h['group']} items; cross-fitted: {chosen}): stop rate "
-              f"{fmt_estimate(t['stop_rate_at_0'], 'stop_rate')} -> {fmt_estimate(t['stop_rate'], 'stop_rate')}{z}")
+              f"{fmt_estimate(t['stop_rate_at_0'], 'stop_rate')} -> {fmt_estimate(t['stop_rate'], 'stop_rate')}"
+              + (f"; {', '.join(places)}" if places else ""))
     print(f"wrote {', '.join(summary['files'][:3])} ... ({len(summary['files'])} files) in {summary['out']}")
     return 0
 

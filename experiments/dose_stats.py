@@ -17,6 +17,8 @@ from evprobe.experiments.dose_controls import controls_record
 from evprobe.experiments.dose_crossfit import crossfit
 from evprobe.experiments.dose_null import control_rows, null_band
 from evprobe.experiments.dose_plan import Plan
+from evprobe.experiments.dose_relabel import relabel_record
+from evprobe.experiments.dose_specificity import SPECIFIC_P
 from evprobe.experiments.dose_text import ablation_sentence, paragraphs
 
 GROUPS = ("resolved", "unresolved", "all")
@@ -182,8 +184,8 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
             masks[(group, system)] = g & np.array([system in ("all", it.system) for it in plan.items])
     points = _curve_conditions(plan)
     row_keys = sorted({key for *_, key in points}, key=lambda k: (k != "base", k))
-    result: dict[str, Any] = {"rows": [], "null_band": [], "controls": [], "headline": [], "by_layer": [],
-                              "ablation": []}
+    result: dict[str, Any] = {"rows": [], "null_band": [], "relabel_band": [], "controls": [], "headline": [],
+                              "by_layer": [], "ablation": []}
 
     def ratios(readout: str, rows: list[dict[str, Any]], cell_masks: dict[tuple[str, str], np.ndarray]):
         return _ratios(readout, rows, cell_masks, boot, fam)
@@ -197,7 +199,7 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
         if not config.reads_sets(readout):
             # --no-generate-sets: the sets hold no generated replies; this readout is summarised as a
             # run without random or control directions (no null band or controls)
-            plan_r = replace(plan, config=replace(config, n_random=0, controls=()))
+            plan_r = replace(plan, config=replace(config, n_random=0, n_relabel=0, controls=()))
         else:
             plan_r = plan
         stats = _stats(plan, readout, done, row_keys, masks, boot, fam)
@@ -211,9 +213,12 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
                     })
         band, random_effects = null_band(plan_r, readout, done, stats, masks, MEASURES[readout], _values)
         result["null_band"] += band
+        relabel_band, relabel_effects = null_band(plan_r, readout, done, stats, masks, MEASURES[readout], _values,
+                                                  kind="relabel")
+        result["relabel_band"] += relabel_band
         base_obs, base_draws, _ = _ratios(readout, [done[(it.item_id, "base")] for it in plan.items], masks, boot, fam)
         result["controls"] += control_rows(plan_r, readout, done, masks, MEASURES[readout], ratios, _est,
-                                           (base_obs, base_draws), spans, random_effects, stats)
+                                           (base_obs, base_draws), spans, random_effects, stats, relabel_effects)
         result["by_layer"] += _by_layer(plan_r, readout, stats, band)
         result["ablation"] += _ablation(plan_r, readout, stats)
         headline, split = crossfit(plan_r, readout, done, MEASURES[readout], _values, ratios, _est, spans)
@@ -322,9 +327,15 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
         "excluded_families": plan.excluded,
         "requests": list(plan.config.requests),
         "injection": plan.config.injection,
+        "n_relabel": plan.config.n_relabel if plan.relabel else 0,
+        "relabel_directions": relabel_record(plan.relabel),
         "null_band_rule": ("n_random seeded random unit directions at the same layer and raw dose; the probe's "
                            "paired effect vs alpha 0 placed among theirs (percentile, z, p_null); band = 2.5-97.5 "
-                           "percentiles of their point estimates (experiments.dose_null)"),
+                           "percentiles of their point estimates (experiments.dose_null); relabel_band the same for "
+                           "the n_relabel directions fitted on relabelled rows (experiments.dose_relabel)"),
+        "specificity_rule": ("headline: every random and relabelled direction gets the probe's cross-fitted choice; "
+                             "p_goal = (1 + #{null effects at least as far toward the goal}) / (K + 1); specific = "
+                             f"p_goal <= {SPECIFIC_P} / the number of goals (experiments.dose_specificity)"),
         "interval_method": INTERVAL_METHOD,
         "n_boot": plan.config.n_boot,
         "seed": plan.config.seed,

@@ -5,8 +5,10 @@ cross-fitted headline, the random null and the non-targeted group, the controls 
 Rules used in the wording (chosen here, tested in tests/experiments/test_dose_stats_units.py):
 
 - an interval "includes 0" when lo <= 0 <= hi; a change is read as present only when it does not;
-- the probe is "outside the random null" when p_null <= 0.05 (|z| large and rare among K directions);
-  with fewer than 20 random directions p_null cannot reach 0.05 and the text says so;
+- the headline's specificity: against each null (random directions; directions fitted on relabelled
+  rows), every null direction given the probe's own cross-fitted choice, one-sided rank p <= 0.05 /
+  the number of goals (experiments.dose_specificity); with too few directions p cannot get there
+  and the text says so; the non-targeted group's place is two-sided (percentile and p_null);
 - ablation: "not necessary at this layer" when both the stop-rate and the log-odds intervals include 0;
   "used at this layer" when the log-odds interval excludes 0 (the model's preference moves) and
   "changes choices" when the stop-rate interval excludes 0 too. Not necessary is not "not used":
@@ -18,9 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from evprobe.experiments.dose_format import fmt_estimate
-
-P_NULL = 0.05
-
+from evprobe.experiments.dose_specificity import NULL_SETS, verdict_text
 
 def _excludes_zero(e: dict[str, Any] | None) -> bool:
     if not e or e.get("value") is None or e["ci"][0] is None:
@@ -70,6 +70,10 @@ def ablation_sentence(entry: dict[str, Any]) -> str:
     return f"{head}: {verdict}."
 
 
+def _null(block: dict[str, Any], kind: str, measure: str) -> dict[str, Any] | None:
+    return ((block.get("null") or {}).get(kind) or {}).get(measure)
+
+
 def _headline_paragraph(h: dict[str, Any]) -> str:
     t, o = h["target"], h["other"]
     picks = "; ".join(f"half {c['chosen_on']} chose L{c['layer']} at alpha {c['alpha']:+g} (its {t['group']} "
@@ -77,27 +81,27 @@ def _headline_paragraph(h: dict[str, Any]) -> str:
                       f"{100 * c['fit_useless_rate']:.0f}%{', every setting breaks' if c['broken'] else ''}), scored "
                       f"on half {c['scored_on']}" for c in h["choices"])
     lines = [f"**{h['readout']}, {h['goal']}** (cross-fitted). {picks}."]
+    measure, unit = ("log_odds", "nats") if t.get("log_odds_change") else ("stop_rate", "points")
+    against = "; ".join(verdict_text(_null(t, kind, measure), kind, unit) for kind in NULL_SETS)
     lines.append(f"On the scored halves the {t['group']} items' stop rate moves {_pts(t['change'])}"
                  + (f", stop log-odds {_nats(t.get('log_odds_change'))}" if t.get("log_odds_change") else "")
-                 + f"; in log-odds the probe is at {_place(t['null'].get('log_odds'), 'nats')}; "
-                 f"in stop rate at {_place(t['null'].get('stop_rate'), 'points')}.")
+                 + f". In {'log-odds' if measure == 'log_odds' else 'stop rate'} the probe is {against}.")
     moved = _excludes_zero(t["change"]) or _excludes_zero(t.get("log_odds_change"))
-    outside = (t["null"].get("log_odds") or {}).get("p_null")
-    shows = []
-    if moved:
-        shows.append("the direction moves the targeted group at a setting chosen on other families")
-    else:
-        shows.append("no change of the targeted group is distinguishable from 0 at the chosen setting")
-    if outside is not None:
-        if outside <= P_NULL:
-            shows.append("the move is larger than random directions of the same norm give (specific to this "
-                         "direction, not to any push of that size)")
-        else:
-            shows.append("random directions of the same norm move it about as far, so the effect is not "
-                         "specific to this direction")
+    shows = ["the direction moves the targeted group at a setting chosen on other families" if moved else
+             "no change of the targeted group is distinguishable from 0 at the chosen setting"]
+    rel, rnd = _null(t, "relabel", measure), _null(t, "random", measure)
+    if rel and rel.get("specific") is not None:
+        shows.append("the move is larger than directions fitted the same way on relabelled rows give, so it is "
+                     "specific to this label's direction" if rel["specific"] else
+                     "directions fitted the same way on meaningless labels move it about as far, so the effect is "
+                     "not specific to this label")
+    if rnd and rnd.get("specific") is not None:
+        shows.append("it is larger than a push of the same size in a random direction" if rnd["specific"] else
+                     "a random direction of the same size moves it about as far")
+    other_null = _null(o, "relabel", measure) or _null(o, "random", measure)
     lines.append(f"The {o['group']} items (not targeted) at the same settings: stop rate {_pts(o['change'])}"
                  + (f", log-odds {_nats(o.get('log_odds_change'))}" if o.get("log_odds_change") else "")
-                 + f", probe at {_place(o['null'].get('log_odds') or o['null'].get('stop_rate'), 'nats' if o['null'].get('log_odds') else 'points')}.")
+                 + f", probe at {_place(other_null, unit)}.")
     lines.append("What this shows: " + "; ".join(shows) + ". What it does not show: that the model uses this "
                  "direction when unsteered (see the ablation), or that the choice of setting is optimal (it was "
                  "made on half the families and its variability is not in the intervals).")
@@ -152,9 +156,11 @@ def paragraphs(result: dict[str, Any]) -> list[str]:
         out.append(f"**Headline.** No cross-fitted headline: {why}.")
     for h in result.get("headline", []):
         out.append(_headline_paragraph(h))
-    if meta.get("n_random", 0) and meta["n_random"] < 20:
-        out.append(f"**Null.** Only {meta['n_random']} random directions: p_null cannot go below "
-                   f"{1 / (meta['n_random'] + 1):.3f}, so no effect can be called outside the null; use n_random >= 50.")
+    for key, what in (("n_random", "random directions"), ("n_relabel", "relabelled directions")):
+        k = meta.get(key, 0)
+        if k and k < 39:  # 1 / (k + 1) > 0.05 / 2: no goal's verdict can be "specific"
+            out.append(f"**Null.** Only {k} {what}: p cannot go below {1 / (k + 1):.3f}, so no effect can be called "
+                       f"outside that null; use {key} >= 50.")
     out += _controls_paragraph(result)
     for a in result.get("ablation", []):
         if a["group"] != "all":
@@ -162,4 +168,4 @@ def paragraphs(result: dict[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["P_NULL", "ablation_sentence", "paragraphs"]
+__all__ = ["ablation_sentence", "paragraphs"]

@@ -14,8 +14,8 @@ Steps (each one resumable; a second run reuses finished work):
  5. fit difference-of-means directions for `resolved` on the selections of each half of the families
     (a seeded coin per family), so steering runs on families the direction never saw;
  6. dose-response: the first half's direction on the other half's selections (organism: the last
-    position at layers 2-3, alpha +-0.75 to +-1.0), with 50 random directions of the same norm, 3 specificity
-    controls, ablation and a cross-fitted headline;
+    position at layers 2-3, alpha +-0.75 to +-1.0), with 50 random directions of the same norm, 50 fitted
+    on relabelled rows, 3 specificity controls, ablation and a cross-fitted headline;
  7. pair patching on image pairs;
  8. for the organism, the known-answer checks (experiments/known_answer.py), then one report,
     `OUT/report/report.md`, with every plot beside it.
@@ -111,7 +111,8 @@ def quickstart(
 ) -> dict[str, Any]:
     """Run the whole pipeline into `out`; returns the timings and the report path.
 
-    n_random (random directions per steered layer x dose; default 50 for the organism, 2 for others),
+    n_random (random directions per steered layer x dose, and as many relabelled ones; default 50 for the
+    organism, 2 for others),
     permutations and refits (the sweep's; refits default probes.sweep's), dose_layers and alphas (the
     organism's default grid otherwise) and controls (the dose-response's control directions) shrink
     the job, e.g. for the known-answer mutation tests."""
@@ -186,6 +187,8 @@ def quickstart(
                                      alphas=alphas or (ORGANISM_ALPHAS if organism else (-1.0, -0.5, 0.0, 0.5, 1.0)),
                                      # untrained tiny VLMs: ~1,200-token prompts, so the plumbing-only null of before
                                      n_random=n_random if n_random is not None else (50 if organism else 2),
+                                     # the specificity null: directions fitted on relabelled rows, as many
+                                     n_relabel=n_random if n_random is not None else (50 if organism else 2),
                                      controls=CONTROLS if organism and controls else (),
                                      positions="last" if organism else "all",
                                      # the organism's reply is `ANSWER: <letter>`: the generated reply of the

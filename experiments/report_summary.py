@@ -78,6 +78,7 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
     """(measure, estimate with interval and n, what it is) rows of the headline table."""
     from evprobe.bench.score_report import pct, plain, points
     from evprobe.experiments.dose_format import crossfit_setting, fmt_estimate
+    from evprobe.probes.control_tasks import fmt_selectivity
 
     rows = []
     if scores:
@@ -93,8 +94,7 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
                      f"layer {best['layer']}, position {best['position']}, chosen without test labels"))
         sel = _row_at(sweep, best["layer"], best["position"]).get("selectivity")
         if sel:
-            rows.append(("selectivity (AUROC minus control tasks)", plain(sel),
-                         "above 0: the probe reads more than a random function of the cell"))
+            rows.append(("selectivity (AUROC minus control tasks)", fmt_selectivity(sel), SELECTIVITY_MEANS))
     for h in (dose or {}).get("headline") or []:
         if h.get("readout", "logprobs") != "logprobs":
             continue
@@ -118,6 +118,7 @@ def _row_at(sweep: dict, layer: int, position: str) -> dict[str, Any]:
 def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> list[str]:
     """What the headline numbers show, and what they do not, in a few generated sentences."""
     from evprobe.bench.score_report import pct, plain
+    from evprobe.probes.control_tasks import fmt_selectivity
 
     out = []
     if scores and (m := scores.get("min_cost_choice")) and m.get("value") is not None:
@@ -133,41 +134,46 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
                 f"{plain({'value': best.get('auroc'), 'ci': best.get('ci'), 'n': best.get('n')})}, {strength}, at "
                 f"layer {best['layer']} / {best['position']} (nested estimate: chosen on training folds only).")
         if sel.get("value") is not None:
-            text += (" Against control tasks its selectivity is " + plain(sel)
-                     + ("; decodability alone does not show the model uses it (the steering below tests that)."
-                        if sel.get("selective") else "; it is not selective: a random function of the cell is "
-                        "decoded as well."))
+            text += " Against control tasks its selectivity is " + fmt_selectivity(sel) + "; " + _selectivity_reading(sel)
         out.append(text)
     for h in (dose or {}).get("headline") or []:
         if h.get("readout", "logprobs") != "logprobs":
             continue
-        null = ((h["target"].get("null") or {}).get("log_odds") or {})
         e = h["target"].get("log_odds_change") or {}
         if e.get("value") is None:
             continue
         out.append(f"Steering ({h['goal']}): the probe direction moved the {h['group']} items' stop log-odds by "
                    f"{e['value']:+.2f} nats [{e['ci'][0]:+.2f}, {e['ci'][1]:+.2f}] (n={e.get('n')}); "
-                   + _against_null(e, null))
+                   + _against_nulls(h["target"]))
     return out
 
 
-def _against_null(e: dict[str, Any], null: dict[str, Any]) -> str:
-    """Where an effect sits against the random directions' 2.5-97.5% band (same layer, dose, norm):
-    outside only when its whole interval is; a point estimate beyond the band whose interval reaches
-    into it is said to be so, not called outside."""
-    if null.get("lo") is None:
-        return "no random directions were run, so nothing says the direction is special."
-    band = (f"the {null.get('n_directions')} random directions of the same size move it by {null['lo']:+.2f} to "
-            f"{null['hi']:+.2f} nats (2.5-97.5%)")
-    lo, hi = e["ci"]
-    if hi < null["lo"] or lo > null["hi"]:
-        verdict = "its whole interval lies outside that band, so random directions of the same size do not do this"
-    elif e["value"] < null["lo"] or e["value"] > null["hi"]:
-        verdict = ("its estimate lies beyond that band but its interval reaches into it, so it is not clearly more "
-                   "than a random direction does")
-    else:
-        verdict = "its estimate lies inside that band: a random direction of the same size does as much"
-    return f"{band}; {verdict}."
+SELECTIVITY_MEANS = ("interval from the control tasks' own spread; above 0 = decoded better than every random "
+                     "function of the cell, which a label that is one more such function does 1 time in k + 1")
+
+
+def _selectivity_reading(sel: dict[str, Any]) -> str:
+    """What the selectivity at the nested best row shows (probes.control_tasks: the verdict's rule)."""
+    if sel.get("selective") is None:
+        return "too few control tasks for a verdict."
+    if sel["selective"]:
+        return (f"it is decoded better than every one of the {sel.get('k')} random functions of the cell (a label "
+                f"that is just another cell function does that 1 time in {sel.get('k', 0) + 1}); decodability alone "
+                "does not show the model uses it (the steering below tests that).")
+    return "it is not selective: some random function of the cell is decoded as well."
+
+
+def _against_nulls(target: dict[str, Any]) -> str:
+    """Where the cross-fitted effect sits against each null, every null direction given the same
+    cross-fitted choice (experiments.dose_specificity: its rule and measured false-verdict rate): the
+    relabelled directions (the claim about this label) first, the isotropic band as its own statement."""
+    from evprobe.experiments.dose_specificity import NULL_SETS, verdict_text
+
+    nulls = target.get("null") or {}
+    if not any((nulls.get(kind) or {}).get("log_odds") for kind in NULL_SETS):
+        return "no null directions were run, so nothing says the direction is special."
+    parts = [verdict_text((nulls.get(kind) or {}).get("log_odds"), kind, "nats") for kind in ("relabel", "random")]
+    return f"it lies {parts[0]}; and {parts[1]}."
 
 
 def summary_png(sweep: dict | None, dose: dict | None, path: Path) -> Path | None:
@@ -224,6 +230,11 @@ def _steered_layer(dose: dict | None) -> int | None:
     return min(set(layers), key=lambda x: (-layers.count(x), x))
 
 
+def _band_size(dose: dict, key: str) -> int:
+    """How many directions made the band `key` (meta n_random / n_relabel)."""
+    return int((dose.get("meta") or {}).get("n_random" if key == "null_band" else "n_relabel") or 0)
+
+
 def _dose_panel(ax, dose: dict, layer: int) -> None:
     rows = [r for r in dose["rows"] if r["readout"] == "logprobs" and r["system"] == "all"
             and r["measure"] == "log_odds" and (r["kind"] == "baseline" or (r["kind"] == "probe" and r["layer"] == layer))]
@@ -236,14 +247,17 @@ def _dose_panel(ax, dose: dict, layer: int) -> None:
         los = [d["value"] - d["ci"][0] for _, d in pts]
         his = [d["ci"][1] - d["value"] for _, d in pts]
         ax.errorbar(xs, vs, yerr=[los, his], fmt="o-", color=f"C{i}", capsize=3, label=f"probe, {group} items")
-    for i, group in enumerate(("resolved", "unresolved")):
-        band = [(b["alpha"], b["effect_lo"], b["effect_hi"]) for b in dose.get("null_band", [])
-                if b["readout"] == "logprobs" and b["layer"] == layer and b["system"] == "all"
-                and b["measure"] == "log_odds" and b["group"] == group]
-        if band:
-            pairs = sorted([(0.0, 0.0, 0.0), *band])  # alpha = 0 is the unsteered model: no spread
-            ax.fill_between([a for a, _, _ in pairs], [lo for _, lo, _ in pairs], [hi for _, _, hi in pairs],
-                            color=f"C{i}", alpha=0.15, label=f"random directions, {group} (2.5-97.5%)")
+    for key, what, style in (("null_band", "random directions", {"alpha": 0.15}),
+                             ("relabel_band", "relabelled directions", {"alpha": 0.0, "hatch": "///"})):
+        for i, group in enumerate(("resolved", "unresolved")):
+            band = [(b["alpha"], b["effect_lo"], b["effect_hi"]) for b in dose.get(key, [])
+                    if b["readout"] == "logprobs" and b["layer"] == layer and b["system"] == "all"
+                    and b["measure"] == "log_odds" and b["group"] == group]
+            if band:
+                pairs = sorted([(0.0, 0.0, 0.0), *band])  # alpha = 0 is the unsteered model: no spread
+                ax.fill_between([a for a, _, _ in pairs], [lo for _, lo, _ in pairs], [hi for _, _, hi in pairs],
+                                color=f"C{i}", edgecolor=f"C{i}", **style,
+                                label=f"{what}, {group} (2.5-97.5% of {_band_size(dose, key)})")
     ax.axhline(0.0, ls=":", color="C7")
     ax.set(xlabel="alpha (mean residual norms; + toward measuring)", ylabel="change in stop log-odds (nats)",
            title=f"steering at layer {layer} (cross-fitted choice)")
@@ -269,8 +283,10 @@ def summary_markdown(roots: list[Path], out: Path, title: str, banner: str | Non
         lines += ["![Headline: probe AUROC by layer with control tasks; dose-response at the chosen layer with "
                   "the random-direction band](summary.png)", "",
                   "*Left: a probe worth reading rises above the control tasks and chance; the star is the honest "
-                  "estimate. Right: steering works where the probe's curve leaves the shaded band of random "
-                  "directions of the same size (one band per group, in its colour).*", ""]
+                  "estimate. Right: the probe's dose-response against the shaded band of random directions of the "
+                  "same size and the hatched band of directions fitted on relabelled rows (one of each per group, in "
+                  "its colour); the verdicts below compare the cross-fitted effect with those directions given the "
+                  "same cross-fitted choice.*", ""]
     rows = headline_rows(scores, sweep, dose, known)
     if rows:
         lines += ["| measure | estimate [95% CI] (n) | what it is |", "|---|---|---|"]

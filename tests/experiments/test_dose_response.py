@@ -59,9 +59,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def config(setup: dict[str, Path], out: str, **changes) -> DoseResponseConfig:
     """The shipped tiny config (2 layers, alphas -1/0/+1, 8 items, 3 controls) on the fixture, with 3
-    random directions (tiny:llava prompts are ~1,200 tokens: 50 would take minutes on CPU)."""
+    random and 3 relabelled directions (tiny:llava prompts are ~1,200 tokens: 50 would take minutes on CPU)."""
     overrides = {"bench": str(setup["bench"]), "directions": str(setup["dirs"]), "out": str(setup["root"] / out)}
-    return replace(load_dose_response_config("dose_response_tiny", overrides), **{"n_random": 3, **changes})
+    return replace(load_dose_response_config("dose_response_tiny", overrides), **{"n_random": 3, "n_relabel": 3,
+                                                                                  **changes})
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +102,15 @@ def test_plan_holds_out_the_fitted_families_and_flips_the_sign(setup) -> None:
         assert np.allclose(d.vector, -stored[layer].vector, atol=1e-6) and abs(np.linalg.norm(d.vector) - 1) < 1e-12
         assert d.mean_norm == stored[layer].mean_norm
     keys = [c.key for c in plan.conditions]
-    assert keys == ["base", "L1.probe.-1", "L1.random.-1", "L1.controls.-1", "L1.probe.+1", "L1.random.+1",
-                    "L1.controls.+1", "L1.ablate", "L2.probe.-1", "L2.random.-1", "L2.controls.-1", "L2.probe.+1",
-                    "L2.random.+1", "L2.controls.+1", "L2.ablate"]
+    assert keys == ["base", "L1.probe.-1", "L1.random.-1", "L1.relabel.-1", "L1.controls.-1", "L1.probe.+1",
+                    "L1.random.+1", "L1.relabel.+1", "L1.controls.+1", "L1.ablate", "L2.probe.-1", "L2.random.-1",
+                    "L2.relabel.-1", "L2.controls.-1", "L2.probe.+1", "L2.random.+1", "L2.relabel.+1",
+                    "L2.controls.+1", "L2.ablate"]
     assert plan.random.shape == (3, plan.d_model)
+    for layer, rel in plan.relabel.items():  # fitted like the direction, on its rows, label permuted in families
+        assert rel.vectors.shape == (3, plan.d_model) and np.allclose(np.linalg.norm(rel.vectors, axis=1), 1)
+        assert np.allclose(rel.cosines, rel.vectors @ plan.directions[layer].vector)
+    assert not np.allclose(plan.relabel[1].vectors[0], plan.relabel[1].vectors[1])
     assert [c.name for c in plan.controls[1]] == ["history", "threshold_level", "shuffled"]
     # other systems or families as targets; in-sample on request
     assert {it.system for it in make_plan(config(setup, "p", systems=("spring",))).items} == {"spring"}
@@ -135,12 +141,12 @@ def test_readout_measures_from_logprobs(setup) -> None:
 def test_run_writes_every_file_and_alpha_zero_is_the_unsteered_model(setup, first) -> None:
     cfg, summary = first
     out = Path(cfg.out)
-    assert summary["computed"] == summary["n_rows"] == 8 * 15 and summary["reused"] == 0
+    assert summary["computed"] == summary["n_rows"] == 8 * 19 and summary["reused"] == 0
     for name in ("results.jsonl", "meta.json", "dose_response.json", "dose_response.md", "stop_rate.png",
                  "missing_test_rate.png", "min_cost_accuracy.png", "log_odds.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 200, name
     rows = load_results(out / RESULTS_FILE)
-    assert len(rows) == 120
+    assert len(rows) == 152
     plan = make_plan(cfg)
     handle = hooks.load(MODEL)
     prompts = [build_prompt(it, "direct", "standard") for it in plan.items]
@@ -213,7 +219,7 @@ def test_rerun_reuses_everything_and_loads_no_model(setup, first, no_model_load)
     path = Path(cfg.out) / RESULTS_FILE
     before = path.read_bytes()
     again = dose_response(cfg, progress=False)
-    assert (again["computed"], again["reused"]) == (0, 120)
+    assert (again["computed"], again["reused"]) == (0, 152)
     assert path.read_bytes() == before
 
 
@@ -228,9 +234,9 @@ def test_a_torn_run_resumes_without_duplicates(setup, first) -> None:
     (Path(cut_cfg.out) / RESULTS_FILE).write_bytes(data[:cut])
     kept = data[:cut].count(b"\n")
     summary = dose_response(cut_cfg, progress=False)
-    assert (summary["reused"], summary["computed"]) == (kept, 120 - kept)
+    assert (summary["reused"], summary["computed"]) == (kept, 152 - kept)
     lines = (Path(cut_cfg.out) / RESULTS_FILE).read_text().splitlines()
-    assert len(lines) == 120 and len({(json.loads(x)["item_id"], json.loads(x)["condition"]) for x in lines}) == 120
+    assert len(lines) == 152 and len({(json.loads(x)["item_id"], json.loads(x)["condition"]) for x in lines}) == 152
     resumed = load_results(Path(cut_cfg.out) / RESULTS_FILE)
     for key, row in full.items():  # recomputed rows agree (other batch mixes: float noise at most)
         if "lp_set" in row:
@@ -246,10 +252,12 @@ def test_other_settings_in_the_same_folder_are_refused(first, no_model_load) -> 
         dose_response(replace(cfg, readout="generate"), progress=False)
     with pytest.raises(InputError, match="random_seed=0, this run has random_seed=5"):
         dose_response(replace(cfg, random_seed=5), progress=False)
+    with pytest.raises(InputError, match="n_relabel=3, this run has n_relabel=4"):
+        dose_response(replace(cfg, n_relabel=4), progress=False)
 
 
 def test_generated_replies_readout(setup) -> None:
-    cfg = config(setup, "gen", readout="both", layers=(1,), alphas=(0.0, 1.0), n_random=0, controls=(),
+    cfg = config(setup, "gen", readout="both", layers=(1,), alphas=(0.0, 1.0), n_random=0, n_relabel=0, controls=(),
                  ablation=False, limit=4)
     summary = dose_response(cfg, progress=False)
     assert summary["computed"] == 4 * 2
@@ -328,7 +336,8 @@ def test_cli_flags_override_the_config(setup, first, capsys, no_model_load) -> N
     cfg, _ = first
     # the finished run again through the CLI: flags select the same run, which is all reused
     rc = _cli(["--config", "dose_response_tiny", "--bench", str(setup["bench"]), "--directions", str(setup["dirs"]),
-               "--out", cfg.out, "--alphas=-1,0,1", "--layers", "1,2", "--n-random", "3", "--quiet"])
+               "--out", cfg.out, "--alphas=-1,0,1", "--layers", "1,2", "--n-random", "3", "--n-relabel", "3",
+               "--quiet"])
     assert rc == 0
     assert "0 computed" in capsys.readouterr().out
 
@@ -381,11 +390,13 @@ def test_random_set_rows_equal_one_direction_at_a_time(setup, first) -> None:
     prompts = [build_prompt(it, "direct", "standard") for it in items]
     images = [_images(setup["bench"], it) for it in items]
     raw = -1.0 * meta["alpha_units"]["2"]["unit_norm"]
-    for k in range(plan.random.shape[0]):
-        logp = option_logprobs(handle, prompts, images, LETTERS, Steering(plan.random[k], 2, raw), batch_size=4)
+    sets = [("L2.random.-1", k, plan.random[k]) for k in range(plan.random.shape[0])]
+    sets.append(("L2.relabel.-1", 1, plan.relabel[2].vectors[1]))  # the relabelled set rides the same path
+    for key, k, vector in sets:
+        logp = option_logprobs(handle, prompts, images, LETTERS, Steering(vector, 2, raw), batch_size=4)
         for i, it in enumerate(items):
             want = logprob_readout(it, logp[i])
-            s = rows[(it.item_id, "L2.random.-1")]["lp_set"]
+            s = rows[(it.item_id, key)]["lp_set"]
             assert s["choice"][k] == want["choice"] and s["log_odds"][k] == pytest.approx(want["log_odds"], abs=1e-5)
 
 
@@ -408,10 +419,19 @@ def test_null_controls_ablation_and_crossfit_are_reported(first) -> None:
     for h in result["headline"]:
         assert [c["chosen_on"] for c in h["choices"]] == ["A", "B"]
         assert [c["scored_on"] for c in h["choices"]] == ["B", "A"]
-        assert h["target"]["change"]["n"] == 4 and h["target"]["null"]["log_odds"]["n_directions"] == 3
+        assert h["target"]["change"]["n"] == 4
+        for kind in ("random", "relabel"):  # every null direction through the same cross-fitted choice
+            null = h["target"]["null"][kind]["log_odds"]
+            assert null["n_directions"] == 3 and len(null["effects"]) == 3 and null["p_goal"] >= 1 / 4
+            assert null["specific"] is False  # 3 directions cannot give p <= 0.05
+            assert len(h["other"]["null"][kind]["log_odds"]["effects"]) == 3
+    assert result["meta"]["n_relabel"] == 3 and set(result["meta"]["relabel_directions"]) == {"1", "2"}
+    assert {r["layer"] for r in result["relabel_band"]} == {1, 2}
+    assert all(c["relabel_p_null"] is not None for c in result["controls"] if c["alpha"] != 0)
     md = (Path(cfg.out) / "dose_response.md").read_text()
     assert "cross-fitted" in md and "What this shows" in md and "Specificity controls" in md
-    assert "p_null cannot go below" in md  # 3 directions: the text says the null is too small
+    assert "Only 3 random directions: p cannot go below" in md  # 3 directions: the text says the null is too small
+    assert "Only 3 relabelled directions: p cannot go below" in md and "log-odds vs relabelled" in md
 
 
 def test_controls_fail_in_one_line_without_captures(setup, tmp_path, no_model_load) -> None:
@@ -426,4 +446,24 @@ def test_controls_fail_in_one_line_without_captures(setup, tmp_path, no_model_lo
     with pytest.raises(ConfigError, match=r"cannot fit it from the captures.*controls: \[\]") as err:
         make_plan(config(setup, "c", directions=str(dirs)))
     assert "\n" not in str(err.value)
-    assert make_plan(config(setup, "c", directions=str(dirs), controls=())).controls == {1: [], 2: []}
+    with pytest.raises(ConfigError, match=r"relabelled null: cannot read the rows .* n_relabel: 0") as err:
+        make_plan(config(setup, "c", directions=str(dirs), controls=()))  # the relabelled null needs them too
+    assert "\n" not in str(err.value)
+    plan = make_plan(config(setup, "c", directions=str(dirs), controls=(), n_relabel=0))
+    assert plan.controls == {1: [], 2: []} and plan.relabel == {}
+    assert not any(c.kind == "relabel" for c in plan.conditions)
+
+
+def test_the_false_verdict_benchmark_runs_on_a_finished_folder(first, capsys) -> None:
+    """benchmarks/steering_null_verdicts.py (the README quotes it on the quickstart): each null
+    direction plays the probe; with 3 directions none can be called specific."""
+    import runpy
+
+    cfg, _ = first
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "steering_null_verdicts.py"
+    main = runpy.run_path(str(script))["main"]
+    assert main(["--folder", cfg.out]) == 0
+    out = capsys.readouterr().out
+    for kind in ("random", "relabel"):
+        assert f"{kind} | either goal (log-odds) | false 'specific' for at least one goal: printed 0 of 3" in out
+    assert "relabelled directions' cosine with the probe" in out

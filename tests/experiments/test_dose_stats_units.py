@@ -80,3 +80,65 @@ def test_dose_plots_show_rates_in_percent_and_log_odds_in_nats() -> None:
         scale, label = plot_axis(measure)
         assert scale == 100.0 and label.endswith("% of items")
     assert plot_axis("log_odds") == (1.0, "log-odds stop vs best other letter (nats)")
+
+
+# -- the specificity verdict: every null direction through the probe's own cross-fitted choice ----
+
+
+def test_choose_settings_vectorised_matches_the_probes_rule() -> None:
+    from evprobe.experiments.dose_specificity import choose_settings
+
+    cands = [(1, 1.0), (2, 1.0), (2, 0.5)]
+    shift = np.array([[1.0, 0.2, np.nan], [0.5, 0.2, 0.1], [0.5, 0.3, 0.1]])  # (C, K)
+    useless = np.array([[0.5, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.5]])
+    chosen, broken = choose_settings(cands, shift, useless)
+    # direction 0: (1, 1) breaks, the tie between the others goes to the smaller dose; 1: the largest shift;
+    # 2: a NaN shift never wins, the broken (2, .5) is refused
+    assert list(chosen) == [2, 2, 1] and not broken.any()
+    chosen, broken = choose_settings(cands, shift, np.ones_like(useless))  # every setting breaks: furthest, flagged
+    assert list(chosen) == [0, 2, 2] and broken.all()  # direction 2: the tie goes to the smaller dose
+
+
+def test_crossfit_effects_score_each_direction_at_its_own_choice_on_the_other_half() -> None:
+    from evprobe.experiments.dose_specificity import crossfit_effects
+
+    measures = ("stop_rate", "useless_test_rate")
+    half = np.array(["A", "A", "B", "B"])
+    target = np.array([True, True, True, True])
+    base = np.array([[1.0, 0.0]] * 4)
+    # two directions, two doses; direction 0 moves at +1 only on half A, at +0.5 only on half B, so each
+    # half chooses for the other the dose that moves *its own* items: scored, it moves nothing
+    d1 = np.zeros((4, 2, 2))
+    d1[:, :, 0] = [[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]]  # (items, K): stop rate at +1
+    d05 = np.zeros((4, 2, 2))
+    d05[:, :, 0] = [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [0.0, 1.0]]  # at +0.5
+    eff = crossfit_effects([(1, 1.0), (1, 0.5)], base, {(1, 1.0): d1, (1, 0.5): d05}, half, ("A", "B"),
+                           target, {"resolved": target}, +1, measures)
+    # direction 0: A chose +1 (moves A by -1), scored on B at +1: B stays at 1 -> 0 change; B chose +0.5, scored
+    # on A at +0.5: A stays at 1 -> 0; direction 1 moves at +1 everywhere: -1
+    assert eff["resolved"][:, 0] == pytest.approx([0.0, -1.0])
+
+
+def test_specificity_is_a_rank_test_with_its_promised_false_verdict_rate() -> None:
+    """Each of K exchangeable null effects in turn playing the probe against the others: at most
+    floor(0.05 K) / K are called specific, and a probe beyond every null direction is."""
+    from evprobe.experiments.dose_specificity import specificity_stats, verdict_text
+
+    rng = np.random.default_rng(3)
+    effects = rng.standard_normal(51)
+    one = [specificity_stats(effects[j], np.delete(effects, j), sign=+1, goals=1)["specific"] for j in range(51)]
+    assert sum(one) == 2  # p_goal = (1 + #others at least as far toward the goal) / 51 <= 0.05: the top two
+    # sign +1 = induce measuring: toward the goal is a *fall* of stopping, so the most negative effects win
+    assert all(one[j] == (j in np.argsort(effects)[:2]) for j in range(51))
+    # two goals share the 5%: p <= 0.025, so only a direction beyond every other one is called specific
+    two = [specificity_stats(effects[j], np.delete(effects, j), sign=+1)["specific"] for j in range(51)]
+    assert sum(two) == 1 and two[int(np.argmin(effects))]
+    assert specificity_stats(-10.0, effects[:30], sign=+1)["specific"] is False  # 1/31 > 0.025: out of reach
+    far = specificity_stats(-10.0, effects[:50], sign=+1)  # beyond every null direction toward the goal
+    assert far["specific"] and far["p_goal"] == pytest.approx(1 / 51) and far["beaten"] == 50
+    wrong_way = specificity_stats(+10.0, effects[:50], sign=+1)
+    assert wrong_way["specific"] is False and wrong_way["p_goal"] == pytest.approx(1.0)
+    assert "beyond 50 of 50 directions fitted the same way on relabelled rows" in verdict_text(far, "relabel", "nats")
+    assert "specific to this direction" in verdict_text(far, "relabel", "nats")
+    few = specificity_stats(-10.0, effects[:3], sign=+1)
+    assert "too few (3) for p <= 0.025, so no verdict" in verdict_text(few, "random", "nats")
