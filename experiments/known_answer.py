@@ -10,39 +10,54 @@ a generated token's). A training-only head read the right option's meaning there
 (`aux_layer`, 3, not the last), so sufficiency is linearly there, one direction for every system.
 `known_answer_checks(OUT)` reads what `evprobe quickstart` wrote under OUT (and the plant from
 the checkpoint's organism.json) and writes OUT/known_answer.json and OUT/known_answer.md. Every number
-comes with its interval and n. Each check below names the fault that it catches in
+comes with its interval and n, and every check states the n it expects (its target) and fails when it
+reads fewer or more: counted from OUT/bench and what each stage was asked to do, never from the file
+checked (experiments.known_answer_n), so a shard never merged fails instead of passing on half the
+families. Each check below names the faults that it catches in
 tests/experiments/test_known_answer_mutations.py (the README's fault x check table):
 
-- behaviour: minimum-cost choice >= 0.95 and both-correct image pairs >= 0.90 (scores.json).
-  Catches: image-pair members swapped.
-- planted profile (sweep.json): before layer k every position is at chance (AUROC within 0.05 of 0.5
-  or its interval covering 0.5; far below 0.5 fails too) and the last position's state is identical within families (the same
-  at every image pair and threshold pair); from layer k on, it differs within every pair; at (m, last) the
-  grouped-CV AUROC is >= 0.90 with its interval's low end >= 0.80. The nested estimate (layer and
-  position chosen without test labels) is shown beside it, never the test-fold maximum.
-  Catches: the capture's layers off by one.
+- behaviour: minimum-cost choice >= 0.95 and both-correct image pairs >= 0.90 (scores.json), on every
+  select decision and every image pair of the bench. Catches: image-pair members swapped.
+- planted profile (sweep.json and the capture): before layer k every position is at chance (AUROC
+  within 0.05 of 0.5 or its interval covering 0.5; far below 0.5 fails too) and the last position's
+  state is identical within families (the same at every image pair and threshold pair); from layer k
+  on, it differs within every pair; at (m, last) the grouped-CV AUROC is >= 0.90 with its interval's
+  low end >= 0.80, on every labelled row of the capture. The nested estimate (layer and position
+  chosen without test labels) is shown beside it, never the test-fold maximum. And each system x
+  initial-test group at (m, last) agrees with the others (experiments.known_answer_capture): its
+  class-mean difference at cosine >= 0.70 with the other groups' pooled one, and a probe trained on
+  the other groups scores it at AUROC >= 0.90. Catches: the capture's layers off by one, families
+  leaking across the folds, a wrong label (2 of 6 groups, or every mass-initial family: pooled, both
+  still decode), half the families missing.
 - one direction across systems: a probe trained on one system's rows at (m, last) scores every other
-  system's (disjoint families) at AUROC >= 0.90 (probes.transfer, kind "system"): the planted head reads
-  one "stop" class for all systems. Catches: a wrong label (sufficiency flipped for some system x
-  initial-test groups), which grouped CV within the pooled rows still decodes.
+  system's (disjoint families, all of them) at AUROC >= 0.90 (probes.transfer, kind "system"): the
+  planted head reads one "stop" class for all systems. Catches: both wrong labels, the capture off by
+  one, half the families missing.
+- stored directions point to their class (OUT/directions and the capture; known_answer_capture): at
+  layer m each stored direction's projection ranks its label's positive class first on every family
+  it was not fitted on (AUROC >= 0.90). Catches: a direction's sign flipped (before, steering alone
+  did), a random direction, both wrong labels, half the families missing.
 - no family leakage (sweep.json): the sweep's within-family shuffle check fires on no row with an
   effect that matters (|shuffled AUROC - 0.5| > 0.05; the sweep's own rule alone allows 5% false
-  alarms per sweep). Catches: families leaking across the folds.
-- steering at the planted layer (dose_response.json), layer m only: on resolved items at +alpha and
+  alarms per sweep), on every labelled row. Catches: families leaking across the folds, half the
+  families missing.
+- steering at the planted layer (dose_response.json), layer m only, on every held-out selection (the
+  families the steered direction was not fitted on): on resolved items at +alpha and
   unresolved items at -alpha the stop rate moves >= 0.40 toward the predicted side at some dose before
   the model breaks, with random directions of the same raw norm moving it at most a quarter as far at
   that dose, monotonically up to that dose (slack 0.02); the model *breaks* at the first dose where
   more than 10% of the group choose a useless test (free fall, or the test already done) or where the
   stop rate falls back from an earlier dose's shift by more than 0.02 and more than its own 95% interval
   reaches. Catches: no-op steering, a random direction in place of the probe's, the steering layer off
-  by one.
+  by one, a direction's sign flipped.
 - generated replies follow the steering (dose_response.json, readout both), layer m: at alpha 0 and
   every dose before the break, both groups, the greedy reply's stop rate is within 0.05 (or two items'
   worth of a small group) of the log-prob readout's and at most 5% of the replies are invalid. The letter is generated at the step after
   `ANSWER:`, from that generated token's state; the log-probs read the same state teacher-forced in one
   forward. Catches: steering that edits the prompt pass and no generated token (prompt-only).
-- interchange interventions (patching.json; decoded flip = interchange-intervention accuracy, IIA:
-  the share of pairs whose top letter becomes the source member's when one state is patched): known
+- interchange interventions (patching.json, on every pair the patching was asked for; decoded flip =
+  interchange-intervention accuracy, IIA: the share of pairs whose top letter becomes the source
+  member's when one state is patched): known
   by construction at both ends. Before layer k the two members differ only at the image position, and
   its state is a function of the sheet value alone, so patching it there is running the source:
   image IIA >= 0.95, text and last <= 0.05. At the last layer only the last position feeds the letter:
@@ -66,13 +81,16 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.experiments.known_answer_capture import (DECODE_FLOOR, GROUP_COSINE, direction_check, group_problems,
+                                                      group_readings)
+from evprobe.experiments.known_answer_n import Expectations, Expected, n_problems
 from evprobe.experiments.known_answer_row import check_row, estimate_text
 from evprobe.experiments.known_answer_span import image_span_check, span_outcomes
-from evprobe.experiments.known_answer_steering import generated_check, steering_checks
+from evprobe.experiments.known_answer_steering import generated_check, steering_checks, steered_expected
 
 MIN_COST_FLOOR = 0.95
 PAIRS_FLOOR = 0.90
-DECODE_FLOOR = 0.90  # AUROC at the planted row (and each transfer cell)
+# DECODE_FLOOR (known_answer_capture): AUROC 0.90 at the planted row, each transfer cell, each group, each direction
 DECODE_LOW_END = 0.80  # the planted row's interval must not reach below this
 CHANCE = 0.55  # an AUROC at most this, or whose interval reaches 0.5, is at chance
 IIA_HIGH, IIA_LOW = 0.95, 0.05
@@ -84,15 +102,24 @@ def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def behaviour_checks(scores: dict[str, Any] | None) -> list[dict[str, Any]]:
+def behaviour_checks(scores: dict[str, Any] | None, expected: dict[str, Expected | None]) -> list[dict[str, Any]]:
+    """expected: per measure, its denominator (every select decision, every image pair of the bench)."""
     if scores is None:
         return [check_row("behaviour", None, "no scores.json", "run and score the model")]
     out = []
     for key, floor, title in (("min_cost_choice", MIN_COST_FLOOR, "minimum-cost choice"),
                               ("both_correct_image_pairs", PAIRS_FLOOR, "both-correct image pairs")):
-        e = scores[key]
-        out.append(check_row(title, e["value"] is not None and e["value"] >= floor, estimate_text(e), f">= {floor:.2f}"))
+        e, exp = scores[key], expected.get(key)
+        off = n_problems([("n", exp, e.get("n"), None)])
+        measured = estimate_text(e) + (f"; FAILS: {off[0]}" if off else "")
+        target = f">= {floor:.2f}" + (f", {exp.text}" if exp is not None else "")
+        out.append(check_row(title, e["value"] is not None and e["value"] >= floor and not off, measured, target))
     return out
+
+
+def _sweep_n(sweep: dict[str, Any], expected: Expected | None) -> list[str]:
+    """The sweep's rows and families against the capture's expected labelled rows."""
+    return n_problems([("sweep", expected, sweep.get("n"), sweep.get("n_families"))])
 
 
 def _ci(e: dict[str, Any]) -> str:
@@ -115,15 +142,23 @@ def _pairs(row: dict[str, Any]) -> tuple[int, int]:
     return sum(int(c[0]) for c in counts), sum(int(c[1]) for c in counts)
 
 
-def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int]) -> dict[str, Any]:
-    """Chance before the planted layer k, identical last states there; varying from k; decodable at m."""
+def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected: Expected | None,
+                  groups: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Chance before the planted layer k, identical last states there; varying from k; decodable at m,
+    pooled (the sweep, on every labelled row of the capture: `expected`) and in each system x
+    initial-test group with the sign of the others (`groups`: known_answer_capture.group_readings)."""
     title = "planted layer profile"
     k, m = plant["attention_free_layers"], plant["aux_layer"]
     target = (f"L0-L{k - 1}: every position at chance, the last position identical within every pair; "
               f"L{k}+: the last position differs within every pair; L{m}/last AUROC >= {DECODE_FLOOR:.2f}, interval above "
-              f"{DECODE_LOW_END:.2f}")
+              f"{DECODE_LOW_END:.2f}, on {expected.text if expected else 'every labelled row'}; each system x "
+              f"initial-test group at L{m}/last: cosine >= {GROUP_COSINE:.2f} between its class-mean difference and the "
+              f"other groups' pooled one, and a probe trained on the other groups scores it at AUROC >= "
+              f"{DECODE_FLOOR:.2f}, each group on every family of the bench it holds")
     if sweep is None:
         return check_row(title, None, "no sweep.json", target)
+    if groups is None:
+        return check_row(title, None, f"no capture of L{m}/last to read the groups from", target)
     rows = sweep["rows"]
     before, after = [r for r in rows if r["layer"] < k], [r for r in rows if r["layer"] >= k]
     planted = next((r for r in rows if r["layer"] == m and r["position"] == "last"), None)
@@ -158,15 +193,23 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int]) -> dict[s
     if best.get("layer") is not None:
         parts.append(f"nested estimate (choice without test labels) L{best['layer']}/{best['position']} "
                      f"{best['auroc']:.3f}{_ci(best)} (n={best.get('n')})")
+    problems += _sweep_n(sweep, expected) + n_problems([(f"L{m}/last", expected, planted.get("n"), None)])
+    parts.append(f"sweep n={sweep.get('n')} rows of {sweep.get('n_families')} families")
+    off, text = group_problems(groups)
+    problems += off
+    parts.append(f"by group at L{m}/last: {text}")
     measured = "; ".join(parts) + (f"; FAILS at {', '.join(problems)}" if problems else "")
     return check_row(title, not problems, measured, target)
 
 
-def transfer_check(acts: Path | None, plant: dict[str, int], *, n_boot: int = 200) -> dict[str, Any]:
-    """A probe at (m, last) trained on one system scores each other system at >= DECODE_FLOOR."""
+def transfer_check(acts: Path | None, plant: dict[str, int], expected: dict[str, Expected], *,
+                   n_boot: int = 200) -> dict[str, Any]:
+    """A probe at (m, last) trained on one system scores each other system at >= DECODE_FLOOR, on
+    every labelled row of that system the bench holds (`expected`, per system)."""
     title = "one direction across systems"
     m = plant["aux_layer"]
-    target = f"L{m}/last: a probe trained on one system scores every other at AUROC >= {DECODE_FLOOR:.2f}"
+    target = (f"L{m}/last: a probe trained on one system scores every other at AUROC >= {DECODE_FLOOR:.2f}; each "
+              f"test system on all its rows ({', '.join(f'{s} {e.text}' for s, e in sorted(expected.items())) or 'n/a'})")
     if acts is None or not (acts / "meta.json").is_file():
         return check_row(title, None, "no capture", target)
     from evprobe.probes.runs import labelled
@@ -178,6 +221,7 @@ def transfer_check(acts: Path | None, plant: dict[str, int], *, n_boot: int = 20
         return check_row(title, None, f"L{m}/last was not captured", target)
     result = transfer(cs, labelset, "system", SweepConfig(layers=(m,), positions=("last",), nested=False,
                                                           n_boot=n_boot, refits=0))
+    counts = {name: (n, n_families) for name, n, n_families in result.conditions}  # each system's rows
     cells, low = [], []
     for c in result.cells:
         if c.train == c.test:
@@ -186,16 +230,21 @@ def transfer_check(acts: Path | None, plant: dict[str, int], *, n_boot: int = 20
         cells.append(f"{c.train}->{c.test} {estimate_text({'value': e.value, 'ci': list(e.ci), 'n': e.n})}")
         if e.value is None or e.value < DECODE_FLOOR:
             low.append(f"{c.train}->{c.test}")
-    measured = "; ".join(cells) + (f"; BELOW at {', '.join(low)}" if low else "")
-    return check_row(title, bool(cells) and not low, measured, target)
+    off = n_problems([(s, e, *counts.get(s, (0, 0))) for s, e in sorted(expected.items())]
+                     or [("systems", None, None, None)])
+    measured = ("; ".join(cells) + (f"; BELOW at {', '.join(low)}" if low else "")
+                + (f"; FAILS: {', '.join(off)}" if off else ""))
+    return check_row(title, bool(cells) and not low and not off, measured, target)
 
 
-def leakage_check(sweep: dict[str, Any] | None) -> dict[str, Any]:
+def leakage_check(sweep: dict[str, Any] | None, expected: Expected | None) -> dict[str, Any]:
     """Fails where the sweep's within-family shuffle check fires AND the shuffled AUROC is more than
     LEAK_EFFECT from 0.5: the sweep's own test allows 5% false alarms per sweep (its Bonferroni
-    rule), too many for a pass/fail gate, so a gate also asks for an effect that matters."""
+    rule), too many for a pass/fail gate, so a gate also asks for an effect that matters. And where
+    the sweep ran on fewer rows or families than the capture should hold (`expected`)."""
     title = "no family leakage"
-    target = f"the within-family shuffle check fires on no row with |AUROC - 0.5| > {LEAK_EFFECT}"
+    target = (f"the within-family shuffle check fires on no row with |AUROC - 0.5| > {LEAK_EFFECT}, on "
+              f"{expected.text if expected else 'every labelled row'}")
     if sweep is None:
         return check_row(title, None, "no sweep.json", target)
     scored = [r for r in sweep["rows"] if r.get("leakage_auroc") is not None]
@@ -206,20 +255,23 @@ def leakage_check(sweep: dict[str, Any] | None) -> dict[str, Any]:
                if abs(r["leakage_auroc"] - 0.5) > LEAK_EFFECT]
     worst = max(scored, key=lambda r: abs(r["leakage_auroc"] - 0.5))
     check = sweep.get("leakage_check") or {}
+    off = _sweep_n(sweep, expected)
     measured = (f"{len(fired)} of {len(scored)} rows fire"
                 + (f" ({', '.join(leaking)} beyond {LEAK_EFFECT})" if leaking else "")
                 + f"; farthest from 0.5: L{worst['layer']}/{worst['position']} {worst['leakage_auroc']:.3f} "
-                f"(z {worst.get('leakage_z') or 0.0:+.2f}; {check.get('shuffles', '?')} shuffles)")
-    return check_row(title, not leaking, measured, target)
+                f"(z {worst.get('leakage_z') or 0.0:+.2f}; {check.get('shuffles', '?')} shuffles; n={sweep.get('n')} "
+                f"rows of {sweep.get('n_families')} families)" + (f"; FAILS: {', '.join(off)}" if off else ""))
+    return check_row(title, not leaking and not off, measured, target)
 
 
-def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int]) -> dict[str, Any]:
-    """IIA known by construction before layer k (image) and at the last layer (last)."""
+def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int], expected: Expected | None) -> dict[str, Any]:
+    """IIA known by construction before layer k (image) and at the last layer (last), on every pair
+    direction the patching was asked for (`expected`)."""
     title = "interchange interventions"
     k = plant["attention_free_layers"]
     target = (f"L0-L{k - 1}: image IIA >= {IIA_HIGH}, text and last <= {IIA_LOW} and their patches move the "
               f"log-odds by <= {EXACT_NATS:g} nats; L{k}: patching last moves them; last layer: last IIA >= "
-              f"{IIA_HIGH}, image and text <= {IIA_LOW}")
+              f"{IIA_HIGH}, image and text <= {IIA_LOW}; patched: {expected.text if expected else 'every requested pair'}")
     if summary is None:
         return check_row(title, None, "no patching.json", target)
     layers, positions = summary["layers"], summary["positions"]
@@ -258,12 +310,14 @@ def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int]) -> 
     last = layers[-1]
     if at(last, "last") < IIA_HIGH or at(last, "image") > IIA_LOW or at(last, "text") > IIA_LOW:
         problems.append(f"L{last}")
+    problems += n_problems([("patched", expected, summary.get("n_rows"), summary.get("n_families"))])
     reached = next((layer for layer in layers if at(layer, "last") >= 0.5), None)
     rows = ", ".join(f"L{x} {at(x, 'image'):.2f}/{at(x, 'text'):.2f}/{at(x, 'last'):.2f}" for x in layers)
     n = iia[0][positions.index("image")].get("n")
     measured = (f"IIA image/text/last: {rows}; the decision reaches the last position at "
                 f"{'L' + str(reached) if reached is not None else 'no layer'} (n={n} pairs whose top letters "
-                f"differ, {summary['n_rows']} patched)" + (f"; FAILS at {', '.join(problems)}" if problems else ""))
+                f"differ, {summary['n_rows']} patched of {summary.get('n_families')} families)"
+                + (f"; FAILS at {', '.join(problems)}" if problems else ""))
     return check_row(title, not problems, measured, target)
 
 
@@ -274,14 +328,24 @@ def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[
 
     out = Path(out)
     plant = plant or planted_location()
+    expect = Expectations(out)
     scores = _load(out / "run" / "scores.json")
     sweep = _load(out / "acts" / "probes" / "resolved" / "sweep.json")
     dose = _load(out / "dose_response" / "dose_response.json")
     patch = _load(out / "patching" / "patching.json")
-    steer, per_layer = steering_checks(dose, plant)
-    checks = (behaviour_checks(scores) + [profile_check(sweep, plant), transfer_check(out / "acts", plant),
-              leakage_check(sweep)] + steer + [generated_check(dose, plant, per_layer), interchange_check(patch, plant),
-              image_span_check(span_outcomes(out / "patching", out / "bench", plant["attention_free_layers"]), plant)])
+    patch_meta = _load(out / "patching" / "meta.json") or {}
+    patched = expect.patched((patch_meta.get("config") or {}).get("limit_pairs")) if patch_meta else None
+    captured = expect.captured()
+    steered = steered_expected(dose, plant, out / "directions", expect)
+    steer, per_layer = steering_checks(dose, plant, steered)
+    behaviour = {"min_cost_choice": expect.selections(), "both_correct_image_pairs": expect.image_pairs()}
+    checks = (behaviour_checks(scores, behaviour)
+              + [profile_check(sweep, plant, captured, group_readings(out / "acts", plant, expect)),
+                 transfer_check(out / "acts", plant, expect.captured_by(lambda it: it.system)),
+                 direction_check(out / "acts", out / "directions", plant, expect), leakage_check(sweep, captured)]
+              + steer + [generated_check(dose, plant, per_layer, steered), interchange_check(patch, plant, patched),
+                         image_span_check(span_outcomes(out / "patching", out / "bench", plant["attention_free_layers"]),
+                                          plant, patched)])
     result = {"plant": plant, "checks": checks, "steering_by_layer": per_layer,
               "passed": all(c["passed"] for c in checks)}
     atomic_write_json(out / "known_answer.json", result)

@@ -27,6 +27,7 @@ from evprobe.bench.manifest import load_item_images, read_items
 from evprobe.bench.protocols import build_prompt
 from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.core.jobs import read_meta
+from evprobe.experiments.known_answer_n import Expected, n_problems
 from evprobe.experiments.known_answer_row import check_row, estimate_text
 from evprobe.experiments.patching import RESULTS_FILE, PatchingJob, read_results
 
@@ -60,8 +61,9 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
             facts[item_id] = read_facts(prompt, load_item_images(bench, it.images))
         return facts[item_id]
 
-    out: dict[str, Any] = {"layers": below, "parts": {}}
     rows = read_results(patch_dir)
+    out: dict[str, Any] = {"layers": below, "parts": {}, "n_rows": len(rows),
+                           "n_families": len({r["family_id"] for r in rows})}
     for part in PARTS:
         p = positions.index(part)
         per_layer = {layer: [] for layer in below}
@@ -79,13 +81,15 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
     return out
 
 
-def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], *, n_boot: int = 1000,
-                     seed: int = 20260905) -> dict[str, Any]:
+def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], expected: Expected | None, *,
+                     n_boot: int = 1000, seed: int = 20260905) -> dict[str, Any]:
+    """expected: the pair directions the patching was asked for (results.jsonl must hold every one)."""
     title = "partial image-span patching"
     k = plant["attention_free_layers"]
     target = (f"L0-L{k - 1}: patching the sheet's block alone (image_first) or its offset alone (image_rest) "
               f"gives the causal model's answer on >= {SPAN_HIGH} of the pairs with a prediction, with >= "
-              f"{MIN_EACH} predicted flips and >= {MIN_EACH} predicted stays")
+              f"{MIN_EACH} predicted flips and >= {MIN_EACH} predicted stays; patched: "
+              f"{expected.text if expected else 'every requested pair'}")
     if outcomes is None:
         return check_row(title, None, "no patching of image_first and image_rest below the planted layer", target)
     problems, parts_text, counts = [], [], []
@@ -109,7 +113,9 @@ def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], *, 
         flips, stays = flips + part_flips, stays + part_stays
     if flips < MIN_EACH or stays < MIN_EACH:
         problems.append(f"only {flips} predicted flips and {stays} predicted stays")
+    problems += n_problems([("patched", expected, outcomes.get("n_rows"), outcomes.get("n_families"))])
     measured = (f"agreement with the causal model: {'; '.join(parts_text)} ({flips} predicted flips, {stays} "
-                f"predicted stays; flips/stays by part: {', '.join(counts)})"
+                f"predicted stays; flips/stays by part: {', '.join(counts)}; {outcomes.get('n_rows')} pair directions "
+                f"patched of {outcomes.get('n_families')} families)"
                 + (f"; FAILS at {', '.join(problems)}" if problems else ""))
     return check_row(title, not problems, measured, target)

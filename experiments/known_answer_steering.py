@@ -4,12 +4,16 @@ fault each catches): steering at the planted layer, and the generated reply foll
 Both read dose_response.json's per-condition rows at the planted layer m (the organism's `aux_layer`),
 system `all`, for the probe direction: the log-prob readout's stop, missing-test and useless-test
 rates, the random directions' band, and (readout both) the generated reply's stop and invalid rates.
+Both expect every held-out item steered (`steered_expected`): the base selections of every family of
+the bench that the steered direction was not fitted on (its provenance's items), per group.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from evprobe.experiments.known_answer_n import Expectations, Expected, n_problems
 from evprobe.experiments.known_answer_row import check_row, estimate_text
 
 USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
@@ -29,6 +33,34 @@ def _series(rows: list[dict], layer: int, kind: str, group: str, measure: str,
             readout: str = "logprobs") -> dict[float, dict]:
     return {r["alpha"]: r for r in rows if r["layer"] == layer and r["kind"] == kind and r["group"] == group
             and r["system"] == "all" and r["measure"] == measure and r["readout"] == readout}
+
+
+def steered_expected(result: dict[str, Any] | None, plant: dict[str, int], directions: Path,
+                     expect: Expectations) -> dict[str, Expected] | None:
+    """The held-out items the dose-response should steer at layer m (`all`, `resolved`, `unresolved`),
+    from the bench and the steered direction's provenance (OUT/directions); None without them."""
+    name = (((result or {}).get("meta") or {}).get("layers") or {}).get(str(plant["aux_layer"]), {}).get("name")
+    if name is None or not (directions / "directions.json").is_file():
+        return None
+    from evprobe.probes.directions import read_directions
+
+    d = read_directions(directions).get(name)
+    return None if d is None else expect.heldout(list(d.provenance.get("items") or []), d.provenance["label"])
+
+
+def steered_n(result: dict[str, Any], layer: int, expected: dict[str, Expected] | None,
+              readout: str = "logprobs") -> list[str]:
+    """Problems with the steered items' counts: the dose-response's own (meta) and each group's stop
+    rate at every dose of the probe direction (the readout's rows) against `expected`."""
+    if expected is None:
+        return ["steered items: no direction's provenance to count the held-out items from"]
+    counts = ((result.get("meta") or {}).get("scope_counts") or {}).get("all") or {}
+    checks = [("steered items", expected["all"], counts.get("n_items"), counts.get("n_families"))]
+    for group in ("resolved", "unresolved"):
+        ns = [r.get("n") for r in _series(result["rows"], layer, "probe", group, "stop_rate", readout).values()]
+        off = [n for n in ns if n != expected[group].n]
+        checks.append((f"{group} ({readout})", expected[group], off[0] if off else (ns[0] if ns else None), None))
+    return n_problems(checks)
 
 
 def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
@@ -96,8 +128,10 @@ def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
     return out
 
 
-def steering_checks(result: dict[str, Any] | None, plant: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The steering check at the planted layer m; every steered layer's numbers are kept beside it."""
+def steering_checks(result: dict[str, Any] | None, plant: dict[str, int],
+                    expected: dict[str, Expected] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The steering check at the planted layer m, on every held-out item (`expected`, steered_expected);
+    every steered layer's numbers are kept beside it."""
     m = plant["aux_layer"]
     title = f"steering at the planted layer (L{m})"
     if result is None:
@@ -121,15 +155,18 @@ def steering_checks(result: dict[str, Any] | None, plant: dict[str, int]) -> tup
                 f"(shift {s['best_shift']:+.3f}, random {null}, {'monotone' if s['monotone'] else 'NOT monotone'}, "
                 f"stop or missing test {s['stop_or_missing_at_best']:.2f}, {brk})")
 
-    measured = f"L{m}: " + "; ".join(side(pick, g) for g in ("resolved", "unresolved"))
+    off = steered_n(result, m, expected)
+    measured = (f"L{m}: " + "; ".join(side(pick, g) for g in ("resolved", "unresolved"))
+                + (f"; FAILS: {', '.join(off)}" if off else ""))
     others = ", ".join(f"L{p['layer']} {'passes' if p['passed'] else 'fails'}" for p in per_layer if p["layer"] != m)
-    target = (f">= {STEER_TARGET:.2f} both sides, monotone before the break, random <= {NULL_FRACTION:g} of it"
+    target = (f">= {STEER_TARGET:.2f} both sides, monotone before the break, random <= {NULL_FRACTION:g} of it, on "
+              + (", ".join(expected[g].text for g in ("resolved", "unresolved")) if expected else "every held-out item")
               + (f" (other layers, not checked: {others})" if others else ""))
-    return [check_row(title, bool(pick["passed"]), measured, target)], per_layer
+    return [check_row(title, bool(pick["passed"]) and not off, measured, target)], per_layer
 
 
-def generated_check(result: dict[str, Any] | None, plant: dict[str, int],
-                    per_layer: list[dict[str, Any]]) -> dict[str, Any]:
+def generated_check(result: dict[str, Any] | None, plant: dict[str, int], per_layer: list[dict[str, Any]],
+                    expected: dict[str, Expected] | None) -> dict[str, Any]:
     """The generated reply follows the steering at the planted layer: at alpha 0 and every dose before
     the break (the steering check's), both groups, the greedy reply's stop rate is within
     max(GENERATED_GAP, GAP_ITEMS / n) of the log-prob readout's and at most INVALID_CEILING of the
@@ -137,12 +174,13 @@ def generated_check(result: dict[str, Any] | None, plant: dict[str, int],
     The organism writes `ANSWER:` first and the letter at the next step, from the state of that
     generated position; the log-prob readout teacher-forces `ANSWER:` (hooks' answer prefix) and reads
     the same state in one forward. So steering that skips generated tokens moves the log-probs and not
-    the reply."""
+    the reply. Every held-out item (`expected`) is generated."""
     m = plant["aux_layer"]
     title = "generated replies follow the steering"
     target = (f"L{m}, alpha 0 and every dose before the break, both groups: generated stop rate within "
               f"{GENERATED_GAP:g} (or {GAP_ITEMS} items of n) of the log-prob readout's, invalid replies <= "
-              f"{INVALID_CEILING:g}")
+              f"{INVALID_CEILING:g}; on "
+              + (", ".join(expected[g].text for g in ("resolved", "unresolved")) if expected else "every held-out item"))
     if result is None:
         return check_row(title, None, "no dose_response.json", target)
     if "generate" not in (result.get("meta") or {}).get("readouts", []):
@@ -169,5 +207,6 @@ def generated_check(result: dict[str, Any] | None, plant: dict[str, int],
             problems.append(f"{group} gap {gaps[worst]:+.3f} at {worst:+g}")
         if bad_invalid > INVALID_CEILING:
             problems.append(f"{group} invalid {bad_invalid:.3f}")
+    problems += steered_n(result, m, expected, "generate")
     measured = f"L{m}: " + "; ".join(parts) + (f"; FAILS: {', '.join(problems)}" if problems else "")
     return check_row(title, not problems, measured, target)

@@ -21,6 +21,16 @@ forward, so the generated reply and the log-probs part ways.
 A span listed out of order (image tokens last to first) leaves every whole-span patch and every
 image_mean capture as it was (the same set of tokens); only a partial patch of a sheet's span
 (image_first, image_rest) sees it, which the partial image-span check reads.
+
+Three faults an audit found the suite blind to, each caught now. Half the families missing (the
+capture holds one of two shards): every rate still passed its bar on the smaller sample (on the main
+set 72 families give the planted row an exact lower bound of 0.950); each check now states the n it
+expects from the bench (experiments.known_answer_n) and fails on the sweep's, the transfer cells', the
+groups' and the held-out directions' counts. Every mass-initial family flipped: pooled grouped CV
+still decodes it at L3; the planted profile now reads each system x initial-test group against the
+others (cosines -0.81 to -0.82 for the flipped groups on the reduced run). A direction's sign flipped
+after it was written: steering alone saw it; the stored-direction check reads it on held-out
+families (AUROC 0.000).
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ import numpy as np
 # The (system, initial test) groups whose sufficiency label the wrong-label fault flips: 2 of 6, so the
 # label agrees with the truth on 2/3 of the rows (the reviewer's fault).
 FLIPPED_GROUPS = frozenset({("sliding", "mass"), ("bouncing", "other")})
+# The audit's: every mass-initial family flipped (3 of 6 groups, one initial test in every system), which
+# pooled grouped CV still decodes at L3 and a probe moved between systems carries along.
+MASS_FLIPPED = frozenset({(system, "mass") for system in ("sliding", "bouncing", "spring")})
 
 
 # The reduced quickstart the mutation runs use (about 45 s clean on 2 cores): 8 families per system,
@@ -58,22 +71,56 @@ class Fault:
     inject: Callable[[Path, ExitStack], None]  # edits files under OUT and/or enters patches
 
 
-def _wrong_label(out: Path, stack: ExitStack) -> None:
+def _wrong_label(flipped: frozenset[tuple[str, str]]) -> Callable[[Path, ExitStack], None]:
+    """Sufficiency flipped on the rows of the `flipped` (system, mass | other) groups, wherever the
+    probes label a capture (the sweep, the directions, and the checks that read the capture)."""
+
+    def inject(out: Path, stack: ExitStack) -> None:
+        runs = importlib.import_module("evprobe.probes.runs")
+        from evprobe.probes.captures import field_values
+
+        original = runs.labels
+
+        def labels(captures, name, *args, **kwargs):
+            ls = original(captures, name, *args, **kwargs)
+            if name != "resolved":
+                return ls
+            groups = field_values(captures, ls, lambda r: (r.get("system"),
+                                                          "mass" if r.get("initial_property") == "mass" else "other"))
+            flip = np.array([g in flipped for g in groups])
+            return replace(ls, y=np.where(flip, 1 - ls.y, ls.y).astype(ls.y.dtype))
+
+        stack.enter_context(mock.patch.object(runs, "labels", labels))
+
+    return inject
+
+
+def _capture_shard_unmerged(out: Path, stack: ExitStack) -> None:
+    """The capture holds shard 0 of 2 (whole families, core.shard: half of every system's): the other
+    shard was never merged."""
+    capture = importlib.import_module("evprobe.experiments.capture")
+    original = capture.capture
+
+    def one_shard(config, progress: bool = True):
+        return original(replace(config, shard="0/2"), progress=progress)
+
+    stack.enter_context(mock.patch.object(capture, "capture", one_shard))
+
+
+def _direction_sign_flipped(out: Path, stack: ExitStack) -> None:
+    """Every stored direction negated after directions_to_folder wrote it (a sign convention lost on
+    the way to disk); its provenance still says it points toward the positive class."""
     runs = importlib.import_module("evprobe.probes.runs")
-    from evprobe.probes.captures import field_values
+    from evprobe.probes.directions import read_directions, write_directions
 
-    original = runs.labels
+    original = runs.directions_to_folder
 
-    def labels(captures, name, *args, **kwargs):
-        ls = original(captures, name, *args, **kwargs)
-        if name != "resolved":
-            return ls
-        groups = field_values(captures, ls, lambda r: (r.get("system"),
-                                                      "mass" if r.get("initial_property") == "mass" else "other"))
-        flip = np.array([g in FLIPPED_GROUPS for g in groups])
-        return replace(ls, y=np.where(flip, 1 - ls.y, ls.y).astype(ls.y.dtype))
+    def negated(captures, label, folder, *args, **kwargs):
+        result = original(captures, label, folder, *args, **kwargs)
+        write_directions(folder, [replace(d, vector=-d.vector) for d in read_directions(folder).values()])
+        return result
 
-    stack.enter_context(mock.patch.object(runs, "labels", labels))
+    stack.enter_context(mock.patch.object(runs, "directions_to_folder", negated))
 
 
 def _capture_layer_off_by_one(out: Path, stack: ExitStack) -> None:
@@ -213,7 +260,12 @@ def _image_span_reversed(out: Path, stack: ExitStack) -> None:
 _PROBES, _STEER = ("acts/probes", "directions", "dose_response"), ("dose_response",)
 FAULTS: tuple[Fault, ...] = (
     Fault("wrong label", "sufficiency flipped for 2 of the 6 system x initial-test groups (agrees on 2/3 of rows)",
-          _PROBES, _wrong_label),
+          _PROBES, _wrong_label(FLIPPED_GROUPS)),
+    Fault("wrong label: every mass-initial family flipped", "sufficiency flipped for the 3 mass-initial groups, "
+          "one in every system", _PROBES, _wrong_label(MASS_FLIPPED)),
+    Fault("half the families missing (one shard never merged)", "the capture holds one of two shards (half of "
+          "every system's families); the other was never merged", ("acts", "directions", "dose_response"),
+          _capture_shard_unmerged),
     Fault("capture layer off by one", "layer l's row holds layer l's input (layer l - 1's output)",
           ("acts", "directions", "dose_response"), _capture_layer_off_by_one),
     Fault("steering layer off by one", "steering at layer l edits layer l + 1", _STEER, _steering_layer_off_by_one),
@@ -222,6 +274,8 @@ FAULTS: tuple[Fault, ...] = (
           _prompt_only_steering),
     Fault("random direction", "a random direction of the probe direction's norm in its place",
           ("directions", "dose_response"), _random_direction),
+    Fault("direction sign flipped", "every stored direction negated after it was written",
+          ("directions", "dose_response"), _direction_sign_flipped),
     Fault("families leak across splits", "folds dealt by row, not by family", ("acts/probes",), _families_leak),
     Fault("image-pair members swapped", "each family's history-0 and history-1 sheets under each other's names",
           ("run", "acts", "directions", "dose_response", "patching"), _swapped_pair_members),

@@ -50,8 +50,8 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
     # page one reads in two minutes: the figure, the headline table with intervals and n, sentences
     assert len(page_one.splitlines()) < 60 and "](summary.png)" in page_one and (folder / "summary.png").is_file()
     checks = json.loads((tmp_path / "out" / "quickstart" / "known_answer.json").read_text())["checks"]
-    assert len(checks) == 9 and all(c["passed"] for c in checks)
-    assert "| minimum-cost choice (%) | 100.0 [" in page_one and "| known-answer checks passed | 9 of 9 |" in page_one
+    assert len(checks) == 10 and all(c["passed"] for c in checks)
+    assert "| minimum-cost choice (%) | 100.0 [" in page_one and "| known-answer checks passed | 10 of 10 |" in page_one
     assert "model organism" in page_one and "Known-answer checks: all passed" in page_one
     details = "\n".join(p.read_text() for p in sorted(folder.glob("details-*.md")))
     for part in ("## Known-answer checks", "## Behaviour", "## Probe sweeps", "## Dose-response", "## Pair patching"):

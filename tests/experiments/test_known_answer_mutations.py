@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from evprobe.experiments.mutations import FAULTS, SMALL_QUICKSTART, failed_checks, fault_table, run_with_fault
 from evprobe.experiments.quickstart import quickstart
 
@@ -18,14 +16,10 @@ def _run(out: Path) -> dict:
     return quickstart(out, **SMALL_QUICKSTART)["known_answer"]
 
 
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("known_answer") / "clean"
-    return out, _run(out)
-
-
-def test_every_fault_fails_a_check_and_every_check_is_failed(clean: tuple[Path, dict], tmp_path: Path) -> None:
-    folder, result = clean
+def test_every_fault_fails_a_check_and_every_check_is_failed(small_quickstart: tuple[Path, dict],
+                                                             tmp_path: Path) -> None:
+    """The clean run is conftest's `small_quickstart` (shared with test_known_answer_n.py)."""
+    folder, result = small_quickstart
     assert result["passed"], failed_checks(result)
     by_fault = {f.name: run_with_fault(folder, tmp_path / f.name.replace(" ", "_"), f, _run) for f in FAULTS}
     table = fault_table(result, by_fault)
