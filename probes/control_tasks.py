@@ -168,6 +168,19 @@ class Selectivity:
     def empty(cls, reason: str) -> Selectivity:
         return cls(Estimate.empty(reason))
 
+    # read like an Estimate (value [lo, hi], n), as the selectivity was before the verdict joined it
+    @property
+    def value(self) -> float | None:
+        return self.estimate.value
+
+    @property
+    def ci(self) -> tuple[float | None, float | None]:
+        return self.estimate.ci
+
+    @property
+    def n(self) -> int:
+        return self.estimate.n
+
     @property
     def level(self) -> float | None:
         """Two-sided coverage of the interval, (k - 1) / (k + 1); None without controls."""

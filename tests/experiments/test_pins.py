@@ -246,9 +246,10 @@ def test_dose_response_pins(directions: Path, small_bench: Path, items: list, tm
     out = tmp_path / "dose"
     base = load_dose_response_config("dose_response_tiny", {
         "bench": str(small_bench), "directions": str(directions), "out": str(out), "layers": [1],
-        "n_random": 1, "ablation": False, "limit": 2, "batch_size": 2, "n_boot": 50})
+        "n_random": 1, "n_relabel": 1, "ablation": False, "limit": 2, "batch_size": 2, "n_boot": 50})
     first = dose_response(base, progress=False)
-    assert first["n_rows"] == 2 * 7  # base, probe -1 / +1, the random set -1 / +1, the control set -1 / +1
+    # base, probe -1 / +1, the random, relabelled and control sets -1 / +1
+    assert first["n_rows"] == 2 * 9
     meta = json.loads((out / "meta.json").read_text())
     assert meta["model_dtype"] == "float32" and meta["tiny_arch"] == "llava"
     model = load_model_config("tiny_llava")
@@ -256,6 +257,8 @@ def test_dose_response_pins(directions: Path, small_bench: Path, items: list, tm
         dose_response(replace(base, model=replace(model, dtype="bfloat16")), progress=False)
     with refused("random_seed", 0, 1):
         dose_response(replace(base, random_seed=1), progress=False)
+    with refused("n_relabel", 1, 2):
+        dose_response(replace(base, n_relabel=2), progress=False)
     with refused("regime", "standard", "guided"):
         dose_response(replace(base, regime="guided"), progress=False)
     copy, _ = swapped_images(small_bench, tmp_path / "bench", items)
