@@ -40,6 +40,13 @@ design value fixed only when every family shares it, and otherwise resamples it 
 tested on every resample (tests/bench/test_scoring.py).
 Nothing observed on the sample is ever marked fixed: a rate whose every resample agrees gets the
 proportion interval above, a probe AUROC the rule of probes.metrics.
+
+Values identical in every unit. An observed mean of unbounded unit values (log-odds changes) whose
+every unit has the same value, as a deterministic model's exact zero (patching a position no later
+computation reads), has no spread for a resample to show, and without a bound on its units no
+interval follows from the sample. It is printed as what was observed, `0.000 (identical in all 128
+pairs)`, never as `[0.000, 0.000]`: `Estimate.identical_units` (JSON `"identical_units": true`).
+Bounded units never take this route: they get the proportion interval, which has width at any value.
 """
 
 from __future__ import annotations
@@ -85,6 +92,7 @@ class Estimate:
     n: int
     reason: str | None = None
     fixed: bool = False
+    identical: bool = False  # every unit the same observed value (module docstring): no interval
 
     @classmethod
     def empty(cls, reason: str | None = None) -> Estimate:
@@ -96,10 +104,17 @@ class Estimate:
         every family, e.g. the random test's assigned cost). Never for a value observed on the sample."""
         return cls(float(value), (float(value), float(value)), n, fixed=True)
 
+    @classmethod
+    def identical_units(cls, value: float, n: int) -> Estimate:
+        """An observed mean whose n unbounded units all equal `value` (module docstring)."""
+        return cls(float(value), (float(value), float(value)), n, identical=True)
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"value": self.value, "ci": list(self.ci), "n": self.n}
         if self.fixed:
             out["fixed_by_design"] = True
+        if self.identical:
+            out["identical_units"] = True
         if self.reason is not None:
             out["reason"] = self.reason
         return out

@@ -158,11 +158,20 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]]
         cur = _cells(readout, rows(key), masks, boot, fam)
         lo, hi, dlo, dhi = spans_of(cur, base)
         for c, (group, system, measure) in enumerate(cells):
-            stats[(key, group, system, measure)] = (
-                _est(cur.observed[c], lo[c], hi[c], cur.n[c]),
-                _est(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c]),
-            )
+            value = _est(cur.observed[c], lo[c], hi[c], cur.n[c])
+            # alpha = 0 against itself is 0 by definition, whatever the sample: fixed by design
+            # (core.bootstrap), printed without an interval rather than as [0, 0] or a MOVER width
+            change = (_fixed_zero(cur.n[c]) if key == "base" and value["value"] is not None else
+                      _est(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c]))
+            stats[(key, group, system, measure)] = (value, change)
     return stats
+
+
+def _fixed_zero(n: int) -> dict[str, Any]:
+    """The change of the unsteered model against itself (JSON of core.bootstrap's Estimate.by_design)."""
+    from evprobe.core.bootstrap import Estimate
+
+    return Estimate.by_design(0.0, int(n)).to_json()
 
 
 def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],

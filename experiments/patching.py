@@ -41,7 +41,7 @@ import numpy as np
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
-from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
@@ -300,6 +300,7 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
     index = {f: i for i, f in enumerate(families)}
     F, L, P = len(families), len(layers), len(positions)
     change = np.zeros((F, L, P))
+    change_lo, change_hi = np.full((L, P), np.inf), np.full((L, P), -np.inf)  # the units' range per cell
     n_rows = np.zeros(F)
     share_num, share_den = np.zeros((F, L, P)), np.zeros(F)
     share_bounded = np.ones((L, P), bool)  # every pair's share of the gap inside [0, 1] in this cell
@@ -309,6 +310,7 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
         patched = np.asarray(r["ld_patched"])  # (L, P)
         delta = patched - r["ld_target"]
         change[f] += delta
+        change_lo, change_hi = np.minimum(change_lo, delta), np.maximum(change_hi, delta)
         n_rows[f] += 1
         gap = r["ld_source"] - r["ld_target"]
         if abs(gap) >= MIN_GAP:
@@ -330,7 +332,11 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
         "positions": positions,
         "n_rows": int(n_rows.sum()),
         "n_families": F,
-        "mean_change": grid(change, n_rows),
+        # a cell where every pair moved by exactly the same amount (a position no later computation
+        # reads: exactly 0) has nothing to resample: printed as identical, not as [0, 0] (core.bootstrap)
+        "mean_change": [[Estimate.identical_units(float(change_lo[i, j]), int(n_rows.sum())).to_json()
+                         if rows and change_lo[i, j] == change_hi[i, j] else e for j, e in enumerate(row)]
+                        for i, row in enumerate(grid(change, n_rows))],
         # a cell whose every pair recovers between none and all of the gap is a mean of [0, 1] units:
         # its interval is also the cluster Clopper-Pearson one (core.proportion; conservative for
         # bounded units), so a deterministic model's 1.00 is not printed as [1.00, 1.00]
@@ -339,7 +345,8 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
         "mean_gap": float(np.mean([r["ld_source"] - r["ld_target"] for r in rows])) if rows else None,
         "interval": (f"family bootstrap, {n_boot} resamples, seed {seed}, pointwise 95% percentile; decoded flips, "
                      "and shares of the gap where every pair's share lies in [0, 1], hulled with the cluster "
-                     "Clopper-Pearson interval (never zero width)"),
+                     "Clopper-Pearson interval (never zero width); a mean change equal in every pair is printed as "
+                     "identical, with no interval"),
     }
 
 
@@ -347,6 +354,8 @@ def patching_markdown(summary: dict[str, Any]) -> str:
     def cell(e: dict) -> str:
         if e["value"] is None:
             return f"NA (n={e['n']})"
+        if e.get("identical_units"):  # no spread, no interval (core.bootstrap)
+            return f"{e['value'] + 0.0:.3f} (identical in all {e['n']} pairs)"
         return f"{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}] (n={e['n']})"
 
     parts = [

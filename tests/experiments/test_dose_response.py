@@ -184,8 +184,10 @@ def test_aggregates_carry_intervals_and_n(first) -> None:
         if r["value"] is not None:
             lo, hi = r["ci"]
             assert lo <= r["value"] + 1e-12 and r["value"] <= hi + 1e-12
-        if r["alpha"] == 0.0:
-            assert r["delta_vs_0"]["value"] == 0.0
+        if r["alpha"] == 0.0 and r["value"] is not None:  # the unsteered model against itself: 0 by definition
+            assert r["delta_vs_0"] == {"value": 0.0, "ci": [0.0, 0.0], "n": r["n"], "fixed_by_design": True}
+        elif r["delta_vs_0"]["value"] is not None:  # every other change has an interval that is not a point
+            assert r["delta_vs_0"]["ci"][0] < r["delta_vs_0"]["ci"][1] and "fixed_by_design" not in r["delta_vs_0"]
     # the same numbers as bench.bootstrap.FamilyBootstrap on the rows (ratio estimator, paired change)
     from evprobe.core.bootstrap import FamilyBootstrap
 

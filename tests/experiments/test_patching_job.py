@@ -10,7 +10,7 @@ import pytest
 
 from evprobe.bench.generate import GenerateConfig, generate
 from evprobe.experiments.cli import main
-from evprobe.experiments.patching import aggregate
+from evprobe.experiments.patching import aggregate, patching_markdown
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,15 @@ def test_aggregate_measures_the_share_of_the_gap() -> None:
     assert s["share_of_gap"][0][0]["value"] == 1.0 and s["share_of_gap"][1][0]["value"] == 0.0
     assert s["mean_change"][0][0]["value"] == 3.0 and s["decoded_flip"][0][0]["value"] == 1.0
     assert s["decoded_flip"][1][0]["value"] == 0.0 and s["mean_change"][0][0]["n"] == 4
+    # every pair moved by exactly 3 (layer 0) and 0 (layer 1): identical units, no [3, 3] interval
+    assert s["mean_change"][0][0]["identical_units"] and s["mean_change"][1][0] == {
+        "value": 0.0, "ci": [0.0, 0.0], "n": 4, "identical_units": True}
+    md = patching_markdown({**s, "model": "m"})
+    assert "3.000 (identical in all 4 pairs)" in md and "0.000 (identical in all 4 pairs)" in md
+    assert "[3.000, 3.000]" not in md and "[0.000, 0.000]" not in md
+    rows[1] = {**rows[1], "ld_patched": [[1.0], [-1.0]]}  # one pair moves less: a spread, an interval
+    varied = aggregate(rows, [0, 1], ["last"], n_boot=200, seed=1)["mean_change"][0][0]
+    assert "identical_units" not in varied and varied["ci"][0] < varied["ci"][1]
 
 
 def test_bad_positions_are_refused(bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
