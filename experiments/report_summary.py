@@ -94,7 +94,8 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
                      f"layer {best['layer']}, position {best['position']}, chosen without test labels"))
         sel = _row_at(sweep, best["layer"], best["position"]).get("selectivity")
         if sel:
-            rows.append(("selectivity (AUROC minus control tasks)", fmt_selectivity(sel), SELECTIVITY_MEANS))
+            rows.append(("selectivity (AUROC minus control tasks)", fmt_selectivity(sel),
+                         SELECTIVITY_MEANS.format(times=f"1 time in {sel['k'] + 1}" if sel.get("k") else "rarely")))
     for h in (dose or {}).get("headline") or []:
         if h.get("readout", "logprobs") != "logprobs":
             continue
@@ -149,7 +150,7 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
 
 
 SELECTIVITY_MEANS = ("interval from the control tasks' own spread; above 0 = decoded better than every random "
-                     "function of the cell, which a label that is one more such function does 1 time in k + 1")
+                     "function of the cell, which a label that is one more such function does {times}")
 
 
 def _selectivity_reading(sel: dict[str, Any]) -> str:

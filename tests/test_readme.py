@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from evprobe.experiments.cli import build_parser, main
+from tests.intervals import POINT, zero_width
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -59,6 +60,14 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
     assert "(n=" in details and list(folder.glob("*.png"))
     html = (folder / "report.html").read_text()
     assert html.count("<img ") == html.count('<img src="data:image/png;base64,') > 20  # every figure inline
+    # no interval anywhere in the main job's outputs is a point (unless marked: fixed by design, or
+    # identical in every unit; core.bootstrap)
+    outputs = tmp_path / "out" / "quickstart"
+    for path in sorted(outputs.rglob("*.json")):
+        if path.parent.name != "bench":  # the benchmark's own files hold no estimates
+            assert zero_width(json.loads(path.read_text())) == [], path
+    for path in sorted(outputs.rglob("*.md")):
+        assert re.search(POINT, path.read_text()) is None, path
 
 
 def test_every_documented_flag_exists() -> None:

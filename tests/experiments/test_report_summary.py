@@ -58,7 +58,7 @@ def test_page_one_selectivity_says_what_was_shown() -> None:
                  "rows": [{"layer": 3, "position": "last", "selectivity": sel.to_json()}]}
         (row,) = [r for r in headline_rows(None, sweep, None, None) if r[0].startswith("selectivity")]
         assert row[1].endswith(f"(beats {sel.beaten} of 39 control tasks)")
-        assert "own spread" in row[2] and "1 time in k + 1" in row[2]
+        assert "own spread" in row[2] and "1 time in 40" in row[2]
         (text,) = sentences(None, sweep, None)
         if selective:
             assert "decoded better than every one of the 39 random functions of the cell" in text

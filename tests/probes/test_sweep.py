@@ -13,6 +13,7 @@ from evprobe.probes.controls import leakage_labels, within_family_variance
 from evprobe.probes.report import sweep_markdown, sweep_png
 from evprobe.probes.sweep import SweepConfig, sweep
 from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
+from tests.intervals import POINT, zero_width
 
 from .conftest import SIGNAL_LAYER
 
@@ -176,27 +177,6 @@ def test_layer_ticks_are_whole_layer_numbers() -> None:
     assert layer_ticks([4, 0, 8]) == [0, 4, 8]
     many = layer_ticks(list(range(28)))
     assert len(many) <= 13 and many[0] == 0 and many[-1] == 27 and all(isinstance(x, int) for x in many)
-
-
-def zero_width(tree: object, path: str = "") -> list[str]:
-    """Paths of every [lo, hi] pair with lo == hi in a JSON tree, but those marked fixed by design."""
-    out = []
-    if isinstance(tree, dict):
-        if tree.get("fixed_by_design"):
-            return out
-        for k, v in tree.items():
-            if (k == "ci" or k.endswith("_ci")) and isinstance(v, list) and len(v) == 2 and v[0] is not None:
-                if v[0] == v[1]:
-                    out.append(f"{path}/{k}")
-            else:
-                out += zero_width(v, f"{path}/{k}")
-    elif isinstance(tree, list):
-        for i, v in enumerate(tree):
-            out += zero_width(v, f"{path}[{i}]")
-    return out
-
-
-POINT = r"\[([-+]?\d+(?:\.\d+)?), \1\]"  # an interval printed as `[x, x]`
 
 
 def test_no_printed_interval_is_a_point(result) -> None:
