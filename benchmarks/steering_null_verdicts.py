@@ -34,8 +34,8 @@ import numpy as np
 
 from evprobe.experiments.config import load_config
 from evprobe.experiments.dose_config import DoseResponseConfig, alpha_key
-from evprobe.experiments.dose_crossfit import GOALS, HALVES, split_halves
-from evprobe.experiments.dose_null import null_stats, set_values
+from evprobe.experiments.dose_crossfit import GOALS, HALVES, item_halves
+from evprobe.experiments.dose_null import null_stats, set_size, set_values
 from evprobe.experiments.dose_plan import make_plan
 from evprobe.experiments.dose_response import load_results
 from evprobe.experiments.dose_specificity import (
@@ -60,13 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     done = load_results(args.folder / "results.jsonl")
     result = json.loads((args.folder / "dose_response.json").read_text())
     items, measures = plan.items, MEASURES[READOUT]
-    by_system: dict[str, list[str]] = {}
-    for it in items:
-        by_system.setdefault(it.system, [])
-        if it.family_id not in by_system[it.system]:
-            by_system[it.system].append(it.family_id)
-    half_of = split_halves(by_system, plan.config.split_seed)
-    half = np.array([half_of[it.family_id] for it in items])
+    half, _ = item_halves(items, plan.config.split_seed)  # the headline's halves
     resolved = np.array([bool(it.resolved) for it in items])
     groups = {"resolved": resolved, "unresolved": ~resolved}
     base = _values(READOUT, [done[(it.item_id, "base")] for it in items])  # (items, M)
@@ -76,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  L{layer} relabelled directions' cosine with the probe: |mean| {np.abs(rel.cosines).mean():.2f}, "
               f"range {rel.cosines.min():+.2f} to {rel.cosines.max():+.2f}")
     for kind in ("random", "relabel"):
-        K = plan.config.n_random if kind == "random" else plan.config.n_relabel
+        K = set_size(plan, kind)
         if not K:
             continue
         any_goal_now, any_goal_before = np.zeros(K, bool), np.zeros(K, bool)

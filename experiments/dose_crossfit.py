@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.experiments.dose_config import alpha_key
-from evprobe.experiments.dose_null import null_stats, set_values
+from evprobe.experiments.dose_null import null_stats, set_size, set_values
 from evprobe.experiments.dose_specificity import (
     NULL_SETS,
     USELESS_CEILING,
@@ -55,9 +55,15 @@ def split_halves(families_by_system: dict[str, list[str]], seed: int) -> dict[st
     return half
 
 
-def _set_size(plan: Any, kind: str) -> int:
-    """Directions in the plan's `kind` set (random, relabel) that this readout reads."""
-    return plan.config.n_random if kind == "random" else plan.config.n_relabel if plan.relabel else 0
+def item_halves(items: list[Any], seed: int) -> tuple[np.ndarray, dict[str, str]]:
+    """(each item's half (items,), family -> half): split_halves over the items' families by system."""
+    by_system: dict[str, list[str]] = {}
+    for it in items:
+        fams = by_system.setdefault(it.system, [])
+        if it.family_id not in fams:
+            fams.append(it.family_id)
+    half_of = split_halves(by_system, seed)
+    return np.array([half_of[it.family_id] for it in items]), half_of
 
 
 def _mean(V: np.ndarray, mask: np.ndarray, j: int) -> float:
@@ -85,17 +91,10 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
              est: Any, spans: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The cross-fitted headline rows (one per goal) and the split (JSON-able)."""
     items = plan.items
-    by_system: dict[str, list[str]] = {}
-    for it in items:
-        by_system.setdefault(it.system, [])
-        if it.family_id not in by_system[it.system]:
-            by_system[it.system].append(it.family_id)
-    n_fam = sum(len(v) for v in by_system.values())
     split = {"seed": plan.config.split_seed, "rule": "whole families, seeded, stratified by system"}
-    if n_fam < 2:
+    if len({it.family_id for it in items}) < 2:
         return [], {**split, "skipped": "one target family: nothing to split"}
-    half_of = split_halves(by_system, plan.config.split_seed)
-    half = np.array([half_of[it.family_id] for it in items])  # (items,)
+    half, half_of = item_halves(items, plan.config.split_seed)
     split["families"] = {h: sorted(f for f, x in half_of.items() if x == h) for h in HALVES}
     resolved = np.array([bool(it.resolved) for it in items])
     groups = {"resolved": resolved, "unresolved": ~resolved}
@@ -137,7 +136,7 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
 
         null: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         for kind in NULL_SETS:
-            if not _set_size(plan, kind):
+            if not set_size(plan, kind):
                 continue
             sets = {(layer, a): set_values(readout, items, [done[(it.item_id, f"L{layer}.{kind}.{alpha_key(a)}")]
                                                             for it in items], measures, values_of)
@@ -177,4 +176,4 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
     return out, split
 
 
-__all__ = ["GOALS", "HALVES", "USELESS_CEILING", "crossfit", "split_halves"]
+__all__ = ["GOALS", "HALVES", "USELESS_CEILING", "crossfit", "item_halves", "split_halves"]

@@ -94,6 +94,11 @@ def null_stats(probe_effect: float | None, effects: np.ndarray) -> dict[str, Any
     return out
 
 
+def set_size(plan: Any, kind: str) -> int:
+    """Directions in the plan's null set `kind` (random, relabel) that this readout reads (0: none)."""
+    return plan.config.n_random if kind == "random" else (plan.config.n_relabel if plan.relabel else 0)
+
+
 def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, measures: tuple[str, ...],
               values_of: Any, kind: str = "random") -> tuple[list[dict[str, Any]], dict[tuple, np.ndarray]]:
     """Per layer x dose x cell the null of the `kind` set (random, or relabel: experiments.dose_relabel)
@@ -102,7 +107,7 @@ def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, me
 
     Each row keeps `mean` (the directions' mean *value*, as before) beside the effects."""
     config, out, effects_by = plan.config, [], {}
-    n_dirs = config.n_random if kind == "random" else (config.n_relabel if plan.relabel else 0)
+    n_dirs = set_size(plan, kind)
     if not n_dirs:
         return out, effects_by
     cells = [(g, s, m) for (g, s) in masks for m in measures]
@@ -187,4 +192,4 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
     return out
 
 
-__all__ = ["control_rows", "null_band", "null_stats", "point_estimates", "pseudo_rows", "set_values"]
+__all__ = ["control_rows", "null_band", "null_stats", "point_estimates", "pseudo_rows", "set_size", "set_values"]
