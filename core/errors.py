@@ -14,14 +14,18 @@ class InputError(ValueError):
     """Bad input; the message names the file, line and field, and the fix."""
 
 
-class IncompleteLineWarning(UserWarning):
+class OneLineWarning(UserWarning):
+    """A warning shown as one stderr line, `evprobe: warning: <message>` (no source line after it)."""
+
+
+class IncompleteLineWarning(OneLineWarning):
     """An append-only log's last line has no newline yet (a run is still writing it, or was killed):
     a reader left it out and touched nothing. Shown as one line, `evprobe: warning: <message>`."""
 
 
 def _format_warning(message, category, filename, lineno, line=None):  # noqa: ANN001, ANN202 - warnings' own signature
-    """Our warnings as one stderr line (no source line after it); every other warning as before."""
-    if isinstance(category, type) and issubclass(category, IncompleteLineWarning):
+    """OneLineWarning as one stderr line (no source line after it); every other warning as before."""
+    if isinstance(category, type) and issubclass(category, OneLineWarning):
         return f"evprobe: warning: {message}\n"
     return _PLAIN_FORMAT(message, category, filename, lineno, line)
 

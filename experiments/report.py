@@ -30,10 +30,11 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import warnings
 from pathlib import Path
 from urllib.parse import quote
 
-from evprobe.core.errors import InputError
+from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.core.files import atomic_write_bytes
 from evprobe.experiments.report_summary import inside_ladder
 
@@ -74,6 +75,16 @@ def _root_names(roots: list[Path]) -> list[Path]:
                 grew = True
         if not grew:
             return names  # only identical roots still clash; build_report keeps one of each
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether `path` (symlinks resolved) lies in `root`'s tree; a link leading elsewhere is left out of
+    the report with one warning line, so a report carries only files of the folders it reports on."""
+    if root.resolve() in path.resolve().parents:
+        return True
+    warnings.warn(f"{path}: links to {path.resolve()}, outside {root}; left out of the report",
+                  OneLineWarning, stacklevel=3)
+    return False
 
 
 def _target_name(where: Path, png: Path, used: dict[str, Path]) -> str:
@@ -168,6 +179,7 @@ def build_report(
             for root, root_name in zip(roots, names)
             for p in sorted(root.rglob(name))
             if out_resolved not in p.resolve().parents and not (name == "sweep.md" and inside_ladder(p))
+            and _inside(p, root)
         ]
         if not paths:
             continue
@@ -178,6 +190,8 @@ def build_report(
             where = root_name / rel if len(roots) > 1 else rel
             lines += [f"*From `{where / name}`.*", "", _demote(path.read_text().strip()), ""]
             for png in sorted(path.parent.glob("*.png")):
+                if not _inside(png, root):
+                    continue
                 target = _target_name(where, png.resolve(), used)
                 shutil.copyfile(png, out / target)
                 lines += [f"![{png.stem} ({where})]({quote(target)})", ""]

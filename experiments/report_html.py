@@ -3,7 +3,9 @@
 Page one (report.md) comes first, then every detail page as a section of its own; a link to a
 detail page (`details-behaviour.md`) becomes a link to its section (`#details-behaviour`), and
 every image is inlined as a base64 data URI, so the file can be mailed or opened anywhere with
-nothing beside it. Markdown is rendered with markdown-it-py (CommonMark plus tables; raw HTML in
+nothing beside it. Only files inside the report's own folder tree are inlined (symlinks resolved): an
+image that points anywhere else (an absolute path, `../`, a link leading out, a URL) is left out with
+one warning line, so a report never carries a file its user did not put in it. Markdown is rendered with markdown-it-py (CommonMark plus tables; raw HTML in
 the parts is escaped, not passed through). A missing image is an error naming the page and the
 file, never a broken picture in the output.
 """
@@ -13,9 +15,10 @@ from __future__ import annotations
 import base64
 import html
 import re
+import warnings
 from pathlib import Path
 
-from evprobe.core.errors import InputError
+from evprobe.core.errors import InputError, OneLineWarning
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.45; }
@@ -36,20 +39,44 @@ def _renderer():
     return MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
-def _inline_images(body: str, folder: Path, page: str) -> str:
-    def data_uri(match: re.Match[str]) -> str:
-        src = html.unescape(match.group(1))
-        if src.startswith("data:"):
-            return match.group(0)
-        from urllib.parse import unquote
+def _local_file(src: str, folder: Path) -> Path | None:
+    """The file `src` names inside `folder`'s tree (symlinks resolved), or None when it names anything
+    else: a URL, an absolute path, a path climbing out with `..`, a link leading outside."""
+    from urllib.parse import unquote, urlsplit
 
-        path = folder / unquote(src)
+    parts = urlsplit(src)
+    if parts.scheme or parts.netloc or src.startswith(("/", "\\")):
+        return None
+    path = (folder / unquote(parts.path)).resolve()
+    root = folder.resolve()
+    return path if path == root or root in path.parents else None
+
+
+def _inline_images(body: str, folder: Path, page: str) -> str:
+    """Every <img> of `body` with its file inlined; an image from outside the report folder is left out
+    (its alt text kept) with one warning line: a report is mailed around and must carry only its own files."""
+
+    def inline(match: re.Match[str]) -> str:
+        tag = match.group(0)
+        found = re.search(r'src="([^"]*)"', tag)
+        if found is None:
+            return tag
+        src = html.unescape(found.group(1))
+        if src.startswith("data:"):
+            return tag
+        path = _local_file(src, folder)
+        if path is None:
+            warnings.warn(f"{folder / page}: image {src} is outside the report folder {folder}; left out of "
+                          "report.html (put the file in the folder to include it)", OneLineWarning, stacklevel=2)
+            alt = re.search(r'alt="([^"]*)"', tag)
+            return f'<em>[image left out: {alt.group(1) if alt else "outside the report folder"}]</em>'
         if not path.is_file():
             raise InputError(f"{folder / page}: image {src} not found in {folder}; rerun `evprobe report`")
         mime = MIME.get(path.suffix.lower(), "application/octet-stream")
-        return f'src="data:{mime};base64,{base64.b64encode(path.read_bytes()).decode("ascii")}"'
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return tag[: found.start(1)] + f"data:{mime};base64,{data}" + tag[found.end(1):]
 
-    return re.sub(r'src="([^"]*)"', data_uri, body)
+    return re.sub(r"<img\b[^>]*>", inline, body)
 
 
 def _anchor(page: str) -> str:
