@@ -6,8 +6,10 @@ killed run leaves the previous folder (or nothing), never a half-written manifes
 
 `--force` replaces only what `evprobe generate` itself writes: an empty folder, or a folder that
 holds a benchmark (a bench.json with the benchmark's format marks beside families.jsonl and
-items.jsonl) and nothing else a benchmark does not hold (images/, checks.json). Any other non-empty
-folder is refused in one line naming it, with or without `--force`.
+items.jsonl) and nothing else a benchmark does not hold: at the top, only its files, images/ and
+checks.json; under images/, only the sheets of the families its families.jsonl lists (`sheet_paths`),
+no other file, folder or link. Any other non-empty folder is refused in one line naming it and the
+first things generate did not write, with or without `--force`.
 
 Temporary folders never outlive their run:
 - a failing or interrupted run (an exception, Ctrl-C) removes its own (try/finally);
@@ -134,19 +136,21 @@ def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
     return families, items
 
 
+def _sheets(f: Family) -> list[tuple[str, str]]:
+    """(sheet, style) of every sheet of `f`: five, plus the changed-rendering copies of the two
+    initial sheets for a subset family."""
+    return [(sheet, "a") for sheet in SHEETS] + ([(f"{f.initial}_{h}", "b") for h in (0, 1)] if f.in_subset else [])
+
+
+def sheet_paths(families: list[Family]) -> set[str]:
+    """The relative path of every image generate writes for `families`: what `--force` may remove."""
+    return {image_path(f.family_id, sheet, style) for f in families for sheet, style in _sheets(f)}
+
+
 def sheet_jobs(families: list[Family]) -> list[tuple[str, Any, str]]:
-    """(relative path, spec, style) of every sheet: five per family, plus the changed-rendering
-    copies of the two initial sheets for subset families."""
-    jobs = []
-    for f in families:
-        for sheet in SHEETS:
-            jobs.append((image_path(f.family_id, sheet), sheet_spec(f.system, f.candidates, f.calibration, sheet), "a"))
-        if f.in_subset:
-            for h in (0, 1):
-                sheet = f"{f.initial}_{h}"
-                spec = sheet_spec(f.system, f.candidates, f.calibration, sheet)
-                jobs.append((image_path(f.family_id, sheet, "b"), spec, "b"))
-    return jobs
+    """(relative path, spec, style) of every sheet (`_sheets`)."""
+    return [(image_path(f.family_id, sheet, style), sheet_spec(f.system, f.candidates, f.calibration, sheet), style)
+            for f in families for sheet, style in _sheets(f)]
 
 
 def _render_job(job: tuple[str, Any, str]) -> tuple[str, bytes]:
@@ -232,13 +236,28 @@ def _is_benchmark(folder: Path) -> bool:
 
 
 def _foreign_entries(folder: Path) -> list[str]:
-    """Names in a benchmark folder that a benchmark does not hold (an atomic-write leftover of one
-    of its files, `.NAME.XXXXXXXX.tmp`, is its own)."""
+    """Paths in a benchmark folder that generate did not write, so `--force` must not remove them: top-level
+    names a benchmark does not hold (an atomic-write leftover of one of its files, `.NAME.XXXXXXXX.tmp`, is
+    its own), and anything under images/ that is not a sheet of a family in its families.jsonl."""
     own = re.compile("|".join(re.escape(name) for name in BENCH_ENTRIES))
     leftover = re.compile(rf"\.(?:{own.pattern})\.{_RANDOM}\.tmp")
-    return sorted(
-        p.name for p in folder.iterdir() if not (own.fullmatch(p.name) or leftover.fullmatch(p.name))
-    )
+    foreign = sorted(p.name for p in folder.iterdir() if not (own.fullmatch(p.name) or leftover.fullmatch(p.name)))
+    images = folder / "images"
+    if images.is_symlink() or images.exists() and not images.is_dir():
+        return [*foreign, "images (not a folder of its own)"]
+    if images.is_dir():
+        from evprobe.bench.manifest import read_families
+
+        try:
+            sheets = sheet_paths(read_families(folder, verify_hash=False))
+        except InputError as err:
+            return [*foreign, f"images/ (which of its files generate wrote cannot be told: {err})"]
+        folders = {str(Path(rel).parent) for rel in sheets}
+        for path in sorted(images.rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if path.is_symlink() or not (rel in sheets and path.is_file() or rel in folders and path.is_dir()):
+                foreign.append(rel)
+    return foreign
 
 
 def _check_replaceable(out: Path, force: bool) -> None:

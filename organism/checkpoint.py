@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from evprobe.core.errors import InputError
+
 # The committed checkpoint (trained once with the default TrainConfig; see organism.json in it).
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoint"
 PROCESSOR_CLASS = "OrganismProcessor"
@@ -22,6 +24,18 @@ def checkpoint_path() -> str:
             "(git checkout -- organism/checkpoint) or train one: evprobe organism train --out DIR"
         )
     return str(CHECKPOINT_DIR)
+
+
+def _check_replaceable(out: Path, own: set[str]) -> None:
+    """Refuse to replace `out` unless it is a checkpoint holding only files a checkpoint is written with:
+    the replacement removes the old folder, and must never take a user's file with it."""
+    if out.is_symlink() or not out.is_dir() or not (out / "organism.json").is_file():
+        raise InputError(f"{out} exists and is not an organism checkpoint (no organism.json); move it aside "
+                         "or choose another --out")
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in own or not p.is_file() or p.is_symlink())
+    if foreign:
+        raise InputError(f"{out} holds a checkpoint but also {', '.join(foreign[:3])}, which training did not "
+                         f"write; move them out of {out} or choose another --out")
 
 
 def write_checkpoint(model, out: str | Path, meta: dict[str, Any]) -> Path:
@@ -40,6 +54,7 @@ def write_checkpoint(model, out: str | Path, meta: dict[str, Any]) -> Path:
             os.chmod(p, 0o644)
         os.chmod(tmp, 0o755)
         if out.exists():
+            _check_replaceable(out, {p.name for p in tmp.iterdir()})
             shutil.rmtree(out)
         os.replace(tmp, out)
     except BaseException:

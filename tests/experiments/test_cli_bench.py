@@ -245,6 +245,41 @@ def test_generate_force_refuses_a_benchmark_holding_other_things(small_bench: Pa
     assert (bench / "runs" / "records.jsonl").is_file() and (bench / "items.jsonl").read_bytes() == before
 
 
+@pytest.mark.parametrize("plant", ["file-in-images", "file-in-a-family-folder", "folder-in-images",
+                                   "unknown-family-folder", "symlink-in-images", "images-is-a-symlink"])
+def test_generate_force_refuses_what_it_did_not_write_inside_images(small_bench: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture, plant: str) -> None:
+    """The broken input: `--force` checked top-level names only, so a user's file under images/ was deleted
+    with the old benchmark. Only the sheets of the families in families.jsonl are generate's own."""
+    bench = _copy(small_bench, tmp_path)
+    family = sorted(p for p in (bench / "images").iterdir())[0]
+    mine = tmp_path / "mine.txt"
+    mine.write_text("a user's notes")
+    planted = {
+        "file-in-images": bench / "images" / "notes.txt",
+        "file-in-a-family-folder": family / "annotated.png",
+        "folder-in-images": bench / "images" / "crops" / "c.png",
+        "unknown-family-folder": bench / "images" / "family-of-mine" / "select_0.png",
+        "symlink-in-images": family / "link.png",
+    }.get(plant)
+    if plant == "symlink-in-images":
+        planted.symlink_to(mine)
+    elif plant == "images-is-a-symlink":
+        shutil.move(bench / "images", tmp_path / "real-images")
+        (bench / "images").symlink_to(tmp_path / "real-images", target_is_directory=True)
+    else:
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.write_text("a user's file")
+    before = (bench / "items.jsonl").read_bytes()
+    assert main(["generate", "--out", str(bench), *TINY, "--force"]) == 2
+    err = _one_line_error(capsys)
+    assert str(bench) in err and "did not write" in err and "images" in err
+    assert (bench / "items.jsonl").read_bytes() == before
+    if planted is not None:
+        assert planted.exists() or planted.is_symlink()
+    assert mine.read_text() == "a user's notes"
+
+
 def test_generate_force_replaces_a_benchmark_or_an_empty_folder(small_bench: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

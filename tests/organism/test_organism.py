@@ -427,3 +427,27 @@ def test_the_letter_is_generated_after_the_prefix_and_only_decode_step_steering_
     assert steered == top(steered_logp)
     with steer(handle, replace(every, schedule="prompt-only")):
         assert replies() == plain
+
+
+def test_rewriting_a_checkpoint_replaces_only_a_checkpoint_of_its_own_files(tmp_path: Path) -> None:
+    """The broken input: the old folder was removed whole, a user's file in it with it."""
+    from evprobe.core.errors import InputError
+    from evprobe.organism.checkpoint import write_checkpoint
+    from evprobe.organism.model import ModelConfig, Organism
+
+    exported = Organism(ModelConfig(), seed=3).export()
+    ck = tmp_path / "ck"
+    write_checkpoint(exported, ck, {"note": "first"})
+    write_checkpoint(exported, ck, {"note": "second"})  # a checkpoint over a checkpoint: replaced
+    assert json.loads((ck / "organism.json").read_text())["note"] == "second"
+    (ck / "my_notes.txt").write_text("mine")
+    with pytest.raises(InputError, match=r"also my_notes.txt, which training did not write"):
+        write_checkpoint(exported, ck, {"note": "third"})
+    assert (ck / "my_notes.txt").read_text() == "mine"
+    other = tmp_path / "thesis"
+    other.mkdir()
+    (other / "chapter.txt").write_text("mine")
+    with pytest.raises(InputError, match="is not an organism checkpoint"):
+        write_checkpoint(exported, other, {"note": "x"})
+    assert (other / "chapter.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "thesis"]  # no temporary left
