@@ -61,8 +61,12 @@ it is unambiguous:
   `invalid:wrong_unit`; a comma between digits ("0,45", "1,200") is `invalid:ambiguous_comma`.
   Two numbers of one value ("0.45 m (45 cm)") are one reference. Estimates must be >= 0
   (`invalid:out_of_range`); 0 is a valid estimate (scored wrong), never a stand-in for a misread.
-- Numbers (read_ruler, recover_property and the estimates): "inf", "infinity", "nan", "∞" and numbers that
-  overflow a float ("1e999") are `invalid:non_finite`; nothing non-finite is ever stored.
+- Numbers (read_ruler, recover_property and the estimates) are tokens of the one grammar in
+  `bench.units` (decimal, optional sign, exponent and unit, ASCII digits, a boundary after it). A
+  token that starts like a number but is none ("0x1F", "12abc", "1.2.3", "1e", "--3", "٣", "½")
+  is `invalid:malformed_number`: it is never read as the number it starts with.
+  "inf", "infinity", "nan", "∞" and numbers that overflow a float ("1e999") are
+  `invalid:non_finite`; nothing non-finite is ever stored.
   read_ruler values must lie in [0, RULER_MAX] metres or the reply is `invalid:out_of_range`.
   RULER_MAX is 1000 times the longest ruler the benchmark draws (`bench.calibration`: tracks and
   rulers of 0.5 to 2 m, so 2000): a reading of any of its rulers in millimetres still parses (and
@@ -70,10 +74,16 @@ it is unambiguous:
   out of range. A sign counts only when attached and not preceded by a digit or letter ("0.4-0.5"
   is two numbers, "-0.45" is negative).
 
-When several problems occur, the reason reported is the first of: non_finite, ambiguous_comma, negated,
-alternatives, conflicting_options (several_numbers), hedged, out_of_range. A reply with no option
-reference at all is `invalid:no_option` (read_ruler: `invalid:no_number`), even when hedged.
+When several problems occur, the reason reported is the first of: non_finite, ambiguous_comma,
+malformed_number, negated, alternatives, conflicting_options (several_numbers), hedged,
+out_of_range. A reply with no option reference at all is `invalid:no_option` (read_ruler:
+`invalid:no_number`), even when hedged.
 Invalid replies are returned as such, never replaced by a guess; they stay in every denominator.
+
+Every reading takes time linear in the reply (tests/bench/test_parse_linear.py times 100 KB
+adversarial replies): no pattern applied to a reply has two quantifiers over the same characters
+(the ANSWER line, "I think ... or" and the sentence start before an article are found by scanning),
+and the look-ups per cue, "or" and letter go through bisection or a character map, not a rescan.
 """
 
 from __future__ import annotations
@@ -81,6 +91,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from evprobe.bench.calibration import (
@@ -92,7 +103,7 @@ from evprobe.bench.calibration import (
 )
 from evprobe.bench.items import NUMERIC_REQUESTS, Item
 from evprobe.bench.systems import get_system
-from evprobe.bench.units import find_numbers, has_ambiguous_comma
+from evprobe.bench.units import has_ambiguous_comma, in_quantity, numerals
 
 LONGEST_RULER = max(MASS_TRACK, COAST_TRACK, REBOUND_RULER, SPRING_RULER, FALL_RULER)  # m
 RULER_MAX = 1000.0 * LONGEST_RULER  # m; see the module docstring
@@ -100,16 +111,24 @@ DIRECT_MAX_CHARS = 80  # a longer reply that starts with a letter is read, but r
 ANSWERS = ("yes", "no", "undetermined")
 NUMBER_REQUESTS = ("read_ruler", *NUMERIC_REQUESTS)  # replies are one number (with its unit)
 
-_ANSWER_LINE = re.compile(r"^\s*[*_#>\s]*answer\s*[*_]*\s*[:：]\s*(.*?)\s*$", re.I | re.M)
-_JSON_OBJECT = re.compile(r"\{.*\}", re.S)
+# An ANSWER line is what `^\s*[*_#>\s]*answer\s*[*_]*\s*[:：]\s*(.*?)\s*$` (re.I | re.M) finds with
+# findall. That pattern is cubic on blank lines (three quantifiers over the same white space), so
+# `_answer_line` finds the same matches with these pieces, reading each character a bounded number
+# of times.
+_ANSWER_WORD = re.compile("answer", re.I)
+_ANSWER_LEAD = re.compile(r"[*_#>\s]*+")  # markup and white space before "answer", from a line start
+_ANSWER_COLON = re.compile(r"\s*+[*_]*+\s*+[:：]")  # the classes alternate, so possessive is exact
+_WHITE = re.compile(r"\s*+")
 # A standalone letter stands between white space or bracket/quote/markdown punctuation; "E.g." is
 # an abbreviation, not option E.
 _LETTER = re.compile(
     r"""(?:^|(?<=[\s(\[*"'“:/,]))([A-E])(?=$|[\s)\]:,;!?*"'”/]|\.(?![A-Za-z]))""", re.M
 )
-_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_EQUALS = re.compile(r"\s*=")  # after a letter: a variable ("E = m g e^2 h")
 _NON_FINITE_WORD = re.compile(r"(?<![\w.])[-+]?(?:inf(?:inity)?|nan)\b|∞", re.I)
-_SENTENCE_START = re.compile(r"(?:\A|[.!?]\s+|\n)[\s*_#>\"'“(\[-]*\Z")
+# A sentence opens before an article (module docstring) when the text before it is
+# `(?:\A|[.!?]\s+|\n)` and then only these characters; `_opens_sentence` checks it scanning back.
+_OPENERS = frozenset("*_#>\"'“([-")
 _ARTICLE_WORD = re.compile(r"[ \t]+([a-z][\w'-]*)")
 _NOT_AFTER_ARTICLE = frozenset(
     """yes no stop now then but so because since nor not too plus vs versus than per
@@ -139,7 +158,11 @@ _HEDGE = (
     r"\b(?:maybe|perhaps|probably|possibly|likely|might|could be|not sure|unsure|not certain"
     r"|i guess|hard to say|hard to tell)\b"
 )
-_THINK_OR = re.compile(r"\bi think\b[^.!?\n]*\bor\b", re.I)
+# "I think ... or" in one sentence, i.e. `\bi think\b[^.!?\n]*\bor\b` (re.I), checked by `_think_or`
+# without its backtracking (quadratic on a long sentence of "I think"s).
+_THINK = re.compile(r"\bi think\b", re.I)
+_OR_WORD = re.compile(r"\bor\b", re.I)
+_BREAK = re.compile(r"[.!?\n]")
 _CLAUSE_END = re.compile(
     r"[!?;:,\n—–→]|\.(?!\d)|->|=>|\b(?:but|so|therefore|hence|thus|because|since|although"
     r"|though|however|whereas|while)\b",
@@ -230,9 +253,20 @@ def _letter_of(item: Item, value: str) -> str:
     return next(k for k, v in item.options.items() if v == value)  # type: ignore[union-attr]
 
 
+def _opens_sentence(text: str, pos: int) -> bool:
+    """Whether `pos` opens a sentence: the text before it is the text's start, a new line, or
+    . ! ? and white space, then only white space, markdown and quote marks (`_OPENERS`)."""
+    j = pos
+    while j > 0 and (text[j - 1] in _OPENERS or text[j - 1].isspace()):
+        j -= 1  # runs end at a non-opener (an "A" is one), so the runs scanned for all letters are disjoint
+    if j == 0 or text.find("\n", j, pos) != -1:
+        return True
+    return text[j - 1] in ".!?" and j < pos and text[j].isspace()
+
+
 def _is_article(text: str, pos: int) -> bool:
     """Whether the capital A at `pos` is the indefinite article (rules in the module docstring)."""
-    if not _SENTENCE_START.search(text[:pos]):
+    if not _opens_sentence(text, pos):
         return False
     m = _ARTICLE_WORD.match(text, pos + 1)
     if not m:
@@ -243,8 +277,8 @@ def _is_article(text: str, pos: int) -> bool:
 
 def _spans(item: Item, text: str) -> tuple[list[_Span], str | None]:
     """Option references, negation cues and hedges in `text`, in order; and for numeric requests
-    a misread that overrides the references: "non_finite", "ambiguous_comma", or "wrong_unit"
-    (numbers were written, but each with a unit of another kind), else None."""
+    a misread that overrides the references: "non_finite", "ambiguous_comma", "malformed_number"
+    or "wrong_unit" (numbers were written, but each with a unit of another kind), else None."""
     candidates: list[_Span] = []
     for value, patterns in _name_patterns(item).items():
         key = _letter_of(item, value)
@@ -255,78 +289,151 @@ def _spans(item: Item, text: str) -> tuple[list[_Span], str | None]:
         for p in patterns:
             candidates += [_Span(m.start(), m.end(), kind) for m in re.finditer(p, text, re.I)]
     # Overlaps: the longest span wins ("no need to" over "no", "not enough evidence" over "not").
+    # `taken` marks the characters of the spans kept (every span holds at least one character), so
+    # a span is free when none of its characters is marked: linear in the spans' total length.
     kept: list[_Span] = []
-    for s in sorted(candidates, key=lambda s: (s.start - s.end, s.start)):
-        if all(s.end <= k.start or s.start >= k.end for k in kept):
-            kept.append(s)
+    taken = bytearray(len(text))
 
     def free(start: int, end: int) -> bool:
-        return all(end <= k.start or start >= k.end for k in kept)
+        return taken.find(1, start, end) == -1
+
+    def keep(s: _Span) -> None:
+        kept.append(s)
+        taken[s.start : s.end] = b"\x01" * (s.end - s.start)
+
+    for s in sorted(candidates, key=lambda s: (s.start - s.end, s.start)):
+        if free(s.start, s.end):
+            keep(s)
 
     options = item.options or {}
     misread: str | None = None
     if item.request in NUMBER_REQUESTS:
         from evprobe.bench.numeric import quantity
 
-        numbers = find_numbers(text, quantity(item))
-        for n in numbers:
-            if n.value is not None:
-                x = float(n.value)
+        found = numerals(text)
+        numbers = [in_quantity(n, quantity(item)) for n in found if n.number is not None]
+        for f in numbers:
+            if f.value is not None:
+                x = float(f.value)
                 if not math.isfinite(x):
                     misread = "non_finite"
                 else:
-                    kept.append(_Span(n.start, n.end, "number", "", x))
+                    keep(_Span(f.start, f.end, "number", "", x))
         if _NON_FINITE_WORD.search(text):
             misread = "non_finite"
         elif misread is None and has_ambiguous_comma(text):
             misread = "ambiguous_comma"
-        elif misread is None and numbers and all(n.value is None for n in numbers):
+        elif misread is None and any(n.number is None for n in found):
+            misread = "malformed_number"
+        elif misread is None and numbers and all(f.value is None for f in numbers):
             misread = "wrong_unit"
     elif item.request == "recover_property":
         if _NON_FINITE_WORD.search(text):
             misread = "non_finite"
-        for m in _NUMBER.finditer(text):
-            x = float(m.group(0))
+        malformed = False
+        for n in numerals(text):  # the value as written: a candidate is printed without unit
+            if n.number is None:
+                malformed = True
+                continue
+            x = float(n.number)
             if not math.isfinite(x):
                 misread = "non_finite"
             else:
                 key = next((k for k, v in options.items() if math.isclose(x, float(v), rel_tol=1e-9)), None)
                 if key is not None:
-                    kept.append(_Span(m.start(), m.end(), "number", key))
+                    keep(_Span(n.start, n.end, "number", key))
+        if misread is None and malformed:
+            misread = "malformed_number"
     if item.request not in NUMBER_REQUESTS:
         for m in _LETTER.finditer(text):
             letter, pos = m.group(1), m.start(1)
-            if re.match(r"\s*=", text[m.end() :]) or not free(pos, m.end()):
+            if _EQUALS.match(text, m.end()) or not free(pos, m.end()):
                 continue  # a variable ("E = m g e^2 h"), or part of a name
             if letter == "A" and _is_article(text, pos):
                 continue
-            kept.append(_Span(pos, m.end(), "letter", letter if letter in options else f"?{letter}"))
+            keep(_Span(pos, m.end(), "letter", letter if letter in options else f"?{letter}"))
     return sorted(kept, key=lambda s: s.start), misread
 
 
+class _Refs:
+    """References in order of their start, with the look-ups `_negated` and `_alternatives` make
+    for each cue or "or" done by bisection (a scan per cue would be quadratic)."""
+
+    def __init__(self, refs: list[_Span]) -> None:
+        self.refs = refs
+        self.starts = [r.start for r in refs]
+        # suffix minima of the ends: non-decreasing, so the last reference ending by x is found by
+        # bisection even where spans nest
+        self.min_end = [r.end for r in refs]
+        for i in range(len(refs) - 2, -1, -1):
+            self.min_end[i] = min(self.min_end[i], self.min_end[i + 1])
+
+    def first_from(self, pos: int) -> _Span | None:
+        """The first reference starting at or after `pos`."""
+        i = bisect_left(self.starts, pos)
+        return self.refs[i] if i < len(self.refs) else None
+
+    def last_by(self, pos: int) -> _Span | None:
+        """The last reference (in order) ending at or before `pos`."""
+        i = bisect_right(self.min_end, pos) - 1
+        return self.refs[i] if i >= 0 else None
+
+
+def _starts(pattern: re.Pattern[str], text: str) -> list[int]:
+    return [m.start() for m in pattern.finditer(text)]
+
+
+def _next(starts: list[int], pos: int, default: int) -> int:
+    """The first of the sorted `starts` at or after `pos`."""
+    i = bisect_left(starts, pos)
+    return starts[i] if i < len(starts) else default
+
+
 def _negated(text: str, spans: list[_Span]) -> bool:
-    refs = [s for s in spans if s.kind in ("letter", "name", "number")]
-    for cue in (s for s in spans if s.kind == "negation"):
-        end = _CLAUSE_END.search(text, cue.end)
-        stop = end.start() if end else len(text)
-        if any(cue.end <= r.start < stop for r in refs):
+    cues = [s for s in spans if s.kind == "negation"]
+    if not cues:
+        return False
+    refs = _Refs([s for s in spans if s.kind in ("letter", "name", "number")])
+    # `_CLAUSE_END.search(text, cue.end)` for every cue at once: a cue ends in a letter and a word
+    # boundary, so no clause end found from the text's start spans a cue's end.
+    clause_ends = _starts(_CLAUSE_END, text)
+    for cue in cues:
+        stop = _next(clause_ends, cue.end, len(text))
+        after = refs.first_from(cue.end)
+        if after is not None and after.start < stop:
             return True  # "do not stop", "not yes", "instead of the mass test"
-        before = [r for r in refs if r.end <= cue.start]
-        if before and _POSTPOSED.search(text[cue.start : cue.end].lower()):
-            if _COPULA_GAP.fullmatch(text[before[-1].end : cue.start]):
+        before = refs.last_by(cue.start)
+        if before is not None and _POSTPOSED.search(text[cue.start : cue.end].lower()):
+            if _COPULA_GAP.fullmatch(text, before.end, cue.start):
                 return True  # "the mass test is not needed", "B would be wrong"
     return False
 
 
 def _alternatives(text: str, refs: list[_Span]) -> bool:
+    ordered = _Refs(refs)
+    sentence_ends: list[int] | None = None
     for m in _OR.finditer(text):
-        left = [r for r in refs if r.end <= m.start()]
-        right = [r for r in refs if r.start >= m.end()]
-        if not left or not right:
+        a, b = ordered.last_by(m.start()), ordered.first_from(m.end())
+        if a is None or b is None or _key(a) == _key(b):
             continue
-        a, b = left[-1], right[0]
-        if _key(a) != _key(b) and not _SENTENCE_END.search(text, a.end, b.start):
+        if sentence_ends is None:
+            sentence_ends = _starts(_SENTENCE_END, text)
+        # `_SENTENCE_END.search(text, a.end, b.start)`: a sentence end between the two, where a "."
+        # just before b.start counts whatever follows it (the search ends there)
+        if _next(sentence_ends, a.end, len(text)) >= b.start and text[b.start - 1] != ".":
             return True
+    return False
+
+
+def _think_or(text: str) -> bool:
+    """Whether "I think" is followed by "or" in its sentence (`_THINK`)."""
+    ors = _starts(_OR_WORD, text)
+    if not ors:
+        return False
+    breaks = _starts(_BREAK, text)
+    for m in _THINK.finditer(text):
+        if _next(ors, m.end(), len(text)) < _next(breaks, m.end(), len(text)):
+            return True  # an "or" comes before the sentence's end
     return False
 
 
@@ -340,7 +447,7 @@ def _read(item: Item, text: str) -> _Reading | str:
     ruler = item.request in NUMBER_REQUESTS
     spans, misread = _spans(item, text)
     refs = [s for s in spans if s.kind in ("letter", "name", "number")]
-    if misread in ("non_finite", "ambiguous_comma"):
+    if misread in ("non_finite", "ambiguous_comma", "malformed_number"):
         return misread
     if not refs or all(r.key.startswith("?") for r in refs):
         return misread or ("no_number" if ruler else "no_option")
@@ -350,7 +457,7 @@ def _read(item: Item, text: str) -> _Reading | str:
         return "alternatives"
     if len({_key(r) for r in refs}) > 1:
         return "several_numbers" if ruler else "conflicting_options"
-    if any(s.kind == "hedge" for s in spans) or _THINK_OR.search(text):
+    if any(s.kind == "hedge" for s in spans) or _think_or(text):
         return "hedged"
     first = refs[0]
     if ruler:
@@ -382,23 +489,56 @@ def _final(item: Item, token: str, route: str, unreadable: str) -> Parsed:
     return _parsed(item, got, route)
 
 
+def _answer_line(text: str) -> str | None:
+    """The last ANSWER line's answer (the last group `findall` gives for the pattern described at
+    `_ANSWER_WORD`), or None. Linear: each "answer" is looked at once, its line's start found from
+    the previous one, and a line's leading markup scanned once."""
+    last: str | None = None
+    done = 0  # end of the previous match: findall's matches do not overlap
+    line_start, prev = 0, 0  # the line start of the previous "answer", and where it stood
+    lead = (-1, -1)  # (line start, end of its leading markup), for the line of the last "answer" seen
+    for m in _ANSWER_WORD.finditer(text):
+        k = m.start()
+        nl = text.rfind("\n", prev, k)
+        line_start, prev = (nl + 1 if nl != -1 else line_start), k
+        if k < done or line_start < done:
+            continue  # inside the previous match, or its line began there: no `^` left to match
+        if lead[0] != line_start:
+            lead = (line_start, _ANSWER_LEAD.match(text, line_start).end())  # type: ignore[union-attr]
+        if lead[1] != k:
+            continue  # something other than markup stands between the line start and "answer"
+        colon = _ANSWER_COLON.match(text, m.end())
+        if not colon:
+            continue
+        start = _WHITE.match(text, colon.end()).end()  # type: ignore[union-attr]
+        eol = text.find("\n", start)
+        eol = len(text) if eol == -1 else eol
+        last = text[start:eol].rstrip()  # `(.*?)\s*$`: the rest of the line less trailing white space
+        stop = start + len(last)
+        white = _WHITE.match(text, stop).end()  # type: ignore[union-attr]
+        # the final `\s*$` takes the white space after the answer up to its last line end
+        done = len(text) if white == len(text) else text.rfind("\n", stop, white)
+    return last
+
+
 def parse_reply(item: Item, reply: str, regime: str = "standard") -> Parsed:
     """Read one reply to `item`; see the module docstring for the order and the rules."""
     text = reply.strip()
     if not text:
         return invalid("empty")
     if regime == "json":
-        m = _JSON_OBJECT.search(text)
-        if m:
+        # `\{.*\}` (re.S): from the first "{" to the last "}" (a rescan from each "{" is quadratic)
+        first, last = text.find("{"), text.rfind("}")
+        if first != -1 and last > first:
             try:
-                obj = json.loads(m.group(0))
+                obj = json.loads(text[first : last + 1])
             except (ValueError, RecursionError):  # bad JSON, an integer too long for int(), nesting too deep
                 obj = None
             if isinstance(obj, dict) and "final_answer" in obj:
                 return _final(item, str(obj["final_answer"]), "json", "json_final_answer_unreadable")
-    lines = _ANSWER_LINE.findall(text)
-    if lines:
-        return _final(item, lines[-1], "answer_line", "answer_line_unreadable")
+    line = _answer_line(text)
+    if line is not None:
+        return _final(item, line, "answer_line", "answer_line_unreadable")
     got = _read(item, text)
     if isinstance(got, str):
         return invalid(got)
