@@ -63,7 +63,7 @@ def _stored(name: str, named: Direction, every: dict[str, Direction], layer: int
 def _fit(name: str, d: Direction, seed: int) -> tuple[np.ndarray, str]:
     """Fit control `name` at d's layer and position on d's capture rows (d's fit items)."""
     from evprobe.probes.captures import CaptureError, labels, load_captures
-    from evprobe.probes.directions import fit_directions
+    from evprobe.probes.directions import check_width, fit_directions
 
     prov = d.provenance
     paths = [Path(c) for c in prov.get("captures") or ()]
@@ -71,6 +71,7 @@ def _fit(name: str, d: Direction, seed: int) -> tuple[np.ndarray, str]:
         if not paths:
             raise CaptureError("the direction names no captures")
         cs = load_captures(paths)
+        check_width(d, cs.d_model, f"its capture {paths[0]}")  # the control is compared with d by a product
         label = prov["label"] if name == "shuffled" else name
         ls = labels(cs, label, positive=prov.get("positive") if name == "shuffled" else None)
     except (CaptureError, OSError, KeyError) as e:

@@ -79,6 +79,7 @@ def relabel_directions(n: int, named: Direction, chosen: dict[int, Direction],
     if n <= 0:
         return {}
     from evprobe.probes.captures import CaptureError, labels, load_captures
+    from evprobe.probes.directions import check_width
     from evprobe.probes.estimators import make_probe
 
     prov = named.provenance
@@ -89,6 +90,8 @@ def relabel_directions(n: int, named: Direction, chosen: dict[int, Direction],
         if not paths:
             raise CaptureError("the direction names no captures")
         cs = load_captures(paths)
+        for d in chosen.values():  # each relabelled direction is compared with d by a product
+            check_width(d, cs.d_model, f"its capture {paths[0]}")
         ls = labels(cs, prov["label"], positive=prov.get("positive"))
     except (CaptureError, OSError, KeyError) as e:
         raise ConfigError(f"relabelled null: cannot read the rows {named.name} was fitted on ({e}); {fix}") from None

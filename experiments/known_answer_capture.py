@@ -145,7 +145,7 @@ def direction_check(acts: Path | None, directions: Path | None, plant: dict[str,
         return check_row(title, None, "no capture", target)
     from evprobe.core.bootstrap import FamilyBootstrap
     from evprobe.probes.captures import load_captures
-    from evprobe.probes.directions import read_directions
+    from evprobe.probes.directions import check_width, read_directions
     from evprobe.probes.metrics import auroc_estimate
     from evprobe.probes.runs import labelled
 
@@ -157,6 +157,7 @@ def direction_check(acts: Path | None, directions: Path | None, plant: dict[str,
         return check_row(title, None, f"L{m} was not captured", target)
     problems, parts, expected_text = [], [], []
     for d in stored:
+        check_width(d, cs.d_model, f"capture {acts}")  # one line before the product below
         prov = d.provenance
         fit = list(prov.get("items") or [])
         exp: Expected | None = (expect.heldout(fit, prov["label"]) or {}).get("all")

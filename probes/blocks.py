@@ -4,7 +4,8 @@
 (probes.refit runs its refits in processes for large sweeps) cannot share those, so they get a
 `BlockReader`: per capture, the acts.npy path and which of its file rows go where in the output,
 fixed in the parent. A worker opens each file read-only (np.load(mmap_mode="r"), no pickle) once
-and reads exactly what `CaptureSet.block` would (tested equal).
+and reads exactly what `CaptureSet.block` would (tested equal). The values were checked finite
+once, when the captures were loaded (probes.captures); readers do not check them again.
 """
 
 from __future__ import annotations

@@ -20,6 +20,24 @@ A capture folder (written by `evprobe capture`) holds:
 
 Every error is a `CaptureError`, an `InputError`: one line naming file, line, field and the fix.
 
+Values are checked at read, once per load: every committed row of acts.npy must be finite. A NaN or
+an infinity (which `evprobe capture` and `write_capture` never write: a damaged file, or a writer of
+its own) would otherwise pass into every statistic (one NaN cell made a layer "degenerate"). The
+check reads the committed rows in chunks of about 32 MiB through the memmap (float16 bit pattern:
+exponent bits all ones; about 5 GB/s from the page cache, e.g. 4 ms for 9,216 x 15 x 64 and 7 ms
+for 144 x 28 x 3584), and uncommitted rows (not yet filled) are not read. `nonfinite` says what a
+bad row does:
+
+- `"refuse"` (default): a `CaptureError` naming the file, the first bad row (its item id and
+  index.jsonl line), the layer, the position and the fix;
+- `"drop"` (`--nonfinite drop`): every family holding such a row is left out whole (the family is
+  the unit of folds and bootstrap, and matched pairs live within it), together with any family
+  sharing an `image_pair_id` / `threshold_pair_id` with one left out, so matched pairs stay
+  together. `Capture.nonfinite` says what was left out, a one-line `OneLineWarning` says so at
+  load, and `labels` counts the rows under "non-finite activations (family left out at read)".
+  `load_captures` leaves a family out of every capture when any capture drops it (regimes of the
+  same items stay matched).
+
 Several captures of the same items (prompt regimes) pool into one `CaptureSet`; its rows are the
 captures' indexed rows one after another, each index row gaining `source` (capture position) and
 `source_name` (the regime, or the folder name when two captures share a regime).
@@ -42,9 +60,10 @@ reply, not that request type). Any index field is a label; derived labels:
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from tokenize import TokenError
 from typing import Any
@@ -52,8 +71,14 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.capture_schema import index_row_problem, meta_problem
-from evprobe.core.errors import InputError, shown
+from evprobe.core.errors import InputError, OneLineWarning, shown
 from evprobe.core.files import key_line, read_complete_lines, read_json_text
+from evprobe.probes.nonfinite import (  # noqa: F401 - NONFINITE_POLICIES, nonfinite_rows: read from here too
+    NONFINITE_POLICIES,
+    NonFinite,
+    families_with_partners,
+    nonfinite_rows,
+)
 
 ACTS_FILE = "acts.npy"
 INDEX_FILE = "index.jsonl"
@@ -78,6 +103,7 @@ DEFAULT_POSITIVE: dict[str, Any] = {
     "initial_property": "mass",
 }
 WRONG_RULES = ("confabulated", "overcautious", "not_reference")
+NONFINITE_DROPPED = "non-finite activations (family left out at read)"  # LabelSet.dropped's reason
 
 
 class CaptureError(InputError):
@@ -145,6 +171,7 @@ class Capture:
     index: tuple[dict[str, Any], ...]  # committed rows, sorted by `row`
     meta: dict[str, Any]
     n_torn: int = 0  # 1 when a torn last index line was ignored
+    nonfinite: NonFinite | None = None  # rows left out for NaN / inf (nonfinite="drop"); None: none
 
     @property
     def rows(self) -> np.ndarray:
@@ -172,8 +199,19 @@ class Capture:
         return str(self.meta.get("regime", "unknown"))
 
 
-def load_capture(path: str | Path) -> Capture:
-    """Open a capture folder read-only (see the module docstring for the rules)."""
+def load_capture(path: str | Path, *, nonfinite: str = "refuse") -> Capture:
+    """Open a capture folder read-only (see the module docstring for the rules). `nonfinite`:
+    "refuse" (default) or "drop", what a committed row holding NaN or inf does."""
+    cap = _load_capture(path, nonfinite)
+    if cap.nonfinite is not None:
+        warnings.warn(cap.nonfinite.text(cap.path), OneLineWarning, stacklevel=2)
+    return cap
+
+
+def _load_capture(path: str | Path, nonfinite: str) -> Capture:
+    if nonfinite not in NONFINITE_POLICIES:
+        raise CaptureError(f"nonfinite={nonfinite!r}: use one of {', '.join(NONFINITE_POLICIES)} (what a row "
+                           "holding NaN or inf does)")
     path = Path(path)
     if not path.is_dir():
         raise CaptureError(f"{path}: not a folder; give the ACTS folder written by `evprobe capture`")
@@ -199,6 +237,7 @@ def load_capture(path: str | Path) -> Capture:
     seen_rows: set[int] = set()
     seen_ids: set[str] = set()
     rows = []
+    line_of: dict[int, int] = {}  # acts.npy row -> its index.jsonl line, for the finite check's message
     for number, row in lines:
         bad = index_row_problem(row, meta.get("fields"))  # a user capture's declared label fields
         if bad:
@@ -212,10 +251,47 @@ def load_capture(path: str | Path) -> Capture:
         seen_rows.add(r)
         seen_ids.add(item_id)
         rows.append(row)
+        line_of[r] = number
     if not rows:
         raise CaptureError(f"{index_path}: no finished rows yet; wait for the capture or rerun it")
     rows.sort(key=lambda x: x["row"])
-    return Capture(path, acts, tuple(rows), meta, torn)
+    cap = Capture(path, acts, tuple(rows), meta, torn)
+    bad = nonfinite_rows(acts, cap.rows, first_only=nonfinite == "refuse")
+    if not bad.size:
+        return cap
+    where = _where_nonfinite(cap, int(bad[0]), line_of)
+    if nonfinite == "refuse":
+        raise CaptureError(f"{path / ACTS_FILE}: {where}; activations must be finite: capture again (`evprobe "
+                           "capture`), or leave such rows' families out with --nonfinite drop "
+                           "(load_capture(..., nonfinite=\"drop\"))")
+    by_row = {r["row"]: r for r in rows}
+    return _without_families(cap, {by_row[int(b)]["family_id"] for b in bad}, tuple(int(b) for b in bad), where)
+
+
+def _where_nonfinite(cap: Capture, r: int, line_of: Mapping[int, int]) -> str:
+    """'row R (item ..., index.jsonl line N) holds NaN at layer L, position P (dimension j)'."""
+    block = np.asarray(cap.acts[r], dtype=np.float32)  # (layers, positions, d)
+    li, pi, j = (int(v) for v in np.argwhere(~np.isfinite(block))[0])
+    value = block[li, pi, j]
+    kind = "NaN" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+    item = next(x["item_id"] for x in cap.index if x["row"] == r)
+    return (f"row {r} (item {item!r}, {INDEX_FILE} line {line_of.get(r, '?')}) holds {kind} at layer "
+            f"{cap.layers[li]}, position {cap.positions[pi]!r} (dimension {j})")
+
+
+def _without_families(cap: Capture, families: set[str], bad: tuple[int, ...], first: str) -> Capture:
+    """`cap` with the rows of `families` left out (nonfinite="drop"); an error when none is left."""
+    families = families_with_partners(cap.index, families) & {r["family_id"] for r in cap.index}
+    keep = tuple(r for r in cap.index if r["family_id"] not in families)
+    if not keep:
+        where = f"first: {first}" if first else "in this capture or another of the set"
+        raise CaptureError(f"{cap.path / ACTS_FILE}: every family holds a row with NaN or inf ({where}), so "
+                           "--nonfinite drop leaves nothing; capture again (`evprobe capture`)")
+    prior = cap.nonfinite
+    rows = tuple(sorted(set(bad) | set(prior.rows if prior else ())))
+    dropped = NonFinite(rows, tuple(sorted(families | set(prior.families if prior else ()))),
+                        len(cap.index) - len(keep) + (prior.n_dropped if prior else 0), prior.first if prior else first)
+    return replace(cap, index=keep, nonfinite=dropped)
 
 
 @dataclass(frozen=True, eq=False)
@@ -298,8 +374,18 @@ class CaptureSet:
         return BlockReader.of(self, rows, pos, reuse=True)(layer_idx)
 
 
-def load_captures(paths: Sequence[str | Path]) -> CaptureSet:
-    return CaptureSet.of([load_capture(p) for p in paths])
+def load_captures(paths: Sequence[str | Path], *, nonfinite: str = "refuse") -> CaptureSet:
+    """Several capture folders pooled (`CaptureSet.of`). With nonfinite="drop" a family left out of
+    one capture is left out of every capture (module docstring), so regimes stay matched."""
+    caps = [_load_capture(p, nonfinite) for p in paths]
+    dropped = set().union(*(c.nonfinite.families for c in caps if c.nonfinite is not None))
+    if dropped:  # the same families out of every capture: regimes of the same items stay matched
+        caps = [c if not {r["family_id"] for r in c.index} & dropped else _without_families(c, dropped, (), "")
+                for c in caps]
+    for c in caps:
+        if c.nonfinite is not None:
+            warnings.warn(c.nonfinite.text(c.path), OneLineWarning, stacklevel=2)
+    return CaptureSet.of(caps)
 
 
 def _short(values: Sequence[Any], limit: int = 12) -> str:
@@ -490,6 +576,9 @@ def labels(
         raise CaptureError(f"unknown label {name!r}; use an index field ({', '.join(sorted(known))}) "
                            f"or one of {', '.join(DERIVED_LABELS)}")
     dropped: Counter[str] = Counter()
+    for cap in cs.captures:  # rows left out at read (nonfinite="drop") are counted, never silently gone
+        if cap.nonfinite is not None:
+            dropped[NONFINITE_DROPPED] += cap.nonfinite.n_dropped
     kept_rows, kept_values, kept_families = [], [], []
     for i, row in enumerate(cs.index):
         if not select_requests(row, requests):

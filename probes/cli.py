@@ -5,9 +5,14 @@
                   [--transfer system|initial|pairs|request|regime|FIELD ...] [--layers L,L] [--positions P,P]
                   [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
                   [--no-nested] [--control-tasks 20] [--cell-fields F,F,...] [--jobs N] [--out DIR] [--quiet]
+                  [--nonfinite refuse|drop]
     evprobe directions ACTS [ACTS ...] --layer L[,L ...] [--position last] [--label resolved] [--positive VALUE]
                   [--probe massmean|logistic|centroid|all] [--by KIND] [--records RUN ...] [--requests TYPES]
                   [--restrict RULE] [--C 1.0] [--pooled-covariance] [--seed 20260905] [--out DIR]
+                  [--nonfinite refuse|drop]
+
+Captures are checked at read: a row holding NaN or inf is refused in one line naming it, unless
+`--nonfinite drop` leaves its family out (probes.captures; counted in sweep.md and warned).
 
 The work is `probes.runs` (sweep_to_folder, directions_to_folder); these only parse and print. Bad
 input raises ValueError (CaptureError) with a one-line message naming the fix; the main CLI prints
@@ -23,6 +28,7 @@ from typing import Any
 
 from evprobe.core.argtypes import int_list, nonnegative_int, positive_float, positive_int, str_list
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED
+from evprobe.probes.captures import NONFINITE_POLICIES
 from evprobe.probes.control_tasks import CELL_FIELDS, DEFAULT_CONTROL_TASKS
 from evprobe.probes.runs import (
     PROBE_NAMES,
@@ -53,11 +59,15 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pooled-covariance", action="store_true",
                    help="mass-mean probe through the ridge-regularised pooled within-class covariance")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of folds, shuffles and bootstrap")
+    p.add_argument("--nonfinite", choices=NONFINITE_POLICIES, default="refuse",
+                   help="what a capture row holding NaN or inf does: refuse (default: one error naming the row) or "
+                        "drop (leave out every family holding such a row, with its pair partners; counted and "
+                        "warned)")
 
 
 def _labelled(args: argparse.Namespace) -> tuple[Any, Any]:
     return labelled(args.acts, args.label, positive=args.positive, records=args.records, requests=args.requests,
-                    restrict=args.restrict)
+                    restrict=args.restrict, nonfinite=args.nonfinite)
 
 
 # -- sweep ------------------------------------------------------------------------------------
@@ -167,9 +177,11 @@ def run_directions(args: argparse.Namespace) -> int:
     run = directions_to_folder(*_labelled(args), args.out or args.acts[0] / "directions", args.layer,
                                position=args.position, probe=args.probe, by=args.by, C=args.C,
                                pooled_covariance=args.pooled_covariance, seed=args.seed)
+    from evprobe.probes.geometry import number_text
+
     for d in run.directions:
         print(f"{d.name}: {d.provenance['n_items']} items ({d.provenance['n_positive']} positive), "
-              f"mean residual norm {d.mean_norm:.4g}")
+              f"mean residual norm {number_text(d.mean_norm, '.4g', 'non-finite activations')}")
     written = run.written
     print(f"wrote {len(run.directions)} direction(s) in {run.out} ({', '.join(written[:4])}"
           f"{' ...' if len(written) > 4 else ''})")

@@ -34,6 +34,14 @@ New directions written into such a folder get new-style names beside the old one
 
 Writing merges into an existing directions.json by name (a later fit of the same name replaces
 the earlier one), so directions of several layers or runs accumulate in one folder.
+
+Reading checks everything before any vector is used: directions.json must hold a `directions`
+list of objects, each with a non-empty string `name` and `file`, an integer `layer`, a string
+`position`, a positive integer `d_model` and, when given, a finite positive `mean_norm`; each
+vector must be a finite float vector of length `d_model` with unit norm; and, when the caller
+names the width of the capture or model it will meet (`read_directions(dir, d_model=...)`,
+`check_width`), that width. Each refusal is one `CaptureError` line naming the file, the entry's
+line in directions.json and the fix, raised before any product with activations is formed.
 """
 
 from __future__ import annotations
@@ -48,9 +56,11 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.errors import shown
 from evprobe.core.files import atomic_write_bytes
 from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
 from evprobe.probes.estimators import make_probe
+from evprobe.probes.geometry import number_text
 
 DIRECTIONS_FILE = "directions.json"
 FORMAT = "evprobe-direction/1"  # the safetensors metadata's `format`
@@ -121,10 +131,14 @@ def fit_directions(
                 raise CaptureError(f"condition {cond_name} has one class of {labelset.title} only; no direction")
             Xm = X[mask].astype(np.float64)
             gap = float(np.linalg.norm(Xm[y == 1].mean(0) - Xm[y == 0].mean(0)))
+            where = f"layer {layer}/{position}" + (f" ({cond_name})" if cond_name else "")
+            if not np.isfinite(gap):  # never read as "identical means": a NaN gap fails every comparison
+                raise CaptureError(f"no direction for {labelset.title} at {where}: the class-mean distance is "
+                                   f"{number_text(gap, '.2g', 'the activations hold NaN or inf')}; read the "
+                                   "captures with load_capture (which refuses such rows) or --nonfinite drop")
             if not gap > IDENTICAL_MEANS * float(np.linalg.norm(Xm, axis=1).mean()):
                 # Identical class means (e.g. a position whose state is the same for every row of a
                 # family, labels balanced within families): any "direction" would be rounding noise.
-                where = f"layer {layer}/{position}" + (f" ({cond_name})" if cond_name else "")
                 warnings.warn(f"no direction for {labelset.title} at {where}: the two classes' mean states are "
                               f"identical (distance {gap:.2g}); skipped", stacklevel=2)
                 continue
@@ -162,7 +176,7 @@ def write_directions(out_dir: str | Path, directions: Sequence[Direction]) -> Pa
     index_path = out_dir / DIRECTIONS_FILE
     entries: dict[str, dict[str, Any]] = {}
     if index_path.is_file():
-        for e in _read_index(index_path):
+        for _, e in _read_index(index_path):
             entries[e["name"]] = e
     for d in directions:
         atomic_write_bytes(out_dir / direction_file(d.name), direction_bytes(d))
@@ -212,51 +226,140 @@ def load_direction(path: str | Path) -> Direction:
     return Direction(name, _checked_vector(path, vec, meta.get("d_model")), meta)
 
 
-def _checked_vector(path: Path, vec: np.ndarray, d_model: Any) -> np.ndarray:
-    if vec.ndim != 1 or vec.dtype.kind != "f" or (d_model is not None and vec.shape[0] != d_model):
+FIX_FOLDER = "write the folder again with `evprobe directions ACTS --layer L --out DIR`"
+
+
+def _checked_vector(path: Path, vec: np.ndarray, d_model: Any, where: str = "its metadata") -> np.ndarray:
+    """`vec` as float32 after the checks of the module docstring; `where` names what gave `d_model`."""
+    if vec.ndim != 1 or vec.dtype.kind != "f":
         want = f" of length {d_model}" if d_model is not None else ""
-        raise CaptureError(f"{path}: expected a float vector{want}, got {vec.dtype} {vec.shape}")
+        raise CaptureError(f"{path}: expected a float vector{want}, got {vec.dtype} {vec.shape}; {FIX_FOLDER}")
+    if d_model is not None and vec.shape[0] != d_model:
+        raise CaptureError(f"{path}: the vector has {vec.shape[0]} entries but {where} says d_model {d_model}; "
+                           f"{FIX_FOLDER}")
+    bad = np.flatnonzero(~np.isfinite(vec))
+    if bad.size:  # before the norm: NaN would read as "not a unit vector" and hide where it is
+        raise CaptureError(f"{path}: entry {int(bad[0])} of the vector is {vec[bad[0]]} ({bad.size} non-finite "
+                           f"in all); a direction must be finite: {FIX_FOLDER}")
     if not abs(float(np.linalg.norm(vec.astype(np.float64))) - 1.0) < 1e-3:
         raise CaptureError(f"{path}: not a unit vector")
     return vec.astype(np.float32)
 
 
-def _read_index(path: Path) -> list[dict[str, Any]]:
+def check_width(direction: Direction, d_model: int, against: str) -> None:
+    """Refuse `direction` unless its vector has `d_model` entries, the width of `against` (a
+    capture or model that its vector will multiply): one line, before any product is formed."""
+    if direction.vector.shape != (int(d_model),):
+        raise CaptureError(f"direction {direction.name!r} has width {direction.vector.shape[0]} but {against} has "
+                           f"d_model {d_model}; use directions fitted on that model's activations "
+                           "(`evprobe directions ACTS --layer L`)")
+
+
+# An entry's keys that readers use, with what each must be (mean_norm only when present: old folders).
+ENTRY_KEYS: dict[str, tuple[Any, str]] = {
+    "name": (lambda v: type(v) is str and v != "", "a non-empty string"),
+    "file": (lambda v: type(v) is str and v != "", "a file name in the folder, e.g. \"NAME.safetensors\""),
+    "layer": (lambda v: type(v) is int and v >= 0, "a non-negative integer (the model's layer number)"),
+    "position": (lambda v: type(v) is str and v != "", "a position name such as \"last\""),
+    "d_model": (lambda v: type(v) is int and v > 0, "a positive integer (the vector's length)"),
+}
+OPTIONAL_KEYS: dict[str, tuple[Any, str]] = {
+    "mean_norm": (lambda v: type(v) in (int, float) and np.isfinite(v) and v > 0, "a finite positive number"),
+}
+
+
+def _entry_lines(text: str) -> list[int]:
+    """The line on which each element of the top-level `directions` list starts (empty when the
+    text is not laid out as expected: then messages say line 1)."""
+    decoder = json.JSONDecoder()
+    found = re.search(r'"directions"\s*:\s*\[', text)
+    if not found:
+        return []
+    i, out = found.end(), []
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        if i >= len(text) or text[i] == "]":
+            return out
+        out.append(text.count("\n", 0, i) + 1)
+        try:
+            _, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return out
+
+
+def _read_index(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line, entry) of each direction in directions.json, every entry checked (ENTRY_KEYS)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        entries = data["directions"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise CaptureError(f"{path}: not a directions index ({err}); move it aside") from None
-    return list(entries)
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CaptureError(f"{path}: not a directions index ({err}); move it aside or {FIX_FOLDER}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("directions"), list):
+        got = type(data).__name__ if not isinstance(data, dict) else f"'directions' {shown(data.get('directions'))}"
+        raise CaptureError(f"{path}:1: not a directions index (expected {{\"directions\": [...]}}, got {got}); move "
+                           f"it aside or {FIX_FOLDER}")
+    lines = _entry_lines(text)
+    out, seen = [], {}
+    for i, e in enumerate(data["directions"]):
+        line = lines[i] if i < len(lines) else 1
+        where = f"{path}:{line}: direction entry {i + 1}"
+        if not isinstance(e, dict):
+            raise CaptureError(f"{where} is {type(e).__name__} {shown(e, 40)}, not an object with "
+                               f"{', '.join(ENTRY_KEYS)}; {FIX_FOLDER}")
+        for key, (ok, must) in ENTRY_KEYS.items():
+            if key not in e:
+                raise CaptureError(f"{where} has no {key!r} (it must be {must}); add it or {FIX_FOLDER}")
+            if not ok(e[key]):
+                raise CaptureError(f"{where}: {key!r} must be {must}, got {shown(e[key])}; {FIX_FOLDER}")
+        for key, (ok, must) in OPTIONAL_KEYS.items():
+            if key in e and not ok(e[key]):
+                raise CaptureError(f"{where}: {key!r} must be {must}, got {shown(e[key])}; {FIX_FOLDER}")
+        if e["name"] in seen:
+            raise CaptureError(f"{where}: name {e['name']!r} is listed twice (first on line {seen[e['name']]}); "
+                               f"{FIX_FOLDER}")
+        seen[e["name"]] = line
+        out.append((line, e))
+    return out
 
 
-def read_directions(directory: str | Path) -> dict[str, Direction]:
+def read_directions(directory: str | Path, *, d_model: int | None = None,
+                    against: str = "the capture or model") -> dict[str, Direction]:
     """Every direction of a folder written by `write_directions` (or an older `.npy` folder), by
-    name, checked: a float vector of shape (d_model,) with unit norm, next to its provenance
-    (from directions.json; a safetensors file's metadata must name the same direction)."""
+    name, checked (module docstring): a finite float vector of shape (d_model,) with unit norm,
+    next to its provenance (from directions.json; a safetensors file's metadata must name the
+    same direction). `d_model`: the width of `against`, which every vector must have."""
     directory = Path(directory)
     index_path = directory / DIRECTIONS_FILE
     if not index_path.is_file():
         raise CaptureError(f"{index_path} not found; write directions with `evprobe directions ACTS --layer L`")
     out = {}
-    for e in _read_index(index_path):
+    for line, e in _read_index(index_path):
         file = Path(e["file"])
         if file.is_absolute() or ".." in file.parts or len(file.parts) != 1:
-            raise CaptureError(f"{index_path}: direction file {e['file']!r} must be a plain name inside the folder")
+            raise CaptureError(f"{index_path}:{line}: direction file {e['file']!r} must be a plain name inside the "
+                               "folder")
         path = directory / file
+        width_from = f"{index_path}:{line}"
         if file.suffix == SUFFIX:
             found = load_direction(path)
             if found.name != e["name"]:
-                raise CaptureError(f"{path}: holds direction {found.name!r}, but {index_path} lists it as "
-                                   f"{e['name']!r}; write the folder again with `evprobe directions`")
-            vec = _checked_vector(path, found.vector, e["d_model"])
+                raise CaptureError(f"{path}: holds direction {found.name!r}, but {index_path}:{line} lists it as "
+                                   f"{e['name']!r}; {FIX_FOLDER}")
+            vec = _checked_vector(path, found.vector, e["d_model"], width_from)
         elif file.suffix == LEGACY_SUFFIX:
-            vec = _checked_vector(path, _load_npy(path), e["d_model"])
+            vec = _checked_vector(path, _load_npy(path), e["d_model"], width_from)
         else:
-            raise CaptureError(f"{index_path}: direction file {e['file']!r} is neither {SUFFIX} nor {LEGACY_SUFFIX}; "
-                               "write the folder again with `evprobe directions`")
+            raise CaptureError(f"{index_path}:{line}: direction file {e['file']!r} is neither {SUFFIX} nor "
+                               f"{LEGACY_SUFFIX}; {FIX_FOLDER}")
         prov = {k: v for k, v in e.items() if k not in ("name", "file")}
-        out[e["name"]] = Direction(e["name"], vec, prov)
+        d = Direction(e["name"], vec, prov)
+        if d_model is not None:
+            try:
+                check_width(d, d_model, against)
+            except CaptureError as err:
+                raise CaptureError(f"{path} ({index_path}:{line}): {err}") from None
+        out[e["name"]] = d
     return out
 
 

@@ -4,6 +4,10 @@ conditions and layers, as a matrix, a Markdown table and a heatmap.
 Directions are unit vectors in the same residual basis, so their cosine is their dot product.
 Only directions of the same d_model are comparable; the sign of a cosine is meaningful only
 because every direction points toward its label's positive class (probes.directions).
+
+No printed number is ever "nan": a value that cannot be computed prints as `not computable:
+<why>` (`number_text`; core has no formatter of missing numbers, and probes.report's `n/a
+(reason)` is for estimates).
 """
 
 from __future__ import annotations
@@ -12,6 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+
+def number_text(value: float | None, spec: str, why: str) -> str:
+    """`value` formatted with `spec`, or `not computable: <why>` when it is None, NaN or infinite."""
+    if value is None or not np.isfinite(value):
+        return f"not computable: {why}"
+    return format(value, spec)
 
 
 def cosine_matrix(vectors: Sequence[np.ndarray]) -> np.ndarray:
@@ -29,7 +40,8 @@ def geometry_markdown(names: Sequence[str], matrix: np.ndarray, title: str = "Co
     lines += [f"{i}. `{n}`" for i, n in enumerate(names)]
     lines += ["", head, rule]
     for i in range(len(names)):
-        lines.append(f"| {i} | " + " | ".join(f"{matrix[i, j]:+.2f}" for j in range(len(names))) + " |")
+        lines.append(f"| {i} | " + " | ".join(number_text(matrix[i, j], "+.2f", "a non-finite vector")
+                                            for j in range(len(names))) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -48,12 +48,14 @@ def labelled(
     records: Sequence[str | Path] | None = None,
     requests: Sequence[str] | None = None,
     restrict: str | None = None,
+    nonfinite: str = "refuse",
 ) -> tuple[CaptureSet, LabelSet]:
     """The captures (loaded from folders unless given) and the label on their rows.
 
     records: run folders (records.jsonl) for behavioural labels and `restrict`, one for all
-    captures or one per capture. restrict: confabulated | overcautious | not_reference."""
-    cs = captures if isinstance(captures, CaptureSet) else load_captures(captures)
+    captures or one per capture. restrict: confabulated | overcautious | not_reference.
+    nonfinite: refuse | drop, what a capture row holding NaN or inf does (probes.captures)."""
+    cs = captures if isinstance(captures, CaptureSet) else load_captures(captures, nonfinite=nonfinite)
     if isinstance(label, LabelSet):
         return cs, label
     runs = [load_records(r) for r in records] if records else None

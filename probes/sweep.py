@@ -16,7 +16,12 @@ Per (layer, position), on the labelled rows X (n, d) read from the capture in fl
   interval and firing rule from the spread between shuffles, probes.controls.leakage_check);
 - the within-family variance ratio and identical pairs; a row whose representation does not
   vary within families, for a label that does, is `degenerate`: nothing is fitted there and
-  the row says why instead of reporting 0.5;
+  the row says why instead of reporting 0.5. The verdict needs the plain ratio and a robust one
+  (per-dimension median and MAD, rows beyond 50 robust SDs shrunk; probes.controls, item 3) both
+  below 1e-6, so a few extreme rows cannot make a varying representation read as constant
+  (`within_family_variance_robust`, computed where the plain ratio is below 1e-6 and the label
+  varies within families, the only rows it can change; null elsewhere); the extreme rows are
+  counted per row (`extreme_rows`, with an example item) and named in a warning;
 - inner fits for nested selection (probes.nested; the target only).
 
 Once per sweep: input-only baselines (one-hot cell; single-factor details), probes.controls.
@@ -54,12 +59,14 @@ from evprobe.probes.control_tasks import (
 )
 from evprobe.probes.controls import (
     DEGENERATE_RATIO,
+    EXTREME_SDS,
     LeakageCheck,
     cell_baseline,
     identical_pairs,
     input_baselines,
     leakage_check,
     leakage_labels,
+    robust_spread,
     within_family_variance,
 )
 from evprobe.probes.engine import Fitter, cv_scores, make_fitter, map_layers
@@ -71,8 +78,9 @@ from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
 
 PAIR_FIELDS = ("image_pair_id", "threshold_pair_id")
 DEGENERATE_REASON = (
-    "the representation is identical for all rows of each family (within-family variance ratio {ratio:.2e} < "
-    "{limit:g}) while the label varies within families: every grouped probe scores 0.5 by construction"
+    "the representation is identical for all rows of each family (within-family variance ratio {ratio:.2e}, robust "
+    "{robust:.2e}, both < {limit:g}) while the label varies within families: every grouped probe scores 0.5 by "
+    "construction"
 )
 
 
@@ -114,6 +122,9 @@ class SweepRow:
     leakage: Estimate = Estimate.empty("not run")
     leakage_z: float | None = None  # (leakage - 0.5) / standard error between shuffles
     leakage_fires: bool | None = None
+    within_family_variance_robust: float | None = None  # the robust ratio where the plain one is < limit, else None
+    extreme_rows: int = 0  # labelled rows more than EXTREME_SDS robust SDs from the median
+    extreme_example: str | None = None  # the item id of the farthest of them
 
     @property
     def selective(self) -> bool | None:
@@ -140,6 +151,8 @@ class SweepRow:
             "leakage_fires": self.leakage_fires,
             "leakage_shuffles": list(self.leakage_shuffles),
             "within_family_variance": self.within_family_variance,
+            "within_family_variance_robust": self.within_family_variance_robust,
+            "extreme_rows": {"n": self.extreme_rows, "example": self.extreme_example, "limit_sds": EXTREME_SDS},
             "degenerate": self.degenerate,
             "identical_pairs": {k: list(v) for k, v in self.identical.items()},
         }
@@ -277,19 +290,24 @@ def sweep(
     layer_idx, pos_idx = candidate_indices(captures, config)
     candidates = [(captures.layers[li], captures.positions[pi]) for li in layer_idx for pi in pos_idx]
     pair_ids = {f: [captures.index[r].get(f) for r in labelset.rows] for f in PAIR_FIELDS}
+    item_ids = [str(captures.index[r]["item_id"]) for r in labelset.rows]
 
     def work(li: int, block: np.ndarray, fitter: Fitter) -> list[tuple[SweepRow, np.ndarray | None, np.ndarray | None]]:
         out = []
         for pj, pi in enumerate(pos_idx):
             X = block[:, pj]  # (n, d) float32
             ratio = within_family_variance(X, fam)
+            suspect = varies and ratio < DEGENERATE_RATIO  # only there can the robust ratio change the verdict
+            spread = robust_spread(X, fam, ratio=suspect)
+            extreme = {"within_family_variance_robust": spread.ratio, "extreme_rows": len(spread.extreme),
+                       "extreme_example": item_ids[spread.extreme[0]] if len(spread.extreme) else None}
             identical = {f: identical_pairs(X, ids) for f, ids in pair_ids.items() if any(v is not None for v in ids)}
             layer, position = captures.layers[li], captures.positions[pi]
-            if varies and ratio < DEGENERATE_RATIO:
+            if suspect and spread.ratio < DEGENERATE_RATIO:
                 empty = Estimate.empty("degenerate")
-                reason = DEGENERATE_REASON.format(ratio=ratio, limit=DEGENERATE_RATIO)
+                reason = DEGENERATE_REASON.format(ratio=ratio, robust=spread.ratio, limit=DEGENERATE_RATIO)
                 out.append((SweepRow(layer, li, position, empty, empty, None, Selectivity(empty), (), ratio, True,
-                                     identical, reason, leakage=empty), None, None))
+                                     identical, reason, leakage=empty, **extreme), None, None))
                 continue
             res = cv_scores(X, fitter, folds, ys, inner_label="y" if config.nested else None, key=pi)
             s = res.oof["y"]  # (n,) out-of-fold decision values of the target
@@ -303,8 +321,8 @@ def sweep(
             if control_names:
                 each = [_scored_auroc(res.oof[name], lab) for name, lab in zip(control_names, tasks.labels, strict=True)]
                 summary, sel = selectivity(_scored_auroc(s, y), each, int(np.isfinite(s).sum()))
-            out.append((SweepRow(layer, li, position, auc, acc, summary, sel, leak, ratio, False, identical),
-                        s, res.inner))
+            out.append((SweepRow(layer, li, position, auc, acc, summary, sel, leak, ratio, False, identical,
+                                 **extreme), s, res.inner))
         return out
 
     def make() -> Fitter:
@@ -340,7 +358,7 @@ def sweep(
             "skipped": "controls off"}
     if tasks is not None:
         info.update(k=tasks.k, n_cells=tasks.n_cells, skipped=tasks.reason)
-    warnings = _warnings(rows, baselines, labelset, info, check)
+    warnings = _warnings(rows, baselines, labelset, info, check, captures)
     if intervals is None:
         warnings.append(FIXED_MODEL_WARNING.format(why="refits are off (--refits 0)" if config.probe == "logistic"
                                                     else f"refits are implemented for the logistic probe, not {config.probe}"))
@@ -406,8 +424,18 @@ def with_leakage(rows: list[SweepRow]) -> tuple[list[SweepRow], LeakageCheck | N
 
 
 def _warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], labelset: LabelSet,
-              tasks: dict[str, Any], check: LeakageCheck | None) -> list[str]:
+              tasks: dict[str, Any], check: LeakageCheck | None, captures: CaptureSet | None = None) -> list[str]:
     out = []
+    for cap in captures.captures if captures is not None else ():
+        if cap.nonfinite is not None:  # rows left out at read (nonfinite="drop"): said in sweep.md too
+            out.append(f"ROWS LEFT OUT FOR NaN OR inf: {cap.nonfinite.text(cap.path)}")
+    far = [r for r in rows if r.extreme_rows]
+    if far:
+        top = max(far, key=lambda r: r.extreme_rows)
+        out.append(f"EXTREME ROWS at {len(far)} of {len(rows)} layer/positions: up to {top.extreme_rows} rows more than "
+                   f"{EXTREME_SDS:g} robust SDs from the median (e.g. item {top.extreme_example!r} at L{top.layer}/"
+                   f"{top.position}). The degeneracy verdict uses robust scales, so they do not decide it, but they "
+                   "can dominate the probes' standardisation and class means there: check those rows of the capture.")
     bad = [r for r in rows if r.degenerate]
     if bad and len(bad) == len(rows):
         out.append(

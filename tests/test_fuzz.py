@@ -683,6 +683,8 @@ def expected_capture(folder: Path) -> tuple[tuple[dict[str, Any], ...], dict[str
         rows.append(row)
     if not rows:
         raise Invalid("no rows")
+    if not np.isfinite(acts[sorted(seen_rows)]).all():  # a flipped byte may make a NaN or inf: refused at read
+        raise Invalid("a committed row holds NaN or inf")
     return tuple(sorted(rows, key=lambda x: x["row"])), meta, acts
 
 
