@@ -596,6 +596,9 @@ def _check_rerender(report: CheckReport, root: Path, families: list[Family]) -> 
 
 
 def write_report(bench_dir: str | Path, report: CheckReport) -> Path:
+    from evprobe.core.lock import folder_lock
+
     path = Path(bench_dir) / "checks.json"
-    atomic_write_json(path, report.to_json())
+    with folder_lock(bench_dir, "evprobe check"):  # not while a generate --force replaces the folder
+        atomic_write_json(path, report.to_json())
     return path

@@ -47,6 +47,7 @@ from evprobe.bench.numeric import numeric_items
 from evprobe.bench.manifest import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json, atomic_write_jsonl
+from evprobe.core.lock import LOCK_FILE, folder_lock
 from evprobe.core.progress import Progress
 from evprobe.bench.reference import Prices
 from evprobe.bench.render import STYLES, render_sheet
@@ -63,7 +64,8 @@ PILOT_SEED = 20260907  # the seed names no pilot seed; we choose the next intege
 
 # What a benchmark folder holds (generate writes the first four; `evprobe check` adds checks.json),
 # and the bench.json keys that mark it as one: what `--force` may replace.
-BENCH_ENTRIES = (FAMILIES_FILE, ITEMS_FILE, META_FILE, "images", "checks.json")
+# A killed writer's lock file (core.lock) is no foreign entry either: the next writer took it over.
+BENCH_ENTRIES = (FAMILIES_FILE, ITEMS_FILE, META_FILE, "images", "checks.json", LOCK_FILE)
 FORMAT_MARKS = ("split", "seed", "n_families", "n_items", "families_sha256", "items_sha256")
 # The random part of tempfile.mkdtemp / mkstemp names: 8 characters of a-z, 0-9 and _.
 _RANDOM = "[a-z0-9_]{8}"
@@ -176,6 +178,14 @@ def generate(
         raise InputError(f"{out} is a symbolic link; pass the folder it points to, {out.resolve()}, or another --out")
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} exists and is not a folder; choose another --out")
+    # One writer per OUT (core.lock): a second generate into it is refused before it renders anything.
+    # The lock file sits in the folder that the swap below renames aside, so the new benchmark has none.
+    with folder_lock(out, "evprobe generate"):
+        return _generate(out, config, force, workers, progress)
+
+
+def _generate(out: Path, config: GenerateConfig, force: bool, workers: int, progress: bool) -> dict[str, Any]:
+    """`generate` once OUT's lock is held."""
     _check_replaceable(out, force)
     started = time.perf_counter()
     families, items = build(config)
@@ -263,7 +273,7 @@ def _foreign_entries(folder: Path) -> list[str]:
 def _check_replaceable(out: Path, force: bool) -> None:
     """Refuse, in one line naming `out` and the fix, to write over anything but nothing, an empty
     folder or (with `force`) a benchmark folder."""
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or all(p.name == LOCK_FILE for p in out.iterdir()):  # our own lock is no content
         return
     if not _is_benchmark(out):
         raise InputError(

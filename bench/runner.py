@@ -27,6 +27,7 @@ from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, ma
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records, record_problem
 from evprobe.bench.reference import Prices
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
+from evprobe.core.lock import folder_lock
 from evprobe.core.flags import HELP, setting
 
 POLICY_PREFIX = "policy:"
@@ -202,15 +203,16 @@ class RunJob(Job):
 def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
     """Run `config`; returns the run summary that is also stored in RUN/run.json."""
     job = RunJob(config)
-    result = run_job(job, progress=progress)
-    summary = {
-        **{k: v for k, v in result.items() if k not in _JOB_COUNTS},
-        "n_selected": result["n_units"],
-        "n_records": len(load_records(job.out / RECORDS_FILE)),
-        "last_session": result["last_session"],
-    }
-    if job.meta_path().is_file():
-        atomic_write_json(job.meta_path(), summary)
+    with folder_lock(job.out, "evprobe run"):  # run.json below too, not only the job runner's rows
+        result = run_job(job, progress=progress)
+        summary = {
+            **{k: v for k, v in result.items() if k not in _JOB_COUNTS},
+            "n_selected": result["n_units"],
+            "n_records": len(load_records(job.out / RECORDS_FILE)),
+            "last_session": result["last_session"],
+        }
+        if job.meta_path().is_file():
+            atomic_write_json(job.meta_path(), summary)
     return summary
 
 

@@ -18,9 +18,39 @@ from typing import Any
 from evprobe.core.errors import IncompleteLineWarning, InputError
 
 
+def ensure_folder(folder: Path) -> bool:
+    """Make `folder` and its parents; True if this call made `folder`. A dangling symbolic link or a
+    file where a folder belongs is one InputError line naming that path and the fix (not mkdir's
+    bare `[Errno 17] File exists`)."""
+    folder = Path(folder)
+    if folder.is_dir():
+        return False
+    try:
+        folder.mkdir(parents=True)
+        return True
+    except FileExistsError:
+        if folder.is_dir():  # made by another process meanwhile
+            return False
+    except NotADirectoryError:
+        pass
+    raise InputError(_not_a_folder(folder)) from None
+
+
+def _not_a_folder(folder: Path) -> str:
+    """Why `folder` cannot be made: the first path on the way to it that is no folder, and the fix."""
+    blocker = next((p for p in (*reversed(folder.parents), folder) if os.path.lexists(p) and not p.is_dir()), folder)
+    where = "" if blocker == folder else f", so the folder {folder} cannot be made"
+    if blocker.is_symlink():
+        target = os.readlink(blocker)
+        what = "which does not exist" if not blocker.exists() else "which is not a folder"
+        return (f"{blocker} is a symbolic link to {target}, {what}{where}; create the folder it points to, "
+                "remove the link, or use another --out")
+    return f"{blocker} is a file, not a folder{where}; move it aside or use another --out"
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are for sharing, like the appended logs

@@ -15,8 +15,10 @@ the pinned-settings check (a mismatch is refused in one line naming the setting 
 values), resume (rows already on disk are skipped; the writer cuts its own torn last line,
 readers never do, and warn that they left it out), the grid order (units grouped by `group`, ascending, `batch_size` at a time,
 every missing condition of a batch in turn; `grid_order` is that order, which `merge` restores),
-appends with an fsync per batch and condition, and progress with rate and ETA. `core.launch` adds
-`--shard K/N` folders, their merge and torchrun / accelerate launch on top.
+appends with an fsync per batch and condition, progress with rate and ETA, and one writer per
+folder (`core.lock.folder_lock`, held from before the rows are read until the reports are
+written). `core.launch` adds `--shard K/N` folders, their merge and torchrun / accelerate launch
+on top.
 
 Rows go to a JSONL file (`JsonlRows`); a job with its own storage (capture's acts.npy) gives
 `store()` another `RowStore`.
@@ -41,6 +43,7 @@ from evprobe.core.files import (
     read_complete_lines,
 )
 from evprobe.core.flags import PLACEMENT_KEYS
+from evprobe.core.lock import folder_lock
 from evprobe.core.progress import Progress, note, progress_label
 from evprobe.core.shard import Shard, shard_of_ids
 
@@ -279,6 +282,15 @@ def run_job(job: Job, *, progress: bool = True) -> dict[str, Any]:
         raise InputError(f"shard {job.shard} holds none of the {job.unit_name} (too many shards for their families); "
                          "use fewer shards" if job.shard else f"nothing to do: the selection holds no {job.unit_name}")
     pinned = {**job.pinned(), "shard": str(job.shard) if job.shard else None}
+    # One writer per folder (core.lock): a second run into OUT is refused here, before it reads the
+    # rows it would redo or loads a model; the lock is held until the reports are written.
+    with folder_lock(job.out, f"evprobe {job.kind}"):
+        return _run_locked(job, units, conditions, pinned, progress)
+
+
+def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict[str, Any],
+                progress: bool) -> dict[str, Any]:
+    """`run_job` once the folder's lock is held."""
     old = read_meta(job.meta_path())
     check_pinned(job, old, pinned)
     store = job.store()
@@ -296,7 +308,6 @@ def run_job(job: Job, *, progress: bool = True) -> dict[str, Any]:
         pinned = {**job.pinned(), "shard": pinned["shard"]}  # now with what only the model tells (layers, dtype)
         check_pinned(job, old, pinned)
         meta = {FORMAT_KEY: job.kind, **job.meta(), **pinned}
-        job.out.mkdir(parents=True, exist_ok=True)
         if old is None:
             atomic_write_json(job.meta_path(), meta)
         store.repair()

@@ -28,6 +28,7 @@ from typing import Any
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
 from evprobe.core.jobs import FORMAT_KEY, Job, RowKey, grid_order, read_meta
+from evprobe.core.lock import folder_lock
 from evprobe.core.shard import SHARDS_DIR, THROUGHPUT_FILE, Shard, distributed_shard, shard_of_ids
 
 @dataclass(frozen=True)
@@ -109,6 +110,13 @@ def read_parts(job: Job, folders: Sequence[Path]) -> list[Part]:
 def merge_job(job: Job, folders: Sequence[Path]) -> dict[str, Any]:
     """Merge the shard folders of `job` (built unsharded, writing into its OUT); returns a summary."""
     parts = read_parts(job, [Path(f) for f in folders])
+    # The merge target has one writer too (core.lock); the shard folders are only read.
+    with folder_lock(job.out, f"evprobe merge ({job.kind})", fix="wait for it to finish, or merge into another folder"):
+        return _merge_locked(job, parts)
+
+
+def _merge_locked(job: Job, parts: list[Part]) -> dict[str, Any]:
+    """`merge_job` once OUT's lock is held."""
     old = read_meta(job.meta_path())
     if old is not None and (old.get("shard") or first_difference(
             comparable(old, job.shard_free(), job.config_free()),
@@ -135,7 +143,6 @@ def merge_job(job: Job, folders: Sequence[Path]) -> dict[str, Any]:
                 raise InputError(f"{k[0]} is in two shards (second: {p.folder}); merge the shards of one command")
             owner[k] = p
     order = grid_order(units, conditions, job.batch_size)
-    job.out.mkdir(parents=True, exist_ok=True)
     job.store().write_merged([(job.store_at(p.folder), p) for p in parts], order)
     meta = job.merged_meta([p.meta for p in parts])
     atomic_write_json(job.meta_path(), meta)
@@ -157,7 +164,15 @@ def merge_folders(job_class: type[Job], out: Path, folders: Sequence[Path]) -> d
     meta = read_meta(folders[0] / job_class.meta_file)
     if meta is None:
         raise InputError(f"{folders[0]} holds no {job_class.meta_file}; pass the folders that `--shard K/N` wrote")
-    return merge_job(job_class.from_meta(meta, Path(out)), folders)
+    try:
+        job = job_class.from_meta(meta, Path(out))
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError) as err:  # a damaged meta: its settings no longer make the job
+        what = f"missing field {err.args[0]!r}" if isinstance(err, KeyError) and err.args else str(err)
+        raise InputError(f"{folders[0] / job_class.meta_file}: its settings do not make a {job_class.kind} job "
+                         f"({what}); restore the file, or rerun that shard into a new folder") from None
+    return merge_job(job, folders)
 
 
 def merge_throughput(out: Path, folders: Sequence[Path]) -> dict[str, Any] | None:
@@ -193,9 +208,12 @@ def _cores() -> int:
 
 
 def run_launched(shard: Shard, out: Path, work: Callable[[Path], dict[str, Any]],
-                 merge: Callable[[Path, list[Path]], dict[str, Any]], *, unit: str = "items") -> dict[str, Any] | None:
+                 merge: Callable[[Path, list[Path]], dict[str, Any]], *, unit: str = "items",
+                 what: str = "a launched shard") -> dict[str, Any] | None:
     """Run `work(shard_folder)` in this process, store and print its throughput, wait for the
-    others, and on rank 0 `merge(out, shard_folders)`. Returns merge's summary on rank 0, else None."""
+    others, and on rank 0 `merge(out, shard_folders)`. Returns merge's summary on rank 0, else None.
+    The shard folder is locked (core.lock, as `what`) from the work to its throughput file; the
+    merge locks OUT."""
     import torch
     import torch.distributed as dist
 
@@ -215,14 +233,15 @@ def run_launched(shard: Shard, out: Path, work: Callable[[Path], dict[str, Any]]
     dist.init_process_group(backend=backend, timeout=timedelta(hours=24))
     try:
         folder = out / SHARDS_DIR / shard.dirname
-        started = time.perf_counter()
-        summary = work(folder)
-        seconds = time.perf_counter() - started
-        units = (summary.get("last_session") or {}).get("items")
-        record = {"shard": str(shard), "host": socket.gethostname(), "device": device, "units": units,
-                  "seconds": round(seconds, 3),
-                  "per_second": round(units / seconds, 3) if units and seconds > 0 else None}
-        atomic_write_json(folder / THROUGHPUT_FILE, record)
+        with folder_lock(folder, what):
+            started = time.perf_counter()
+            summary = work(folder)
+            seconds = time.perf_counter() - started
+            units = (summary.get("last_session") or {}).get("items")
+            record = {"shard": str(shard), "host": socket.gethostname(), "device": device, "units": units,
+                      "seconds": round(seconds, 3),
+                      "per_second": round(units / seconds, 3) if units and seconds > 0 else None}
+            atomic_write_json(folder / THROUGHPUT_FILE, record)
         rate = "-" if record["per_second"] is None else f"{record['per_second']:.2f}/s"
         print(f"[process {shard}] {units} {unit} computed in {record['seconds']:.1f} s ({rate}) "
               f"on {record['host']} {device}", file=sys.stderr, flush=True)

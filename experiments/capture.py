@@ -53,16 +53,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evprobe.bench.items import Item, item_units
-from evprobe.bench.manifest import META_FILE, load_item_images, read_items, read_meta, resolve_image
+from evprobe.bench.manifest import META_FILE, load_item_images, read_items, resolve_image
+from evprobe.bench.manifest import read_meta as read_bench_meta
 from evprobe.core.capture_schema import INDEX_OPTIONAL_DEFAULTS
 from evprobe.core.errors import InputError
 from evprobe.core.flags import HELP, add_config_arguments, setting
-from evprobe.core.jobs import SHARD_FREE, Job, Unit, run_job
+from evprobe.core.jobs import SHARD_FREE, Job, Unit, batches, read_meta, run_job
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
 from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, select_items
 from evprobe.core.shard import Shard, select_shard
 from evprobe.experiments.capture_store import ACTS_FILE, ACTS_KEY, CaptureRows
-from evprobe.experiments.config import config_from_flags, resolve_model_flag
+from evprobe.experiments.config import check_loading_keys, config_from_flags, resolve_model_flag
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
@@ -116,6 +117,18 @@ class CaptureConfig:
     answer_prefix: str | None = setting(None, HELP["answer_prefix"])
     shard: str | None = setting(None, HELP["shard"])
 
+    def __post_init__(self) -> None:
+        # The settings that need no benchmark, checked when the config is made (before a model file
+        # is hashed or loaded); positions, component and the selection: CaptureJob, before it loads.
+        if self.shard is not None:
+            Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
+        check_layer_spec(self.layers)
+        if isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise InputError(f"--batch-size must be a positive integer, got {self.batch_size}")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"--limit must be a positive integer, got {self.limit}")
+        check_loading_keys(self)
+
 
 def question_marker(prompt: str) -> str | None:
     """The text after 'Question: ' up to the end of its line, or None if no line starts with it."""
@@ -144,6 +157,27 @@ def parse_layers(spec: str | Sequence[int], n_layers: int) -> list[int]:
         return check_layers(values, n_layers)
     except (TypeError, ValueError) as err:
         raise ValueError(f"--layers: {err}") from None
+
+
+def check_layer_spec(spec: str | Sequence[int]) -> None:
+    """'all' or distinct layer indices >= 0, checked without the model (its layer count bounds
+    them later: `parse_layers`)."""
+    if isinstance(spec, str):
+        if spec.strip() == "all":
+            return
+        try:
+            values = [int(part) for part in spec.split(",") if part.strip()]
+        except ValueError:
+            raise ValueError(f"--layers must be 'all' or comma-separated integers, got {spec!r}") from None
+    else:
+        values = list(spec)
+    if not values:
+        raise ValueError("--layers: no layers given; use 'all' or layer indices")
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+    if bad:
+        raise ValueError(f"--layers: {bad[0]!r} is not a layer index (0 or more); use 'all' or layer indices")
+    if len(set(values)) != len(values):
+        raise ValueError(f"--layers: layers {values} repeat an index; give each once")
 
 
 def check_positions(positions: Sequence[str]) -> list[str]:
@@ -195,13 +229,6 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise InputError(f"{path}: not valid JSON ({err.msg}); move the folder aside") from None
-
-
 def _to_float16(acts: np.ndarray, items: Sequence[Item]) -> tuple[np.ndarray, list[int]]:
     """float32 (rows, ...) -> float16, clipping values beyond float16's range; clipped count per row."""
     if not np.isfinite(acts).all():
@@ -251,7 +278,7 @@ class CaptureJob(Job):
         if not (self.bench / META_FILE).is_file():
             raise InputError(f"{self.bench / META_FILE} not found; generate the benchmark with "
                              f"`evprobe generate --out {self.bench}`")
-        self.bench_meta = read_meta(self.bench)
+        self.bench_meta = read_bench_meta(self.bench)
         self.all_items = read_items(self.bench)
         self.selected = select_items(self.all_items, config.requests, config.limit, config.injection)
         if not self.selected:
@@ -269,7 +296,8 @@ class CaptureJob(Job):
                                  "image_mean; drop image_mean from --positions or that request from --requests")
         self.images_sha256, self.n_images = images_sha256(self.bench, self.items)
         self.row_of = {it.item_id: r for r, it in enumerate(self.items)}
-        self.old = _read_json(self.meta_path()) if self.meta_path().is_file() else None
+        self.check_markers()
+        self.old = read_meta(self.meta_path())  # None, or an object: a bad one is one line
         self.handle: Handle | None = None
         self.warned = False
 
@@ -360,6 +388,66 @@ class CaptureJob(Job):
         c = self.config
         self.handle = load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
                            trust_remote_code=c.trust_remote_code, answer_prefix=c.answer_prefix)
+        self.check_readable()
+
+    def check_markers(self) -> None:
+        """A `marker:TEXT` position whose text is missing from a selected item's prompt, refused
+        before the model loads (the marker is searched in the prompt: hooks.positions)."""
+        from evprobe.hooks.positions import Marker, parse_position
+
+        for spec in self.positions:
+            p = parse_position(spec)
+            if not isinstance(p, Marker) or p.text is None:
+                continue
+            for it in self.items:
+                if p.text not in build_prompt(it, self.config.protocol, self.config.regime):
+                    raise InputError(f"item {it.item_id}: position {spec!r}: text {p.text[:60]!r} does not occur "
+                                     "in its prompt; choose a marker every selected item's prompt holds, or other "
+                                     "--requests")
+
+    def check_readable(self) -> None:
+        """What only the loaded model tells, checked in open(), so before meta.json is written (core.jobs
+        writes it after open): the component at every layer, and every position of the items to
+        capture (each item's tokens located, no forward pass). A folder whose meta.json exists was
+        checked when it was written, so a resumed capture checks one batch per image count only, as
+        do positions that hold in every row whatever its length (last, image_mean, text_mean: the
+        spans of hooks.spans); token:I and marker:TEXT are checked on every item."""
+        from evprobe.hooks.capture import sites
+        from evprobe.hooks.inputs import build_inputs
+        from evprobe.hooks.positions import Marker, Token, parse_position, row_indices
+        from evprobe.hooks.spans import batch_spans
+
+        assert self.handle is not None
+        handle, c = self.handle, self.config
+        layers = self._layers() or []
+        try:
+            sites(handle, layers, [c.component])
+        except ValueError as err:
+            raise InputError(f"--component {c.component}: {err}; choose another --component") from None
+        positions = [parse_position(p) for p in self.positions]
+        per_row = any(isinstance(p, Token) or isinstance(p, Marker) and p.text is not None for p in positions)
+        every = per_row and self.old is None
+        seen: set[int] = set()
+        for units in batches(self.my_units(), c.batch_size):  # as compute() batches: one image count a batch
+            if not every and units[0].group in seen:
+                continue
+            seen.add(units[0].group)
+            batch = [u.value for u in units]
+            prompts = [build_prompt(it, c.protocol, c.regime) for it in batch]
+            images = [load_item_images(self.bench, it.images) for it in batch]
+            markers = [question_marker(it.prompt) if handle.keeps_prompt_text else None for it in batch]
+            try:
+                enc = build_inputs(handle, prompts, images)
+                n_images = [len(i) for i in images]
+                spans = batch_spans(handle, enc, prompts, n_images, markers)
+                row_indices(handle, enc, prompts, n_images, spans, positions)
+            except ValueError as err:
+                text = str(err)
+                if text.startswith("row "):  # name the item rather than the batch row
+                    head, _, rest = text.partition(":")
+                    text = f"item {batch[int(head.split()[1])].item_id}:{rest}"
+                raise InputError(f"{text}; {handle.model_id} cannot read that position of every selected item: "
+                                 "drop it from --positions or choose other --requests") from None
 
     def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
         assert self.handle is not None

@@ -138,6 +138,7 @@ def _run_run(args: argparse.Namespace) -> int:
     from evprobe.experiments.distributed import data_parallel
 
     config = resolve_model_flag(config_from_flags(RunConfig, args), args)
+    check_run_config(config)
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges
     if data_parallel(config, lambda c: run(c, progress=not args.quiet), unit="records", job=RunJob):
         return 0
@@ -148,6 +149,17 @@ def _run_run(args: argparse.Namespace) -> int:
         f"({session['items']} new in {session['seconds']} s)"
     )
     return 0
+
+
+def check_run_config(config: object) -> None:
+    """RunConfig's model-loading keys (dtype, attn_implementation, placement), as ModelConfig checks
+    them: before the model's files are hashed or loaded. The rest RunJob checks before it loads."""
+    from evprobe.experiments.config import COMMAND_LINE, ConfigError, check_loading_keys
+
+    try:
+        check_loading_keys(config)
+    except ValueError as err:
+        raise ConfigError(f"{COMMAND_LINE}: {err}") from None
 
 
 def _add_score(sub: argparse._SubParsersAction) -> None:

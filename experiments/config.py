@@ -105,16 +105,7 @@ class ModelConfig:
             if arch not in TINY_ARCHS:
                 raise ValueError(f"unknown tiny architecture {arch!r} in key 'model'; choose from "
                                  f"{', '.join(TINY_ARCHS)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"key 'dtype' is {self.dtype!r}; choose from {', '.join(DTYPES)}")
-        if self.attn_implementation is not None and self.attn_implementation not in ATTN_IMPLEMENTATIONS:
-            raise ValueError(f"key 'attn_implementation' is {self.attn_implementation!r}; choose from "
-                             f"{', '.join(ATTN_IMPLEMENTATIONS)} or null (transformers' default)")
-        if (self.max_memory is not None or self.offload_folder is not None) and self.device_map is None:
-            raise ValueError("keys 'max_memory' and 'offload_folder' need a device map; set device_map: auto")
-        from evprobe.hooks.devices import parse_max_memory
-
-        parse_max_memory(self.max_memory)  # a bad entry fails here, naming the fix
+        check_loading_keys(self)
         for key in ("max_new_tokens_direct", "max_new_tokens_brief", "batch_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"key {key!r} must be a positive integer, got {getattr(self, key)}")
@@ -128,6 +119,37 @@ class ModelConfig:
         if protocol not in ("direct", "brief"):
             raise ValueError(f"unknown protocol {protocol!r}; choose from direct, brief")
         return self.max_new_tokens_direct if protocol == "direct" else self.max_new_tokens_brief
+
+
+def check_loading_keys(config: Any) -> None:
+    """The model-loading keys any config shares with ModelConfig (dtype, attn_implementation,
+    device_map, max_memory, offload_folder), checked as ModelConfig checks them: at config time,
+    before a model file is hashed or loaded. A config without one of the keys skips it."""
+    dtype = getattr(config, "dtype", "auto")
+    if dtype not in DTYPES:
+        raise ValueError(f"key 'dtype' is {dtype!r}; choose from {', '.join(DTYPES)}")
+    attn = getattr(config, "attn_implementation", None)
+    if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(f"key 'attn_implementation' is {attn!r}; choose from "
+                         f"{', '.join(ATTN_IMPLEMENTATIONS)} or null (transformers' default)")
+    max_memory = getattr(config, "max_memory", None)
+    if (max_memory is not None or getattr(config, "offload_folder", None) is not None) \
+            and getattr(config, "device_map", None) is None:
+        raise ValueError("keys 'max_memory' and 'offload_folder' need a device map; set device_map: auto")
+    from evprobe.hooks.devices import parse_max_memory
+
+    parse_max_memory(max_memory)  # a bad entry fails here, naming the fix
+
+
+def check_positive(config: Any, *keys: str, optional: bool = False) -> None:
+    """Each of `keys` of `config` is an integer >= 1 (or null, with `optional`): a count, a batch
+    size, a limit. Checked at config time, so 0 is refused before a model loads."""
+    for key in keys:
+        value = getattr(config, key)
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"key {key!r} must be a positive integer{' or null' if optional else ''}, got {value!r}")
 
 
 def model_source(cfg: ModelConfig) -> str:
@@ -470,7 +492,7 @@ def _build(cls: type[T], raw: Mapping[str, Any], label: str, path: str, origin: 
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as err:  # the dataclass's own checks; its message names the key
-        overridden = not path and bool(set(kwargs) & set(origin))
+        overridden = not path and bool(set(kwargs) & set(origin)) and label != COMMAND_LINE
         raise ConfigError(f"{label}{' with ' + COMMAND_LINE + ' overrides' if overridden else ''}: {err}") from None
 
 
@@ -564,6 +586,8 @@ __all__ = [
     "ConfigError",
     "ModelConfig",
     "as_dict",
+    "check_loading_keys",
+    "check_positive",
     "config_names",
     "describe",
     "load_config",

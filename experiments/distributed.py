@@ -106,7 +106,8 @@ def data_parallel(config: Any, work: Callable[[Any], dict[str, Any]], *, unit: s
     config = replace(for_rank(config), shard=str(launched))
     out = Path(config.out)
     result = run_launched(launched, out, lambda folder: work(replace(config, out=str(folder))),
-                          lambda o, folders: merge_folders(job, o, folders), unit=unit)
+                          lambda o, folders: merge_folders(job, o, folders), unit=unit,
+                          what=f"evprobe {job.kind} (process {launched} of a launch)")
     if result is not None:
         print_launched(result, out, unit)
     return True

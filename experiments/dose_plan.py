@@ -127,9 +127,10 @@ def _known_n_layers(model: ModelConfig, provenance: dict[str, Any]) -> int | Non
     for capture in provenance.get("captures") or ():
         path = Path(capture) / "meta.json"
         try:
-            value = json.loads(path.read_text()).get("n_model_layers")
+            meta = json.loads(path.read_text())
         except (OSError, ValueError):
-            continue
+            continue  # a hint only: the loaded model tells the layer count later
+        value = meta.get("n_model_layers") if isinstance(meta, dict) else None
         if isinstance(value, int):
             return value
     return None

@@ -79,8 +79,10 @@ from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.json_files import optional_json_object
 from evprobe.bench.manifest import load_item_images, read_items, read_meta
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
+from evprobe.core.lock import folder_lock
 from evprobe.core.shard import Shard, shard_of_ids
 from evprobe.bench.protocols import GUIDED, build_prompt, prompt_template_sha256
 from evprobe.experiments.config import (
@@ -290,8 +292,11 @@ def _fit_labels(acts: Path, fit: list[str]) -> tuple[Any, Any]:
 
 def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, dict[str, Any] | None]:
     """The configured layer, or the nested best of a resolved sweep on the fitting families."""
+    from evprobe.probes.captures import load_capture
+    from evprobe.experiments.summary_files import SweepSummary, read_summary
+
     config = plan.config
-    meta = json.loads((acts / "meta.json").read_text())
+    meta = load_capture(acts).meta  # validated (probes.captures): a damaged meta.json is one line
     if config.layer != "best":
         if config.layer not in meta["layers"]:
             raise ConfigError(f"layer {config.layer} is out of range: the model has layers "
@@ -303,8 +308,9 @@ def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, dict[str,
                 "n_boot": config.n_boot, "seed": config.seed, "fit_families": plan.fit_families,
                 "capture": {k: meta.get(k) for k in ("model", "layers", "selection_sha256", "items_sha256")}}
     path = folder / "settings.json"
-    if path.is_file() and (folder / "sweep.json").is_file() and json.loads(path.read_text()) == settings:
-        best = json.loads((folder / "sweep.json").read_text())["best"]
+    fix = f"delete {folder} to redo the gating sweep"
+    if path.is_file() and (folder / "sweep.json").is_file() and optional_json_object(path, fix) == settings:
+        best = read_summary(folder / "sweep.json", SweepSummary, fix).get("best")
     else:
         from evprobe.probes.runs import sweep_to_folder
         from evprobe.probes.sweep import SweepConfig
@@ -481,8 +487,9 @@ class GatingJob(Job):
 def gating(config: GatingConfig, *, progress: bool = True) -> dict[str, Any]:
     """Run (or finish) the experiment (or its shard) and write gating.json / .md / .png; returns a summary."""
     plan = make_plan(config)
-    layer, best, directions = prepare(plan, progress)
-    summary = run_job(GatingJob(plan, layer, directions, best), progress=progress)
+    with folder_lock(plan.out, "evprobe gating"):  # steps 1-4 write into OUT before the job runner's own lock
+        layer, best, directions = prepare(plan, progress)
+        summary = run_job(GatingJob(plan, layer, directions, best), progress=progress)
     return {**summary, "seconds": summary["last_session"]["seconds"]}
 
 

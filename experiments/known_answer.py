@@ -76,7 +76,6 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +98,10 @@ LEAK_EFFECT = 0.05  # a shuffled-label AUROC this far from 0.5 is leakage that m
 
 
 def _load(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    """A summary the known-answer checks read, or None when absent; bad JSON or not an object: one line."""
+    from evprobe.core.json_files import optional_json_object
+
+    return optional_json_object(path, "rerun the quickstart into that folder (`evprobe quickstart --out OUT`)")
 
 
 def behaviour_checks(scores: dict[str, Any] | None, expected: dict[str, Expected | None]) -> list[dict[str, Any]]:

@@ -17,7 +17,6 @@ positions off by one (experiments/mutations.py).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy as np
 from evprobe.bench.manifest import load_item_images, read_items
 from evprobe.bench.protocols import build_prompt
 from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.core.errors import InputError
 from evprobe.core.jobs import read_meta
 from evprobe.experiments.known_answer_n import Expected, n_problems
 from evprobe.experiments.known_answer_row import check_row, estimate_text
@@ -45,9 +45,15 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
     meta = read_meta(patch_dir / PatchingJob.meta_file)
     if meta is None or not (patch_dir / RESULTS_FILE).is_file():
         return None
-    config = meta["config"]
+    from evprobe.experiments.summary_files import PatchingSummary, read_summary
+
+    fix = f"rerun `evprobe patching` into {patch_dir}"
+    config = meta.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("positions"), list):
+        raise InputError(f"{patch_dir / PatchingJob.meta_file}: field 'config.positions' must be a list of position "
+                         f"sets; {fix}")
     positions = list(config["positions"])
-    layers = json.loads((patch_dir / "patching.json").read_text())["layers"]
+    layers = read_summary(patch_dir / "patching.json", PatchingSummary, fix)["layers"]
     below = [layer for layer in layers if layer < layers_below]
     if not set(PARTS) <= set(positions) or not below:
         return None

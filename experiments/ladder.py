@@ -140,13 +140,11 @@ def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str,
 
     out: dict[int, dict[str, dict[str, Any]]] = {}
     for folder in folders:
+        from evprobe.experiments.summary_files import DoseSummary, read_summary
+
         path = Path(folder) / "dose_response.json"
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"{path} not found; --dose takes folders written by `evprobe dose-response`") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise InputError(f"{path}: not valid JSON ({err}); rerun `evprobe dose-response` there") from None
+        doc = read_summary(path, DoseSummary, "rerun `evprobe dose-response` there",
+                           missing="--dose takes folders written by `evprobe dose-response`")
         level = int(doc.get("meta", {}).get("injection", 0))
         if level in out:
             raise InputError(f"{path}: a second dose-response folder of injection level {level}; give one per level")
@@ -157,12 +155,19 @@ def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str,
             goals[h["goal"]] = {"group": h["group"], "setting": crossfit_setting(h),
                                 "log_odds_change": h["target"].get("log_odds_change"),
                                 "change": h["target"].get("change")}
-        out[level] = goals or {"(none)": {"reason": doc.get("split", {}).get("skipped", "no cross-fitted headline")}}
+        out[level] = goals or {"(none)": {"reason": (doc.get("split") or {}).get("skipped", "no cross-fitted headline")}}
     return out
 
 
 def ladder(config: LadderConfig, *, progress: bool = True) -> list[LevelPoint]:
     """Sweep each level into OUT/L<level>/ and write ladder.json / .md / .png (module docstring)."""
+    from evprobe.core.lock import folder_lock
+
+    with folder_lock(config.out, "evprobe ladder"):  # one writer per folder (core.lock)
+        return _ladder(config, progress)
+
+
+def _ladder(config: LadderConfig, progress: bool) -> list[LevelPoint]:
     import numpy as np
 
     from evprobe.core.errors import InputError
@@ -255,17 +260,13 @@ def _probe_difference(p: LevelPoint, points: list[LevelPoint], reference: int,
 
 
 def _read_scores(path: str) -> dict[str, Any]:
-    from evprobe.core.errors import InputError
+    from evprobe.core.json_files import read_json_object
 
     p = Path(path)
     if p.is_dir():
         p = p / "scores.json"
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{p} not found; score the run first (`evprobe score RUN`)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{p}: not valid JSON ({err}); rescore the run") from None
+    return read_json_object(p, "rescore the run (`evprobe score RUN`)",
+                            missing="score the run first (`evprobe score RUN`)")[0]
 
 
 def _fmt(value: float | None, ci: Any = None, n: int | None = None, pct: bool = False, sign: bool = False) -> str:

@@ -38,6 +38,7 @@ import argparse
 import json
 import re
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +48,7 @@ from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.lock import folder_lock
 from evprobe.bench.manifest import read_items
 from evprobe.bench.protocols import check_regime
 from evprobe.experiments.config import (
@@ -253,7 +255,9 @@ def run_capture(plan: Plan, progress: bool) -> dict[str, Any] | None:
 
 
 def _capture_meta(plan: Plan) -> dict[str, Any]:
-    return json.loads((plan.acts / "meta.json").read_text())
+    from evprobe.probes.captures import load_capture
+
+    return load_capture(plan.acts).meta  # validated (probes.captures): a damaged meta.json is one line
 
 
 def sweep_settings(plan: Plan, label: str) -> dict[str, Any]:
@@ -331,10 +335,12 @@ def best_layers(plan: Plan) -> dict[str, Any]:
     """Per label: nested best layer/position with held-out AUROC, interval and n; the control tasks
     (mean, range, k) and the selectivity at that layer/position; the one-hot cell and input-only
     baselines; the optimistic (test-fold) maximum."""
+    from evprobe.experiments.summary_files import SweepSummary, read_summary
+
     out = []
     for label in plan.config.labels:
         folder = plan.out / SWEEPS_DIR / _label_dir(label)
-        sweep = json.loads((folder / "sweep.json").read_text())
+        sweep = read_summary(folder / "sweep.json", SweepSummary, f"delete {folder} to redo that sweep")
         best = sweep.get("best")
         row = _row_at(sweep, best["layer"], best["position"]) if best else None
         out.append({
@@ -479,7 +485,18 @@ def plot(result: dict[str, Any], out: Path) -> Path:
 
 def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str, Any]:
     """Run (or finish) the layer sweep; returns a summary (captured rows, labels swept / reused, files)."""
+    from evprobe.core.launch import launched_shard
+
     plan = make_plan(config)
+    launched = launched_shard()
+    # One writer per OUT (core.lock); under a launcher only rank 0 writes OUT itself (the others
+    # write their shards of OUT/acts, each locked by the job runner).
+    with folder_lock(plan.out, "evprobe layer-sweep") if launched is None or launched.k == 0 else nullcontext():
+        return _layer_sweep(plan, progress)
+
+
+def _layer_sweep(plan: Plan, progress: bool) -> dict[str, Any]:
+    config = plan.config
     cap = run_capture(plan, progress)
     session = (cap or {}).get("last_session") or {}
     if cap is None or config.shard is not None:  # a launcher's other rank, or one --shard job: capture only
@@ -515,13 +532,18 @@ def merge_shards(out: str | Path, folders: Sequence[str | Path]) -> dict[str, An
     """`evprobe merge OUT SHARD_OUT...` for `layer-sweep --shard K/N` folders: their captures merged
     into OUT/acts by the job runner, then steps 2-4 run on OUT with the shards' config (CPU only, no
     model). Shards of another sweep (labels, layers, model ...) are refused, naming the settings."""
+    out, folders = Path(out), [Path(f) for f in folders]
+    with folder_lock(out, "evprobe merge", fix="wait for it to finish, or merge into another folder"):
+        return _merge_shards(out, folders)
+
+
+def _merge_shards(out: Path, folders: list[Path]) -> dict[str, Any]:
     from evprobe.core.jobs import read_meta
     from evprobe.core.launch import comparable, merge_folders
     from evprobe.experiments.capture import CAPTURE_META_FILE, CaptureJob
     from evprobe.experiments.capture_store import ACTS_FILE, INDEX_FILE
     from evprobe.hooks.devices import PLACEMENT_KEYS
 
-    out, folders = Path(out), [Path(f) for f in folders]
     configs = [{k: v for k, v in (read_meta(f / SHARD_CONFIG_FILE) or {}).items() if k != "kind"} for f in folders]
     # Without out, shard and the model's placement (where each shard ran).
     same = [comparable({"config": c}, (), ("out", "shard", *PLACEMENT_KEYS))["config"] for c in configs]

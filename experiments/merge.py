@@ -21,6 +21,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from evprobe.bench.records import RUN_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.jobs import FORMAT_KEY, read_meta
 
@@ -34,7 +35,7 @@ JOBS = {
     "layer-sweep": ("evprobe.experiments.layer_sweep", "merge_shards"),
 }
 # Where a job folder states its kind: run.json (run), layer_sweep_config.json (layer sweep), meta.json (the rest).
-META_FILES = ("run.json", "layer_sweep_config.json", "meta.json")
+META_FILES = (RUN_META_FILE, "layer_sweep_config.json", "meta.json")
 
 
 def kind_of(folder: Path) -> str:
@@ -42,6 +43,12 @@ def kind_of(folder: Path) -> str:
     for name in META_FILES:
         meta = read_meta(folder / name)
         if meta is not None and meta.get(FORMAT_KEY) in JOBS:
+            if name == RUN_META_FILE:  # run.json's one schema, before any folder is merged
+                from evprobe.bench.json_schema import RUN_FIX, read_run_meta
+
+                if read_run_meta(folder).config is None:
+                    raise InputError(f"{folder / name}:1: missing field 'config' (the run's settings, which "
+                                     f"merge rebuilds the job from); {RUN_FIX}")
             return meta[FORMAT_KEY]
     raise InputError(f"{folder} names no job kind ({', '.join(META_FILES)} with \"kind\": one of "
                      f"{', '.join(JOBS)}); pass the folders that `--shard K/N` wrote, or rerun an older shard with "

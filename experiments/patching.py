@@ -46,9 +46,10 @@ from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
-from evprobe.experiments.capture import images_sha256, parse_layers, question_marker
+from evprobe.experiments.capture import check_layer_spec, images_sha256, parse_layers, question_marker
 from evprobe.core.flags import HELP, setting
-from evprobe.experiments.config import add_experiment_parser, experiment_config, resolve_model_flag
+from evprobe.experiments.config import (add_experiment_parser, check_loading_keys, check_positive, experiment_config,
+                                        resolve_model_flag)
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
@@ -89,6 +90,25 @@ class PatchingConfig:
     n_boot: int = setting(2000, "family bootstrap resamples")
     seed: int = setting(20260905, "bootstrap seed")
     shard: str | None = setting(None, HELP["shard"])
+
+    def __post_init__(self) -> None:
+        # Every setting checked here, when the config is made: before a model file is hashed or
+        # loaded and before --out is touched (the model's layer count bounds `layers` later).
+        from evprobe.core.shard import Shard
+
+        if self.shard is not None:
+            Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
+        bad = [p for p in self.positions if p not in POSITION_SETS]
+        if bad or not self.positions:
+            raise InputError(f"unknown position set {bad[0] if bad else ''!r}; choose from {', '.join(POSITION_SETS)}")
+        if len(set(self.positions)) != len(self.positions):
+            raise InputError(f"key 'positions' repeats a position set ({', '.join(self.positions)}); give each once")
+        check_layer_spec(self.layers)
+        check_regime(self.regime)
+        get_protocol(self.protocol)
+        check_positive(self, "n_boot")
+        check_positive(self, "limit_pairs", optional=True)
+        check_loading_keys(self)
 
 
 def _store(folder: Path) -> JsonlRows:
@@ -136,12 +156,7 @@ class PatchingJob(Job):
 
     def __init__(self, config: PatchingConfig) -> None:
         super().__init__(config.out, config.shard)
-        self.config, self.bench = config, Path(config.bench)
-        check_regime(config.regime)
-        get_protocol(config.protocol)
-        bad = [p for p in config.positions if p not in POSITION_SETS]
-        if bad or not config.positions:
-            raise InputError(f"unknown position set {bad[0] if bad else ''!r}; choose from {', '.join(POSITION_SETS)}")
+        self.config, self.bench = config, Path(config.bench)  # its settings are checked (PatchingConfig)
         self.items = read_items(self.bench)
         self.pairs = select_pairs(self.items, config.limit_pairs)
         if not self.pairs:
@@ -211,6 +226,19 @@ class PatchingJob(Job):
         c = self.config
         self.handle = hooks.load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
                                  answer_prefix=c.answer_prefix)
+        self.check_readable()
+
+    def check_readable(self) -> None:
+        """Every target row of this job (shard) holds a token of each position set, checked in
+        open(): after the model loads, before meta.json is written (core.jobs writes it after open),
+        so a set the model cannot read leaves no folder pinned to it. Tokenizing only: no forward. A
+        folder whose meta.json exists was checked when it was written: a resumed job checks one row."""
+        assert self.handle is not None
+        c = self.config
+        targets = list({u.value[1].item_id: u.value[1] for u in self.my_units()}.values())
+        for target in targets[:1] if self.meta_path().is_file() else targets:
+            prompt = build_prompt(target, c.protocol, c.regime)
+            position_sets(self.handle, target, prompt, load_item_images(self.bench, target.images), c.positions)
 
     def compute(self, batch: list[Unit], condition: str) -> list[Row]:
         assert self.handle is not None
@@ -248,28 +276,41 @@ def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], conf
     return summary
 
 
+def position_sets(handle: Handle, target: Item, prompt: str, images: list[Any],
+                  names: Sequence[str]) -> dict[str, list[int]]:
+    """The token indices of each named position set in `target`'s row (its prompt and images);
+    a set with no token in the row is one InputError line naming the item and the fix."""
+    from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.spans import token_spans
+
+    enc = build_inputs(handle, [prompt], [images])
+    # A model that reads facts instead of the prompt's words (the organism) has no question text:
+    # its "text" set is every fact token except the sheet values (hooks.spans).
+    marker = question_marker(target.prompt) if handle.keeps_prompt_text else None
+    try:
+        spans = token_spans(handle, enc["input_ids"][0], enc["attention_mask"][0], prompt, marker,
+                            n_images=len(images))
+    except ValueError as err:
+        raise InputError(f"{target.item_id}: {err}; {handle.model_id} cannot locate its position sets") from None
+    sets = {"last": [spans.last], "text": list(spans.text), "image": list(spans.image),
+            "image_first": list(spans.image[:1]), "image_rest": list(spans.image[1:])}
+    chosen = {name: sets[name] for name in names}
+    empty = [name for name, idx in chosen.items() if not idx]
+    if empty:
+        raise InputError(f"{target.item_id}: position set {empty[0]} has no token in this row (image tokens: "
+                         f"{len(spans.image)}); drop it from --positions")
+    return chosen
+
+
 def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: list[int],
                config: PatchingConfig) -> Row:
-    from evprobe.hooks.inputs import build_inputs
     from evprobe.hooks.patching import patch_pair
-    from evprobe.hooks.spans import token_spans
 
     def inputs(item: Item):
         return build_prompt(item, config.protocol, config.regime), load_item_images(bench, item.images)
 
     src, tgt = inputs(source), inputs(target)
-    enc = build_inputs(handle, [tgt[0]], [tgt[1]])
-    # A model that reads facts instead of the prompt's words (the organism) has no question text:
-    # its "text" set is every fact token except the sheet values (hooks.spans).
-    marker = question_marker(target.prompt) if handle.keeps_prompt_text else None
-    spans = token_spans(handle, enc["input_ids"][0], enc["attention_mask"][0], tgt[0], marker, n_images=len(tgt[1]))
-    sets = {"last": [spans.last], "text": list(spans.text), "image": list(spans.image),
-            "image_first": list(spans.image[:1]), "image_rest": list(spans.image[1:])}
-    chosen = {name: sets[name] for name in config.positions}
-    empty = [name for name, idx in chosen.items() if not idx]
-    if empty:
-        raise InputError(f"{target.item_id}: position set {empty[0]} has no token in this row (image tokens: "
-                         f"{len(spans.image)}); drop it from --positions")
+    chosen = position_sets(handle, target, *tgt, config.positions)
     result = patch_pair(handle, src, tgt, layers=layers, position_sets=chosen, candidates=list(LETTERS))
     a_s = LETTERS.index(source.reference_option)
     a_t = LETTERS.index(target.reference_option)
@@ -431,10 +472,7 @@ def add_patching_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 def config_from_args(args: argparse.Namespace) -> PatchingConfig:
     """--config filled into PatchingConfig, with every given flag applied on top."""
-    config = resolve_model_flag(experiment_config(PatchingConfig, args), args)
-    if config.limit_pairs is not None and config.limit_pairs <= 0:
-        raise InputError(f"limit_pairs must be a positive integer, got {config.limit_pairs}")
-    return config
+    return resolve_model_flag(experiment_config(PatchingConfig, args), args)  # checked: PatchingConfig
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -25,6 +25,10 @@ here to decide sufficiency, whose answer is known, so the report shows whether t
 it (a few minutes on 2 cores). `--model tiny:llava` runs the same job on a tiny untrained VLM in
 about a minute (its report says its numbers describe an untrained model). On a GPU machine,
 `--model configs/models/qwen2_5_vl_7b.yaml` runs it on a real checkpoint.
+
+One writer per folder (core.lock): the quickstart holds OUT's lock for its whole run, and each step
+also holds its own folder's (OUT/bench, OUT/run, OUT/acts, ...), so a second quickstart into OUT, or
+another command into one of its step folders, is refused in one line naming the holder.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.bench.generate import GenerateConfig, generate
-from evprobe.bench.manifest import META_FILE
+from evprobe.bench.manifest import META_FILE, read_meta
 from evprobe.core.errors import InputError
+from evprobe.core.lock import folder_lock
 from evprobe.bench.runner import RunConfig, run
 from evprobe.hooks.devices import placement_of
 
@@ -88,7 +93,7 @@ def _bench_ready(bench: Path, config: GenerateConfig) -> bool:
     meta_path = bench / META_FILE
     if not meta_path.is_file():
         return False
-    meta = json.loads(meta_path.read_text())
+    meta = read_meta(bench)  # validated: a damaged bench.json is one line naming the field and the fix
     return (meta["seed"], meta["families_per_system"], meta["subset_per_cell"]) == (
         config.seed, config.families_per_system, config.subset_per_cell
     )
@@ -126,7 +131,20 @@ def quickstart(
         pairs = 64 if organism else 4
     if families_per_system < 2:
         raise InputError("--families-per-system must be at least 2 (folds and held-out systems need families)")
-    out.mkdir(parents=True, exist_ok=True)
+    # OUT's own lock for the whole pipeline, so a second quickstart into it is refused before step 1
+    # (not part-way, after a --force generate under the first one's run); each step also locks its own
+    # folder (OUT/bench, OUT/run, ...): other files, never waited on, so they cannot deadlock (core.lock).
+    with folder_lock(out, "evprobe quickstart"):
+        return _quickstart(out, model, cfg, families_per_system, pairs, n_boot, progress, n_random, permutations,
+                           refits, dose_layers, alphas, controls)
+
+
+def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs: int, n_boot: int,
+                progress: bool, n_random: int | None, permutations: int, refits: int | None,
+                dose_layers: tuple[int, ...] | None, alphas: tuple[float, ...] | None,
+                controls: bool) -> dict[str, Any]:
+    """`quickstart`'s steps, with OUT's lock held."""
+    organism = cfg.model == "organism"
     bench, run_dir, acts = out / "bench", out / "run", out / "acts"
     directions, dose, patch = out / "directions", out / "dose_response", out / "patching"
     timings: dict[str, float] = {}

@@ -36,6 +36,7 @@ from urllib.parse import quote
 
 from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.core.files import atomic_write_bytes
+from evprobe.core.lock import folder_lock
 from evprobe.experiments.report_summary import inside_ladder
 
 PARTS = (
@@ -160,8 +161,6 @@ def build_report(
     (`details-<part>.md`, every plot with its caption), the PNGs they cite, and with `html` a
     self-contained report.html of all pages. Every copied PNG and every part is named after its own
     root, so same-named roots never collide."""
-    from evprobe.experiments.report_summary import summary_markdown
-
     roots = [Path(r) for r in ([roots] if isinstance(roots, (str, Path)) else roots)]
     for root in roots:
         if not root.is_dir():
@@ -169,7 +168,15 @@ def build_report(
     roots = _distinct(roots)
     names = _root_names(roots)
     out = Path(out) if out is not None else roots[0] / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, "evprobe report"):  # one writer per report folder (core.lock)
+        return _write_report(roots, names, out, title, banner, html)
+
+
+def _write_report(roots: list[Path], names: list[Path], out: Path, title: str, banner: str | None,
+                  html: bool) -> Path:
+    """`build_report` once the report folder's lock is held."""
+    from evprobe.experiments.report_summary import summary_markdown
+
     out_resolved = out.resolve()
     used: dict[str, Path] = {}  # report file name -> the PNG copied under it
     details: list[tuple[str, str]] = []  # (heading, page file name)

@@ -68,9 +68,10 @@ def _load(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None  # the part's own page shows what it holds; the summary leaves it out
+    return data if isinstance(data, dict) else None  # not an object: left out the same way
 
 
 def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
@@ -275,8 +276,13 @@ def summary_markdown(roots: list[Path], out: Path, title: str, banner: str | Non
         lines += [f"> **{banner}**", ""]
     model = (dose or {}).get("meta", {}).get("model") or (sweep or {}).get("model")
     if not model and src.scores is not None:
-        run_json = _load(src.scores.parent / "run.json")
-        model = ((run_json or {}).get("config") or {}).get("model")
+        from evprobe.bench.json_schema import read_run_meta
+        from evprobe.core.errors import InputError
+
+        try:  # run.json's one schema; a damaged one leaves the model unnamed here
+            model = read_run_meta(src.scores.parent).model
+        except InputError:
+            model = None
     lines += ["## Summary", "", f"- Model: `{model or 'not recorded'}`.",
               "- Run: " + ", ".join(h for h, _ in details) + "." if details else "- Run: nothing found.", ""]
     png = summary_png(sweep, dose, out / "summary.png")

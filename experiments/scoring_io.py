@@ -16,10 +16,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evprobe.bench.manifest import META_FILE, read_items
+from evprobe.bench.json_schema import RunMeta, read_run_meta
+from evprobe.bench.manifest import META_FILE, read_items, read_meta
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json, warn_incomplete_line
-from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, load_records
+from evprobe.core.lock import folder_lock
+from evprobe.bench.records import RECORDS_FILE, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.score_report import compare_markdown, scores_markdown
 from evprobe.bench.scoring import score
@@ -55,11 +57,9 @@ def _load_hashed_records(path: Path) -> tuple[dict[str, Any], str | None]:
     )
 
 
-def run_meta(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / RUN_META_FILE
-    if not path.is_file():
-        raise InputError(f"{path} not found: {run_dir} is not a run folder; create it with `evprobe run`")
-    return json.loads(path.read_text())
+def run_meta(run_dir: Path) -> RunMeta:
+    """RUN/run.json, validated (`bench.json_schema.RunMeta`): a fault is one line naming the field."""
+    return read_run_meta(run_dir)
 
 
 def score_run(
@@ -67,12 +67,17 @@ def score_run(
 ) -> tuple[dict[str, Any], str]:
     """Score one run folder; writes RUN/scores.json and RUN/scores.md and returns both."""
     meta = run_meta(run_dir)
-    bench = bench if bench is not None else Path(meta["bench"])
+    with folder_lock(run_dir, "evprobe score"):  # one writer of RUN/scores.*; a run still writing RUN refuses it
+        return _score_locked(run_dir, meta, bench, n_boot, seed)
+
+
+def _score_locked(run_dir: Path, meta: RunMeta, bench: Path | None, n_boot: int, seed: int) -> tuple[dict[str, Any], str]:
+    bench = bench if bench is not None else Path(meta.bench)
     bench_meta_path = bench / META_FILE
     if not bench_meta_path.is_file():
         raise InputError(f"{bench_meta_path} not found; pass the run's benchmark with --bench DIR")
-    bench_meta = json.loads(bench_meta_path.read_text())
-    if bench_meta["items_sha256"] != meta["items_sha256"]:
+    bench_meta = read_meta(bench)  # validated: a damaged bench.json is one line naming its field
+    if bench_meta["items_sha256"] != meta.items_sha256:
         raise InputError(
             f"{bench} is not the benchmark {run_dir} was run on (items hash differs); pass the right --bench"
         )
@@ -81,9 +86,9 @@ def score_run(
     if not records:
         raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `evprobe run` first")
     scores = score(items, records.values(), n_boot=n_boot, seed=seed, prices=Prices(**bench_meta["prices"]))
-    scores["run"] = {k: meta[k] for k in ("model", "protocol", "regime") if k in meta}
+    scores["run"] = {"model": meta.model, "protocol": meta.protocol, "regime": meta.regime}
     scores[SCORES_RECORDS_KEY] = {"file": RECORDS_FILE, "sha256": digest, "n_records": len(records)}
-    title = f"{meta['model']} ({meta['protocol']}, {meta['regime']})"
+    title = f"{meta.model} ({meta.protocol}, {meta.regime})"
     markdown = scores_markdown(scores, title)
     # scores.md first: scores.json, with the records hash, is the mark that both are written
     atomic_write_bytes(run_dir / SCORES_MD, markdown.encode("utf-8"))
@@ -141,9 +146,6 @@ def load_scores(run_dir: Path) -> dict[str, Any]:
 def compare_runs(runs: list[Path]) -> str:
     """One Markdown table of the headline measures of several runs (scoring any run whose
     scores.json is missing or does not score its records.jsonl as it is now: `load_scores`)."""
-    named = []
-    for run_dir in runs:
-        meta = run_meta(run_dir)
-        scores = load_scores(run_dir)
-        named.append((f"{meta['model']} {meta['protocol']}/{meta['regime']}", scores))
+    metas = [run_meta(run_dir) for run_dir in runs]  # every run.json checked before any run is re-scored
+    named = [(meta.title, load_scores(run_dir)) for meta, run_dir in zip(metas, runs)]
     return compare_markdown(named)

@@ -277,13 +277,18 @@ def train(cfg: TrainConfig, out: str | Path, *, log=print, stop_after: int | Non
     """Train (or resume) into `out`; returns the final validation numbers.
 
     stop_after: leave after this step's state is saved, as a killed run would (tests resume)."""
+    from evprobe.core.lock import folder_lock
+
+    with folder_lock(out, "evprobe organism train"):  # one trainer per folder: two would interleave their states
+        return _train(cfg, Path(out), log, stop_after)
+
+
+def _train(cfg: TrainConfig, out: Path, log, stop_after: int | None) -> dict:  # noqa: ANN001 - log as in train
     import torch
     import torch.nn.functional as F
 
     from evprobe.organism.model import Organism
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     state_path, log_path = out / STATE_FILE, out / "train_log.jsonl"
     state = read_train_state(out)  # before anything is built: a refused state costs nothing

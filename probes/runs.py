@@ -28,6 +28,7 @@ import numpy as np
 
 from evprobe.core.bootstrap import DEFAULT_SEED
 from evprobe.core.files import atomic_write_bytes
+from evprobe.core.lock import folder_lock
 from evprobe.probes.captures import CaptureSet, LabelSet, labels, load_captures, load_records, restrict_wrong
 
 if TYPE_CHECKING:  # the estimators behind them import scikit-learn: loaded when a sweep runs
@@ -93,13 +94,20 @@ def sweep_to_folder(
     `out`, and for each of `transfer`'s kinds its transfer-KIND.json / .md / .png.
 
     progress: the label of a progress line on stderr (None: none)."""
+    from evprobe.probes.sweep import SweepConfig
+
+    out = Path(out)
+    with folder_lock(out, "evprobe sweep"):  # one writer per folder, taken before the captures are read
+        return _sweep_locked(captures, label, out, config or SweepConfig(), transfer, progress)
+
+
+def _sweep_locked(captures: Captures, label: LabelSet | str, out: Path, config: SweepConfig,
+                  transfer: Sequence[str], progress: str | None) -> SweepRun:
     from evprobe.probes.report import sweep_markdown, sweep_png, transfer_markdown, transfer_png
-    from evprobe.probes.sweep import SweepConfig, stderr_progress, sweep
+    from evprobe.probes.sweep import stderr_progress, sweep
     from evprobe.probes.transfer import transfer as transfer_matrix
 
     cs, labelset = labelled(captures, label)
-    config = config or SweepConfig()
-    out = Path(out)
     result = sweep(cs, labelset, config, stderr_progress(progress) if progress else None)
     write_json(out / "sweep.json", result.to_json())
     atomic_write_bytes(out / "sweep.md", sweep_markdown(result).encode("utf-8"))
@@ -139,6 +147,13 @@ def directions_to_folder(
     request, regime or an index field) at `position` (default: last if captured, else the first)
     with `probe` (massmean, logistic, centroid, or all three), add them to `out` and, when `out`
     then holds two or more directions of one d_model, write their cosine matrix."""
+    with folder_lock(out, "evprobe directions"):  # directions.json is read, extended and rewritten: one writer
+        return _directions_locked(captures, label, Path(out), layers, position, probe, by, C, pooled_covariance, seed)
+
+
+def _directions_locked(captures: Captures, label: LabelSet | str, out: Path, layers: Sequence[int],
+                       position: str | None, probe: str, by: str | None, C: float, pooled_covariance: bool,
+                       seed: int) -> DirectionsRun:
     from evprobe.probes.directions import direction_file, fit_directions, read_directions, write_directions
     from evprobe.probes.geometry import cosine_matrix, geometry_markdown, heatmap_png
     from evprobe.probes.transfer import conditions
@@ -151,7 +166,6 @@ def directions_to_folder(
     found: list[Direction] = []
     for name in PROBE_NAMES if probe == "all" else (probe,):
         found += fit_directions(cs, labelset, list(layers), position, name, conds, C, pooled_covariance)
-    out = Path(out)
     index = write_directions(out, found)
     written = [index.name] + [direction_file(d.name) for d in found]
     every = read_directions(out)

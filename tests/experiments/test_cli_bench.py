@@ -331,8 +331,9 @@ def test_stale_temporaries_of_killed_runs_are_removed_by_the_next_generate(tmp_p
     child = _child_generate(out)  # the full main set: long enough to be caught midway
     try:
         live = _wait_for_rendering(out, child)
-        # another generate into the same OUT while the child runs: the child's folder is left alone
-        assert main(["generate", "--out", str(out), *TINY]) == 0
+        # another generate into the same OUT while the child runs is refused (core.lock: one writer per
+        # folder); the child's folder is left alone
+        assert main(["generate", "--out", str(out), *TINY]) == 2
         assert child.poll() is None and live.is_dir() and any((live / "images").rglob("*.png"))
     finally:
         child.kill()  # SIGKILL: the child's own clean-up cannot run
