@@ -10,8 +10,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from evprobe.core.errors import OneLineWarning
+from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.experiments.report import build_report
 from evprobe.experiments.report_html import render_html
 
@@ -93,3 +95,37 @@ def test_report_leaves_out_a_plot_that_links_outside_its_folder(tmp_path: Path, 
     html = (report / "report.html").read_bytes()
     assert base64.b64encode(SECRET)[:40] not in html
     assert not any(p.read_bytes() == SECRET for p in report.glob("*.png"))
+
+
+SEGMENTS = ["..", ".", "sub", "%2E%2E", "%2e.", "outside", "secret.png", "own.png", "", "%2F", "sub%2F.."]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=6), lead=st.sampled_from(["", "/", "./"]))
+def test_any_relative_route_inlines_only_files_inside_the_folder(tmp_path: Path, parts: list[str], lead: str) -> None:
+    """Fuzz: whatever mix of `..`, `.`, percent-escapes and names an image reference is made of, the file
+    outside the folder never reaches the HTML, and a reference is inlined exactly when it resolves inside."""
+    from urllib.parse import unquote
+
+    root = tmp_path / f"case{abs(hash((lead, *parts)))}"
+    secret = root / "outside" / "secret.png"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_bytes(SECRET)
+    folder = root / "report"
+    (folder / "sub").mkdir(parents=True, exist_ok=True)
+    (folder / "own.png").write_bytes(b"\x89PNG\r\n\x1a\n own")
+    (folder / "sub" / "own.png").write_bytes(b"\x89PNG\r\n\x1a\n own")
+    ref = lead + "/".join(parts)
+    (folder / "report.md").write_text(f"# T\n\n![x]({ref})\n")
+    target = (folder / unquote(ref.lstrip("/") if not lead == "/" else ref)).resolve()
+    inside = lead != "/" and (target == folder.resolve() or folder.resolve() in target.parents)
+    try:
+        text, _ = _render(folder)
+    except InputError as err:  # a reference inside the folder to no file: the missing-image error
+        assert inside and not target.is_file() and "not found" in str(err)
+        return
+    assert base64.b64encode(SECRET).decode()[:40] not in text
+    if inside and target.is_file():
+        assert "data:image/png;base64," in text
+    else:
+        assert "data:image/png;base64," not in text
