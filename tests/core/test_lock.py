@@ -29,6 +29,7 @@ from evprobe.core.errors import InputError
 from evprobe.core.lock import LOCK_FILE, FolderLockWarning, folder_lock, holder
 
 REFUSED = "is being written by"
+N_RACED = 60  # records of the raced run (test_two_real_runs_kill_9_then_takeover_then_resume)
 FIX = "wait for it to finish, or use another --out"
 
 # A holder in its own process: takes the lock, says so, sleeps until killed (SIGTERM: a clean release).
@@ -122,7 +123,9 @@ def test_two_real_runs_kill_9_then_takeover_then_resume(bench: Path, tmp_path: P
     is refused naming the first; after the first is killed with SIGKILL the next run takes over
     (one warning line naming the dead pid) and finishes it; every record once; a rerun resumes."""
     out = tmp_path / "run"
-    args = ["run", "--model", "organism", "--bench", str(bench), "--out", str(out), "--limit", "20",
+    # tiny:llava at batch size 1 writes a record every ~0.1 s, so the first run is still part-way when the
+    # second (a fresh process, 1-3 s to start) has been refused; the organism finished its 20 first in CI.
+    args = ["run", "--model", "tiny:llava", "--bench", str(bench), "--out", str(out), "--limit", str(N_RACED),
             "--batch-size", "1", "--quiet"]
     first = subprocess.Popen([sys.executable, "-m", "evprobe", *args], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
@@ -142,17 +145,17 @@ def test_two_real_runs_kill_9_then_takeover_then_resume(bench: Path, tmp_path: P
             first.kill()
         first.wait()
     had = records.read_bytes().count(b"\n")
-    assert 1 <= had < 20 and (out / LOCK_FILE).is_file()  # killed part-way: its lock file stays behind
+    assert 1 <= had < N_RACED and (out / LOCK_FILE).is_file()  # killed part-way: its lock file stays behind
     third = evprobe(*args)
     assert third.returncode == 0, third.stderr
     warning = [line for line in third.stderr.splitlines() if line.startswith("evprobe: warning: ")]
     assert len(warning) == 1 and f"pid {first.pid} " in warning[0] and "taking it over" in warning[0]
     rows = [json.loads(line) for line in records.read_text().splitlines()]
-    assert len(rows) == len({r["item_id"] for r in rows}) == 20  # nothing lost, nothing twice
+    assert len(rows) == len({r["item_id"] for r in rows}) == N_RACED  # nothing lost, nothing twice
     assert not (out / LOCK_FILE).exists()  # a clean release removes it
     again = evprobe(*args)
     assert again.returncode == 0 and again.stderr == ""
-    assert records.read_text().count("\n") == 20
+    assert records.read_text().count("\n") == N_RACED
     assert json.loads((out / "run.json").read_text())["last_session"]["items"] == 0
 
 
