@@ -139,20 +139,26 @@ def question_marker(prompt: str) -> str | None:
     return None
 
 
+def _layer_values(spec: str | Sequence[int]) -> list[int] | None:
+    """The layer indices `spec` names ('0,4,8' or a sequence), None for 'all'; a malformed string is one line."""
+    if not isinstance(spec, str):
+        return list(spec)
+    text = spec.strip()
+    if text == "all":
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--layers must be 'all' or comma-separated integers, got {spec!r}") from None
+
+
 def parse_layers(spec: str | Sequence[int], n_layers: int) -> list[int]:
     """'all', '0,4,8' or a sequence of ints -> validated layer indices (the order given)."""
     from evprobe.hooks.capture import check_layers
 
-    if isinstance(spec, str):
-        text = spec.strip()
-        if text == "all":
-            return list(range(n_layers))
-        try:
-            values = [int(part) for part in text.split(",") if part.strip()]
-        except ValueError:
-            raise ValueError(f"--layers must be 'all' or comma-separated integers, got {spec!r}") from None
-    else:
-        values = list(spec)
+    values = _layer_values(spec)
+    if values is None:
+        return list(range(n_layers))
     try:
         return check_layers(values, n_layers)
     except (TypeError, ValueError) as err:
@@ -162,15 +168,9 @@ def parse_layers(spec: str | Sequence[int], n_layers: int) -> list[int]:
 def check_layer_spec(spec: str | Sequence[int]) -> None:
     """'all' or distinct layer indices >= 0, checked without the model (its layer count bounds
     them later: `parse_layers`)."""
-    if isinstance(spec, str):
-        if spec.strip() == "all":
-            return
-        try:
-            values = [int(part) for part in spec.split(",") if part.strip()]
-        except ValueError:
-            raise ValueError(f"--layers must be 'all' or comma-separated integers, got {spec!r}") from None
-    else:
-        values = list(spec)
+    values = _layer_values(spec)
+    if values is None:
+        return
     if not values:
         raise ValueError("--layers: no layers given; use 'all' or layer indices")
     bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 0]
