@@ -47,7 +47,7 @@ from evprobe.bench.numeric import numeric_items
 from evprobe.bench.manifest import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json, atomic_write_jsonl
-from evprobe.core.lock import LOCK_FILE, folder_lock
+from evprobe.core.lock import LOCK_FILE, folder_lock, same_file
 from evprobe.core.progress import Progress
 from evprobe.bench.reference import Prices
 from evprobe.bench.render import STYLES, render_sheet
@@ -321,14 +321,6 @@ def _unlock(fd: int | None) -> None:
         os.close(fd)  # closing the last copy of the fd drops the flock
 
 
-def _still_there(fd: int, path: Path) -> bool:
-    """Whether the folder locked through `fd` is still the one at `path`."""
-    try:
-        return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
-    except FileNotFoundError:
-        return False
-
-
 def _make_temporary(out: Path) -> tuple[Path, int | None]:
     """A new, locked temporary folder `.OUT.tmp-XXXXXXXX` beside `out`, and its lock."""
     while True:
@@ -341,7 +333,7 @@ def _make_temporary(out: Path) -> tuple[Path, int | None]:
                 fd = _lock(tmp, wait=True)
             except FileNotFoundError:
                 continue
-            if not _still_there(fd, tmp):
+            if not same_file(fd, tmp):
                 _unlock(fd)
                 continue
         os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a benchmark is for sharing, like its 0644 files
@@ -377,7 +369,7 @@ def remove_stale_temporaries(out: str | Path) -> list[Path]:
             if fd is None:
                 continue  # a running generate holds it
             try:
-                if not _still_there(fd, path):
+                if not same_file(fd, path):
                     continue
                 shutil.rmtree(path, ignore_errors=True)
             finally:
@@ -415,7 +407,7 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     if out.exists():
         while True:
             old_lock = _lock(out, wait=True)
-            if old_lock is None or _still_there(old_lock, out):
+            if old_lock is None or same_file(old_lock, out):
                 break
             _unlock(old_lock)  # another generate swapped `out` meanwhile: lock the new one
         old = _unused_temporary_name(out)

@@ -159,7 +159,7 @@ def _acquire(folder: Path, command: str, made: bool, fix: str) -> _Held:
                 os.close(fd)
                 raise
             return _acquire_soft(folder, fd, command, made, fix, f"flock: {err.strerror}")
-        if not _same_file(fd, path):  # its holder released and removed it between our open and our flock
+        if not same_file(fd, path):  # its holder released and removed it between our open and our flock
             os.close(fd)
             continue
         stale = _read_info(fd)
@@ -200,10 +200,10 @@ def _acquire_soft(folder: Path, fd: int, command: str, made: bool, fix: str, why
 
 def _release(lock: _Held) -> None:
     """Remove the lock file, then drop the flock: a writer that opened the old file before the removal
-    gets it only once it is gone, sees that, and retries on a new file (`_same_file`)."""
+    gets it only once it is gone, sees that, and retries on a new file (`same_file`)."""
     if lock.fd is not None:
         try:
-            if _same_file(lock.fd, lock.path):  # not if the folder was swapped away meanwhile (generate --force)
+            if same_file(lock.fd, lock.path):  # not if the folder was swapped away meanwhile (generate --force)
                 lock.path.unlink()
         finally:
             os.close(lock.fd)
@@ -262,7 +262,8 @@ def _read_info(fd: int) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def _same_file(fd: int, path: Path) -> bool:
+def same_file(fd: int, path: Path) -> bool:
+    """Whether the file or folder open as `fd` is still the one at `path` (not removed or swapped)."""
     try:
         return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
     except FileNotFoundError:
@@ -289,4 +290,4 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-__all__ = ["LOCK_FILE", "FolderLockWarning", "describe", "folder_lock", "holder"]
+__all__ = ["LOCK_FILE", "FolderLockWarning", "describe", "folder_lock", "holder", "same_file"]
