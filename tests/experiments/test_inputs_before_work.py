@@ -320,16 +320,6 @@ PATCHING_BAD = [
 ]
 
 
-@pytest.mark.parametrize(("flags", "said"), PATCHING_BAD, ids=[" ".join(f) for f, _ in PATCHING_BAD])
-def test_patching_refuses_bad_settings_before_the_model_loads(bench: Path, tmp_path: Path, no_model: None,
-                                                              flags: list[str], said: str,
-                                                              capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "out"
-    assert main(["patching", "--model", "tiny:llava", "--bench", str(bench), "--out", str(out), *flags]) == 2
-    _one_line(capsys, said)
-    assert not out.exists()
-
-
 def test_patching_n_boot_in_a_config_file_is_refused_naming_the_file(bench: Path, tmp_path: Path, no_model: None,
                                                                      capsys: pytest.CaptureFixture) -> None:
     cfg = tmp_path / "p.yaml"
@@ -355,27 +345,25 @@ CAPTURE_BAD = [
 ]
 
 
-@pytest.mark.parametrize(("flags", "said"), CAPTURE_BAD, ids=[" ".join(f) for f, _ in CAPTURE_BAD])
-def test_capture_refuses_bad_settings_before_the_model_loads(bench: Path, tmp_path: Path, no_model: None,
-                                                             flags: list[str], said: str,
-                                                             capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "acts"
-    assert main(["capture", "--model", "tiny:llava", "--bench", str(bench), "--out", str(out), *flags]) == 2
-    _one_line(capsys, said)
-    assert not out.exists()
-
-
-@pytest.mark.parametrize(("flags", "said"), [
+RUN_BAD = [
     (["--dtype", "float64"], "key 'dtype' is 'float64'"),
     (["--attn-implementation", "magic"], "key 'attn_implementation' is 'magic'"),
     (["--limit", "0"], "--limit must be a positive integer, got 0"),
     (["--batch-size", "0"], "--batch-size must be a positive integer, got 0"),
-])
-def test_run_refuses_bad_settings_before_the_model_loads(bench: Path, tmp_path: Path, no_model: None,
+]
+BAD_SETTINGS = [(command, flags, said) for command, table in (("patching", PATCHING_BAD), ("capture", CAPTURE_BAD),
+                                                               ("run", RUN_BAD)) for flags, said in table]
+
+
+@pytest.mark.parametrize(("command", "flags", "said"), BAD_SETTINGS,
+                         ids=[f"{c} {' '.join(f)}" for c, f, _ in BAD_SETTINGS])
+def test_bad_settings_are_refused_before_the_model_loads(bench: Path, tmp_path: Path, no_model: None, command: str,
                                                          flags: list[str], said: str,
                                                          capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "run"
-    assert main(["run", "--model", "tiny:llava", "--bench", str(bench), "--out", str(out), *flags]) == 2
+    """patching, capture and run: each bad flag one line, with the model loading patched to fail the test
+    and --out never made."""
+    out = tmp_path / "out"
+    assert main([command, "--model", "tiny:llava", "--bench", str(bench), "--out", str(out), *flags]) == 2
     _one_line(capsys, said)
     assert not out.exists()
 
