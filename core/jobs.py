@@ -44,6 +44,7 @@ from evprobe.core.files import (
 )
 from evprobe.core.flags import PLACEMENT_KEYS
 from evprobe.core.lock import folder_lock
+from evprobe.core.prefetch import prefetched
 from evprobe.core.progress import Progress, note, progress_label
 from evprobe.core.shard import Shard, shard_of_ids
 
@@ -186,7 +187,19 @@ class Job(ABC):
 
     @abstractmethod
     def compute(self, batch: list[Unit], condition: str) -> list[Row]:
-        """The rows of `batch` under `condition`, one per unit, in batch order."""
+        """The rows of `batch` under `condition`, one per unit, in batch order.
+
+        A job that overrides `prepare` takes a third argument, what `prepare` returned for the batch."""
+
+    # A job that splits its work into CPU-side inputs (`prepare`) and the model call (`compute`)
+    # gets the next `prefetch` batches prepared on a thread while the current one computes
+    # (core.prefetch). prepare runs after open(), once per (batch, condition), in run order.
+    prefetch: int = 0
+
+    def prepare(self, batch: list[Unit], condition: str) -> Any:
+        """The inputs of `batch` under `condition` that need no model call (run on a thread when
+        prefetch > 0, so it must not touch what compute is using); the base job prepares nothing."""
+        return None
 
     # ---- report
     def finish(self, rows: dict[RowKey, Row], summary: dict[str, Any]) -> dict[str, Any]:
@@ -313,17 +326,17 @@ def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict
         store.repair()
         store.prepare(old or meta)
         bar = Progress(label, n_todo) if progress else None
-        for batch in batches([u for u in units if todo[u.key]], job.batch_size):
-            for cond in conditions:
-                sub = [u for u in batch if cond in todo[u.key]]
-                if not sub:
-                    continue
-                rows = job.compute(sub, cond)
-                if len(rows) != len(sub):
-                    raise RuntimeError(f"{job.kind}: compute returned {len(rows)} rows for {len(sub)} units")
-                store.append(rows)
-                if bar:
-                    bar.update(len(sub))
+        work = [(sub, cond) for batch in batches([u for u in units if todo[u.key]], job.batch_size)
+                for cond in conditions if (sub := [u for u in batch if cond in todo[u.key]])]
+        prepares = type(job).prepare is not Job.prepare
+        for (sub, cond), prepared in prefetched(work, lambda w: job.prepare(*w) if prepares else None,
+                                                job.prefetch if prepares else 0):
+            rows = job.compute(sub, cond, prepared) if prepares else job.compute(sub, cond)
+            if len(rows) != len(sub):
+                raise RuntimeError(f"{job.kind}: compute returned {len(rows)} rows for {len(sub)} units")
+            store.append(rows)
+            if bar:
+                bar.update(len(sub))
         done = store.done(warn=False)
     else:
         done = store.done()  # nothing to write: a reader, which says so if it leaves a torn last line out
