@@ -53,6 +53,38 @@ def _batches(n: int, batch_size: int):
         yield slice(start, min(start + batch_size, n))
 
 
+# How the KV cache of greedy decoding is kept (`generate(decode_cache=...)`):
+# dynamic   transformers' default: the cache grows by one position per step.
+# static    a cache of fixed size (prompt + max_new_tokens) allocated once, no compilation.
+# compiled  the static cache and the decoding step compiled with torch.compile (mode
+#           "reduce-overhead", CUDA graphs, on a GPU; "default" elsewhere). The first call of each
+#           (batch, length) shape pays for compilation; later calls reuse it.
+DECODE_CACHES: tuple[str, ...] = ("dynamic", "static", "compiled")
+
+
+def check_decode_cache(name: str) -> str:
+    if name not in DECODE_CACHES:
+        raise ValueError(f"unknown decode cache {name!r}; choose from {', '.join(DECODE_CACHES)}")
+    return name
+
+
+def _cache_kwargs(handle: Handle, decode_cache: str) -> dict:
+    """generate() keywords for `decode_cache` (check_decode_cache'd)."""
+    if decode_cache == "dynamic":
+        return {}
+    if decode_cache == "static":
+        return {"cache_implementation": "static", "disable_compile": True}
+    from transformers import CompileConfig
+
+    on_gpu = handle.device.type == "cuda"
+    config = CompileConfig(mode="reduce-overhead" if on_gpu else "default")
+    # transformers compiles the decoding step by itself only on accelerators; this private switch
+    # (read by GenerationMixin._valid_auto_compile_criteria) asks for it on every device, so the
+    # setting is the same code on CPU, where the tests check it against the dynamic cache.
+    config._compile_all_devices = True
+    return {"cache_implementation": "static", "compile_config": config}
+
+
 def generate(
     handle: Handle,
     prompts: Sequence[str],
@@ -60,38 +92,54 @@ def generate(
     *,
     max_new_tokens: int,
     batch_size: int = 1,
+    decode_cache: str = "dynamic",
 ) -> list[Generation]:
-    """Greedy (do_sample=False) continuation of each (prompt, images) row."""
-    import torch
+    """Greedy (do_sample=False) continuation of each (prompt, images) row.
 
+    decode_cache: how decoding keeps its KV cache (DECODE_CACHES); greedy tokens are the same for
+    every choice up to floating-point reassociation (tests/hooks/test_generation_speed.py)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    eos = _eos_ids(handle)
-    pad = handle.tokenizer.pad_token_id
+    check_decode_cache(decode_cache)
     out: list[Generation] = []
     for rows in _batches(len(prompts), batch_size):
         # generate() derives position ids from the mask itself (same function).
         enc = build_inputs(handle, list(prompts[rows]), list(images[rows]), position_ids=False, for_generation=True)
-        prompt_len = enc["input_ids"].shape[1]
-        with torch.inference_mode():
-            ids = handle.model.generate(
-                **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-                pad_token_id=pad,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-            )  # (batch, prompt_len + new)
-        new = ids[:, prompt_len:].tolist()
-        n_prompt = enc["attention_mask"].sum(dim=1).tolist()
-        for row_ids, n in zip(new, n_prompt):
-            cut = next((i + 1 for i, t in enumerate(row_ids) if t in eos), len(row_ids))
-            row_ids = row_ids[:cut]
-            text = handle.tokenizer.decode(row_ids, skip_special_tokens=True)
-            out.append(Generation(text=text, token_ids=tuple(row_ids), n_prompt_tokens=int(n),
-                                  n_new_tokens=len(row_ids)))
+        out.extend(generate_encoded(handle, enc, max_new_tokens=max_new_tokens, decode_cache=decode_cache))
+    return out
+
+
+def generate_encoded(handle: Handle, enc, *, max_new_tokens: int, decode_cache: str = "dynamic",
+                     min_new_tokens: int | None = None) -> list[Generation]:
+    """`generate` on inputs already built (`build_inputs(..., position_ids=False,
+    for_generation=True)`, on the model's device): one model.generate call for all rows of `enc`.
+    min_new_tokens forces that many tokens (a timing of random weights that never stop)."""
+    import torch
+
+    eos = _eos_ids(handle)
+    prompt_len = enc["input_ids"].shape[1]
+    with torch.inference_mode():
+        ids = handle.model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=handle.tokenizer.pad_token_id,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            **_cache_kwargs(handle, check_decode_cache(decode_cache)),
+        )  # (batch, prompt_len + new)
+    new = ids[:, prompt_len:].tolist()
+    n_prompt = enc["attention_mask"].sum(dim=1).tolist()
+    out = []
+    for row_ids, n in zip(new, n_prompt):
+        cut = next((i + 1 for i, t in enumerate(row_ids) if t in eos), len(row_ids))
+        row_ids = row_ids[:cut]
+        text = handle.tokenizer.decode(row_ids, skip_special_tokens=True)
+        out.append(Generation(text=text, token_ids=tuple(row_ids), n_prompt_tokens=int(n),
+                              n_new_tokens=len(row_ids)))
     return out
 
 

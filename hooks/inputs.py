@@ -30,12 +30,14 @@ def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequ
                    for_generation: bool = False) -> list[str]:
     """Chat-template text of each row (image placeholders not yet expanded), then the handle's
     answer prefix unless for_generation."""
-    tail = "" if for_generation else handle.answer_prefix
-    return [
-        handle.processor.apply_chat_template(user_message(p, len(imgs)), add_generation_prompt=True, tokenize=False)
-        + tail
-        for p, imgs in zip(prompts, images, strict=True)
-    ]
+    return _texts(handle.processor, handle.answer_prefix, prompts, images, for_generation)
+
+
+def _texts(processor: Any, answer_prefix: str, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]],
+           for_generation: bool) -> list[str]:
+    tail = "" if for_generation else answer_prefix
+    return [processor.apply_chat_template(user_message(p, len(imgs)), add_generation_prompt=True, tokenize=False)
+            + tail for p, imgs in zip(prompts, images, strict=True)]
 
 
 def _check(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]]) -> None:
@@ -74,18 +76,7 @@ def build_inputs(
     (batch, seq), the arch's image tensors (pixel_values, image_grid_thw, ...),
     plus position_ids ((batch, seq), or (4, batch, seq) for Qwen-VL).
     """
-    _check(prompts, images)
-    texts = render_prompts(handle, prompts, images, for_generation=for_generation)
-    # Images as one sub-list per row (empty for a text-only row). All eight tiny
-    # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
-    # images as one row's).
-    rows = [list(imgs) for imgs in images]
-    handle.tokenizer.padding_side = "left"
-    kwargs = dict(text=texts, padding=True, padding_side="left", return_tensors="pt")
-    if any(rows):
-        kwargs["images"] = rows
-    enc = handle.processor(**kwargs)
-    enc = _to_model(handle, enc)
+    enc = to_model(handle, encode_inputs(handle, prompts, images, for_generation=for_generation))
     if position_ids and "position_ids" not in enc:
         pos = generation_position_ids(handle, enc)
         if pos is not None:
@@ -93,7 +84,35 @@ def build_inputs(
     return enc
 
 
-def _to_model(handle: Handle, enc: BatchFeature) -> BatchFeature:
+def encode_inputs(
+    handle: Handle,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Image.Image]],
+    *,
+    for_generation: bool = False,
+    processor: Any = None,
+) -> BatchFeature:
+    """The processor's output for a batch of rows, on the CPU (`build_inputs` without the move to
+    the model and the position ids): the part a thread can prepare while the model runs.
+
+    processor: the processor to call (default the handle's). A thread preparing inputs passes its
+    own copy (`copy.deepcopy(handle.processor)`), so no tokenizer object is used by two threads."""
+    _check(prompts, images)
+    processor = handle.processor if processor is None else processor
+    texts = _texts(processor, handle.answer_prefix, prompts, images, for_generation)
+    # Images as one sub-list per row (empty for a text-only row). All eight tiny
+    # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
+    # images as one row's).
+    rows = [list(imgs) for imgs in images]
+    tokenizer = getattr(processor, "tokenizer", processor)
+    tokenizer.padding_side = "left"
+    kwargs = dict(text=texts, padding=True, padding_side="left", return_tensors="pt")
+    if any(rows):
+        kwargs["images"] = rows
+    return processor(**kwargs)
+
+
+def to_model(handle: Handle, enc: BatchFeature) -> BatchFeature:
     """Move tensors to the model device; floating tensors (pixels) to the model dtype."""
     import torch
 
