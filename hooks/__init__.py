@@ -10,6 +10,7 @@ Public API (`import hooks` stays cheap: nothing here imports torch until used):
     capture_layers(handle, prompts, images, *, layers, positions) -> np.ndarray
     steer(handle, Steering(direction, layer, alpha, positions, schedule))   context manager
     ablate(handle, direction, layers)                                        context manager
+    set_vision_attention(handle, name)      VISION_ATTENTIONS: "stock" | "packed" (one call per vision layer)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
     from evprobe.hooks.loading import load
     from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.vision_attention import VISION_ATTENTIONS, set_vision_attention
 
 _LAZY = {
     "load": "evprobe.hooks.loading",
@@ -58,6 +60,8 @@ _LAZY = {
     "option_logprobs": "evprobe.hooks.steer",
     "random_directions": "evprobe.hooks.steer",
     "mean_residual_norm": "evprobe.hooks.steer",
+    "set_vision_attention": "evprobe.hooks.vision_attention",
+    "VISION_ATTENTIONS": "evprobe.hooks.vision_attention",
 }
 
 __all__ = [
@@ -77,6 +81,8 @@ __all__ = [
     "load",
     "next_token_logprobs",
     "tiny",
+    "set_vision_attention",
+    "VISION_ATTENTIONS",
 ]
 
 
