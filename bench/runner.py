@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item_units
 from evprobe.bench.manifest import load_item_images, read_families, read_items, read_meta, resolve_image
@@ -30,12 +30,19 @@ from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.lock import folder_lock
 from evprobe.core.flags import HELP, setting
 
+# A loaded model is an `evprobe.hooks.handle.Handle`, annotated `Handle` here by name only: bench
+# imports hooks inside functions alone (tests/test_architecture.py).
+Handle = Any
 POLICY_PREFIX = "policy:"
 # Information-injection levels selected (`bench.injection`). `evprobe run` selects every level the
 # benchmark holds by default, as it selects every request type (its behaviour before the flag);
 # `select_items`' own default and `evprobe capture`'s is level 0 only, since activations of several
 # levels pooled in one sweep or steering fit would mix prompts that differ by design.
 INJECTION_DEFAULT: tuple[int, ...] = (0,)
+# hooks.generation.DECODE_CACHES and hooks.vision_attention.VISION_ATTENTIONS, spelled here because
+# bench imports hooks only inside functions (tests/bench/test_runner_speed.py checks they agree).
+DecodeCache = Literal["dynamic", "static", "compiled"]
+VisionAttention = Literal["stock", "packed"]
 HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (level L >= 1 needs a benchmark "
                   "generated with --injection L)")
 
@@ -61,6 +68,16 @@ class RunConfig:
     attn_implementation: str | None = setting(None, HELP["attn_implementation"])
     seed: int = setting(0, "seed of the random policy")
     shard: str | None = setting(None, HELP["shard"])
+    # Throughput settings (README: "Throughput settings"). None changes a greedy record in float32; the two
+    # that change floating-point order (decode_cache, vision_attention) are pinned in run.json.
+    sort_by_length: bool = setting(False, "batch items of similar prompt length together (longest first): less padding")
+    prefetch: int = setting(0, "batches whose inputs (images, prompts, processor) a thread prepares ahead while the "
+                               "model runs; 0 = none")
+    decode_cache: DecodeCache = setting(
+        "dynamic", "KV cache of decoding: dynamic, static, or static with the decoding step compiled (torch.compile)")
+    vision_attention: VisionAttention = setting(
+        "stock", "the vision tower's attention: stock, or packed (one call per layer instead of one per window; "
+                 "Qwen2.5-VL, Qwen3-VL, Pixtral)")
 
 
 def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None,
@@ -108,18 +125,30 @@ def check_injection(levels: Sequence[int]) -> tuple[int, ...]:
 
 
 class RunJob(Job):
-    """`evprobe run` as a job: one record per selected item (unit = item, one condition)."""
+    """`evprobe run` as a job: one record per selected item (unit = item, one condition).
+
+    handle: a model already in memory to run instead of loading `config.model` (which then only
+    names it in the records); its weights are not hashed (run.json says `model_source: in_memory`).
+    """
 
     kind = "run"
     meta_file = RUN_META_FILE
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, handle: Handle | None = None) -> None:
         super().__init__(config.out, config.shard)
-        self.config, self.bench = config, Path(config.bench)
+        self.config, self.bench, self.handle = config, Path(config.bench), handle
         get_protocol(config.protocol)
         check_regime(config.regime)
         if config.batch_size <= 0:
             raise InputError(f"--batch-size must be a positive integer, got {config.batch_size}")
+        if type(config.prefetch) is not int or config.prefetch < 0:
+            raise InputError(f"--prefetch must be a non-negative integer, got {config.prefetch}")
+        for name, value, choices in (("decode-cache", config.decode_cache, get_args(DecodeCache)),
+                                     ("vision-attention", config.vision_attention, get_args(VisionAttention))):
+            if value not in choices:
+                raise InputError(f"--{name} {value!r} is not one of {', '.join(choices)}")
+        if handle is not None and config.model.startswith(POLICY_PREFIX):
+            raise InputError(f"--model {config.model} is a policy; a handle runs a model, so name it otherwise")
         self.bench_meta = read_meta(self.bench)  # validated; a missing or bad bench.json is one line
         self.all_items = read_items(self.bench)
         self.items = select_items(self.all_items, config.requests, config.limit, config.injection)
@@ -127,10 +156,25 @@ class RunJob(Job):
             name = config.model[len(POLICY_PREFIX):]
             if name not in POLICIES:
                 raise InputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-        self.reply_batch: Callable[[list[Item]], list[Reply]] | None = None
+        self.reply_batch: Replier | None = None
 
     def units(self) -> list[Unit]:
-        return item_units(self.items)
+        units = item_units(self.items)
+        if self.config.sort_by_length:
+            # Prompt characters: a proxy for tokens known before the model loads (the images of a
+            # batch are alike: units of one image count are batched together). Longest first, so
+            # a batch that does not fit in memory fails at the start. A stable sort: ties keep
+            # manifest order, and a rerun or a merge plans the same batches.
+            c = self.config
+            units.sort(key=lambda u: -len(build_prompt(u.value, c.protocol, c.regime)))
+        return units
+
+    @property
+    def prefetch(self) -> int:  # type: ignore[override]
+        return self.config.prefetch
+
+    def config_free(self) -> Sequence[str]:
+        return (*super().config_free(), "sort_by_length", "prefetch")  # the same records either way
 
     def all_families(self) -> list[str]:
         return [it.family_id for it in self.all_items]
@@ -145,7 +189,11 @@ class RunJob(Job):
         out = {"model": c.model, "protocol": c.protocol, "regime": c.regime,
                "items_sha256": self.bench_meta["items_sha256"], "dtype": c.dtype, "seed": c.seed,
                "attn_implementation": c.attn_implementation, "trust_remote_code": c.trust_remote_code,
-               "max_new_tokens": max_new_tokens(c.protocol, c.regime), **self.input_pins}
+               "max_new_tokens": max_new_tokens(c.protocol, c.regime), **self.input_pins,
+               # floating-point order of the model's arithmetic; None when the default, so a
+               # run.json written before these settings resumes
+               "decode_cache": None if c.decode_cache == "dynamic" else c.decode_cache,
+               "vision_attention": None if c.vision_attention == "stock" else c.vision_attention}
         handle = getattr(self.reply_batch, "handle", None)  # after open(): what only the loaded model tells
         if handle is not None:
             from evprobe.hooks.fingerprint import loaded_fingerprint
@@ -164,7 +212,8 @@ class RunJob(Job):
         images = {rel for it in self.all_items for rel in it.images}
         return {"prompt_template_sha256": prompt_template_sha256(c.protocol, c.regime),
                 "images_sha256": files_sha256((rel, resolve_image(self.bench, rel)) for rel in images),
-                **({} if c.model.startswith(POLICY_PREFIX) else model_fingerprint(c.model))}
+                **({} if c.model.startswith(POLICY_PREFIX) else
+                   {"model_source": "in_memory"} if self.handle is not None else model_fingerprint(c.model))}
 
     def meta(self) -> dict[str, Any]:
         return {**self.pinned(), "bench": str(self.bench.resolve()),
@@ -190,19 +239,29 @@ class RunJob(Job):
         return {**meta, "n_selected": len(self.items), "n_records": len(self.items), "last_session": session}
 
     def open(self) -> None:
-        self.reply_batch = _replier(self.config, self.bench, self.bench_meta)
+        self.reply_batch = _replier(self.config, self.bench, self.bench_meta, self.handle)
 
-    def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
+    def prepare(self, batch: list[Unit], condition: str) -> Any:
+        """A model's inputs for the batch, on the CPU (None for a policy)."""
+        prepare = getattr(self.reply_batch, "prepare", None)
+        return None if prepare is None else prepare([u.value for u in batch])
+
+    def compute(self, batch: list[Unit], condition: str, prepared: Any = None) -> list[dict[str, Any]]:
         items = [u.value for u in batch]
         t = time.perf_counter()
-        replies = self.reply_batch(items)  # type: ignore[misc]
+        replies = self.reply_batch(items, prepared)  # type: ignore[misc]
+        # A record's seconds: its share of the model call. Inputs prepared ahead on a thread are
+        # not in it (with --prefetch 0 they are: prepare runs just before).
         per_item = (time.perf_counter() - t) / len(items)
         return [_record(self.config, it, reply, per_item).to_json() for it, reply in zip(items, replies)]
 
 
-def run(config: RunConfig, *, progress: bool = True) -> dict[str, Any]:
-    """Run `config`; returns the run summary that is also stored in RUN/run.json."""
-    job = RunJob(config)
+def run(config: RunConfig, *, progress: bool = True, handle: Handle | None = None) -> dict[str, Any]:
+    """Run `config`; returns the run summary that is also stored in RUN/run.json.
+
+    handle: a model already in memory (e.g. `evprobe.wrap(model, processor)`) to run instead of
+    loading `config.model`, which then names it in the records (see RunJob)."""
+    job = RunJob(config, handle)
     with folder_lock(job.out, "evprobe run"):  # run.json below too, not only the job runner's rows
         result = run_job(job, progress=progress)
         summary = {
@@ -223,37 +282,66 @@ _JOB_COUNTS = ("n_units", "n_conditions", "n_rows", "computed", "reused", "n_don
 Reply = tuple[str, int | None, int | None]  # (text, prompt tokens, new tokens)
 
 
-def _replier(config: RunConfig, bench: Path, bench_meta: dict[str, Any]) -> Callable[[list[Item]], list[Reply]]:
+Replier = Callable[[list[Item], Any], list[Reply]]  # (items, prepared inputs or None) -> replies
+
+
+def _replier(config: RunConfig, bench: Path, bench_meta: dict[str, Any], handle: Handle | None) -> Replier:
     if config.model.startswith(POLICY_PREFIX):
         families = {f.family_id: f for f in read_families(bench)}
         policy = make_policy(
             config.model[len(POLICY_PREFIX):], bench, families, Prices(**bench_meta["prices"]), config.seed
         )
-        return lambda batch: [(policy(it), None, None) for it in batch]
-    return _model_replier(config, bench)
+        return lambda batch, prepared=None: [(policy(it), None, None) for it in batch]
+    if handle is None:
+        from evprobe import hooks
+        from evprobe.hooks.devices import placement_of
+
+        handle = hooks.load(
+            config.model,
+            dtype=config.dtype,
+            **placement_of(config),
+            trust_remote_code=config.trust_remote_code,
+            attn_implementation=config.attn_implementation,
+        )
+    return ModelReplier(handle, config, bench)
 
 
-def _model_replier(config: RunConfig, bench: Path) -> Callable[[list[Item]], list[Reply]]:
-    from evprobe import hooks
-    from evprobe.hooks.devices import placement_of
+class ModelReplier:
+    """Greedy replies of a model to benchmark items, in two steps: `prepare` (CPU: images read,
+    prompts rendered, the processor called) and the call (inputs moved to the model, generate,
+    decode), so the job runner can prepare the next batch on a thread while this one generates."""
 
-    handle = hooks.load(
-        config.model,
-        dtype=config.dtype,
-        **placement_of(config),
-        trust_remote_code=config.trust_remote_code,
-        attn_implementation=config.attn_implementation,
-    )
-    limit = max_new_tokens(config.protocol, config.regime)
+    def __init__(self, handle: Handle, config: RunConfig, bench: Path) -> None:
+        import copy
 
-    def reply(batch: list[Item]) -> list[Reply]:
-        prompts = [build_prompt(it, config.protocol, config.regime) for it in batch]
-        images = [load_item_images(bench, it.images) for it in batch]
-        gens = hooks.generate(handle, prompts, images, max_new_tokens=limit, batch_size=len(batch))
+        from evprobe.hooks.vision_attention import set_vision_attention
+
+        self.handle, self.config, self.bench = handle, config, bench
+        self.limit = max_new_tokens(config.protocol, config.regime)
+        try:
+            set_vision_attention(handle, config.vision_attention)
+        except ValueError as err:  # an arch without windowed vision attention: before any record
+            raise InputError(f"--vision-attention {config.vision_attention}: {err}; use --vision-attention stock") from None
+        # The prefetch thread calls its own copy of the processor: no tokenizer object is used by
+        # two threads at once (the main thread decodes with the handle's while the thread encodes).
+        self.processor = copy.deepcopy(handle.processor) if config.prefetch else handle.processor
+
+    def prepare(self, batch: list[Item]) -> Any:
+        """The batch's processor output, on the CPU."""
+        from evprobe.hooks.inputs import encode_inputs
+
+        c = self.config
+        prompts = [build_prompt(it, c.protocol, c.regime) for it in batch]
+        images = [load_item_images(self.bench, it.images) for it in batch]
+        return encode_inputs(self.handle, prompts, images, for_generation=True, processor=self.processor)
+
+    def __call__(self, batch: list[Item], prepared: Any = None) -> list[Reply]:
+        from evprobe.hooks.generation import generate_encoded
+        from evprobe.hooks.inputs import to_model
+
+        enc = to_model(self.handle, self.prepare(batch) if prepared is None else prepared)
+        gens = generate_encoded(self.handle, enc, max_new_tokens=self.limit, decode_cache=self.config.decode_cache)
         return [(g.text, g.n_prompt_tokens, g.n_new_tokens) for g in gens]
-
-    reply.handle = handle  # type: ignore[attr-defined]  # RunJob.pinned reads what the loaded model tells
-    return reply
 
 
 def _record(config: RunConfig, item: Item, reply: Reply, seconds: float) -> Record:
