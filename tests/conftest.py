@@ -4,6 +4,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Under pytest-xdist the workers share the cores: each worker's torch (and every process a test
+# starts, which inherits the variable) gets its share of threads, not all of them. OpenMP threads
+# of two workers spinning against each other on two cores slow tiny models several times over.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 from pathlib import Path  # noqa: E402
 
