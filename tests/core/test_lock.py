@@ -69,7 +69,13 @@ def holding(folder: Path, what: str = "evprobe capture", code: str = HOLD) -> It
     finally:
         if proc.poll() is None:
             proc.terminate()
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            # Seen once in a clean-clone CI run: the holder did not end on SIGTERM within 60 s.
+            # What the tests check (the refusal while it held the lock) is over by then; end it.
+            proc.kill()
+            proc.wait()
 
 
 def kill9(proc: subprocess.Popen) -> None:

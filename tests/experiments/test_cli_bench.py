@@ -299,7 +299,10 @@ def _temporaries(out: Path) -> list[Path]:
 
 def _child_generate(out: Path, families_per_system: int = 48, *, stderr=subprocess.DEVNULL) -> "subprocess.Popen[bytes]":
     """A real generate in another process (the library call: the CLI would import the models)."""
-    code = ("import sys; from evprobe.bench.generate import GenerateConfig, generate; "
+    # SIGINT's default handler first: a process started in the background by a non-interactive
+    # shell (`cmd &`) ignores SIGINT, and a child inherits that, so Ctrl-C would be lost.
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from evprobe.bench.generate import GenerateConfig, generate; "
             "n = int(sys.argv[2]); config = GenerateConfig(families_per_system=n, subset_per_cell=n // 4); "
             "generate(sys.argv[1], config, force=True, progress=False)")
     return subprocess.Popen([sys.executable, "-c", code, str(out), str(families_per_system)],
