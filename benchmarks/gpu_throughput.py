@@ -38,7 +38,7 @@ Printed per model, one block per section (the JSON holds the same numbers, typed
   ratios            seconds per call / seed 000 Table 50 (A100); decode step vs weight bytes / memory
                     bandwidth and prefill vs 2 x params x prompt tokens / peak FLOP/s (--bandwidth-gbs,
                     --peak-tflops; H200 defaults on a GPU, on a CPU only when given)
-A section that cannot run says why ("not available: ...", "not applicable: ...", "error: ...",
+A section that cannot run says why ("not applicable: ...", "error: ...",
 "skipped: time budget ..."); a model that fails to build is reported with its error and the next runs.
 Output: the table on stdout and one JSON file (--out; written atomically).
 """

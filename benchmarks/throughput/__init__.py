@@ -3,7 +3,7 @@
 One concept per module:
   shapes           the seeds' published model shapes, anchors, model lists, shaped configs and processors
   results          the typed result records (the JSON is their dataclasses.asdict), section names, the goal
-  availability     why a section cannot run (a missing evprobe API, a model it does not apply to)
+  availability     why a section does not run for a model (it does not apply)
   timing           device clocks, interleaved rounds, peak memory, SDPA counting, freeing memory, the budget
   models           building a tiny model or a random-weight model of a shape
   items            the benchmark rows the sections read

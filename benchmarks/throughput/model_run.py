@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .availability import NotApplicable, Unavailable
+from .availability import NotApplicable
 from .hook_costs import run_capture, run_dose, run_steering
 from .invariance import run_invariance
 from .items import Rows
@@ -54,8 +54,6 @@ def _guarded(name: str, fn: Callable[[], Any], statuses: list[SectionStatus], bu
     start, value, status = time.perf_counter(), None, "ok"
     try:
         value = fn()
-    except Unavailable as err:
-        status = f"not available: {err}"
     except NotApplicable as err:
         status = f"not applicable: {err}"
     except Exception as err:  # noqa: BLE001 - reported in the JSON; the next section runs

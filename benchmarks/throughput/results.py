@@ -147,7 +147,7 @@ class Ratios:
 @dataclass(frozen=True)
 class SectionStatus:
     name: str
-    status: str  # "ok" | "not available: ..." | "not applicable: ..." | "error: ..." | "skipped: ..."
+    status: str  # "ok" | "not applicable: ..." | "error: ..." | "skipped: ..."
     seconds: float
 
 

@@ -4,12 +4,11 @@ and the runner's sort_by_length and prefetch."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .availability import NotApplicable, Unavailable, evprobe_api, needs_parameter
+from .availability import NotApplicable
 from .items import Rows
 from .results import SettingCheck, Timing
 from .timing import count_sdpa, rounds, timed
@@ -22,9 +21,9 @@ def _differing(a: Sequence[Any], b: Sequence[Any]) -> int:
 def run_decode_cache(handle: Any, rows: Rows, b: int, repeats: int) -> tuple[SettingCheck, ...]:
     from evprobe.bench.protocols import max_new_tokens
 
-    generate = evprobe_api("evprobe.hooks.generation", "generate")
-    needs_parameter(generate, "decode_cache")
-    caches = evprobe_api("evprobe.hooks.generation", "DECODE_CACHES")
+    from evprobe.hooks.generation import DECODE_CACHES as caches
+    from evprobe.hooks.generation import generate
+
     prompts, images = rows.prompts("direct", b), rows.image_lists(b)
     n = max_new_tokens("direct", "standard")
     variants = {c: (lambda c=c: generate(handle, prompts, images, max_new_tokens=n, batch_size=b, decode_cache=c))
@@ -52,8 +51,9 @@ def run_vision_attention(handle: Any, rows: Rows, b: int, repeats: int) -> Setti
     from evprobe.hooks.generation import generate
     from evprobe.hooks.inputs import build_inputs
 
-    set_vision_attention = evprobe_api("evprobe.hooks.vision_attention", "set_vision_attention")
-    archs = evprobe_api("evprobe.hooks.vision_attention", "packed_archs")()
+    from evprobe.hooks.vision_attention import packed_archs, set_vision_attention
+
+    archs = packed_archs()
     if handle.arch not in archs:
         raise NotApplicable(f"packed vision attention serves {', '.join(archs)}; {handle.arch}'s tower attends "
                             "over equal-size images in one call already")
@@ -105,29 +105,15 @@ def _runner_records(handle: Any, label: str, bench: Path, out: Path, b: int, n: 
     return seconds, {k: {f: v for f, v in dataclasses.asdict(r).items() if f != "seconds"} for k, r in records.items()}
 
 
-def _runner_api(setting: str) -> str | None:
-    """Why bench.runner cannot take `setting` (None: it can)."""
-    from evprobe.bench.runner import RunConfig, run
-
-    if setting not in {f.name for f in dataclasses.fields(RunConfig)}:
-        return f"evprobe.bench.runner.RunConfig has no {setting!r} field"
-    if "handle" not in inspect.signature(run).parameters:
-        return "evprobe.bench.runner.run has no 'handle' parameter"
-    return None
-
-
 RUNNER_SETTINGS: dict[str, Any] = {"sort_by_length": True, "prefetch": 1}  # the ON values; OFF: False, 0
 
 
 def run_runner_settings(handle: Any, label: str, bench: Path, scratch: Path, b: int, n: int, repeats: int
-                        ) -> dict[str, SettingCheck | Unavailable]:
+                        ) -> dict[str, SettingCheck]:
     """Every runner setting ON vs the shared OFF run: one untimed OFF run (the runner's first-use
-    costs), then `repeats` interleaved rounds of OFF and each available setting ON, fresh folders."""
-    ready = {s: on for s, on in RUNNER_SETTINGS.items() if _runner_api(s) is None}
-    out: dict[str, SettingCheck | Unavailable] = {s: Unavailable(_runner_api(s)) for s in RUNNER_SETTINGS
-                                                  if s not in ready}
-    if not ready:
-        return out
+    costs), then `repeats` interleaved rounds of OFF and each setting ON, fresh folders."""
+    ready = RUNNER_SETTINGS
+    out: dict[str, SettingCheck] = {}
     _runner_records(handle, label, bench, scratch / "warm", b, n)
     samples: dict[str, list[float]] = {"off": [], **{s: [] for s in ready}}
     records: dict[str, dict] = {}
