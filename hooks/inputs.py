@@ -27,15 +27,11 @@ def user_message(prompt: str, n_images: int) -> list[dict]:
 
 
 def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]], *,
-                   for_generation: bool = False) -> list[str]:
+                   for_generation: bool = False, processor: Any = None) -> list[str]:
     """Chat-template text of each row (image placeholders not yet expanded), then the handle's
-    answer prefix unless for_generation."""
-    return _texts(handle.processor, handle.answer_prefix, prompts, images, for_generation)
-
-
-def _texts(processor: Any, answer_prefix: str, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]],
-           for_generation: bool) -> list[str]:
-    tail = "" if for_generation else answer_prefix
+    answer prefix unless for_generation. processor: whose chat template (default the handle's)."""
+    processor = handle.processor if processor is None else processor
+    tail = "" if for_generation else handle.answer_prefix
     return [processor.apply_chat_template(user_message(p, len(imgs)), add_generation_prompt=True, tokenize=False)
             + tail for p, imgs in zip(prompts, images, strict=True)]
 
@@ -99,7 +95,7 @@ def encode_inputs(
     own copy (`copy.deepcopy(handle.processor)`), so no tokenizer object is used by two threads."""
     _check(prompts, images)
     processor = handle.processor if processor is None else processor
-    texts = _texts(processor, handle.answer_prefix, prompts, images, for_generation)
+    texts = render_prompts(handle, prompts, images, for_generation=for_generation, processor=processor)
     # Images as one sub-list per row (empty for a text-only row). All eight tiny
     # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
     # images as one row's).
