@@ -227,13 +227,18 @@ def load_item_images(bench_dir: str | Path, rels: Iterable[str]) -> list[Any]:
     items show 864 sheets, items of a family come together, and PNG decoding was 55 of the
     organism's 88 s run. Every call returns its own copies, so a caller that edits an image
     changes no other caller's."""
+    return load_images(resolve_image(bench_dir, rel) for rel in rels)
+
+
+def load_images(paths: Iterable[Path]) -> list[Any]:
+    """`load_item_images` on paths already resolved (a backend's `ModelPrompt.images`)."""
     import io
 
     from PIL import Image
 
     out = []
-    for rel in rels:
-        data = resolve_image(bench_dir, rel).read_bytes()
+    for path in paths:
+        data = Path(path).read_bytes()
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         rgb = _DECODED.get(digest)
         if rgb is None:

@@ -11,6 +11,7 @@ from evprobe.core.files import append_log_lines, read_complete_lines
 
 RECORDS_FILE = "records.jsonl"
 RUN_META_FILE = "run.json"
+OPTIONAL_FIELDS = ("option_logprobs", "logprobs_missing", "error")  # Record fields a line may lack
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,23 @@ class Record:
     n_prompt_tokens: int | None  # without padding; None for scripted policies
     n_new_tokens: int | None
     seconds: float  # wall time of this item's share of its batch
+    # Fields a record has only when set (absent from the line otherwise, so a record written
+    # before them is the same line): --option-logprobs' reading, and the backend's own words
+    # when it returned no readable reply (the record is then invalid, route "invalid:backend").
+    option_logprobs: dict[str, float] | None = None  # letter -> log p at the first reply token
+    logprobs_missing: str | None = None  # why option_logprobs is None although it was asked for
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        for name in OPTIONAL_FIELDS:
+            if row[name] is None:
+                del row[name]
+        return row
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Record:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row or name not in OPTIONAL_FIELDS})
 
 
 def record_problem(row: Any) -> str | None:
@@ -119,6 +130,9 @@ def record_model() -> Any:
             "n_prompt_tokens": Count | None,
             "n_new_tokens": Count | None,
             "seconds": NonNegative,
+            "option_logprobs": dict[Letter, Annotated[float, Field(allow_inf_nan=False, le=0)]] | None,
+            "logprobs_missing": NonEmpty | None,
+            "error": NonEmpty | None,
         })
     return _RECORD_MODEL
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -21,7 +21,8 @@ from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item
 from evprobe.bench.manifest import load_item_images, read_families, read_items, read_meta, resolve_image
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
-from evprobe.bench.parse import parse_reply
+from evprobe.bench.backends.base import Backend, ModelPrompt, Reply, Sampling
+from evprobe.bench.parse import Parsed, parse_reply
 from evprobe.bench.policies import POLICIES, make_policy
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens, prompt_template_sha256
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records, record_problem
@@ -43,6 +44,15 @@ INJECTION_DEFAULT: tuple[int, ...] = (0,)
 # bench imports hooks only inside functions (tests/bench/test_runner_speed.py checks they agree).
 DecodeCache = Literal["dynamic", "static", "compiled"]
 VisionAttention = Literal["stock", "packed"]
+BackendName = Literal["hf", "vllm", "openai"]  # bench.backends.BACKENDS (tests/bench/test_backends.py checks they agree)
+# Settings that exist for one backend only: setting one for another backend is refused.
+BACKEND_ONLY: dict[str, tuple[str, ...]] = {
+    "hf": ("decode_cache", "vision_attention", "device_map", "max_memory", "offload_folder", "attn_implementation",
+           "prefetch"),
+    "openai": ("base_url", "served_model", "api_key_env", "concurrency", "request_timeout_s", "max_retries",
+               "http_cache", "usd_per_mtok"),
+    "vllm": ("tensor_parallel", "pipeline_parallel", "gpu_memory_utilization", "max_model_len"),
+}
 HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (level L >= 1 needs a benchmark "
                   "generated with --injection L)")
 
@@ -78,6 +88,29 @@ class RunConfig:
     vision_attention: VisionAttention = setting(
         "stock", "the vision tower's attention: stock, or packed (one call per layer instead of one per window; "
                  "Qwen2.5-VL, Qwen3-VL, Pixtral)")
+    # Backends (README: "Backends"): where the replies come from; every record has one format.
+    backend: BackendName = setting("hf", "hf (transformers, in this process), vllm (a vLLM engine, in this process) "
+                                         "or openai (an OpenAI-compatible server at --base-url)")
+    temperature: float = setting(0.0, "sampling temperature; 0 = greedy")
+    top_p: float = setting(1.0, "nucleus sampling's top-p (with --temperature above 0)")
+    option_logprobs: bool = setting(False, "also record each option letter's log-probability at the first reply "
+                                           "token (protocol direct; records say when a server returns none)")
+    base_url: str | None = setting(None, "openai backend: the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    served_model: str | None = setting(None, "openai backend: the model name the server serves (default: --model)")
+    api_key_env: str | None = setting(None, "openai backend: the environment variable holding the API key (never "
+                                            "written anywhere); none = no key sent")
+    concurrency: int = setting(4, "openai backend: requests in flight at once")
+    request_timeout_s: float = setting(120.0, "openai backend: seconds before one request is given up and retried")
+    max_retries: int = setting(5, "openai backend: retries of a request after a connection error, timeout, 429 or 5xx")
+    http_cache: str | None = setting(None, "openai backend: folder of the request-hash cache (default RUN/http-cache); "
+                                           "a request already answered is never sent again")
+    usd_per_mtok: tuple[float, ...] | None = setting(
+        None, "openai backend: prices per million prompt and generated tokens, 'IN,OUT', for run.json's cost")
+    tensor_parallel: int = setting(1, "vllm backend: tensor-parallel size")
+    pipeline_parallel: int = setting(1, "vllm backend: pipeline-parallel size")
+    gpu_memory_utilization: float | None = setting(
+        None, "vllm backend: share of accelerator memory (of RAM on CPU) the engine reserves; default vLLM's")
+    max_model_len: int | None = setting(None, "vllm backend: context length of the engine (default: the model's)")
 
 
 def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None,
@@ -149,6 +182,7 @@ class RunJob(Job):
                 raise InputError(f"--{name} {value!r} is not one of {', '.join(choices)}")
         if handle is not None and config.model.startswith(POLICY_PREFIX):
             raise InputError(f"--model {config.model} is a policy; a handle runs a model, so name it otherwise")
+        check_backend_settings(config, handle)
         self.bench_meta = read_meta(self.bench)  # validated; a missing or bad bench.json is one line
         self.all_items = read_items(self.bench)
         self.items = select_items(self.all_items, config.requests, config.limit, config.injection)
@@ -157,6 +191,7 @@ class RunJob(Job):
             if name not in POLICIES:
                 raise InputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
         self.reply_batch: Replier | None = None
+        self.backend: Backend | None = None
 
     def units(self) -> list[Unit]:
         units = item_units(self.items)
@@ -193,12 +228,15 @@ class RunJob(Job):
                # floating-point order of the model's arithmetic; None when the default, so a
                # run.json written before these settings resumes
                "decode_cache": None if c.decode_cache == "dynamic" else c.decode_cache,
-               "vision_attention": None if c.vision_attention == "stock" else c.vision_attention}
-        handle = getattr(self.reply_batch, "handle", None)  # after open(): what only the loaded model tells
-        if handle is not None:
-            from evprobe.hooks.fingerprint import loaded_fingerprint
-
-            out.update(loaded_fingerprint(handle))
+               "vision_attention": None if c.vision_attention == "stock" else c.vision_attention,
+               # the backend and its decoding; None at the defaults (hf, greedy, no log-probs), so
+               # a run.json written before backends resumes
+               "backend": None if c.backend == "hf" else c.backend,
+               "temperature": None if c.temperature == 0 else float(c.temperature),
+               "top_p": None if c.temperature == 0 or c.top_p == 1 else float(c.top_p),
+               "option_logprobs": True if c.option_logprobs else None}
+        if self.backend is not None:  # after open(): what only the loaded model or the server tells
+            out.update(self.backend.pins())
         return out
 
     @cached_property
@@ -213,7 +251,8 @@ class RunJob(Job):
         return {"prompt_template_sha256": prompt_template_sha256(c.protocol, c.regime),
                 "images_sha256": files_sha256((rel, resolve_image(self.bench, rel)) for rel in images),
                 **({} if c.model.startswith(POLICY_PREFIX) else
-                   {"model_source": "in_memory"} if self.handle is not None else model_fingerprint(c.model))}
+                   {"model_source": "in_memory"} if self.handle is not None else
+                   {"model_source": "served"} if c.backend == "openai" else model_fingerprint(c.model))}
 
     def meta(self) -> dict[str, Any]:
         return {**self.pinned(), "bench": str(self.bench.resolve()),
@@ -239,17 +278,57 @@ class RunJob(Job):
         return {**meta, "n_selected": len(self.items), "n_records": len(self.items), "last_session": session}
 
     def open(self) -> None:
-        self.reply_batch = _replier(self.config, self.bench, self.bench_meta, self.handle)
+        c = self.config
+        if c.model.startswith(POLICY_PREFIX):
+            families = {f.family_id: f for f in read_families(self.bench)}
+            policy = make_policy(c.model[len(POLICY_PREFIX):], self.bench, families,
+                                 Prices(**self.bench_meta["prices"]), c.seed)
+            self.reply_batch = lambda batch, prepared=None: [Reply(policy(it)) for it in batch]
+            return
+        from evprobe.bench.backends import open_backend
+
+        self.backend = open_backend(c, self.handle)
+        backend = self.backend
+        with_images = [it for it in self.items if it.images]
+        if with_images and not backend.takes_images:
+            backend.close()
+            raise InputError(f"--model {c.model} is a text-only model and {len(with_images)} selected items have images "
+                             f"(first: {with_images[0].item_id}); select text-only items (--requests both_given) "
+                             "or run a vision-language model")
+
+        def reply_batch(batch: list[Item], prepared: Any = None) -> list[Reply]:
+            return backend(self.model_prompts(batch), prepared)
+
+        self.reply_batch = reply_batch
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+
+    def resources(self) -> dict[str, Any] | None:
+        """What the backend spent in this session (run.json's `resources`), or None for a policy."""
+        return None if self.backend is None else {"backend": self.config.backend, **self.backend.resources.to_json()}
+
+    def model_prompts(self, batch: list[Item]) -> list[ModelPrompt]:
+        """The backend's view of the items: rendered text, resolved image paths, option letters."""
+        c = self.config
+        return [ModelPrompt(it.item_id, build_prompt(it, c.protocol, c.regime),
+                            tuple(resolve_image(self.bench, rel) for rel in it.images),
+                            tuple(it.options) if c.option_logprobs and it.options else None)
+                for it in batch]
 
     def prepare(self, batch: list[Unit], condition: str) -> Any:
-        """A model's inputs for the batch, on the CPU (None for a policy)."""
-        prepare = getattr(self.reply_batch, "prepare", None)
-        return None if prepare is None else prepare([u.value for u in batch])
+        """A model's inputs for the batch, on the CPU (None for a policy or a backend that
+        prepares nothing)."""
+        prepare = getattr(self.backend, "prepare", None)
+        return None if prepare is None else prepare(self.model_prompts([u.value for u in batch]))
 
     def compute(self, batch: list[Unit], condition: str, prepared: Any = None) -> list[dict[str, Any]]:
         items = [u.value for u in batch]
         t = time.perf_counter()
         replies = self.reply_batch(items, prepared)  # type: ignore[misc]
+        if len(replies) != len(items):
+            raise RuntimeError(f"backend {self.config.backend}: {len(replies)} replies for {len(items)} prompts")
         # A record's seconds: its share of the model call. Inputs prepared ahead on a thread are
         # not in it (with --prefetch 0 they are: prepare runs just before).
         per_item = (time.perf_counter() - t) / len(items)
@@ -270,6 +349,9 @@ def run(config: RunConfig, *, progress: bool = True, handle: Handle | None = Non
             "n_records": len(load_records(job.out / RECORDS_FILE)),
             "last_session": result["last_session"],
         }
+        resources = job.resources()
+        if resources is not None:  # this session's spend (a resumed run reports the session that ran)
+            summary["resources"] = resources
         if job.meta_path().is_file():
             atomic_write_json(job.meta_path(), summary)
     return summary
@@ -279,74 +361,53 @@ def run(config: RunConfig, *, progress: bool = True, handle: Handle | None = Non
 _JOB_COUNTS = ("n_units", "n_conditions", "n_rows", "computed", "reused", "n_done", "complete", "last_session")
 
 
-Reply = tuple[str, int | None, int | None]  # (text, prompt tokens, new tokens)
-
-
 Replier = Callable[[list[Item], Any], list[Reply]]  # (items, prepared inputs or None) -> replies
 
 
-def _replier(config: RunConfig, bench: Path, bench_meta: dict[str, Any], handle: Handle | None) -> Replier:
-    if config.model.startswith(POLICY_PREFIX):
-        families = {f.family_id: f for f in read_families(bench)}
-        policy = make_policy(
-            config.model[len(POLICY_PREFIX):], bench, families, Prices(**bench_meta["prices"]), config.seed
-        )
-        return lambda batch, prepared=None: [(policy(it), None, None) for it in batch]
-    if handle is None:
-        from evprobe import hooks
-        from evprobe.hooks.devices import placement_of
+def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
+    """The backend and its settings, checked before anything loads: a setting of another backend
+    changed from its default, sampling values, log-probs on a protocol that answers later."""
+    from evprobe.bench.backends import check_backend
 
-        handle = hooks.load(
-            config.model,
-            dtype=config.dtype,
-            **placement_of(config),
-            trust_remote_code=config.trust_remote_code,
-            attn_implementation=config.attn_implementation,
-        )
-    return ModelReplier(handle, config, bench)
-
-
-class ModelReplier:
-    """Greedy replies of a model to benchmark items, in two steps: `prepare` (CPU: images read,
-    prompts rendered, the processor called) and the call (inputs moved to the model, generate,
-    decode), so the job runner can prepare the next batch on a thread while this one generates."""
-
-    def __init__(self, handle: Handle, config: RunConfig, bench: Path) -> None:
-        import copy
-
-        from evprobe.hooks.vision_attention import set_vision_attention
-
-        self.handle, self.config, self.bench = handle, config, bench
-        self.limit = max_new_tokens(config.protocol, config.regime)
-        try:
-            set_vision_attention(handle, config.vision_attention)
-        except ValueError as err:  # an arch without windowed vision attention: before any record
-            raise InputError(f"--vision-attention {config.vision_attention}: {err}; use --vision-attention stock") from None
-        # The prefetch thread calls its own copy of the processor: no tokenizer object is used by
-        # two threads at once (the main thread decodes with the handle's while the thread encodes).
-        self.processor = copy.deepcopy(handle.processor) if config.prefetch else handle.processor
-
-    def prepare(self, batch: list[Item]) -> Any:
-        """The batch's processor output, on the CPU."""
-        from evprobe.hooks.inputs import encode_inputs
-
-        c = self.config
-        prompts = [build_prompt(it, c.protocol, c.regime) for it in batch]
-        images = [load_item_images(self.bench, it.images) for it in batch]
-        return encode_inputs(self.handle, prompts, images, for_generation=True, processor=self.processor)
-
-    def __call__(self, batch: list[Item], prepared: Any = None) -> list[Reply]:
-        from evprobe.hooks.generation import generate_encoded
-        from evprobe.hooks.inputs import to_model
-
-        enc = to_model(self.handle, self.prepare(batch) if prepared is None else prepared)
-        gens = generate_encoded(self.handle, enc, max_new_tokens=self.limit, decode_cache=self.config.decode_cache)
-        return [(g.text, g.n_prompt_tokens, g.n_new_tokens) for g in gens]
+    c = config
+    try:
+        check_backend(c.backend)
+        Sampling(c.temperature, c.top_p, c.seed)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    defaults = {f.name: f.default for f in fields(RunConfig)}
+    for backend, names in BACKEND_ONLY.items():
+        if backend == c.backend:
+            continue
+        for name in names:
+            if getattr(c, name) != defaults[name]:
+                raise InputError(f"--{name.replace('_', '-')} is a setting of --backend {backend}; this run's backend is "
+                                 f"{c.backend}: drop it or use --backend {backend}")
+    if c.model.startswith(POLICY_PREFIX) and c.backend != "hf":
+        raise InputError(f"--model {c.model} is a scripted policy; it needs no --backend {c.backend}")
+    if handle is not None and c.backend != "hf":
+        raise InputError(f"a model in memory runs on the hf backend, not {c.backend}")
+    if c.option_logprobs and (c.protocol != "direct" or c.regime == "json"):
+        raise InputError(f"--option-logprobs reads the first reply token, which holds the letter only in protocol "
+                         f"direct without the json regime (this run: {c.protocol}, {c.regime}); drop the flag")
+    if c.backend == "openai":
+        if not c.base_url:
+            raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        for name in ("concurrency", "max_retries"):
+            value = getattr(c, name)
+            if type(value) is not int or value < (1 if name == "concurrency" else 0):
+                raise InputError(f"--{name.replace('_', '-')} must be a {'positive' if name == 'concurrency' else 'non-negative'} "
+                                 f"integer, got {value!r}")
+        if not c.request_timeout_s > 0:
+            raise InputError(f"--request-timeout-s must be positive, got {c.request_timeout_s!r}")
+        if c.usd_per_mtok is not None and (len(c.usd_per_mtok) != 2 or min(c.usd_per_mtok) < 0):
+            raise InputError(f"--usd-per-mtok takes two non-negative prices, IN,OUT, got {c.usd_per_mtok!r}")
 
 
 def _record(config: RunConfig, item: Item, reply: Reply, seconds: float) -> Record:
-    text, n_prompt, n_new = reply
-    parsed = parse_reply(item, text, config.regime)
+    text, n_prompt, n_new = reply.text, reply.n_prompt_tokens, reply.n_new_tokens
+    # A backend that returned no readable reply: kept, invalid, with its words (never parsed).
+    parsed = Parsed(False, "invalid:backend") if reply.error is not None else parse_reply(item, text, config.regime)
     return Record(
         item_id=item.item_id,
         model=config.model,
@@ -365,4 +426,7 @@ def _record(config: RunConfig, item: Item, reply: Reply, seconds: float) -> Reco
         n_prompt_tokens=n_prompt,
         n_new_tokens=n_new,
         seconds=round(seconds, 6),
+        option_logprobs=reply.option_logprobs,
+        logprobs_missing=reply.logprobs_missing,
+        error=reply.error,
     )

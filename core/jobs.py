@@ -185,6 +185,10 @@ class Job(ABC):
     def open(self) -> None:
         """Load what `compute` needs (a model); called at most once, and only if rows are missing."""
 
+    def close(self) -> None:
+        """Release what open() took (an engine, a session); called once the rows are computed or a
+        batch failed. The base job holds nothing."""
+
     @abstractmethod
     def compute(self, batch: list[Unit], condition: str) -> list[Row]:
         """The rows of `batch` under `condition`, one per unit, in batch order.
@@ -318,25 +322,10 @@ def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict
         if progress:  # open() (loading a model) can take minutes with no count to show: say what happens
             note(label, f"{n_todo} rows to compute ({len(wanted) - n_todo} already in {job.out}); loading")
         job.open()  # the slow, failure-prone step, before anything is written
-        pinned = {**job.pinned(), "shard": pinned["shard"]}  # now with what only the model tells (layers, dtype)
-        check_pinned(job, old, pinned)
-        meta = {FORMAT_KEY: job.kind, **job.meta(), **pinned}
-        if old is None:
-            atomic_write_json(job.meta_path(), meta)
-        store.repair()
-        store.prepare(old or meta)
-        bar = Progress(label, n_todo) if progress else None
-        work = [(sub, cond) for batch in batches([u for u in units if todo[u.key]], job.batch_size)
-                for cond in conditions if (sub := [u for u in batch if cond in todo[u.key]])]
-        prepares = type(job).prepare is not Job.prepare
-        for (sub, cond), prepared in prefetched(work, lambda w: job.prepare(*w) if prepares else None,
-                                                job.prefetch if prepares else 0):
-            rows = job.compute(sub, cond, prepared) if prepares else job.compute(sub, cond)
-            if len(rows) != len(sub):
-                raise RuntimeError(f"{job.kind}: compute returned {len(rows)} rows for {len(sub)} units")
-            store.append(rows)
-            if bar:
-                bar.update(len(sub))
+        try:
+            _compute_missing(job, store, old, pinned, units, conditions, todo, n_todo, label, progress)
+        finally:
+            job.close()  # engines, sessions and worker processes end even when a batch fails
         done = store.done(warn=False)
     else:
         done = store.done()  # nothing to write: a reader, which says so if it leaves a torn last line out
@@ -357,3 +346,29 @@ def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict
     if summary["complete"]:
         summary.update(job.finish({k: done[k] for k in wanted}, summary))
     return summary
+
+
+def _compute_missing(job: Job, store: RowStore, old: dict[str, Any] | None, pinned: dict[str, Any],
+                     units: list[Unit], conditions: list[str], todo: dict[Any, list[str]], n_todo: int,
+                     label: str, progress: bool) -> None:
+    """`run_job`'s work once the job is open: pins checked again, the meta written, every missing
+    row computed and appended batch by batch."""
+    pinned = {**job.pinned(), "shard": pinned["shard"]}  # now with what only the model tells (layers, dtype)
+    check_pinned(job, old, pinned)
+    meta = {FORMAT_KEY: job.kind, **job.meta(), **pinned}
+    if old is None:
+        atomic_write_json(job.meta_path(), meta)
+    store.repair()
+    store.prepare(old or meta)
+    bar = Progress(label, n_todo) if progress else None
+    work = [(sub, cond) for batch in batches([u for u in units if todo[u.key]], job.batch_size)
+            for cond in conditions if (sub := [u for u in batch if cond in todo[u.key]])]
+    prepares = type(job).prepare is not Job.prepare
+    for (sub, cond), prepared in prefetched(work, lambda w: job.prepare(*w) if prepares else None,
+                                            job.prefetch if prepares else 0):
+        rows = job.compute(sub, cond, prepared) if prepares else job.compute(sub, cond)
+        if len(rows) != len(sub):
+            raise RuntimeError(f"{job.kind}: compute returned {len(rows)} rows for {len(sub)} units")
+        store.append(rows)
+        if bar:
+            bar.update(len(sub))

@@ -1,4 +1,4 @@
-"""Greedy generation and next-token log-probabilities on a Handle.
+"""Generation (greedy, or sampled when asked) and next-token log-probabilities on a Handle.
 
 Both batch rows through `build_inputs` (one processor call, left padding) and
 are written so that a row gives the same result batched as alone.
@@ -35,6 +35,7 @@ class Generation:
     token_ids: tuple[int, ...]
     n_prompt_tokens: int
     n_new_tokens: int
+    first_logprobs: tuple[float, ...] | None = None  # generate_encoded(first_token_ids=...) only
 
 
 def _eos_ids(handle: Handle) -> set[int]:
@@ -110,36 +111,54 @@ def generate(
 
 
 def generate_encoded(handle: Handle, enc, *, max_new_tokens: int, decode_cache: str = "dynamic",
-                     min_new_tokens: int | None = None) -> list[Generation]:
+                     min_new_tokens: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
+                     seed: int | None = None, first_token_ids: Sequence[int] | None = None) -> list[Generation]:
     """`generate` on inputs already built (`build_inputs(..., position_ids=False,
     for_generation=True)`, on the model's device): one model.generate call for all rows of `enc`.
-    min_new_tokens forces that many tokens (a timing of random weights that never stop)."""
+    min_new_tokens forces that many tokens (a timing of random weights that never stop).
+    temperature 0 is greedy; above 0 samples (top_p nucleus), seeded by `seed` (torch's global
+    generator: `generate` takes no generator of its own). first_token_ids: also read these tokens'
+    log-probabilities at the first new position (Generation.first_logprobs), from the model's
+    logits before any sampling setting."""
     import torch
 
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], got {temperature} and {top_p}")
     eos = _eos_ids(handle)
     prompt_len = enc["input_ids"].shape[1]
+    sampled = temperature > 0
+    if sampled and seed is not None:
+        torch.manual_seed(seed)
     with torch.inference_mode():
-        ids = handle.model.generate(
+        result = handle.model.generate(
             **enc,
             max_new_tokens=max_new_tokens,
             min_new_tokens=min_new_tokens,
-            do_sample=False,
+            do_sample=sampled,
             num_beams=1,
             pad_token_id=handle.tokenizer.pad_token_id,
-            temperature=None,
-            top_p=None,
-            top_k=None,
+            temperature=temperature if sampled else None,
+            top_p=top_p if sampled else None,
+            top_k=None if not sampled else 0,  # no top-k cut: temperature and top_p alone
+            output_logits=first_token_ids is not None,
+            return_dict_in_generate=True,
             **_cache_kwargs(handle, check_decode_cache(decode_cache)),
-        )  # (batch, prompt_len + new)
+        )
+    ids = result.sequences  # (batch, prompt_len + new)
+    first = None
+    if first_token_ids is not None:
+        logp = torch.log_softmax(result.logits[0].float(), dim=-1)  # (batch, vocab): the first new position
+        first = logp[:, list(first_token_ids)].double().cpu().numpy()  # (batch, candidates)
     new = ids[:, prompt_len:].tolist()
     n_prompt = enc["attention_mask"].sum(dim=1).tolist()
     out = []
-    for row_ids, n in zip(new, n_prompt):
+    for row, (row_ids, n) in enumerate(zip(new, n_prompt)):
         cut = next((i + 1 for i, t in enumerate(row_ids) if t in eos), len(row_ids))
         row_ids = row_ids[:cut]
         text = handle.tokenizer.decode(row_ids, skip_special_tokens=True)
         out.append(Generation(text=text, token_ids=tuple(row_ids), n_prompt_tokens=int(n),
-                              n_new_tokens=len(row_ids)))
+                              n_new_tokens=len(row_ids),
+                              first_logprobs=None if first is None else tuple(float(x) for x in first[row])))
     return out
 
 

@@ -100,12 +100,22 @@ def encode_inputs(
     # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
     # images as one row's).
     rows = [list(imgs) for imgs in images]
+    if any(rows) and not takes_images(processor):  # a tokenizer would drop them without a word
+        raise ValueError(f"this model's processor ({type(processor).__name__}) is a tokenizer and takes no images; "
+                         "give every row an empty image list, or load a vision-language model")
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
     kwargs = dict(text=texts, padding=True, padding_side="left", return_tensors="pt")
     if any(rows):
         kwargs["images"] = rows
     return processor(**kwargs)
+
+
+def takes_images(processor: Any) -> bool:
+    """False for a plain tokenizer (a text-only model), True for any other processor."""
+    from transformers import PreTrainedTokenizerBase
+
+    return not isinstance(processor, PreTrainedTokenizerBase)
 
 
 def to_model(handle: Handle, enc: BatchFeature) -> BatchFeature:

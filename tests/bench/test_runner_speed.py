@@ -10,7 +10,8 @@ from typing import get_args
 
 import pytest
 
-from evprobe.bench.runner import DecodeCache, ModelReplier, RunConfig, RunJob, VisionAttention, run
+from evprobe.bench.backends.hf import HFBackend
+from evprobe.bench.runner import DecodeCache, RunConfig, RunJob, VisionAttention, run
 from evprobe.core.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -65,13 +66,13 @@ def test_sorting_batches_longest_prompts_first_and_a_rerun_plans_the_same(small_
 
 def test_prefetch_prepares_on_a_thread_and_without_it_inline(small_bench, tmp_path, monkeypatch) -> None:
     threads: list[bool] = []
-    original = ModelReplier.prepare
+    original = HFBackend.prepare
 
     def recording(self, batch):
         threads.append(threading.current_thread() is threading.main_thread())
         return original(self, batch)
 
-    monkeypatch.setattr(ModelReplier, "prepare", recording)
+    monkeypatch.setattr(HFBackend, "prepare", recording)
     _run(small_bench, tmp_path / "ahead", model="tiny:llava", prefetch=2)
     assert threads == [False] * 3
     threads.clear()

@@ -1,0 +1,118 @@
+"""`--backend hf`: transformers' `generate` in this process, one batch per call (the default).
+
+The only backend that capture, steering and patching share: the Handle is the same object.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import TYPE_CHECKING, Any
+
+from evprobe.bench.backends.base import ModelPrompt, Reply, Resources, Sampling
+from evprobe.core.errors import InputError
+
+if TYPE_CHECKING:
+    from evprobe.bench.runner import RunConfig
+
+
+def open_backend(config: RunConfig, handle: Any = None) -> HFBackend:
+    if handle is None:
+        from evprobe import hooks
+        from evprobe.hooks.devices import placement_of
+
+        handle = hooks.load(
+            config.model,
+            dtype=config.dtype,
+            **placement_of(config),
+            trust_remote_code=config.trust_remote_code,
+            attn_implementation=config.attn_implementation,
+        )
+    return HFBackend(handle, config)
+
+
+class HFBackend:
+    """Replies of a Handle in two steps: `prepare` (CPU: images read, prompts rendered, the
+    processor called) and the call (inputs moved to the model, generate, decode), so the job
+    runner can prepare the next batch on a thread while this one generates."""
+
+    name = "hf"
+
+    def __init__(self, handle: Any, config: RunConfig) -> None:
+        from evprobe.bench.protocols import max_new_tokens
+        from evprobe.hooks.vision_attention import set_vision_attention
+
+        self.handle, self.config = handle, config
+        self.limit = max_new_tokens(config.protocol, config.regime)
+        self.sampling = Sampling(config.temperature, config.top_p, config.seed)
+        self.resources = Resources()
+        try:
+            set_vision_attention(handle, config.vision_attention)
+        except ValueError as err:  # an arch without windowed vision attention: before any record
+            raise InputError(f"--vision-attention {config.vision_attention}: {err}; use --vision-attention stock") from None
+        # The prefetch thread calls its own copy of the processor: no tokenizer object is used by
+        # two threads at once (the main thread decodes with the handle's while the thread encodes).
+        self.processor = copy.deepcopy(handle.processor) if config.prefetch else handle.processor
+        from evprobe.hooks.inputs import takes_images
+
+        self.takes_images = takes_images(handle.processor)
+
+    def prepare(self, prompts: list[ModelPrompt]) -> Any:
+        """The batch's processor output, on the CPU."""
+        from evprobe.hooks.inputs import encode_inputs
+        from evprobe.bench.manifest import load_images
+
+        images = [load_images(p.images) for p in prompts]
+        return encode_inputs(self.handle, [p.text for p in prompts], images, for_generation=True,
+                             processor=self.processor)
+
+    def __call__(self, prompts: list[ModelPrompt], prepared: Any = None) -> list[Reply]:
+        from evprobe.hooks.generation import candidate_token_ids, generate_encoded
+        from evprobe.hooks.inputs import to_model
+
+        letters = _shared_letters(prompts)
+        ids = None if letters is None else candidate_token_ids(self.handle, letters)
+        t = time.perf_counter()
+        enc = to_model(self.handle, self.prepare(prompts) if prepared is None else prepared)
+        s = self.sampling
+        gens = generate_encoded(self.handle, enc, max_new_tokens=self.limit, decode_cache=self.config.decode_cache,
+                                temperature=s.temperature, top_p=s.top_p,
+                                seed=None if s.greedy else s.call_seed([p.key for p in prompts]),
+                                first_token_ids=ids)
+        replies = [Reply(g.text, g.n_prompt_tokens, g.n_new_tokens,
+                         option_logprobs=_letter_logprobs(p, letters, g.first_logprobs))
+                   for p, g in zip(prompts, gens)]
+        self.resources.add(replies, time.perf_counter() - t)
+        self.resources.peak_memory_bytes = _peak_memory(self.handle)
+        return replies
+
+    def pins(self) -> dict[str, Any]:
+        from evprobe.hooks.fingerprint import loaded_fingerprint
+
+        return loaded_fingerprint(self.handle)
+
+    def close(self) -> None:
+        pass
+
+
+def _shared_letters(prompts: list[ModelPrompt]) -> tuple[str, ...] | None:
+    """Every letter any prompt of the batch asks for (one readout for the batch), or None."""
+    letters = sorted({x for p in prompts for x in (p.letters or ())})
+    return tuple(letters) or None
+
+
+def _letter_logprobs(prompt: ModelPrompt, letters: tuple[str, ...] | None,
+                     row: tuple[float, ...] | None) -> dict[str, float] | None:
+    if prompt.letters is None or letters is None or row is None:
+        return None
+    values = dict(zip(letters, row))
+    return {x: values[x] for x in prompt.letters}
+
+
+def _peak_memory(handle: Any) -> int | None:
+    """Peak accelerator memory of this process (torch's counter), or None on the CPU."""
+    import torch
+
+    if handle.device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(handle.device))
+    return None

@@ -1,0 +1,45 @@
+"""A tiny random text-only Llama saved as a folder: the model every backend can load offline.
+
+vLLM's CPU attention refuses the tiny VLMs' head size (16), so this model has two heads of 64
+(hidden 128). It shares the tiny models' tokenizer (`hooks.tiny_tokenizer`) with Llama-style chat
+markers and a chat template that reads string or list content, so the benchmark's text-only items
+render the same through transformers, vLLM and an OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+N_LAYERS = 4
+D_MODEL = 128
+N_HEADS = 2
+HEAD_DIM = 64  # vLLM's CPU attention: 64 works, 16 is refused
+D_MLP = 256
+
+_SPECIALS = ["<s>", "</s>", "<pad>", "<unk>", "[INST]", "[/INST]"]
+
+
+def save_tiny_text_model(folder: str | Path, *, seed: int = 0) -> Path:
+    """Build the tiny text Llama (random weights from `seed`) and save it with its tokenizer and
+    chat template in `folder` (created; float32 safetensors). Returns the folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from evprobe.hooks.tiny import _chat_template
+    from evprobe.hooks.tiny_tokenizer import build_tokenizer
+
+    tok = build_tokenizer(special_tokens=_SPECIALS,
+                          named=dict(unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"))
+    tok.chat_template = _chat_template(bos="<s>", user="[INST] ", user_end=" [/INST]", assistant="",
+                                       assistant_end="</s>", image="")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=D_MODEL, intermediate_size=D_MLP,
+                         num_hidden_layers=N_LAYERS, num_attention_heads=N_HEADS, num_key_value_heads=N_HEADS,
+                         head_dim=HEAD_DIM, max_position_embeddings=2048, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    return folder
