@@ -59,7 +59,7 @@ V_MLP = 64
 V_HEADS = 2
 
 
-def _chat_template(
+def chat_template(
     *,
     bos: str,
     user: str,
@@ -120,7 +120,7 @@ def _llama_like_text(vocab_size: int, tok, **extra: Any) -> dict[str, Any]:
 
 _QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                   "<|image_pad|>", "<|video_pad|>"]
-_QWEN_TEMPLATE = _chat_template(
+_QWEN_TEMPLATE = chat_template(
     bos="", user="<|im_start|>user\n", user_end="<|im_end|>\n", system="<|im_start|>system\n",
     assistant="<|im_start|>assistant\n", assistant_end="<|im_end|>\n",
     image="<|vision_start|><|image_pad|><|vision_end|>",
@@ -196,7 +196,7 @@ def _build_qwen3_vl():
 _ROW_COL = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
 _IDEFICS_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<pad>", "<fake_token_around_image>", "<image>",
                      "<global-img>", "<end_of_utterance>", *_ROW_COL]
-_IDEFICS_TEMPLATE = _chat_template(
+_IDEFICS_TEMPLATE = chat_template(
     bos="<|begin_of_text|>", user="User:", user_end="<end_of_utterance>\n", system="System:",
     assistant="Assistant:", assistant_end="<end_of_utterance>\n", image="<image>",
 )
@@ -263,7 +263,7 @@ def _build_smolvlm():
 # ---------------------------------------------------------------- LLaVA / LLaVA-NeXT
 
 _LLAVA_SPECIALS = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
-_LLAVA_TEMPLATE = _chat_template(
+_LLAVA_TEMPLATE = chat_template(
     bos="<s>", user="USER: ", user_end=" ", system="", assistant="ASSISTANT:", assistant_end="</s>",
     image="<image>\n",
 )
@@ -351,7 +351,7 @@ def _build_llava_next_video():
 
 _GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
                    "<end_of_image>", "<image_soft_token>"]
-_GEMMA_TEMPLATE = _chat_template(
+_GEMMA_TEMPLATE = chat_template(
     bos="<bos>", user="<start_of_turn>user\n", user_end="<end_of_turn>\n", system="<start_of_turn>user\n",
     assistant="<start_of_turn>model\n", assistant_end="<end_of_turn>\n", image="<start_of_image>",
 )
@@ -396,7 +396,7 @@ def _build_gemma3():
 # ---------------------------------------------------------------- Mistral 3 (Pixtral vision)
 
 _MISTRAL_SPECIALS = ["<unk>", "<s>", "</s>", "<pad>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
-_MISTRAL_TEMPLATE = _chat_template(
+_MISTRAL_TEMPLATE = chat_template(
     bos="<s>", user="[INST]", user_end="[/INST]", system="[INST]", assistant="", assistant_end="</s>",
     image="[IMG]",
 )

@@ -25,12 +25,12 @@ def save_tiny_text_model(folder: str | Path, *, seed: int = 0) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from evprobe.hooks.tiny import _chat_template
+    from evprobe.hooks.tiny import chat_template
     from evprobe.hooks.tiny_tokenizer import build_tokenizer
 
     tok = build_tokenizer(special_tokens=_SPECIALS,
                           named=dict(unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"))
-    tok.chat_template = _chat_template(bos="<s>", user="[INST] ", user_end=" [/INST]", assistant="",
+    tok.chat_template = chat_template(bos="<s>", user="[INST] ", user_end=" [/INST]", assistant="",
                                        assistant_end="</s>", image="")
     config = LlamaConfig(vocab_size=len(tok), hidden_size=D_MODEL, intermediate_size=D_MLP,
                          num_hidden_layers=N_LAYERS, num_attention_heads=N_HEADS, num_key_value_heads=N_HEADS,
