@@ -76,7 +76,7 @@ class RunConfig:
     offload_folder: str | None = setting(None, HELP["offload_folder"])
     trust_remote_code: bool = setting(False, HELP["trust_remote_code"])
     attn_implementation: str | None = setting(None, HELP["attn_implementation"])
-    seed: int = setting(0, "seed of the random policy")
+    seed: int = setting(0, "seed of the random policy and of sampling (--temperature above 0)")
     shard: str | None = setting(None, HELP["shard"])
     # Throughput settings (README: "Throughput settings"). None changes a greedy record in float32; the two
     # that change floating-point order (decode_cache, vision_attention) are pinned in run.json.
@@ -93,6 +93,8 @@ class RunConfig:
                                          "or openai (an OpenAI-compatible server at --base-url)")
     temperature: float = setting(0.0, "sampling temperature; 0 = greedy")
     top_p: float = setting(1.0, "nucleus sampling's top-p (with --temperature above 0)")
+    runs: int = setting(1, "repeated runs (sampled: --temperature above 0), written as OUT/run-1 ... OUT/run-R, run r "
+                           "with seed --seed + r - 1; scores report the mean and spread across runs")
     option_logprobs: bool = setting(False, "also record each option letter's log-probability at the first reply "
                                            "token (protocol direct; records say when a server returns none)")
     base_url: str | None = setting(None, "openai backend: the server's base URL, e.g. http://127.0.0.1:8000/v1")

@@ -46,3 +46,32 @@ def small_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("small") / "bench"
     generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_text_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny text-only Llama (hooks.tiny_text) saved once per session; read-only. Every backend
+    loads it: transformers in this process, vLLM, and the servers the backend tests start."""
+    from evprobe.hooks.tiny_text import save_tiny_text_model
+
+    return save_tiny_text_model(tmp_path_factory.mktemp("tiny_text") / "model")
+
+
+def _vllm_python() -> Path | None:
+    named = os.environ.get("EVPROBE_VLLM_PYTHON")
+    path = Path(named) if named else Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+    return path if path.is_file() else None
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The Python of the environment that holds vLLM and evprobe (`.ci/run` makes `.venv-vllm`;
+    EVPROBE_VLLM_PYTHON names another): vLLM pins a transformers older than this environment's, so
+    it lives in its own. Skips without one, and fails under CI, which installs it."""
+    path = _vllm_python()
+    if path is None:
+        message = "no vLLM environment (.venv-vllm or EVPROBE_VLLM_PYTHON); .ci/run installs it"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
