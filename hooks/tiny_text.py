@@ -15,6 +15,9 @@ D_MODEL = 128
 N_HEADS = 2
 HEAD_DIM = 64  # vLLM's CPU attention: 64 works, 16 is refused
 D_MLP = 256
+# Weights ten times the usual init: replies then depend on the prompt (at 0.02 every prompt gets
+# the same repeated token), so a comparison of backends compares something.
+INIT_STD = 0.2
 
 _SPECIALS = ["<s>", "</s>", "<pad>", "<unk>", "[INST]", "[/INST]"]
 
@@ -35,9 +38,17 @@ def save_tiny_text_model(folder: str | Path, *, seed: int = 0) -> Path:
     config = LlamaConfig(vocab_size=len(tok), hidden_size=D_MODEL, intermediate_size=D_MLP,
                          num_hidden_layers=N_LAYERS, num_attention_heads=N_HEADS, num_key_value_heads=N_HEADS,
                          head_dim=HEAD_DIM, max_position_embeddings=2048, bos_token_id=tok.bos_token_id,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=False,
+                         initializer_range=INIT_STD)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        # Tokens that are not whole UTF-8 on their own (lone bytes >= 0x80) get a zero output row:
+        # their logit is exactly 0 while ~400 random logits compete, so greedy decoding never
+        # writes them and every reply is text that decodes the same everywhere (transformers
+        # writes U+FFFD for a broken byte sequence, vLLM's detokenizer leaves it out).
+        broken = [i for i in range(len(tok)) if "\ufffd" in tok.decode([i])]
+        model.lm_head.weight[broken] = 0.0
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
