@@ -50,7 +50,7 @@ BACKEND_ONLY: dict[str, tuple[str, ...]] = {
     "hf": ("decode_cache", "vision_attention", "device_map", "max_memory", "offload_folder", "attn_implementation",
            "prefetch"),
     "openai": ("base_url", "served_model", "api_key_env", "concurrency", "request_timeout_s", "max_retries",
-               "http_cache", "usd_per_mtok"),
+               "http_cache", "top_logprobs", "usd_per_mtok"),
     "vllm": ("tensor_parallel", "pipeline_parallel", "gpu_memory_utilization", "max_model_len"),
 }
 HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (level L >= 1 needs a benchmark "
@@ -106,6 +106,8 @@ class RunConfig:
     max_retries: int = setting(5, "openai backend: retries of a request after a connection error, timeout, 429 or 5xx")
     http_cache: str | None = setting(None, "openai backend: folder of the request-hash cache (default RUN/http-cache); "
                                            "a request already answered is never sent again")
+    top_logprobs: int = setting(20, "openai backend: alternatives asked per reply token with --option-logprobs (the "
+                                    "OpenAI API allows 20; vllm serve up to its --max-logprobs)")
     usd_per_mtok: tuple[float, ...] | None = setting(
         None, "openai backend: prices per million prompt and generated tokens, 'IN,OUT', for run.json's cost")
     tensor_parallel: int = setting(1, "vllm backend: tensor-parallel size")
@@ -185,6 +187,11 @@ class RunJob(Job):
         if handle is not None and config.model.startswith(POLICY_PREFIX):
             raise InputError(f"--model {config.model} is a policy; a handle runs a model, so name it otherwise")
         check_backend_settings(config, handle)
+        if config.runs != 1:  # bench.repeats imports this module: its file name, spelled here
+            raise InputError(f"--runs {config.runs}: a run folder holds one run; repeated runs are written by "
+                             "bench.repeats.run_repeated (evprobe run --runs), OUT/run-1 ... each a run of its own")
+        if (Path(config.out) / "runs.json").is_file():
+            raise InputError(f"{config.out} is a folder of runs (runs.json); continue them with --runs R")
         self.bench_meta = read_meta(self.bench)  # validated; a missing or bad bench.json is one line
         self.all_items = read_items(self.bench)
         self.items = select_items(self.all_items, config.requests, config.limit, config.injection)
@@ -267,10 +274,11 @@ class RunJob(Job):
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> RunJob:
         config = dict(meta["config"])
-        if config.get("requests") is not None:
-            config["requests"] = tuple(config["requests"])
-        if config.get("injection") is not None:  # absent in a run.json written before the flag: every level
-            config["injection"] = tuple(config["injection"])
+        # JSON's lists back to the tuples of the config (a key absent from a run.json written
+        # before its flag takes the default: every injection level, no prices, ...)
+        for name in ("requests", "injection", "usd_per_mtok"):
+            if config.get(name) is not None:
+                config[name] = tuple(config[name])
         return cls(RunConfig(**{**config, "out": str(out), "shard": None}))
 
 
@@ -400,6 +408,8 @@ def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
             if type(value) is not int or value < (1 if name == "concurrency" else 0):
                 raise InputError(f"--{name.replace('_', '-')} must be a {'positive' if name == 'concurrency' else 'non-negative'} "
                                  f"integer, got {value!r}")
+        if type(c.top_logprobs) is not int or c.top_logprobs < 1:
+            raise InputError(f"--top-logprobs must be a positive integer, got {c.top_logprobs!r}")
         if not c.request_timeout_s > 0:
             raise InputError(f"--request-timeout-s must be positive, got {c.request_timeout_s!r}")
         if c.usd_per_mtok is not None and (len(c.usd_per_mtok) != 2 or min(c.usd_per_mtok) < 0):

@@ -1,0 +1,460 @@
+"""`--backend openai`: any OpenAI-compatible chat-completions server over HTTP (vLLM's `vllm serve`,
+SGLang, `transformers serve`, a hosted API) at `--base-url`.
+
+One request per item: `POST {base_url}/chat/completions` with one user turn, the item's images
+first (as `data:` URLs of the files' bytes) and then its text, as the hf backend renders it
+(`hooks.inputs.user_message`); `max_tokens` is the protocol's limit (`bench.protocols.
+max_new_tokens`), temperature and top-p are the run's, and a sampled run sends each request the
+seed `Sampling.call_seed([item id])` (a greedy one sends neither top-p nor a seed). The server
+renders its own chat template and decodes its own text: replies agree with the hf backend's on the
+same weights where its template, preprocessing and detokenizer do (tests/bench/
+test_backend_openai.py: `transformers serve` on a tiny LLaVA, images included, gives the same text
+and token counts; vLLM's server gives the same tokens, but its incremental detokenizer leaves out
+byte tokens that form no UTF-8, where transformers writes U+FFFD).
+
+- Startup (before any record is written): `GET {base_url}/models` must answer and list the served
+  model (`--served-model`, default `--model`); an unreachable URL, a model it does not serve, a key
+  it refuses or an `--api-key-env` variable that is not set is one line naming the URL and the fix.
+- Requests: `--concurrency` in flight at once; a connection error, a timeout (`--request-timeout-s`),
+  HTTP 429 or 5xx is retried up to `--max-retries` times with exponential backoff and jitter, or
+  after the server's Retry-After; a body cut off before its Content-Length is a connection error
+  too. Past that the run stops with one line naming the URL; the records
+  already appended stay, and the same command resumes. A 2xx answer that is not a readable chat
+  completion (malformed or truncated JSON, no choices, no text) or a 4xx refusal of one request is
+  kept as an invalid record (route `invalid:backend`) whose `error` holds the server's words
+  (truncated to ERROR_CHARS), never a guess; 401/403 (the key) and 404 (the model went away) stop
+  the run in one line, and so does a first batch (of two or more) whose every request is refused in
+  the same words (a setting the server rejects, not an item).
+- Cache (`--http-cache`, default RUN/http-cache, `bench.backends.http_cache`): key = sha256 of the
+  canonical request (served model, messages with each image's sha256 instead of its bytes,
+  sampling, max_tokens, log-prob settings; never the URL or the key); only readable answers are
+  stored. A rerun, or another run folder sharing the cache, sends no request already answered.
+- Option log-probabilities (`--option-logprobs`): the request asks `logprobs` with the top
+  `--top-logprobs` alternatives (default 20); each option letter's log p is read from the first generated token's
+  alternatives (the token that is the letter itself; failing that, one that is the letter after a
+  word-start marker or space). A letter outside them is left out and `logprobs_missing` names it;
+  a server that returns no log-probabilities (transformers serve ignores the field) gives
+  `option_logprobs` None and `logprobs_missing` saying so, the record holding the generated reply
+  only; a server that refuses the field is asked again without it, and the record says that. 20 is
+  the OpenAI API's maximum (and vLLM's default `--max-logprobs`, which `vllm serve --max-logprobs N`
+  raises): a model whose letters are less likely than its 20 likeliest first tokens (a tiny random
+  one) records them missing.
+- Accounting: run.json's `resources` count the requests sent, retries (with their reasons), cache
+  hits, the tokens of the server's `usage`, and `usd` from `--usd-per-mtok IN,OUT` (None without
+  prices). Cached answers cost nothing and count only as hits.
+- Pinned (run.json; a rerun must agree): `served_model`, the name the server answers for, not the
+  URL or port (a server restarted elsewhere resumes the run).
+- Keys: only from the environment variable `--api-key-env` names, read once at startup and sent as
+  `Authorization: Bearer`; never written to run.json, records, the cache or any message (a server
+  that echoes it has it replaced by ***).
+
+Why httpx and a small retry loop rather than the `openai` SDK: the run needs the raw answer (the
+cache stores it; the record keeps a malformed one's own words, which the SDK's typed models turn
+into validation errors), and counts every retry and its reason (the SDK retries out of sight); the
+loop is forty lines, and httpx is one dependency where the SDK's releases move its HTTP stack
+(openai 3.x needs httpx2) and would tie this extra to the vLLM environment's own pin.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+try:
+    import httpx  # the `openai` extra
+except ModuleNotFoundError:  # open_backend says so in one line
+    httpx = None  # type: ignore[assignment]
+
+from evprobe.bench.backends.base import ModelPrompt, Reply, Resources, Sampling
+from evprobe.bench.backends.http_cache import RequestCache, request_key
+from evprobe.core.errors import InputError
+
+if TYPE_CHECKING:
+    from evprobe.bench.runner import RunConfig
+
+BACKOFF_S = 0.5  # first retry's wait; doubled each retry, capped, times a jitter in [0.5, 1)
+BACKOFF_CAP_S = 30.0
+RETRY_AFTER_CAP_S = 120.0  # a server's Retry-After is honoured up to this
+ERROR_CHARS = 500  # the server's words kept in a record or a message
+MODELS_SHOWN = 10  # served models named when --served-model is not among them
+MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp", ".gif": "image/gif"}
+REFUSED = "HTTP "  # how a record's error begins when the server refused its request (4xx), and only then
+START_SERVER = "start it (e.g. `vllm serve MODEL --port 8000` or `transformers serve MODEL --port 8000`)"
+
+
+def open_backend(config: RunConfig, handle: Any = None) -> OpenAIBackend:
+    if handle is not None:  # the runner refuses it first; a direct caller gets the same line
+        raise InputError("a model in memory runs on the hf backend, not openai")
+    if httpx is None:
+        raise InputError("--backend openai needs httpx: pip install 'evprobe[openai]' (or pip install httpx)")
+    return OpenAIBackend(config)
+
+
+class _Stopped(Exception):
+    """Another request of the batch gave up: this one stops instead of retrying."""
+
+
+class OpenAIBackend:
+    """Replies from an OpenAI-compatible server; see the module docstring."""
+
+    name = "openai"
+    takes_images = True  # the server refuses images itself if its model takes none
+
+    def __init__(self, config: RunConfig) -> None:
+        from evprobe.bench.protocols import max_new_tokens
+
+        if not config.base_url:
+            raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        self.url = config.base_url.rstrip("/")
+        self.model = config.served_model or config.model
+        self.top_logprobs = config.top_logprobs
+        self.key_env = config.api_key_env
+        self.secret = _api_key(config.api_key_env, self.url)
+        self.limit = max_new_tokens(config.protocol, config.regime)
+        self.sampling = Sampling(config.temperature, config.top_p, config.seed)
+        self.timeout_s, self.max_retries = float(config.request_timeout_s), config.max_retries
+        self.prices = None if config.usd_per_mtok is None else tuple(float(x) for x in config.usd_per_mtok)
+        self.cache = RequestCache(Path(config.http_cache) if config.http_cache else Path(config.out) / "http-cache")
+        self.resources = Resources()
+        self.resources.extra = {"requests": 0, "retries": 0, "retry_reasons": {}, "cache_hits": 0,
+                                "usd": None if self.prices is None else 0.0}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._readable = False  # some request of this session got a readable answer
+        headers = {"Authorization": f"Bearer {self.secret}"} if self.secret else {}
+        self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(self.timeout_s),
+                                   limits=httpx.Limits(max_connections=config.concurrency,
+                                                       max_keepalive_connections=config.concurrency))
+        try:
+            self._check_model()
+        except BaseException:
+            self.client.close()
+            raise
+        self.pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="evprobe-openai")
+
+    # --- startup ---------------------------------------------------------------------------------
+
+    def _check_model(self) -> None:
+        """The server answers at URL/models and lists the served model, else one line."""
+        url = f"{self.url}/models"
+        try:
+            r = self.client.get(url)
+        except httpx.HTTPError as err:
+            raise InputError(f"cannot reach the server at {self.url} ({self._why(err)}); {START_SERVER}, "
+                             "or fix --base-url") from None
+        if r.status_code in (401, 403):
+            raise InputError(f"the server at {self.url} refused {self._key_said()} (HTTP {r.status_code}: "
+                             f"{self._words(r)}); {self._key_fix()}")
+        if r.status_code == 404:
+            raise InputError(f"{url} answered HTTP 404 ({self._words(r)}); --base-url is the API root that "
+                             "/models and /chat/completions hang from, e.g. http://127.0.0.1:8000/v1")
+        if not r.is_success:
+            raise InputError(f"{url} answered HTTP {r.status_code} ({self._words(r)}); check the server, or fix "
+                             "--base-url")
+        try:
+            ids = [str(m["id"]) for m in r.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f"{url} did not answer with an OpenAI models list ({self._words(r)}); is --base-url an "
+                             "OpenAI-compatible API root (e.g. http://127.0.0.1:8000/v1)?") from None
+        if self.model not in ids:
+            shown = ", ".join(repr(x) for x in ids[:MODELS_SHOWN]) + (" ..." if len(ids) > MODELS_SHOWN else "")
+            raise InputError(f"the server at {self.url} does not serve {self.model!r}; it serves "
+                             f"{shown or 'no model'}: pass --served-model with one of those names")
+
+    def _key_said(self) -> str:
+        return f"the key in ${self.key_env}" if self.key_env else "a request without a key"
+
+    def _key_fix(self) -> str:
+        return (f"set {self.key_env} to a key this server accepts" if self.key_env else
+                "pass --api-key-env NAME, NAME being the environment variable that holds the key")
+
+    # --- replies ---------------------------------------------------------------------------------
+
+    def __call__(self, prompts: list[ModelPrompt], prepared: Any = None) -> list[Reply]:
+        t = time.perf_counter()
+        futures = [self.pool.submit(self._reply, p) for p in prompts]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        except BaseException:  # Ctrl-C: the requests in flight stop at their next step
+            self._stop.set()
+            for f in futures:
+                f.cancel()
+            raise
+        failed = [f for f in futures if f.done() and not f.cancelled() and f.exception() is not None]
+        if failed:
+            self._stop.set()  # the others stop retrying; their readable answers are cached already
+            for f in futures:
+                f.cancel()
+            wait(futures)
+            errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+            raise next((e for e in errors if not isinstance(e, _Stopped)), errors[0])
+        outs = [f.result() for f in futures]
+        refusals = {reply.error for reply, _ in outs if reply.error and reply.error.startswith(REFUSED)}
+        if (not self._readable and len(outs) > 1 and len(refusals) == 1
+                and all(reply.error in refusals for reply, _ in outs)):
+            # Every request so far refused in the same words: the run's settings, not an item (a
+            # field the server rejects, a prompt template too long for its context): stop before
+            # a whole run of invalid records is written.
+            raise InputError(f"{self.url}/chat/completions refused every request of the first batch alike "
+                             f"({refusals.pop()}); change what the server refuses (e.g. --served-model, "
+                             "--option-logprobs, the server's context length), then rerun the same command")
+        self._readable = self._readable or any(reply.error is None for reply, _ in outs)
+        sent = [reply for reply, fresh in outs if fresh]
+        self.resources.add(sent, time.perf_counter() - t, calls=len(sent))
+        if self.prices is not None:
+            (usd_in, usd_out), res = self.prices, self.resources
+            res.extra["usd"] = round((res.prompt_tokens * usd_in + res.generated_tokens * usd_out) / 1e6, 6)
+        return [reply for reply, _ in outs]
+
+    def _reply(self, prompt: ModelPrompt) -> tuple[Reply, bool]:
+        """The prompt's reply and whether a request was sent for it (False: from the cache)."""
+        images = [(p.read_bytes(), MIME.get(p.suffix.lower(), "image/png")) for p in prompt.images]
+        logprobs = prompt.letters is not None
+        reply = self._ask(prompt, images, logprobs)
+        if isinstance(reply, _Refused) and logprobs and "logprob" in reply.words.lower():
+            # A server that refuses the field itself: the generated reply, and the record says why.
+            again = self._ask(prompt, images, False)
+            if not isinstance(again, _Refused):
+                why = f"the server refused logprobs ({reply.words}); the record holds the generated reply only"
+                return Reply(again[0].text, again[0].n_prompt_tokens, again[0].n_new_tokens,
+                             logprobs_missing=why), again[1]
+            reply = again
+        if isinstance(reply, _Refused):
+            return Reply("", error=f"{REFUSED}{reply.status}: {reply.words}"), True
+        return reply
+
+    def _ask(self, prompt: ModelPrompt, images: list[tuple[bytes, str]],
+             logprobs: bool) -> tuple[Reply, bool] | _Refused:
+        """One request (from the cache, else sent with retries) read into a Reply."""
+        body, keyed = self._request(prompt, images, logprobs)
+        key = request_key(keyed)
+        cached = self.cache.get(key)
+        if cached is not None:
+            reply = _read_answer(cached, prompt.letters if logprobs else None)
+            if reply.error is None:
+                with self._lock:
+                    self.resources.extra["cache_hits"] += 1
+                return reply, False
+        r = self._post(body, prompt.key)
+        if not r.is_success:
+            return _Refused(r.status_code, self._words(r))
+        try:
+            answer = json.loads(r.content)
+        except ValueError as err:
+            return Reply("", error=f"the answer is not JSON ({err}; HTTP {r.status_code}): "
+                                   f"{self._snippet(r.text) or '(an empty body)'}"), True
+        reply = _read_answer(answer, prompt.letters if logprobs else None, self._snippet)
+        if reply.error is None:  # only readable answers are kept: a rerun asks a malformed one again
+            self.cache.put(key, answer)
+        return reply, True
+
+    def _request(self, prompt: ModelPrompt, images: list[tuple[bytes, str]],
+                 logprobs: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The request body and the same body keyed for the cache (image hashes for their bytes)."""
+        def message(urls: list[str]) -> list[dict[str, Any]]:
+            content = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+            return [{"role": "user", "content": [*content, {"type": "text", "text": prompt.text}]}]
+
+        s = self.sampling
+        common: dict[str, Any] = {"model": self.model, "max_tokens": self.limit, "temperature": float(s.temperature)}
+        if not s.greedy:
+            common.update(top_p=float(s.top_p), seed=s.call_seed([prompt.key]))
+        if logprobs:
+            common.update(logprobs=True, top_logprobs=self.top_logprobs)
+        body = {**common, "messages": message([f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+                                               for data, mime in images])}
+        keyed = {**common, "messages": message([f"{mime};sha256:{hashlib.sha256(data).hexdigest()}"
+                                                for data, mime in images])}
+        return {**body, "stream": False}, keyed
+
+    def _post(self, body: dict[str, Any], item: str) -> httpx.Response:
+        """POST the body, retrying connection errors, timeouts, 429 and 5xx; the answer otherwise."""
+        url = f"{self.url}/chat/completions"
+        payload = json.dumps(body).encode("utf-8")
+        why, delay = "", 0.0
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self._count_retry(why)
+                if self._stop.wait(delay):
+                    raise _Stopped()
+            if self._stop.is_set():
+                raise _Stopped()
+            try:
+                with self._lock:
+                    self.resources.extra["requests"] += 1
+                r = self.client.post(url, content=payload, headers={"Content-Type": "application/json"})
+            except httpx.TimeoutException:
+                why, delay = "timeout", _backoff(attempt)
+                continue
+            except httpx.TransportError as err:
+                why, delay = f"connection ({self._why(err)})", _backoff(attempt)
+                continue
+            if r.status_code == 429 or r.status_code >= 500:
+                why = f"HTTP {r.status_code} ({self._words(r, 120)})"
+                delay = _retry_after(r.headers.get("retry-after"))
+                delay = _backoff(attempt) if delay is None else delay
+                continue
+            if r.status_code in (401, 403):  # every later request would be refused too
+                raise InputError(f"{url} refused {self._key_said()} (HTTP {r.status_code}: {self._words(r)}); "
+                                 f"{self._key_fix()}, then rerun the same command to resume")
+            if r.status_code == 404:  # the model or the route went away: no request can succeed
+                raise InputError(f"{url} answered HTTP 404 for model {self.model!r} ({self._words(r)}); check that "
+                                 "the server still serves it, then rerun the same command to resume")
+            return r
+        timing = f"no answer within --request-timeout-s {self.timeout_s:g}" if why == "timeout" else why
+        raise InputError(f"{url}: gave up on item {item} after {self.max_retries} retries (last: {timing}); the "
+                         "records already written are kept: check the server (or raise --max-retries or "
+                         "--request-timeout-s), then rerun the same command to resume")
+
+    def _count_retry(self, why: str) -> None:
+        kind = why.split(" (")[0]
+        with self._lock:
+            extra = self.resources.extra
+            extra["retries"] += 1
+            extra["retry_reasons"][kind] = extra["retry_reasons"].get(kind, 0) + 1
+
+    # --- the server's words, never the key ---------------------------------------------------------
+
+    def _snippet(self, text: str, limit: int = ERROR_CHARS) -> str:
+        text = " ".join(str(text).split())
+        if self.secret:
+            text = text.replace(self.secret, "***")
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    def _words(self, r: httpx.Response, limit: int = ERROR_CHARS) -> str:
+        """What an HTTP answer says: its error message where it has one, else its body."""
+        try:
+            data = r.json()
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            err = data.get("error", data.get("detail", data.get("message")))
+            if isinstance(err, dict):
+                err = err.get("message", err)
+            if err is not None:
+                return self._snippet(err if isinstance(err, str) else json.dumps(err), limit)
+        return self._snippet(r.text, limit) or f"an empty body ({r.reason_phrase})"
+
+    def _why(self, err: Exception) -> str:
+        return self._snippet(f"{type(err).__name__}: {err}" if str(err) else type(err).__name__, 200)
+
+    # --- the Backend protocol ---------------------------------------------------------------------
+
+    def pins(self) -> dict[str, Any]:
+        return {"served_model": self.model}
+
+    def close(self) -> None:
+        self._stop.set()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.client.close()
+
+
+class _Refused:
+    """A 4xx answer to one request (not 401, 403, 404, 429): the server's words."""
+
+    def __init__(self, status: int, words: str) -> None:
+        self.status, self.words = status, words
+
+
+def _api_key(env: str | None, url: str) -> str | None:
+    if env is None:
+        return None
+    value = os.environ.get(env, "").strip()
+    if not value:
+        raise InputError(f"--api-key-env {env}: the environment variable {env} is not set (or empty); export {env} "
+                         f"with the key for {url}, or drop --api-key-env for a server that needs no key")
+    return value
+
+
+def _backoff(attempt: int) -> float:
+    return min(BACKOFF_CAP_S, BACKOFF_S * 2 ** attempt) * random.uniform(0.5, 1.0)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds a Retry-After header asks for (a number or an HTTP date), capped; None without one."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    if not math.isfinite(seconds):
+        return None
+    return min(RETRY_AFTER_CAP_S, max(0.0, seconds))
+
+
+def _read_answer(answer: Any, letters: tuple[str, ...] | None, snippet: Any = None) -> Reply:
+    """A chat-completion answer as a Reply: the first choice's text, usage's tokens and the letters'
+    first-token log-probabilities; an answer without them is a Reply with the server's words."""
+    def words() -> str:
+        text = json.dumps(answer, ensure_ascii=False)
+        return snippet(text) if snippet is not None else text[:ERROR_CHARS]
+
+    if not isinstance(answer, dict):
+        return Reply("", error=f"the answer is not a JSON object: {words()}")
+    choices = answer.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        what = "an error" if "error" in answer else "no choices"
+        return Reply("", error=f"the answer holds {what}: {words()}")
+    choice = choices[0]
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(text, str):
+        return Reply("", error=f"the answer's choices[0].message holds no text (finish_reason "
+                               f"{choice.get('finish_reason')!r}): {words()}")
+    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    n_prompt, n_new = (_count(usage.get(k)) for k in ("prompt_tokens", "completion_tokens"))
+    if letters is None:
+        return Reply(text, n_prompt, n_new)
+    found, missing = _letter_logprobs(choice, letters)
+    return Reply(text, n_prompt, n_new, option_logprobs=found, logprobs_missing=missing)
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+_MARKERS = re.compile("[\u2581\u0120]")  # SentencePiece's and byte-level BPE's word-start markers
+
+
+def _letter_logprobs(choice: dict[str, Any], letters: tuple[str, ...]) -> tuple[dict[str, float] | None, str | None]:
+    """Each letter's log p at the first generated token, from the answer's alternatives there, and
+    why some or all are missing (None when every letter is there)."""
+    lp = choice.get("logprobs")
+    positions = lp.get("content") if isinstance(lp, dict) else None
+    if not isinstance(positions, list) or not positions or not isinstance(positions[0], dict):
+        return None, ("the server returned no log-probabilities (it ignores or does not support `logprobs`); "
+                      "the record holds the generated reply only")
+    first = positions[0]
+    tops = first.get("top_logprobs") if isinstance(first.get("top_logprobs"), list) else []
+    pairs = [(t.get("token"), t.get("logprob")) for t in (*tops, first) if isinstance(t, dict)]
+    pairs = [(tok, float(v)) for tok, v in pairs
+             if isinstance(tok, str) and isinstance(v, (int, float)) and math.isfinite(v)]
+    exact = {tok: v for tok, v in pairs}
+    loose: dict[str, float] = {}
+    for tok, v in pairs:
+        bare = _MARKERS.sub(" ", tok).strip()
+        loose[bare] = max(v, loose.get(bare, -math.inf))
+    found = {x: min(0.0, exact[x] if x in exact else loose[x]) for x in letters if x in exact or x in loose}
+    absent = [x for x in letters if x not in found]
+    if not absent:
+        return found, None
+    why = f"{', '.join(absent)} not among the server's {len(tops)} most likely first tokens (--top-logprobs)"
+    return found or None, why
+
+
+__all__ = ["OpenAIBackend", "open_backend"]
