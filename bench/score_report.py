@@ -121,6 +121,15 @@ def headline_cell(name: str, est: dict[str, Any] | None) -> str:
     return pct(est)
 
 
+def difference_cell(name: str, est: dict[str, Any] | None) -> str:
+    """A paired difference of a headline measure: rates in percentage points, costs and PECS signed."""
+    if name in COSTS:
+        return _fmt(est, 1.0, 2, sign=True)
+    if name in PLAIN:
+        return _fmt(est, 1.0, 3, sign=True)
+    return points(est)
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -375,7 +384,45 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
                 ),
             )
         )
+    if "resources" in s:  # a run scored from its folder (experiments.scoring_io): run.json's spend
+        parts.append(_resources_section(s["resources"], s.get("run", {}).get("model", "")))
     return "\n".join(parts)
+
+
+# run.json's resources (bench.backends.base.Resources.to_json), in the table's order and words
+RESOURCE_COLUMNS = {"backend": "backend", "sessions": "sessions", "calls": "calls", "prompt_tokens": "prompt tokens",
+                    "generated_tokens": "generated tokens", "seconds": "seconds in calls",
+                    "generated_tokens_per_s": "generated tokens/s", "peak_memory_bytes": "peak memory"}
+
+
+def _resources_section(resources: dict[str, Any] | None, model: str) -> str:
+    """What the run's backend spent (run.json's `resources`): one row, the backend's own counts
+    (retries, cache hits, cost) as further columns; said, not tabled, when the run has none."""
+    title = "Resources"
+    if not resources:
+        why = ("a scripted policy makes no model calls" if model.startswith("policy:") else
+               "run.json records none (written before runs recorded them, or no session called the model)")
+        return _section(title, f"No resources: {why}.", "")
+    names = list(RESOURCE_COLUMNS) + [k for k in resources if k not in RESOURCE_COLUMNS]
+    names = [k for k in names if k in resources]
+    sessions = resources.get("sessions")
+    note = (f"Model calls, tokens and seconds inside calls summed over the run's {sessions} sessions that called "
+            "the model" if sessions else
+            "The last session that called the model (an earlier session of a resumed run is not in it)")
+    note += ("; peak memory: the accelerator's, the largest of any session, where the backend can measure it "
+             "(not on a CPU, nor behind a server).")
+    return _section(title, note, _table([RESOURCE_COLUMNS.get(k, k.replace("_", " ")) for k in names],
+                                        [[_resource_cell(k, resources[k]) for k in names]]))
+
+
+def _resource_cell(name: str, value: Any) -> str:
+    if value is None:
+        return "not measured" if name == "peak_memory_bytes" else "NA"
+    if name == "peak_memory_bytes":
+        return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def _variants_section(variants: dict[str, Any]) -> str:

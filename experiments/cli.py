@@ -139,6 +139,20 @@ def _run_run(args: argparse.Namespace) -> int:
 
     config = resolve_model_flag(config_from_flags(RunConfig, args), args)
     check_run_config(config)
+    runs = config.runs
+    if runs != 1:  # --runs R: OUT/run-1 ... OUT/run-R and OUT/runs.json (bench.repeats)
+        from evprobe.bench.repeats import run_repeated, runs_line
+        from evprobe.core.errors import InputError
+        from evprobe.core.launch import launched_shard
+
+        if launched_shard() is not None:
+            raise InputError(f"--runs {runs} under a launcher: launch one run at a time "
+                             "(--out OUT/run-r --seed S+r-1), or run --runs without torchrun / accelerate launch")
+        print(runs_line(run_repeated(config, runs, progress=not args.quiet)))
+        return 0
+    from evprobe.bench.repeats import refuse_runs_folder
+
+    refuse_runs_folder(config)  # a single run beside a folder's runs
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges
     if data_parallel(config, lambda c: run(c, progress=not args.quiet), unit="records", job=RunJob):
         return 0
@@ -167,9 +181,12 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
         "score",
         help="score a run: every paired measure with family-bootstrap intervals",
         description="Score RUN/records.jsonl against its benchmark; writes RUN/scores.json and "
-        "RUN/scores.md and prints the Markdown.",
+        "RUN/scores.md and prints the Markdown. On a folder of runs (evprobe run --runs R) scores every "
+        "run, then writes OUT/scores.json and OUT/scores.md: per headline measure each run's score, the "
+        "runs' mean and sd, and an interval pooled over the runs.",
     )
-    p.add_argument("run_dir", metavar="RUN", type=Path, help="run folder written by `evprobe run`")
+    p.add_argument("run_dir", metavar="RUN", type=Path,
+                   help="run folder written by `evprobe run` (or a folder of runs, --runs R)")
     p.add_argument("--bench", type=Path, default=None, help="benchmark folder (default: the one in RUN/run.json)")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples of whole families")
     p.add_argument("--seed", type=int, default=20260905, help="bootstrap seed")
@@ -178,9 +195,17 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_score(args: argparse.Namespace) -> int:
+    from evprobe.bench.repeats import is_runs_folder
     from evprobe.experiments.scoring_io import score_run
 
-    scores, markdown = score_run(args.run_dir, args.bench, n_boot=args.n_boot, seed=args.seed)
+    if is_runs_folder(args.run_dir):
+        from evprobe.bench.repeats_scoring import score_runs_folder
+
+        _, markdown = score_runs_folder(
+            args.run_dir, lambda run_dir: score_run(run_dir, args.bench, n_boot=args.n_boot, seed=args.seed)[0],
+            args.bench, n_boot=args.n_boot, seed=args.seed)
+    else:
+        _, markdown = score_run(args.run_dir, args.bench, n_boot=args.n_boot, seed=args.seed)
     if not args.quiet:
         print(markdown)
     print(f"wrote {args.run_dir / 'scores.json'} and {args.run_dir / 'scores.md'}")
@@ -190,19 +215,41 @@ def _run_score(args: argparse.Namespace) -> int:
 def _add_compare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
-        help="put the headline scores of several runs side by side",
+        help="put the headline scores of several runs side by side (--paired: B - A of two settings)",
         description="Print the headline measures of several scored runs in one table (scores "
-        "each run first if RUN/scores.json is missing or no longer scores RUN/records.jsonl).",
+        "each run first if RUN/scores.json is missing or no longer scores RUN/records.jsonl). With "
+        "--paired, two settings A and B (run folders or folders of runs with the same items): B - A of "
+        "every headline measure with a family-bootstrap interval whose every resample is applied to "
+        "every run of both settings.",
     )
-    p.add_argument("runs", metavar="RUN", type=Path, nargs="+", help="run folders")
+    p.add_argument("runs", metavar="RUN", type=Path, nargs="+",
+                   help="run folders (--paired: A B, each a run folder or a folder of runs)")
     p.add_argument("--out", type=Path, default=None, help="also write the table to this Markdown file")
+    p.add_argument("--paired", action="store_true", help="B - A of two settings, paired on the same family resamples")
+    p.add_argument("--bench", type=Path, default=None, help="--paired: benchmark folder (default: the one in run.json)")
+    p.add_argument("--n-boot", type=positive_int, default=2000, help="--paired: bootstrap resamples of whole families")
+    p.add_argument("--seed", type=int, default=20260905, help="--paired: bootstrap seed")
     p.set_defaults(run=_run_compare)
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    from evprobe.experiments.scoring_io import compare_runs
+    from evprobe.bench.repeats import is_runs_folder
+    from evprobe.core.errors import InputError
 
-    table = compare_runs(args.runs)
+    if args.paired:
+        if len(args.runs) != 2:
+            raise InputError(f"--paired compares two settings, A B; got {len(args.runs)} folders")
+        from evprobe.bench.repeats_scoring import paired_comparison
+
+        table = paired_comparison(args.runs[0], args.runs[1], args.bench, n_boot=args.n_boot, seed=args.seed)[1]
+    else:
+        folders = [run for run in args.runs if is_runs_folder(run)]
+        if folders:
+            raise InputError(f"{folders[0]} is a folder of runs: compare two settings with --paired, or name its runs "
+                             f"({folders[0] / 'run-1'} ...)")
+        from evprobe.experiments.scoring_io import compare_runs
+
+        table = compare_runs(args.runs)
     print(table)
     if args.out is not None:
         from evprobe.core.files import atomic_write_bytes
@@ -231,6 +278,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], object] | tuple[str, 
     "sweep": ("evprobe.probes.cli", "add_sweep_parser"),
     "directions": ("evprobe.probes.cli", "add_directions_parser"),
     "ladder": ("evprobe.experiments.ladder", "add_ladder_parser"),
+    "parity": ("evprobe.experiments.parity", "add_parity_parser"),
 }
 
 
