@@ -360,11 +360,46 @@ def run(config: RunConfig, *, progress: bool = True, handle: Handle | None = Non
             "last_session": result["last_session"],
         }
         resources = job.resources()
-        if resources is not None:  # this session's spend (a resumed run reports the session that ran)
-            summary["resources"] = resources
+        if resources is not None:  # this session's spend, added to the earlier sessions' (a resumed run)
+            summary["resources"] = add_resources(result.get("resources"), resources)
         if job.meta_path().is_file():
             atomic_write_json(job.meta_path(), summary)
     return summary
+
+
+def add_resources(before: dict[str, Any] | None, session: dict[str, Any]) -> dict[str, Any]:
+    """run.json's `resources` after one more session that called the model: calls, tokens, seconds
+    and the backend's own counts (retries and their reasons, cache hits, cost) summed, peak memory
+    the largest of any session, tokens/s recomputed from the sums; `sessions` counts the sessions
+    summed. A session that ends in an error writes no run.json summary, so its spend is not in it."""
+    if not before or before.get("backend") != session.get("backend"):  # the first (or a run.json before them)
+        return {**session, "sessions": 1}
+    out = {**before, **session}
+    for key, value in session.items():
+        old = before.get(key)
+        if key == "peak_memory_bytes":
+            out[key] = max((v for v in (old, value) if v is not None), default=None)
+        elif key not in ("generated_tokens_per_s", "backend"):
+            out[key] = _summed(old, value)
+    seconds = out.get("seconds") or 0
+    out["generated_tokens_per_s"] = round(out["generated_tokens"] / seconds, 2) if seconds > 0 else None
+    out["sessions"] = int(before.get("sessions", 1)) + 1
+    return out
+
+
+def _summed(old: Any, new: Any) -> Any:
+    """Two sessions' value of one count: numbers added (None is no number: the other stands), counts
+    by name added name by name; anything else is the latest session's."""
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    if number(old) and number(new):
+        total = old + new
+        return round(total, 6) if isinstance(total, float) else total
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {k: _summed(old.get(k), new.get(k)) if k in old and k in new else new.get(k, old.get(k))
+                for k in {**old, **new}}
+    return old if new is None else new
 
 
 # The runner's counts that run.json states in its own words (n_selected, n_records).

@@ -87,6 +87,7 @@ def _score_locked(run_dir: Path, meta: RunMeta, bench: Path | None, n_boot: int,
         raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `evprobe run` first")
     scores = score(items, records.values(), n_boot=n_boot, seed=seed, prices=Prices(**bench_meta["prices"]))
     scores["run"] = {"model": meta.model, "protocol": meta.protocol, "regime": meta.regime}
+    scores["resources"] = (meta.model_extra or {}).get("resources")  # run.json's; None for a policy run
     scores[SCORES_RECORDS_KEY] = {"file": RECORDS_FILE, "sha256": digest, "n_records": len(records)}
     title = f"{meta.model} ({meta.protocol}, {meta.regime})"
     markdown = scores_markdown(scores, title)

@@ -170,3 +170,14 @@ def test_a_calls_seed_depends_on_the_runs_seed_and_its_prompts_only() -> None:
     assert s.call_seed(["a", "b"]) == Sampling(0.8, 0.95, seed=3).call_seed(["a", "b"])
     assert len({s.call_seed(["a", "b"]), s.call_seed(["b", "a"]), Sampling(0.8, 0.95, 4).call_seed(["a", "b"])}) == 3
     assert 0 <= s.call_seed(["x"]) < 2**31 and not s.greedy and Sampling().greedy
+
+
+def test_a_resumed_run_adds_its_sessions_resources(small_bench, tmp_path) -> None:
+    out = tmp_path / "run"
+    for limit in (4, 8, 8):  # the third session has nothing to do and calls nothing
+        run(_config(small_bench, out, requests=("select",), limit=limit, batch_size=2), progress=False)
+    res = json.loads((out / "run.json").read_text())["resources"]
+    rows = _rows(out)
+    assert res["calls"] == 4 and res["sessions"] == 2 and len(rows) == 8
+    assert res["generated_tokens"] == sum(r["n_new_tokens"] for r in rows)
+    assert res["prompt_tokens"] == sum(r["n_prompt_tokens"] for r in rows)
