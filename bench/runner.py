@@ -285,6 +285,13 @@ class RunJob(Job):
     def merged_meta(self, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
         meta = super().merged_meta(metas)
         session = meta.pop("last_session", None)  # run.json's order: ..., n_selected, n_records, last_session
+        meta.pop("resources", None)
+        spent = [m["resources"] for m in metas if isinstance(m.get("resources"), dict)]
+        if spent:  # every shard's spend, summed (peak memory: the largest; seconds: summed over processes)
+            total = spent[0]
+            for more in spent[1:]:
+                total = add_resources(total, more)
+            meta["resources"] = total
         return {**meta, "n_selected": len(self.items), "n_records": len(self.items), "last_session": session}
 
     def open(self) -> None:

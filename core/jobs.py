@@ -52,7 +52,7 @@ Row = dict[str, Any]
 RowKey = tuple[str, str]  # (unit key, condition)
 FORMAT_KEY = "kind"  # every job folder's meta names its job kind; merge dispatches on it
 # Meta keys that differ between the shards of one job by nature (what ran where, and when).
-SHARD_FREE = ("shard", "last_session", "n_selected", "n_records", "bench", "directions_folder")
+SHARD_FREE = ("shard", "last_session", "n_selected", "n_records", "bench", "directions_folder", "resources")
 
 
 @dataclass(frozen=True)

@@ -389,6 +389,8 @@ def conforms(value: Any, hint: Any) -> bool:
         return len(value) == len(args) and all(map(conforms, value, args))
     if origin is list:
         return isinstance(value, list) and all(conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(conforms(k, args[0]) and conforms(v, args[1]) for k, v in value.items())
     if dataclasses.is_dataclass(hint):
         return isinstance(value, hint)
     raise AssertionError(f"no rule for {hint}")
@@ -525,17 +527,20 @@ def test_bench_json_mutations(bench: Path, originals: dict[str, Any], data: st.D
 # ---------------------------------------------------------------- a run's records (append-only)
 
 RECORD_HINTS = typing.get_type_hints(Record)
+RECORD_OPTIONAL = {f.name: f.default for f in dataclasses.fields(Record) if f.default is not dataclasses.MISSING}
 RECORD_ERRORS = (InputError,)
 
 
 def expected_records(data: bytes) -> dict[str, Record]:
     """records.jsonl read independently: every complete line a JSON object with every Record field
-    of its declared type (nothing converted), item ids unique."""
+    of its declared type (nothing converted; a field with a default, one a record has only when
+    set, may be absent), item ids unique."""
     out: dict[str, Record] = {}
     for line in complete_lines(data):
         obj = json_object(line)
-        if not all(name in obj for name in RECORD_HINTS):
+        if not all(name in obj for name in RECORD_HINTS if name not in RECORD_OPTIONAL):
             raise Invalid("missing field")
+        obj = {**RECORD_OPTIONAL, **obj}
         if not all(conforms(obj[name], hint) for name, hint in RECORD_HINTS.items()):
             raise Invalid("wrong type")
         if obj["item_id"] in out:

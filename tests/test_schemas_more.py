@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 from typing import get_type_hints
 
@@ -66,7 +65,7 @@ def test_undamaged_records_read_as_before(run_dir: Path) -> None:
     records = load_records(path)
     assert len(records) == 20 and records == before
     assert all(isinstance(r, Record) for r in records.values())
-    assert [asdict(r) for r in records.values()] == [json.loads(line) for line in lines]
+    assert [r.to_json() for r in records.values()] == [json.loads(line) for line in lines]
     probe_rows = probe_captures.load_records(run_dir)
     assert probe_rows == {row["item_id"]: row for row in map(json.loads, lines)}
 
