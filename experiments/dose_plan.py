@@ -256,7 +256,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     """Check the config against the files it names (model config, benchmark, directions, layers)
     and fix the items and conditions. Loads no model; every problem is a one-line error."""
     from evprobe.experiments.capture import images_sha256
-    from evprobe.hooks.fingerprint import model_fingerprint
+    from evprobe.hooks.fingerprint import check_fitted_on, model_fingerprint
     from evprobe.hooks.steer import random_directions
 
     model = load_model_config(config.model)
@@ -268,9 +268,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     named = every[name]
     prov = named.provenance
     sign = measure_sign(prov, name)
-    if prov.get("model") != model.model:
-        raise ConfigError(f"direction {name} was fitted on {prov.get('model')!r}, not {model.model!r}; steer the "
-                          "model it was fitted on (or fit directions on this model's capture)")
+    check_fitted_on(name, prov.get("model", "unknown"), model.model, override=None, error=ConfigError)
     n_layers = _known_n_layers(model, prov)
     if n_layers is not None and named.layer >= n_layers:
         raise ConfigError(f"direction {name} is at layer {named.layer}, but {model.model} has {n_layers} layers")

@@ -9,6 +9,11 @@ direction. Plain torch forward hooks, for the reasons in hooks.steer's docstring
 (nnsight interventions do not persist around later direct calls of
 `handle.model`); removed on exit, also when the block raises.
 
+A direction with provenance (probes.directions.Direction: a `vector` and a `provenance` mapping)
+is accepted as it is and checked first: one fitted on another model than `handle.model_id` is
+refused with the steering's one-line refusal (hooks.fingerprint.check_fitted_on) unless
+`allow_other_model=True`. A raw vector is never checked.
+
 Pitfall: an nnsight capture of an ablated layer's own `.output` shows the value
 before the projection (nnsight reads inside the module's forward, before torch
 forward hooks); the next layer's `.input` shows the ablated value.
@@ -21,7 +26,7 @@ from contextlib import contextmanager
 from numbers import Integral
 from typing import Any, Literal
 
-from evprobe.hooks.steer import hidden_of, replace_hidden, unit_direction
+from evprobe.hooks.steer import check_direction_model, hidden_of, provenance_of, replace_hidden, unit_direction
 
 
 def _layer_list(layers: Literal["all"] | int | Sequence[int], n_layers: int) -> list[int]:
@@ -59,15 +64,21 @@ def _ablation_hook(v64):
 
 
 @contextmanager
-def ablate(handle: Any, direction: Any, layers: Literal["all"] | int | Sequence[int] = "all") -> Iterator[list[int]]:
+def ablate(handle: Any, direction: Any, layers: Literal["all"] | int | Sequence[int] = "all", *,
+           allow_other_model: bool = False) -> Iterator[list[int]]:
     """Project `direction` out of the output of each chosen layer while the block runs.
 
     handle: a Handle, or anything with `.layers` (decoder ModuleList) and `.d_model`.
     direction: (d_model,) numpy / torch vector, normalised here; zero or wrong
-        shape raises ValueError.
+        shape raises ValueError. Or a direction with provenance (probes.directions.Direction):
+        its vector, refused on another model than the one it was fitted on.
     layers: "all", one layer index or a list of them.
+    allow_other_model: ablate a Direction fitted on another model than handle.model_id.
     Yields the list of ablated layer indices.
     """
+    if provenance_of(direction) is not None:
+        check_direction_model(handle, direction, allow_other_model=allow_other_model)
+        direction = direction.vector
     v64 = unit_direction(direction, d_model=handle.d_model)  # (d_model,) float64, read-only
     chosen = _layer_list(layers, len(handle.layers))
     removers = []

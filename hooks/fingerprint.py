@@ -126,3 +126,46 @@ def loaded_fingerprint(handle: Handle) -> dict[str, Any]:
             "model_dtype": str(handle.dtype).removeprefix("torch."),
             "chat_template_sha256": chat_template_sha256(handle),
             "answer_prefix": handle.answer_prefix or None}  # None when none: older folders resume
+
+
+# ---------------------------------------------------------------- which model a direction was fitted on
+
+OTHER_MODEL_OVERRIDE = "allow_other_model=True"  # the Python override's name, the same in every hooks function
+
+
+def model_identity(model: str) -> str:
+    """What "the same model" means for a direction's provenance: the model's name as given to
+    `load` (Handle.model_id, a capture's `model`), with a registered name (`organism`) resolved to
+    its folder and a folder to its real path, so `organism`, its folder and a relative path to it
+    are one model. A `tiny:<arch>` name and a hub id stay as they are: a folder a tiny model was
+    saved to is another model (its files may since have changed; nothing here hashes weights), so
+    a direction fitted on `tiny:llava` is refused on that folder unless the override is given."""
+    if model.startswith("tiny:"):
+        return model
+    from evprobe.hooks.loading import resolve_model
+
+    folder = resolve_model(model)
+    return os.path.realpath(folder) if os.path.isdir(folder) else model
+
+
+def same_model(fitted_on: Any, model: Any) -> bool:
+    """Whether a direction fitted on `fitted_on` (its provenance's `model`) belongs to `model`."""
+    if not isinstance(fitted_on, str) or not isinstance(model, str):
+        return False
+    return fitted_on == model or model_identity(fitted_on) == model_identity(model)
+
+
+def other_model_refusal(name: str, fitted_on: Any, model: Any, override: str | None = OTHER_MODEL_OVERRIDE) -> str:
+    """The one-line refusal of a direction fitted on another model (the CLI's and the hooks')."""
+    text = (f"direction {name} was fitted on {fitted_on!r}, not {model!r}; steer the model it was fitted on "
+            "(or fit directions on this model's capture)")
+    return text + (f", or pass {override} to use it on this model anyway" if override else "")
+
+
+def check_fitted_on(name: str, fitted_on: Any, model: Any, *, allow_other_model: bool = False,
+                    override: str | None = OTHER_MODEL_OVERRIDE, error: type[Exception] = ValueError) -> None:
+    """Refuse (one line, `error`) a direction fitted on another model than `model`, unless
+    `allow_other_model`. `fitted_on` None: no provenance (a raw vector), nothing to check."""
+    if fitted_on is None or allow_other_model or same_model(fitted_on, model):
+        return
+    raise error(other_model_refusal(name, fitted_on, model, override))

@@ -35,6 +35,18 @@ so a norm read at the last token and a vector added at every position are not
 the same unit; `from_norm_units` refuses `measured_at` != `positions` for that
 reason (a test checks it).
 
+Directions with provenance (a `probes.directions.Direction`, or anything with a `vector` and a
+`provenance` mapping naming its `model`, `layer`, `position` and `mean_norm`):
+`Steering.from_direction(direction, alpha)` steers along it at its layer, alpha in multiples of its
+stored mean norm, and remembers the model it was fitted on. `steer`, `steered_generate`,
+`steered_generate_nnsight`, `option_logprobs` and `hooks.ablate.ablate` refuse such a direction on
+another model with the CLI's one-line refusal (hooks.fingerprint.check_fitted_on: the model is its
+name as loaded, a registered name and its folder being one model, a tiny model and a folder it
+was saved to two) unless given `allow_other_model=True`. A raw vector carries no provenance and
+is never checked. `steer(handle, direction)` with a Direction (no alpha) is a one-line TypeError
+pointing to `Steering.from_direction`; so is `Steering(direction, ...)` (it would drop the
+provenance: pass `direction.vector` to mean that).
+
 Many directions at once (hooks.steer_rows): `steer_rows(handle, layer, deltas)` adds a different raw
 vector to each row of the batch (deltas: (rows, d_model)), and
 `option_logprobs_rows` uses it to read K directions x n prompts in a few large
@@ -101,11 +113,48 @@ LETTERS: tuple[str, ...] = ("A", "B", "C", "D", "E")
 
 # ---------------------------------------------------------------- directions
 
+def provenance_of(direction: Any) -> Any:
+    """The provenance mapping of a direction that carries one (probes.directions.Direction, or any
+    object with a `vector` and a `provenance` mapping), else None (a raw vector). Duck-typed:
+    hooks does not import probes."""
+    from collections.abc import Mapping
+
+    prov = getattr(direction, "provenance", None)
+    return prov if isinstance(prov, Mapping) and hasattr(direction, "vector") else None
+
+
+def _direction_label(direction: Any) -> str:
+    name = getattr(direction, "name", None)
+    return f"{name}" if isinstance(name, str) and name else "(unnamed)"
+
+
+def _model_of(handle: Any) -> str | None:
+    model_id = getattr(handle, "model_id", None)
+    return model_id if isinstance(model_id, str) else None
+
+
+def check_direction_model(handle: Any, direction: Any, *, allow_other_model: bool = False) -> None:
+    """Refuse (one line, ValueError) a direction with provenance fitted on another model than
+    `handle.model_id` (hooks.fingerprint.check_fitted_on), unless `allow_other_model`. A raw
+    vector, or a provenance naming no model, passes."""
+    prov = provenance_of(direction)
+    if prov is None or prov.get("model") is None or allow_other_model:
+        return
+    from evprobe.hooks.fingerprint import check_fitted_on
+
+    check_fitted_on(_direction_label(direction), str(prov["model"]), _model_of(handle) or "an unnamed model")
+
+
 def unit_direction(direction: Any, *, d_model: int | None = None, what: str = "direction") -> np.ndarray:
     """`direction` (numpy / torch / sequence, shape (d_model,)) as a read-only float64 unit vector.
 
-    Raises ValueError for a wrong shape, a zero or non-finite vector.
+    Raises ValueError for a wrong shape, a zero or non-finite vector; TypeError for a direction
+    that carries provenance (use Steering.from_direction, or its `.vector` to drop the provenance).
     """
+    if provenance_of(direction) is not None:
+        raise TypeError(f"{what} is the direction {_direction_label(direction)} with its provenance (fitted on "
+                        f"{provenance_of(direction).get('model')!r}); use Steering.from_direction(direction, alpha), "
+                        "or pass direction.vector to use the bare vector")
     if hasattr(direction, "detach"):  # torch tensor
         direction = direction.detach().to("cpu").double().numpy()
     v = np.array(direction, dtype=np.float64)  # copy: the caller's array stays theirs
@@ -179,6 +228,9 @@ class Steering:
     schedule: "every-step" (prompt pass and every generated token) or
         "prompt-only" (the prompt pass only).
     alpha_norm, mean_norm: set by from_norm_units (alpha = alpha_norm * mean_norm).
+    fitted_on, direction_name: set by from_direction: the model the direction was fitted on
+        (its provenance's `model`) and its name; steer() refuses it on another model.
+    allow_other_model: set by from_direction(..., allow_other_model=True): no such refusal.
     """
 
     direction: np.ndarray = field(repr=False)
@@ -188,6 +240,9 @@ class Steering:
     schedule: Schedule = "every-step"
     alpha_norm: float | None = None
     mean_norm: float | None = None
+    fitted_on: str | None = None
+    direction_name: str | None = None
+    allow_other_model: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "direction", unit_direction(self.direction))
@@ -227,6 +282,78 @@ class Steering:
         return cls(direction, layer, float(alpha_norm) * float(mean_norm), positions, schedule,
                    alpha_norm=float(alpha_norm), mean_norm=float(mean_norm))
 
+    @classmethod
+    def from_direction(
+        cls,
+        direction: Any,
+        alpha: float,
+        *,
+        handle: Any = None,
+        positions: Positions | None = None,
+        schedule: Schedule = "every-step",
+        units: Literal["norm", "raw"] = "norm",
+        mean_norm: float | None = None,
+        measured_at: Positions | None = None,
+        allow_other_model: bool = False,
+    ) -> Steering:
+        """Steer along a direction with provenance (probes.directions.Direction) at its layer.
+
+        alpha: with units "norm" (the default), in multiples of the residual norm: raw alpha =
+            alpha * mean_norm, mean_norm the direction's stored `mean_norm` (the mean norm at its
+            layer and capture position over the items it was fitted on) unless `mean_norm` is
+            given (e.g. residual_norms_at(handle, ..., positions)[layer], with measured_at).
+            A stored norm was measured at the direction's capture position, so it is the unit only
+            where the vector is added there: for a "last" direction `positions` defaults to "last"
+            and another value is refused (as from_norm_units refuses measured_at != positions); for
+            any other capture position give `mean_norm` measured where the vector is added, or
+            units "raw". units "raw": alpha in the model's residual-stream units.
+        positions: None = "last" for a direction read at "last", else "all".
+        handle: when given, the direction is checked against it now (the model it was fitted on,
+            the layer's range, the width); steer() checks it again against the handle it meets.
+        allow_other_model: steer a model other than the one it was fitted on (no refusal, here
+            or in steer()).
+        """
+        prov = provenance_of(direction)
+        if prov is None:
+            raise TypeError(f"Steering.from_direction takes a direction with provenance (probes.directions.Direction"
+                            f", e.g. read_directions(DIR)[name]), got {type(direction).__name__}; for a bare vector "
+                            "use Steering(vector, layer, alpha) or Steering.from_norm_units")
+        name = _direction_label(direction)
+        if "layer" not in prov:
+            raise ValueError(f"direction {name} has no layer in its provenance; use "
+                             "Steering(direction.vector, layer, alpha)")
+        position = str(prov.get("position", ""))
+        if positions is None:
+            positions = "last" if position == "last" else "all"
+        fitted_on = prov.get("model")
+        fitted_on = None if fitted_on is None else str(fitted_on)
+        common = dict(fitted_on=fitted_on, direction_name=name, allow_other_model=bool(allow_other_model))
+        if units == "raw":
+            s = cls(direction.vector, prov["layer"], alpha, positions, schedule, **common)
+        elif units == "norm":
+            if mean_norm is None:
+                if measured_at is not None:  # a place without the norm measured there: not silently replaced
+                    raise ValueError(f"measured_at={measured_at!r} names where a mean_norm was measured; give that "
+                                     "mean_norm too, or neither (the direction's stored norm, measured at 'last')")
+                if prov.get("mean_norm") is None:
+                    raise ValueError(f"direction {name} has no stored mean_norm (a folder written before it); give "
+                                     "mean_norm=residual_norms_at(...) or units='raw'")
+                if position != "last":
+                    raise ValueError(f"direction {name}'s mean_norm was measured at its capture position "
+                                     f"{position!r}, which no steering position equals; give mean_norm="
+                                     "residual_norms_at(handle, ..., positions)[layer] or units='raw'")
+                mean_norm, measured_at = float(prov["mean_norm"]), "last"
+            base = cls.from_norm_units(direction.vector, prov["layer"], alpha, mean_norm, positions=positions,
+                                       schedule=schedule, measured_at=measured_at)
+            s = cls(base.direction, base.layer, base.alpha, base.positions, base.schedule,
+                    alpha_norm=base.alpha_norm, mean_norm=base.mean_norm, **common)
+        else:
+            raise ValueError(f"units must be 'norm' (alpha in multiples of the mean residual norm) or 'raw', "
+                             f"got {units!r}")
+        if handle is not None:
+            _check_against(handle, s, allow_other_model=allow_other_model)
+        return s
+
     def delta(self, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
         """alpha * direction as a (d_model,) tensor: product in float64, then cast (both paths use this)."""
         import torch
@@ -239,14 +366,22 @@ def _as_list(steering: Steering | Sequence[Steering] | None) -> list[Steering]:
         return []
     if isinstance(steering, Steering):
         return [steering]
+    if provenance_of(steering) is not None:
+        raise TypeError(f"got the direction {_direction_label(steering)}, not a Steering; steer along it with "
+                        "Steering.from_direction(direction, alpha) (alpha in multiples of its mean norm)")
     out = list(steering)
     for s in out:
         if not isinstance(s, Steering):
-            raise TypeError(f"expected Steering objects, got {type(s).__name__}")
+            hint = ("; use Steering.from_direction(direction, alpha)" if provenance_of(s) is not None else "")
+            raise TypeError(f"expected Steering objects, got {type(s).__name__}{hint}")
     return out
 
 
-def _check_against(handle: Any, s: Steering) -> None:
+def _check_against(handle: Any, s: Steering, *, allow_other_model: bool = False) -> None:
+    if s.fitted_on is not None and not (allow_other_model or s.allow_other_model):
+        from evprobe.hooks.fingerprint import check_fitted_on
+
+        check_fitted_on(s.direction_name or "(unnamed)", s.fitted_on, _model_of(handle) or "an unnamed model")
     n_layers = len(handle.layers)
     if s.layer >= n_layers:
         raise ValueError(f"layer {s.layer} is out of range: this model has {n_layers} decoder layers; "
@@ -308,7 +443,8 @@ def _steering_hook(index: int, s: Steering, log: SteeringLog):
 
 
 @contextmanager
-def steer(handle: Any, steering: Steering | Sequence[Steering]) -> Iterator[SteeringLog]:
+def steer(handle: Any, steering: Steering | Sequence[Steering], *,
+          allow_other_model: bool = False) -> Iterator[SteeringLog]:
     """Steer every forward of `handle.model` inside the block (plain forward hooks).
 
     Covers `hooks.generate` (prompt pass and every decode step, or the prompt pass
@@ -317,12 +453,14 @@ def steer(handle: Any, steering: Steering | Sequence[Steering]) -> Iterator[Stee
     The hooks are removed on exit, also when the block raises.
 
     handle: a Handle, or anything with `.layers` (the decoder ModuleList) and `.d_model`.
+    allow_other_model: steer with a Steering.from_direction fitted on another model than
+        handle.model_id (refused otherwise, one line, before any hook is added).
     """
     specs = _as_list(steering)
     if not specs:
         raise ValueError("no Steering given; pass one Steering or a non-empty list")
     for s in specs:
-        _check_against(handle, s)
+        _check_against(handle, s, allow_other_model=allow_other_model)
     log = SteeringLog()
     removers = []
     try:
@@ -380,6 +518,7 @@ def steered_generate(
     max_new_tokens: int,
     *,
     min_new_tokens: int | None = None,
+    allow_other_model: bool = False,
 ) -> SteeredRun:
     """Greedy generation of all rows in one batch under `steer` (plain hooks); None = unsteered."""
     import torch
@@ -387,13 +526,15 @@ def steered_generate(
     from evprobe.hooks.inputs import build_inputs
 
     specs = _as_list(steering)
+    for s in specs:  # before the inputs are built
+        _check_against(handle, s, allow_other_model=allow_other_model)
     kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
     enc = build_inputs(handle, list(prompts), list(images), position_ids=False, for_generation=True)
     prompt_len = int(enc["input_ids"].shape[1])
     if not specs:
         with torch.inference_mode():
             return _run(handle.model.generate(**enc, **kw), prompt_len, ())
-    with steer(handle, specs) as log, torch.inference_mode():
+    with steer(handle, specs, allow_other_model=allow_other_model) as log, torch.inference_mode():
         out = handle.model.generate(**enc, **kw)
     return _run(out, prompt_len, [n for i, _, n, e in log.calls if e and i == 0])
 
@@ -406,6 +547,7 @@ def steered_generate_nnsight(
     max_new_tokens: int,
     *,
     min_new_tokens: int | None = None,
+    allow_other_model: bool = False,
 ) -> SteeredRun:
     """The same steered greedy generation done with nnsight's iteration API (the cross-check).
 
@@ -426,7 +568,7 @@ def steered_generate_nnsight(
 
     specs = _as_list(steering)
     for s in specs:
-        _check_against(handle, s)
+        _check_against(handle, s, allow_other_model=allow_other_model)
     kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
     enc = build_inputs(handle, list(prompts), list(images), position_ids=False, for_generation=True)
     prompt_len = int(enc["input_ids"].shape[1])
@@ -477,18 +619,20 @@ def option_logprobs(
     steering: Steering | Sequence[Steering] | None = None,
     *,
     batch_size: int | None = None,
+    allow_other_model: bool = False,
 ) -> np.ndarray:
     """Next-token log-probs of the option letters at the answer position, optionally steered.
 
     (rows, len(letters)) float64: a full-vocabulary log-softmax at each row's last
     position, restricted to the letters' first tokens (hooks.next_token_logprobs).
+    allow_other_model: as in steer().
     """
     from evprobe.hooks.generation import next_token_logprobs
 
     specs = _as_list(steering)
     if not specs:
         return next_token_logprobs(handle, prompts, images, list(letters), batch_size=batch_size)
-    with steer(handle, specs):
+    with steer(handle, specs, allow_other_model=allow_other_model):
         return next_token_logprobs(handle, prompts, images, list(letters), batch_size=batch_size)
 
 
@@ -499,7 +643,9 @@ __all__ = [
     "Steering",
     "SteeringLog",
     "mean_residual_norm",
+    "check_direction_model",
     "option_logprobs",
+    "provenance_of",
     "random_directions",
     "steer",
     "steered_generate",

@@ -22,6 +22,12 @@ Files (no pickles anywhere):
   steering strength can be stated in units of the typical norm (alpha = k * mean_norm). Folder
   readers take the provenance from here (the file's metadata must name the same direction).
 
+Steering from Python: `hooks.steer.Steering.from_direction(direction, alpha)` takes a Direction by
+its `vector` and `provenance` (hooks never imports probes): its layer, its position ("last" steers
+the last prompt token), alpha in multiples of `mean_norm`, and `model` (the capture's model name),
+which every hooks steering and ablation function checks against the handle it meets (one-line
+refusal, override `allow_other_model=True`; hooks.fingerprint.check_fitted_on, as the CLI).
+
 Names (`direction_name`), which are also the file names, contain no `=` and split on `.` into
 LABEL.PROBE.L<layer>.POSITION[.CONDITION]: LABEL is the label when the positive class is true
 (`resolved`) and LABEL-POSITIVE otherwise (`resolved-false`, `system-sliding`); CONDITION is the
