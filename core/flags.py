@@ -10,7 +10,8 @@ Flag types from annotations: int, float, str; `X | None` as X; `tuple[int, ...]`
 `tuple[str, ...]` / `tuple[float, ...]` as comma-separated lists; `Literal[...]` as choices;
 `tuple[int, ...] | Literal["word"]` as integers or the word; bool as `--flag` / `--no-flag`.
 Every flag defaults to None ("not given"): the YAML's value or the field's default stands, and
-`--help` shows the field's default. A field without a default is a required flag when there is
+`--help` shows the field's default (unless its help already says it). A hand-written option's
+default is shown by the CLI's help formatter (experiments.cli). A field without a default is a required flag when there is
 no YAML to give it (`required=True`).
 """
 
@@ -135,7 +136,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: Se
             continue
         parse, extra = _flag_type(hints[f.name])
         needed = required and f.default is MISSING and f.default_factory is MISSING  # type: ignore[misc]
-        text = f.metadata.get("help", "") + (_default_text(f) if defaults else "")
+        text = f.metadata.get("help", "")
+        if defaults and "default" not in text.lower():  # a help that says its default says it once
+            text += _default_text(f)
         kwargs: dict[str, Any] = {"default": None, "help": text, **extra}
         if parse is not None:
             kwargs["type"] = parse

@@ -17,6 +17,13 @@ Choices (no science decides them; each is tested in tests/core/test_progress.py)
 - The rate counts this session only (a resumed job's earlier rows are not in it), in units per
   second (one decimal from 1/s up, two significant digits below); the ETA is the remaining count
   at that rate, shown in s below 100 s, then min, then h.
+- No rate or ETA before MIN_TIMED (1 s) has passed since the step started: the line is then
+  `done/total` alone. A rate over microseconds is noise (`879120.9/s, ETA 0 s` for layers that
+  came back at once), and a step that short needs no ETA. One second, not a count of updates: the
+  rate is done / time since the start, so one update after 1 s (the first unit of a slow step) is
+  already timed, while many updates within a millisecond are not. `progress_callback` starts its
+  clock when it is made (just before the step), not at the first report, so the first unit's time
+  counts.
 - Our own ~50 lines rather than tqdm: tqdm is no declared dependency (it comes with transformers),
   and it rewrites one line with `\\r` in pipes and files too, which is what a log must not hold.
 """
@@ -31,6 +38,7 @@ from typing import TextIO
 TERMINAL_EVERY = 0.5  # seconds between rewrites of a terminal's line
 LOG_EVERY = 10.0  # seconds between whole lines in a pipe or file
 LAUNCHER_EVERY = 15.0  # seconds between whole lines of each process under a launcher
+MIN_TIMED = 1.0  # seconds since the start before a line shows a rate and ETA (module docstring)
 
 _enabled = True
 
@@ -79,9 +87,11 @@ def note(label: str, text: str, *, stream: TextIO | None = None) -> None:
 
 class Progress:
     """Prints `label done/total (rate/s, ETA t)`: on the first update, at most every `every`
-    seconds after it, and at the end. `every` defaults by where the stream goes (module docstring)."""
+    seconds after it, and at the end; `label done/total` alone before MIN_TIMED seconds. `every`
+    defaults by where the stream goes (module docstring); `clock` (seconds) is for tests."""
 
-    def __init__(self, label: str, total: int, *, stream: TextIO | None = None, every: float | None = None) -> None:
+    def __init__(self, label: str, total: int, *, stream: TextIO | None = None, every: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         from evprobe.core.shard import distributed_shard
 
         self.label, self.total = label, total
@@ -92,37 +102,45 @@ class Progress:
         default = LAUNCHER_EVERY if launched else LOG_EVERY if self.lines else TERMINAL_EVERY
         self.every = default if every is None else max(every, LAUNCHER_EVERY) if launched else every
         self.done = 0
-        self.start = time.perf_counter()
+        self.clock = clock
+        self.start = clock()
         self._last: float | None = None  # when the last line was printed (None: none yet)
 
     def update(self, n: int = 1) -> None:
         self.done += n
         if self.silent:
             return
-        now = time.perf_counter()
+        now = self.clock()
         if self._last is None or now - self._last >= self.every or self.done >= self.total:
             self._last = now
             self._print(now)
 
     def _print(self, now: float) -> None:
-        elapsed = max(now - self.start, 1e-9)
-        rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        elapsed = now - self.start
         end = "\n" if self.done >= self.total or self.lines else "\r"
         pad = "" if self.lines else "   "  # a rewritten line must cover a longer previous one
-        speed = f"{rate:.1f}/s" if rate >= 1 else f"{rate:.2g}/s"  # two digits of a slow rate: 0.31/s
-        self.stream.write(f"{self.label} {self.done}/{self.total} ({speed}, ETA {duration(eta)}){pad}{end}")
+        timed = ""
+        if elapsed >= MIN_TIMED:  # else too short to time: done/total alone
+            rate = self.done / elapsed
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            speed = f"{rate:.1f}/s" if rate >= 1 else f"{rate:.2g}/s"  # two digits of a slow rate: 0.31/s
+            timed = f" ({speed}, ETA {duration(eta)})"  # once timed, every later line is: elapsed only grows
+        self.stream.write(f"{self.label} {self.done}/{self.total}{timed}{pad}{end}")
         self.stream.flush()
 
 
-def progress_callback(label: str, *, stream: TextIO | None = None) -> Callable[[int, int], None]:
-    """A `report(done, total)` function (the form probes' sweeps call) drawing one Progress."""
+def progress_callback(label: str, *, stream: TextIO | None = None,
+                      clock: Callable[[], float] = time.perf_counter) -> Callable[[int, int], None]:
+    """A `report(done, total)` function (the form probes' sweeps call) drawing one Progress, timed
+    from now (the first unit's time counts, though the total is known only at the first report)."""
     bar: Progress | None = None
+    start = clock()
 
     def report(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = Progress(label, total, stream=stream)
+            bar = Progress(label, total, stream=stream, clock=clock)
+            bar.start = start
         bar.update(done - bar.done)
 
     return report

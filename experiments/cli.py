@@ -14,6 +14,7 @@ subcommand, turns all of it off for the process.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -24,7 +25,43 @@ from evprobe.core.argtypes import nonnegative_int, positive_int
 from evprobe.experiments.config import config_from_flags, resolve_model_flag
 
 
+def shown_default(action: argparse.Action) -> str | None:
+    """The default `--help` shows for an option: its value when it takes one and the default is
+    neither None ("not given": a YAML's value or the config's default stands) nor SUPPRESS; None
+    for a positional argument and a switch (store_true, --help: no value, the default is off)."""
+    default = action.default
+    if not action.option_strings or action.nargs == 0 or default is None or default is argparse.SUPPRESS:
+        return None
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return None  # argparse itself shows a BooleanOptionalAction's default
+    if isinstance(default, (tuple, list)):
+        return ",".join(str(v) for v in default)
+    return str(default)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's default in `--help`, in one place: `(default: X)` after its help (`shown_default`),
+    unless the help already says its default (`default` in its text)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and shown_default(action) is not None:  # an option without help: its default alone
+            action = copy.copy(action)
+            action.help = f"(default: {shown_default(action).replace('%', '%%')})"  # type: ignore[union-attr]
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = shown_default(action)
+        if shown is None or "default" in text.lower():
+            return text
+        return f"{text.strip()} (default: {shown.replace('%', '%%')})".lstrip()
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
         self.exit(2, f"evprobe: error: {message}\n")
 

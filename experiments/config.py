@@ -29,15 +29,18 @@ nothing has been loaded or written when it is raised.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import json
 import os
+import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
+from evprobe.core.errors import InputError
 from evprobe.core.flags import PLACEMENT_KEYS, field_hints
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -103,8 +106,8 @@ class ModelConfig:
 
             arch = self.model.removeprefix("tiny:")
             if arch not in TINY_ARCHS:
-                raise ValueError(f"unknown tiny architecture {arch!r} in key 'model'; choose from "
-                                 f"{', '.join(TINY_ARCHS)}")
+                raise ValueError(f"unknown tiny architecture {arch!r} in key 'model'"
+                                 f"{_did_you_mean(arch, list(TINY_ARCHS))} Choose from {', '.join(TINY_ARCHS)}")
         check_loading_keys(self)
         for key in ("max_new_tokens_direct", "max_new_tokens_brief", "batch_size"):
             if getattr(self, key) < 1:
@@ -257,21 +260,17 @@ def apply_model_overrides(config: T, args: Any) -> T:
 MODEL_CONFIG_KEYS = ("model", "dtype", "attn_implementation", "trust_remote_code", *PLACEMENT_KEYS)
 
 
-def model_config_path(model: str) -> Path | None:
+def model_config_path(model: str, *, policies: bool = True) -> Path | None:
     """The model config YAML a `--model` value names, or None when the value is a model itself.
 
-    A value ending in .yaml/.yml is a model config (a path, or a name in configs/models); a missing
-    one is a ConfigError. `tiny:<arch>`, an existing folder and a registered model name (e.g.
-    `organism`, see hooks.loading.named_models) are models, as before; any other bare name is a
-    model config when configs/models has it (e.g. `tiny_llava`), else a model (a hub id)."""
-    if model.startswith("tiny:") or os.path.isdir(model):
+    `check_model_name` refuses first what is no model at all (a typo), before any network. A value
+    ending in .yaml/.yml is a model config (a path, or a name in configs/models). `tiny:<arch>`, an
+    existing folder and a registered model name (e.g. `organism`, see hooks.loading.named_models)
+    are models, as before; any other bare name is a model config when configs/models has it (e.g.
+    `tiny_llava`), else a model (a hub id). `policies`: policy:<name> is a model too (evprobe run)."""
+    check_model_name(model, policies=policies)
+    if model.startswith("tiny:") or model.startswith(POLICY_PREFIX) or os.path.isdir(model):
         return None
-    if model.endswith(YAML_SUFFIXES):
-        path = _find_config(model, "models")
-        if path is None:
-            raise ConfigError(f"model config file {model} not found; give an existing YAML path or a name from "
-                              f"{CONFIGS_DIR / 'models'} (known: {', '.join(config_names('models'))})")
-        return path
     path = _find_config(model, "models")
     if path is None:
         return None
@@ -280,15 +279,132 @@ def model_config_path(model: str) -> Path | None:
     return None if model in named_models() else path
 
 
-def resolve_model_flag(config: T, args: Any = None) -> T:
+# ---------------------------------------------------------------- which model names exist
+
+POLICY_PREFIX = "policy:"  # bench.runner's: a scripted policy, which only `evprobe run` runs
+# A hub id as the hub allows it: `owner/name`, one slash, letters, digits, `-`, `_` and `.`, each
+# part starting and ending with a letter or digit, no `--` or `..` (huggingface_hub's
+# validate_repo_id), at most 96 characters a part.
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+_HUB_ID = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
+_ACCEPTED = ("a model config (a name in configs/models or a YAML path), an existing folder, tiny:<arch>, "
+             "a registered name, or a hub id owner/name")
+
+
+class UnknownModelError(ConfigError, InputError):
+    """A model name that is no config, folder, known name or plausible hub id (one line, closest matches)."""
+
+
+def plausible_hub_id(name: str) -> bool:
+    """`owner/name` as the hub allows it (`_HUB_ID`): what may be worth a hub lookup."""
+    return _HUB_ID.fullmatch(name) is not None and "--" not in name and ".." not in name \
+        and not name.endswith(YAML_SUFFIXES)
+
+
+def known_model_names(*, policies: bool = False) -> list[str]:
+    """Every name a model flag knows without a folder or a hub: the configs in configs/models,
+    tiny:<arch>, the registered names and (with `policies`) policy:<name>."""
+    from evprobe.hooks.loading import named_models
+    from evprobe.hooks.tiny import TINY_ARCHS
+
+    names = [*config_names("models"), *(f"tiny:{a}" for a in TINY_ARCHS), *named_models()]
+    if policies:
+        from evprobe.bench.policies import POLICIES
+
+        names += [f"{POLICY_PREFIX}{p}" for p in POLICIES]
+    return names
+
+
+def _did_you_mean(name: str, names: list[str]) -> str:
+    """`; did you mean a, b or c?` (the closest of `names`), else `.`: a sentence's end."""
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    return "." if not close else f"; did you mean {close[0]}?" if len(close) == 1 else \
+        f"; did you mean {', '.join(close[:-1])} or {close[-1]}?"
+
+
+def _in_hub_cache(model: str) -> bool:
+    """Whether a bare hub name (a legacy id without an owner, `gpt2`) is in the local Hugging Face
+    cache: read from disk only. Such a name is accepted when cached; otherwise it must be written
+    owner/name (`openai-community/gpt2`), so a typo is never a network lookup."""
+    if "/" in model or not model:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(model, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a name the cache cannot even look up is not in it
+        return False
+
+
+def check_model_name(model: str, *, policies: bool = False) -> None:
+    """Refuse, in one line naming the closest known names, a model that is neither an existing
+    path, a model config, tiny:<known arch>, a registered name, (with `policies`) policy:<known
+    name), nor a plausible hub id (`plausible_hub_id`): before any network, download or load, so a
+    typo (`qwen2_5_vl_7`) is not a hub lookup. The one check of every command that takes a model
+    (`model_config_path` -> run, capture, patching; `load_model_config` -> the experiments' configs,
+    quickstart)."""
+    if os.path.exists(model):
+        return
+    if model.startswith("tiny:"):
+        from evprobe.hooks.tiny import TINY_ARCHS
+
+        arch = model.removeprefix("tiny:")
+        if arch not in TINY_ARCHS:
+            raise UnknownModelError(f"unknown tiny architecture {arch!r}{_did_you_mean(arch, list(TINY_ARCHS))} "
+                                    f"Choose from {', '.join(TINY_ARCHS)}")
+        return
+    if model.startswith(POLICY_PREFIX):
+        from evprobe.bench.policies import POLICIES
+
+        name = model.removeprefix(POLICY_PREFIX)
+        if not policies:
+            raise UnknownModelError(f"{model} is a scripted policy, which only `evprobe run` runs; give a model: "
+                                    f"{_ACCEPTED}")
+        if name not in POLICIES:
+            raise UnknownModelError(f"unknown policy {name!r}{_did_you_mean(name, list(POLICIES))} "
+                                    f"Choose from {', '.join(POLICIES)}")
+        return
+    if model.endswith(YAML_SUFFIXES):
+        if _find_config(model, "models") is None:
+            stem = Path(model).stem if Path(model).name == model else model
+            raise UnknownModelError(f"model config file {model} not found{_did_you_mean(stem, config_names('models'))} "
+                                    f"Give an existing YAML path or a name from {CONFIGS_DIR / 'models'} "
+                                    f"(known: {', '.join(config_names('models'))})")
+        return
+    if _find_config(model, "models") is not None or plausible_hub_id(model):
+        return
+    from evprobe.hooks.loading import named_models
+
+    if model in named_models() or _in_hub_cache(model):
+        return
+    known = known_model_names(policies=policies)
+    pathlike = "/" in model or os.sep in model or model.startswith(".")
+    why = "no such path, and not a hub id owner/name (letters, digits, -, _, .)" if pathlike else "not a known name"
+    close = _did_you_mean(model, known)
+    if close == ".":  # nothing close: the names there are
+        close = f" (model configs: {', '.join(config_names('models'))})."
+    bare = "" if pathlike else " (a hub model without an owner only when in the local cache: write owner/name, e.g. " \
+        "openai-community/gpt2)"
+    raise UnknownModelError(f"unknown model {model!r}: {why}{close} Give {_ACCEPTED}"
+                            f"{', or policy:<name>' if policies else ''}{bare}")
+
+
+def resolve_model_flag(config: T, args: Any = None, *, policies: bool | None = None) -> T:
     """`config` (a frozen run / capture / patching config with a flat `model` field) with its
     model resolved: when `model` names a model config (`model_config_path`), the config's model,
     dtype, attn_implementation, trust_remote_code and placement fields are filled from it (the model
     becomes the config's hub id, folder or tiny:<arch>; a pinned revision its local snapshot, as in
-    `model_source`), except the fields whose flags `args` gave. Otherwise `config` unchanged."""
+    `model_source`), except the fields whose flags `args` gave. Otherwise `config` unchanged.
+    A name that is no model (a typo) is refused first, in one line (`check_model_name`); `policies`:
+    policy:<name> is a model too (None: when `config` is a RunConfig, whose scripted policies only
+    `evprobe run` runs)."""
     from evprobe.core.flags import config_overrides
 
-    path = model_config_path(config.model)  # type: ignore[attr-defined]
+    if policies is None:
+        from evprobe.bench.runner import RunConfig
+
+        policies = isinstance(config, RunConfig)
+    path = model_config_path(config.model, policies=policies)  # type: ignore[attr-defined]
     if path is None:
         return config
     cls = type(config)
@@ -305,14 +421,6 @@ def resolve_model_flag(config: T, args: Any = None) -> T:
     return dataclasses.replace(config, **values)  # type: ignore[type-var]
 
 
-def _looks_like_model_id(ref: str) -> bool:
-    """tiny:<arch>, a local folder, or a hub id `owner/name` (one slash, no spaces)."""
-    if ref.startswith("tiny:") or os.path.isdir(ref):
-        return True
-    parts = ref.split("/")
-    return len(parts) == 2 and all(parts) and not any(c.isspace() for c in ref) and not ref.endswith(YAML_SUFFIXES)
-
-
 def load_model_config(ref: str | Path | ModelConfig, overrides: Mapping[str, Any] | None = None) -> ModelConfig:
     """A ModelConfig from a YAML path, a bare name in configs/models, or a direct model string.
 
@@ -326,14 +434,11 @@ def load_model_config(ref: str | Path | ModelConfig, overrides: Mapping[str, Any
     path = _find_config(text, "models")
     if path is not None:
         return load_config(ModelConfig, path, overrides, defaults={"name": path.stem})
-    if _looks_like_model_id(text):
-        name = text.replace("/", "__").replace(":", "_")
-        return load_config(ModelConfig, {"name": name, "model": text}, overrides, where=f"model {text!r}")
-    if text.endswith(YAML_SUFFIXES) or os.sep in text:
-        raise ConfigError(f"model config file {text} not found; give an existing YAML path or a name from "
-                          f"{CONFIGS_DIR / 'models'}")
-    raise ConfigError(f"unknown model {text!r}: not a YAML file, not a config in {CONFIGS_DIR / 'models'} "
-                      f"(known: {', '.join(config_names('models'))}), not tiny:<arch> or a hub id owner/name")
+    check_model_name(text)  # a typo: one line with the closest names, before any network
+    if text.startswith(POLICY_PREFIX) or text.endswith(YAML_SUFFIXES):  # refused above; unreachable
+        raise ConfigError(f"model {text!r} is no model")
+    name = text.replace("/", "__").replace(":", "_")
+    return load_config(ModelConfig, {"name": name, "model": text}, overrides, where=f"model {text!r}")
 
 
 # ---------------------------------------------------------------- finding config files

@@ -40,7 +40,7 @@ def test_a_pipe_gets_whole_lines_first_and_last_always() -> None:
     lines = text.splitlines()
     # the first update (the step computes, at this rate) and the last; the 3 between fall in one 10 s interval
     assert [line.split(" (")[0] for line in lines] == ["capture 1/5", "capture 5/5"]
-    assert lines[-1].endswith("ETA 0 s)")
+    assert lines[-1] == "capture 5/5"  # too fast to time: no rate or ETA (core.progress.MIN_TIMED)
 
 
 def test_a_pipe_gets_a_line_per_interval() -> None:
@@ -60,7 +60,7 @@ def test_a_terminal_gets_one_line_rewritten() -> None:
     bar.update(2)
     text = out.getvalue()
     assert text.count("\r") == 1 and text.endswith("\n") and text.count("\n") == 1
-    assert text.startswith("run 1/3 (")
+    assert text.startswith("run 1/3")
 
 
 def test_rate_and_eta_are_this_sessions() -> None:
@@ -70,9 +70,9 @@ def test_rate_and_eta_are_this_sessions() -> None:
     bar.update()
     line = out.getvalue()
     assert "(0.5/s, ETA 18 s)" in line, line
-    bar.start = time.perf_counter() - 0.5  # all 10 in half a second
+    bar.start = time.perf_counter() - 1.0  # all 10 in one second
     bar.update(9)
-    assert re.fullmatch(r"x 10/10 \((1\d|20)\.\d/s, ETA 0 s\)", out.getvalue().splitlines()[-1])  # ~20/s
+    assert re.fullmatch(r"x 10/10 \((9|10)\.\d/s, ETA 0 s\)", out.getvalue().splitlines()[-1])  # ~10/s
 
 
 def test_duration_units() -> None:
@@ -99,7 +99,7 @@ def test_callback_draws_one_bar() -> None:
     for done in (1, 2, 3):
         report(done, 3)
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("sweep layer 1/3 (") and lines[-1].startswith("sweep layer 3/3 (")
+    assert lines[0].startswith("sweep layer 1/3") and lines[-1].startswith("sweep layer 3/3")
 
 
 def test_run_job_says_what_it_does_and_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +107,7 @@ def test_run_job_says_what_it_does_and_counts(tmp_path: Path, capsys: pytest.Cap
     err = capsys.readouterr().err.splitlines()
     n = 2 * len(UNITS)
     assert err[0] == f"toy: {n} rows to compute (0 already in {tmp_path / 'a'}); loading"
-    assert err[-1].startswith(f"toy {n}/{n} (") and "ETA 0 s)" in err[-1]
+    assert re.fullmatch(rf"toy {n}/{n}( \(.+/s, ETA 0 s\))?", err[-1]), err[-1]  # a rate from 1 s on
     run_job(Toy(tmp_path / "b"), progress=False)
     assert capsys.readouterr().err == ""
     set_progress(False)  # the CLI's --no-progress silences a step whose caller asked for progress
