@@ -395,7 +395,9 @@ def resolve_model_flag(config: T, args: Any = None, *, policies: bool | None = N
     dtype, attn_implementation, trust_remote_code and placement fields are filled from it (the model
     becomes the config's hub id, folder or tiny:<arch>; a pinned revision its local snapshot, as in
     `model_source`), except the fields whose flags `args` gave. Otherwise `config` unchanged.
-    A name that is no model (a typo) is refused first, in one line (`check_model_name`); `policies`:
+    A name that is no model (a typo) is refused first, in one line (`check_model_name`), except with
+    `--backend openai`, where the model is the name a server serves (its /models refuses a typo, with
+    the names it serves); `policies`:
     policy:<name> is a model too (None: when `config` is a RunConfig, whose scripted policies only
     `evprobe run` runs)."""
     from evprobe.core.flags import config_overrides
@@ -404,6 +406,8 @@ def resolve_model_flag(config: T, args: Any = None, *, policies: bool | None = N
         from evprobe.bench.runner import RunConfig
 
         policies = isinstance(config, RunConfig)
+    if getattr(config, "backend", "hf") == "openai":  # the name a server serves: the server checks it
+        return config
     path = model_config_path(config.model, policies=policies)  # type: ignore[attr-defined]
     if path is None:
         return config

@@ -159,3 +159,17 @@ def test_a_bare_hub_name_passes_only_when_in_the_local_cache(tmp_path: Path, mon
     check_model_name("gpt2")
     with pytest.raises(InputError, match="write owner/name, e.g. openai-community/gpt2"):
         check_model_name("distilgpt2")
+
+
+def test_the_openai_backend_takes_whatever_name_its_server_serves(tmp_path: Path) -> None:
+    """With --backend openai the model is a served name (`fault-model`, `gpt-4o`): no local check;
+    the server's /models refuses a typo, with the names it serves (tests/bench/test_backend_openai.py)."""
+    from evprobe.bench.runner import RunConfig
+    from evprobe.experiments.config import resolve_model_flag
+
+    served = RunConfig(model="gpt-4o-mini", bench="b", out=str(tmp_path), backend="openai", base_url="http://x/v1")
+    assert resolve_model_flag(served) is served
+    from evprobe.core.errors import InputError
+
+    with pytest.raises(InputError, match="unknown model 'gpt-4o-mini'"):
+        resolve_model_flag(RunConfig(model="gpt-4o-mini", bench="b", out=str(tmp_path)))
