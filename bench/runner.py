@@ -76,6 +76,7 @@ class RunConfig:
     offload_folder: str | None = setting(None, HELP["offload_folder"])
     trust_remote_code: bool = setting(False, HELP["trust_remote_code"])
     attn_implementation: str | None = setting(None, HELP["attn_implementation"])
+    prompt_format: Literal["chat", "raw"] | None = setting(None, HELP["prompt_format"])
     seed: int = setting(0, "seed of the random policy and of sampling (--temperature above 0)")
     shard: str | None = setting(None, HELP["shard"])
     # Throughput settings (README: "Throughput settings"). None changes a greedy record in float32; the two
@@ -443,6 +444,9 @@ def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
         raise InputError(f"--option-logprobs reads the first reply token, which holds the letter only in protocol "
                          f"direct without the json regime (this run: {c.protocol}, {c.regime}); drop the flag")
     if c.backend == "openai":
+        if c.prompt_format == "raw":
+            raise InputError("--prompt-format raw needs a completion call; --backend openai sends chat turns "
+                             "(the server applies its chat template): drop --prompt-format or use --backend hf/vllm")
         if not c.base_url:
             raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
         for name in ("concurrency", "max_retries"):

@@ -42,6 +42,8 @@ HELP = {
     "answer_prefix": "text the reply starts with before its answer letter (e.g. 'ANSWER:'), appended to the "
                      "generation prompt by the answer readouts (log-probs, capture, patching); default: the "
                      "model's own (the organism's ANSWER:), else none",
+    "prompt_format": "chat (one user turn through the model's chat template) or raw (the prompt string itself, "
+                     "for a base model); default: chat when the tokenizer has a chat template, else raw",
     "shard": "only shard K/N (0-based; whole families, sorted ids round robin); combine the N folders with "
              "`evprobe merge`. Under torchrun the rank picks the shard",
     "regime": "prompt regime: standard, guided or json",
@@ -81,6 +83,8 @@ def _flag_type(hint: Any) -> tuple[Callable[[str], Any] | None, dict[str, Any]]:
         literals = [a for a in rest if get_origin(a) is Literal]
         others = [a for a in rest if get_origin(a) is not Literal and not dataclasses.is_dataclass(a)]
         words = [w for lit in literals for w in get_args(lit)]
+        if literals and not others:  # e.g. prompt_format: "chat" | "raw" | None (None = the flag's absence)
+            return type(words[0]), {"choices": words}
         if len(words) == 1 and others == [int]:  # e.g. layer: a number or "best"
             return int_or(words[0]), {"metavar": f"INT|{words[0]}"}
         if len(words) == 1 and len(others) == 1 and get_origin(others[0]) is tuple and get_args(others[0])[0] is int:

@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -115,6 +115,7 @@ class CaptureConfig:
     trust_remote_code: bool = setting(False, HELP["trust_remote_code"])
     attn_implementation: str | None = setting(None, HELP["attn_implementation"])
     answer_prefix: str | None = setting(None, HELP["answer_prefix"])
+    prompt_format: Literal["chat", "raw"] | None = setting(None, HELP["prompt_format"])
     shard: str | None = setting(None, HELP["shard"])
 
     def __post_init__(self) -> None:
@@ -341,6 +342,8 @@ class CaptureJob(Job):
             out.update(revision=getattr(h.model.config, "_commit_hash", None),
                        dtype=str(h.dtype).removeprefix("torch."), n_model_layers=h.n_layers, d_model=h.d_model,
                        chat_template_sha256=_chat_template_sha256(h))
+            if h.prompt_format != "chat":  # absent for chat: a folder written before the setting resumes
+                out["prompt_format"] = h.prompt_format
         return out
 
     @cached_property
@@ -387,7 +390,8 @@ class CaptureJob(Job):
 
         c = self.config
         self.handle = load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
-                           trust_remote_code=c.trust_remote_code, answer_prefix=c.answer_prefix)
+                           trust_remote_code=c.trust_remote_code, answer_prefix=c.answer_prefix,
+                           prompt_format=c.prompt_format)
         self.check_readable()
 
     def check_markers(self) -> None:

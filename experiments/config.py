@@ -78,6 +78,8 @@ class ModelConfig:
     answer_prefix: what the reply starts with before its answer letter (e.g. "ANSWER:"), appended
         by the answer readouts (hooks.Handle.answer_prefix); None = the model's own (the
         organism's "ANSWER:"), else none.
+    prompt_format: "chat" or "raw" (hooks.Handle.prompt_format); None = chat when the tokenizer
+        has a chat template, else raw (a base model).
     notes: free text (why a setting is what it is).
     """
 
@@ -94,6 +96,7 @@ class ModelConfig:
     trust_remote_code: bool = False
     revision: str | None = None
     answer_prefix: str | None = None
+    prompt_format: str | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -126,8 +129,14 @@ class ModelConfig:
 
 def check_loading_keys(config: Any) -> None:
     """The model-loading keys any config shares with ModelConfig (dtype, attn_implementation,
-    device_map, max_memory, offload_folder), checked as ModelConfig checks them: at config time,
+    device_map, max_memory, offload_folder, prompt_format), checked as ModelConfig checks them: at config time,
     before a model file is hashed or loaded. A config without one of the keys skips it."""
+    from evprobe.hooks.handle import PROMPT_FORMATS
+
+    prompt_format = getattr(config, "prompt_format", None)
+    if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"key 'prompt_format' is {prompt_format!r}; choose from {', '.join(PROMPT_FORMATS)} "
+                         "or null (chat when the tokenizer has a chat template, else raw)")
     dtype = getattr(config, "dtype", "auto")
     if dtype not in DTYPES:
         raise ValueError(f"key 'dtype' is {dtype!r}; choose from {', '.join(DTYPES)}")
@@ -179,7 +188,7 @@ def load_model(cfg: ModelConfig):
 
     return hooks.load(model_source(cfg), dtype=cfg.dtype, **placement_of(cfg),
                       trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
-                      answer_prefix=cfg.answer_prefix)
+                      answer_prefix=cfg.answer_prefix, prompt_format=cfg.prompt_format)
 
 
 def config_from_flags(cls: type[T], args: Any, **given: Any) -> T:

@@ -277,7 +277,8 @@ def _capture(plan: Plan, regime: str, progress: bool) -> Path:
     capture(CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(out),
                           requests=tuple(plan.config.requests), layers="all", positions=(POSITION,), regime=regime,
                           batch_size=plan.batch_size, dtype=m.dtype, **placement_of(m),
-                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation),
+                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
+                          answer_prefix=m.answer_prefix, prompt_format=m.prompt_format),
             progress=progress)
     return out
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -87,6 +87,7 @@ class PatchingConfig:
     offload_folder: str | None = setting(None, HELP["offload_folder"])
     attn_implementation: str | None = setting(None, HELP["attn_implementation"])
     answer_prefix: str | None = setting(None, HELP["answer_prefix"])
+    prompt_format: Literal["chat", "raw"] | None = setting(None, HELP["prompt_format"])
     n_boot: int = setting(2000, "family bootstrap resamples")
     seed: int = setting(20260905, "bootstrap seed")
     shard: str | None = setting(None, HELP["shard"])
@@ -225,7 +226,7 @@ class PatchingJob(Job):
 
         c = self.config
         self.handle = hooks.load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
-                                 answer_prefix=c.answer_prefix)
+                                 answer_prefix=c.answer_prefix, prompt_format=c.prompt_format)
         self.check_readable()
 
     def check_readable(self) -> None:

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from evprobe.hooks.inputs import build_inputs
+from evprobe.hooks.inputs import build_inputs, image_rows
 from evprobe.hooks.layers import COMPONENTS
 from evprobe.hooks.positions import Position, row_indices
 from evprobe.hooks.positions import check_positions as check_any_positions
@@ -280,7 +280,7 @@ def _warn_if_hooked(handle: Handle, plan: list[tuple[int, str, str]]) -> None:
 def capture_batch(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None = None,
     *,
     layers: Sequence[int],
     positions: Sequence[Position | int],
@@ -295,6 +295,7 @@ def capture_batch(
         `component`; `by_component` holds each).
     first_row: the caller's index of row 0, used in error messages only.
     """
+    images = image_rows(prompts, images)
     import torch
 
     positions = check_any_positions(positions)
@@ -339,7 +340,7 @@ def check_rows(prompts, images, text_markers, batch_size) -> int:
 def capture_components(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None = None,
     *,
     layers: Sequence[int],
     positions: Sequence[Position | int],
@@ -348,6 +349,7 @@ def capture_components(
     batch_size: int | None = None,
 ) -> dict[str, np.ndarray]:
     """`capture_layers` of several components from one forward per batch: {component: array}."""
+    images = image_rows(prompts, images)
     step = check_rows(prompts, images, text_markers, batch_size)
     components = check_components(components)
     out: dict[str, list[np.ndarray]] = {c: [] for c in components}
@@ -364,7 +366,7 @@ def capture_components(
 def capture_layers(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None = None,
     *,
     layers: Sequence[int],
     positions: Sequence[Position | int],
@@ -385,5 +387,6 @@ def capture_layers(
     Returns float32 (rows, len(layers), len(positions), d_model). A row whose span for an
     asked position is empty is a ValueError naming the row and the position.
     """
+    images = image_rows(prompts, images)
     return capture_components(handle, prompts, images, layers=layers, positions=positions, components=[component],
                               text_markers=text_markers, batch_size=batch_size)[component]

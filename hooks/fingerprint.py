@@ -121,11 +121,15 @@ def model_fingerprint(model: str, handle: Handle | None = None) -> dict[str, Any
 
 def loaded_fingerprint(handle: Handle) -> dict[str, Any]:
     """What only the loaded model tells: `model_revision`, `model_dtype`, `chat_template_sha256`,
-    and `answer_prefix` (what every answer readout appends: Handle.answer_prefix)."""
-    return {"model_revision": getattr(handle.model.config, "_commit_hash", None),
-            "model_dtype": str(handle.dtype).removeprefix("torch."),
-            "chat_template_sha256": chat_template_sha256(handle),
-            "answer_prefix": handle.answer_prefix or None}  # None when none: older folders resume
+    `answer_prefix` (what every answer readout appends: Handle.answer_prefix) and, for a raw
+    prompt format, `prompt_format` (Handle.prompt_format)."""
+    out = {"model_revision": getattr(handle.model.config, "_commit_hash", None),
+           "model_dtype": str(handle.dtype).removeprefix("torch."),
+           "chat_template_sha256": chat_template_sha256(handle),
+           "answer_prefix": handle.answer_prefix or None}  # None when none: older folders resume
+    if handle.prompt_format != "chat":  # absent for chat: a folder written before the setting resumes
+        out["prompt_format"] = handle.prompt_format
+    return out
 
 
 # ---------------------------------------------------------------- which model a direction was fitted on

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from evprobe.hooks.inputs import build_inputs
+from evprobe.hooks.inputs import build_inputs, image_rows
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -89,7 +89,7 @@ def _cache_kwargs(handle: Handle, decode_cache: str) -> dict:
 def generate(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None = None,
     *,
     max_new_tokens: int,
     batch_size: int = 1,
@@ -99,6 +99,7 @@ def generate(
 
     decode_cache: how decoding keeps its KV cache (DECODE_CACHES); greedy tokens are the same for
     every choice up to floating-point reassociation (tests/hooks/test_generation_speed.py)."""
+    images = image_rows(prompts, images)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     check_decode_cache(decode_cache)
@@ -197,8 +198,8 @@ def candidate_token_ids(handle: Handle, candidates: Sequence[str]) -> list[int]:
 def next_token_logprobs(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
-    candidates: Sequence[str],
+    images: Sequence[Sequence[Image.Image]] | None = None,
+    candidates: Sequence[str] | None = None,
     *,
     batch_size: int | None = None,
 ) -> np.ndarray:
@@ -210,6 +211,9 @@ def next_token_logprobs(
     """
     import torch
 
+    images = image_rows(prompts, images)
+    if candidates is None:
+        raise TypeError("next_token_logprobs needs candidates (e.g. candidates=['A', 'B'])")
     cand = candidate_token_ids(handle, candidates)
     step = batch_size or len(prompts)
     out = []

@@ -36,6 +36,11 @@ class Handle:
         position is the one that predicts the answer's first token; generation does not (the
         model writes it). The model organism declares "ANSWER:" (its processor's
         `answer_prefix`); for another model pass it to `load` / `wrap`.
+    prompt_format: how a prompt string becomes the model's text (hooks.inputs.render_prompts):
+        "chat" = one user turn through the chat template, then the assistant generation prompt;
+        "raw" = the string itself (a base model's continuation; images, if any, as the
+        processor's image placeholders before it). `load` / `wrap` choose "chat" when the
+        processor or tokenizer has a chat template and "raw" when it has none, unless told.
     """
 
     # repr shows model_id and arch only (the module trees are long).
@@ -46,12 +51,14 @@ class Handle:
     arch: str
     layers: nn.ModuleList = field(repr=False)
     answer_prefix: str = ""
+    prompt_format: str = "chat"
     _nn: Any = field(default=None, repr=False)
 
     @classmethod
     def from_parts(cls, model: PreTrainedModel, processor: ProcessorMixin, *, model_id: str,
-                   answer_prefix: str | None = None) -> Handle:
-        """answer_prefix None: the processor's `answer_prefix` attribute, else none ("")."""
+                   answer_prefix: str | None = None, prompt_format: str | None = None) -> Handle:
+        """answer_prefix None: the processor's `answer_prefix` attribute, else none ("").
+        prompt_format None: "chat" when there is a chat template, else "raw" (PROMPT_FORMATS)."""
         from evprobe.hooks.layers import find_decoder_layers
 
         from transformers import PreTrainedTokenizerBase
@@ -75,6 +82,7 @@ class Handle:
             arch=model.config.model_type,
             layers=find_decoder_layers(model),
             answer_prefix=_answer_prefix(processor, answer_prefix),
+            prompt_format=resolve_prompt_format(processor, tokenizer, prompt_format, model_id),
         )
 
     @property
@@ -147,10 +155,45 @@ class Handle:
         other.answer_prefix = _answer_prefix(self.processor, prefix)
         return other
 
+    def with_prompt_format(self, prompt_format: str | None) -> Handle:
+        """This handle with another prompt format ("chat" | "raw"): a shallow copy sharing the
+        model, as `with_answer_prefix`; None: self unchanged."""
+        if prompt_format is None:
+            return self
+        other = copy.copy(self)
+        other.prompt_format = resolve_prompt_format(self.processor, self.tokenizer, prompt_format, self.model_id)
+        return other
+
+    def with_options(self, *, answer_prefix: str | None = None, prompt_format: str | None = None) -> Handle:
+        """`with_answer_prefix` then `with_prompt_format` (None leaves a setting as it is)."""
+        return self.with_answer_prefix(answer_prefix).with_prompt_format(prompt_format)
+
     @property
     def nn_layers(self):
         """The nnsight Envoy of `layers`: `handle.nn_layers[i].output` inside a trace."""
         return self.nn.get(self.layers_path)
+
+
+PROMPT_FORMATS: tuple[str, ...] = ("chat", "raw")
+
+
+def has_chat_template(processor: Any, tokenizer: Any) -> bool:
+    """Whether the processor or its tokenizer carries a chat template (a base LM's has none), or
+    the processor declares it renders chat turns itself (`prompt_format = "chat"`: the organism)."""
+    return bool(getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
+                or getattr(processor, "prompt_format", None) == "chat")
+
+
+def resolve_prompt_format(processor: Any, tokenizer: Any, given: str | None, model_id: str) -> str:
+    chat = has_chat_template(processor, tokenizer)
+    if given is None:
+        return "chat" if chat else "raw"
+    if given not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {given!r}")
+    if given == "chat" and not chat:
+        raise ValueError(f"{model_id}: prompt_format='chat' but its tokenizer has no chat template (a base "
+                         "model); use prompt_format='raw' (the prompt string as the model's text)")
+    return given
 
 
 def _answer_prefix(processor: Any, given: str | None) -> str:

@@ -1,8 +1,11 @@
-"""Turn prompts + images into model inputs: one chat turn per row, one processor call.
+"""Turn prompts + images into model inputs: one chat turn (or one raw string) per row, one processor call.
 
-Every row is a single user message whose content is its images (in order) then
-its text, rendered with the processor's chat template and an assistant
-generation prompt (and, for readouts of the answer, the handle's answer prefix: Handle.answer_prefix).
+With `Handle.prompt_format == "chat"` (a model with a chat template) every row is a single user
+message whose content is its images (in order) then its text, rendered with the processor's chat
+template and an assistant generation prompt. With "raw" (a base model, or asked for) the row's
+text is the prompt string itself, after one image placeholder per image (the processor's
+`image_token`) when it has images. Either way, for readouts of the answer, the handle's answer
+prefix follows (Handle.answer_prefix). Images are optional: `images=None` is no image on any row.
 All rows go through ONE processor call with left padding,
 so row i of every tensor belongs to prompt i and the last position of every row
 is its last real token.
@@ -32,11 +35,36 @@ def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequ
     answer prefix unless for_generation. processor: whose chat template (default the handle's)."""
     processor = handle.processor if processor is None else processor
     tail = "" if for_generation else handle.answer_prefix
+    if getattr(handle, "prompt_format", "chat") == "raw":
+        return [raw_text(processor, p, len(imgs)) + tail for p, imgs in zip(prompts, images, strict=True)]
     return [processor.apply_chat_template(user_message(p, len(imgs)), add_generation_prompt=True, tokenize=False)
             + tail for p, imgs in zip(prompts, images, strict=True)]
 
 
-def _check(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]]) -> None:
+def raw_text(processor: Any, prompt: str, n_images: int) -> str:
+    """A raw row: one image placeholder per image (the processor's `image_token`), then the prompt.
+    No role header, no generation prompt: a base model continues the string."""
+    if n_images == 0:
+        return prompt
+    token = getattr(processor, "image_token", None) or getattr(getattr(processor, "tokenizer", None),
+                                                               "image_token", None)
+    if not token:
+        raise ValueError(f"prompt_format='raw' with images needs the processor's image placeholder "
+                         f"(`image_token`), which {type(processor).__name__} lacks; use prompt_format='chat'")
+    return token * n_images + prompt
+
+
+def image_rows(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] | None) -> Sequence[Sequence]:
+    """`images`, or one empty image list per prompt when None (a text-only call)."""
+    if images is None:
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a list of strings, not a string")
+        return [[] for _ in prompts]
+    return images
+
+
+def _check(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] | None) -> None:
+    images = image_rows(prompts, images)
     if isinstance(prompts, str):
         raise TypeError("prompts must be a list of strings, not a string")
     if len(prompts) == 0:
@@ -51,7 +79,7 @@ def _check(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]]) -> N
 def build_inputs(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None = None,
     *,
     position_ids: bool = True,
     for_generation: bool = False,
@@ -59,7 +87,7 @@ def build_inputs(
     """Model inputs for a batch of (prompt, images) rows, on the model's device.
 
     prompts: one string per row.
-    images: one list of PIL images per row (may be empty).
+    images: one list of PIL images per row (may be empty); None = no images on any row.
     position_ids: also return the position ids generation would use, derived
         from the attention mask (so a plain forward or trace on left-padded rows
         sees the same positions as the same row alone; Qwen's 3D M-RoPE ids
@@ -83,7 +111,7 @@ def build_inputs(
 def encode_inputs(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None = None,
     *,
     for_generation: bool = False,
     processor: Any = None,
@@ -94,15 +122,16 @@ def encode_inputs(
     processor: the processor to call (default the handle's). A thread preparing inputs passes its
     own copy (`copy.deepcopy(handle.processor)`), so no tokenizer object is used by two threads."""
     _check(prompts, images)
+    images = image_rows(prompts, images)
     processor = handle.processor if processor is None else processor
-    texts = render_prompts(handle, prompts, images, for_generation=for_generation, processor=processor)
     # Images as one sub-list per row (empty for a text-only row). All eight tiny
     # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
     # images as one row's).
     rows = [list(imgs) for imgs in images]
     if any(rows) and not takes_images(processor):  # a tokenizer would drop them without a word
         raise ValueError(f"this model's processor ({type(processor).__name__}) is a tokenizer and takes no images; "
-                         "give every row an empty image list, or load a vision-language model")
+                         "give every row an empty image list (or images=None), or load a vision-language model")
+    texts = render_prompts(handle, prompts, images, for_generation=for_generation, processor=processor)
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
     kwargs = dict(text=texts, padding=True, padding_side="left", return_tensors="pt")

@@ -20,7 +20,7 @@ import os
 import re
 from typing import Any
 
-from evprobe.hooks.handle import Handle
+from evprobe.hooks.handle import Handle, resolve_prompt_format
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -168,8 +168,9 @@ def load(
     max_memory: str | dict[int | str, str] | None = None,
     offload_folder: str | None = None,
     answer_prefix: str | None = None,
+    prompt_format: str | None = None,
 ) -> Handle:
-    """Load a vision-language model and its processor into a Handle.
+    """Load a vision-language model (or a text-only causal LM) and its processor into a Handle.
 
     model: "tiny:<arch>" (see hooks.tiny.TINY_ARCHS), a registered name (`named_models()`, e.g.
         "organism"), a hub id or a local folder.
@@ -182,6 +183,9 @@ def load(
     attn_implementation: e.g. "eager" or "sdpa"; None = transformers' default.
     answer_prefix: what the reply starts with before the answer, appended by every answer readout
         (Handle.answer_prefix); None = the model's own (the organism's "ANSWER:"), else none.
+    prompt_format: "chat" (the chat template) or "raw" (the prompt string itself: a base model);
+        None = "chat" when the processor or tokenizer has a chat template, else "raw"
+        (Handle.prompt_format).
     """
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"load takes a model name or folder, got a {type(model).__name__}; for a model already "
@@ -204,7 +208,7 @@ def load(
             handle.model.to("cuda" if device_map == "auto" else device_map)
         if attn_implementation is not None:
             handle.model.set_attn_implementation(attn_implementation)
-        return handle.with_answer_prefix(answer_prefix)
+        return handle.with_options(answer_prefix=answer_prefix, prompt_format=prompt_format)
 
     name, model = model, resolve_model(model)
     if (os.path.isabs(model) or model.startswith(".")) and not os.path.isdir(model):
@@ -232,8 +236,11 @@ def load(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     processor = _load_processor(model, trust_remote_code=trust_remote_code)
+    # a prompt format the tokenizer cannot render is refused before the weights load
+    resolve_prompt_format(processor, getattr(processor, "tokenizer", processor), prompt_format, name)
     hf_model = _model_class(model, trust_remote_code).from_pretrained(model, **kwargs)
-    return Handle.from_parts(hf_model, processor, model_id=name, answer_prefix=answer_prefix)
+    return Handle.from_parts(hf_model, processor, model_id=name, answer_prefix=answer_prefix,
+                             prompt_format=prompt_format)
 
 
 def _model_class(model: str, trust_remote_code: bool):
@@ -253,7 +260,7 @@ def _causal_lm_types() -> set[str]:
 
 
 def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
-         answer_prefix: str | None = None) -> Handle:
+         answer_prefix: str | None = None, prompt_format: str | None = None) -> Handle:
     """A Handle on a model the researcher already loaded: the same Handle `load` gives.
 
     model: a transformers model (a `*ForConditionalGeneration` / `*ForCausalLM`, on any device and
@@ -262,12 +269,14 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
         the module it holds (an undispatched nnsight model is dispatched first, which loads its
         weights) and the Handle builds its own nnsight wrapper over that same module; the
         caller's wrapper keeps working beside it (tests/hooks/test_wrap.py).
-        A Handle is returned as is, or with `answer_prefix` when one is given (a copy sharing its
-        model: `Handle.with_answer_prefix`).
+        A Handle is returned as is, or with `answer_prefix` / `prompt_format` when given (a copy
+        sharing its model: `Handle.with_options`).
     processor: its processor (tokenizer + image processor + chat template); a tokenizer for a
         text-only model. None: taken from the nnsight wrapper (`.processor`, else `.tokenizer`).
     model_id: a label for reports; None = the config's `_name_or_path`, else the class name.
     answer_prefix: as for `load` (Handle.answer_prefix).
+    prompt_format: as for `load` (Handle.prompt_format): a base model's tokenizer has no chat
+        template, so its prompts go in raw unless told otherwise.
 
     What it changes on the caller's objects, as `load` does: the model is put in eval mode and
     the tokenizer pads on the left (and pads with eos when it has no pad token). Weights,
@@ -278,7 +287,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
     if isinstance(model, Handle):
         if processor is not None and processor is not model.processor:
             raise ValueError("wrap got a Handle and a different processor; a Handle already has its processor")
-        return model.with_answer_prefix(answer_prefix)
+        return model.with_options(answer_prefix=answer_prefix, prompt_format=prompt_format)
     module, processor = _unwrap_nnsight(model, processor)
     if not isinstance(module, nn.Module):
         raise TypeError(f"wrap takes a transformers model or an nnsight wrapper of one, got {type(model).__name__}; "
@@ -292,7 +301,8 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
         raise ValueError(f"{type(module).__name__} has weights on the meta device and no accelerate device map: "
                          "its weights were never loaded")
     name = model_id or getattr(module.config, "_name_or_path", "") or type(module).__name__
-    return Handle.from_parts(module, processor, model_id=str(name), answer_prefix=answer_prefix)
+    return Handle.from_parts(module, processor, model_id=str(name), answer_prefix=answer_prefix,
+                             prompt_format=prompt_format)
 
 
 def _unwrap_nnsight(model: Any, processor: Any) -> tuple[Any, Any]:

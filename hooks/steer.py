@@ -99,6 +99,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from evprobe.hooks.inputs import image_rows
+
 if TYPE_CHECKING:
     import torch
     from PIL import Image
@@ -491,7 +493,9 @@ class SteeredRun:
     edited: tuple[int, ...]
 
 
-def _generate_kwargs(handle: Any, max_new_tokens: int, min_new_tokens: int | None) -> dict[str, Any]:
+def _generate_kwargs(handle: Any, max_new_tokens: int | None, min_new_tokens: int | None) -> dict[str, Any]:
+    if max_new_tokens is None:
+        raise TypeError("steered generation needs max_new_tokens (e.g. max_new_tokens=16)")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
@@ -513,14 +517,15 @@ def _run(out: Any, prompt_len: int, edited: Sequence[int]) -> SteeredRun:
 def steered_generate(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
-    steering: Steering | Sequence[Steering] | None,
-    max_new_tokens: int,
+    images: Sequence[Sequence[Image.Image]] | None = None,
+    steering: Steering | Sequence[Steering] | None = None,
+    max_new_tokens: int | None = None,
     *,
     min_new_tokens: int | None = None,
     allow_other_model: bool = False,
 ) -> SteeredRun:
     """Greedy generation of all rows in one batch under `steer` (plain hooks); None = unsteered."""
+    images = image_rows(prompts, images)
     import torch
 
     from evprobe.hooks.inputs import build_inputs
@@ -542,9 +547,9 @@ def steered_generate(
 def steered_generate_nnsight(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
-    steering: Steering | Sequence[Steering] | None,
-    max_new_tokens: int,
+    images: Sequence[Sequence[Image.Image]] | None = None,
+    steering: Steering | Sequence[Steering] | None = None,
+    max_new_tokens: int | None = None,
     *,
     min_new_tokens: int | None = None,
     allow_other_model: bool = False,
@@ -561,6 +566,7 @@ def steered_generate_nnsight(
     loop's next step "was never reached"; that expected warning is dropped,
     anything else is re-raised as a warning.
     """
+    images = image_rows(prompts, images)
     import nnsight
     import torch
 
@@ -614,7 +620,7 @@ def steered_generate_nnsight(
 def option_logprobs(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None = None,
     letters: Sequence[str] = LETTERS,
     steering: Steering | Sequence[Steering] | None = None,
     *,
@@ -627,6 +633,7 @@ def option_logprobs(
     position, restricted to the letters' first tokens (hooks.next_token_logprobs).
     allow_other_model: as in steer().
     """
+    images = image_rows(prompts, images)
     from evprobe.hooks.generation import next_token_logprobs
 
     specs = _as_list(steering)

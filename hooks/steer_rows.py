@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.hooks.inputs import image_rows
 from evprobe.hooks.steer import (
     SCHEDULES,
     Positions,
@@ -86,7 +87,7 @@ def steer_rows(handle: Any, layer: int, deltas: Any, *, positions: Positions = "
 def option_logprobs_rows(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None,
     letters: Sequence[str],
     layer: int,
     deltas: Any,
@@ -102,6 +103,7 @@ def option_logprobs_rows(
     it). Rows per forward: at most max(max_rows, n), whole directions per forward. enc: the
     prompts' build_inputs output when the caller already has it (encoding can cost more than a
     small model's forward)."""
+    images = image_rows(prompts, images)
     import torch
 
     from evprobe.hooks.generation import candidate_token_ids
@@ -133,7 +135,7 @@ def option_logprobs_rows(
 def residual_norms_at(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None,
     layers: Sequence[int],
     positions: Positions = "all",
     *,
@@ -145,6 +147,7 @@ def residual_norms_at(
     "all": every real token (attention mask 1; left padding excluded: padding carries no
     information and is masked out of attention); "last": each row's last token; explicit indices
     / slices: those (padding included, as the edit includes it)."""
+    images = image_rows(prompts, images)
     import torch
 
     from evprobe.hooks.inputs import build_inputs

@@ -54,3 +54,39 @@ def save_tiny_text_model(folder: str | Path, *, seed: int = 0) -> Path:
     model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
     return folder
+
+
+BASE_ARCHS: tuple[str, ...] = ("gpt2", "llama")
+
+
+def save_tiny_base_model(folder: str | Path, *, arch: str = "gpt2", seed: int = 0) -> Path:
+    """A tiny random BASE language model (no chat template: its prompts go in raw) saved in
+    `folder`: "gpt2" (GPT2LMHeadModel, learned positions, `transformer.h` blocks) or "llama"
+    (LlamaForCausalLM with the same sizes as `save_tiny_text_model`). The tokenizer adds no BOS,
+    as GPT-2's does not. Returns the folder."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    from evprobe.hooks.tiny_tokenizer import build_tokenizer
+
+    if arch not in BASE_ARCHS:
+        raise ValueError(f"unknown base architecture {arch!r}; choose from {', '.join(BASE_ARCHS)}")
+    tok = build_tokenizer(special_tokens=["<|endoftext|>"],
+                          named=dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>"))
+    eos = tok.eos_token_id
+    torch.manual_seed(seed)
+    if arch == "gpt2":
+        config = GPT2Config(vocab_size=len(tok), n_embd=D_MODEL, n_layer=N_LAYERS, n_head=N_HEADS, n_inner=D_MLP,
+                            n_positions=1024, bos_token_id=eos, eos_token_id=eos, initializer_range=INIT_STD)
+        model = GPT2LMHeadModel(config).eval()
+    else:
+        config = LlamaConfig(vocab_size=len(tok), hidden_size=D_MODEL, intermediate_size=D_MLP,
+                             num_hidden_layers=N_LAYERS, num_attention_heads=N_HEADS, num_key_value_heads=N_HEADS,
+                             head_dim=HEAD_DIM, max_position_embeddings=2048, bos_token_id=eos, eos_token_id=eos,
+                             tie_word_embeddings=False, initializer_range=INIT_STD)
+        model = LlamaForCausalLM(config).eval()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    return folder

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from evprobe.hooks.inputs import image_rows
 from evprobe.hooks.spans import Spans
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def _rebase(spans: Spans, real: list[int]) -> Spans:
 def capture_tokens(
     handle: Handle,
     prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]],
+    images: Sequence[Sequence[Image.Image]] | None = None,
     *,
     layers: Sequence[int],
     component: str = "resid_post",
@@ -80,6 +81,7 @@ def capture_tokens(
     batch_size: rows per forward; None = all at once. A row's arrays do not depend on it
         (float32 noise aside; tests/hooks/test_positions.py).
     """
+    images = image_rows(prompts, images)
     import torch
 
     from evprobe.hooks.capture import check_rows, check_components, check_layers, sites, trace_sites

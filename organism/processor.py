@@ -35,6 +35,7 @@ REPLY = "\n<reply>\n"  # the generation prompt: the prompt ends before it, the r
 class OrganismProcessor:
     keeps_prompt_text = False
     answer_prefix = ANSWER_PREFIX
+    prompt_format = "chat"  # it renders the chat turn itself (no transformers template to find)
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer

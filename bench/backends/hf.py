@@ -27,6 +27,7 @@ def open_backend(config: RunConfig, handle: Any = None) -> HFBackend:
             **placement_of(config),
             trust_remote_code=config.trust_remote_code,
             attn_implementation=config.attn_implementation,
+            prompt_format=config.prompt_format,
         )
     return HFBackend(handle, config)
 

@@ -204,18 +204,24 @@ class VLLMBackend:
         self.limit = max_new_tokens(config.protocol, config.regime)
         self.sampling = Sampling(config.temperature, config.top_p, config.seed)
         self.takes_images = engine.takes_images
+        from evprobe.hooks.handle import resolve_prompt_format
+
+        processor = engine.processor
+        self.prompt_format = resolve_prompt_format(processor, getattr(processor, "tokenizer", processor),
+                                                   config.prompt_format, config.model)
         self.resources = Resources(extra={"engine_start_s": round(engine.start_s, 3)})
 
     def prepare(self, prompts: list[ModelPrompt]) -> list[dict[str, Any]]:
         """vLLM's inputs of the prompts: token ids for a text-only model, else the rendered text
         and the images (`multi_modal_data`)."""
-        from evprobe.hooks.inputs import user_message
+        from evprobe.hooks.inputs import render_prompts
 
         processor = self.engine.processor
+        # the hf backend's rendering (chat turn or raw string), through the one function it uses
+        renderer = SimpleNamespace(processor=processor, answer_prefix="", prompt_format=self.prompt_format)
         out = []
         for p in prompts:
-            text = processor.apply_chat_template(user_message(p.text, len(p.images)), add_generation_prompt=True,
-                                                 tokenize=False)
+            text = render_prompts(renderer, [p.text], [p.images], for_generation=True)[0]  # type: ignore[arg-type]
             if p.images:
                 from evprobe.bench.manifest import load_images
 
@@ -287,7 +293,8 @@ class VLLMBackend:
                 "model_revision": getattr(e.hf_config, "_commit_hash", None), "model_dtype": e.dtype,
                 "chat_template_sha256": chat_template_sha256(
                     SimpleNamespace(processor=e.processor, tokenizer=e.tokenizer)),  # type: ignore[arg-type]
-                "answer_prefix": getattr(e.processor, "answer_prefix", None) or None}
+                "answer_prefix": getattr(e.processor, "answer_prefix", None) or None,
+                **({"prompt_format": self.prompt_format} if self.prompt_format != "chat" else {})}
 
     def close(self) -> None:
         self.engine.close()
