@@ -387,6 +387,5 @@ def capture_layers(
     Returns float32 (rows, len(layers), len(positions), d_model). A row whose span for an
     asked position is empty is a ValueError naming the row and the position.
     """
-    images = image_rows(prompts, images)
     return capture_components(handle, prompts, images, layers=layers, positions=positions, components=[component],
                               text_markers=text_markers, batch_size=batch_size)[component]

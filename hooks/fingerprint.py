@@ -93,7 +93,9 @@ def folder_fingerprint(folder: str | Path) -> dict[str, Any]:
 
 
 def chat_template_sha256(handle: Handle) -> str | None:
-    template = getattr(handle.processor, "chat_template", None) or getattr(handle.tokenizer, "chat_template", None)
+    from evprobe.hooks.handle import chat_template_of
+
+    template = chat_template_of(handle.processor, handle.tokenizer)
     if template is None:
         return None
     text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)

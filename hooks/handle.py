@@ -177,11 +177,15 @@ class Handle:
 PROMPT_FORMATS: tuple[str, ...] = ("chat", "raw")
 
 
+def chat_template_of(processor: Any, tokenizer: Any) -> Any:
+    """The chat template the processor carries, else its tokenizer's; None when neither has one."""
+    return getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
+
+
 def has_chat_template(processor: Any, tokenizer: Any) -> bool:
-    """Whether the processor or its tokenizer carries a chat template (a base LM's has none), or
-    the processor declares it renders chat turns itself (`prompt_format = "chat"`: the organism)."""
-    return bool(getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
-                or getattr(processor, "prompt_format", None) == "chat")
+    """Whether there is a chat template (a base LM has none), or the processor declares it renders
+    chat turns itself (`prompt_format = "chat"`: the organism)."""
+    return bool(chat_template_of(processor, tokenizer) or getattr(processor, "prompt_format", None) == "chat")
 
 
 def resolve_prompt_format(processor: Any, tokenizer: Any, given: str | None, model_id: str) -> str:

@@ -63,7 +63,8 @@ def image_rows(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] |
     return images
 
 
-def _check(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] | None) -> None:
+def _check(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] | None) -> Sequence[Sequence]:
+    """The checked image rows (`image_rows`: one empty list per prompt for None)."""
     images = image_rows(prompts, images)
     if isinstance(prompts, str):
         raise TypeError("prompts must be a list of strings, not a string")
@@ -74,6 +75,7 @@ def _check(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] | Non
     for i, imgs in enumerate(images):
         if not isinstance(imgs, (list, tuple)):
             raise TypeError(f"images[{i}] must be a list of PIL images (use [] for none), got {type(imgs).__name__}")
+    return images
 
 
 def build_inputs(
@@ -121,8 +123,7 @@ def encode_inputs(
 
     processor: the processor to call (default the handle's). A thread preparing inputs passes its
     own copy (`copy.deepcopy(handle.processor)`), so no tokenizer object is used by two threads."""
-    _check(prompts, images)
-    images = image_rows(prompts, images)
+    images = _check(prompts, images)
     processor = handle.processor if processor is None else processor
     # Images as one sub-list per row (empty for a text-only row). All eight tiny
     # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
