@@ -90,7 +90,7 @@ def run_sweep_only(folder: Path, probe: str, n_boot: int, jobs: int | None, cont
     t_start = time.perf_counter()
     captures = load_captures([folder])
     labelset = labels(captures, "resolved")
-    config = SweepConfig(probe=probe, n_boot=n_boot, n_jobs=jobs, control_tasks=control_tasks, controls=controls,
+    config = SweepConfig(probe=probe, n_boot=n_boot, jobs=jobs, control_tasks=control_tasks, controls=controls,
                          refits=refits)
     cpu0, t0 = time.process_time(), time.perf_counter()
     result = sweep(captures, labelset, config)

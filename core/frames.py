@@ -3,6 +3,8 @@
     evprobe.to_dataframe("runs/qwen")                 # records.jsonl of a RUN folder
     evprobe.to_dataframe("dose/results.jsonl")        # dose-response / gating / patching rows
     evprobe.to_dataframe(sweep_result)                # a probes.sweep.SweepResult, or its sweep.json
+    evprobe.to_dataframe(evprobe.load_capture("acts")) # a loaded capture: one row per item, layer, position
+    evprobe.to_dataframe(acts, rows, layers=[8, 16])  # your arrays: (n, layers, d) or (n, layers, positions, d)
 
 Sources (`rows_of`): a folder (its records.jsonl or results.jsonl; both there is an error naming
 them), a `.jsonl` file (complete lines only: an unterminated last line is left out with the usual
@@ -18,6 +20,14 @@ Flattening (`flatten`), one rule for every source:
   (numbers sort, filter and plot; a list cell does not): `ci.lo`, `selectivity.ci.hi`;
 - every other list stays one cell (a Python list): lengths vary (items, shuffles, scores);
 - columns come in the order first seen; a row without a column holds NaN there (pandas' rule).
+
+Activations (`activation_rows`): a loaded capture (`load_capture`, or several pooled by
+`load_captures`) or an array (n, layers, d) / (n, layers, positions, d) with its `rows` (one dict
+per item, as `write_capture` takes them) give one row per (item, layer, position): the item's
+fields, then `layer` (the model's layer number: the capture's, or `layers=` for an array,
+default 0..L-1), `position` (its name, default `pos0`, ...) and `acts`, the vector as a float32
+numpy array in one cell. `layer=` / `position=` keep one layer / position (or a list of them);
+`acts=False` gives the items' fields alone, one row per item (the capture's index.jsonl).
 
 pandas is an optional extra (`pip install 'evprobe[pandas]'`): only `to_dataframe` imports it,
 and says so in one line when it is missing.
@@ -113,6 +123,79 @@ def _rows_of_path(path: Path) -> list[dict[str, Any]]:
     return rows_of(data)
 
 
+def _is_capture(source: Any) -> bool:
+    """A loaded capture (probes.captures.Capture) or a pooled CaptureSet, by shape: core reads
+    them without importing probes."""
+    return (hasattr(source, "index") and hasattr(source, "meta") and hasattr(source, "acts")) or (
+        hasattr(source, "captures") and hasattr(source, "index") and hasattr(source, "source_names"))
+
+
+def _is_array(source: Any) -> bool:
+    return not isinstance(source, (str, bytes, Path, Mapping, list, tuple)) and hasattr(source, "__array__")
+
+
+def _chosen(name: str, want: Any, have: list[Any]) -> list[int]:
+    if want is None:
+        return list(range(len(have)))
+    wanted = list(want) if isinstance(want, (list, tuple, set, range)) else [want]
+    bad = [w for w in wanted if w not in have]
+    if bad:
+        raise InputError(f"to_dataframe: {name} {', '.join(map(str, bad))} not there; the source has "
+                         f"{', '.join(map(str, have))}")
+    return [have.index(w) for w in wanted]
+
+
+def activation_rows(source: Any, rows: Any = None, *, layers: Any = None, positions: Any = None, layer: Any = None,
+                    position: Any = None, acts: bool = True) -> list[dict[str, Any]]:
+    """The rows of a capture or of an array with its rows (module docstring), unflattened."""
+    import numpy as np
+
+    if hasattr(source, "captures") and hasattr(source, "source_names"):  # pooled: each capture, its index rows
+        parts = [(cap, [source.index[i] for i in range(int(source.offsets[s]), int(source.offsets[s + 1]))])
+                 for s, cap in enumerate(source.captures)]
+        return [row for cap, index in parts
+                for row in _capture_rows(cap.acts, index, cap.meta, layer, position, acts, np)]
+    if _is_capture(source):
+        return _capture_rows(source.acts, source.index, source.meta, layer, position, acts, np)
+    array = np.asarray(source)
+    if array.ndim == 3:
+        array = array[:, :, None, :]
+    if array.ndim != 4:
+        raise InputError(f"to_dataframe: an array must be (n, layers, d) or (n, layers, positions, d), got shape "
+                         f"{array.shape}")
+    if rows is None:
+        raise InputError("to_dataframe: an array needs its rows, one dict per item: to_dataframe(acts, rows)")
+    rows = list(rows)
+    if len(rows) != array.shape[0] or not all(isinstance(r, Mapping) for r in rows):
+        raise InputError(f"to_dataframe: acts has {array.shape[0]} items but {len(rows)} rows were given; give one "
+                         "dict per item, in acts' order")
+    names = list(layers) if layers is not None else list(range(array.shape[1]))
+    where = list(positions) if positions is not None else [f"pos{i}" for i in range(array.shape[2])]
+    if (len(names), len(where)) != array.shape[1:3]:
+        raise InputError(f"to_dataframe: {len(names)} layers and {len(where)} positions named for an array of "
+                         f"{array.shape[1]} layers and {array.shape[2]} positions")
+    index = [{**r, "row": i} for i, r in enumerate(rows)]
+    meta = {"layers": names, "positions": where}
+    return [{k: v for k, v in row.items() if k != "row" or "row" in rows[0]}
+            for row in _capture_rows(array, index, meta, layer, position, acts, np)]
+
+
+def _capture_rows(array: Any, index: Any, meta: Mapping[str, Any], layer: Any, position: Any, acts: bool,
+                  np: Any) -> list[dict[str, Any]]:
+    if not acts:
+        return [dict(r) for r in index]
+    li = _chosen("layer", layer, list(meta["layers"]))
+    pi = _chosen("position", position, list(meta["positions"]))
+    out = []
+    for r in index:
+        item = array[int(r["row"])]
+        for i in li:
+            for j in pi:
+                out.append({**r, "layer": meta["layers"][i], "position": meta["positions"][j],
+                            "acts": np.asarray(item[i, j], dtype=np.float32)})
+    return out
+
+
 def require_pandas() -> Any:
     try:
         import pandas
@@ -121,10 +204,23 @@ def require_pandas() -> Any:
     return pandas
 
 
-def to_dataframe(source: Any, *, sep: str = ".") -> Any:
-    """A pandas DataFrame of `source`'s rows, flattened (module docstring)."""
+def to_dataframe(source: Any, rows: Any = None, *, sep: str = ".", layers: Any = None, positions: Any = None,
+                 layer: Any = None, position: Any = None, acts: bool = True) -> Any:
+    """A pandas DataFrame of `source`'s rows, flattened (module docstring). `rows`, `layers`,
+    `positions`: an array's item dicts and axis names; `layer`, `position`, `acts`: for a capture or
+    an array, which layers and positions, and whether the vectors come too."""
     pandas = require_pandas()
-    return pandas.DataFrame([flatten(r, sep) for r in rows_of(source)])
+    if _is_capture(source) or _is_array(source):
+        table = activation_rows(source, rows, layers=layers, positions=positions, layer=layer, position=position,
+                                acts=acts)
+    else:
+        extra = {"rows": rows, "layers": layers, "positions": positions, "layer": layer, "position": position}
+        given = [k for k, v in extra.items() if v is not None] + ([] if acts else ["acts"])
+        if given:
+            raise InputError(f"to_dataframe: {', '.join(given)} apply to a capture or an array, not to "
+                             f"{type(source).__name__}")
+        table = rows_of(source)
+    return pandas.DataFrame([flatten(r, sep) for r in table])
 
 
-__all__ = ["PANDAS_MISSING", "flatten", "require_pandas", "rows_of", "to_dataframe"]
+__all__ = ["PANDAS_MISSING", "activation_rows", "flatten", "require_pandas", "rows_of", "to_dataframe"]

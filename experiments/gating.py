@@ -317,7 +317,7 @@ def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, dict[str,
         from evprobe.probes.sweep import SweepConfig
 
         cs, ls = _fit_labels(acts, plan.fit_families)
-        result = sweep_to_folder(cs, ls, folder, SweepConfig(probe="logistic", n_splits=n_folds, seed=config.seed,
+        result = sweep_to_folder(cs, ls, folder, SweepConfig(probe="logistic", folds=n_folds, seed=config.seed,
                                                              n_boot=config.n_boot, positions=(POSITION,)),
                                  progress="gating sweep" if progress else None).result
         atomic_write_json(path, settings)

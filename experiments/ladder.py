@@ -186,7 +186,7 @@ def _ladder(config: LadderConfig, progress: bool) -> list[LevelPoint]:
     scores = _read_scores(config.scores) if config.scores else None
     steering = steering_by_level(config.dose) if config.dose else {}
     reference = 0 if 0 in levels else min(levels)
-    sweep_config = SweepConfig(n_splits=config.folds, seed=config.seed, n_boot=config.n_boot, refits=config.refits,
+    sweep_config = SweepConfig(folds=config.folds, seed=config.seed, n_boot=config.n_boot, refits=config.refits,
                                control_tasks=config.control_tasks, layers=config.layers, positions=config.positions)
     out = Path(config.out)
     points: list[LevelPoint] = []

@@ -236,7 +236,7 @@ def capture_config(plan: Plan):
                          regime=c.regime, limit=c.limit, batch_size=plan.batch_size, dtype=m.dtype,
                          **placement_of(m),
                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
-                         shard=c.shard)
+                         answer_prefix=m.answer_prefix, prompt_format=m.prompt_format, shard=c.shard)
 
 
 def run_capture(plan: Plan, progress: bool) -> dict[str, Any] | None:
@@ -297,7 +297,7 @@ def run_sweep(plan: Plan, label: str, progress: bool) -> bool:
         return False
     (folder / SETTINGS_FILE).unlink(missing_ok=True)  # stale until the sweep below finishes
     c = plan.config
-    sweep_to_folder([plan.acts], label, folder, SweepConfig(probe=c.probe, n_splits=c.folds, seed=c.seed,
+    sweep_to_folder([plan.acts], label, folder, SweepConfig(probe=c.probe, folds=c.folds, seed=c.seed,
                                                            n_boot=c.n_boot),
                     transfer=settings["transfer"], progress="sweep" if progress else None)
     atomic_write_json(folder / SETTINGS_FILE, settings)  # written last: marks the folder finished

@@ -11,7 +11,7 @@ layer? One concept per module:
   of the training rows when n < d), `MassMeanProbe`, `NearestCentroidProbe`; scikit-learn shape,
   each with a unit `direction_` in the residual basis.
 - `splits`: folds of whole families (`family_folds`), `check_grouped`.
-- `metrics`: AUROC and accuracy with family-bootstrap intervals on `bench.bootstrap`.
+- `metrics`: AUROC and accuracy with family-bootstrap intervals on `core.bootstrap`.
 - `engine`: fit on a training set and score every row, Gram matrix shared by real and control
   labels, warm starts across layers, layers in threads (`cv_scores`, `map_layers`).
 - `controls`: within-family shuffled labels, input-only baselines, within-family variance.

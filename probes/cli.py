@@ -4,7 +4,8 @@
                   [--records RUN ...] [--requests TYPES] [--restrict confabulated|overcautious|not_reference]
                   [--transfer system|initial|pairs|request|regime|FIELD ...] [--layers L,L] [--positions P,P]
                   [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
-                  [--no-nested] [--control-tasks 20] [--cell-fields F,F,...] [--jobs N] [--out DIR] [--quiet]
+                  [--no-nested] [--control-tasks 39] [--cell-fields F,F,...] [--leakage-shuffles 16]
+                  [--jobs N] [--out DIR] [--quiet]
                   [--nonfinite refuse|drop]
     evprobe directions ACTS [ACTS ...] --layer L[,L ...] [--position last] [--label resolved] [--positive VALUE]
                   [--probe massmean|logistic|centroid|all] [--by KIND] [--records RUN ...] [--requests TYPES]
@@ -92,11 +93,18 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--positions", type=str_list, default=None, help="positions to probe (default: all captured)")
     p.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds of whole families")
     p.add_argument("--n-boot", type=positive_int, default=DEFAULT_N_BOOT, help="family bootstrap resamples")
-    p.add_argument("--no-nested", action="store_true", help="skip nested best-layer selection (faster)")
+    p.add_argument("--nested", action=argparse.BooleanOptionalAction, default=True,
+                   help="nested best-layer selection (--no-nested: skip it, faster)")
+    p.add_argument("--controls", action=argparse.BooleanOptionalAction, default=True,
+                   help="control tasks, leakage check and input baselines (--no-controls: none of them)")
     p.add_argument("--control-tasks", type=nonnegative_int, default=DEFAULT_CONTROL_TASKS,
                    help="control tasks per layer/position: random balanced functions of the cell (0: none)")
-    p.add_argument("--cell-fields", type=str_list, default=CELL_FIELDS,
-                   help="index fields whose values make a row's cell (default: " + ",".join(CELL_FIELDS) + ")")
+    p.add_argument("--cell-fields", type=str_list, default=CELL_FIELDS, metavar="FIELD,FIELD",
+                   help="index fields whose values together make a row's cell (its prompt type), for the control "
+                        "tasks and the one-hot cell baseline; on your own capture name your fields, e.g. "
+                        "topic,speaker (default: the benchmark's " + ",".join(CELL_FIELDS) + ")")
+    p.add_argument("--leakage-shuffles", type=positive_int, default=16,
+                   help="independent within-family label shuffles of the leakage check (>= 2)")
     p.add_argument("--refits", type=nonnegative_int, default=DEFAULT_REFITS,
                    help="family resamples on which the whole pipeline is refitted for the AUROC/accuracy intervals "
                         "(0: fixed-model intervals, which undercover)")
@@ -110,15 +118,8 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from evprobe.probes.sweep import SweepConfig
-
+    config = sweep_config(args)
     captures, labelset = _labelled(args)
-    config = SweepConfig(
-        probe=args.probe, C=args.C, pooled_covariance=args.pooled_covariance, n_splits=args.folds, seed=args.seed,
-        n_boot=args.n_boot, layers=args.layers, positions=args.positions, nested=not args.no_nested,
-        n_jobs=args.jobs, control_tasks=args.control_tasks, cell_fields=tuple(args.cell_fields),
-        refits=args.refits, permutations=args.permutations,
-    )
     out = args.out or default_sweep_out(args.acts[0], labelset, args.probe)
     run = sweep_to_folder(captures, labelset, out, config, transfer=args.transfer or (),
                           progress=None if args.quiet else "sweep")
@@ -127,6 +128,26 @@ def run_sweep(args: argparse.Namespace) -> int:
     print(_summary(run.result))
     print(f"wrote {', '.join(run.written)} in {out}")
     return 0
+
+
+# Flags of `evprobe sweep` that are not SweepConfig fields: what to read, label and write.
+SWEEP_INPUT_FLAGS = frozenset({"acts", "label", "positive", "records", "requests", "restrict", "nonfinite",
+                               "transfer", "out", "quiet"})
+
+
+def sweep_config(args: argparse.Namespace) -> Any:
+    """The SweepConfig of the flags: each flag's dest is the field's name (`--folds` -> `folds`),
+    so a flag and a Python setting cannot disagree (tests/probes/test_user_statistics.py)."""
+    import dataclasses
+
+    from evprobe.probes.sweep import SweepConfig
+
+    names = {f.name for f in dataclasses.fields(SweepConfig)}
+    given = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    for key in ("layers", "positions", "cell_fields"):
+        if key in given:
+            given[key] = tuple(given[key])
+    return SweepConfig(**given)
 
 
 def _summary(result: Any) -> str:

@@ -87,13 +87,52 @@ def row_cells(index_rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) ->
     """(cell number of each row (n,), None) or (None, why not): the fields must be in every row."""
     if not fields:
         return None, "no cell fields configured"
-    missing = sorted({f for row in index_rows for f in fields if f not in row})
+    missing = missing_cell_fields(index_rows, fields)
     if missing:
-        return None, (f"the capture's index lacks the cell field(s) {', '.join(missing)} (cell = "
-                      f"{' x '.join(fields)}), e.g. a capture written from user arrays")
+        which = "of the configured cell (it has none of them)" if set(missing) == set(fields) else ", ".join(missing)
+        return None, f"the capture's index lacks the cell field(s) {which}; set cell_fields (--cell-fields) to fields it has"
     keys = [tuple(str(row[f]) for f in fields) for row in index_rows]
     _, inverse = np.unique(np.array(["\x1f".join(k) for k in keys], dtype=object), return_inverse=True)
     return inverse.astype(np.int64), None
+
+
+NOT_CELL_FIELDS = frozenset({"row", "item_id", "family_id", "source", "source_name"})
+
+
+def missing_cell_fields(index_rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> list[str]:
+    """The cell fields absent from some row's index, sorted."""
+    return sorted({f for row in index_rows for f in fields if f not in row})
+
+
+def suggest_cell_fields(index_rows: Sequence[Mapping[str, Any]], label: str) -> list[str]:
+    """Index fields that could define cells: in every row, scalar, with 2 to n/2 distinct values,
+    neither the label nor an id (the examples named when the configured cell fields are missing)."""
+    if not index_rows:
+        return []
+    out = []
+    for name in index_rows[0]:
+        if name in NOT_CELL_FIELDS or name == label:
+            continue
+        values = [row.get(name, ...) for row in index_rows]
+        if any(v is ... or isinstance(v, (list, dict)) for v in values):
+            continue
+        if 2 <= len({str(v) for v in values}) <= max(2, len(values) // 2):
+            out.append(name)
+    return out
+
+
+def missing_cells_warning(label: str, fields: Sequence[str], missing: Sequence[str], suggested: Sequence[str]) -> str:
+    """The one line said when cell fields are not in the index (probes.sweep_warnings): the missing
+    ones are named unless the index has none of them (the benchmark's default on your own capture)."""
+    if set(missing) == set(fields):
+        what = ("the default cell fields are the benchmark's, and this capture has none of them"
+                if tuple(fields) == CELL_FIELDS else f"the index has none of the cell fields {','.join(fields)}")
+    else:
+        what = f"the index lacks the cell field(s) {', '.join(missing)} of {' x '.join(fields)}"
+    example = f", e.g. --cell-fields {','.join(suggested[:3])}" if suggested else ""
+    return (f"CONTROL TASKS SKIPPED: {what}; name the index fields that define your prompts' cells (types) with "
+            f"--cell-fields FIELD,FIELD (Python: SweepConfig(cell_fields=(...))){example}. Until then there are no "
+            f"control tasks, no one-hot cell baseline and no selectivity for '{label}'.")
 
 
 def draw_control_tasks(cells: np.ndarray, y: np.ndarray, k: int, seed: int) -> ControlTasks:

@@ -295,9 +295,12 @@ def leakage_check(values: np.ndarray) -> LeakageCheck:
 def input_baselines(
     captures: CaptureSet, labelset: LabelSet, folds: np.ndarray, boot: FamilyBootstrap
 ) -> dict[str, Estimate]:
-    """AUROC of logistic models on single one-hot prompt inputs (probes.controls), grouped CV."""
+    """AUROC of logistic models on single one-hot prompt inputs (probes.controls), grouped CV; a
+    baseline whose fields are not in every labelled row's index (a user capture) is left out."""
     out = {}
     for name, fields in BASELINES.items():
+        if any(f not in captures.index[r] for r in labelset.rows for f in fields):
+            continue
         values = [tuple(captures.index[r].get(f) for f in fields) for r in labelset.rows]
         scores = baseline_scores(one_hot(values), labelset.y, folds)
         out[name] = auroc_estimate(scores, labelset.y, labelset.families, boot)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.bootstrap import FIXED_TEXT, Estimate
-from evprobe.probes.control_tasks import ControlSummary, fmt_selectivity
+from evprobe.probes.control_tasks import CELL_FIELDS, ControlSummary, fmt_selectivity
 from evprobe.probes.summary import sweep_paragraph
 from evprobe.probes.sweep import SweepResult
 from evprobe.probes.transfer import TransferResult
@@ -45,6 +45,11 @@ CONTROLS_NOTE = (
     "**Selective** = decoded better than every control, which a label that is just another cell function does "
     "{false:.1%} of the time (benchmarks/coverage_selectivity.py measures both). High AUROC with high control "
     "AUROC means the representation carries the cell, not that it computes the label."
+)
+CELL_NOTE_OWN = (
+    "The cell ({cell}) nearly fixes '{label}' here, so a logistic model on the one-hot cell decodes it: the label is "
+    "computable from the prompt's type. A representation that carries the cell decodes every function of the cell; "
+    "the control tasks measure that, and selectivity is what '{label}' has beyond it."
 )
 LEAK_NOTE = (
     "Leakage check: {shuffles} independent shuffles of the labels {kind} (seeded), same probe and folds; the row "
@@ -77,18 +82,19 @@ def sweep_markdown(result: SweepResult) -> str:
         lines += [f"> **WARNING: {w}**", ""]
     dropped = ", ".join(f"{k}: {v}" for k, v in result.n_dropped.items()) or "none"
     lines += [
-        f"- model: {result.model}; regimes: {', '.join(result.regimes)}",
+        f"- model: {result.model}; {result.sources}: {', '.join(result.regimes)}",
         f"- rows: {result.n} labelled rows of {result.n_families} families (left out: {dropped})",
         f"- restriction: {result.restriction or 'none (all labelled rows)'}",
-        f"- cross-validation: {cfg.n_splits} folds of whole families (seed {cfg.seed}); out-of-fold decision values "
+        f"- cross-validation: {cfg.folds} folds of whole families (seed {cfg.seed}); out-of-fold decision values "
         "pooled; accuracy = sign of the decision",
         ("- intervals: AUROC and accuracy (rows and nested): " + result.intervals.method
          + f", B = {result.intervals.n_refits} (coverage: benchmarks/coverage.py); selectivity: against the control "
          f"tasks' range (below); leakage: the spread between shuffles" if result.intervals is not None else
          f"- intervals: family bootstrap of the out-of-fold scores with the fold models held fixed, B = {cfg.n_boot} "
          "(too narrow: see the warning)"),
-        f"- control tasks: {tasks['k']} of {tasks['requested']} requested, cell = {' x '.join(tasks['cell_fields'])}"
-        + (f" (**skipped: {tasks['skipped']}**)" if tasks["skipped"] else ""),
+        (f"- control tasks: {tasks['k']} of {tasks['requested']} requested, cell = {' x '.join(tasks['cell_fields'])}"
+         if not tasks["skipped"] else "- control tasks: none (controls off)" if tasks["skipped"] == "controls off"
+         else "- control tasks: **skipped** (see the warning above)"),
         f"- probe: {result.probe}" + (f", C = {cfg.C} after StandardScaler" if result.probe == "logistic" else ""),
         "",
     ]
@@ -100,11 +106,12 @@ def sweep_markdown(result: SweepResult) -> str:
         lk = result.leakage
         lines += [LEAK_NOTE.format(shuffles=cfg.leakage_shuffles, kind=result.leakage_kind, limit=lk.limit,
                                    rows=len(lk.auroc), df=lk.df), ""]
-    lines += ["## Input baseline: the one-hot cell (logistic, same folds)", "",
-              f"AUROC {fmt(result.cell_baseline)} (n={result.cell_baseline.n}).", ""]
     cell = result.cell_baseline.value
+    lines += ["## Input baseline: the one-hot cell (logistic, same folds)", "",
+              f"AUROC {fmt(result.cell_baseline)}" + (f" (n={result.cell_baseline.n})." if cell is not None else "."), ""]
     if cell is not None and cell >= 0.9:
-        lines += [CELL_NOTE, ""]
+        lines += [CELL_NOTE if tuple(tasks["cell_fields"]) == CELL_FIELDS else
+                  CELL_NOTE_OWN.format(cell=" x ".join(tasks["cell_fields"]), label=result.label), ""]
     elif cell is not None:
         lines += [f"Here the cell does not fix '{result.label}' (one-hot cell AUROC {cell:.3f}): the label varies "
                   "within cells, so part of it is not a function of the prompt's type.", ""]
@@ -226,7 +233,7 @@ def sweep_png(result: SweepResult, path: str | Path) -> Path:
         ax.set_title(f"position: {pos}", fontsize=10)
         ax.set_ylim(0.0, 1.02)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(f"AUROC, grouped {result.config.n_splits}-fold CV (out-of-fold)")
+    axes[0][0].set_ylabel(f"AUROC, grouped {result.config.folds}-fold CV (out-of-fold)")
     # One legend for every panel's lines (the nested estimate's line is drawn on its own panel only).
     seen: dict[str, Any] = {}
     for ax in axes[0]:

@@ -55,9 +55,7 @@ def position_sentence(label: str, position: str, rows: Sequence[SweepRow], contr
     text = (f"At {position}, '{label}' is decodable from L{first.layer} (AUROC {_est(first.auroc)}, "
             f"n={first.auroc.n})")
     if controls_reason is not None or all(r.controls is None for r in decodable):
-        why = controls_reason or "controls off"
-        return text + (f"; there are no control tasks ({why}), so this cannot be told apart from the "
-                       "representation carrying the prompt's type.")
+        return text + "."  # why there are no control tasks: said once, after the positions (sweep_paragraph)
     selective = [r for r in decodable if r.selective]
     carried = [r for r in decodable if r.selective is False]
     if selective:
@@ -83,6 +81,10 @@ def sweep_paragraph(result: SweepResult) -> str:
     positions = list(dict.fromkeys(r.position for r in result.rows))
     parts = [position_sentence(result.label, p, [r for r in result.rows if r.position == p], reason)
              for p in positions]
+    if not tasks.get("k") and any(_decodable(r) for r in result.rows if not r.degenerate and r.auroc.value is not None):
+        why = "controls off" if tasks.get("skipped") == "controls off" else "see the warning above"
+        parts.append(f"There are no control tasks ({why}), so decodability cannot be told apart from the "
+                     "representation carrying the prompt's type.")
     b = result.best
     if b is not None and b.auroc.value is not None:
         text = (f"Choosing the layer on validation folds only, the nested estimate is L{b.layer}/{b.position}: "

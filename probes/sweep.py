@@ -44,18 +44,20 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED, Estimate, FamilyBootstrap
+from evprobe.core.renames import renamed
 from evprobe.probes.blocks import BlockReader
 from evprobe.probes.captures import CaptureSet, LabelSet
 from evprobe.probes.control_tasks import (
     CELL_FIELDS,
     DEFAULT_CONTROL_TASKS,
-    MIN_VERDICT_TASKS,
     ControlSummary,
     ControlTasks,
     Selectivity,
     draw_control_tasks,
+    missing_cell_fields,
     row_cells,
     selectivity,
+    suggest_cell_fields,
 )
 from evprobe.probes.controls import (
     DEGENERATE_RATIO,
@@ -75,8 +77,8 @@ from evprobe.probes.multilabel import ManyLabelLogisticFitter
 from evprobe.probes.inference import RefitIntervals, sweep_refit_intervals
 from evprobe.probes.nested import NestedResult, nested_estimate
 from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
+from evprobe.probes.sweep_warnings import PAIR_FIELDS, sweep_warnings
 
-PAIR_FIELDS = ("image_pair_id", "threshold_pair_id")
 DEGENERATE_REASON = (
     "the representation is identical for all rows of each family (within-family variance ratio {ratio:.2e}, robust "
     "{robust:.2e}, both < {limit:g}) while the label varies within families: every grouped probe scores 0.5 by "
@@ -84,12 +86,13 @@ DEGENERATE_REASON = (
 )
 
 
+@renamed(n_splits="folds", n_jobs="jobs")  # the names of --folds and --jobs (core.renames)
 @dataclass(frozen=True)
 class SweepConfig:
     probe: str = "logistic"  # logistic | massmean | centroid
     C: float = 1.0  # logistic inverse regularisation (TRAPS: 1)
     pooled_covariance: bool = False  # mass-mean probe through the pooled covariance
-    n_splits: int = DEFAULT_FOLDS
+    folds: int = DEFAULT_FOLDS  # cross-validation folds of whole families
     seed: int = DEFAULT_SEED
     n_boot: int = DEFAULT_N_BOOT
     layers: tuple[int, ...] | None = None  # model layer numbers; None = every captured layer
@@ -97,11 +100,11 @@ class SweepConfig:
     controls: bool = True  # control tasks, leakage check and input baselines
     control_tasks: int = DEFAULT_CONTROL_TASKS  # random balanced cell functions per row (0: none)
     leakage_shuffles: int = 16  # independent within-family shuffles of the leakage check (>= 2)
-    cell_fields: tuple[str, ...] = CELL_FIELDS  # index fields whose values make a row's cell
+    cell_fields: tuple[str, ...] = CELL_FIELDS  # index fields whose values make a row's cell (--cell-fields)
     nested: bool = True
     refits: int = DEFAULT_REFITS  # family resamples on which the whole pipeline is refitted for the intervals (0: none)
     permutations: int = 0  # label permutations for the nested estimate's p-value (probes.inference; 0: no test)
-    n_jobs: int | None = None  # threads over layer chunks; None = the CPUs this process may use
+    jobs: int | None = None  # threads over layer chunks; None = the CPUs this process may use
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,7 @@ class SweepResult:
     warnings: tuple[str, ...]
     seconds: float
     intervals: RefitIntervals | None = None  # None: the fixed-model bootstrap's (see FIXED_MODEL_WARNING)
+    sources: str = "regimes"  # what `regimes` names: "regimes", or "captures" (folder names, sources_of)
 
     @property
     def degenerate(self) -> bool:
@@ -206,7 +210,7 @@ class SweepResult:
             "positive": self.positive,
             "probe": self.probe,
             "model": self.model,
-            "regimes": list(self.regimes),
+            self.sources: list(self.regimes),  # "regimes", or "captures" for your own captures
             "n": self.n,
             "n_families": self.n_families,
             "dropped": self.n_dropped,
@@ -253,6 +257,15 @@ def controls_for(captures: CaptureSet, labelset: LabelSet, config: SweepConfig) 
     return cells, draw_control_tasks(cells, labelset.y, config.control_tasks, config.seed)
 
 
+def sources_of(captures: CaptureSet) -> tuple[str, tuple[str, ...]]:
+    """("regimes", the regimes) for captures of the benchmark; ("captures", folder names) when every
+    capture was written by evprobe.write_capture with the default regime (which is not the user's word)."""
+    caps = captures.captures
+    if all(c.meta.get("written_by") == "evprobe.write_capture" and c.regime == "standard" for c in caps):
+        return "captures", tuple(c.path.name for c in caps)
+    return "regimes", tuple(captures.source_names)
+
+
 def candidate_indices(captures: CaptureSet, config: SweepConfig) -> tuple[list[int], list[int]]:
     layers = [captures.layer_index(l) for l in config.layers] if config.layers else list(range(len(captures.layers)))
     positions = ([captures.position_index(p) for p in config.positions] if config.positions
@@ -270,7 +283,7 @@ def sweep(
     started = time.perf_counter()
     config = config or SweepConfig()
     y, fam = labelset.y, labelset.families
-    folds = family_folds(fam, config.n_splits, config.seed, y)
+    folds = family_folds(fam, config.folds, config.seed, y)
     boot = FamilyBootstrap(sorted(set(fam)), config.n_boot, config.seed)
     varies = labelset.varies_within_families
     # checks and baselines, once per sweep
@@ -281,7 +294,7 @@ def sweep(
     y_leak = {f"leakage:{copy}": lab for copy, (lab, _) in enumerate(shuffles)}
     cells, tasks = controls_for(captures, labelset, config) if config.controls else (None, None)
     baselines = input_baselines(captures, labelset, folds, boot) if config.controls else {}
-    cell_base = (cell_baseline(cells, labelset, folds, boot, tasks.reason) if tasks is not None
+    cell_base = (cell_baseline(cells, labelset, folds, boot, "no cell fields: see the warning") if tasks is not None
                  else Estimate.empty("controls off"))
     ys = {"y": y}
     if config.controls:
@@ -330,12 +343,12 @@ def sweep(
             return ManyLabelLogisticFitter(config.C)  # control tasks share each Gram matrix (probes.multilabel)
         return make_fitter(config.probe, config.C, config.pooled_covariance)
 
-    per_layer = map_layers(captures, labelset.rows, layer_idx, pos_idx, work, make, config.n_jobs, progress)
+    per_layer = map_layers(captures, labelset.rows, layer_idx, pos_idx, work, make, config.jobs, progress)
     flat = [item for layer_items in per_layer for item in layer_items]
     rows, check = with_leakage([row for row, _, _ in flat])
     n = labelset.n
     oof_all = np.full((len(candidates), n), np.nan)
-    inner_all = np.full((len(candidates), config.n_splits, n), np.nan) if config.nested else None
+    inner_all = np.full((len(candidates), config.folds, n), np.nan) if config.nested else None
     for g, (_, s, inner) in enumerate(flat):
         if s is not None:
             oof_all[g] = s
@@ -358,13 +371,18 @@ def sweep(
             "skipped": "controls off"}
     if tasks is not None:
         info.update(k=tasks.k, n_cells=tasks.n_cells, skipped=tasks.reason)
-    warnings = _warnings(rows, baselines, labelset, info, check, captures)
+        if cells is None:  # which cell fields are missing, and which of the index's fields could serve
+            index_rows = [captures.index[r] for r in labelset.rows]
+            info.update(missing_fields=missing_cell_fields(index_rows, config.cell_fields),
+                        suggested_fields=suggest_cell_fields(index_rows, labelset.name))
+    warnings = sweep_warnings(rows, baselines, labelset, info, check, captures)
     if intervals is None:
         warnings.append(FIXED_MODEL_WARNING.format(why="refits are off (--refits 0)" if config.probe == "logistic"
                                                     else f"refits are implemented for the logistic probe, not {config.probe}"))
+    kind, names = sources_of(captures)
     return SweepResult(
         label=labelset.name, positive=labelset.positive, probe=config.probe, config=config, model=captures.model,
-        regimes=tuple(captures.source_names), n=n, n_families=len(set(fam)), n_dropped=labelset.dropped,
+        regimes=names, sources=kind, n=n, n_families=len(set(fam)), n_dropped=labelset.dropped,
         restriction=labelset.restriction, leakage_kind=leakage_kind, leakage=check, control_tasks=info,
         rows=tuple(rows), cell_baseline=cell_base, baselines=baselines, best=best, naive_best=naive,
         warnings=tuple(warnings), seconds=time.perf_counter() - started, intervals=intervals,
@@ -388,8 +406,8 @@ def with_refit_intervals(
     degenerate = {(i // len(pos_idx), i % len(pos_idx)) for i, r in enumerate(rows) if r.degenerate}
     result = sweep_refit_intervals(
         BlockReader.of(captures, labelset.rows, pos_idx), layer_idx, len(pos_idx), labelset.y, labelset.families,
-        folds, boot, oof_all, [(r.auroc.value, r.accuracy.value) for r in rows], nested, n_splits=config.n_splits,
-        C=config.C, n_refits=config.refits, seed=config.seed, permutations=config.permutations, n_jobs=config.n_jobs,
+        folds, boot, oof_all, [(r.auroc.value, r.accuracy.value) for r in rows], nested, n_splits=config.folds,
+        C=config.C, n_refits=config.refits, seed=config.seed, permutations=config.permutations, n_jobs=config.jobs,
         skip=lambda slot, p: (slot, p) in degenerate,
     )
     out = [replace(r, auroc=_with_ci(r.auroc, auc_ci), accuracy=_with_ci(r.accuracy, acc_ci))
@@ -421,72 +439,6 @@ def with_leakage(rows: list[SweepRow]) -> tuple[list[SweepRow], LeakageCheck | N
         est = Estimate(float(check.auroc[j]), (float(check.lo[j]), float(check.hi[j])), rows[i].auroc.n)
         out[i] = replace(rows[i], leakage=est, leakage_z=float(check.z[j]), leakage_fires=bool(check.fires[j]))
     return out, check
-
-
-def _warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], labelset: LabelSet,
-              tasks: dict[str, Any], check: LeakageCheck | None, captures: CaptureSet | None = None) -> list[str]:
-    out = []
-    for cap in captures.captures if captures is not None else ():
-        if cap.nonfinite is not None:  # rows left out at read (nonfinite="drop"): said in sweep.md too
-            out.append(f"ROWS LEFT OUT FOR NaN OR inf: {cap.nonfinite.text(cap.path)}")
-    far = [r for r in rows if r.extreme_rows]
-    if far:
-        top = max(far, key=lambda r: r.extreme_rows)
-        out.append(f"EXTREME ROWS at {len(far)} of {len(rows)} layer/positions: up to {top.extreme_rows} rows more than "
-                   f"{EXTREME_SDS:g} robust SDs from the median (e.g. item {top.extreme_example!r} at L{top.layer}/"
-                   f"{top.position}). The degeneracy verdict uses robust scales, so they do not decide it, but they "
-                   "can dominate the probes' standardisation and class means there: check those rows of the capture.")
-    bad = [r for r in rows if r.degenerate]
-    if bad and len(bad) == len(rows):
-        out.append(
-            f"DEGENERATE CAPTURE: at every probed layer and position the representation is identical within "
-            f"families while '{labelset.name}' varies within families; every grouped probe scores 0.5 by "
-            "construction. No sweep is reported: the model's state at these positions ignores the measurement "
-            "and the threshold (or the positions precede them)."
-        )
-    elif bad:
-        where = ", ".join(f"L{r.layer}/{r.position}" for r in bad[:8]) + (" ..." if len(bad) > 8 else "")
-        out.append(f"DEGENERATE at {len(bad)} of {len(rows)} layer/positions ({where}): the representation is "
-                   "identical within families there, so no probe can separate the label; those rows are not scored.")
-    for f in PAIR_FIELDS:
-        full = [r for r in rows if f in r.identical and r.identical[f][1] and r.identical[f][0] == r.identical[f][1]]
-        if full and not all(r.degenerate for r in full):
-            kind = f.removesuffix("_pair_id")
-            out.append(f"{kind} pairs are bit-identical at {len(full)} layer/positions (e.g. L{full[0].layer}/"
-                       f"{full[0].position}): there the two members of every {kind} pair cannot be told apart.")
-    for name, est in baselines.items():
-        above = est.value is not None and est.ci[0] is not None and est.ci[0] > 0.5
-        if above and name != "history_threshold" and labelset.name == "resolved":
-            out.append(f"input-only baseline '{name}' is above chance ({est.value:.3f}, CI {est.ci}); the "
-                       "selection is not balanced within families, so a probe can partly read the prompt's "
-                       "surface variables")
-    if tasks["skipped"] and tasks["skipped"] != "controls off":
-        fix = ("" if tasks["requested"] <= 0 else
-               " (set SweepConfig.cell_fields / --cell-fields to index fields the capture has)")
-        out.append(f"CONTROL TASKS SKIPPED: {tasks['skipped']}. Without them the sweep cannot say whether "
-                   f"'{labelset.name}' is decoded selectively or merely as one of the many functions of the prompt's "
-                   f"cell that the representation carries; no selectivity is reported{fix}.")
-    elif 0 < tasks["k"] < tasks["requested"]:
-        out.append(f"only {tasks['k']} of {tasks['requested']} control tasks could be drawn ({tasks['n_cells']} "
-                   "cells); the control mean and range rest on fewer tasks")
-    k = tasks["k"]
-    if 0 < k < MIN_VERDICT_TASKS:
-        out.append(f"NO SELECTIVITY VERDICT: {k} control tasks; a label that is just another cell function beats all "
-                   f"of them with probability 1/{k + 1} > 5%, so no row is called selective or not (use >= "
-                   f"{MIN_VERDICT_TASKS}; {DEFAULT_CONTROL_TASKS} give a 95% interval)")
-    elif MIN_VERDICT_TASKS <= k < DEFAULT_CONTROL_TASKS:
-        out.append(f"{k} control tasks: the selectivity interval (the target against the controls' range) is a "
-                   f"{(k - 1) / (k + 1):.1%} interval, not 95% ({DEFAULT_CONTROL_TASKS} give 95%)")
-    fired = [r for r in rows if r.leakage_fires]
-    if fired:
-        where = ", ".join(f"L{r.layer}/{r.position} {r.leakage.value:.3f}" for r in fired[:6])
-        out.append(f"LEAKAGE CHECK FIRED at {len(fired)} of {sum(r.leakage.value is not None for r in rows)} "
-                   f"layer/positions ({where}{' ...' if len(fired) > 6 else ''}): labels shuffled within families "
-                   f"decode away from 0.5 (|z| > {check.limit:.2f}), which grouped folds make impossible for features "
-                   "computed from the input alone: folds split families, or the features carry family-specific "
-                   "label information, and the AUROCs there are suspect. (A sound sweep raises this false alarm "
-                   "somewhere in at most 5% of runs: one row just past the limit is weak evidence.)")
-    return out
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:

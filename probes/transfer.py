@@ -191,7 +191,7 @@ def transfer(
     config = config or SweepConfig()
     y, fam = labelset.y, labelset.families
     conds = conditions(captures, labelset, kind, config.seed)
-    folds = family_folds(fam, config.n_splits, config.seed, y)
+    folds = family_folds(fam, config.folds, config.seed, y)
     boot = FamilyBootstrap(sorted(set(fam)), config.n_boot, config.seed)
     fam_sets = [set(fam[c.mask]) for c in conds]
     k = len(conds)
@@ -216,7 +216,7 @@ def transfer(
     def make() -> Fitter:
         return make_fitter(config.probe, config.C, config.pooled_covariance)
 
-    per_layer = map_layers(captures, labelset.rows, layer_idx, pos_idx, work, make, config.n_jobs, progress)
+    per_layer = map_layers(captures, labelset.rows, layer_idx, pos_idx, work, make, config.jobs, progress)
     flat = [pos_item for layer_items in per_layer for pos_item in layer_items]  # G entries
     oof = np.stack([[flat[g][i][0] for g in range(G)] for i in range(k)])  # (k, G, n)
     full = np.stack([[flat[g][i][2] if flat[g][i][2] is not None else np.full(n, np.nan) for g in range(G)]

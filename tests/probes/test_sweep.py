@@ -162,10 +162,10 @@ def test_partial_degeneracy_and_identical_pairs_are_reported(tmp_path: Path) -> 
 def test_results_do_not_depend_on_the_number_of_threads(planted) -> None:
     cs = load_captures([planted[0]])
     ls = labels(cs, "resolved")
-    a = sweep(cs, ls, SweepConfig(n_jobs=1, **FAST)).to_json()
-    b = sweep(cs, ls, SweepConfig(n_jobs=3, **FAST)).to_json()
+    a = sweep(cs, ls, SweepConfig(jobs=1, **FAST)).to_json()
+    b = sweep(cs, ls, SweepConfig(jobs=3, **FAST)).to_json()
     for d in (a, b):
-        d.pop("seconds"), d["config"].pop("n_jobs")
+        d.pop("seconds"), d["config"].pop("jobs")
     assert a == b
 
 

@@ -160,7 +160,7 @@ def test_drop_leaves_families_out_whole_counted_and_warned(tmp_path: Path) -> No
     assert ls.dropped == {NONFINITE_DROPPED: 8} and ls.n == 16
     X = cs.block(1, ls.rows)
     assert np.isfinite(X).all()
-    res = sweep(cs, ls, SweepConfig(n_splits=3, **FAST))
+    res = sweep(cs, ls, SweepConfig(folds=3, **FAST))
     assert any(w.startswith("ROWS LEFT OUT FOR NaN OR inf:") for w in res.warnings)
     md = sweep_markdown(res)
     assert f"left out: {NONFINITE_DROPPED}: 8" in md and "ROWS LEFT OUT FOR NaN OR inf" in md
