@@ -64,7 +64,7 @@ Conventions (the report repeats them):
   With `readout: generate` the direct-protocol reply (greedy, the model config's direct token
   limit) is parsed by bench.parse.parse_reply; invalid replies stay in every denominator (never
   stop, never correct) and their share is reported.
-- **Intervals.** bench.bootstrap.FamilyBootstrap over the families of the selected items (one
+- **Intervals.** core.bootstrap.FamilyBootstrap over the families of the selected items (one
   resample matrix for every number of a run, so differences to alpha = 0 are paired); per-system
   rows use the same resamples. Every number is printed with its interval and n (items).
 

@@ -16,6 +16,9 @@ from tests.intervals import POINT, zero_width
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+# the documentation's pages (mkdocs, tests/test_docs.py): their usage blocks are checked like the README's
+PAGES = {"README.md": README} | {str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))}
+DOC_BLOCKS = [(page, block) for page, text in PAGES.items() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)]
 
 
 def _commands(block: str) -> list[str]:
@@ -71,11 +74,11 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_every_documented_flag_exists() -> None:
-    """Each usage block (a ```bash block whose lines start with `evprobe <command>`) names only
-    flags that its subcommand accepts."""
+    """Each usage block (a ```bash block whose lines start with `evprobe <command>`) of the README
+    and of every docs/ page names only flags that its subcommand accepts."""
     sub = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     checked = set()
-    for block in BLOCKS:
+    for page, block in DOC_BLOCKS:
         for line in block.splitlines():
             m = re.match(r"evprobe (\w[\w-]*)(?: (\w[\w-]*))?", line.strip())
             if m and m.group(1) in sub and line.strip() == line.lstrip():
@@ -87,7 +90,33 @@ def test_every_documented_flag_exists() -> None:
                 # continuation lines of a usage block belong to the same command
                 text = block[block.index(line):].split("\nevprobe ")[0]
                 flags = set(re.findall(r"--[a-z][a-z-]*", text))
-                assert flags <= known, (m.group(1), flags - known)
+                assert flags <= known, (page, m.group(1), flags - known)
                 checked.add(m.group(1))
     assert {"generate", "check", "run", "score", "compare", "capture", "patching", "sweep", "directions",
             "quickstart", "dose-response", "report", "layer-sweep", "gating", "merge", "organism"} <= checked
+
+
+def test_docs_pages_are_scanned() -> None:
+    """The flag check reads the docs pages too: the reference pages hold the usage blocks."""
+    pages = {page for page, _ in DOC_BLOCKS}
+    assert {"docs/getting-started.md", "docs/reference/running.md", "docs/reference/probes.md"} <= pages
+
+
+def test_every_documented_command_exists() -> None:
+    """Every `evprobe NAME` at the start of a command line in a ```bash block (README or docs) is a
+    subcommand, and `python -m evprobe` / `torchrun ... -m evprobe NAME` lines name one too."""
+    sub = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for page, block in DOC_BLOCKS:
+        for command in _commands(block):
+            m = re.match(r"(?:.*-m )?evprobe (\w[\w-]*)", command)
+            if m and (command.startswith("evprobe ") or " -m evprobe " in command):
+                assert m.group(1) in sub, (page, command)
+
+
+def test_no_build_machine_notes() -> None:
+    """README and docs describe the toolkit, not the machine it was built on."""
+    banned = ("this workplace", "this machine", "no weights can be downloaded", "2-core machine",
+              "not exercised here", "untested here", "not run here", "GPU-less")
+    for page, text in PAGES.items():
+        for phrase in banned:
+            assert phrase not in text, (page, phrase)

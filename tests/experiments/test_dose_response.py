@@ -188,7 +188,7 @@ def test_aggregates_carry_intervals_and_n(first) -> None:
             assert r["delta_vs_0"] == {"value": 0.0, "ci": [0.0, 0.0], "n": r["n"], "fixed_by_design": True}
         elif r["delta_vs_0"]["value"] is not None:  # every other change has an interval that is not a point
             assert r["delta_vs_0"]["ci"][0] < r["delta_vs_0"]["ci"][1] and "fixed_by_design" not in r["delta_vs_0"]
-    # the same numbers as bench.bootstrap.FamilyBootstrap on the rows (ratio estimator, paired change)
+    # the same numbers as core.bootstrap.FamilyBootstrap on the rows (ratio estimator, paired change)
     from evprobe.core.bootstrap import FamilyBootstrap
 
     rows = load_results(Path(cfg.out) / RESULTS_FILE)
