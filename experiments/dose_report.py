@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.decimals import fixed
 from evprobe.core.files import atomic_write_bytes
 from evprobe.experiments.dose_config import alpha_key
 from evprobe.experiments.dose_specificity import NULL_SETS, SPECIFIC_P
-from evprobe.experiments.dose_format import RATE_MEASURES, fmt_estimate, num
+from evprobe.experiments.dose_format import RATE_MEASURES, band_name, fmt_estimate, num
 from evprobe.experiments.dose_plan import Plan
 from evprobe.experiments.dose_stats import GROUPS, MEASURES
 
@@ -31,14 +32,15 @@ ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward measuring)"
 
 def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
     """`mean 50.0 [band 45.8, 54.2]; probe pct 99, z +6.1 (k=50, n=24)`: the random null at one cell
-    (band = 2.5-97.5 percentiles of the random directions' estimates; the probe's place in it)."""
+    (band = 2.5-97.5 percentiles of the k random directions' estimates, their spread when k < 40
+    (experiments.dose_format.band_name); the probe's place in it)."""
     if not b or b.get("mean") is None:
         return "NA (n=0)"
     scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
     sign = measure == "log_odds"
     place = ""
     if b.get("percentile") is not None:
-        z = "z NA" if b["z"] is None else f"z {b['z']:+.1f}"
+        z = "z NA" if b["z"] is None else f"z {fixed(b['z'], 1, sign=True)}"
         place = f"; probe pct {b['percentile']:.0f}, {z}"
     return (f"mean {num(b['mean'] * scale, digits, sign)} [band {num(b['band_lo'] * scale, digits, sign)}, "
             f"{num(b['band_hi'] * scale, digits, sign)}]{place} (k={b['n_directions']}, n={b['n']})")
@@ -50,7 +52,7 @@ def _place(null: dict[str, Any] | None) -> str:
     if null.get("p_goal") is not None:  # a headline's targeted group: the one-sided specificity test
         verdict = " **specific**" if null["specific"] else ""
         return f"beyond {null['beaten']} of {null['n_directions']}, p {null['p_goal']:.3f}{verdict}"
-    z = "NA" if null["z"] is None else f"{null['z']:+.1f}"
+    z = "NA" if null["z"] is None else fixed(null['z'], 1, sign=True)
     k = f" (k={null['n_directions']})" if "n_directions" in null else ""
     return f"pct {null['percentile']:.0f}, z {z}, p {null['p_null']:.3f}{k}"
 
@@ -93,7 +95,10 @@ def markdown(result: dict[str, Any]) -> str:
          f"every generated token of the steered layer; regime {meta['regime']}, direct protocol; readouts "
          f"{', '.join(meta['readouts'])}."),
         (f"- Null band: {meta['null_band_rule']} (k={meta['n_random']} random, {meta.get('n_relabel', 0)} relabelled, "
-         f"seed {meta['random_seed']}). Ablation: the direction projected out of the layer's output (no dose)."),
+         f"seed {meta['random_seed']}); each band drawn here is the "
+         + " and the ".join(band_name(k, what) for k, what in ((meta["n_random"], "random directions"),
+                                                                (meta.get("n_relabel", 0), "relabelled directions")) if k)
+         + ". Ablation: the direction projected out of the layer's output (no dose)."),
         (f"- Intervals: {meta['interval_method']}; B={meta['n_boot']}, seed {meta['seed']}. {meta['n_unit']}; "
          "rates in percent, log-odds in nats, changes paired against alpha = 0 on the same resamples."),
         "",
@@ -145,7 +150,7 @@ def markdown(result: dict[str, Any]) -> str:
             if c["measure"] not in ("stop_rate", "log_odds"):
                 continue
             ctl.append([c["readout"], f"L{c['layer']}", alpha_key(c["alpha"]), c["control"],
-                        f"{c['cosine_with_probe']:+.2f}", c["group"], c["measure"],
+                        fixed(c['cosine_with_probe'], 2, sign=True), c["group"], c["measure"],
                         fmt_estimate(c["delta_vs_0"], c["measure"], sign=True),
                         fmt_estimate(c["probe_delta_vs_0"], c["measure"], sign=True), _place(c)])
         lines += [""] + _table(["readout", "layer", "alpha", "control", "cos with probe", "items", "measure",
@@ -237,7 +242,7 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
                                                     dtype=float)
                             bmean = scale * np.array([np.nan if b.get("mean") is None else b["mean"] for b in bs],
                                                      dtype=float)
-                            ax.fill_between(alphas, bmin, bmax, label=f"{what} 2.5-97.5% of {k} directions", **style)
+                            ax.fill_between(alphas, bmin, bmax, label=band_name(k, f"{what} directions"), **style)
                             ax.plot(alphas, bmean, "--", color=style.get("edgecolor", "0.35"), label=f"{what} mean")
                         if meta["ablation"]:
                             ab = rows[(readout, layer, "ablation", None, group, system, measure)]

@@ -32,11 +32,13 @@ directions' effects at their own settings, two-sided (experiments.dose_null.null
 
 from __future__ import annotations
 
+from evprobe.core.decimals import fixed
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from evprobe.experiments.dose_format import band_name
 from evprobe.experiments.dose_null import null_stats
 
 USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer)
@@ -131,7 +133,7 @@ def verdict_text(stats: dict[str, Any] | None, kind: str, unit: str) -> str:
         return f"no {name} were run"
     k = stats["n_directions"]
     scale = 100.0 if unit == "points" else 1.0
-    band = f"theirs {scale * stats['lo']:+.2f} to {scale * stats['hi']:+.2f} {unit}, 2.5-97.5% of {k}"
+    band = f"theirs {fixed(scale * stats['lo'], 2, sign=True)} to {fixed(scale * stats['hi'], 2, sign=True)} {unit}, {band_name(k)}"
     head = (f"beyond {stats['beaten']} of {k} {name}, each given its own cross-fitted choice ({band}; "
             f"p {stats['p_goal']:.3f})")
     threshold = stats.get("threshold", SPECIFIC_P)

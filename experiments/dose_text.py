@@ -17,9 +17,10 @@ Rules used in the wording (chosen here, tested in tests/experiments/test_dose_st
 
 from __future__ import annotations
 
+from evprobe.core.decimals import fixed
 from typing import Any
 
-from evprobe.experiments.dose_format import fmt_estimate
+from evprobe.experiments.dose_format import band_name, fmt_estimate
 from evprobe.experiments.dose_specificity import NULL_SETS, verdict_text
 
 def _excludes_zero(e: dict[str, Any] | None) -> bool:
@@ -50,9 +51,9 @@ def _place(null: dict[str, Any] | None, unit: str) -> str:
     if not null or null.get("percentile") is None:
         return "no random null"
     scale = 100.0 if unit == "points" else 1.0
-    z = "z undefined (the random effects do not vary)" if null["z"] is None else f"z {null['z']:+.1f}"
+    z = "z undefined (the random effects do not vary)" if null["z"] is None else f"z {fixed(null['z'], 1, sign=True)}"
     return (f"percentile {null['percentile']:.0f} among {null['n_directions']} random directions "
-            f"(their effects {scale * null['lo']:+.2f} to {scale * null['hi']:+.2f} {unit}, 2.5-97.5%), {z}, "
+            f"(their effects {fixed(scale * null['lo'], 2, sign=True)} to {fixed(scale * null['hi'], 2, sign=True)} {unit}, {band_name(null['n_directions'], 'random directions')}), {z}, "
             f"p_null {null['p_null']:.3f}")
 
 
@@ -77,7 +78,7 @@ def _null(block: dict[str, Any], kind: str, measure: str) -> dict[str, Any] | No
 def _headline_paragraph(h: dict[str, Any]) -> str:
     t, o = h["target"], h["other"]
     picks = "; ".join(f"half {c['chosen_on']} chose L{c['layer']} at alpha {c['alpha']:+g} (its {t['group']} "
-                      f"items moved {100 * c['fit_shift_toward_goal']:+.1f} points toward the goal, useless tests "
+                      f"items moved {fixed(100 * c['fit_shift_toward_goal'], 1, sign=True)} points toward the goal, useless tests "
                       f"{100 * c['fit_useless_rate']:.0f}%{', every setting breaks' if c['broken'] else ''}), scored "
                       f"on half {c['scored_on']}" for c in h["choices"])
     lines = [f"**{h['readout']}, {h['goal']}** (cross-fitted). {picks}."]
@@ -125,7 +126,7 @@ def _controls_paragraph(result: dict[str, Any]) -> list[str]:
                 continue
             unit = "nats" if here[0]["measure"] == "log_odds" else "points"
             fmt = _nats if unit == "nats" else _pts
-            parts = [f"{c['control']} (cosine with the probe {c['cosine_with_probe']:+.2f}) {fmt(c['delta_vs_0'])}"
+            parts = [f"{c['control']} (cosine with the probe {fixed(c['cosine_with_probe'], 2, sign=True)}) {fmt(c['delta_vs_0'])}"
                      for c in here]
             probe = here[0]["probe_delta_vs_0"]
             bigger = [c["control"] for c in here if c["delta_vs_0"]["value"] is not None and probe["value"] is not None

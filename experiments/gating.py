@@ -66,6 +66,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from evprobe.core.decimals import fixed
 from evprobe.core.flags import setting
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.bootstrap import (
@@ -572,7 +573,7 @@ def pct(e: dict[str, Any], sign: bool = False, ci: bool = True) -> str:
     """`54.0 [40.0, 68.0] (n=50)` in percent; NA (n=0) when the denominator is empty."""
     if e.get("value") is None:
         return "NA (n=0)"
-    f = (lambda v: f"{100 * v:+.1f}") if sign else (lambda v: f"{100 * v:.1f}")
+    f = (lambda v: fixed(100 * v, 1, sign=True)) if sign else (lambda v: f"{100 * v:.1f}")
     text = f(e["value"]).replace("-0.0", "0.0").replace("+-", "-")
     if ci and e["ci"][0] is not None:
         text += f" [{f(e['ci'][0])}, {f(e['ci'][1])}]"
@@ -592,7 +593,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"- Directions: mass-mean resolved at position {meta['position_fitted']}, "
         + "; ".join(f"{r}: {d['name']} (mean norm {d['mean_norm']:.4g}, fitted on n={d['n_fit_items']} items)"
                     for r, d in meta["directions"].items())
-        + f"; cosine(standard, guided) = {meta['cosine_standard_guided']:+.3f}.",
+        + f"; cosine(standard, guided) = {fixed(meta['cosine_standard_guided'], 3, sign=True)}.",
         (f"- Split: {meta['split']}; fitted on {len(meta['fit_families'])} families, steered and scored on "
         f"{meta['n_families']} held-out families (n={meta['n_items']} items: {meta['n_controls']} controls, "
         f"{meta['n_voids']} voids)."),

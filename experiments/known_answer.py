@@ -79,6 +79,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evprobe.core.decimals import fixed
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.experiments.known_answer_capture import (DECODE_FLOOR, GROUP_COSINE, direction_check, group_problems,
                                                       group_readings)
@@ -261,7 +262,7 @@ def leakage_check(sweep: dict[str, Any] | None, expected: Expected | None) -> di
     measured = (f"{len(fired)} of {len(scored)} rows fire"
                 + (f" ({', '.join(leaking)} beyond {LEAK_EFFECT})" if leaking else "")
                 + f"; farthest from 0.5: L{worst['layer']}/{worst['position']} {worst['leakage_auroc']:.3f} "
-                f"(z {worst.get('leakage_z') or 0.0:+.2f}; {check.get('shuffles', '?')} shuffles; n={sweep.get('n')} "
+                f"(z {fixed(worst.get('leakage_z') or 0.0, 2, sign=True)}; {check.get('shuffles', '?')} shuffles; n={sweep.get('n')} "
                 f"rows of {sweep.get('n_families')} families)" + (f"; FAILS: {', '.join(off)}" if off else ""))
     return check_row(title, not leaking and not off, measured, target)
 

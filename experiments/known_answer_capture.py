@@ -25,6 +25,7 @@ of checks and the fault each catches is experiments.known_answer's.
 
 from __future__ import annotations
 
+from evprobe.core.decimals import fixed
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ def group_problems(groups: list[dict[str, Any]]) -> tuple[list[str], str]:
         cos, auc = r.get("cosine") or {}, r.get("auroc") or {}
         c, a = cos.get("value"), auc.get("value")
         lo, hi = cos.get("ci") or [None, None]
-        cos_text = "n/a" if c is None else f"{c:+.3f}" + ("" if lo is None else f" [{lo:+.3f}, {hi:+.3f}]")
+        cos_text = "n/a" if c is None else fixed(c, 3, sign=True) + ("" if lo is None else f" [{fixed(lo, 3, sign=True)}, {fixed(hi, 3, sign=True)}]")
         alo, ahi = auc.get("ci") or [None, None]
         auc_text = "n/a" if a is None else f"{a:.3f}" + ("" if alo is None else f" [{alo:.3f}, {ahi:.3f}]")
         parts.append(f"{r['group']} cosine {cos_text}, AUROC {auc_text} (n={r['n']}, {r['families']} families)")

@@ -10,6 +10,7 @@ the bench that the steered direction was not fitted on (its provenance's items),
 
 from __future__ import annotations
 
+from evprobe.core.decimals import fixed
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,7 @@ def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
                 broke_at, why = a, f"useless tests {useless[a]['value']:.2f}"
                 break
             if shifts and shift < max(shifts) - max(MONOTONE_SLACK, reach):
-                broke_at, why = a, f"falls back to a shift of {shift:+.3f}"
+                broke_at, why = a, f"falls back to a shift of {fixed(shift, 3, sign=True)}"
                 break
             valid.append(a)
             shifts.append(shift)
@@ -148,11 +149,11 @@ def steering_checks(result: dict[str, Any] | None, plant: dict[str, int],
             return f"{g}: {s.get('reason', 'n/a')}"
         brk = (f"breaks at alpha {s['breaks_at']:+g}: {s['breaks_because']}" if s["breaks_at"] is not None
                else "no break in the grid")
-        null = "n/a" if s["null_shift"] is None else f"{s['null_shift']:+.3f}"
+        null = "n/a" if s["null_shift"] is None else fixed(s['null_shift'], 3, sign=True)
         if s["best_dose"] is None:
             return f"{g}: breaks at the first dose ({brk})"
         return (f"{g}: stop {s['stop_rate_at_0']:.3f} -> {estimate_text(s['best'])} at alpha {s['best_dose']:+g} "
-                f"(shift {s['best_shift']:+.3f}, random {null}, {'monotone' if s['monotone'] else 'NOT monotone'}, "
+                f"(shift {fixed(s['best_shift'], 3, sign=True)}, random {null}, {'monotone' if s['monotone'] else 'NOT monotone'}, "
                 f"stop or missing test {s['stop_or_missing_at_best']:.2f}, {brk})")
 
     off = steered_n(result, m, expected)
@@ -200,11 +201,11 @@ def generated_check(result: dict[str, Any] | None, plant: dict[str, int], per_la
         gaps = {a: gen[a]["value"] - lp[a]["value"] for a in doses}
         worst = max(doses, key=lambda a: abs(gaps[a]))
         bad_invalid = max(invalid[a]["value"] for a in doses)
-        parts.append(f"{group}: largest gap {gaps[worst]:+.3f} at alpha {worst:+g} (generated {estimate_text(gen[worst])}, "
+        parts.append(f"{group}: largest gap {fixed(gaps[worst], 3, sign=True)} at alpha {worst:+g} (generated {estimate_text(gen[worst])}, "
                      f"log-probs {lp[worst]['value']:.3f}); invalid at most {bad_invalid:.3f}")
         allowed = max(GENERATED_GAP, GAP_ITEMS / max(1, int(gen[worst].get("n") or 1)))
         if abs(gaps[worst]) > allowed + 1e-12:
-            problems.append(f"{group} gap {gaps[worst]:+.3f} at {worst:+g}")
+            problems.append(f"{group} gap {fixed(gaps[worst], 3, sign=True)} at {worst:+g}")
         if bad_invalid > INVALID_CEILING:
             problems.append(f"{group} invalid {bad_invalid:.3f}")
     problems += steered_n(result, m, expected, "generate")

@@ -41,6 +41,7 @@ import numpy as np
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
+from evprobe.core.decimals import fixed
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
@@ -397,15 +398,15 @@ def patching_markdown(summary: dict[str, Any]) -> str:
         if e["value"] is None:
             return f"NA (n={e['n']})"
         if e.get("identical_units"):  # no spread, no interval (core.bootstrap)
-            return f"{e['value'] + 0.0:.3f} (identical in all {e['n']} pairs)"
-        return f"{e['value']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}] (n={e['n']})"
+            return f"{fixed(e['value'] + 0.0, 3)} (identical in all {e['n']} pairs)"
+        return f"{fixed(e['value'], 3)} [{fixed(e['ci'][0], 3)}, {fixed(e['ci'][1], 3)}] (n={e['n']})"
 
     parts = [
         f"# Pair patching: {summary.get('model', '')}",
         "",
         f"{summary['n_rows']} patched (pair, direction) rows from {summary['n_families']} families; "
         f"intervals: {summary['interval']}. LD = log p(source's reference letter) - log p(target's); "
-        f"mean LD gap source - target: {summary['mean_gap']:.3f} nats.",
+        f"mean LD gap source - target: {fixed(summary['mean_gap'], 3)} nats.",
     ]
     titles = {
         "mean_change": "Mean change in LD (nats) when the source's layer output is patched in",
@@ -443,7 +444,7 @@ def heatmap_png(summary: dict[str, Any], path: Path) -> None:
                 if e["value"] is None:
                     continue
                 ci = e.get("ci") or [None, None]
-                text = f"{e['value']:.2f}" + ("" if ci[0] is None else f"\n[{ci[0]:.2f}, {ci[1]:.2f}]")
+                text = fixed(e['value'], 2) + ("" if ci[0] is None else f"\n[{fixed(ci[0], 2)}, {fixed(ci[1], 2)}]")
                 ax.text(j, i, text, ha="center", va="center", fontsize=7,
                         color="white" if abs(e["value"]) > 0.6 * max(abs(lo), abs(hi)) else "black")
         ax.set_xticks(range(len(positions)), positions)

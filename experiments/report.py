@@ -128,11 +128,27 @@ CAPTIONS = {
                          "stopping.",
     "useless_test_rate": "Rate of useless tests (free fall, or repeating the initial test) against the dose: a "
                          "rise means the steering breaks the model rather than changes its belief.",
+    "invalid_rate": "Rate of invalid replies (no parsable choice) against the dose: steering that breaks the "
+                    "reply format shows here. Invalid replies stay in every rate's denominator.",
     "patching": "Share of the gap closed and interchange-intervention accuracy by layer and position, with "
                 "values and 95% intervals. Look for where patching the other pair member's state flips the choice.",
     "ladder": "Probe AUROC, behaviour and (with --dose) steering by information-injection level. Read level "
               "differences from the paired table, not from overlapping bars.",
 }
+
+
+# The plots that lead a part's page, in this order (by stem up to its first dot): its headline measure
+# first (the log-odds dose-response is unsaturated, the stop rate is what the headline table reports).
+LEAD_PLOTS = ("summary", "sweep", "log_odds", "stop_rate", "patching", "geometry", "ladder")
+
+
+def plot_order(png: Path) -> tuple[bool, int, int, str]:
+    """Sort key of a part's plots: lead plots first, whole-part plots before per-system ones, the
+    log-prob readout before the generated one, then by name."""
+    parts = png.stem.split(".")
+    key = next((p for p in parts if p in CAPTIONS), parts[0])
+    lead = LEAD_PLOTS.index(key) if key in LEAD_PLOTS else len(LEAD_PLOTS)
+    return ("generate" in parts, len(parts) - ("generate" in parts), lead, png.stem)
 
 
 def caption(stem: str) -> str:
@@ -196,9 +212,10 @@ def _write_report(roots: list[Path], names: list[Path], out: Path, title: str, b
             rel = path.parent.relative_to(root)
             where = root_name / rel if len(roots) > 1 else rel
             lines += [f"*From `{where / name}`.*", "", _demote(path.read_text().strip()), ""]
-            for png in sorted(path.parent.glob("*.png")):
-                if not _inside(png, root):
-                    continue
+            pngs = sorted((png for png in path.parent.glob("*.png") if _inside(png, root)), key=plot_order)
+            if pngs:  # under a heading of their own, not under the part's last section
+                lines += [f"### Plots: {where}", ""]
+            for png in pngs:
                 target = _target_name(where, png.resolve(), used)
                 shutil.copyfile(png, out / target)
                 lines += [f"![{png.stem} ({where})]({quote(target)})", ""]

@@ -22,6 +22,7 @@ nats (the same as every table of the report).
 
 from __future__ import annotations
 
+from evprobe.core.decimals import fixed
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,7 +146,7 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
         if e.get("value") is None:
             continue
         out.append(f"Steering ({h['goal']}): the probe direction moved the {h['group']} items' stop log-odds by "
-                   f"{e['value']:+.2f} nats [{e['ci'][0]:+.2f}, {e['ci'][1]:+.2f}] (n={e.get('n')}); "
+                   f"{fixed(e['value'], 2, sign=True)} nats [{fixed(e['ci'][0], 2, sign=True)}, {fixed(e['ci'][1], 2, sign=True)}] (n={e.get('n')}); "
                    + _against_nulls(h["target"]))
     return out
 
@@ -207,6 +208,11 @@ def summary_png(sweep: dict | None, dose: dict | None, path: Path) -> Path | Non
         if ctl:
             ax.plot(*zip(*ctl), "s--", color="C3", label="control tasks (mean)")
         ax.axhline(0.5, ls=":", color="C7", label="chance")
+        dropped = dropped_layers(sweep)
+        if dropped:  # every layer the panel has no AUROC for is drawn at chance and named, never hidden
+            ax.plot([layer for layer, _ in dropped], [0.5] * len(dropped), "x", ms=10, mew=2, color="C7",
+                    label="not scored: " + ", ".join(f"L{layer} ({short})" for layer, (short, _) in dropped))
+            xs = np.array(sorted({*xs.tolist(), *(layer for layer, _ in dropped)}))
         lo, hi = best["ci"]
         ax.errorbar([best["layer"]], [best["auroc"]], yerr=[[best["auroc"] - lo], [hi - best["auroc"]]], fmt="*",
                     ms=14, color="k", capsize=4, label="nested estimate")
@@ -221,6 +227,20 @@ def summary_png(sweep: dict | None, dose: dict | None, path: Path) -> Path | Non
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def dropped_layers(sweep: dict | None) -> list[tuple[int, tuple[str, str]]]:
+    """The layers at the nested best position that have no AUROC, each with (a short reason for the
+    plot's legend, the sweep's own reason for the text): the headline panel shows them, not hides them."""
+    best = (sweep or {}).get("best") or {}
+    if best.get("layer") is None:
+        return []
+    out = []
+    for r in sorted((r for r in sweep["rows"] if r["position"] == best["position"] and r.get("auroc") is None),
+                    key=lambda r: r["layer"]):
+        short = "degenerate" if r.get("degenerate") else "skipped" if r.get("skipped") else "no AUROC"
+        out.append((r["layer"], (short, r.get("reason") or r.get("skipped") or "no AUROC recorded")))
+    return out
 
 
 def _steered_layer(dose: dict | None) -> int | None:
@@ -238,6 +258,8 @@ def _band_size(dose: dict, key: str) -> int:
 
 
 def _dose_panel(ax, dose: dict, layer: int) -> None:
+    from evprobe.experiments.dose_format import band_name
+
     rows = [r for r in dose["rows"] if r["readout"] == "logprobs" and r["system"] == "all"
             and r["measure"] == "log_odds" and (r["kind"] == "baseline" or (r["kind"] == "probe" and r["layer"] == layer))]
     for i, group in enumerate(("resolved", "unresolved")):
@@ -259,7 +281,7 @@ def _dose_panel(ax, dose: dict, layer: int) -> None:
                 pairs = sorted([(0.0, 0.0, 0.0), *band])  # alpha = 0 is the unsteered model: no spread
                 ax.fill_between([a for a, _, _ in pairs], [lo for _, lo, _ in pairs], [hi for _, _, hi in pairs],
                                 color=f"C{i}", edgecolor=f"C{i}", **style,
-                                label=f"{what}, {group} (2.5-97.5% of {_band_size(dose, key)})")
+                                label=f"{group}: {band_name(_band_size(dose, key), what)}")
     ax.axhline(0.0, ls=":", color="C7")
     ax.set(xlabel="alpha (mean residual norms; + toward measuring)", ylabel="change in stop log-odds (nats)",
            title=f"steering at layer {layer} (cross-fitted choice)")
@@ -294,6 +316,9 @@ def summary_markdown(roots: list[Path], out: Path, title: str, banner: str | Non
                   "same size and the hatched band of directions fitted on relabelled rows (one of each per group, in "
                   "its colour); the verdicts below compare the cross-fitted effect with those directions given the "
                   "same cross-fitted choice.*", ""]
+        lines += [f"Not scored in the left panel (drawn as x at chance): L{layer} at {sweep['best']['position']}: {why}."
+                  for layer, (_, why) in dropped_layers(sweep)]
+        lines += [""] if dropped_layers(sweep) else []
     rows = headline_rows(scores, sweep, dose, known)
     if rows:
         lines += ["| measure | estimate [95% CI] (n) | what it is |", "|---|---|---|"]
@@ -311,4 +336,4 @@ def summary_markdown(roots: list[Path], out: Path, title: str, banner: str | Non
     return "\n".join(lines)
 
 
-__all__ = ["LADDER_MD", "Sources", "find_sources", "inside_ladder", "headline_rows", "sentences", "summary_markdown", "summary_png"]
+__all__ = ["LADDER_MD", "Sources", "dropped_layers", "find_sources", "inside_ladder", "headline_rows", "sentences", "summary_markdown", "summary_png"]

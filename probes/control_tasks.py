@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.decimals import fixed
 from evprobe.core.bootstrap import Estimate
 
 CELL_FIELDS = ("system", "initial_property", "history", "threshold_level")
@@ -265,7 +266,7 @@ def fmt_selectivity(sel: Selectivity | Mapping[str, Any] | None) -> str:
     if d.get("value") is None:
         return "n/a" + (f" ({d['reason']})" if d.get("reason") else "")
     lo, hi = d.get("ci") or (None, None)
-    text = f"{d['value']:+.3f}" + ("" if lo is None else f" [{lo:+.3f}, {hi:+.3f}]")
+    text = fixed(d['value'], 3, sign=True) + ("" if lo is None else f" [{fixed(lo, 3, sign=True)}, {fixed(hi, 3, sign=True)}]")
     k = d.get("k")
     if not k:  # a sweep.json written before the controls' own distribution was the reference
         return text

@@ -5,6 +5,7 @@ and carries its flag; every other [lo, hi] must have width."""
 from __future__ import annotations
 
 POINT = r"\[([-+]?\d+(?:\.\d+)?), \1\]"  # an interval printed as `[x, x]`
+NEGATIVE_ZERO = r"(?<![\w.])-0(?:\.0+)?(?![\d.])"  # `-0.00`, `-0.0`, `-0`: a zero printed with a sign (core.decimals)
 MARKED = ("fixed_by_design", "identical_units")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evprobe.experiments.cli import build_parser, main
-from tests.intervals import POINT, zero_width
+from tests.intervals import NEGATIVE_ZERO, POINT, zero_width
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -63,6 +63,12 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
     assert "(n=" in details and list(folder.glob("*.png"))
     html = (folder / "report.html").read_text()
     assert html.count("<img ") == html.count('<img src="data:image/png;base64,') > 20  # every figure inline
+    # taken in at a glance (issue 28): under 5 MB, every image in the file once, detail pages folded
+    # behind one figure and one table, the layer the headline panel cannot score named on page one
+    assert len(html.encode("utf-8")) < 5_000_000 and html.count("<details>") > 10
+    images = re.findall(r'<img src="(data:[^"]+)"', html)
+    assert len(images) == len(set(images))
+    assert "Not scored in the left panel (drawn as x at chance): L0 at last" in page_one
     # no interval anywhere in the main job's outputs is a point (unless marked: fixed by design, or
     # identical in every unit; core.bootstrap)
     outputs = tmp_path / "out" / "quickstart"
@@ -70,7 +76,9 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
         if path.parent.name != "bench":  # the benchmark's own files hold no estimates
             assert zero_width(json.loads(path.read_text())) == [], path
     for path in sorted(outputs.rglob("*.md")):
-        assert re.search(POINT, path.read_text()) is None, path
+        text = path.read_text()
+        assert re.search(POINT, text) is None, path
+        assert re.search(NEGATIVE_ZERO, text) is None, (path, re.search(NEGATIVE_ZERO, text))
 
 
 def test_every_documented_flag_exists() -> None:
