@@ -15,6 +15,21 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+# Longest files first. With `--dist loadfile` a worker takes whole files in collection order, so a
+# long file collected last (tests/test_readme.py runs the whole quickstart; it sorts after every
+# folder) runs alone at the end while the other worker idles. These are the longest files of a
+# `--durations` run, longest first; the rest keep their order.
+LONGEST_FIRST = (
+    "tests/test_readme.py", "tests/experiments/test_shard.py", "tests/experiments/test_known_answer_mutations.py",
+    "tests/test_packaging.py", "tests/bench/test_backend_openai.py", "tests/bench/test_backend_vllm.py",
+    "tests/bench/test_vllm_steering.py", "tests/hooks/test_gpu_throughput_script.py",
+)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
 
 @pytest.fixture(scope="session")
 def main_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
