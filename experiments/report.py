@@ -232,9 +232,11 @@ def _write_report(roots: list[Path], names: list[Path], out: Path, title: str, b
     path = out / "report.md"
     atomic_write_bytes(path, (summary_markdown(roots, out, title, banner, details).rstrip() + "\n").encode("utf-8"))
     if html:
+        from evprobe.experiments.report_explorer import explorer_section
         from evprobe.experiments.report_html import write_html
 
-        write_html(out, title, ["report.md", *(page for _, page in details)])
+        # the item and pair explorer: only in the HTML (filters need a script); None without dose or patching
+        write_html(out, title, ["report.md", *(page for _, page in details)], explorer=explorer_section(roots))
     return path
 
 

@@ -113,8 +113,9 @@ def _anchor(page: str) -> str:
     return Path(page).stem
 
 
-def render_html(folder: Path, title: str, pages: list[str]) -> str:
-    """One HTML document of `pages` (file names in `folder`, page one first)."""
+def render_html(folder: Path, title: str, pages: list[str], explorer: str | None = None) -> str:
+    """One HTML document of `pages` (file names in `folder`, page one first), then `explorer` (an HTML
+    section: experiments.report_explorer) when given."""
     md = _renderer()
     names = set(pages)
     sections = []
@@ -126,16 +127,18 @@ def render_html(folder: Path, title: str, pages: list[str]) -> str:
         body = re.sub(r'href="([^"#]+\.md)"', lambda m: f'href="#{_anchor(m.group(1))}"'
                       if m.group(1) in names else m.group(0), body)
         sections.append(f'<section id="{_anchor(page)}">\n{_inline_images(body, folder, page)}</section>')
+    sections += [explorer] if explorer else []
     nav = " ".join(f'<a href="#{_anchor(p)}">{html.escape(_anchor(p).replace("details-", ""))}</a>' for p in pages)
+    nav += ' <a href="#explorer">explorer</a>' if explorer else ""
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
             f"<style>{STYLE}</style>\n</head>\n<body>\n<nav>{nav}</nav>\n" + "\n".join(sections) + "\n</body>\n</html>\n")
 
 
-def write_html(folder: Path, title: str, pages: list[str]) -> Path:
+def write_html(folder: Path, title: str, pages: list[str], explorer: str | None = None) -> Path:
     from evprobe.core.files import atomic_write_bytes
 
     path = folder / "report.html"
-    atomic_write_bytes(path, render_html(folder, title, pages).encode("utf-8"))
+    atomic_write_bytes(path, render_html(folder, title, pages, explorer).encode("utf-8"))
     return path
 
 

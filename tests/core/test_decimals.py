@@ -1,4 +1,4 @@
-"""core.decimals.fixed: a zero is never printed with a minus sign; everything else rounds as Python does."""
+"""`fixed` (evprobe.core.decimals): a zero is never printed with a minus sign; everything else rounds as Python does."""
 
 from __future__ import annotations
 
