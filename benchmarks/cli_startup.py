@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def helps() -> list[list[str]]:
-    from evprobe.experiments.cli import COMMANDS  # builds no parser: the names only
+    from evprobe.experiments.registry import names  # builds no parser: the names only
+
+    COMMANDS = names()
 
     return [["--help"], *([name, "--help"] for name in COMMANDS), ["organism", "train", "--help"]]
 

@@ -3,7 +3,7 @@
 
 It answers at once: building a parser imports no torch, transformers, nnsight, matplotlib or
 sklearn (each subcommand imports them in its run function), and `evprobe NAME ...` builds only
-NAME's parser (`COMMANDS` says where each is built), so a command pays only for its own flags;
+NAME's parser (`experiments.registry` says where each is built), so a command pays only for its own flags;
 `evprobe --help` builds them all. tests/experiments/test_cli_speed.py checks both;
 benchmarks/cli_startup.py times them.
 
@@ -17,12 +17,12 @@ import argparse
 import copy
 import os
 import sys
-from collections.abc import Callable, Sequence
-from importlib import import_module
+from collections.abc import Sequence
 from pathlib import Path
 
 from evprobe.core.argtypes import nonnegative_int, positive_int
 from evprobe.experiments.config import config_from_flags, resolve_model_flag
+from evprobe.experiments.registry import experiments, names, resolve
 
 
 def shown_default(action: argparse.Action) -> str | None:
@@ -66,7 +66,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"evprobe: error: {message}\n")
 
 
-def _add_generate(sub: argparse._SubParsersAction) -> None:
+def add_generate_parser(sub: argparse._SubParsersAction) -> None:
     from evprobe.bench.generate import MAIN_SEED, PILOT_SEED, SUBSET_SEED
 
     p = sub.add_parser(
@@ -132,7 +132,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_check(sub: argparse._SubParsersAction) -> None:
+def add_check_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check",
         help="recompute a benchmark folder and print the construction checks (Table 9)",
@@ -155,7 +155,7 @@ def _run_check(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
-def _add_run(sub: argparse._SubParsersAction) -> None:
+def add_run_parser(sub: argparse._SubParsersAction) -> None:
     from evprobe.bench.runner import RunConfig
     from evprobe.core.flags import add_config_arguments
 
@@ -213,7 +213,7 @@ def check_run_config(config: object) -> None:
         raise ConfigError(f"{COMMAND_LINE}: {err}") from None
 
 
-def _add_score(sub: argparse._SubParsersAction) -> None:
+def add_score_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "score",
         help="score a run: every paired measure with family-bootstrap intervals",
@@ -249,7 +249,7 @@ def _run_score(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_compare(sub: argparse._SubParsersAction) -> None:
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
         help="put the headline scores of several runs side by side (--paired: B - A of two settings)",
@@ -295,30 +295,6 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-# Every subcommand, in `evprobe --help`'s order: a function here, or (module, function) imported
-# only when that command's parser is built. Each function adds exactly the parser of its name.
-COMMANDS: dict[str, Callable[[argparse._SubParsersAction], object] | tuple[str, str]] = {
-    "generate": _add_generate,
-    "check": _add_check,
-    "run": _add_run,
-    "score": _add_score,
-    "compare": _add_compare,
-    "capture": ("evprobe.experiments.capture", "add_capture_parser"),
-    "merge": ("evprobe.experiments.merge", "add_merge_parser"),
-    "patching": ("evprobe.experiments.patching", "add_patching_parser"),
-    "dose-response": ("evprobe.experiments.dose_response", "add_dose_response_parser"),
-    "layer-sweep": ("evprobe.experiments.layer_sweep", "add_layer_sweep_parser"),
-    "gating": ("evprobe.experiments.gating", "add_gating_parser"),
-    "report": ("evprobe.experiments.report", "add_report_parser"),
-    "quickstart": ("evprobe.experiments.quickstart", "add_quickstart_parser"),
-    "organism": ("evprobe.experiments.organism_cli", "add_organism_parser"),
-    "sweep": ("evprobe.probes.cli", "add_sweep_parser"),
-    "directions": ("evprobe.probes.cli", "add_directions_parser"),
-    "ladder": ("evprobe.experiments.ladder", "add_ladder_parser"),
-    "parity": ("evprobe.experiments.parity", "add_parity_parser"),
-}
-
-
 def _add_no_progress(parser: argparse.ArgumentParser) -> None:
     """`--no-progress` on `parser` and on every parser below it that runs something."""
     nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -334,12 +310,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand, or of `command` alone (what `evprobe COMMAND ...` needs)."""
     parser = _Parser(prog="evprobe", description="Do VLMs know when their evidence is enough?")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name, add in COMMANDS.items():
-        if command is not None and name != command:
-            continue
-        if isinstance(add, tuple):
-            add = getattr(import_module(add[0]), add[1])
-        add(sub)
+    for experiment in experiments():  # experiments.registry: one declaration per command
+        if command is None or experiment.name == command:
+            resolve(experiment.parser)(sub)
     for child in sub.choices.values():
         _add_no_progress(child)
     return parser
@@ -347,7 +320,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = argv[0] if argv and argv[0] in COMMANDS else None  # else: --help, or an unknown command's error
+    command = argv[0] if argv and argv[0] in names() else None  # else: --help, or an unknown command's error
     try:
         args = build_parser(command).parse_args(argv)
     except SystemExit as stop:  # --help, or argparse's one-line error: return its status

@@ -4,7 +4,7 @@
     evprobe run ... --shard 1/2 --out runs/m/shard-1      evprobe capture ... --shard 1/2 --out acts/m/shard-1
     evprobe merge runs/m runs/m/shard-*                   evprobe merge acts/m acts/m/shard-*
 
-Every job folder names its kind in its meta (`kind`); merge finds the job by it (`JOBS`) and
+Every job folder names its kind in its meta (`kind`); merge finds the job by it (experiments.registry) and
 lets the job runner merge (`core.launch.merge_folders`): the rows in the single run's order
 (byte for byte for JSONL rows; acts.npy row by row for a capture), the meta without `shard`,
 then the job's reports. A layer sweep merges its captures, then runs its CPU steps. Refused, in
@@ -17,23 +17,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from evprobe.bench.records import RUN_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.jobs import FORMAT_KEY, read_meta
+from evprobe.experiments.registry import job_kinds, resolve
 
-# kind -> (module, Job class, or a function(out, folders) for a job of several steps)
-JOBS = {
-    "run": ("evprobe.bench.runner", "RunJob"),
-    "capture": ("evprobe.experiments.capture", "CaptureJob"),
-    "patching": ("evprobe.experiments.patching", "PatchingJob"),
-    "dose-response": ("evprobe.experiments.dose_response", "DoseResponseJob"),
-    "gating": ("evprobe.experiments.gating", "GatingJob"),
-    "layer-sweep": ("evprobe.experiments.layer_sweep", "merge_shards"),
-}
 # Where a job folder states its kind: run.json (run), layer_sweep_config.json (layer sweep), meta.json (the rest).
 META_FILES = (RUN_META_FILE, "layer_sweep_config.json", "meta.json")
 
@@ -42,7 +33,7 @@ def kind_of(folder: Path) -> str:
     """The job kind a folder's meta names."""
     for name in META_FILES:
         meta = read_meta(folder / name)
-        if meta is not None and meta.get(FORMAT_KEY) in JOBS:
+        if meta is not None and meta.get(FORMAT_KEY) in job_kinds():
             if name == RUN_META_FILE:  # run.json's one schema, before any folder is merged
                 from evprobe.bench.json_schema import RUN_FIX, read_run_meta
 
@@ -51,7 +42,7 @@ def kind_of(folder: Path) -> str:
                                      f"merge rebuilds the job from); {RUN_FIX}")
             return meta[FORMAT_KEY]
     raise InputError(f"{folder} names no job kind ({', '.join(META_FILES)} with \"kind\": one of "
-                     f"{', '.join(JOBS)}); pass the folders that `--shard K/N` wrote, or rerun an older shard with "
+                     f"{', '.join(job_kinds())}); pass the folders that `--shard K/N` wrote, or rerun an older shard with "
                      "the same command to record its kind")
 
 
@@ -65,8 +56,9 @@ def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> dict[str, Any]:
     kinds = sorted({kind_of(f) for f in folders})
     if len(kinds) > 1:
         raise InputError(f"the folders mix {' and '.join(kinds)} shards; merge one kind at a time")
-    module, name = JOBS[kinds[0]]
-    target = getattr(import_module(module), name)
+    # experiments.registry: the job of the experiment that records this kind (a Job class, or a
+    # function(out, folders) for a job of several steps)
+    target = resolve(job_kinds()[kinds[0]].job)
     return merge_folders(target, out, folders) if isinstance(target, type) else target(out, folders)
 
 

@@ -10,7 +10,8 @@ caption saying what to look for), and report.html holds every page in one self-c
 The detail pages gather, in this order, whatever they find under DIR: behavioural scores (`*/scores.md`), probe
 sweeps (`**/sweep.md`, except an `evprobe ladder` folder's per-level sweeps), directions and their
 geometry (`**/geometry.md`), dose-response (`**/dose_response.md`), pair patching
-(`**/patching.md`) and the information-injection ladder (`**/ladder.md`), and copies every PNG beside them
+(`**/patching.md`), gating (`**/gating.md`) and the information-injection ladder (`**/ladder.md`): the
+parts `experiments.registry` declares, in their rank order. It copies every PNG beside them
 into `DIR/report/`, so the report folder can be moved as a whole. Each part keeps its own numbers
 with their n and intervals; the report adds nothing it did not read.
 
@@ -37,17 +38,9 @@ from urllib.parse import quote
 from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.core.files import atomic_write_bytes
 from evprobe.core.lock import folder_lock
+from evprobe.experiments.registry import report_parts
 from evprobe.experiments.report_summary import inside_ladder
 
-PARTS = (
-    ("Known-answer checks", "known_answer.md"),
-    ("Behaviour", "scores.md"),
-    ("Probe sweeps", "sweep.md"),
-    ("Direction geometry", "geometry.md"),
-    ("Dose-response", "dose_response.md"),
-    ("Pair patching", "patching.md"),
-    ("Information-injection ladder", "ladder.md"),
-)
 
 def _demote(markdown: str) -> str:
     """Shift every heading two levels down, so each part sits under the report's own headings."""
@@ -196,7 +189,7 @@ def _write_report(roots: list[Path], names: list[Path], out: Path, title: str, b
     out_resolved = out.resolve()
     used: dict[str, Path] = {}  # report file name -> the PNG copied under it
     details: list[tuple[str, str]] = []  # (heading, page file name)
-    for heading, name in PARTS:
+    for heading, name in ((p.heading, p.file) for p in report_parts()):  # experiments.registry
         paths = [
             (root, root_name, p)
             for root, root_name in zip(roots, names)
@@ -227,8 +220,7 @@ def _write_report(roots: list[Path], names: list[Path], out: Path, title: str, b
         details.append((heading, page))
     if not details:
         listed = ", ".join(str(r) for r in roots)
-        raise InputError(f"{listed}: found no scores.md, sweep.md, dose_response.md, patching.md or ladder.md "
-                         "to report")
+        raise InputError(f"{listed}: found none of {', '.join(p.file for p in report_parts())} to report")
     path = out / "report.md"
     atomic_write_bytes(path, (summary_markdown(roots, out, title, banner, details).rstrip() + "\n").encode("utf-8"))
     if html:

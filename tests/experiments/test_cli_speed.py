@@ -24,7 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from evprobe.experiments.cli import COMMANDS, build_parser, main
+from evprobe.experiments.cli import build_parser, main
+from evprobe.experiments.registry import names as registered
+
+COMMANDS = registered()  # every subcommand, in --help's order (experiments.registry)
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "nnsight", "matplotlib", "sklearn")
@@ -36,7 +39,10 @@ _PROBE = """
 import contextlib, io, json, sys
 for name in sys.argv[1:]:
     __import__(name)
-from evprobe.experiments.cli import COMMANDS, build_parser, main
+from evprobe.experiments.cli import build_parser, main
+from evprobe.experiments.registry import names as registered
+
+COMMANDS = registered()  # every subcommand, in --help's order (experiments.registry)
 build_parser()
 for name in COMMANDS:
     build_parser(name)

@@ -7,7 +7,10 @@ import argparse
 import re
 from collections.abc import Iterator
 
-from evprobe.experiments.cli import COMMANDS, build_parser, shown_default
+from evprobe.experiments.cli import build_parser, shown_default
+from evprobe.experiments.registry import names as registered
+
+COMMANDS = registered()  # every subcommand, in --help's order (experiments.registry)
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str = "evprobe") -> Iterator[tuple[str, argparse.ArgumentParser]]:

@@ -25,7 +25,7 @@ def test_quickstart_rejects_a_bad_model_before_doing_anything(tmp_path: Path, ca
 
 def test_report_needs_something_to_report(tmp_path: Path, capsys) -> None:
     assert main(["report", str(tmp_path)]) == 2
-    assert "found no scores.md" in capsys.readouterr().err
+    assert "found none of known_answer.md, scores.md, sweep.md" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing")]) == 2
 
 
