@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from evprobe.bench.family import LETTERS as OPTION_LETTERS
 from evprobe.bench.items import VARIANTS
 from evprobe.bench.protocols import check_regime
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
@@ -20,7 +21,7 @@ RESULTS_FILE = "results.jsonl"
 RUN_META_FILE = "meta.json"
 FORMAT = "evprobe-dose-response/1"
 DEFAULT_ALPHAS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
-LETTERS = ("A", "B", "C", "D", "E")
+LETTERS = tuple(OPTION_LETTERS)  # the benchmark's option letters (bench.family.LETTERS), one home
 READOUTS = ("logprobs", "generate")
 CONTROLS = ("history", "threshold_level", "shuffled")  # specificity controls (experiments.dose_controls)
 DEFAULT_N_RANDOM = 50

@@ -76,6 +76,7 @@ from evprobe.core.bootstrap import (
     FamilyBootstrap,
     Resampled,
 )
+from evprobe.bench.family import LETTERS  # the option letters, one home
 from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.core.errors import InputError
@@ -96,7 +97,7 @@ from evprobe.experiments.config import (
     load_model_config,
     resolve_config,
 )
-from evprobe.experiments.dose_config import LETTERS, alpha_key
+from evprobe.experiments.dose_config import alpha_key
 from evprobe.experiments.dose_plan import measure_sign
 from evprobe.hooks.devices import placement_of
 

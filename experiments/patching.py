@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from evprobe.bench.family import LETTERS as OPTION_LETTERS
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
@@ -60,7 +61,7 @@ RESULTS_FILE = "results.jsonl"
 # one-sheet selections, the reading's block and its offset: a partial patch of one sheet's span).
 POSITION_SETS = ("last", "text", "image", "image_first", "image_rest")
 DEFAULT_POSITION_SETS = ("last", "text", "image")
-LETTERS = ("A", "B", "C", "D", "E")
+LETTERS = tuple(OPTION_LETTERS)  # the benchmark's option letters (bench.family.LETTERS)
 MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no share
 # results.jsonl's schema: every field required, nothing else (core.capture_schema kinds)
 ROW_TYPES = {"key": "id", "source": "id", "target": "id", "family_id": "id", "system": "str",
