@@ -316,9 +316,9 @@ def summary_markdown(roots: list[Path], out: Path, title: str, banner: str | Non
                   "same size and the hatched band of directions fitted on relabelled rows (one of each per group, in "
                   "its colour); the verdicts below compare the cross-fitted effect with those directions given the "
                   "same cross-fitted choice.*", ""]
-        lines += [f"Not scored in the left panel (drawn as x at chance): L{layer} at {sweep['best']['position']}: {why}."
-                  for layer, (_, why) in dropped_layers(sweep)]
-        lines += [""] if dropped_layers(sweep) else []
+        dropped = [f"Not scored in the left panel (drawn as x at chance): L{layer} at {sweep['best']['position']}: "
+                   f"{why}." for layer, (_, why) in dropped_layers(sweep)]
+        lines += [*dropped, ""] if dropped else []
     rows = headline_rows(scores, sweep, dose, known)
     if rows:
         lines += ["| measure | estimate [95% CI] (n) | what it is |", "|---|---|---|"]
