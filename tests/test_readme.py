@@ -79,6 +79,12 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
         text = path.read_text()
         assert re.search(POINT, text) is None, path
         assert re.search(NEGATIVE_ZERO, text) is None, (path, re.search(NEGATIVE_ZERO, text))
+    # what the main job writes stays what it wrote before a refactor (issue 27): every file, modulo
+    # its own path and wall-clock fields (tests/quickstart_digest.py says how to refresh it)
+    from tests.quickstart_digest import DIGEST_FILE, differences, digest
+
+    changed = differences(digest(outputs, "out/quickstart"), json.loads(DIGEST_FILE.read_text()))
+    assert changed == [], f"{len(changed)} quickstart outputs differ from {DIGEST_FILE.name}: {changed[:10]}"
 
 
 def test_every_documented_flag_exists() -> None:

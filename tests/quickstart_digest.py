@@ -1,0 +1,100 @@
+"""A digest of the quickstart's outputs, so a refactor that changes what the main job writes fails a test
+(tests/test_readme.py compares it with tests/data/quickstart_digest.json).
+
+Each file's digest is the sha256 of its content with what legitimately varies between two runs taken
+out: the output folder's own path, wall-clock fields ("seconds", throughput), and the throughput table
+rows of the run's scores; JSON floats are read to 9 significant digits and tensors to 6 decimals, so a
+different BLAS's last bits do not count. report.html is left out (it inlines the pages and figures that
+are digested, and a throughput table). Refresh after an intended change:
+
+    evprobe quickstart --out out/quickstart && python -m tests.quickstart_digest out/quickstart --write
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+DIGEST_FILE = Path(__file__).parent / "data" / "quickstart_digest.json"
+TIMING_KEYS = {"seconds", "items_per_second", "generated_tokens_per_s", "tokens_per_second"}
+LEFT_OUT = {"report/report.html", ".evprobe.lock"}
+# | backend | sessions | calls | prompt tokens | generated tokens | seconds in calls | generated tokens/s | ...
+THROUGHPUT_ROW = re.compile(r"^\| \S+ \| \d+ \| \d+ \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \|.*$", re.M)
+TEXT = {".json", ".jsonl", ".md", ".csv", ".txt", ".yaml", ".js", ".svg"}
+
+
+def _canonical(value: Any, parent: dict[str, Any] | None = None) -> Any:
+    if isinstance(value, dict):
+        return {k: _canonical(v, value) for k, v in value.items()
+                if k not in TIMING_KEYS and not (k == "sha256" and "file" in value)}  # a hash of a file with timings
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.9g}")
+    return value
+
+
+def file_digest(path: Path, roots: tuple[str, ...]) -> str:
+    if path.suffix == ".safetensors":
+        import numpy as np
+        from safetensors import safe_open
+
+        h = hashlib.sha256()
+        with safe_open(str(path), "np") as f:
+            meta = json.dumps(f.metadata() or {}, sort_keys=True)
+            for root in roots:
+                meta = meta.replace(root, "ROOT")
+            h.update(meta.encode())
+            for key in sorted(f.keys()):
+                h.update(key.encode() + np.round(f.get_tensor(key).astype(np.float64), 6).tobytes())
+        return h.hexdigest()[:16]
+    data = path.read_bytes()
+    if path.suffix in TEXT:
+        text = data.decode("utf-8")
+        for root in roots:
+            text = text.replace(root, "ROOT")
+        if path.suffix == ".json":
+            text = json.dumps(_canonical(json.loads(text)), sort_keys=True)
+        elif path.suffix == ".jsonl":
+            text = "\n".join(json.dumps(_canonical(json.loads(line)), sort_keys=True)
+                             for line in text.splitlines() if line.strip())
+        elif path.suffix == ".md":
+            text = THROUGHPUT_ROW.sub("| THROUGHPUT |", text)
+        data = text.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def digest(folder: Path, given_as: str | None = None) -> dict[str, str]:
+    """{path relative to folder: digest} of every output file; `given_as` is the folder as the
+    command was given it (a relative path is written into some files as given)."""
+    roots = tuple(r for r in (str(folder.resolve()), str(folder), given_as) if r)
+    roots = tuple(sorted(set(roots), key=len, reverse=True))
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and rel not in LEFT_OUT and path.name not in LEFT_OUT:
+            out[rel] = file_digest(path, roots)
+    return out
+
+
+def differences(found: dict[str, str], expected: dict[str, str]) -> list[str]:
+    return ([f"new file {p}" for p in sorted(found.keys() - expected.keys())]
+            + [f"missing file {p}" for p in sorted(expected.keys() - found.keys())]
+            + [f"changed {p}" for p in sorted(found.keys() & expected.keys()) if found[p] != expected[p]])
+
+
+if __name__ == "__main__":
+    folder = Path(sys.argv[1])
+    found = digest(folder, sys.argv[1])
+    if "--write" in sys.argv:
+        DIGEST_FILE.parent.mkdir(exist_ok=True)
+        DIGEST_FILE.write_text(json.dumps(found, indent=0, sort_keys=True) + "\n")
+        print(f"wrote {len(found)} digests to {DIGEST_FILE}")
+    else:
+        diff = differences(found, json.loads(DIGEST_FILE.read_text()))
+        print("\n".join(diff) or f"all {len(found)} files as recorded")
+        sys.exit(1 if diff else 0)

@@ -1,0 +1,33 @@
+"""The quickstart digest (tests/quickstart_digest.py) ignores only what varies between two runs: a
+changed value, file or tensor fails it; the folder's path and wall-clock fields do not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from tests.quickstart_digest import differences, digest
+
+
+def _write(folder: Path, value: float, seconds: float, tensor: np.ndarray) -> Path:
+    (folder / "run").mkdir(parents=True)
+    (folder / "run" / "run.json").write_text(json.dumps({"out": f"{folder}/run", "auroc": value, "seconds": seconds}))
+    (folder / "run" / "records.jsonl").write_text(json.dumps({"id": "a", "seconds": seconds}) + "\n")
+    (folder / "run" / "scores.md").write_text(f"| hf | 1 | 288 | 166464 | 27072 | {seconds} | 6943.73 | not measured |\n")
+    save_file({"v": tensor}, str(folder / "d.safetensors"), metadata={"captures": f"{folder}/acts"})
+    return folder
+
+
+def test_paths_and_timings_do_not_count_values_do(tmp_path: Path) -> None:
+    v = np.arange(4, dtype=np.float32) / 7
+    base = digest(_write(tmp_path / "a", 0.75, 1.0, v))
+    assert differences(digest(_write(tmp_path / "b", 0.75, 2.5, v)), base) == []
+    assert differences(digest(_write(tmp_path / "c", 0.76, 1.0, v)), base) == ["changed run/run.json"]
+    assert differences(digest(_write(tmp_path / "d", 0.75, 1.0, v + 1e-3)), base) == ["changed d.safetensors"]
+    e = _write(tmp_path / "e", 0.75, 1.0, v)
+    (e / "run" / "extra.md").write_text("x")
+    (e / "run" / "records.jsonl").unlink()
+    assert differences(digest(e), base) == ["new file run/extra.md", "missing file run/records.jsonl"]
