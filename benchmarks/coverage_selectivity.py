@@ -49,9 +49,8 @@ import numpy as np
 
 from evprobe.core.bootstrap import FamilyBootstrap, percentile_interval
 from evprobe.probes.control_tasks import CELL_FIELDS, draw_control_tasks, row_cells, selectivity
-from evprobe.probes.engine import cv_scores
+from evprobe.probes.engine import LogisticFitter, cv_scores
 from evprobe.probes.metrics import auroc
-from evprobe.probes.multilabel import ManyLabelLogisticFitter
 from evprobe.probes.splits import family_folds
 from evprobe.probes.synthetic import reference_rows
 
@@ -128,7 +127,7 @@ def _rules(X: np.ndarray, y: np.ndarray, cells: np.ndarray, fam: np.ndarray, k: 
     """Fit the target and k controls exactly as the sweep does; both rules' numbers."""
     folds = family_folds(fam, K_FOLDS, seed, y)
     tasks = draw_control_tasks(cells, y, k, seed)
-    res = cv_scores(X, ManyLabelLogisticFitter(1.0), folds, {"y": y, **tasks.as_labels()}, key=0)
+    res = cv_scores(X, LogisticFitter(1.0), folds, {"y": y, **tasks.as_labels()}, key=0)
     target = res.oof["y"]
     ctrl = np.array([res.oof[name] for name in tasks.names()])  # (k, n)
     each = [auroc(c[np.isfinite(c)], lab[np.isfinite(c)]) for c, lab in zip(ctrl, tasks.labels, strict=True)]

@@ -88,8 +88,11 @@ def _fit(name: str, d: Direction, seed: int) -> tuple[np.ndarray, str]:
     if mask.sum() < 2 or ls.y[mask].min() == ls.y[mask].max():
         raise ConfigError(f"control {name!r} at layer {d.layer}: its label has one class on the {int(mask.sum())} rows "
                           f"{d.name} was fitted on; choose another control or set controls: []")
-    (fitted,) = fit_directions(cs, ls, [d.layer], prov["position"], prov.get("probe", "massmean"),
-                               [(name, mask)])
+    from evprobe.probes.registry import ProbeSpec
+
+    # the probe and parameters the direction was fitted with (its provenance), so only the label differs
+    spec = ProbeSpec.of(prov.get("probe", "massmean"), prov.get("probe_params") or {})
+    (fitted,) = fit_directions(cs, ls, [d.layer], prov["position"], spec, [(name, mask)])
     what = (f"fitted: {prov['label']} permuted (seed {seed})" if name == "shuffled"
             else f"fitted: {ls.name}={ls.positive}")
     return fitted.vector.astype(np.float64), f"{what} on {int(mask.sum())} capture rows of {d.name}'s items"

@@ -80,7 +80,7 @@ def relabel_directions(n: int, named: Direction, chosen: dict[int, Direction],
         return {}
     from evprobe.probes.captures import CaptureError, labels, load_captures
     from evprobe.probes.directions import check_width
-    from evprobe.probes.estimators import make_probe
+    from evprobe.probes.registry import ProbeSpec
 
     prov = named.provenance
     paths = [Path(c) for c in prov.get("captures") or ()]
@@ -97,6 +97,8 @@ def relabel_directions(n: int, named: Direction, chosen: dict[int, Direction],
         raise ConfigError(f"relabelled null: cannot read the rows {named.name} was fitted on ({e}); {fix}") from None
     out: dict[int, RelabelSet] = {}
     for layer, d in sorted(chosen.items()):
+        # the same probe with the same parameters the direction was fitted with (its provenance)
+        refit = ProbeSpec.of(d.provenance.get("probe", "massmean"), d.provenance.get("probe_params") or {})
         fit_items = set(d.provenance.get("items") or ())
         mask = np.array([cs.index[r]["item_id"] in fit_items for r in ls.rows], dtype=bool)
         if mask.sum() < 4 or ls.y[mask].min() == ls.y[mask].max():
@@ -108,7 +110,7 @@ def relabel_directions(n: int, named: Direction, chosen: dict[int, Direction],
         labels_r = within_family_permutations(ls.y[mask], families, n, seed)  # (n, m)
         vecs = []
         for lab in labels_r:
-            v = np.asarray(make_probe(d.provenance.get("probe", "massmean")).fit(X, lab).direction_, np.float64)
+            v = np.asarray(refit.make().fit(X, lab).direction_, np.float64)
             norm = float(np.linalg.norm(v))
             if not np.isfinite(norm) or norm == 0:
                 raise ConfigError(f"relabelled null at layer {layer}: a relabelled fit gave a zero vector; {fix}")

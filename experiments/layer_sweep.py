@@ -73,7 +73,6 @@ KIND = "layer-sweep"  # recorded in SHARD_CONFIG_FILE; `evprobe merge` dispatche
 JSON_FILE = "best_layers.json"
 MD_FILE = "best_layers.md"
 PNG_FILE = "layer_sweep.png"
-PROBES = ("logistic", "massmean", "centroid")
 DEFAULT_LABELS = ("resolved", "history", "threshold_level", "missing_property")
 # Transfer kinds of probes.transfer that work on one capture (regime needs several captures).
 TRANSFER_KINDS = ("system", "initial", "pairs", "request")
@@ -100,8 +99,8 @@ class LayerSweepConfig:
     layers: tuple[int, ...] | Literal["all"] = setting("all", "all, or layer numbers, e.g. 0,8,16")
     labels: tuple[str, ...] = setting(
         DEFAULT_LABELS, "labels: index fields, missing_property, initial or name=value, e.g. resolved,system=sliding")
-    probe: Literal["logistic", "massmean", "centroid"] = setting("logistic", "probe: logistic (TRAPS), massmean "
-                                                                 "or centroid")
+    probe: str = setting("logistic", "a registered probe: logistic (TRAPS), massmean, centroid or one of yours "
+                                     "(evprobe.probes.register_probe)")
     transfer: tuple[str, ...] = setting(("system", "pairs", "request"), "kinds of transfer matrix for resolved")
     regime: str = setting("standard", "prompt regime of the capture: standard, guided or json")
     folds: int = setting(5, "cross-validation folds of whole families")
@@ -136,8 +135,10 @@ class LayerSweepConfig:
             check_label(label)
         if len({_label_dir(x) for x in self.labels}) != len(self.labels):
             raise ValueError(f"key 'labels' repeats a label ({', '.join(self.labels)})")
-        if self.probe not in PROBES:
-            raise ValueError(f"key 'probe' is {self.probe!r}; choose from {', '.join(PROBES)}")
+        from evprobe.probes.registry import probe_names
+
+        if self.probe not in probe_names():
+            raise ValueError(f"key 'probe' is {self.probe!r}; choose from {', '.join(probe_names())}")
         for kind in self.transfer:
             if kind not in TRANSFER_KINDS and kind not in _index_fields():
                 raise ValueError(f"key 'transfer' has unknown kind {kind!r}; choose from {', '.join(TRANSFER_KINDS)} "

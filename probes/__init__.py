@@ -7,9 +7,13 @@ layer? One concept per module:
   run's records (`load_records`), binary labels (`labels` -> `LabelSet`: any index field,
   `missing_property`, `initial`, and from records `stopped`, `committed`, `chose_reference`,
   `valid`), and the confabulation restriction (`restrict_wrong`, TRAPS's Cf -> Cf).
-- `estimators`: `LogisticProbe` (StandardScaler + L2 logistic, C = 1, solved exactly in the span
-  of the training rows when n < d), `MassMeanProbe`, `NearestCentroidProbe`; scikit-learn shape,
-  each with a unit `direction_` in the residual basis.
+- `protocol`: `LinearProbe`, the probe protocol (scikit-learn shape, a unit `direction_` in the
+  residual basis, parameters on `__init__`), and `ProbeCapabilities`.
+- `estimators`: `LogisticProbe` (StandardScaler + L2 logistic,
+  C = 1), `MassMeanProbe`, `NearestCentroidProbe`; `solvers`: the math under them.
+- `registry`: every probe registered once (`register_probe`, `probe_names`), and `ProbeSpec`, a
+  probe's name with its parameters, what every sweep, control, refit, transfer and direction fit
+  receives; `probe_checks.check_probe`: the contract a new probe is tested against.
 - `splits`: folds of whole families (`family_folds`), `check_grouped`.
 - `metrics`: AUROC and accuracy with family-bootstrap intervals on `core.bootstrap`.
 - `engine`: fit on a training set and score every row, Gram matrix shared by real and control
@@ -38,9 +42,15 @@ _LAZY = {
     "load_captures": "evprobe.probes.captures",
     "load_records": "evprobe.probes.captures",
     "restrict_wrong": "evprobe.probes.captures",
+    "LinearProbe": "evprobe.probes.protocol",
+    "ProbeCapabilities": "evprobe.probes.protocol",
     "LogisticProbe": "evprobe.probes.estimators",
     "MassMeanProbe": "evprobe.probes.estimators",
     "NearestCentroidProbe": "evprobe.probes.estimators",
+    "ProbeSpec": "evprobe.probes.registry",
+    "register_probe": "evprobe.probes.registry",
+    "probe_names": "evprobe.probes.registry",
+    "check_probe": "evprobe.probes.probe_checks",
     "SweepConfig": "evprobe.probes.sweep",
     "SweepResult": "evprobe.probes.sweep",
 }

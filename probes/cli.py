@@ -4,12 +4,13 @@
                   [--records RUN ...] [--requests TYPES] [--restrict confabulated|overcautious|not_reference]
                   [--transfer system|initial|pairs|request|regime|FIELD ...] [--layers L,L] [--positions P,P]
                   [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
-                  [--no-nested] [--control-tasks 39] [--cell-fields F,F,...] [--leakage-shuffles 16]
+                  [--probe-params NAME=VALUE,...] [--no-nested] [--control-tasks 39] [--cell-fields F,F,...] [--leakage-shuffles 16]
                   [--jobs N] [--out DIR] [--quiet]
                   [--nonfinite refuse|drop]
     evprobe directions ACTS [ACTS ...] --layer L[,L ...] [--position last] [--label resolved] [--positive VALUE]
                   [--probe massmean|logistic|centroid|all] [--by KIND] [--records RUN ...] [--requests TYPES]
-                  [--restrict RULE] [--C 1.0] [--pooled-covariance] [--seed 20260905] [--out DIR]
+                  [--restrict RULE] [--C 1.0] [--pooled-covariance] [--probe-params NAME=VALUE,...]
+                  [--seed 20260905] [--out DIR]
                   [--nonfinite refuse|drop]
 
 Captures are checked at read: a row holding NaN or inf is refused in one line naming it, unless
@@ -31,8 +32,8 @@ from evprobe.core.argtypes import int_list, nonnegative_int, positive_float, pos
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED
 from evprobe.probes.captures import NONFINITE_POLICIES
 from evprobe.probes.control_tasks import CELL_FIELDS, DEFAULT_CONTROL_TASKS
+from evprobe.probes.registry import SHARED_KNOBS, ProbeSpec, parameters, probe_names
 from evprobe.probes.runs import (
-    PROBE_NAMES,
     default_sweep_out,
     directions_to_folder,
     labelled,
@@ -56,9 +57,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restrict", choices=("confabulated", "overcautious", "not_reference"), default=None,
                    help="keep only rows whose behaviour (--records) was wrong, with their image/threshold-pair "
                         "partners (TRAPS's Cf -> Cf for `confabulated`)")
-    p.add_argument("--C", dest="C", type=positive_float, default=1.0, help="logistic inverse regularisation (TRAPS: 1)")
-    p.add_argument("--pooled-covariance", action="store_true",
+    p.add_argument("--C", dest="C", type=positive_float, default=SHARED_KNOBS["C"],
+                   help="logistic inverse regularisation (TRAPS: 1)")
+    p.add_argument("--pooled-covariance", action="store_true", default=SHARED_KNOBS["pooled_covariance"],
                    help="mass-mean probe through the ridge-regularised pooled within-class covariance")
+    p.add_argument("--probe-params", type=str_list, default=None, metavar="NAME=VALUE,...",
+                   help="parameters the probe's class declares, comma-separated, e.g. shrinkage=0.2 for massmean (an "
+                        "unknown name is refused, listing the probe's parameters)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of folds, shuffles and bootstrap")
     p.add_argument("--nonfinite", choices=NONFINITE_POLICIES, default="refuse",
                    help="what a capture row holding NaN or inf does: refuse (default: one error naming the row) or "
@@ -85,7 +90,8 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         "optional transfer matrices. Writes sweep.json, sweep.md, sweep.png (and transfer-KIND.*) in --out.",
     )
     _common(p)
-    p.add_argument("--probe", choices=PROBE_NAMES, default="logistic")
+    p.add_argument("--probe", choices=probe_names(), default="logistic",
+                   help="a registered probe (probes.registry; entry points of the group evprobe.probes add yours)")
     p.add_argument("--transfer", action="append", default=None, metavar="KIND",
                    help="also a transfer matrix: system, initial, pairs (image -> threshold pairs), request, regime "
                         "(several ACTS), or any index field (repeatable)")
@@ -144,7 +150,7 @@ def sweep_config(args: argparse.Namespace) -> Any:
 
     names = {f.name for f in dataclasses.fields(SweepConfig)}
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    for key in ("layers", "positions", "cell_fields"):
+    for key in ("layers", "positions", "cell_fields", "probe_params"):
         if key in given:
             given[key] = tuple(given[key])
     return SweepConfig(**given)
@@ -185,8 +191,9 @@ def add_directions_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentP
     _common(p)
     p.add_argument("--layer", type=int_list, required=True, help="model layer number(s), comma-separated")
     p.add_argument("--position", default=None, help="position (default: last if captured, else the first)")
-    p.add_argument("--probe", choices=(*PROBE_NAMES, "all"), default="massmean",
-                   help="massmean (default: the class-mean displacement that steering adds), logistic, centroid, all")
+    p.add_argument("--probe", choices=(*probe_names(), "all"), default="massmean",
+                   help="massmean (default: the class-mean displacement that steering adds), logistic, centroid, any "
+                        "registered probe, or all of them")
     p.add_argument("--by", default=None, metavar="KIND",
                    help="one direction per condition: system, initial, pairs, request, regime or an index field")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: ACTS/directions)")
@@ -194,10 +201,25 @@ def add_directions_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentP
     return p
 
 
+def direction_specs(args: argparse.Namespace) -> list[ProbeSpec]:
+    """The probes of `evprobe directions`: --probe with --probe-params and the shared flags; for `all`,
+    every registered probe, each taking the flags and parameters its class declares."""
+    shared = {"C": args.C, "pooled_covariance": args.pooled_covariance}
+    if args.probe != "all":
+        return [ProbeSpec.of(args.probe, args.probe_params or (), **shared)]
+    names = probe_names()
+    params = [str(p) for p in args.probe_params or ()]
+    for p in params:
+        if not any(p.partition("=")[0].strip() in parameters(n) for n in names):
+            raise ValueError(f"--probe-params {p}: no registered probe declares {p.partition('=')[0]!r} "
+                             f"(probes: {', '.join(names)})")
+    return [ProbeSpec.of(n, [p for p in params if p.partition("=")[0].strip() in parameters(n)],
+                         **{k: v for k, v in shared.items() if k in parameters(n)}) for n in names]
+
+
 def run_directions(args: argparse.Namespace) -> int:
     run = directions_to_folder(*_labelled(args), args.out or args.acts[0] / "directions", args.layer,
-                               position=args.position, probe=args.probe, by=args.by, C=args.C,
-                               pooled_covariance=args.pooled_covariance, seed=args.seed)
+                               position=args.position, probe=direction_specs(args), by=args.by, seed=args.seed)
     from evprobe.probes.geometry import number_text
 
     for d in run.directions:

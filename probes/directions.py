@@ -58,15 +58,18 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evprobe.core.errors import shown
 from evprobe.core.files import atomic_write_bytes
 from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
-from evprobe.probes.estimators import make_probe
+from evprobe.probes.registry import ProbeSpec
 from evprobe.probes.geometry import number_text
+
+if TYPE_CHECKING:
+    from evprobe.probes.protocol import LinearProbe
 
 DIRECTIONS_FILE = "directions.json"
 FORMAT = "evprobe-direction/1"  # the safetensors metadata's `format`
@@ -118,13 +121,13 @@ def fit_directions(
     labelset: LabelSet,
     layers: Sequence[int],
     position: str,
-    probe: str = "massmean",
+    probe: str | ProbeSpec | LinearProbe = "massmean",
     conditions: Sequence[tuple[str, np.ndarray]] | None = None,
-    C: float = 1.0,
-    pooled_covariance: bool = False,
 ) -> list[Direction]:
-    """One direction per layer (and per condition: (name, mask over labelled rows) pairs). A layer
-    whose two classes have identical mean states gets none (a warning says so)."""
+    """One direction per layer (and per condition: (name, mask over labelled rows) pairs) from a
+    registered probe (a name, a ProbeSpec or an estimator instance). A layer whose two classes have
+    identical mean states gets none (a warning says so)."""
+    spec = ProbeSpec.of(probe)
     pi = captures.position_index(position)
     groups = [(None, np.ones(labelset.n, dtype=bool))] if not conditions else list(conditions)
     out = []
@@ -148,7 +151,7 @@ def fit_directions(
                 warnings.warn(f"no direction for {labelset.title} at {where}: the two classes' mean states are "
                               f"identical (distance {gap:.2g}); skipped", stacklevel=2)
                 continue
-            est = make_probe(probe, C=C, pooled_covariance=pooled_covariance).fit(X[mask], y)
+            est = spec.make().fit(X[mask], y)
             rows = labelset.rows[mask]
             prov = {
                 "model": captures.model,
@@ -156,7 +159,8 @@ def fit_directions(
                 "position": position,
                 "label": labelset.name,
                 "positive": labelset.positive,
-                "probe": probe,
+                "probe": spec.name,
+                **({"probe_params": dict(spec.params)} if spec.params else {}),
                 "condition": cond_name,
                 "regimes": sorted({captures.index[r]["source_name"] for r in rows}),
                 "captures": [str(c.path) for c in captures.captures],
@@ -169,7 +173,7 @@ def fit_directions(
                 "d_model": int(X.shape[1]),
                 "sign": "points toward the positive class",
             }
-            name = direction_name(labelset.name, labelset.positive, probe, layer, position, cond_name)
+            name = direction_name(labelset.name, labelset.positive, spec.name, layer, position, cond_name)
             out.append(Direction(name, np.asarray(est.direction_, dtype=np.float32), prov))
     return out
 

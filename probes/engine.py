@@ -1,8 +1,10 @@
 """Fit a probe on a set of training rows and score every row: the loop under every sweep,
 control, nested selection and transfer matrix.
 
-A `Fitter` does what the estimator of the same name does (probes.estimators; the same math
-functions), with two savings that matter at 40 layers x 576 items x 3,584 dimensions:
+A `Fitter` does what its probe's estimator does (probes.estimators; the same math functions in
+probes.solvers). Every probe gets one from `LinearProbe.fitter()`: `EstimatorFitter` (a clone fitted
+per label vector) by default, or a fast path, with two savings that matter at 40 layers x 576 items
+x 3,584 dimensions:
 
 - one training set, several label vectors: the scaler and the Gram matrix (the expensive part,
   m^2 d) are computed once and shared by the real labels and the shuffled control;
@@ -24,7 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from evprobe.probes.estimators import (
+from evprobe.probes.solvers import (
     centroid_decision,
     centroid_fit,
     kernel_logistic,
@@ -54,25 +56,44 @@ class Fitter(ABC):
     def _usable(y: np.ndarray) -> bool:
         return len(y) > 1 and y.min() != y.max()
 
+    def _each_label(self, X: np.ndarray, train: np.ndarray, ys: Mapping[str, np.ndarray],
+                    score: Callable[[np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
+        """{name: score(y[train])} for each label, NaN (n,) where the training rows hold one class."""
+        out = {}
+        for name, y in ys.items():
+            yt = np.asarray(y)[train]
+            out[name] = score(yt) if self._usable(yt) else np.full(len(X), np.nan)
+        return out
+
 
 class LogisticFitter(Fitter):
+    """`LogisticProbe`'s fast path. Labels named `control:*` or `leakage:*` (the sweep's control tasks
+    and leakage shuffles) are solved together on the shared Gram matrix (probes.multilabel) when the
+    kernel solver applies; every other label runs its own Newton solve."""
+
     name = "logistic"
 
     def __init__(self, C: float = 1.0, tol: float = 1e-8) -> None:
         self.C = C
         self.tol = tol
-        self._warm: dict[Hashable, tuple[np.ndarray, float]] = {}
+        self._warm: dict[Hashable, Any] = {}
         self.newton_steps = 0
 
     def fit_score(self, X, train, ys, key=None):
+        from evprobe.probes.multilabel import BATCHED, kernel_logistic_many
+
         Xt = X[train]  # (m, d)
         mean, scale = standardize_fit(Xt)
         Z = (Xt - mean) / scale  # (m, d), float32 like X
         m, d = Z.shape
         kernel = m < d
-        K = (Z @ Z.T).astype(np.float64) if kernel else None  # (m, m): the one m^2 d product
-        out = {}
+        K = (Z @ Z.T).astype(np.float64) if kernel else None  # (m, m): the one m^2 d product, shared by every label
+        many = [n for n in ys if n.startswith(BATCHED)] if kernel else []
+        mean64 = mean.astype(np.float64)
+        out: dict[str, np.ndarray] = {}
         for name, y in ys.items():
+            if name in many:
+                continue
             yt = np.asarray(y)[train].astype(np.float64)
             if not self._usable(yt):
                 out[name] = np.full(len(X), np.nan)
@@ -91,8 +112,25 @@ class LogisticFitter(Fitter):
             if key is not None:
                 self._warm[(key, name)] = (state, b)
             v = (w / scale).astype(X.dtype)  # read direction in the residual basis
-            out[name] = (X @ v).astype(np.float64) + (b - float(mean.astype(np.float64) @ v))
-        return out
+            out[name] = (X @ v).astype(np.float64) + (b - float(mean64 @ v))
+        if many:
+            Y = np.stack([np.asarray(ys[n])[train] for n in many], axis=1).astype(np.float64)  # (m, L)
+            usable = np.array([self._usable(Y[:, j]) for j in range(len(many))])
+            for j in np.flatnonzero(~usable):
+                out[many[j]] = np.full(len(X), np.nan)
+            if usable.any():
+                names = [n for n, u in zip(many, usable, strict=True) if u]
+                warm = self._warm.get((key, tuple(names))) if key is not None else None
+                A0, B0 = warm if warm is not None and warm[0].shape == (m, len(names)) else (None, None)
+                A, B, steps = kernel_logistic_many(K, Y[:, usable], self.C, A0, B0, tol=self.tol)
+                self.newton_steps += int(steps.sum())
+                if key is not None:
+                    self._warm[(key, tuple(names))] = (A, B)
+                V = (Z.T @ A.astype(Z.dtype)) / scale[:, None]  # (d, L) read directions, residual basis
+                S = (X @ V).astype(np.float64) + (B - mean64 @ V.astype(np.float64))  # (n, L)
+                for name, col in zip(names, S.T, strict=True):
+                    out[name] = col
+        return {n: out[n] for n in ys}
 
 
 class MassMeanFitter(Fitter):
@@ -104,17 +142,14 @@ class MassMeanFitter(Fitter):
 
     def fit_score(self, X, train, ys, key=None):
         Xt = X[train]
-        out = {}
-        for name, y in ys.items():
-            yt = np.asarray(y)[train]
-            if not self._usable(yt):
-                out[name] = np.full(len(X), np.nan)
-                continue
+
+        def score(yt: np.ndarray) -> np.ndarray:
             direction = mass_mean_direction(Xt, yt, self.pooled_covariance, self.shrinkage)
             t = (X @ (direction / np.linalg.norm(direction)).astype(X.dtype)).astype(np.float64)  # (n,)
             slope, offset = lda_calibration(t[train], yt)
-            out[name] = slope * t + offset
-        return out
+            return slope * t + offset
+
+        return self._each_label(X, train, ys, score)
 
 
 class CentroidFitter(Fitter):
@@ -124,25 +159,36 @@ class CentroidFitter(Fitter):
         Xt = X[train]
         mean, scale = standardize_fit(Xt)
         Z = (X - mean) / scale  # every row, standardised with the training statistics
-        out = {}
-        for name, y in ys.items():
-            yt = np.asarray(y)[train]
-            if not self._usable(yt):
-                out[name] = np.full(len(X), np.nan)
-                continue
+
+        def score(yt: np.ndarray) -> np.ndarray:
             c0, c1 = centroid_fit(Z[train], yt)
-            out[name] = centroid_decision(Z, c0.astype(Z.dtype), c1.astype(Z.dtype)).astype(np.float64)
-        return out
+            return centroid_decision(Z, c0.astype(Z.dtype), c1.astype(Z.dtype)).astype(np.float64)
+
+        return self._each_label(X, train, ys, score)
 
 
-def make_fitter(probe: str, C: float = 1.0, pooled_covariance: bool = False) -> Fitter:
-    if probe == "logistic":
-        return LogisticFitter(C)
-    if probe == "massmean":
-        return MassMeanFitter(pooled_covariance)
-    if probe == "centroid":
-        return CentroidFitter()
-    raise ValueError(f"unknown probe {probe!r}; use logistic, massmean or centroid")
+class EstimatorFitter(Fitter):
+    """Any probe, the slow sure way: a fresh clone of `probe` fitted on the training rows for each
+    label vector, its decision values on every row. What a probe without a fast path gets; the fast
+    paths are tested against it (probes.probe_checks.check_probe)."""
+
+    def __init__(self, probe: Any) -> None:
+        self.probe = probe
+        self.name = type(probe).name
+
+    def fit_score(self, X, train, ys, key=None):
+        from sklearn.base import clone
+
+        Xt = X[train]
+
+        def score(yt: np.ndarray) -> np.ndarray:
+            est = clone(self.probe).fit(Xt, yt)
+            if list(est.classes_) != sorted(set(yt.tolist())):
+                raise ValueError(f"probe {self.name!r}: classes_ {est.classes_} after fit(X, y) with labels "
+                                 f"{sorted(set(yt.tolist()))}; set classes_ = np.unique(y) in fit")
+            return np.asarray(est.decision_function(X), dtype=np.float64).reshape(len(X))
+
+        return self._each_label(X, train, ys, score)
 
 
 @dataclass(frozen=True, eq=False)

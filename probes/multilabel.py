@@ -1,12 +1,12 @@
 """Many label vectors on one Gram matrix: the logistic probe for the control tasks.
 
 The sweep fits ~20 control tasks beside the target at every layer, position and outer fold. The
-engine's `LogisticFitter` already shares the scaler and the Gram matrix K (m, m) between label
+engine's `LogisticFitter` shares the scaler and the Gram matrix K (m, m) between label
 vectors, but each label then runs its own Newton iteration whose cost is one Cholesky
 factorisation of an m x m matrix per step (~3.5 ms at m = 460 on one core, ~5-10 steps): 20
 controls x 5 folds x 40 layers would add about 70 s of CPU to a 7B-size sweep.
 
-`kernel_logistic_many` solves the *same* problem as `probes.estimators.kernel_logistic` (same
+`kernel_logistic_many` solves the *same* problem as `probes.solvers.kernel_logistic` (same
 objective, same Newton system, same Armijo line search, same stopping rule: Newton decrement^2 / 2
 <= tol * max(1, objective)) for all labels at once, with the Newton system solved by conjugate
 gradients instead of a factorisation. The system matrix M = I + C D^{1/2} K D^{1/2} is symmetric
@@ -20,10 +20,10 @@ reference, as are the engine's exact solves, and within 6e-6 (warm start) to 5e-
 of those; a 1e-10 tolerance took 1.8 times as long). Tests compare the optimum and the scores
 with `kernel_logistic`. Labels drop out of the batch as they converge.
 
-`ManyLabelLogisticFitter` is a `LogisticFitter` that sends the labels named `control:*` and
-`leakage:*` through it (the target goes through the engine's own per-label path, unchanged).
-Warm starts across layers work as in the engine, one (alpha (m, L), b (L,)) per training set.
-With m >= d (the primal case) every label takes the engine's path.
+The engine's `LogisticFitter` (probes.engine) sends the labels named `control:*` and `leakage:*`
+through it (the target goes through its own per-label solve). Warm starts across layers work as for
+one label, one (alpha (m, L), b (L,)) per training set. With m >= d (the primal case) every label
+takes the per-label path.
 """
 
 from __future__ import annotations
@@ -31,20 +31,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from evprobe.probes.engine import LogisticFitter
-from evprobe.probes.estimators import kernel_logistic, standardize_fit
+from evprobe.probes.solvers import log1pexp as _log1pexp
+from evprobe.probes.solvers import sigmoid as _sigmoid
 
 BATCHED = ("control:", "leakage:")  # label-name prefixes solved together: control tasks, leakage shuffles
 CG_TOL = 1e-5  # relative residual; see the module docstring
 CG_MAX = 1000
-
-
-def _log1pexp(m: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, m)  # as probes.estimators
-
-
-def _sigmoid(m: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * m))  # stable for large |m|, as probes.estimators
 
 
 def _objective(Y: np.ndarray, A: np.ndarray, b: np.ndarray, KA: np.ndarray, C: float) -> np.ndarray:
@@ -147,58 +139,3 @@ def kernel_logistic_many(
         obj[g] = new[move]
         active = g
     return A, b, steps
-
-
-class ManyLabelLogisticFitter(LogisticFitter):
-    """The engine's logistic probe; labels named `control:*` or `leakage:*` are solved together.
-
-    The other labels follow `LogisticFitter.fit_score`'s kernel path line for line (one Gram
-    matrix for all labels of a training set: computing it twice would cost more than the
-    controls' solves)."""
-
-    def fit_score(self, X, train, ys, key=None):
-        many = [n for n in ys if n.startswith(BATCHED)]
-        Xt = X[train]  # (m, d)
-        if not many or Xt.shape[0] >= Xt.shape[1]:
-            return super().fit_score(X, train, ys, key)
-        mean, scale = standardize_fit(Xt)
-        Z = (Xt - mean) / scale  # (m, d), float32 like X
-        m = Z.shape[0]
-        K = (Z @ Z.T).astype(np.float64)  # (m, m): the one m^2 d product, shared by every label
-        out: dict[str, np.ndarray] = {}
-
-        def scores(alpha: np.ndarray, b: np.ndarray) -> np.ndarray:
-            """(n, L) decision values of all rows from dual weights alpha (m, L) and b (L,)."""
-            V = (Z.T @ alpha.astype(Z.dtype)) / scale[:, None]  # (d, L) read directions, residual basis
-            return (X @ V).astype(np.float64) + (b - mean.astype(np.float64) @ V.astype(np.float64))
-
-        for name, y in ys.items():  # the engine's per-label path
-            if name in many:
-                continue
-            yt = np.asarray(y)[train].astype(np.float64)
-            if not self._usable(yt):
-                out[name] = np.full(len(X), np.nan)
-                continue
-            warm = self._warm.get((key, name)) if key is not None else None
-            a0, b0 = warm if warm is not None and len(warm[0]) == m else (None, None)
-            alpha, b, it = kernel_logistic(K, yt, self.C, a0, b0, tol=self.tol)
-            self.newton_steps += it
-            if key is not None:
-                self._warm[(key, name)] = (alpha, b)
-            v = ((Z.T @ alpha.astype(Z.dtype)) / scale).astype(X.dtype)  # as LogisticFitter
-            out[name] = (X @ v).astype(np.float64) + (b - float(mean.astype(np.float64) @ v))
-        Y = np.stack([np.asarray(ys[n])[train] for n in many], axis=1).astype(np.float64)  # (m, L)
-        usable = np.array([self._usable(Y[:, j]) for j in range(len(many))])
-        for j in np.flatnonzero(~usable):
-            out[many[j]] = np.full(len(X), np.nan)
-        if usable.any():
-            names = [n for n, u in zip(many, usable, strict=True) if u]
-            warm = self._warm.get((key, tuple(names))) if key is not None else None
-            A0, B0 = warm if warm is not None and warm[0].shape == (m, len(names)) else (None, None)
-            A, B, steps = kernel_logistic_many(K, Y[:, usable], self.C, A0, B0, tol=self.tol)
-            self.newton_steps += int(steps.sum())
-            if key is not None:
-                self._warm[(key, tuple(names))] = (A, B)
-            for name, col in zip(names, scores(A, B).T, strict=True):
-                out[name] = col
-        return {n: out[n] for n in ys}

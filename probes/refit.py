@@ -23,7 +23,7 @@ Cost. The refits work on the Gram matrix of each candidate's rows, computed once
 (n^2 d) and sliced per training set: a refit is a Newton solve on the distinct training rows
 (weights carry the copies), milliseconds at n ~ 500. So that one Gram serves every refit, the
 rows are standardised with the scale of all the labelled rows (a label-free transform; the
-logistic optimum does not depend on centring, see probes.estimators) rather than each training
+logistic optimum does not depend on centring, see probes.solvers) rather than each training
 set's own scale; benchmarks/coverage.py measures the printed intervals, so this difference is
 inside what it measures. Warm starts: a training set's dual variables start the same
 resample's training set at the next layer of a chunk, as in probes.engine.
@@ -43,7 +43,7 @@ import numpy as np
 
 from evprobe.core.bootstrap import DEFAULT_REFITS, FamilyBootstrap
 from evprobe.probes.engine import LAYER_CHUNK, default_jobs
-from evprobe.probes.estimators import kernel_logistic, primal_logistic, standardize_fit
+from evprobe.probes.solvers import kernel_logistic, primal_logistic, standardize_fit
 from evprobe.probes.metrics import weighted_auroc
 from evprobe.probes.splits import family_folds, fold_pairs
 

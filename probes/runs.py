@@ -30,13 +30,13 @@ from evprobe.core.bootstrap import DEFAULT_SEED
 from evprobe.core.files import atomic_write_bytes
 from evprobe.core.lock import folder_lock
 from evprobe.probes.captures import CaptureSet, LabelSet, labels, load_captures, load_records, restrict_wrong
+from evprobe.probes.registry import ProbeSpec, probe_names
 
 if TYPE_CHECKING:  # the estimators behind them import scikit-learn: loaded when a sweep runs
     from evprobe.probes.directions import Direction
     from evprobe.probes.sweep import SweepConfig, SweepResult
     from evprobe.probes.transfer import TransferResult
 
-PROBE_NAMES = ("logistic", "massmean", "centroid")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 Captures = CaptureSet | Sequence[str | Path]
 
@@ -137,23 +137,25 @@ def directions_to_folder(
     layers: Sequence[int],
     *,
     position: str | None = None,
-    probe: str = "massmean",
+    probe: str | ProbeSpec | Sequence[str | ProbeSpec] = "massmean",
     by: str | None = None,
-    C: float = 1.0,
-    pooled_covariance: bool = False,
     seed: int = DEFAULT_SEED,
 ) -> DirectionsRun:
     """Fit one unit direction per layer (and per condition of `by`: system, initial, pairs,
     request, regime or an index field) at `position` (default: last if captured, else the first)
-    with `probe` (massmean, logistic, centroid, or all three), add them to `out` and, when `out`
-    then holds two or more directions of one d_model, write their cosine matrix."""
+    with `probe` (a registered probe's name or ProbeSpec, several, or "all": every registered one
+    at its defaults), add them to `out` and, when `out` then holds two or more directions of one
+    d_model, write their cosine matrix."""
+    if probe == "all":
+        specs = [ProbeSpec.of(name) for name in probe_names()]
+    else:
+        specs = [ProbeSpec.of(p) for p in ((probe,) if isinstance(probe, str | ProbeSpec) else probe)]
     with folder_lock(out, "evprobe directions"):  # directions.json is read, extended and rewritten: one writer
-        return _directions_locked(captures, label, Path(out), layers, position, probe, by, C, pooled_covariance, seed)
+        return _directions_locked(captures, label, Path(out), layers, position, specs, by, seed)
 
 
 def _directions_locked(captures: Captures, label: LabelSet | str, out: Path, layers: Sequence[int],
-                       position: str | None, probe: str, by: str | None, C: float, pooled_covariance: bool,
-                       seed: int) -> DirectionsRun:
+                       position: str | None, specs: Sequence[ProbeSpec], by: str | None, seed: int) -> DirectionsRun:
     from evprobe.probes.directions import direction_file, fit_directions, read_directions, write_directions
     from evprobe.probes.geometry import cosine_matrix, geometry_markdown, heatmap_png
     from evprobe.probes.transfer import conditions
@@ -164,8 +166,8 @@ def _directions_locked(captures: Captures, label: LabelSet | str, out: Path, lay
     if by:
         conds = [(f"{by}={c.name}", c.mask) for c in conditions(cs, labelset, by, seed)]
     found: list[Direction] = []
-    for name in PROBE_NAMES if probe == "all" else (probe,):
-        found += fit_directions(cs, labelset, list(layers), position, name, conds, C, pooled_covariance)
+    for spec in specs:
+        found += fit_directions(cs, labelset, list(layers), position, spec, conds)
     index = write_directions(out, found)
     written = [index.name] + [direction_file(d.name) for d in found]
     every = read_directions(out)

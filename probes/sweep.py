@@ -71,11 +71,11 @@ from evprobe.probes.controls import (
     robust_spread,
     within_family_variance,
 )
-from evprobe.probes.engine import Fitter, cv_scores, make_fitter, map_layers
+from evprobe.probes.engine import Fitter, cv_scores, map_layers
 from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
-from evprobe.probes.multilabel import ManyLabelLogisticFitter
 from evprobe.probes.inference import RefitIntervals, sweep_refit_intervals
 from evprobe.probes.nested import NestedResult, nested_estimate
+from evprobe.probes.registry import ProbeSpec
 from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
 from evprobe.probes.sweep_warnings import PAIR_FIELDS, sweep_warnings
 
@@ -89,8 +89,8 @@ DEGENERATE_REASON = (
 @renamed(n_splits="folds", n_jobs="jobs")  # the names of --folds and --jobs (core.renames)
 @dataclass(frozen=True)
 class SweepConfig:
-    probe: str = "logistic"  # logistic | massmean | centroid
-    C: float = 1.0  # logistic inverse regularisation (TRAPS: 1)
+    probe: str = "logistic"  # a registered probe (probes.registry): logistic | massmean | centroid | yours
+    C: float = 1.0  # logistic inverse regularisation (TRAPS: 1); for probes declaring a C parameter
     pooled_covariance: bool = False  # mass-mean probe through the pooled covariance
     folds: int = DEFAULT_FOLDS  # cross-validation folds of whole families
     seed: int = DEFAULT_SEED
@@ -105,6 +105,21 @@ class SweepConfig:
     refits: int = DEFAULT_REFITS  # family resamples on which the whole pipeline is refitted for the intervals (0: none)
     permutations: int = 0  # label permutations for the nested estimate's p-value (probes.inference; 0: no test)
     jobs: int | None = None  # threads over layer chunks; None = the CPUs this process may use
+    probe_params: tuple[str, ...] = ()  # "NAME=VALUE" for any parameter the probe's class declares (--probe-params)
+
+    def __post_init__(self) -> None:
+        self.spec  # an unknown probe or parameter fails here, in one line listing the valid ones
+
+    @property
+    def spec(self) -> ProbeSpec:
+        """The probe with its parameters (probes.registry): what every fit of this sweep makes."""
+        return ProbeSpec.of(self.probe, self.probe_params, C=self.C, pooled_covariance=self.pooled_covariance)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        if not self.probe_params:
+            del out["probe_params"]  # absent unless given, so a sweep.json of the built-in knobs reads as before
+        return out
 
 
 @dataclass(frozen=True)
@@ -215,7 +230,7 @@ class SweepResult:
             "n_families": self.n_families,
             "dropped": self.n_dropped,
             "restriction": self.restriction,
-            "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()},
+            "config": self.config.to_json(),
             "control_tasks": {**self.control_tasks, "method": CONTROL_TASKS_METHOD},
             "leakage_check": None if self.leakage is None else {
                 "kind": f"labels shuffled {self.leakage_kind} (seeded), same probe, folds and scoring",
@@ -338,10 +353,10 @@ def sweep(
                                  **extreme), s, res.inner))
         return out
 
+    spec = config.spec
+
     def make() -> Fitter:
-        if config.probe == "logistic":
-            return ManyLabelLogisticFitter(config.C)  # control tasks share each Gram matrix (probes.multilabel)
-        return make_fitter(config.probe, config.C, config.pooled_covariance)
+        return spec.fitter()  # the logistic probe's shares each Gram matrix with the control tasks (probes.multilabel)
 
     per_layer = map_layers(captures, labelset.rows, layer_idx, pos_idx, work, make, config.jobs, progress)
     flat = [item for layer_items in per_layer for item in layer_items]
@@ -358,7 +373,8 @@ def sweep(
     if inner_all is not None:
         best = nested_estimate(oof_all, inner_all, y, folds, fam, boot, candidates)
     intervals = None
-    if config.refits > 0 and config.probe == "logistic":
+    refittable = spec.capabilities.refit_intervals
+    if config.refits > 0 and refittable:
         rows, best, intervals = with_refit_intervals(captures, labelset, config, folds, boot, rows, best, oof_all,
                                                      inner_all, layer_idx, pos_idx)
     scored = [r for r in rows if r.auroc.value is not None]
@@ -377,8 +393,10 @@ def sweep(
                         suggested_fields=suggest_cell_fields(index_rows, labelset.name))
     warnings = sweep_warnings(rows, baselines, labelset, info, check, captures)
     if intervals is None:
-        warnings.append(FIXED_MODEL_WARNING.format(why="refits are off (--refits 0)" if config.probe == "logistic"
-                                                    else f"refits are implemented for the logistic probe, not {config.probe}"))
+        warnings.append(FIXED_MODEL_WARNING.format(
+            why="refits are off (--refits 0)" if refittable else
+            f"the {config.probe} probe does not declare refit_intervals (probes.protocol.ProbeCapabilities); the "
+            "logistic probe does"))
     kind, names = sources_of(captures)
     return SweepResult(
         label=labelset.name, positive=labelset.positive, probe=config.probe, config=config, model=captures.model,
@@ -407,7 +425,7 @@ def with_refit_intervals(
     result = sweep_refit_intervals(
         BlockReader.of(captures, labelset.rows, pos_idx), layer_idx, len(pos_idx), labelset.y, labelset.families,
         folds, boot, oof_all, [(r.auroc.value, r.accuracy.value) for r in rows], nested, n_splits=config.folds,
-        C=config.C, n_refits=config.refits, seed=config.seed, permutations=config.permutations, n_jobs=config.jobs,
+        C=config.spec.get("C"), n_refits=config.refits, seed=config.seed, permutations=config.permutations, n_jobs=config.jobs,
         skip=lambda slot, p: (slot, p) in degenerate,
     )
     out = [replace(r, auroc=_with_ci(r.auroc, auc_ci), accuracy=_with_ci(r.accuracy, acc_ci))

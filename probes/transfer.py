@@ -46,7 +46,7 @@ import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
-from evprobe.probes.engine import Fitter, cv_scores, make_fitter, map_layers
+from evprobe.probes.engine import Fitter, cv_scores, map_layers
 from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
 from evprobe.probes.nested import FoldChoice, NestedResult, nested_estimate
 from evprobe.probes.splits import family_folds
@@ -214,7 +214,7 @@ def transfer(
         return out
 
     def make() -> Fitter:
-        return make_fitter(config.probe, config.C, config.pooled_covariance)
+        return config.spec.fitter()
 
     per_layer = map_layers(captures, labelset.rows, layer_idx, pos_idx, work, make, config.jobs, progress)
     flat = [pos_item for layer_items in per_layer for pos_item in layer_items]  # G entries

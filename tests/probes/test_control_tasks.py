@@ -17,10 +17,11 @@ from evprobe.probes.control_tasks import (
     selectivity,
 )
 from evprobe.probes.controls import leakage_check, leakage_labels
-from evprobe.probes.engine import LogisticFitter, cv_scores, make_fitter
-from evprobe.probes.estimators import kernel_logistic
+from evprobe.probes.engine import LogisticFitter, cv_scores
+from evprobe.probes.solvers import kernel_logistic
 from evprobe.probes.metrics import auroc
-from evprobe.probes.multilabel import ManyLabelLogisticFitter, kernel_logistic_many
+from evprobe.probes.multilabel import kernel_logistic_many
+from evprobe.probes.registry import ProbeSpec
 from evprobe.probes.report import sweep_markdown
 from evprobe.probes.splits import family_folds
 from evprobe.probes.sweep import SweepConfig, sweep
@@ -159,18 +160,19 @@ def test_many_labels_solve_the_same_problem_as_one_at_a_time() -> None:
     assert (steps >= 1).all()
 
 
-def test_many_label_fitter_scores_like_the_engine(rows) -> None:
+def test_batched_control_labels_score_like_one_label_at_a_time(rows) -> None:
     y = np.array([r["resolved"] for r in rows], dtype=np.int8)
     fam = [r["family_id"] for r in rows]
     X = planted_acts(y, 1, 1, 400, signal_layers=[0], strength=3.0, seed=4)[0][:, 0, 0].astype(np.float32)
     folds = family_folds(fam, 5, 1, y)
     tasks = draw_control_tasks(cells_of(rows), y, 5, seed=2)
     ys = {"y": y, **tasks.as_labels(), "leakage:0": leakage_labels(y, fam, 1)[0]}
-    a = cv_scores(X, LogisticFitter(), folds, ys, key=0)
-    b = cv_scores(X, ManyLabelLogisticFitter(), folds, ys, key=0)
-    assert np.array_equal(a.oof["y"], b.oof["y"])  # the target takes the engine's own path
+    # without their prefixes the same labels are solved one by one (probes.multilabel.BATCHED)
+    a = cv_scores(X, LogisticFitter(), folds, {f"one:{k}": v for k, v in ys.items()}, key=0)
+    b = cv_scores(X, LogisticFitter(), folds, ys, key=0)
+    assert np.array_equal(a.oof["one:y"], b.oof["y"])  # the target takes the per-label path either way
     for name in ys:
-        assert np.abs(a.oof[name] - b.oof[name]).max() < 1e-3 * np.abs(a.oof[name]).mean()
+        assert np.abs(a.oof[f"one:{name}"] - b.oof[name]).max() < 1e-3 * np.abs(a.oof[f"one:{name}"]).mean()
 
 
 # -- selectivity on planted data --------------------------------------------------------------
@@ -224,7 +226,7 @@ def _leakage_values(X_by_row: list[np.ndarray], y, fam, folds, shuffles: int = 4
     out = []
     for X in X_by_row:
         ys = {f"leakage:{c}": leakage_labels(y, fam, 3, c)[0] for c in range(shuffles)}
-        res = cv_scores(X, make_fitter("massmean"), folds, ys)
+        res = cv_scores(X, ProbeSpec.of("massmean").fitter(), folds, ys)
         out.append([auroc(res.oof[k], v) for k, v in ys.items()])
     return np.array(out)
 

@@ -10,15 +10,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from evprobe.probes.estimators import (
-    LogisticProbe,
-    MassMeanProbe,
-    NearestCentroidProbe,
-    kernel_logistic,
-    mass_mean_direction,
-    primal_logistic,
-    standardize_fit,
-)
+from evprobe.probes.estimators import LogisticProbe, MassMeanProbe, NearestCentroidProbe
+from evprobe.probes.solvers import kernel_logistic, mass_mean_direction, primal_logistic, standardize_fit
 
 PROBES = [LogisticProbe(), MassMeanProbe(), MassMeanProbe(pooled_covariance=True), NearestCentroidProbe()]
 

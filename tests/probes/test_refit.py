@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from evprobe.core.bootstrap import FamilyBootstrap
-from evprobe.probes.estimators import kernel_logistic, primal_logistic
+from evprobe.probes.solvers import kernel_logistic, primal_logistic
 from evprobe.core.proportion import clopper_pearson
 from evprobe.probes.inference import permutation_test, refit_interval
 from evprobe.probes.metrics import ClusterReading, auroc_estimate, auroc_reading
