@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.estimate_text import missing_text
 from evprobe.bench.items import NUMERIC_REQUESTS, Item
 from evprobe.bench.json_schema import RunMeta, read_run_meta
 from evprobe.bench.level_differences import paired_difference
@@ -317,7 +318,7 @@ def _number(name: str, x: float | None) -> str:
     """A mean or sd on its estimate's scale (headline_cell's): percent for rates, 2 decimals for costs,
     3 for PECS."""
     if x is None:
-        return "NA"
+        return missing_text()
     if name in COSTS:
         return f"{x:.2f}"
     if name in PLAIN:

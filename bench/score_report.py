@@ -2,8 +2,8 @@
 
 Rates print as percentages with their 95% interval and n, `58.5 [55.6, 61.5] (n=576)`; costs as
 plain numbers, `0.99 [0.96, 1.02] (n=576)`; paired differences in percentage points with a sign,
-`+14.2 [+8.7, +20.5] (n=288)`. A measure without a value prints `NA` and, when the inputs were
-missing, the reason: `NA (no answer_initial records)`. A value fixed by design (core.bootstrap: the
+`+14.2 [+8.7, +20.5] (n=288)`. A measure without a value prints `NA (n=0)` or, when the inputs were
+missing, the reason: `NA (no answer_initial records)` (core.estimate_text, the one formatter). A value fixed by design (core.bootstrap: the
 same on every family resample, such as the random test's cost) prints without an interval:
 `1.25 (fixed by design, n=576)`.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evprobe.bench.scoring import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
-from evprobe.core.bootstrap import FIXED_TEXT
+from evprobe.core.estimate_text import estimate_text, missing_text
 
 LABELS: dict[str, str] = {
     "min_cost_choice": "Minimum cost choice",
@@ -69,28 +69,8 @@ COSTS = {"mean_cost"}  # headline measures in cost units, not rates
 PLAIN = {"pecs"}  # a score in [0, 1] printed as a plain number, as seed 002 does
 
 
-def _num(x: float, digits: int, sign: bool = False) -> str:
-    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-    zero = f"{0:.{digits}f}"
-    if text.lstrip("+-") == zero:  # never print -0.0
-        text = f"+{zero}" if sign else zero
-    return text
-
-
 def _fmt(est: dict[str, Any] | None, scale: float, digits: int, sign: bool = False) -> str:
-    if not est:
-        return "NA"
-    if est.get("value") is None:
-        return f"NA ({est['reason']})" if est.get("reason") else "NA (n=0)"
-    if est.get("fixed_by_design"):  # no sampling interval (core.bootstrap)
-        return f"{_num(est['value'] * scale, digits, sign)} ({FIXED_TEXT}, n={est['n']})"
-    lo, hi = est["ci"]
-    interval = (
-        f"[{_num(lo * scale, digits, sign)}, {_num(hi * scale, digits, sign)}]"
-        if lo is not None and hi is not None
-        else "[NA, NA]"
-    )
-    return f"{_num(est['value'] * scale, digits, sign)} {interval} (n={est['n']})"
+    return estimate_text(est, digits, scale=scale, sign=sign)  # the one formatter (core.estimate_text)
 
 
 def pct(est: dict[str, Any] | None) -> str:
@@ -219,7 +199,7 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
             "Initial answers (Table 18) and hidden alternatives (appendix D)",
             "Known answer over resolved decisions, unknown answer (says undetermined) over "
             "unresolved ones, agreement of 'undetermined' with buying a test over all decisions. "
-            f"Hidden alternatives: {hidden.get('pairs', 'NA')} after-test pairs with identical "
+            f"Hidden alternatives: {hidden.get('pairs', missing_text())} after-test pairs with identical "
             "inputs and opposite true answers; a deterministic answer rule scores exactly 50.0 on "
             "definite answers.",
             _table(
@@ -234,7 +214,7 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     for group in ("resolved", "unresolved"):
         counts = choices.get(f"{group}_counts", {})
         count_rows.append(
-            [group, str(counts.get("n", "NA"))] + [str(counts.get(c, "NA")) for c in CATEGORIES]
+            [group, str(counts.get("n", missing_text()))] + [str(counts.get(c, missing_text())) for c in CATEGORIES]
         )
         rate_rows.append([group] + [pct(choices.get(group, {}).get(c)) for c in CATEGORIES])
     parts.append(
@@ -417,7 +397,7 @@ def _resources_section(resources: dict[str, Any] | None, model: str) -> str:
 
 def _resource_cell(name: str, value: Any) -> str:
     if value is None:
-        return "not measured" if name == "peak_memory_bytes" else "NA"
+        return missing_text()
     if name == "peak_memory_bytes":
         return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
     if isinstance(value, float):

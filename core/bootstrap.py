@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core import proportion
+from evprobe.core.estimate_text import FIXED_TEXT, estimate_text  # FIXED_TEXT: printers import it from here too
 
 DEFAULT_SEED = 20260905
 DEFAULT_N_BOOT = 2000
@@ -74,7 +75,6 @@ INTERVAL_METHOD = (
 )
 
 
-FIXED_TEXT = "fixed by design"  # what printers print in place of a fixed value's interval
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,10 @@ class Estimate:
     def identical_units(cls, value: float, n: int) -> Estimate:
         """An observed mean whose n unbounded units all equal `value` (module docstring)."""
         return cls(float(value), (float(value), float(value)), n, identical=True)
+
+    def text(self, digits: int = 3, **how: Any) -> str:
+        """`0.812 [0.744, 0.871] (n=144)`, or `NA (why)`: core.estimate_text, the one formatter."""
+        return estimate_text(self, digits, **how)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"value": self.value, "ci": list(self.ci), "n": self.n}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evprobe.core.bootstrap import FIXED_TEXT
 from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import estimate_text
 
 RATE_MEASURES = ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate")
 
@@ -35,16 +35,9 @@ def band_name(k: int, what: str = "directions") -> str:
 
 def fmt_estimate(e: dict[str, Any] | None, measure: str, sign: bool = False) -> str:
     """`58.3 [41.7, 75.0] (n=24)` for rates (percent), `+1.23 [0.40, 2.10] (n=24)` for log-odds (nats);
-    a value fixed by design `+0.00 (fixed by design, n=24)`."""
-    if not e or e.get("value") is None:
-        return "NA (n=0)"
+    a value fixed by design `+0.00 (fixed by design, n=24)` (core.estimate_text, the one formatter)."""
     scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
-    sign = sign or measure == "log_odds"
-    if e.get("fixed_by_design"):  # no sampling interval (core.bootstrap)
-        return f"{num(e['value'] * scale, digits, sign)} ({FIXED_TEXT}, n={e['n']})"
-    lo, hi = e["ci"]
-    ci = "[NA, NA]" if lo is None else f"[{num(lo * scale, digits, sign)}, {num(hi * scale, digits, sign)}]"
-    return f"{num(e['value'] * scale, digits, sign)} {ci} (n={e['n']})"
+    return estimate_text(e, digits, scale=scale, sign=sign or measure == "log_odds")
 
 
 def crossfit_setting(headline: dict[str, Any]) -> str:

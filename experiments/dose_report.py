@@ -13,6 +13,7 @@ from evprobe.core.decimals import fixed
 from evprobe.core.files import atomic_write_bytes
 from evprobe.experiments.dose_config import alpha_key
 from evprobe.experiments.dose_specificity import NULL_SETS, SPECIFIC_P
+from evprobe.core.estimate_text import missing_text
 from evprobe.experiments.dose_format import RATE_MEASURES, band_name, fmt_estimate, num
 from evprobe.experiments.dose_plan import Plan
 from evprobe.experiments.dose_stats import GROUPS, MEASURES
@@ -35,7 +36,7 @@ def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
     (band = 2.5-97.5 percentiles of the k random directions' estimates, their spread when k < 40
     (experiments.dose_format.band_name); the probe's place in it)."""
     if not b or b.get("mean") is None:
-        return "NA (n=0)"
+        return missing_text("n=0")
     scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
     sign = measure == "log_odds"
     place = ""
@@ -48,11 +49,11 @@ def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
 
 def _place(null: dict[str, Any] | None) -> str:
     if not null or null.get("percentile") is None:
-        return "NA"
+        return missing_text("no random null")
     if null.get("p_goal") is not None:  # a headline's targeted group: the one-sided specificity test
         verdict = " **specific**" if null["specific"] else ""
         return f"beyond {null['beaten']} of {null['n_directions']}, p {null['p_goal']:.3f}{verdict}"
-    z = "NA" if null["z"] is None else fixed(null['z'], 1, sign=True)
+    z = missing_text("random effects do not vary") if null["z"] is None else fixed(null['z'], 1, sign=True)
     k = f" (k={null['n_directions']})" if "n_directions" in null else ""
     return f"pct {null['percentile']:.0f}, z {z}, p {null['p_null']:.3f}{k}"
 

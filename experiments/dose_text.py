@@ -17,10 +17,11 @@ Rules used in the wording (chosen here, tested in tests/experiments/test_dose_st
 
 from __future__ import annotations
 
-from evprobe.core.decimals import fixed
 from typing import Any
 
-from evprobe.experiments.dose_format import band_name, fmt_estimate
+from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import estimate_text
+from evprobe.experiments.dose_format import band_name
 from evprobe.experiments.dose_specificity import NULL_SETS, verdict_text
 
 def _excludes_zero(e: dict[str, Any] | None) -> bool:
@@ -30,20 +31,14 @@ def _excludes_zero(e: dict[str, Any] | None) -> bool:
     return lo > 0 or hi < 0
 
 
-def _with_unit(text: str, unit: str) -> str:
-    """`+1.23 [..] (n=24)` -> `+1.23 nats [..] (n=24)`; `NA (n=0)` stays as it is."""
-    value, _, rest = text.partition(" ")
-    return text if value == "NA" else f"{value} {unit} {rest}"
-
-
 def _pts(e: dict[str, Any] | None) -> str:
-    """A rate change in points with its interval and n (dose_format.fmt_estimate's numbers)."""
-    return _with_unit(fmt_estimate(e, "stop_rate", sign=True), "points")
+    """A rate change in points with its interval and n (core.estimate_text)."""
+    return estimate_text(e, 1, scale=100.0, sign=True, unit="points")
 
 
 def _nats(e: dict[str, Any] | None) -> str:
     """A log-odds change in nats with its interval and n."""
-    return _with_unit(fmt_estimate(e, "log_odds"), "nats")
+    return estimate_text(e, 2, sign=True, unit="nats")
 
 
 def _place(null: dict[str, Any] | None, unit: str) -> str:

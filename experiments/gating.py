@@ -67,6 +67,7 @@ from typing import Any, Literal
 import numpy as np
 
 from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.flags import setting
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.bootstrap import (
@@ -570,15 +571,14 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: in
 # ---------------------------------------------------------------- reports
 
 
-def pct(e: dict[str, Any], sign: bool = False, ci: bool = True) -> str:
-    """`54.0 [40.0, 68.0] (n=50)` in percent; NA (n=0) when the denominator is empty."""
-    if e.get("value") is None:
-        return "NA (n=0)"
-    f = (lambda v: fixed(100 * v, 1, sign=True)) if sign else (lambda v: f"{100 * v:.1f}")
-    text = f(e["value"]).replace("-0.0", "0.0").replace("+-", "-")
-    if ci and e["ci"][0] is not None:
-        text += f" [{f(e['ci'][0])}, {f(e['ci'][1])}]"
-    return text + f" (n={e['n']})"
+def pct(e: dict[str, Any], sign: bool = False) -> str:
+    """`54.0 [40.0, 68.0] (n=50)` in percent; `NA (n=0)` when the denominator is empty (core.estimate_text)."""
+    return estimate_text(e, 1, scale=100.0, sign=sign)
+
+
+def pct_value(e: dict[str, Any]) -> str:
+    """The value alone in percent (`54.0`), where the line gives its interval elsewhere."""
+    return missing_text("n=0") if e.get("value") is None else fixed(100 * e["value"], 1)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -613,7 +613,7 @@ def markdown(result: dict[str, Any]) -> str:
         for d in REGIMES:
             cells = [t["cells"][f"{d}|{inf}"] for inf in REGIMES]
             lines.append(f"| {d} | " + " | ".join(
-                f"{pct(c['base'], ci=False).split(' (')[0]} -> {pct(c['steered'])}" for c in cells) + " |")
+                f"{pct_value(c['base'])} -> {pct(c['steered'])}" for c in cells) + " |")
         lines += ["", "Paired change (steered - base, points):", "", "| direction \\ inference | standard | guided |",
                   "|---|---|---|"]
         for d in REGIMES:
@@ -690,7 +690,7 @@ def run_gating(args: argparse.Namespace) -> int:
     print(f"layer {s['layer']}: {s['n_rows']} rows ({s['n_items']} held-out items x {s['n_conditions']} conditions): "
           f"{s['computed']} computed in {s['seconds']} s, {s['reused']} reused")
     for t in s["tables"]:
-        cells = "; ".join(f"dir {k.split('|')[0]}/inf {k.split('|')[1]}: {pct(c['base'], ci=False).split(' (')[0]} -> "
+        cells = "; ".join(f"dir {k.split('|')[0]}/inf {k.split('|')[1]}: {pct_value(c['base'])} -> "
                           f"{pct(c['steered'])}" for k, c in t["cells"].items())
         print(f"  {t['kind']} {t['group']} alpha {alpha_key(t['alpha'])}: {cells}")
     print(f"wrote {', '.join(s['files'])} in {s['out']}")

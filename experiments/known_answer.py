@@ -80,11 +80,12 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.experiments.known_answer_capture import (DECODE_FLOOR, GROUP_COSINE, direction_check, group_problems,
                                                       group_readings)
 from evprobe.experiments.known_answer_n import Expectations, Expected, n_problems
-from evprobe.experiments.known_answer_row import check_row, estimate_text
+from evprobe.experiments.known_answer_row import check_row
 from evprobe.experiments.known_answer_span import image_span_check, span_outcomes
 from evprobe.experiments.known_answer_steering import generated_check, steering_checks, steered_expected
 
@@ -125,9 +126,9 @@ def _sweep_n(sweep: dict[str, Any], expected: Expected | None) -> list[str]:
     return n_problems([("sweep", expected, sweep.get("n"), sweep.get("n_families"))])
 
 
-def _ci(e: dict[str, Any]) -> str:
-    lo, hi = e.get("ci") or [None, None]
-    return "" if lo is None else f" [{lo:.3f}, {hi:.3f}]"
+def _auroc_text(e: dict[str, Any]) -> str:
+    """A sweep row's or nested estimate's AUROC (keys auroc, ci, n) through core.estimate_text."""
+    return estimate_text({"value": e.get("auroc"), "ci": e.get("ci"), "n": e.get("n")}, 3)
 
 
 def _at_chance(e: dict[str, Any]) -> bool:
@@ -176,7 +177,7 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected:
             parts.append(f"{name} identical in {same} of {total} image and threshold pairs")
         else:
             ok = r.get("auroc") is not None and _at_chance(r)
-            parts.append(f"{name} {r['auroc']:.3f}{_ci(r)}" if r.get("auroc") is not None else f"{name} n/a")
+            parts.append(f"{name} {_auroc_text(r)}")
         if not ok:
             problems.append(name)
     flat = []
@@ -190,12 +191,11 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected:
     decoded = value is not None and value >= DECODE_FLOOR and lo is not None and lo >= DECODE_LOW_END
     if not decoded:
         problems.append(f"L{m}/last not decodable")
-    parts.append(f"L{m}/last {value:.3f}{_ci(planted)} (n={planted.get('n')})" if value is not None
-                 else f"L{m}/last n/a")
+    parts.append(f"L{m}/last {_auroc_text(planted)}")
     best = sweep.get("best") or {}
     if best.get("layer") is not None:
         parts.append(f"nested estimate (choice without test labels) L{best['layer']}/{best['position']} "
-                     f"{best['auroc']:.3f}{_ci(best)} (n={best.get('n')})")
+                     f"{_auroc_text(best)}")
     problems += _sweep_n(sweep, expected) + n_problems([(f"L{m}/last", expected, planted.get("n"), None)])
     parts.append(f"sweep n={sweep.get('n')} rows of {sweep.get('n_families')} families")
     off, text = group_problems(groups)
@@ -212,7 +212,7 @@ def transfer_check(acts: Path | None, plant: dict[str, int], expected: dict[str,
     title = "one direction across systems"
     m = plant["aux_layer"]
     target = (f"L{m}/last: a probe trained on one system scores every other at AUROC >= {DECODE_FLOOR:.2f}; each "
-              f"test system on all its rows ({', '.join(f'{s} {e.text}' for s, e in sorted(expected.items())) or 'n/a'})")
+              f"test system on all its rows ({', '.join(f'{s} {e.text}' for s, e in sorted(expected.items())) or missing_text('no systems expected')})")
     if acts is None or not (acts / "meta.json").is_file():
         return check_row(title, None, "no capture", target)
     from evprobe.probes.runs import labelled
@@ -230,7 +230,7 @@ def transfer_check(acts: Path | None, plant: dict[str, int], expected: dict[str,
         if c.train == c.test:
             continue
         (_, _, e), = c.rows
-        cells.append(f"{c.train}->{c.test} {estimate_text({'value': e.value, 'ci': list(e.ci), 'n': e.n})}")
+        cells.append(f"{c.train}->{c.test} {e.text()}")
         if e.value is None or e.value < DECODE_FLOOR:
             low.append(f"{c.train}->{c.test}")
     off = n_problems([(s, e, *counts.get(s, (0, 0))) for s, e in sorted(expected.items())]

@@ -25,14 +25,14 @@ of checks and the fault each catches is experiments.known_answer's.
 
 from __future__ import annotations
 
-from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import estimate_text
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from evprobe.experiments.known_answer_n import Expectations, Expected, n_problems
-from evprobe.experiments.known_answer_row import check_row, estimate_text
+from evprobe.experiments.known_answer_row import check_row
 
 GROUP_COSINE = 0.70
 DECODE_FLOOR = 0.90  # every AUROC gate of the suite (experiments.known_answer imports it)
@@ -119,15 +119,13 @@ def group_problems(groups: list[dict[str, Any]]) -> tuple[list[str], str]:
     for r in groups:
         cos, auc = r.get("cosine") or {}, r.get("auroc") or {}
         c, a = cos.get("value"), auc.get("value")
-        lo, hi = cos.get("ci") or [None, None]
-        cos_text = "n/a" if c is None else fixed(c, 3, sign=True) + ("" if lo is None else f" [{fixed(lo, 3, sign=True)}, {fixed(hi, 3, sign=True)}]")
-        alo, ahi = auc.get("ci") or [None, None]
-        auc_text = "n/a" if a is None else f"{a:.3f}" + ("" if alo is None else f" [{alo:.3f}, {ahi:.3f}]")
+        cos_text = estimate_text(cos, 3, sign=True, n=False)
+        auc_text = estimate_text(auc, 3, n=False)
         parts.append(f"{r['group']} cosine {cos_text}, AUROC {auc_text} (n={r['n']}, {r['families']} families)")
         if c is None or c < GROUP_COSINE:
             problems.append(f"{r['group']} (cosine {cos_text})")
         if a is None or a < DECODE_FLOOR:
-            problems.append(f"{r['group']} (AUROC {'n/a' if a is None else f'{a:.3f}'})")
+            problems.append(f"{r['group']} (AUROC {auc_text})")
         problems += n_problems([(r["group"], r.get("expected"), r["n"], r["families"])])
     return problems, "; ".join(parts)
 
@@ -175,7 +173,7 @@ def direction_check(acts: Path | None, directions: Path | None, plant: dict[str,
         parts.append(f"{short} {estimate_text(e)} ({len(set(fam))} families; fitted on {len(fit)} items of "
                      f"{len(expect.families_of(fit))})")
         if e["value"] is None or e["value"] < DECODE_FLOOR:
-            problems.append(f"{short} (AUROC {'n/a' if e['value'] is None else format(e['value'], '.3f')})")
+            problems.append(f"{short} (AUROC {estimate_text(e, 3, n=False)})")
         problems += n_problems([(short, exp, e["n"], len(set(fam)))])
         if exp is not None:
             expected_text.append(f"{short} {exp.text}")

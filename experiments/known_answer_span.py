@@ -28,7 +28,8 @@ from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.core.errors import InputError
 from evprobe.core.jobs import read_meta
 from evprobe.experiments.known_answer_n import Expected, n_problems
-from evprobe.experiments.known_answer_row import check_row, estimate_text
+from evprobe.core.estimate_text import estimate_text
+from evprobe.experiments.known_answer_row import check_row
 from evprobe.experiments.patching import RESULTS_FILE, PatchingJob, read_results
 
 PARTS = ("image_first", "image_rest")

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.experiments.known_answer_n import Expectations, Expected, n_problems
-from evprobe.experiments.known_answer_row import check_row, estimate_text
+from evprobe.core.estimate_text import estimate_text, missing_text
+from evprobe.experiments.known_answer_row import check_row
 
 USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
 MONOTONE_SLACK = 0.02
@@ -146,10 +147,10 @@ def steering_checks(result: dict[str, Any] | None, plant: dict[str, int],
     def side(p: dict, g: str) -> str:
         s = p.get(g, {})
         if "best_shift" not in s:
-            return f"{g}: {s.get('reason', 'n/a')}"
+            return f"{g}: {missing_text(s.get('reason'))}"
         brk = (f"breaks at alpha {s['breaks_at']:+g}: {s['breaks_because']}" if s["breaks_at"] is not None
                else "no break in the grid")
-        null = "n/a" if s["null_shift"] is None else fixed(s['null_shift'], 3, sign=True)
+        null = missing_text("no null") if s["null_shift"] is None else fixed(s['null_shift'], 3, sign=True)
         if s["best_dose"] is None:
             return f"{g}: breaks at the first dose ({brk})"
         return (f"{g}: stop {s['stop_rate_at_0']:.3f} -> {estimate_text(s['best'])} at alpha {s['best_dose']:+g} "

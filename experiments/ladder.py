@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.flags import add_config_arguments, setting
 
 LEVEL_NAMES = {0: "implicit baseline", 1: "object awareness", 2: "attribute awareness", 3: "oracle guidance"}
@@ -269,22 +270,18 @@ def _read_scores(path: str) -> dict[str, Any]:
                             missing="score the run first (`evprobe score RUN`)")[0]
 
 
+NO_SCORES = "no scores given"  # a level without a scored run: its behaviour is not measured
+
+
 def _fmt(value: float | None, ci: Any = None, n: int | None = None, pct: bool = False, sign: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    f = (lambda v: f"{100 * v:{'+' if sign else ''}.1f}") if pct else (lambda v: f"{v:{'+' if sign else ''}.3f}")
-    text = f(value)
-    if ci is not None and ci[0] is not None:
-        text += f" [{f(ci[0])}, {f(ci[1])}]"
-    return text + (f" (n={n})" if n is not None else "")
+    return _cell({"value": value, "ci": ci, "n": n}, pct=pct, sign=sign)
 
 
-def _cell(est: dict[str, Any] | None, **fmt: Any) -> str:
+def _cell(est: dict[str, Any] | None, pct: bool = False, sign: bool = False) -> str:
+    """The one formatter (core.estimate_text): percent with 1 decimal, else 3 decimals."""
     if est is None:
-        return "not given"
-    if est.get("value") is None:
-        return f"n/a ({est['reason']})" if est.get("reason") else "n/a"
-    return _fmt(est["value"], est.get("ci"), est.get("n"), **fmt)
+        return missing_text(NO_SCORES)
+    return estimate_text(est, 1 if pct else 3, scale=100.0 if pct else 1.0, sign=sign)
 
 
 def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, reference: int = 0) -> str:
@@ -293,10 +290,10 @@ def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, r
     head += [f"{k} % (95% CI)" for k in BEHAVIOUR]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in points:
-        auc = _fmt(p.auroc, p.ci, p.n) if p.reason is None else f"n/a ({p.reason})"
+        auc = _fmt(p.auroc, p.ci, p.n) if p.reason is None else missing_text(p.reason)
         where = "" if p.layer is None else f"{p.layer}/{p.position}"
         cells = [str(p.level), LEVEL_NAMES.get(p.level, ""), auc, where, str(p.n_families)]
-        cells += [_cell(p.behaviour.get(k), pct=True) if p.behaviour else "not given" for k in BEHAVIOUR]
+        cells += [_cell(p.behaviour.get(k), pct=True) if p.behaviour else missing_text(NO_SCORES) for k in BEHAVIOUR]
         lines.append("| " + " | ".join(cells) + " |")
     text = "# Information-injection ladder\n\n" + "\n".join(lines) + "\n"
     if not same_families:
@@ -311,7 +308,7 @@ def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, r
         for p in others:
             cells = [str(p.level), _cell(p.difference, sign=True)]
             cells += ([_cell(p.behaviour_difference.get(k), pct=True, sign=True) for k in BEHAVIOUR]
-                      if p.behaviour_difference else ["not given"] * len(BEHAVIOUR))
+                      if p.behaviour_difference else [missing_text(NO_SCORES)] * len(BEHAVIOUR))
             rows.append("| " + " | ".join(cells) + " |")
         text += (f"\n## Differences from level {reference}\n\nSame families and seed at every level, so refit "
                  "(and bootstrap resample) b draws the same families at both levels and the difference is taken "
@@ -323,7 +320,7 @@ def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, r
         for p in steered:
             for goal, g in p.steering.items():
                 if "reason" in g:
-                    rows.append(f"| {p.level} | {goal} | n/a ({g['reason']}) | | |")
+                    rows.append(f"| {p.level} | {goal} | {missing_text(g['reason'])} | | |")
                     continue
                 rows.append(f"| {p.level} | {goal} ({g['group']} items) | {g['setting']} | "
                             f"{_cell(g.get('log_odds_change'), sign=True)} | {_cell(g.get('change'), pct=True, sign=True)} |")

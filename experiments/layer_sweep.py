@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.flags import setting
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
@@ -382,12 +383,7 @@ def best_layers(plan: Plan) -> dict[str, Any]:
 
 
 def _auc(value: float | None, ci: list | tuple | None = None, n: int | None = None) -> str:
-    if value is None:
-        return "NA (n=0)"
-    text = f"{value:.3f}"
-    if ci and ci[0] is not None:
-        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
-    return text + (f" (n={n})" if n is not None else "")
+    return estimate_text({"value": value, "ci": ci, "n": n}, 3)  # the one formatter (core.estimate_text)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -416,16 +412,15 @@ def markdown(result: dict[str, Any]) -> str:
         sel = r["selectivity"] or {}
         where = "DEGENERATE" if r["degenerate"] else ("none" if b is None else f"L{b['layer']} / {b['position']}")
         naive = r["naive_best"]
-        naive_text = "NA" if not naive else (f"L{naive.get('layer')} / {naive.get('position')}: "
+        naive_text = missing_text() if not naive else (f"L{naive.get('layer')} / {naive.get('position')}: "
                                              f"{_auc(naive.get('auroc'), naive.get('ci'), naive.get('n'))}")
         lines.append("| " + " | ".join([
             r["title"], f"{r['n']} ({r['n_families']})", where,
-            "NA (n=0)" if b is None else _auc(b["auroc"], b["ci"], b["n"]),
-            "NA" if ctl is None else f"{ctl['mean']:.3f} [{ctl['min']:.3f}, {ctl['max']:.3f}] (k={ctl['k']}, n={ctl['n']})",
-            "NA" if sel.get("value") is None else fmt_selectivity(sel),
-            _auc(r["cell_baseline"]["value"], r["cell_baseline"]["ci"], r["cell_baseline"]["n"]) if r["cell_baseline"]
-            else "NA",
-            *(_auc(e["value"], e["ci"], e["n"]) if e else "NA" for e in
+            missing_text("n=0") if b is None else _auc(b["auroc"], b["ci"], b["n"]),
+            missing_text() if ctl is None else f"{ctl['mean']:.3f} [{ctl['min']:.3f}, {ctl['max']:.3f}] (k={ctl['k']}, n={ctl['n']})",
+            fmt_selectivity(sel),
+            estimate_text(r["cell_baseline"], 3),
+            *(estimate_text(e, 3) for e in
               (base.get("history"), base.get("threshold"), base.get("history_threshold"))),
             naive_text,
         ]) + " |")

@@ -43,6 +43,7 @@ from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
 from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import estimate_text
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
@@ -396,11 +397,7 @@ def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str
 
 def patching_markdown(summary: dict[str, Any]) -> str:
     def cell(e: dict) -> str:
-        if e["value"] is None:
-            return f"NA (n={e['n']})"
-        if e.get("identical_units"):  # no spread, no interval (core.bootstrap)
-            return f"{fixed(e['value'] + 0.0, 3)} (identical in all {e['n']} pairs)"
-        return f"{fixed(e['value'], 3)} [{fixed(e['ci'][0], 3)}, {fixed(e['ci'][1], 3)}] (n={e['n']})"
+        return estimate_text(e, 3, units="pairs")  # identical units: no spread, no interval (core.bootstrap)
 
     parts = [
         f"# Pair patching: {summary.get('model', '')}",

@@ -15,6 +15,8 @@ import base64
 import html
 from pathlib import Path
 
+from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import missing_text
 from evprobe.experiments.report_explorer_data import Dose, Explorer, Member, Pair, read_explorer
 
 STYLE = """
@@ -68,7 +70,7 @@ def _e(value: object) -> str:
 
 
 def _num(x: float | None, digits: int = 2) -> str:
-    return "n/a" if x is None else f"{x:+.{digits}f}"
+    return missing_text() if x is None else fixed(x, digits, sign=True)
 
 
 def _alpha(a: float) -> str:
@@ -89,9 +91,9 @@ def _dose_rows(doses: tuple[Dose, ...]) -> str:
     for d in doses:
         gen = ("" if d.gen_valid is None else _e(d.gen_choice) if d.gen_valid
                else '<span class="ex-invalid">invalid</span>')
-        null = (f"[{_num(d.null_lo)}, {_num(d.null_hi)}] (n={d.n_null})" if d.n_null else "n/a")
+        null = (f"[{_num(d.null_lo)}, {_num(d.null_hi)}] (n={d.n_null})" if d.n_null else missing_text("no null"))
         rows.append(f'<tr class="ex-dose" data-layer="{d.layer}" data-alpha="{_e(_alpha(d.alpha))}"><td>L{d.layer}</td>'
-                    f"<td>{_e(_alpha(d.alpha))}</td><td>{_e(d.choice or 'n/a')}</td><td>{_num(d.log_odds)}</td>"
+                    f"<td>{_e(_alpha(d.alpha))}</td><td>{_e(d.choice or missing_text('no choice'))}</td><td>{_num(d.log_odds)}</td>"
                     f"<td>{null}</td><td>{gen}</td></tr>")
     if not rows:
         return "<p><em>No steered readings for this item.</em></p>"
@@ -129,7 +131,7 @@ def _member(m: Member, sheets: dict[str, str]) -> str:
     if m.reply is None:
         reply = f"<p><em>{_e(m.reply_source)}</em></p>"
     else:
-        verdict = (f"choice <b>{_e(m.choice or 'n/a')}</b>" if m.valid else '<span class="ex-invalid">invalid reply</span>')
+        verdict = (f"choice <b>{_e(m.choice or missing_text('no choice'))}</b>" if m.valid else '<span class="ex-invalid">invalid reply</span>')
         reply = f'<p class="ex-reply">Unsteered reply ({_e(m.reply_source)}): {verdict}</p><pre>{_e(m.reply)}</pre>'
     margins = "; ".join(
         f"L{g.layer}: {_num(g.value)}" if g.value is not None else f"L{g.layer}: <em>{_e(g.note)}</em>"
@@ -171,7 +173,7 @@ def render_explorer(ex: Explorer) -> str:
         f"sheets (thumbnails), its unsteered reply from the run's records (an invalid reply is marked invalid, "
         f"never read as a choice), and its <b>probe margin</b>: x &middot; v &minus; (m<sub>1</sub> + "
         f"m<sub>0</sub>)/2, where x is the item's captured activation at the steered direction's layer and "
-        f"position ({_e(ex.position or 'n/a')}), v the unit direction fitted on the half of the fit items the item "
+        f"position ({_e(ex.position or missing_text())}), v the unit direction fitted on the half of the fit items the item "
         f"is <em>not</em> in (cross-fitted), and m<sub>1</sub>, m<sub>0</sub> the mean projections of that "
         f"direction's own fit rows per class; positive means on the resolved side. Items in neither half get no "
         f"margin, and say so. Steered outcome: the dose-response readings with the probe direction(s) {names} "

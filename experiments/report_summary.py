@@ -22,7 +22,7 @@ nats (the same as every table of the report).
 
 from __future__ import annotations
 
-from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import estimate_text
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,7 +134,7 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
         lo = (best.get("ci") or [None])[0]
         strength = ("above chance" if lo is not None and lo > 0.5 else "not distinguishable from chance")
         text = (f"Probe: {sweep.get('label', 'the label')} is decodable at AUROC "
-                f"{plain({'value': best.get('auroc'), 'ci': best.get('ci'), 'n': best.get('n')})}, {strength}, at "
+                f"{estimate_text({'value': best.get('auroc'), 'ci': best.get('ci'), 'n': best.get('n')}, 3)}, {strength}, at "
                 f"layer {best['layer']} / {best['position']} (nested estimate: chosen on training folds only).")
         if sel.get("value") is not None:
             text += " Against control tasks its selectivity is " + fmt_selectivity(sel) + "; " + _selectivity_reading(sel)
@@ -146,7 +146,7 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
         if e.get("value") is None:
             continue
         out.append(f"Steering ({h['goal']}): the probe direction moved the {h['group']} items' stop log-odds by "
-                   f"{fixed(e['value'], 2, sign=True)} nats [{fixed(e['ci'][0], 2, sign=True)}, {fixed(e['ci'][1], 2, sign=True)}] (n={e.get('n')}); "
+                   f"{estimate_text(e, 2, sign=True, unit='nats')}; "
                    + _against_nulls(h["target"]))
     return out
 

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.decimals import fixed
 from evprobe.core.bootstrap import Estimate
 
@@ -264,9 +265,8 @@ def fmt_selectivity(sel: Selectivity | Mapping[str, Any] | None) -> str:
     interval's level is named when it is not 95% (k != 39)."""
     d = sel.to_json() if isinstance(sel, Selectivity) else (sel or {})
     if d.get("value") is None:
-        return "n/a" + (f" ({d['reason']})" if d.get("reason") else "")
-    lo, hi = d.get("ci") or (None, None)
-    text = fixed(d['value'], 3, sign=True) + ("" if lo is None else f" [{fixed(lo, 3, sign=True)}, {fixed(hi, 3, sign=True)}]")
+        return missing_text(d.get("reason"))
+    text = estimate_text(d, 3, sign=True, n=False)
     k = d.get("k")
     if not k:  # a sweep.json written before the controls' own distribution was the reference
         return text

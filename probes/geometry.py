@@ -6,8 +6,7 @@ Only directions of the same d_model are comparable; the sign of a cosine is mean
 because every direction points toward its label's positive class (probes.directions).
 
 No printed number is ever "nan": a value that cannot be computed prints as `not computable:
-<why>` (`number_text`; core has no formatter of missing numbers, and probes.report's `n/a
-(reason)` is for estimates).
+<why>` (`number_text`; an estimate's missing value is `NA (reason)`, core.estimate_text).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.core.bootstrap import FIXED_TEXT, Estimate
+from evprobe.core.bootstrap import Estimate
+from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.probes.control_tasks import CELL_FIELDS, ControlSummary, fmt_selectivity
 from evprobe.probes.summary import sweep_paragraph
 from evprobe.probes.sweep import SweepResult
@@ -61,17 +62,12 @@ LEAK_NOTE = (
 
 
 def fmt(e: Estimate | None, digits: int = 3) -> str:
-    if e is None or e.value is None:
-        return "n/a" + (f" ({e.reason})" if e is not None and e.reason else "")
-    if e.fixed:  # no sampling interval (core.bootstrap)
-        return f"{e.value:.{digits}f} ({FIXED_TEXT})"
-    lo, hi = e.ci
-    ci = "" if lo is None else f" [{lo:.{digits}f}, {hi:.{digits}f}]"
-    return f"{e.value:.{digits}f}{ci}"
+    """`0.812 [0.744, 0.871]` where the table or line states n itself (core.estimate_text)."""
+    return estimate_text(e, digits, n=False)
 
 
 def fmt_controls(c: ControlSummary | None) -> str:
-    return "n/a" if c is None else f"{c.mean:.3f} [{c.min:.3f}, {c.max:.3f}]"
+    return missing_text("no control tasks") if c is None else f"{c.mean:.3f} [{c.min:.3f}, {c.max:.3f}]"
 
 
 def sweep_markdown(result: SweepResult) -> str:
@@ -108,7 +104,7 @@ def sweep_markdown(result: SweepResult) -> str:
                                    rows=len(lk.auroc), df=lk.df), ""]
     cell = result.cell_baseline.value
     lines += ["## Input baseline: the one-hot cell (logistic, same folds)", "",
-              f"AUROC {fmt(result.cell_baseline)}" + (f" (n={result.cell_baseline.n})." if cell is not None else "."), ""]
+              f"AUROC {estimate_text(result.cell_baseline)}.", ""]
     if cell is not None and cell >= 0.9:
         lines += [CELL_NOTE if tuple(tasks["cell_fields"]) == CELL_FIELDS else
                   CELL_NOTE_OWN.format(cell=" x ".join(tasks["cell_fields"]), label=result.label), ""]
@@ -122,7 +118,7 @@ def sweep_markdown(result: SweepResult) -> str:
         b = result.best
         choices = ", ".join(f"fold {c.fold}: L{c.layer}/{c.position}" for c in b.choices)
         lines += [
-            f"**L{b.layer} / {b.position}**: test AUROC {fmt(b.auroc)} (n={b.auroc.n}), accuracy {fmt(b.accuracy)}",
+            f"**L{b.layer} / {b.position}**: test AUROC {estimate_text(b.auroc)}, accuracy {fmt(b.accuracy)}",
             "",
             f"Per-fold choices: {choices}.",
             "",
@@ -224,7 +220,7 @@ def sweep_png(result: SweepResult, path: str | Path) -> Path:
             ax.plot(bad, [0.5] * len(bad), "x", color="red", ms=7, label="degenerate (identical within families)")
         if result.best is not None and result.best.position == pos:
             best = result.best.auroc.value  # None when no held-out fold could be scored
-            score = "n/a" if best is None else f"{best:.2f}"
+            score = missing_text("not scored") if best is None else f"{best:.2f}"
             ax.axvline(result.best.layer, color="C1", lw=1, alpha=0.7,
                        label=f"nested estimate (layer/position chosen without test labels): L{result.best.layer}/{pos}, "
                              f"{score}")
@@ -273,7 +269,7 @@ def transfer_markdown(result: TransferResult) -> str:
         for b in names:
             c = result.cell(a, b)
             if c.best is None:
-                cells.append(c.reason or "n/a")
+                cells.append(missing_text(c.reason))
             else:
                 cells.append(f"{fmt(c.best.auroc)} L{c.best.layer}/{c.best.position} (n={c.best.auroc.n}, {c.scheme})")
         lines.append(f"| **{a}** | " + " | ".join(cells) + " |")

@@ -18,17 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evprobe.core.bootstrap import FIXED_TEXT, Estimate
 from evprobe.probes.control_tasks import fmt_selectivity
 from evprobe.probes.sweep import SweepResult, SweepRow
-
-
-def _est(e: Estimate) -> str:
-    if e.fixed:  # no sampling interval (core.bootstrap)
-        return f"{e.value:.3f} ({FIXED_TEXT})"
-    lo, hi = e.ci
-    ci = "" if lo is None else f" [{lo:.3f}, {hi:.3f}]"
-    return f"{e.value:.3f}{ci}"
 
 
 def _decodable(r: SweepRow) -> bool:
@@ -49,11 +40,10 @@ def position_sentence(label: str, position: str, rows: Sequence[SweepRow], contr
     decodable = [r for r in scored if _decodable(r)]
     if not decodable:
         top = max(scored, key=lambda r: r.auroc.value)
-        return (f"At {position}, '{label}' is not decodable above chance at any layer (highest: L{top.layer}, "
-                f"AUROC {_est(top.auroc)}, n={top.auroc.n}).")
+        return (f"At {position}, '{label}' is not decodable above chance at any layer (highest: L{top.layer} at "
+                f"AUROC {top.auroc.text()}).")
     first = decodable[0]
-    text = (f"At {position}, '{label}' is decodable from L{first.layer} (AUROC {_est(first.auroc)}, "
-            f"n={first.auroc.n})")
+    text = f"At {position}, '{label}' is decodable from L{first.layer} at AUROC {first.auroc.text()}"
     if controls_reason is not None or all(r.controls is None for r in decodable):
         return text + "."  # why there are no control tasks: said once, after the positions (sweep_paragraph)
     selective = [r for r in decodable if r.selective]
@@ -88,7 +78,7 @@ def sweep_paragraph(result: SweepResult) -> str:
     b = result.best
     if b is not None and b.auroc.value is not None:
         text = (f"Choosing the layer on validation folds only, the nested estimate is L{b.layer}/{b.position}: "
-                f"AUROC {_est(b.auroc)} (n={b.auroc.n})")
+                f"AUROC {b.auroc.text()}")
         if b.permutation is not None:
             t = b.permutation
             text += (f", permutation p = {t.p_value:.3g} ({len(t.null)} within-family label permutations, "

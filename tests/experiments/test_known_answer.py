@@ -173,7 +173,7 @@ def test_profile_check_fails_a_group_against_the_others_and_a_sweep_short_of_row
     """Pooled, a label flipped for whole groups still decodes; per group it points the other way."""
     check = profile_check(_sweep(), PLANT, ROWS, _groups(flip=("sliding/mass",)))
     assert not check["passed"] and "sliding/mass (cosine -0.900" in check["measured"]
-    assert "sliding/mass (AUROC 0.050)" in check["measured"] and "bouncing/mass (" not in check["measured"]
+    assert "sliding/mass (AUROC 0.050 [" in check["measured"] and "bouncing/mass (" not in check["measured"]
     # a group the bench holds and the capture lacks
     missing = [g if g["group"] != "spring/other" else {**g, "n": 0, "families": 0, "cosine": None, "auroc": None}
                for g in _groups()]

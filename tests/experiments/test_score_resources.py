@@ -33,7 +33,7 @@ def test_a_model_run_s_resources_are_a_table_in_its_scores(small_bench, tiny_tex
     assert cells["prompt tokens"] == str(res["prompt_tokens"]) and cells["generated tokens"] == str(res["generated_tokens"])
     assert float(cells["seconds in calls"]) == res["seconds"] > 0
     assert float(cells["generated tokens/s"]) == res["generated_tokens_per_s"]
-    assert cells["peak memory"] == "not measured"  # the CPU
+    assert cells["peak memory"] == "NA (not measured)"  # the CPU
     # a run.json written before runs recorded resources: said, no table
     meta = json.loads((out / "run.json").read_text())
     del meta["resources"]

@@ -1,0 +1,56 @@
+"""One formatter for an estimate: `0.812 [0.744, 0.871] (n=144)`, and one spelling of a missing one.
+
+Every printer, report and console line formats an interval estimate through `estimate_text`, from
+a `core.bootstrap.Estimate` or its JSON (`{"value", "ci", "n", ...}`):
+
+- a value with its interval: `VALUE [LO, HI] (n=N)`, numbers through `core.decimals.fixed` (zero is
+  never negative), after `scale` (100 for percent) with `digits` decimals and an optional sign;
+- a value fixed by design (no sampling interval): `VALUE (fixed by design, n=N)`;
+- every unit identical (no spread to resample): `VALUE (identical in all N UNITS)`;
+- an interval that could not be computed: `VALUE [NA, NA] (n=N)`;
+- missing: `NA (REASON)` when the estimate says why, else `NA (n=0)` for an empty denominator, and
+  `NA (not measured)` where there is no estimate at all. "NA" is the only word for a missing value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from evprobe.core.decimals import fixed
+
+MISSING = "NA"
+FIXED_TEXT = "fixed by design"  # printed in place of a fixed value's interval (core.bootstrap)
+
+
+def missing_text(reason: str | None = None) -> str:
+    """`NA (reason)`: a missing value, saying why (the one spelling)."""
+    return f"{MISSING} ({reason or 'not measured'})"
+
+
+def estimate_text(e: Any, digits: int = 3, *, scale: float = 1.0, sign: bool = False, unit: str = "",
+                  n: bool = True, units: str = "units") -> str:
+    """The estimate `e` (an Estimate, its JSON, or None) as text (module docstring). `unit` follows
+    the value (`+1.23 nats [...]`); `n=False` leaves out the count where the line states it once;
+    `units` names what an identical estimate's n counts (pairs, items)."""
+    d = e.to_json() if hasattr(e, "to_json") else e
+    if not isinstance(d, Mapping) or not d:
+        return missing_text()
+    count = d.get("n")
+    if d.get("value") is None:
+        return missing_text(d.get("reason") or ("n=0" if not count else f"n={count}"))
+
+    def num(x: float) -> str:
+        return fixed(x * scale + 0.0, digits, sign)
+
+    value = num(d["value"]) + (f" {unit}" if unit else "")
+    if d.get("fixed_by_design"):
+        return f"{value} ({FIXED_TEXT}" + (f", n={count})" if n else ")")
+    if d.get("identical_units"):
+        return f"{value} (identical in all {count} {units})"
+    lo, hi = d.get("ci") or (None, None)
+    interval = f"[{MISSING}, {MISSING}]" if lo is None or hi is None else f"[{num(lo)}, {num(hi)}]"
+    return f"{value} {interval}" + (f" (n={count})" if n and count is not None else "")
+
+
+__all__ = ["FIXED_TEXT", "MISSING", "estimate_text", "missing_text"]
