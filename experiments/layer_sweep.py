@@ -102,6 +102,8 @@ class LayerSweepConfig:
         DEFAULT_LABELS, "labels: index fields, missing_property, initial or name=value, e.g. resolved,system=sliding")
     probe: str = setting("logistic", "a registered probe: logistic (TRAPS), massmean, centroid or one of yours "
                                      "(evprobe.probes.register_probe)")
+    probe_params: tuple[str, ...] = setting((), "the probe's parameters as NAME=VALUE, e.g. C=0.5 (any its class "
+                                                "declares; default: the class's defaults)")
     transfer: tuple[str, ...] = setting(("system", "pairs", "request"), "kinds of transfer matrix for resolved")
     regime: str = setting("standard", "prompt regime of the capture: standard, guided or json")
     folds: int = setting(5, "cross-validation folds of whole families")
@@ -140,6 +142,12 @@ class LayerSweepConfig:
 
         if self.probe not in probe_names():
             raise ValueError(f"key 'probe' is {self.probe!r}; choose from {', '.join(probe_names())}")
+        from evprobe.probes.registry import ProbeSpec
+
+        try:
+            ProbeSpec.of(self.probe, self.probe_params)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"key 'probe_params': {err}") from None
         for kind in self.transfer:
             if kind not in TRANSFER_KINDS and kind not in _index_fields():
                 raise ValueError(f"key 'transfer' has unknown kind {kind!r}; choose from {', '.join(TRANSFER_KINDS)} "
@@ -268,6 +276,8 @@ def sweep_settings(plan: Plan, label: str) -> dict[str, Any]:
     return {
         "label": label,
         "probe": c.probe,
+        # only when given, so a sweep folder written before the field existed is still reused
+        **({"probe_params": list(c.probe_params)} if c.probe_params else {}),
         "folds": c.folds,
         "n_boot": c.n_boot,
         "seed": c.seed,
@@ -299,8 +309,8 @@ def run_sweep(plan: Plan, label: str, progress: bool) -> bool:
         return False
     (folder / SETTINGS_FILE).unlink(missing_ok=True)  # stale until the sweep below finishes
     c = plan.config
-    sweep_to_folder([plan.acts], label, folder, SweepConfig(probe=c.probe, folds=c.folds, seed=c.seed,
-                                                           n_boot=c.n_boot),
+    sweep_to_folder([plan.acts], label, folder, SweepConfig(probe=c.probe, probe_params=c.probe_params,
+                                                           folds=c.folds, seed=c.seed, n_boot=c.n_boot),
                     transfer=settings["transfer"], progress="sweep" if progress else None)
     atomic_write_json(folder / SETTINGS_FILE, settings)  # written last: marks the folder finished
     return True

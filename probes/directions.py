@@ -173,7 +173,10 @@ def fit_directions(
                 "d_model": int(X.shape[1]),
                 "sign": "points toward the positive class",
             }
-            name = direction_name(labelset.name, labelset.positive, spec.name, layer, position, cond_name)
+            # parameters that differ from the defaults are part of the name: two fits of one probe with
+            # different parameters at one layer are two directions (logistic-C_0_5), not one overwritten
+            probe_part = spec.name + "".join(f"-{k}={v}" for k, v in spec.params)
+            name = direction_name(labelset.name, labelset.positive, probe_part, layer, position, cond_name)
             out.append(Direction(name, np.asarray(est.direction_, dtype=np.float32), prov))
     return out
 

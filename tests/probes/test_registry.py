@@ -252,3 +252,23 @@ def test_the_how_to_pages_probe_is_the_one_tested() -> None:
         assert ProbeSpec.of("ridge", ["alpha=0.5"]).make().alpha == 0.5
     finally:
         unregister_probe("ridge")
+
+
+def test_directions_with_other_parameters_are_other_directions(planted, tmp_path: Path) -> None:
+    """Two fits of one probe at one layer with different parameters get two names (the defaults keep
+    the name they always had)."""
+    from evprobe.probes.runs import directions_to_folder
+
+    path, _ = planted
+    run = directions_to_folder([path], "resolved", tmp_path / "d", [8], position="last",
+                               probe=[ProbeSpec.of("logistic"), ProbeSpec.of("logistic", C=0.5)])
+    assert [d.name for d in run.directions] == ["resolved.logistic.L8.last", "resolved.logistic-C_0_5.L8.last"]
+    assert run.directions[1].provenance["probe_params"] == {"C": 0.5}
+
+
+def test_the_layer_sweep_config_takes_and_checks_probe_parameters() -> None:
+    from evprobe.experiments.layer_sweep import LayerSweepConfig
+
+    LayerSweepConfig(model="tiny:qwen2_vl", bench="b", out="o", probe="logistic", probe_params=("C=0.5",))
+    with pytest.raises(ValueError, match=r"^key 'probe_params': probe 'logistic' has no parameter 'alpha'"):
+        LayerSweepConfig(model="tiny:qwen2_vl", bench="b", out="o", probe="logistic", probe_params=("alpha=1",))
