@@ -273,10 +273,6 @@ def _read_scores(path: str) -> dict[str, Any]:
 NO_SCORES = "no scores given"  # a level without a scored run: its behaviour is not measured
 
 
-def _fmt(value: float | None, ci: Any = None, n: int | None = None, pct: bool = False, sign: bool = False) -> str:
-    return _cell({"value": value, "ci": ci, "n": n}, pct=pct, sign=sign)
-
-
 def _cell(est: dict[str, Any] | None, pct: bool = False, sign: bool = False) -> str:
     """The one formatter (core.estimate_text): percent with 1 decimal, else 3 decimals."""
     if est is None:
@@ -290,7 +286,7 @@ def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, r
     head += [f"{k} % (95% CI)" for k in BEHAVIOUR]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in points:
-        auc = _fmt(p.auroc, p.ci, p.n) if p.reason is None else missing_text(p.reason)
+        auc = _cell({"value": p.auroc, "ci": p.ci, "n": p.n}) if p.reason is None else missing_text(p.reason)
         where = "" if p.layer is None else f"{p.layer}/{p.position}"
         cells = [str(p.level), LEVEL_NAMES.get(p.level, ""), auc, where, str(p.n_families)]
         cells += [_cell(p.behaviour.get(k), pct=True) if p.behaviour else missing_text(NO_SCORES) for k in BEHAVIOUR]

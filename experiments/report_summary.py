@@ -120,7 +120,7 @@ def _row_at(sweep: dict, layer: int, position: str) -> dict[str, Any]:
 
 def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> list[str]:
     """What the headline numbers show, and what they do not, in a few generated sentences."""
-    from evprobe.bench.score_report import pct, plain
+    from evprobe.bench.score_report import pct
     from evprobe.probes.control_tasks import fmt_selectivity
 
     out = []

@@ -53,7 +53,6 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.estimate_text import estimate_text, missing_text
-from evprobe.core.decimals import fixed
 from evprobe.core.bootstrap import Estimate
 
 CELL_FIELDS = ("system", "initial_property", "history", "threshold_level")

@@ -8,7 +8,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from sklearn.linear_model import RidgeClassifier
 
