@@ -42,6 +42,7 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
     name: ClassVar[str] = ""  # set by register_probe
     capabilities: ClassVar[ProbeCapabilities] = ProbeCapabilities()
 
+    # Declared here for the protocol's shape; register_probe refuses a class that does not define both.
     def fit(self, X: np.ndarray, y: np.ndarray) -> LinearProbe:
         raise NotImplementedError(f"{type(self).__name__}.fit")
 

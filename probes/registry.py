@@ -86,6 +86,10 @@ def register_probe(name: str):  # noqa: ANN201 (a class decorator)
         if not (isinstance(cls, type) and issubclass(cls, LinearProbe)):
             raise TypeError(f"probe {name!r}: {cls!r} is not a subclass of evprobe.probes.LinearProbe (fit, "
                             "decision_function, direction_); subclass it")
+        missing = [m for m in ("fit", "decision_function") if getattr(cls, m) is getattr(LinearProbe, m)]
+        if missing:  # the protocol base only declares them
+            raise TypeError(f"probe {name!r}: {cls.__name__} does not define {' or '.join(missing)}; a probe fits "
+                            "(setting direction_ and classes_) and scores (> 0: the positive class)")
         _check_init(name, cls)
         cls.name = name
         _CLASSES[name] = cls

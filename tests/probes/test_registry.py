@@ -135,7 +135,15 @@ def test_wrong_registrations_are_refused(ridge) -> None:
 
     with pytest.raises(TypeError, match=r"takes \*args; declare each parameter by name"):
         register_probe("varargs")(Varargs)
-    assert "varargs" not in probe_names() and "plain" not in probe_names()
+    class NoScore(LinearProbe):
+        def fit(self, X, y):
+            return self
+
+    with pytest.raises(TypeError, match=r"NoScore does not define decision_function"):
+        register_probe("noscore")(NoScore)
+    with pytest.raises(TypeError, match=r"LinearProbe does not define fit or decision_function"):
+        register_probe("bare")(LinearProbe)
+    assert not {"varargs", "plain", "noscore", "bare"} & set(probe_names())
     with pytest.raises(ValueError, match="built in"):
         unregister_probe("logistic")
 
