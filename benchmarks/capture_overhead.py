@@ -95,7 +95,7 @@ def overhead(arch: str, bench: Path, rounds: int, *, short: bool = False, n_item
     from evprobe.bench.protocols import build_prompt
     from evprobe.bench.runner import select_items
     from evprobe.experiments.capture import question_marker
-    from evprobe.hooks.capture import _gather_plan, _reduce, capture_batch
+    from evprobe.hooks.capture import gather_plan, reduce_at, capture_batch
     from evprobe.hooks.spans import batch_spans
 
     handle = hooks.load(f"tiny:{arch}")
@@ -119,7 +119,7 @@ def overhead(arch: str, bench: Path, rounds: int, *, short: bool = False, n_item
     for prompts, images, markers in batches:
         enc = hooks.build_inputs(handle, prompts, images)
         spans = batch_spans(handle, enc, prompts, [len(i) for i in images], markers)
-        prepared.append((enc, _gather_plan(spans, POSITIONS, handle.device)))
+        prepared.append((enc, gather_plan(spans, POSITIONS, handle.device)))
 
     def plain():
         for enc, _ in prepared:
@@ -133,7 +133,7 @@ def overhead(arch: str, bench: Path, rounds: int, *, short: bool = False, n_item
         envoys = handle.nn_layers
         for enc, plan in prepared:
             with handle.nn.trace(**enc, use_cache=False) as tracer:
-                nnsight.save([_reduce(envoys[i].output, plan) for i in layers])
+                nnsight.save([reduce_at(envoys[i].output, plan) for i in layers])
                 tracer.stop()
 
     def capture_e2e():

@@ -14,6 +14,11 @@ every name is imported on first use.
         from the end), evprobe.Marker(text, "mean" | "first" | "last"); component= "resid_post"
         (default), "attn_out", "mlp_out"; evprobe.capture_components(..., components=[...]) one pass
     evprobe.capture_tokens(handle, prompts, images, layers=) -> TokenActs (one array per row)
+    evprobe.capture_sites(handle, prompts, images, sites=["attn_head.L3.H2", ...], positions=) -> {site: array}
+    evprobe.intervene(handle, [Read(site), Add(site, delta), Ablate, Replace, Patch])  the one intervention
+        core (context manager): reads and edits at any site (evprobe.Site; handle.sites lists them),
+        every forward inside, composable; evprobe.Adapter / register_adapter place an architecture's sites
+    evprobe.patch_sites(handle, source, target, sites=, position_sets=, candidates=)  activation patching
     evprobe.Steering(direction, layer, alpha)   one additive edit; `with evprobe.steer(handle, s): ...`
     evprobe.ablate(handle, direction, layers)   project a direction out (context manager)
     evprobe.generate(handle, prompts, images)   batched greedy generation
@@ -38,6 +43,18 @@ _API: dict[str, tuple[str, str]] = {
     "capture": ("evprobe.hooks.capture", "capture_layers"),
     "capture_components": ("evprobe.hooks.capture", "capture_components"),
     "capture_tokens": ("evprobe.hooks.token_capture", "capture_tokens"),
+    "capture_sites": ("evprobe.hooks.site_capture", "capture_sites"),
+    "intervene": ("evprobe.hooks.intervention", "intervene"),
+    "Read": ("evprobe.hooks.intervention", "Read"),
+    "Add": ("evprobe.hooks.intervention", "Add"),
+    "Ablate": ("evprobe.hooks.intervention", "Ablate"),
+    "Replace": ("evprobe.hooks.intervention", "Replace"),
+    "Patch": ("evprobe.hooks.intervention", "Patch"),
+    "Site": ("evprobe.hooks.sites", "Site"),
+    "Adapter": ("evprobe.hooks.sites", "Adapter"),
+    "register_adapter": ("evprobe.hooks.sites", "register_adapter"),
+    "patch_sites": ("evprobe.hooks.patching", "patch_sites"),
+    "build_inputs": ("evprobe.hooks.inputs", "build_inputs"),
     "Token": ("evprobe.hooks.positions", "Token"),
     "Marker": ("evprobe.hooks.positions", "Marker"),
     "Steering": ("evprobe.hooks.steer", "Steering"),

@@ -2,7 +2,7 @@
 
     evprobe capture --model M --bench DIR --out ACTS [--requests select,answer_initial]
                     [--injection 0,1,2,3] [--layers all|0,4,8] [--positions last,image_mean,text_mean]
-                    [--component resid_post|attn_out|mlp_out]
+                    [--component resid_post|resid_pre|attn_out|mlp_out]
                     [--regime standard|guided|json] [--protocol direct|brief] [--limit N]
 
 Positions: the named spans, `token:I` (the I-th real token; -3 is the third from the end) and
@@ -74,6 +74,15 @@ STORED = (
     "raw decoder-layer outputs (layer i == hidden_states[i+1] for i < n_layers - 1; "
     "the last layer is before the final norm)"
 )
+
+
+def stored_text(component: str) -> str:
+    """meta.json's `stored`: what acts.npy holds for `component` (hooks.capture.COMPONENTS)."""
+    if component == "resid_post":
+        return STORED
+    if component == "resid_pre":
+        return "each decoder layer's input (resid_pre: the residual stream before the block; hooks.sites)"
+    return f"the {component} output of each decoder layer (hooks.sites), not the residual stream"
 TEXT_MARKER_RULE = (
     "text_mean averages the tokens of the item's question sentence (the text after 'Question: ' to the end of "
     "that line); items without a 'Question: ' line (read_ruler, recover_property) use their whole prompt text"
@@ -103,7 +112,7 @@ class CaptureConfig:
                                          "real token, negative from the end) or marker:TEXT[:first|last|mean] (a "
                                          "substring's tokens; no comma in TEXT)")
     component: str = setting("resid_post", "what is read at each layer: resid_post (the residual stream after the "
-                             "layer), attn_out (attention output) or mlp_out (MLP output)")
+                             "layer), resid_pre (before it), attn_out (attention output) or mlp_out (MLP output)")
     regime: str = setting("standard", HELP["regime"])
     protocol: str = setting("direct", HELP["protocol"])
     limit: int | None = setting(None, "only the first N selected items")
@@ -368,8 +377,7 @@ class CaptureJob(Job):
             "limit": self.config.limit, "n_images": self.n_images, "arch": self.handle.arch,
             "shape": [len(self.items), len(layers), len(self.positions), self.handle.d_model],
             "acts_dtype": "float16",
-            "stored": STORED if self.config.component == "resid_post" else
-            f"the {self.config.component} output of each decoder layer (hooks.layers), not the residual stream",
+            "stored": stored_text(self.config.component),
             "position_rules": {p: POSITION_RULES.get(p) or position_rule(p) for p in self.positions},
             "stored_component": self.config.component,
             "text_marker_rule": TEXT_MARKER_RULE, "versions": _versions(), "bench": str(self.bench.resolve()),

@@ -10,6 +10,9 @@ Public API (`import hooks` stays cheap: nothing here imports torch until used):
     capture_layers(handle, prompts, images, *, layers, positions) -> np.ndarray
     steer(handle, Steering(direction, layer, alpha, positions, schedule))   context manager
     ablate(handle, direction, layers)                                        context manager
+    intervene(handle, [Read, Add, Ablate, Replace, Patch])   the intervention core (hooks.intervention)
+    capture_sites(handle, prompts, images, sites=, positions=)   any site (hooks.sites): heads, vision, ...
+    Site, Adapter, register_adapter                          the site vocabulary and architecture adapters
     set_vision_attention(handle, name)      VISION_ATTENTIONS: "stock" | "packed" (one call per vision layer)
 """
 
@@ -61,6 +64,12 @@ _LAZY = {
     "random_directions": "evprobe.hooks.steer",
     "mean_residual_norm": "evprobe.hooks.steer",
     "set_vision_attention": "evprobe.hooks.vision_attention",
+    "intervene": "evprobe.hooks.intervention",
+    "capture_sites": "evprobe.hooks.site_capture",
+    "Site": "evprobe.hooks.sites",
+    "Adapter": "evprobe.hooks.sites",
+    "register_adapter": "evprobe.hooks.sites",
+    "patch_sites": "evprobe.hooks.patching",
     "VISION_ATTENTIONS": "evprobe.hooks.vision_attention",
 }
 
@@ -83,6 +92,12 @@ __all__ = [
     "tiny",
     "set_vision_attention",
     "VISION_ATTENTIONS",
+    "intervene",
+    "capture_sites",
+    "Site",
+    "Adapter",
+    "register_adapter",
+    "patch_sites",
 ]
 
 

@@ -5,18 +5,16 @@
 
 Each chosen layer's output x (batch, seq, d_model) becomes x - (x . v) v at every
 position, on every forward (prompt pass and each decode step), v the unit
-direction. Plain torch forward hooks, for the reasons in hooks.steer's docstring
-(nnsight interventions do not persist around later direct calls of
-`handle.model`); removed on exit, also when the block raises.
+direction, through the intervention core (hooks.intervention: Ablate ops); removed on exit,
+also when the block raises. `kind=` ablates another layer site (attn_out, mlp_out, ...).
 
 A direction with provenance (probes.directions.Direction: a `vector` and a `provenance` mapping)
 is accepted as it is and checked first: one fitted on another model than `handle.model_id` is
 refused with the steering's one-line refusal (hooks.fingerprint.check_fitted_on) unless
 `allow_other_model=True`. A raw vector is never checked.
 
-Pitfall: an nnsight capture of an ablated layer's own `.output` shows the value
-before the projection (nnsight reads inside the module's forward, before torch
-forward hooks); the next layer's `.input` shows the ablated value.
+A capture (hooks.capture) inside the block reads the ablated values, the ablated layer
+included; nnsight's own `.output` of that layer does not (it reads before torch hooks run).
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from contextlib import contextmanager
 from numbers import Integral
 from typing import Any, Literal
 
-from evprobe.hooks.steer import check_direction_model, hidden_of, provenance_of, replace_hidden, unit_direction
+from evprobe.hooks.steer import check_direction_model, provenance_of, unit_direction
 
 
 def _layer_list(layers: Literal["all"] | int | Sequence[int], n_layers: int) -> list[int]:
@@ -46,26 +44,9 @@ def _layer_list(layers: Literal["all"] | int | Sequence[int], n_layers: int) -> 
     return [int(layer) for layer in chosen]
 
 
-def _ablation_hook(v64):
-    cache: dict[tuple[Any, Any], Any] = {}
-
-    def hook(module, args, output):
-        import torch
-
-        hidden = hidden_of(output)  # (batch, seq, d_model)
-        key = (hidden.dtype, hidden.device)
-        if key not in cache:
-            cache[key] = torch.tensor(v64, device=hidden.device, dtype=hidden.dtype)  # (d_model,), copied
-        v = cache[key]
-        coeff = hidden @ v  # (batch, seq)
-        return replace_hidden(output, hidden - coeff.unsqueeze(-1) * v)
-
-    return hook
-
-
 @contextmanager
 def ablate(handle: Any, direction: Any, layers: Literal["all"] | int | Sequence[int] = "all", *,
-           allow_other_model: bool = False) -> Iterator[list[int]]:
+           allow_other_model: bool = False, kind: str = "resid_post") -> Iterator[list[int]]:
     """Project `direction` out of the output of each chosen layer while the block runs.
 
     handle: a Handle, or anything with `.layers` (decoder ModuleList) and `.d_model`.
@@ -74,21 +55,25 @@ def ablate(handle: Any, direction: Any, layers: Literal["all"] | int | Sequence[
         its vector, refused on another model than the one it was fitted on.
     layers: "all", one layer index or a list of them.
     allow_other_model: ablate a Direction fitted on another model than handle.model_id.
+    kind: the layer site the direction is projected out of (hooks.sites): "resid_post" (the
+        layer's output, the default), "resid_pre", "attn_out", "mlp_out" or "vision_block" (then
+        `layers` counts the vision tower's blocks and the direction is the tower's width).
     Yields the list of ablated layer indices.
     """
+    from evprobe.hooks.intervention import Ablate, intervene
+    from evprobe.hooks.intervention.session import site_map_of
+    from evprobe.hooks.sites.vocabulary import Site
+
     if provenance_of(direction) is not None:
         check_direction_model(handle, direction, allow_other_model=allow_other_model)
         direction = direction.vector
-    v64 = unit_direction(direction, d_model=handle.d_model)  # (d_model,) float64, read-only
-    chosen = _layer_list(layers, len(handle.layers))
-    removers = []
-    try:
-        for layer in chosen:
-            removers.append(handle.layers[layer].register_forward_hook(_ablation_hook(v64)))
+    sites = site_map_of(handle)
+    vision = kind == "vision_block"
+    width = None if vision else handle.d_model
+    v64 = unit_direction(direction, d_model=width)  # (width,) float64, read-only
+    chosen = _layer_list(layers, sites.n_vision_layers if vision else len(handle.layers))
+    with intervene(handle, [Ablate(Site(kind, layer), direction=v64) for layer in chosen]):
         yield chosen
-    finally:
-        for r in reversed(removers):
-            r.remove()
 
 
 __all__ = ["ablate"]

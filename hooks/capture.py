@@ -1,14 +1,16 @@
 """Capture decoder-layer components at token positions, through nnsight.
 
-What is stored, per decoder layer i and component (hooks.layers.COMPONENTS), a (batch, seq,
-d_model) tensor reduced to one vector per position:
+What is stored, per decoder layer i and component (COMPONENTS, sites of hooks.sites), a (batch,
+seq, d_model) tensor reduced to one vector per position:
     resid_post  the raw output of decoder layer i (the residual stream after block i), the
                 default. For i < n_layers - 1 this equals transformers' `output_hidden_states[i + 1]`;
                 for the last layer it is the value BEFORE the final norm (`hidden_states[-1]` is
                 after it, so the two differ there). The final-normed value is never stored.
     attn_out    what layer i's attention sublayer adds to the residual stream
     mlp_out     what layer i's MLP sublayer adds to it (resid_post[i] = resid_post[i-1] + both)
-See hooks.layers for which child module gives each, per architecture.
+    resid_pre   layer i's input (= resid_post[i - 1], except at Qwen3-VL's DeepStack injections)
+An architecture's adapter (hooks.sites) says which module gives each. Attention heads, the vision
+tower and the projector are read by hooks.site_capture.capture_sites.
 
 Positions (hooks.positions; each reduced to one d_model vector per row, layer and component,
 in float32):
@@ -24,23 +26,19 @@ API: `capture_layers(..., component=)` one component -> (rows, layers, positions
 `capture_components(..., components=)` several from ONE forward -> {component: that array};
 `capture_batch` is one batch of either (the CLI job's unit).
 
-The reduction happens inside the trace, right after each module runs, so only
-(batch, n_positions, d_model) per layer and component leaves the model; the trace stops after
-the last layer asked for (no final norm, no LM head). Modules are read in execution order
-(attn_out, mlp_out, resid_post within a layer; nnsight refuses any other order). Means are
+Reads go through the intervention core (hooks.intervention: one Read per site). The reduction
+happens inside the forward, right after each module runs, so only (batch, n_positions, d_model)
+per layer and component leaves the model; the forward stops after the last layer asked for (no
+final norm, no LM head). Means are
 masked with `torch.where` (not multiplied by a 0/1 mask), so whatever the padded positions hold
 (even NaN) cannot leak into a row; left padding never shifts a span because spans are
 padded-row indices, and token indices count real tokens only.
 
-Under `hooks.steer` / `hooks.ablate` (torch forward hooks on decoder layers): nnsight, and so
-capture, reads a module's output inside the module's forward, BEFORE torch forward hooks run.
-Capturing the steered layer k itself therefore gives its unedited output (capture warns); layers
-after k see the edit. To read the edited stream: capture layer k + 1's input, i.e. in a trace
-`handle.nn_layers[k + 1].input` (exact except at Qwen3-VL's image tokens after layers
-0..len(deepstack_visual_indexes)-1, where deepstack features are added in between; see
-hooks.layers), or do the edit inside the same nnsight trace and save after it
-(`out = handle.nn_layers[k].output; out[:] += delta; saved = out.save()`).
-tests/hooks/test_steer_nnsight.py shows the pitfall and both idioms.
+Under `hooks.steer` / `hooks.ablate` / `hooks.intervention.intervene`, capture reads the edited
+values, the edited site included: its Reads are hooks registered after the edits, and hooks run in
+registration order (tests/hooks/test_steer_nnsight.py). nnsight's own `.output` of an edited
+module is read before torch hooks run, so it shows the unedited value; `trace_sites_nnsight` is
+the nnsight capture, kept as the cross-check (equal bit for bit without edits).
 """
 
 from __future__ import annotations
@@ -53,7 +51,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evprobe.hooks.inputs import build_inputs, image_rows
-from evprobe.hooks.layers import COMPONENTS
 from evprobe.hooks.positions import Position, row_indices
 from evprobe.hooks.positions import check_positions as check_any_positions
 from evprobe.hooks.spans import Spans, batch_spans
@@ -65,6 +62,10 @@ if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
 
 POSITIONS: tuple[str, ...] = ("last", "image_mean", "text_mean")
+# The layer sites capture reads as "components" (hooks.sites.vocabulary): the residual stream after
+# the block (the default), before it, and what each sublayer adds. Heads, the vision tower and
+# the projector are read with capture_sites.
+COMPONENTS: tuple[str, ...] = ("resid_post", "resid_pre", "attn_out", "mlp_out")
 
 # One line per position rule, for metadata files.
 POSITION_RULES: dict[str, str] = {
@@ -157,20 +158,20 @@ def _span(spans: Spans, position: str) -> tuple[int, ...]:
     return spans.text
 
 
-def _gather_plan(
+def gather_plan(
     spans: list[Spans], positions: list[str], device: torch.device, first_row: int = 0
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """`_plan` of the named positions (POSITIONS) of `spans`."""
+    """`position_plan` of the named positions (POSITIONS) of `spans`."""
     rows = [[_span(s, p) for s in spans] for p in positions]
     for position, per_row in zip(positions, rows, strict=True):
         for r, row in enumerate(per_row):
             if not row:
                 raise ValueError(f"row {first_row + r}: position {position!r} has no tokens (e.g. a row without images "
                                  "asked for image_mean)")
-    return _plan(rows, device)
+    return position_plan(rows, device)
 
 
-def _plan(indices: list[list[tuple[int, ...]]], device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def position_plan(indices: list[list[tuple[int, ...]]], device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per position: (index (batch, width) long, valid (batch, width) bool); width = longest span.
 
     indices: per position, per row, the non-empty padded-row indices to average."""
@@ -188,7 +189,7 @@ def _plan(indices: list[list[tuple[int, ...]]], device: torch.device) -> list[tu
     return plan
 
 
-def _reduce(out: torch.Tensor, plan: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+def reduce_at(out: torch.Tensor, plan: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
     """(batch, seq, d_model) layer output -> (batch, n_positions, d_model) float32 span means."""
     import torch
 
@@ -203,17 +204,19 @@ def _reduce(out: torch.Tensor, plan: list[tuple[torch.Tensor, torch.Tensor]]) ->
 
 
 def sites(handle: Handle, layers: Sequence[int], components: Sequence[str]) -> list[tuple[int, str, str]]:
-    """(layer, component, child name) in execution order: layers ascending, and within a layer
-    attn_out, mlp_out, resid_post (the order nnsight requires reads in). Raises the one-line
-    ValueError of hooks.layers.component_child when the architecture lacks a component."""
-    from evprobe.hooks.layers import component_child
+    """(layer, component, module path) in execution order: layers ascending, and within a layer
+    resid_pre, attn_out, mlp_out, resid_post. Raises the SiteMap's one-line ValueError (naming the
+    valid sites) when the architecture lacks a component."""
+    from evprobe.hooks.intervention.session import site_map_of
+    from evprobe.hooks.sites.vocabulary import LAYER_ORDER, Site
 
-    order = [c for c in COMPONENTS[1:] + COMPONENTS[:1] if c in components]  # attn_out, mlp_out, resid_post
+    site_map = site_map_of(handle)
+    order = [c for c in LAYER_ORDER if c in components]
     out = []
     for i in sorted(layers):
         for c in order:
             try:
-                out.append((i, c, component_child(handle.layers[i], c)))
+                out.append((i, c, site_map.point(Site(c, i)).path))
             except ValueError as err:
                 raise ValueError(f"{handle.model_id} ({handle.arch}) layer {i}: {err}") from None
     return out
@@ -224,57 +227,54 @@ def _value(output):
     return output[0] if isinstance(output, tuple) else output
 
 
+def no_cache_kwargs(handle: Handle, enc) -> dict:
+    kwargs = dict(enc)
+    if "use_cache" in _forward_params(handle):
+        kwargs["use_cache"] = False
+    return kwargs
+
+
 def trace_sites(handle: Handle, enc, layers: Sequence[int], components: Sequence[str], read) -> dict:
-    """Run one forward over `enc`, apply `read` to each (layer, component) output inside the
-    trace, and return {(layer, component): read(output)} (the trace stops after the last layer).
+    """Run one forward over `enc`, apply `read` to each (layer, component) value as the model
+    computes it, and return {(layer, component): read(value)}; the forward stops after the last
+    site read (no later layer, no final norm, no LM head). Through the intervention core
+    (hooks.intervention): under an active `steer` / `ablate` / `intervene`, an edited site is
+    read edited.
 
     read: (batch, seq, d_model) tensor -> what to keep (e.g. span means, or the whole tensor)."""
+    import torch
+
+    from evprobe.hooks.intervention import Read, intervene
+    from evprobe.hooks.sites.vocabulary import Site
+
+    plan = sites(handle, layers, components)
+    ops = [Read(Site(c, i), reduce=read) for i, c, _ in plan]
+    with torch.no_grad(), intervene(handle, ops, stop_after_reads=True) as run:
+        run.forward(handle.model, no_cache_kwargs(handle, enc))
+    return {(i, c): run.value(k) for k, (i, c, _) in enumerate(plan)}
+
+
+def trace_sites_nnsight(handle: Handle, enc, layers: Sequence[int], components: Sequence[str], read) -> dict:
+    """`trace_sites` through one nnsight trace (`.output` of each module, read in execution
+    order, `tracer.stop()` after the last): the cross-check of the core's capture
+    (tests/hooks/test_intervention.py) and the baseline of benchmarks/intervention_overhead.py.
+    Unlike the core, nnsight reads a module's output before torch hooks run, so an edit made by
+    `steer` / `intervene` at a site it reads is not seen there. resid_post, attn_out, mlp_out only."""
     import nnsight
     import torch
 
     plan = sites(handle, layers, components)
-    _warn_if_hooked(handle, plan)
-    envoys = handle.nn_layers
-    kwargs = dict(enc)
-    if "use_cache" in _forward_params(handle):
-        kwargs["use_cache"] = False
-    with torch.no_grad(), handle.nn.trace(**kwargs) as tracer:
-        saved = nnsight.save([read(_value((getattr(envoys[i], child) if child else envoys[i]).output))
-                              for i, _, child in plan])
+    if any(c == "resid_pre" for _, c, _ in plan):
+        raise ValueError("trace_sites_nnsight reads module outputs; resid_pre is a layer's input")
+    with torch.no_grad(), handle.nn.trace(**no_cache_kwargs(handle, enc)) as tracer:
+        saved = nnsight.save([read(_value(handle.nn.get(path).output)) for _, _, path in plan])
         tracer.stop()  # nothing after the last asked-for layer is needed
     out = {(i, c): v for (i, c, _), v in zip(plan, saved, strict=True)}
     # A finished nnsight trace leaves reference cycles that keep this batch's tensors alive until
-    # Python's cyclic GC happens to run; left alone, resident memory drifts up and down by
-    # hundreds of MB on long runs. A young-generation collection (about 1 ms) frees them now.
-    del tracer, saved, kwargs
+    # Python's cyclic GC happens to run; a young-generation collection (about 1 ms) frees them now.
+    del tracer, saved
     gc.collect(1)
     return out
-
-
-# Forward hooks that only record outputs: transformers installs one on every decoder layer, for
-# good, the first time a forward asks for output_hidden_states (seen with transformers 5.24).
-_RECORDING_HOOK_MODULES = ("transformers.utils.output_capturing",)
-
-
-def _editing_hooks(module) -> list:
-    """The module's torch forward hooks, less transformers' recording ones."""
-    return [h for h in module._forward_hooks.values()
-            if getattr(h, "__module__", None) not in _RECORDING_HOOK_MODULES]
-
-
-def _warn_if_hooked(handle: Handle, plan: list[tuple[int, str, str]]) -> None:
-    """Warn when a module capture reads carries torch forward hooks (hooks.steer / hooks.ablate
-    register them): nnsight reads a module's output inside its forward, before those hooks run,
-    so capture returns that module's UNEDITED output (later layers do see the edit)."""
-    hooked = [f"layer {i} {c}" for i, c, child in plan
-              if _editing_hooks(handle.layers[i].get_submodule(child) if child else handle.layers[i])]
-    if hooked:
-        import warnings
-
-        warnings.warn(f"{', '.join(hooked)}: the module carries torch forward hooks (e.g. an active hooks.steer or "
-                      "hooks.ablate); capture reads its output before they run, so these values are UNEDITED "
-                      "(later layers see the edit); see hooks.capture's docstring for reading the edited stream",
-                      stacklevel=4)
 
 
 def capture_batch(
@@ -308,8 +308,8 @@ def capture_batch(
     n_images = [len(i) for i in images]
     spans = batch_spans(handle, enc, list(prompts), n_images, text_markers, first_row=first_row)
     indices = row_indices(handle, enc, list(prompts), n_images, spans, positions, first_row=first_row)
-    plan = _plan(indices, handle.device)
-    got = trace_sites(handle, enc, layers, components, lambda out: _reduce(out, plan))  # each (batch, n_pos, d)
+    plan = position_plan(indices, handle.device)
+    got = trace_sites(handle, enc, layers, components, lambda out: reduce_at(out, plan))  # each (batch, n_pos, d)
     # Each layer's means to the CPU first: under a device_map the layers may sit on different GPUs.
     by_component = {c: torch.stack([got[i, c].cpu() for i in layers], 1).numpy()  # (batch, n_layers, n_pos, d)
                     for c in components}

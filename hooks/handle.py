@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from torch import nn
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
+    from evprobe.hooks.sites import Adapter, SiteMap
+
 
 
 @dataclass(eq=False)
@@ -30,6 +32,8 @@ class Handle:
     arch: config.model_type (e.g. "qwen2_5_vl").
     layers: the language model's decoder layers (an nn.ModuleList); layer i's
         output is a (batch, seq, d_model) tensor.
+    sites: the model's SiteMap (hooks.sites): every site it has and the module each lives in,
+        from its architecture's adapter (or the automatic detection, or the `adapter` given).
     answer_prefix: text the model's reply starts with before its answer (e.g. "ANSWER:"; "" =
         none). Readouts of the answer (next-token log-probs, capture, patching, steered
         log-probs) append it after the generation prompt, teacher-forced, so their last
@@ -53,13 +57,17 @@ class Handle:
     answer_prefix: str = ""
     prompt_format: str = "chat"
     _nn: Any = field(default=None, repr=False)
+    sites: SiteMap | None = field(default=None, repr=False)
 
     @classmethod
     def from_parts(cls, model: PreTrainedModel, processor: ProcessorMixin, *, model_id: str,
-                   answer_prefix: str | None = None, prompt_format: str | None = None) -> Handle:
+                   answer_prefix: str | None = None, prompt_format: str | None = None,
+                   adapter: Adapter | str | None = None) -> Handle:
         """answer_prefix None: the processor's `answer_prefix` attribute, else none ("").
-        prompt_format None: "chat" when there is a chat template, else "raw" (PROMPT_FORMATS)."""
-        from evprobe.hooks.layers import find_decoder_layers
+        prompt_format None: "chat" when there is a chat template, else "raw" (PROMPT_FORMATS).
+        adapter: where the model's sites live (hooks.sites.Adapter, or a registered adapter's name);
+        None = the adapter registered for its model_type, else found from its structure."""
+        from evprobe.hooks.sites import site_map
 
         from transformers import PreTrainedTokenizerBase
 
@@ -74,13 +82,15 @@ class Handle:
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         model.eval()
+        sites = site_map(model, adapter)
         return cls(
             model=model,
             processor=processor,
             tokenizer=tokenizer,
             model_id=model_id,
             arch=model.config.model_type,
-            layers=find_decoder_layers(model),
+            layers=sites.layers,
+            sites=sites,
             answer_prefix=_answer_prefix(processor, answer_prefix),
             prompt_format=resolve_prompt_format(processor, tokenizer, prompt_format, model_id),
         )
@@ -162,6 +172,15 @@ class Handle:
             return self
         other = copy.copy(self)
         other.prompt_format = resolve_prompt_format(self.processor, self.tokenizer, prompt_format, self.model_id)
+        return other
+
+    def with_adapter(self, adapter: Adapter | str) -> Handle:
+        """This handle with its sites found through another adapter: a shallow copy sharing the model."""
+        from evprobe.hooks.sites import site_map
+
+        other = copy.copy(self)
+        other.sites = site_map(self.model, adapter)
+        other.layers = other.sites.layers
         return other
 
     def with_options(self, *, answer_prefix: str | None = None, prompt_format: str | None = None) -> Handle:

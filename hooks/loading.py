@@ -18,9 +18,12 @@ import json
 import logging
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evprobe.hooks.handle import Handle, resolve_prompt_format
+
+if TYPE_CHECKING:
+    from evprobe.hooks.sites import Adapter
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -169,6 +172,7 @@ def load(
     offload_folder: str | None = None,
     answer_prefix: str | None = None,
     prompt_format: str | None = None,
+    adapter: Adapter | str | None = None,
 ) -> Handle:
     """Load a vision-language model (or a text-only causal LM) and its processor into a Handle.
 
@@ -186,6 +190,9 @@ def load(
     prompt_format: "chat" (the chat template) or "raw" (the prompt string itself: a base model);
         None = "chat" when the processor or tokenizer has a chat template, else "raw"
         (Handle.prompt_format).
+    adapter: where the model's sites live, for an architecture the toolkit does not know
+        (hooks.sites.Adapter, or a registered adapter's name); None = the adapter registered for
+        its model_type, else the automatic detection (docs: Adding a site).
     """
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"load takes a model name or folder, got a {type(model).__name__}; for a model already "
@@ -208,6 +215,8 @@ def load(
             handle.model.to("cuda" if device_map == "auto" else device_map)
         if attn_implementation is not None:
             handle.model.set_attn_implementation(attn_implementation)
+        if adapter is not None:
+            handle = handle.with_adapter(adapter)
         return handle.with_options(answer_prefix=answer_prefix, prompt_format=prompt_format)
 
     name, model = model, resolve_model(model)
@@ -240,7 +249,7 @@ def load(
     resolve_prompt_format(processor, getattr(processor, "tokenizer", processor), prompt_format, name)
     hf_model = _model_class(model, trust_remote_code).from_pretrained(model, **kwargs)
     return Handle.from_parts(hf_model, processor, model_id=name, answer_prefix=answer_prefix,
-                             prompt_format=prompt_format)
+                             prompt_format=prompt_format, adapter=adapter)
 
 
 def _model_class(model: str, trust_remote_code: bool):
@@ -260,7 +269,8 @@ def _causal_lm_types() -> set[str]:
 
 
 def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
-         answer_prefix: str | None = None, prompt_format: str | None = None) -> Handle:
+         answer_prefix: str | None = None, prompt_format: str | None = None,
+         adapter: Adapter | str | None = None) -> Handle:
     """A Handle on a model the researcher already loaded: the same Handle `load` gives.
 
     model: a transformers model (a `*ForConditionalGeneration` / `*ForCausalLM`, on any device and
@@ -277,6 +287,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
     answer_prefix: as for `load` (Handle.answer_prefix).
     prompt_format: as for `load` (Handle.prompt_format): a base model's tokenizer has no chat
         template, so its prompts go in raw unless told otherwise.
+    adapter: as for `load`: where the sites of an architecture the toolkit does not know live.
 
     What it changes on the caller's objects, as `load` does: the model is put in eval mode and
     the tokenizer pads on the left (and pads with eos when it has no pad token). Weights,
@@ -287,6 +298,8 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
     if isinstance(model, Handle):
         if processor is not None and processor is not model.processor:
             raise ValueError("wrap got a Handle and a different processor; a Handle already has its processor")
+        if adapter is not None:
+            model = model.with_adapter(adapter)
         return model.with_options(answer_prefix=answer_prefix, prompt_format=prompt_format)
     module, processor = _unwrap_nnsight(model, processor)
     if not isinstance(module, nn.Module):
@@ -302,7 +315,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
                          "its weights were never loaded")
     name = model_id or getattr(module.config, "_name_or_path", "") or type(module).__name__
     return Handle.from_parts(module, processor, model_id=str(name), answer_prefix=answer_prefix,
-                             prompt_format=prompt_format)
+                             prompt_format=prompt_format, adapter=adapter)
 
 
 def _unwrap_nnsight(model: Any, processor: Any) -> tuple[Any, Any]:

@@ -6,12 +6,17 @@ its partner's forward pass, layer by layer, shows where the difference between t
 We read the next-token log-probabilities of candidate strings (the option letters) at the answer
 position, and which candidate is ranked first (the decoded option).
 
-Runs go through nnsight: one trace of the source saves every chosen layer's output, then the
-target runs as a batch of identical rows, row b overwriting its own (layer, position set)'s output
-(at most `max_rows` rows per trace): one trace instead of one per (layer, position set), which on a
-small model is most of the cost (the organism's 15 patches per pair direction: 2.4x faster,
-benchmarks/patching_speed.py). A test checks each row equals the one-patch-per-trace result on every
-tiny architecture.
+Any site can be patched (hooks.sites: `patch_sites`): the residual stream after a layer
+(`patch_pair`, layer by layer), a sublayer's output, one attention head (`attn_head.L3.H2`: its
+slice of the attention output projection's input), a vision block or the projector (their whole
+output: the members' images have the same size).
+
+Runs go through the intervention core (hooks.intervention): one forward of the source Reads every
+chosen site, then the target runs as a batch of identical rows, row b Patching its own (site,
+position set) (at most `max_rows` rows per forward): one forward instead of one per (site,
+position set), which on a small model is most of the cost (benchmarks/patching_speed.py). A test
+checks each row equals the one-patch-per-forward result on every tiny architecture, and that the
+core's patch equals nnsight's (`patch_pair_nnsight`, the same patch in nnsight traces).
 
 Qwen3-VL adds visual features to the residual stream again after its first decoder layers
 (DeepStack), after the layer output that is patched here; patching those layers therefore leaves
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,23 +38,30 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class PatchResult:
-    """Log-probabilities of each candidate: source run, target run, and target with a patch.
+class Patched:
+    """Log-probabilities of each candidate: source run, target run, and target with each patch.
 
-    patched[l, s, c] is candidate c's log-probability when layer `layers[l]` of the target takes
-    the source's output at position set `position_sets[s]`.
+    patched: (n_patched, n_sets, n_candidates), the first axis the layers (PatchResult) or the
+    sites (SitePatchResult) in the order asked for.
     """
 
-    layers: tuple[int, ...]
     position_sets: tuple[str, ...]
     candidates: tuple[str, ...]
     source: np.ndarray  # (n_candidates,)
     target: np.ndarray  # (n_candidates,)
-    patched: np.ndarray  # (n_layers, n_sets, n_candidates)
+    patched: np.ndarray  # (n_patched, n_sets, n_candidates)
 
     def top(self) -> np.ndarray:
-        """Index of the first-ranked candidate after each patch, (n_layers, n_sets)."""
+        """Index of the first-ranked candidate after each patch, (n_patched, n_sets)."""
         return self.patched.argmax(axis=-1)
+
+
+@dataclass(frozen=True)
+class PatchResult(Patched):
+    """patched[l, s, c]: candidate c's log-probability when layer `layers[l]` of the target takes the
+    source's output at position set `position_sets[s]`."""
+
+    layers: tuple[int, ...]
 
 
 def _candidate_logprobs(logits, ids: list[int]) -> np.ndarray:
@@ -66,33 +78,20 @@ def _repeated(handle: Handle, enc, target: tuple[str, Sequence[Image.Image]], k:
     return repeat_rows(enc, 1, k) or build_inputs(handle, [target[0]] * k, [list(target[1])] * k)
 
 
-def patch_pair(
-    handle: Handle,
-    source: tuple[str, Sequence[Image.Image]],
-    target: tuple[str, Sequence[Image.Image]],
-    *,
-    layers: Sequence[int],
-    position_sets: Mapping[str, Sequence[int]],
-    candidates: Sequence[str],
-    max_rows: int = 16,
-) -> PatchResult:
-    """Patch the source's layer outputs into the target, one (layer, position set) per batch row.
+@dataclass(frozen=True)
+class SitePatchResult(Patched):
+    """patched[k, s, c]: candidate c's log-probability when the target takes the source's value of
+    site `sites[k]` at position set `position_sets[s]`."""
 
-    `position_sets` maps a name to token indices of the input row (negative indices count from the
-    end, so -1 is the last token: the prompt's, or the handle's answer prefix's); both runs must
-    have the same number of tokens.
-    """
-    import nnsight
-    import torch
+    sites: tuple[str, ...]
 
+
+def _prepare(handle: Handle, source, target, position_sets, candidates):
     from evprobe.hooks.generation import candidate_token_ids
     from evprobe.hooks.inputs import build_inputs
 
-    bad = [i for i in layers if not 0 <= i < handle.n_layers]
-    if bad:
-        raise ValueError(f"layer {bad[0]} out of range; {handle.model_id} has layers 0..{handle.n_layers - 1}")
-    if not position_sets or any(len(v) == 0 for v in position_sets.values()):
-        raise ValueError("every position set needs at least one token index")
+    if not position_sets or any(not isinstance(v, str) and len(v) == 0 for v in position_sets.values()):
+        raise ValueError("every position set needs at least one token index (or 'all')")
     ids = candidate_token_ids(handle, candidates)
     src = build_inputs(handle, [source[0]], [list(source[1])])
     tgt = build_inputs(handle, [target[0]], [list(target[1])])
@@ -103,8 +102,130 @@ def patch_pair(
             "pairs whose prompts and image sizes match (image pairs do)"
         )
     for name, idx in position_sets.items():
-        if any(not -n_tgt <= i < n_tgt for i in idx):
+        if isinstance(idx, str):
+            if idx != "all":
+                raise ValueError(f"position set {name!r} is {idx!r}; give token indices or 'all'")
+        elif any(not -n_tgt <= i < n_tgt for i in idx):
             raise ValueError(f"position set {name!r} has an index outside the {n_tgt} prompt tokens")
+    return ids, src, tgt
+
+
+def patch_sites(
+    handle: Handle,
+    source: tuple[str, Sequence[Image.Image]],
+    target: tuple[str, Sequence[Image.Image]],
+    *,
+    sites: Sequence[Any],
+    position_sets: Mapping[str, Sequence[int] | str],
+    candidates: Sequence[str],
+    max_rows: int = 16,
+) -> SitePatchResult:
+    """Patch the source's value of each site into the target, one (site, position set) per batch row.
+
+    sites: site spellings or Sites (hooks.sites), checked against the model first (one line
+        listing the valid ones). `position_sets` maps a name to token indices of the input row
+        (negative indices count from the end, so -1 is the last token: the prompt's, or the
+        handle's answer prefix's), or to "all"; both runs must have the same number of tokens. A
+        vision-stream site (vision_block, projector_out) takes only "all" (its token axis is the
+        tower's own) and is patched one target row per forward.
+    """
+    import torch
+
+    from evprobe.hooks.intervention import Patch, Read, intervene
+    from evprobe.hooks.intervention.session import site_map_of
+
+    site_map = site_map_of(handle)
+    checked = [site_map.check(s) for s in sites]
+    if not checked:
+        raise ValueError("no sites given; e.g. sites=['resid_post.L2'] or handle.sites.all('attn_head')")
+    for s in checked:
+        if s.stream == "vision" and any(v != "all" for v in position_sets.values()):
+            raise ValueError(f"site {s} is on the vision stream: its only position set is 'all' (the tower's "
+                             "own token axis), e.g. position_sets={'all': 'all'}")
+    ids, src, tgt = _prepare(handle, source, target, position_sets, candidates)
+    distinct = sorted(set(checked), key=site_map.order_key)
+    sets = [v if isinstance(v, str) else tuple(int(i) for i in v) for v in position_sets.values()]
+    # (row of `patched`, site, set index, positions), one per patch; each becomes one batch row
+    patches = [(k, site, si, pos) for k, site in enumerate(checked) for si, pos in enumerate(sets)]
+    with torch.inference_mode():
+        with intervene(handle, [Read(s) for s in distinct]) as run:
+            src_logits = handle.model(**src).logits[:, -1, :]
+        by_site = {s: run.value(i) for i, s in enumerate(distinct)}  # each the site's whole value
+        tgt_logits = handle.model(**tgt).logits[:, -1, :]
+        patched = np.zeros((len(checked), len(sets), len(ids)))
+        text = [p for p in patches if p[1].stream == "text"]
+        vision = [p for p in patches if p[1].stream == "vision"]
+        step = max(1, max_rows)
+        chunks = [text[i : i + step] for i in range(0, len(text), step)] + [[p] for p in vision]
+        for chunk in chunks:
+            batch = _repeated(handle, tgt, target, len(chunk))
+            ops = [Patch(site, by_site[site], positions=pos, rows=None if site.stream == "vision" else (b,))
+                   for b, (_, site, _, pos) in enumerate(chunk)]
+            with intervene(handle, ops):
+                logits = handle.model(**batch).logits[:, -1, :]  # (rows, vocab)
+            for b, (k, _, si, _) in enumerate(chunk):
+                patched[k, si] = _candidate_logprobs(logits[b : b + 1], ids)
+    return SitePatchResult(
+        sites=tuple(str(s) for s in checked),
+        position_sets=tuple(position_sets),
+        candidates=tuple(candidates),
+        source=_candidate_logprobs(src_logits, ids),
+        target=_candidate_logprobs(tgt_logits, ids),
+        patched=patched,
+    )
+
+
+def _check_layers(handle: Handle, layers: Sequence[int]) -> None:
+    bad = [i for i in layers if not 0 <= i < handle.n_layers]
+    if bad:
+        raise ValueError(f"layer {bad[0]} out of range; {handle.model_id} has layers 0..{handle.n_layers - 1}")
+
+
+def patch_pair(
+    handle: Handle,
+    source: tuple[str, Sequence[Image.Image]],
+    target: tuple[str, Sequence[Image.Image]],
+    *,
+    layers: Sequence[int],
+    position_sets: Mapping[str, Sequence[int]],
+    candidates: Sequence[str],
+    max_rows: int = 16,
+    kind: str = "resid_post",
+) -> PatchResult:
+    """Patch the source's layer outputs into the target, one (layer, position set) per batch row.
+
+    `position_sets` maps a name to token indices of the input row (negative indices count from the
+    end, so -1 is the last token: the prompt's, or the handle's answer prefix's); both runs must
+    have the same number of tokens. kind: the layer site patched (resid_post, the layer's output;
+    resid_pre, attn_out or mlp_out); `patch_sites` patches any site.
+    """
+    _check_layers(handle, layers)
+    from evprobe.hooks.sites.vocabulary import Site
+
+    result = patch_sites(handle, source, target, sites=[Site(kind, int(i)) for i in layers],
+                         position_sets=position_sets, candidates=candidates, max_rows=max_rows)
+    return PatchResult(layers=tuple(layers), position_sets=result.position_sets, candidates=result.candidates,
+                       source=result.source, target=result.target, patched=result.patched)
+
+
+def patch_pair_nnsight(
+    handle: Handle,
+    source: tuple[str, Sequence[Image.Image]],
+    target: tuple[str, Sequence[Image.Image]],
+    *,
+    layers: Sequence[int],
+    position_sets: Mapping[str, Sequence[int]],
+    candidates: Sequence[str],
+    max_rows: int = 16,
+) -> PatchResult:
+    """`patch_pair` done in nnsight traces (the source's `.output`s saved in one trace, each batch
+    row assigning its patch to the live `.output` in another): the cross-check of the core's
+    patching, kept to show the nnsight idiom equals it (tests/hooks/test_patching.py)."""
+    import nnsight
+    import torch
+
+    _check_layers(handle, layers)
+    ids, src, tgt = _prepare(handle, source, target, position_sets, candidates)
     order = sorted(set(layers))
     nn_layers = handle.nn_layers
     # (row of `patched`, layer, set, token indices), one per patch; each becomes one batch row

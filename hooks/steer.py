@@ -15,13 +15,11 @@ position is edited under schedule "every-step" whatever `positions` says
 (each generated token is the "last" one at its step); "prompt-only" leaves all
 decode steps alone.
 
-How the prompt pass is told from decode steps (plain-hook path): a forward whose
-sequence length is > 1 is a prompt pass (a full forward, e.g. next_token_logprobs,
-or the first forward of generate); greedy decoding with a KV cache feeds exactly
-one new token per step, so a length-1 forward is a decode step. A one-token
-prompt would therefore count as a decode step (chat-templated prompts are never
-that short). The nnsight path counts steps instead (`tracer.iter` step 0 is the
-prompt); the tests check the two agree.
+How the prompt pass is told from decode steps: the forward's KV cache (hooks.intervention): none,
+or an empty one, is a prompt pass (a full forward, e.g. next_token_logprobs, or the first forward
+of generate); a cache holding positions is a decode step, which feeds one new token per row. The
+nnsight path counts steps instead (`tracer.iter` step 0 is the prompt); the tests check the two
+agree.
 
 Alpha units: `Steering.alpha` is raw (residual-stream units of that model).
 `Steering.from_norm_units(v, layer, alpha_norm, mean_norm, measured_at=...)` takes
@@ -54,39 +52,23 @@ forwards (the prompts encoded once and repeated when every input tensor is
 row-major, else re-encoded), which is how the dose-response null runs 50 random
 directions for about the price of a handful of conditions on a small model.
 
-Why the primary path is plain torch forward hooks, not nnsight (nnsight 0.8.1):
-the project rule is nnsight everywhere unless it cannot do the job, and here it
-cannot wrap *later, ordinary* calls:
-  1. An nnsight intervention lives inside one `with model.trace(...)` /
-     `with model.generate(...)` block. The only persistent form,
-     `handle.nn.edit(inplace=True)` (replayed until `clear_edits()`), applies only
-     to runs that go through nnsight's interleaver. nnsight's own docs
-     (nnsight/intervention/editing.py): "an edit only applies to work that goes
-     through the interleaver: calling the wrapped torch.nn.Module directly runs
-     the model as it was". `hooks.generate` and `hooks.next_token_logprobs` (the
-     runner's calls) call `handle.model` directly, so an nnsight edit does not
-     steer them; checked on tiny llava (edit stored, `generate` ids and logprobs
-     unchanged, while a forward hook changes both) and kept as a test
-     (test_nnsight_edit_does_not_reach_direct_model_calls).
-  2. Even for nnsight runs, a persistent every-step edit needs an open
-     `for _ in tracer.iter[:]` loop, which by design outruns every run and warns
-     "'...layers.1.output.i5' was never reached ..." on each generate and each
-     plain trace.
-So `steer` / `ablate` register plain forward hooks (removed in `finally`), and
+The edit runs on the intervention core (hooks.intervention: one Add per Steering), so a Steering
+can sit at any site (`Steering.at("attn_head.L2.H1", v, alpha)`), and a capture inside the
+block reads the steered values, the steered site included. Why torch hooks under the core and not
+nnsight (nnsight 0.8.1): an nnsight intervention lives inside one `trace` / `generate` block, and
+its only persistent form, `handle.nn.edit(inplace=True)`, applies only to runs through nnsight's
+interleaver ("calling the wrapped torch.nn.Module directly runs the model as it was",
+nnsight/intervention/editing.py), while `hooks.generate` and `hooks.next_token_logprobs` call
+`handle.model` directly (test_nnsight_edit_does_not_reach_direct_model_calls); and a persistent
+every-step edit needs an open `tracer.iter` loop that warns on every run.
 `steered_generate_nnsight` does the same edit with nnsight's iteration API
-(`for step in tracer.iter[:n]`, editing `output` in place each step) as the
-cross-check: same generated ids and scores within 1e-5 on all tiny archs
-(in practice bit-identical). Cost (benchmarks/steer_overhead.py, 1 thread, shared
-2-core CPU): tiny llava, 20 prompts x 16 tokens: hooks 1.00x plain, nnsight 1.05-1.10x;
-random Qwen2-0.5B-shaped LM, 64-token prompt + 4 tokens (~1.0 s): both within
-noise of plain (min-time ratios 1.01 and 1.03).
+(`for step in tracer.iter[:n]`, editing `output` in place each step) as the cross-check: same
+generated ids and scores within 1e-5 on all tiny archs (in practice bit-identical). Cost:
+benchmarks/steer_overhead.py and benchmarks/intervention_overhead.py.
 
-Composition pitfall: nnsight replaces each module's `forward` with its own
-wrapper and reads `.output` inside it, i.e. before torch forward hooks run. So an
-nnsight capture of the steered/ablated layer itself shows the unedited value;
-layers after it (and the next layer's `.input`) see the edit. Working idioms (read
-`layers[k + 1].input`, or edit and save inside one trace) and a warning from
-hooks.capture: hooks/capture.py's docstring, tests/hooks/test_steer_nnsight.py.
+With nnsight beside it: nnsight reads a module's `.output` inside the module's forward, before
+torch hooks run, so an nnsight `.output` of the steered layer shows the unedited value; layers
+after it (and the next layer's `.input`) see the edit (tests/hooks/test_steer_nnsight.py).
 """
 
 from __future__ import annotations
@@ -100,16 +82,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from evprobe.hooks.inputs import image_rows
+from evprobe.hooks.intervention.ops import SCHEDULES, Positions, Schedule
+from evprobe.hooks.intervention.ops import check_positions as check_steer_positions
+from evprobe.hooks.intervention.session import hidden_of, replace_hidden
 
 if TYPE_CHECKING:
     import torch
     from PIL import Image
 
     from evprobe.hooks.handle import Handle
+    from evprobe.hooks.sites.vocabulary import Site
 
-Positions = Literal["all", "last"] | tuple[int, ...] | slice
-Schedule = Literal["every-step", "prompt-only"]
-SCHEDULES: tuple[str, ...] = ("every-step", "prompt-only")
 LETTERS: tuple[str, ...] = ("A", "B", "C", "D", "E")
 
 
@@ -199,23 +182,6 @@ def mean_residual_norm(acts: np.ndarray) -> float:
 
 # ---------------------------------------------------------------- the steering spec
 
-def check_steer_positions(positions: Any) -> Positions:
-    if isinstance(positions, str):
-        if positions in ("all", "last"):
-            return positions
-        raise ValueError(
-            f"positions must be 'all', 'last', a slice or a list of ints, got {positions!r}")
-    if isinstance(positions, slice):
-        return positions
-    try:
-        idx = tuple(int(p) for p in positions)
-    except TypeError:
-        raise ValueError(f"positions must be 'all', 'last', a slice or a list of ints, got {positions!r}") from None
-    if not idx:
-        raise ValueError("positions is an empty list; use 'all', 'last' or at least one index")
-    return idx
-
-
 @dataclass(frozen=True, eq=False)
 class Steering:
     """Add `alpha * direction` to decoder layer `layer`'s output.
@@ -233,6 +199,10 @@ class Steering:
     fitted_on, direction_name: set by from_direction: the model the direction was fitted on
         (its provenance's `model`) and its name; steer() refuses it on another model.
     allow_other_model: set by from_direction(..., allow_other_model=True): no such refusal.
+    site: None = the residual stream after `layer` (resid_post.L<layer>); else any site of the
+        vocabulary (hooks.sites), e.g. "attn_out.L2", "attn_head.L2.H1" (a head_dim-wide
+        direction), "vision_block.L0" (positions "all"); its layer must equal `layer` (use
+        `Steering.at(site, direction, alpha)`, which sets it).
     """
 
     direction: np.ndarray = field(repr=False)
@@ -245,9 +215,18 @@ class Steering:
     fitted_on: str | None = None
     direction_name: str | None = None
     allow_other_model: bool = False
+    site: Site | str | None = None
 
     def __post_init__(self) -> None:
+        from evprobe.hooks.sites.vocabulary import Site
+
         object.__setattr__(self, "direction", unit_direction(self.direction))
+        if self.site is not None:
+            site = Site.parse(self.site)
+            if (site.layer or 0) != self.layer:
+                raise ValueError(f"site {site} is at layer {site.layer} but the Steering's layer is {self.layer}; "
+                                 "use Steering.at(site, direction, alpha)")
+            object.__setattr__(self, "site", site)
         if isinstance(self.layer, bool) or not isinstance(self.layer, (int, np.integer)) or self.layer < 0:
             raise ValueError(f"layer must be a decoder layer index >= 0, got {self.layer!r}")
         object.__setattr__(self, "layer", int(self.layer))
@@ -258,6 +237,20 @@ class Steering:
         object.__setattr__(self, "positions", check_steer_positions(self.positions))
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+
+    @classmethod
+    def at(cls, site: Site | str, direction: Any, alpha: float, **kwargs: Any) -> Steering:
+        """Add `alpha * direction` at any site (hooks.sites): `Steering.at("attn_head.L2.H1", v, 3.0)`."""
+        from evprobe.hooks.sites.vocabulary import Site
+
+        parsed = Site.parse(site)
+        return cls(direction, parsed.layer or 0, alpha, site=parsed, **kwargs)
+
+    def site_of(self) -> Site:
+        """The site edited: `site`, else the residual stream after `layer`."""
+        from evprobe.hooks.sites.vocabulary import Site
+
+        return self.site if isinstance(self.site, Site) else Site("resid_post", self.layer)
 
     @classmethod
     def from_norm_units(
@@ -384,94 +377,64 @@ def _check_against(handle: Any, s: Steering, *, allow_other_model: bool = False)
         from evprobe.hooks.fingerprint import check_fitted_on
 
         check_fitted_on(s.direction_name or "(unnamed)", s.fitted_on, _model_of(handle) or "an unnamed model")
+    from evprobe.hooks.intervention.session import site_map_of
+
+    sites = site_map_of(handle)
+    site = s.site_of()
     n_layers = len(handle.layers)
-    if s.layer >= n_layers:
+    if site.kind == "resid_post" and s.layer >= n_layers:
         raise ValueError(f"layer {s.layer} is out of range: this model has {n_layers} decoder layers; "
                          f"use 0 .. {n_layers - 1}")
-    if s.direction.shape != (handle.d_model,):
-        raise ValueError(f"direction has shape {s.direction.shape} but the model's residual width is "
-                         f"{handle.d_model}; use a direction of shape ({handle.d_model},) fitted on this model")
+    sites.check(site)  # one line naming the valid sites
+    width = handle.d_model if site.kind == "resid_post" else sites.width(site)
+    if width is not None and s.direction.shape != (width,):
+        what = "residual width" if site.stream == "text" and site.kind != "attn_head" else f"{site} width"
+        raise ValueError(f"direction has shape {s.direction.shape} but the model's {what} is "
+                         f"{width}; use a direction of shape ({width},) fitted on this model")
 
 
 # ---------------------------------------------------------------- the edit itself
 
-def replace_hidden(output: Any, hidden: torch.Tensor) -> Any:
-    """A layer's output with its hidden states replaced (transformers 5: a plain tensor)."""
-    if isinstance(output, tuple):
-        return (hidden, *output[1:])
-    return hidden
-
-
-def hidden_of(output: Any) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output  # (batch, seq, d_model)
-
-
-def _add_at(hidden: torch.Tensor, delta: torch.Tensor, positions: Positions, *, prompt: bool) -> torch.Tensor:
-    """hidden + delta at the chosen positions, out of place. hidden: (batch, seq, d_model)."""
-    if positions == "all" or not prompt:
-        return hidden + delta
-    out = hidden.clone()
-    if positions == "last":
-        out[:, -1] += delta
-    else:
-        out[:, list(positions) if isinstance(positions, tuple) else positions] += delta
-    return out
-
-
 @dataclass
 class SteeringLog:
-    """What the active hooks did: one (steering index, layer, seq_len, edited) entry per hook call,
-    the index being the Steering's place in the list given to steer()."""
+    """What the active edits did: one (steering index, layer, seq_len, edited) entry per forward each
+    Steering saw, the index being its place in the list given to steer() (the intervention core's log)."""
 
     calls: list[tuple[int, int, int, bool]] = field(default_factory=list)
 
 
-def _steering_hook(index: int, s: Steering, log: SteeringLog):
-    cache: dict[tuple[Any, Any], Any] = {}
+def steering_ops(specs: Sequence[Steering]) -> list[Any]:
+    """One intervention-core Add per Steering, in order: alpha * direction (float64 product, cast
+    to the model's dtype where it is added) at its site, positions and schedule."""
+    from evprobe.hooks.intervention import Add
 
-    def hook(module, args, output):
-        hidden = hidden_of(output)  # (batch, seq, d_model)
-        prompt = hidden.shape[1] > 1  # a length-1 forward is a cached decode step
-        edit = prompt or s.schedule == "every-step"
-        log.calls.append((index, s.layer, int(hidden.shape[1]), edit))
-        if not edit:
-            return None
-        key = (hidden.dtype, hidden.device)
-        if key not in cache:
-            cache[key] = s.delta(hidden.dtype, hidden.device)  # (d_model,)
-        return replace_hidden(output, _add_at(hidden, cache[key], s.positions, prompt=prompt))
-
-    return hook
+    return [Add(s.site_of(), s.alpha * s.direction, positions=s.positions, schedule=s.schedule) for s in specs]
 
 
 @contextmanager
 def steer(handle: Any, steering: Steering | Sequence[Steering], *,
           allow_other_model: bool = False) -> Iterator[SteeringLog]:
-    """Steer every forward of `handle.model` inside the block (plain forward hooks).
+    """Steer every forward of `handle.model` inside the block (the intervention core: hooks.intervention).
 
     Covers `hooks.generate` (prompt pass and every decode step, or the prompt pass
     only), `hooks.next_token_logprobs`, plain forwards and nnsight traces alike.
-    Several Steerings apply in list order. Yields a SteeringLog of the hook calls.
-    The hooks are removed on exit, also when the block raises.
+    Several Steerings apply in list order. Yields a SteeringLog of the edits.
+    The hooks are removed on exit, also when the block raises. A capture (or a Read) inside the
+    block reads the steered values, the steered site included.
 
     handle: a Handle, or anything with `.layers` (the decoder ModuleList) and `.d_model`.
     allow_other_model: steer with a Steering.from_direction fitted on another model than
         handle.model_id (refused otherwise, one line, before any hook is added).
     """
+    from evprobe.hooks.intervention import intervene
+
     specs = _as_list(steering)
     if not specs:
         raise ValueError("no Steering given; pass one Steering or a non-empty list")
     for s in specs:
         _check_against(handle, s, allow_other_model=allow_other_model)
-    log = SteeringLog()
-    removers = []
-    try:
-        for index, s in enumerate(specs):
-            removers.append(handle.layers[s.layer].register_forward_hook(_steering_hook(index, s, log)))
-        yield log
-    finally:
-        for r in reversed(removers):
-            r.remove()
+    with intervene(handle, steering_ops(specs)) as run:
+        yield SteeringLog(calls=run.log)
 
 
 # ---------------------------------------------------------------- generation with scores, both paths

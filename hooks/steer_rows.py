@@ -15,15 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evprobe.hooks.inputs import image_rows
-from evprobe.hooks.steer import (
-    SCHEDULES,
-    Positions,
-    Schedule,
-    SteeringLog,
-    check_steer_positions,
-    hidden_of,
-    replace_hidden,
-)
+from evprobe.hooks.intervention.ops import SCHEDULES, Positions, Schedule
+from evprobe.hooks.intervention.ops import check_positions as check_steer_positions
+from evprobe.hooks.steer import SteeringLog
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -38,8 +32,8 @@ def steer_rows(handle: Any, layer: int, deltas: Any, *, positions: Positions = "
 
     deltas: (rows, d_model); every forward inside must have exactly `rows` rows (call the
     readouts with batch_size = rows). Positions and schedule as in Steering. Yields a
-    SteeringLog (index 0 for every call)."""
-    import torch
+    SteeringLog (index 0 for every call). Through the intervention core (an Add of one vector
+    per row)."""
 
     d = np.asarray(deltas, dtype=np.float64)
     if d.ndim != 2 or d.shape[1] != handle.d_model:
@@ -51,37 +45,11 @@ def steer_rows(handle: Any, layer: int, deltas: Any, *, positions: Positions = "
     positions = check_steer_positions(positions)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    log = SteeringLog()
-    cache: dict[tuple[Any, Any], torch.Tensor] = {}
+    from evprobe.hooks.intervention import Add, intervene
+    from evprobe.hooks.sites.vocabulary import Site
 
-    def hook(module, args, output):
-        hidden = hidden_of(output)  # (rows, seq, d_model)
-        if hidden.shape[0] != d.shape[0]:
-            raise RuntimeError(f"steer_rows has {d.shape[0]} row vectors but the forward has {hidden.shape[0]} rows; "
-                               "run the readout with batch_size equal to the number of rows")
-        prompt = hidden.shape[1] > 1
-        edit = prompt or schedule == "every-step"
-        log.calls.append((0, int(layer), int(hidden.shape[1]), edit))
-        if not edit:
-            return None
-        key = (hidden.dtype, hidden.device)
-        if key not in cache:
-            cache[key] = torch.from_numpy(d).to(device=hidden.device, dtype=hidden.dtype)[:, None, :]  # (rows, 1, d)
-        delta = cache[key]
-        if positions == "all" or not prompt:
-            return replace_hidden(output, hidden + delta)
-        out = hidden.clone()
-        if positions == "last":
-            out[:, -1:] += delta
-        else:
-            out[:, list(positions) if isinstance(positions, tuple) else positions] += delta
-        return replace_hidden(output, out)
-
-    remover = handle.layers[int(layer)].register_forward_hook(hook)
-    try:
-        yield log
-    finally:
-        remover.remove()
+    with intervene(handle, [Add(Site("resid_post", int(layer)), d, positions=positions, schedule=schedule)]) as run:
+        yield SteeringLog(calls=run.log)
 
 
 def option_logprobs_rows(
@@ -157,26 +125,17 @@ def residual_norms_at(
     for layer in layers:
         if not 0 <= layer < len(handle.layers):
             raise ValueError(f"layer {layer} is out of range: this model has {len(handle.layers)} decoder layers")
+    from evprobe.hooks.intervention import Read, intervene
+    from evprobe.hooks.sites.vocabulary import Site
+
     totals = {layer: [0.0, 0] for layer in layers}
-    seen: dict[int, Any] = {}
-
-    def hook_for(layer: int):
-        def hook(module, args, output):
-            seen[layer] = hidden_of(output).detach()
-        return hook
-
     for start in range(0, len(prompts), batch_size):
         enc = build_inputs(handle, list(prompts[start:start + batch_size]), list(images[start:start + batch_size]))
-        seen.clear()
-        removers = [handle.layers[layer].register_forward_hook(hook_for(layer)) for layer in layers]
-        try:
-            with torch.inference_mode():
-                handle.model(**enc, use_cache=False, logits_to_keep=1)
-        finally:
-            for r in removers:
-                r.remove()
-        for layer in layers:
-            norms = seen[layer].double().norm(dim=-1)  # (batch, seq)
+        reads = [Read(Site("resid_post", layer), reduce=lambda t: t.detach()) for layer in layers]
+        with torch.inference_mode(), intervene(handle, reads, stop_after_reads=True) as run:
+            run.forward(handle.model, enc, use_cache=False, logits_to_keep=1)
+        for k, layer in enumerate(layers):
+            norms = run.value(k).double().norm(dim=-1)  # (batch, seq)
             if positions == "all":
                 mask = enc["attention_mask"].to(norms.device).bool()
             else:

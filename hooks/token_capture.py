@@ -76,7 +76,7 @@ def capture_tokens(
 ) -> TokenActs:
     """`component` of `layers` at every real token of each row (one forward per batch).
 
-    component: "resid_post", "attn_out" or "mlp_out" (hooks.layers).
+    component: "resid_post", "resid_pre", "attn_out" or "mlp_out" (hooks.capture.COMPONENTS; hooks.sites).
     text_markers: per row, the substring `spans[r].text` locates (None = whole prompt text).
     batch_size: rows per forward; None = all at once. A row's arrays do not depend on it
         (float32 noise aside; tests/hooks/test_positions.py).

@@ -15,7 +15,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from evprobe.hooks import Handle, build_inputs
-from evprobe.hooks.capture import POSITIONS, _reduce, capture_batch, capture_layers
+from evprobe.hooks.capture import POSITIONS, reduce_at, capture_batch, capture_layers
 from evprobe.hooks.spans import batch_spans, image_token_ids, render_row, token_spans
 
 from .conftest import tiny_handle
@@ -195,7 +195,7 @@ def test_padding_cannot_leak_even_if_it_holds_nan():
     out[0, :2] = float("nan")  # row 0's padding
     index = torch.tensor([[2, 3, 0], [0, 4, 5]])
     valid = torch.tensor([[True, True, False], [True, True, True]])
-    got = _reduce(out, [(index, valid)])  # (batch, 1, d)
+    got = reduce_at(out, [(index, valid)])  # (batch, 1, d)
     torch.testing.assert_close(got[0, 0], out[0, 2:4].mean(0))
     torch.testing.assert_close(got[1, 0], out[1, [0, 4, 5]].mean(0))
 

@@ -26,7 +26,7 @@ from evprobe.hooks import (
     next_token_logprobs,
     tiny,
 )
-from evprobe.hooks.layers import find_decoder_layers
+from evprobe.hooks.sites.auto import find_decoder_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 LETTERS = ["A", "B", "C", "D", "E"]

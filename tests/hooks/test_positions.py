@@ -14,7 +14,8 @@ from PIL import Image, ImageDraw
 
 from evprobe.hooks import TINY_ARCHS, build_inputs
 from evprobe.hooks.capture import capture_components, capture_layers
-from evprobe.hooks.layers import COMPONENTS, component_child
+from evprobe.hooks.capture import COMPONENTS
+from evprobe.hooks.sites import Adapter
 from evprobe.hooks.positions import Marker, Token
 from evprobe.hooks.token_capture import capture_tokens
 
@@ -59,6 +60,9 @@ def test_components_add_up_to_the_residual_stream(handles, arch):
     tol = 1e-5 * max(1.0, float(np.abs(r).max()))
     assert gap[:, :, 0].max() <= tol  # last token
     assert np.abs(got["attn_out"]).max() > 0 and np.abs(got["mlp_out"]).max() > 0
+    # resid_pre is the layer's input: the previous layer's output (Qwen3-VL's deepstack aside, below)
+    pre_gap = np.abs(got["resid_pre"][:, 1:] - r[:, :-1])
+    assert pre_gap[:, :, 0].max() == 0.0
     if arch == "qwen3_vl":
         k = len(h.model.config.vision_config.deepstack_visual_indexes)
         assert k >= 1 and gap[:, :k, 1].max() > 1e-3 and gap[:, k:, 1].max() <= tol
@@ -70,8 +74,8 @@ def test_the_sandwich_rule_matters_on_gemma(handles):
     """The check above can fail: Gemma 3's raw self_attn / mlp outputs do NOT add up to the stream
     (their output norms sit in between), which is why attn_out / mlp_out read the norms there."""
     h = get(handles, "gemma3")
-    assert component_child(h.layers[1], "attn_out") == "post_attention_layernorm"
-    assert component_child(get(handles, "llava").layers[1], "attn_out") == "self_attn"
+    assert h.sites.point("attn_out.L1").path.endswith(".1.post_attention_layernorm")
+    assert get(handles, "llava").sites.point("attn_out.L1").path.endswith(".1.self_attn")
     enc = build_inputs(h, PROMPTS[:1], IMAGES[:1])
     seen = {}
     hooks = [h.layers[i].register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(("res", i), o))
@@ -89,14 +93,14 @@ def test_the_sandwich_rule_matters_on_gemma(handles):
 
 
 def test_a_missing_component_is_a_one_line_error(handles):
-    block = torch.nn.Module()
-    block.add_module("self_attn", torch.nn.Identity())
-    with pytest.raises(ValueError, match=r"^mlp_out is not available for Module: it has no child named mlp") as err:
-        component_child(block, "mlp_out")
+    h = get(handles, "llava").with_adapter(Adapter(name="no-mlp", mlp="", mlp_out=""))
+    with pytest.raises(ValueError, match=r"layer 0: site mlp_out.L0: this architecture has no mlp_out module "
+                                         r"\(set the adapter's mlp_out\); valid sites of .*: "
+                                         r"resid_pre/resid_post/attn_out.L0-3; attn_head") as err:
+        capture_layers(h, PROMPTS, IMAGES, layers=[0], positions=["last"], component="mlp_out")
     assert "\n" not in str(err.value)
-    assert component_child(block, "resid_post") == ""
-    with pytest.raises(ValueError, match="unknown component 'resid_pre'"):
-        capture_layers(get(handles, "llava"), PROMPTS, IMAGES, layers=[0], positions=["last"], component="resid_pre")
+    with pytest.raises(ValueError, match="unknown component 'resid_mid'; choose from resid_post, resid_pre"):
+        capture_layers(get(handles, "llava"), PROMPTS, IMAGES, layers=[0], positions=["last"], component="resid_mid")
 
 
 @pytest.mark.parametrize("arch", ["llava", "qwen2_5_vl", "gemma3"])

@@ -1,10 +1,12 @@
-"""Steering (hooks.steer's torch forward hooks) meets nnsight: the pitfall and the idioms that work.
+"""Steering (the intervention core's torch hooks) meets capture and nnsight.
 
-nnsight reads a module's `.output` inside the module's forward, before torch forward hooks run,
-so under `with steer(...)` an nnsight `.output.save()` of the steered layer shows the UNSTEERED
-value while the next layer receives the steered one. Ground truth here is a plain torch forward
-hook registered after the steering hook (hooks run in registration order, so it sees the edited
-output). Real tiny models; no mocks.
+The core's capture reads a steered site edited (its Read hook runs after the steering's), and so
+do transformers' output_hidden_states records (kept behind the core's hooks). nnsight reads a
+module's `.output` inside the module's forward, before torch forward hooks run, so under
+`with steer(...)` an nnsight `.output.save()` of the steered layer shows the UNSTEERED value while
+the next layer receives the steered one: the pitfall, and the two nnsight idioms that work. Ground
+truth is a plain torch forward hook registered after the steering (hooks run in registration
+order, so it sees the edited output). Real tiny models; no mocks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 
 from evprobe.hooks import Steering, build_inputs, steer, tiny
 from evprobe.hooks.capture import capture_layers
+from evprobe.hooks.intervention import Add, Read, intervene
 from tests.hooks.test_handle import picture
 
 PROMPTS = ["Question: Is it red?\nAnswer yes or no.", "Describe the picture in one short sentence, please."]
@@ -68,26 +71,37 @@ def test_idiom_edit_and_save_inside_one_trace(setup):
         torch.testing.assert_close(got, steered, atol=1e-6, rtol=0)
 
 
-def test_capture_warns_when_it_reads_a_hooked_layer(setup):
+def test_capture_of_the_steered_layer_reads_the_edited_value(setup):
     h, enc, s, plain, steered = setup
-    with steer(h, s):
-        with pytest.warns(UserWarning, match=rf"layer {K} resid_post: .*UNEDITED"):
-            at_k = capture_layers(h, PROMPTS, IMAGES, layers=[K], positions=["last"])
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # layers after the steered one carry no hooks: no warning
-            after_k = capture_layers(h, PROMPTS, IMAGES, layers=[K + 1], positions=["last"])
-    np.testing.assert_allclose(at_k[:, 0, 0], plain[:, -1].numpy(), atol=1e-6, rtol=0)
+    with steer(h, s), warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about: the read comes after the edit
+        at_k = capture_layers(h, PROMPTS, IMAGES, layers=[K], positions=["last"])
+        after_k = capture_layers(h, PROMPTS, IMAGES, layers=[K + 1], positions=["last"])
+    np.testing.assert_allclose(at_k[:, 0, 0], steered[:, -1].numpy(), atol=1e-6, rtol=0)
+    assert np.abs(at_k[:, 0, 0] - plain[:, -1].numpy()).max() > 1.0  # not the unedited value
     unsteered_next = capture_layers(h, PROMPTS, IMAGES, layers=[K + 1], positions=["last"])
     assert np.abs(after_k - unsteered_next).max() > 1e-3  # the edit reaches the next layer
 
 
-def test_transformers_recording_hooks_do_not_warn(setup):
+def test_a_read_before_the_edit_in_one_intervention_sees_the_unedited_value(setup):
+    """Order is the user's: Read, Add, Read on one site gives the value before and after the edit."""
+    h, enc, s, plain, steered = setup
+    site = f"resid_post.L{K}"
+    ops = [Read(site), Add(site, s.alpha * s.direction), Read(site)]
+    with torch.no_grad(), intervene(h, ops) as run:
+        h.model(**enc)
+    torch.testing.assert_close(run.value(0), plain, atol=1e-6, rtol=0)
+    torch.testing.assert_close(run.value(2), steered, atol=1e-6, rtol=0)
+
+
+def test_transformers_recording_hooks_record_the_edited_value(setup):
     """transformers leaves an output-recording forward hook on every decoder layer once a forward
-    asked for output_hidden_states; it edits nothing, so capture must not warn about it."""
+    asked for output_hidden_states (some VLMs feed their language model from those records): a
+    steering added after it must still be what it records."""
     h, enc, s, plain, steered = setup
     with torch.no_grad():
         h.model(**enc, output_hidden_states=True)
-    assert h.layers[K]._forward_hooks  # the recorder is there
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        capture_layers(h, PROMPTS, IMAGES, layers=[K], positions=["last"])
+    assert h.layers[K]._forward_hooks  # the recorder is there, registered before the steering
+    with steer(h, s), torch.no_grad():
+        recorded = h.model(**enc, output_hidden_states=True).hidden_states[K + 1]
+    torch.testing.assert_close(recorded, steered, atol=1e-6, rtol=0)

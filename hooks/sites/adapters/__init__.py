@@ -1,0 +1,1 @@
+"""The built-in architecture adapters, one family per module (hooks.sites.adapter)."""
