@@ -8,6 +8,9 @@ a `core.bootstrap.Estimate` or its JSON (`{"value", "ci", "n", ...}`):
 - a value fixed by design (no sampling interval): `VALUE (fixed by design, n=N)`;
 - every unit identical (no spread to resample): `VALUE (identical in all N UNITS)`;
 - an interval that could not be computed: `VALUE [NA, NA] (n=N)`;
+- an interval whose ends differ but would print alike at `digits` decimals (a tiny effect: a
+  head's share of a gap, `[0.000, 0.000]`) gets more decimals, up to 9, until they print apart,
+  so no interval is printed as a point unless it is one;
 - missing: `NA (REASON)` when the estimate says why, else `NA (n=0)` for an empty denominator, and
   `NA (not measured)` where there is no estimate at all. "NA" is the only word for a missing value.
 """
@@ -40,15 +43,20 @@ def estimate_text(e: Any, digits: int = 3, *, scale: float = 1.0, sign: bool = F
     if d.get("value") is None:
         return missing_text(d.get("reason") or ("n=0" if not count else f"n={count}"))
 
+    lo, hi = d.get("ci") or (None, None)
+    places = digits
+    if lo is not None and hi is not None and lo != hi:
+        while places < 9 and fixed(lo * scale + 0.0, places, sign) == fixed(hi * scale + 0.0, places, sign):
+            places += 1
+
     def num(x: float) -> str:
-        return fixed(x * scale + 0.0, digits, sign)
+        return fixed(x * scale + 0.0, places, sign)
 
     value = num(d["value"]) + (f" {unit}" if unit else "")
     if d.get("fixed_by_design"):
         return f"{value} ({FIXED_TEXT}" + (f", n={count})" if n else ")")
     if d.get("identical_units"):
         return f"{value} (identical in all {count} {units})"
-    lo, hi = d.get("ci") or (None, None)
     interval = f"[{MISSING}, {MISSING}]" if lo is None or hi is None else f"[{num(lo)}, {num(hi)}]"
     return f"{value} {interval}" + (f" (n={count})" if n and count is not None else "")
 

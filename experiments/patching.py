@@ -16,6 +16,13 @@ LD_patched - LD_target, the share of that change in the full gap (LD_source - LD
 pairs where the gap is at least 0.1 nats), and how often the decoded option (the top letter)
 becomes the source's, each with family-bootstrap intervals and n.
 
+Sites (`--site`): the residual stream after each layer (`resid_post`, the default), what a
+sublayer adds (`attn_out`, `mlp_out`), the layer's input (`resid_pre`), or each attention head
+(`attn_head`: head h of layer l patched alone, its slice of the attention's output projection
+input; hooks.sites), which gives a layer x head heatmap per position set
+(`patching.png`), the same measures and intervals per cell. On the model organism layer 0's
+attention weights are zero by construction, so every head there is exactly inert.
+
 Resumable: one line per (pair, direction) in results.jsonl (whole lines, fsync per line); a rerun
 skips finished pairs. The job runs on the one job runner (`core.jobs`): units are the (source,
 target) pair jobs, one row each, patched one at a time.
@@ -31,7 +38,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -61,6 +68,8 @@ RESULTS_FILE = "results.jsonl"
 # image_first / image_rest split the image span: its first token, and the others (for the organism's
 # one-sheet selections, the reading's block and its offset: a partial patch of one sheet's span).
 POSITION_SETS = ("last", "text", "image", "image_first", "image_rest")
+# What `--site` patches at each layer (hooks.sites.vocabulary): a layer site, or every head.
+SITES = ("resid_post", "resid_pre", "attn_out", "mlp_out", "attn_head")
 DEFAULT_POSITION_SETS = ("last", "text", "image")
 LETTERS = tuple(OPTION_LETTERS)  # the benchmark's option letters (bench.family.LETTERS)
 MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no share
@@ -91,6 +100,8 @@ class PatchingConfig:
     attn_implementation: str | None = setting(None, HELP["attn_implementation"])
     answer_prefix: str | None = setting(None, HELP["answer_prefix"])
     prompt_format: Literal["chat", "raw"] | None = setting(None, HELP["prompt_format"])
+    site: str = setting("resid_post", "what is patched at each layer: resid_post (its output), resid_pre (its "
+                        "input), attn_out, mlp_out, or attn_head (each attention head alone: a layer x head heatmap)")
     n_boot: int = setting(2000, "family bootstrap resamples")
     seed: int = setting(20260905, "bootstrap seed")
     shard: str | None = setting(None, HELP["shard"])
@@ -107,6 +118,8 @@ class PatchingConfig:
             raise InputError(f"unknown position set {bad[0] if bad else ''!r}; choose from {', '.join(POSITION_SETS)}")
         if len(set(self.positions)) != len(self.positions):
             raise InputError(f"key 'positions' repeats a position set ({', '.join(self.positions)}); give each once")
+        if self.site not in SITES:
+            raise InputError(f"unknown site {self.site!r}; choose from {', '.join(SITES)}")
         check_layer_spec(self.layers)
         check_regime(self.regime)
         get_protocol(self.protocol)
@@ -199,6 +212,8 @@ class PatchingJob(Job):
         layers = self.layers()  # a layer out of range fails here, before the model loads
         if layers is not None:
             out["layers"] = layers
+        if c.site != "resid_post":  # pinned only when asked for: a resid_post folder's meta is as it was
+            out["site"] = c.site
         if self.handle is not None:  # after open(): what only the loaded model tells
             from evprobe.hooks.fingerprint import loaded_fingerprint
 
@@ -218,7 +233,10 @@ class PatchingJob(Job):
                 **model_fingerprint(c.model)}
 
     def meta(self) -> dict[str, Any]:
-        return {"config": asdict(self.config), **self.pinned()}
+        config = asdict(self.config)
+        if config["site"] == "resid_post":  # written only when asked for: a resid_post folder's meta is as it was
+            del config["site"]
+        return {"config": config, **self.pinned()}
 
     def store_at(self, folder: Path) -> JsonlRows:
         return _store(folder)
@@ -230,6 +248,11 @@ class PatchingJob(Job):
         c = self.config
         self.handle = hooks.load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
                                  answer_prefix=c.answer_prefix, prompt_format=c.prompt_format)
+        kind = c.site
+        try:
+            self.handle.sites.all(kind, [0])  # a site this model lacks: one line, before any pair runs
+        except ValueError as err:
+            raise InputError(f"--site {kind}: {err}") from None
         self.check_readable()
 
     def check_readable(self) -> None:
@@ -256,7 +279,13 @@ class PatchingJob(Job):
             atomic_write_json(self.meta_path(), {**meta, "last_session": session})
         ordered = [rows[(u.key, "")] for u in self.units() if (u.key, "") in rows]  # the file's order
         return write_summary(self.out, ordered, summary["layers"], self.config, len(ordered) // 2,
-                             session.get("seconds") or 0.0)
+                             session.get("seconds") or 0.0, n_heads=self._n_heads(ordered))
+
+    def _n_heads(self, rows: list[Row]) -> int | None:
+        """The head count of an attn_head job (from its rows: a merge has no model loaded)."""
+        if self.config.site != "attn_head" or not rows:
+            return None
+        return len(rows[0]["ld_patched"][0]) // len(self.config.positions)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> PatchingJob:
@@ -269,14 +298,26 @@ def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, 
     return run_job(PatchingJob(config), progress=progress)
 
 
+def head_columns(n_heads: int, positions: Sequence[str]) -> list[str]:
+    """Column labels of an attn_head job's cells, head-major: `H0 last`, `H0 text`, `H1 last`, ..."""
+    return [f"H{h} {p}" for h in range(n_heads) for p in positions]
+
+
 def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], config: PatchingConfig, n_pairs: int,
-                  seconds: float) -> dict[str, Any]:
-    """Aggregate `rows` and write patching.json, patching.md and patching.png."""
-    summary = aggregate(rows, layers, list(config.positions), n_boot=config.n_boot, seed=config.seed)
+                  seconds: float, *, n_heads: int | None = None) -> dict[str, Any]:
+    """Aggregate `rows` and write patching.json, patching.md and patching.png. An attn_head job's
+    columns are (head, position set) pairs (`head_columns`), its figure a layer x head heatmap per set."""
+    heads = config.site == "attn_head"
+    columns = head_columns(n_heads or 0, config.positions) if heads else list(config.positions)
+    summary = aggregate(rows, layers, columns, n_boot=config.n_boot, seed=config.seed)
     summary.update(model=config.model, n_pairs=n_pairs, seconds=round(seconds, 3))
+    if config.site != "resid_post":
+        summary.update(site=config.site)
+    if heads:
+        summary.update(heads=list(range(n_heads or 0)), position_sets=list(config.positions))
     atomic_write_json(out / "patching.json", summary)
     atomic_write_bytes(out / "patching.md", patching_markdown(summary).encode())
-    heatmap_png(summary, out / "patching.png")
+    (head_heatmap_png if heads else heatmap_png)(summary, out / "patching.png")
     return summary
 
 
@@ -308,14 +349,21 @@ def position_sets(handle: Handle, target: Item, prompt: str, images: list[Any],
 
 def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: list[int],
                config: PatchingConfig) -> Row:
-    from evprobe.hooks.patching import patch_pair
+    from evprobe.hooks import patching
 
     def inputs(item: Item):
         return build_prompt(item, config.protocol, config.regime), load_item_images(bench, item.images)
 
     src, tgt = inputs(source), inputs(target)
     chosen = position_sets(handle, target, *tgt, config.positions)
-    result = patch_pair(handle, src, tgt, layers=layers, position_sets=chosen, candidates=list(LETTERS))
+    if config.site == "attn_head":
+        # (layers x heads, sets, letters) -> (layers, heads x sets, letters): columns head-major (head_columns)
+        found = patching.patch_sites(handle, src, tgt, sites=handle.sites.all("attn_head", layers), position_sets=chosen,
+                                     candidates=list(LETTERS))
+        result = replace(found, patched=found.patched.reshape(len(layers), -1, len(LETTERS)))
+    else:
+        result = patching.patch_pair(handle, src, tgt, layers=layers, position_sets=chosen, candidates=list(LETTERS),
+                                     kind=config.site)
     a_s = LETTERS.index(source.reference_option)
     a_t = LETTERS.index(target.reference_option)
 
@@ -406,6 +454,11 @@ def patching_markdown(summary: dict[str, Any]) -> str:
         f"intervals: {summary['interval']}. LD = log p(source's reference letter) - log p(target's); "
         f"mean LD gap source - target: {fixed(summary['mean_gap'], 3)} nats.",
     ]
+    if summary.get("site") == "attn_head":
+        parts += ["", "Site: each attention head alone (attn_head: the head's slice of the attention output "
+                  "projection's input); columns are head and position set."]
+    elif summary.get("site"):
+        parts += ["", f"Site: {summary['site']} of each layer."]
     titles = {
         "mean_change": "Mean change in LD (nats) when the source's layer output is patched in",
         "share_of_gap": f"Share of the source-target gap recovered (pairs with |gap| >= {MIN_GAP} nats)",
@@ -418,6 +471,29 @@ def patching_markdown(summary: dict[str, Any]) -> str:
                 for i, layer in enumerate(summary["layers"])]
         parts += ["", f"## {title}", "", header, sep, *rows]
     return "\n".join(parts) + "\n"
+
+
+def _panel(fig: Any, ax: Any, cells: list[list[dict]], cmap: str, scale: tuple[float, float], columns: list,
+           layers: list[int], xlabel: str, title: str, *, fontsize: tuple[int, int]) -> None:
+    """One heatmap panel: layers up, `columns` across, each cell's value and 95% interval written
+    on it (white on the darkest cells). fontsize: (cells, title)."""
+    lo, hi = scale
+    grid = np.array([[np.nan if e["value"] is None else e["value"] for e in row] for row in cells])
+    im = ax.imshow(grid, cmap=cmap, vmin=lo, vmax=hi, aspect="auto", origin="lower")
+    for i, row in enumerate(cells):
+        for j, e in enumerate(row):
+            if e["value"] is None:
+                continue
+            ci = e.get("ci") or [None, None]
+            text = fixed(e["value"], 2) + ("" if ci[0] is None else f"\n[{fixed(ci[0], 2)}, {fixed(ci[1], 2)}]")
+            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize[0],
+                    color="white" if abs(e["value"]) > 0.6 * max(abs(lo), abs(hi)) else "black")
+    ax.set_xticks(range(len(columns)), columns)
+    ax.set_yticks(range(len(layers)), layers)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("decoder layer")
+    ax.set_title(title, fontsize=fontsize[1])
+    fig.colorbar(im, ax=ax, fraction=0.05)
 
 
 def heatmap_png(summary: dict[str, Any], path: Path) -> None:
@@ -435,24 +511,36 @@ def heatmap_png(summary: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(2.0 + 2.6 * len(positions), 1.4 + 0.55 * len(layers)), squeeze=False)
     for ax, (key, title, cmap, (lo, hi)) in zip(axes[0], panels):
         cells = summary[key]  # (layers, positions) of estimates
-        grid = np.array([[np.nan if e["value"] is None else e["value"] for e in row] for row in cells])
-        im = ax.imshow(grid, cmap=cmap, vmin=lo, vmax=hi, aspect="auto", origin="lower")
-        for i, row in enumerate(cells):
-            for j, e in enumerate(row):
-                if e["value"] is None:
-                    continue
-                ci = e.get("ci") or [None, None]
-                text = fixed(e['value'], 2) + ("" if ci[0] is None else f"\n[{fixed(ci[0], 2)}, {fixed(ci[1], 2)}]")
-                ax.text(j, i, text, ha="center", va="center", fontsize=7,
-                        color="white" if abs(e["value"]) > 0.6 * max(abs(lo), abs(hi)) else "black")
-        ax.set_xticks(range(len(positions)), positions)
-        ax.set_yticks(range(len(layers)), layers)
-        ax.set_xlabel("patched positions")
-        ax.set_ylabel("decoder layer")
         n = cells[0][0].get("n") if cells and cells[0] else None
-        ax.set_title(f"{title}\n(n={n})", fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.05)
+        _panel(fig, ax, cells, cmap, (lo, hi), positions, layers, "patched positions", f"{title}\n(n={n})",
+               fontsize=(7, 9))
     fig.suptitle(f"Pair patching, {summary['n_rows']} patched pair directions; 95% family-bootstrap intervals",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def head_heatmap_png(summary: dict[str, Any], path: Path) -> None:
+    """An attn_head job's figure: per position set, two layer x head panels (the share of the gap
+    recovered, and decoded flips), each cell with its value and 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers, heads, sets = summary["layers"], summary["heads"], summary["position_sets"]
+    panels = (("share_of_gap", "share of the gap recovered", "RdBu_r", (-1.0, 1.0)),
+              ("decoded_flip", "top letter becomes the source's (IIA)", "Greens", (0.0, 1.0)))
+    fig, axes = plt.subplots(len(sets), 2, figsize=(2.6 + 1.1 * len(heads) * 2, 1.2 + 0.6 * len(layers) * len(sets)),
+                             squeeze=False)
+    for si, name in enumerate(sets):
+        for ax, (key, title, cmap, (lo, hi)) in zip(axes[si], panels):
+            cells = [[summary[key][i][h * len(sets) + si] for h in range(len(heads))] for i in range(len(layers))]
+            n = cells[0][0].get("n") if cells and cells[0] else None
+            _panel(fig, ax, cells, cmap, (lo, hi), [f"H{h}" for h in heads], layers, "attention head",
+                   f"{name}: {title} (n={n})", fontsize=(6, 8))
+    fig.suptitle(f"Head patching, {summary['n_rows']} patched pair directions; 95% family-bootstrap intervals",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -15,7 +15,10 @@ from evprobe.core.estimate_text import estimate_text, missing_text
     (Estimate(0.81234, (0.7, 0.9), 144), {}, "0.812 [0.700, 0.900] (n=144)"),
     (Estimate(0.5833, (0.417, 0.75), 24), {"digits": 1, "scale": 100.0}, "58.3 [41.7, 75.0] (n=24)"),
     (Estimate(1.234, (0.4, 2.1), 24), {"digits": 2, "sign": True, "unit": "nats"}, "+1.23 nats [+0.40, +2.10] (n=24)"),
-    (Estimate(-0.0001, (-0.0004, 0.0002), 9), {"sign": True}, "+0.000 [+0.000, +0.000] (n=9)"),  # never -0.000
+    (Estimate(-0.00001, (-0.00004, 0.00002), 9), {"sign": True, "digits": 3},
+     "-0.00001 [-0.00004, +0.00002] (n=9)"),  # never -0.000; ends that would print alike get decimals
+    (Estimate(4.3e-05, (2.9e-06, 8.6e-05), 32), {}, "0.0000 [0.0000, 0.0001] (n=32)"),  # not [0.000, 0.000]
+    (Estimate(0.5, (0.5, 0.5), 4), {}, "0.500 [0.500, 0.500] (n=4)"),  # a true point stays one (never widened)
     (Estimate(0.812, (0.7, 0.9), 144), {"n": False}, "0.812 [0.700, 0.900]"),
     (Estimate.by_design(1.25, 576), {"digits": 2}, "1.25 (fixed by design, n=576)"),
     (Estimate.identical_units(0.0, 12), {"units": "pairs"}, "0.000 (identical in all 12 pairs)"),
