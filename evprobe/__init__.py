@@ -19,6 +19,12 @@ every name is imported on first use.
         core (context manager): reads and edits at any site (evprobe.Site; handle.sites lists them),
         every forward inside, composable; evprobe.Adapter / register_adapter place an architecture's sites
     evprobe.patch_sites(handle, source, target, sites=, position_sets=, candidates=)  activation patching
+    evprobe.steering_dose_response(handle, prompts, images, direction=, candidates=, target=, families=)
+        the pipeline's dose-response on your own prompts: random-direction null, cross-fitted choice,
+        family-bootstrap intervals; tidy DataFrames and a plot
+    evprobe.pair_patching(handle, pairs, families=, candidates=, answers=, sites=)  pair patching on your
+        own aligned pairs, both ways, with the pipeline's measures and intervals
+    evprobe.probe_layers(handle, prompts, images, labels=, families=, out=)  capture + the probe sweep
     evprobe.Steering(direction, layer, alpha)   one additive edit; `with evprobe.steer(handle, s): ...`
     evprobe.ablate(handle, direction, layers)   project a direction out (context manager)
     evprobe.generate(handle, prompts, images)   batched greedy generation
@@ -55,6 +61,9 @@ _API: dict[str, tuple[str, str]] = {
     "register_adapter": ("evprobe.hooks.sites", "register_adapter"),
     "patch_sites": ("evprobe.hooks.patching", "patch_sites"),
     "build_inputs": ("evprobe.hooks.inputs", "build_inputs"),
+    "steering_dose_response": ("evprobe.experiments.own_data.dose_response", "steering_dose_response"),
+    "pair_patching": ("evprobe.experiments.own_data.patching", "pair_patching"),
+    "probe_layers": ("evprobe.experiments.own_data.layer_sweep", "probe_layers"),
     "Token": ("evprobe.hooks.positions", "Token"),
     "Marker": ("evprobe.hooks.positions", "Marker"),
     "Steering": ("evprobe.hooks.steer", "Steering"),

@@ -224,25 +224,27 @@ def _swapped_pair_members(out: Path, stack: ExitStack) -> None:
 def _patching_layer_off_by_one(out: Path, stack: ExitStack) -> None:
     """Patching asked for at layer l patches layer l + 1 (the last layer stays itself)."""
     patching = importlib.import_module("evprobe.hooks.patching")
-    original = patching.patch_pair
+    site_type = importlib.import_module("evprobe.hooks.sites.vocabulary").Site
+    original = patching.patch_sites
 
-    def shifted(handle, source, target, *, layers, **kwargs):
-        moved = [min(int(layer) + 1, handle.n_layers - 1) for layer in layers]
-        return replace(original(handle, source, target, layers=moved, **kwargs), layers=tuple(layers))
+    def shifted(handle, source, target, *, sites, **kwargs):
+        moved = [site_type.parse(s) for s in sites]
+        moved = [replace(s, layer=min(s.layer + 1, handle.n_layers - 1)) if s.layer is not None else s for s in moved]
+        return replace(original(handle, source, target, sites=moved, **kwargs), sites=tuple(str(s) for s in sites))
 
-    stack.enter_context(mock.patch.object(patching, "patch_pair", shifted))
+    stack.enter_context(mock.patch.object(patching, "patch_sites", shifted))
 
 
 def _patching_positions_off_by_one(out: Path, stack: ExitStack) -> None:
     """Every patched token index one before the one asked for (a BOS miscount)."""
     patching = importlib.import_module("evprobe.hooks.patching")
-    original = patching.patch_pair
+    original = patching.patch_sites
 
     def shifted(handle, source, target, *, position_sets, **kwargs):
-        moved = {name: [int(i) - 1 for i in idx] for name, idx in position_sets.items()}
+        moved = {name: idx if isinstance(idx, str) else [int(i) - 1 for i in idx] for name, idx in position_sets.items()}
         return original(handle, source, target, position_sets=moved, **kwargs)
 
-    stack.enter_context(mock.patch.object(patching, "patch_pair", shifted))
+    stack.enter_context(mock.patch.object(patching, "patch_sites", shifted))
 
 
 def _image_span_reversed(out: Path, stack: ExitStack) -> None:

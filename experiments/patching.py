@@ -6,7 +6,8 @@ the source member's decoder-layer output into the target's forward pass, one lay
 position set at a time (the last token, the question text, the image tokens; for the model
 organism, which reads facts, "text" is every fact token but the sheet values, and the last token
 is its answer prefix `ANSWER:`), and read the five option letters' next-token log-probabilities
-(`hooks.patching.patch_pair`; after the model's answer prefix, Handle.answer_prefix).
+(experiments.own_data.patching.patch_row, the own-data row; after the model's answer prefix,
+Handle.answer_prefix).
 
 The measure is the log-odds between the two members' reference options: with a_s the source's
 reference letter and a_t the target's (they differ: the construction switches the action within
@@ -38,12 +39,11 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 
 from evprobe.bench.family import LETTERS as OPTION_LETTERS
 from evprobe.bench.items import Item
@@ -51,13 +51,14 @@ from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text
-from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
 from evprobe.experiments.capture import check_layer_spec, images_sha256, parse_layers, question_marker
 from evprobe.core.flags import HELP, setting
+from evprobe.experiments.own_data.patching import MIN_GAP, aggregate, patch_row
+from evprobe.experiments.patching_figures import head_heatmap_png, heatmap_png
 from evprobe.experiments.config import (add_experiment_parser, check_loading_keys, check_positive, experiment_config,
                                         resolve_model_flag)
 
@@ -72,7 +73,6 @@ POSITION_SETS = ("last", "text", "image", "image_first", "image_rest")
 SITES = ("resid_post", "resid_pre", "attn_out", "mlp_out", "attn_head")
 DEFAULT_POSITION_SETS = ("last", "text", "image")
 LETTERS = tuple(OPTION_LETTERS)  # the benchmark's option letters (bench.family.LETTERS)
-MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no share
 # results.jsonl's schema: every field required, nothing else (core.capture_schema kinds)
 ROW_TYPES = {"key": "id", "source": "id", "target": "id", "family_id": "id", "system": "str",
              "target_resolved": "bool?", "ld_source": "number", "ld_target": "number", "ld_patched": "numbers",
@@ -349,27 +349,23 @@ def position_sets(handle: Handle, target: Item, prompt: str, images: list[Any],
 
 def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: list[int],
                config: PatchingConfig) -> Row:
-    from evprobe.hooks import patching
+    """One pair direction through the own-data row (experiments.own_data.patching.patch_row): the
+    reference options are the answers (the construction switches the action within every image pair)."""
+    from evprobe.hooks.sites.vocabulary import Site
 
     def inputs(item: Item):
         return build_prompt(item, config.protocol, config.regime), load_item_images(bench, item.images)
 
     src, tgt = inputs(source), inputs(target)
     chosen = position_sets(handle, target, *tgt, config.positions)
-    if config.site == "attn_head":
-        # (layers x heads, sets, letters) -> (layers, heads x sets, letters): columns head-major (head_columns)
-        found = patching.patch_sites(handle, src, tgt, sites=handle.sites.all("attn_head", layers), position_sets=chosen,
-                                     candidates=list(LETTERS))
-        result = replace(found, patched=found.patched.reshape(len(layers), -1, len(LETTERS)))
+    if config.site == "attn_head":  # (layers x heads, sets) laid out (layers, heads x sets): head_columns
+        sites = handle.sites.all("attn_head", layers)
+        shape = (len(layers), handle.sites.n_heads * len(chosen))
     else:
-        result = patching.patch_pair(handle, src, tgt, layers=layers, position_sets=chosen, candidates=list(LETTERS),
-                                     kind=config.site)
-    a_s = LETTERS.index(source.reference_option)
-    a_t = LETTERS.index(target.reference_option)
-
-    def ld(logp: np.ndarray) -> np.ndarray:
-        return logp[..., a_s] - logp[..., a_t]
-
+        sites, shape = [Site(config.site, int(layer)) for layer in layers], None
+    answers = (LETTERS.index(source.reference_option), LETTERS.index(target.reference_option))
+    row = patch_row(handle, src, tgt, answers=answers, sites=sites, position_sets=chosen, candidates=list(LETTERS),
+                    shape=shape)
     return {
         "key": f"{source.item_id}>{target.item_id}",
         "source": source.item_id,
@@ -377,69 +373,7 @@ def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: 
         "family_id": target.family_id,
         "system": target.system,
         "target_resolved": target.resolved,
-        "ld_source": float(ld(result.source)),
-        "ld_target": float(ld(result.target)),
-        "ld_patched": ld(result.patched).tolist(),  # (layers, position sets)
-        "top_source": int(result.source.argmax()),
-        "top_target": int(result.target.argmax()),
-        "top_patched": result.top().tolist(),
-    }
-
-
-def aggregate(rows: list[dict[str, Any]], layers: list[int], positions: list[str], *, n_boot: int, seed: int) -> dict:
-    """Per layer x position: mean log-odds change, share of the gap, decoded-option flips."""
-    families = sorted({r["family_id"] for r in rows})
-    boot = FamilyBootstrap(families, n_boot, seed)
-    index = {f: i for i, f in enumerate(families)}
-    F, L, P = len(families), len(layers), len(positions)
-    change = np.zeros((F, L, P))
-    change_lo, change_hi = np.full((L, P), np.inf), np.full((L, P), -np.inf)  # the units' range per cell
-    n_rows = np.zeros(F)
-    share_num, share_den = np.zeros((F, L, P)), np.zeros(F)
-    share_bounded = np.ones((L, P), bool)  # every pair's share of the gap inside [0, 1] in this cell
-    flip_num, flip_den = np.zeros((F, L, P)), np.zeros(F)
-    for r in rows:
-        f = index[r["family_id"]]
-        patched = np.asarray(r["ld_patched"])  # (L, P)
-        delta = patched - r["ld_target"]
-        change[f] += delta
-        change_lo, change_hi = np.minimum(change_lo, delta), np.maximum(change_hi, delta)
-        n_rows[f] += 1
-        gap = r["ld_source"] - r["ld_target"]
-        if abs(gap) >= MIN_GAP:
-            share = delta / gap  # (L, P)
-            share_num[f] += share
-            share_den[f] += 1
-            share_bounded &= (share >= 0.0) & (share <= 1.0)
-        if r["top_source"] != r["top_target"]:
-            flip_num[f] += np.asarray(r["top_patched"]) == r["top_source"]
-            flip_den[f] += 1
-
-    def grid(num: np.ndarray, den: np.ndarray, binary: bool | np.ndarray = False) -> list[list[dict]]:
-        flags = np.broadcast_to(np.asarray(binary, dtype=bool), (L, P)).reshape(-1)
-        flat = boot.rates(num.reshape(F, -1), np.repeat(den[:, None], L * P, axis=1), binary=flags)
-        return [[flat[i * P + j].to_json() for j in range(P)] for i in range(L)]
-
-    return {
-        "layers": layers,
-        "positions": positions,
-        "n_rows": int(n_rows.sum()),
-        "n_families": F,
-        # a cell where every pair moved by exactly the same amount (a position no later computation
-        # reads: exactly 0) has nothing to resample: printed as identical, not as [0, 0] (core.bootstrap)
-        "mean_change": [[Estimate.identical_units(float(change_lo[i, j]), int(n_rows.sum())).to_json()
-                         if rows and change_lo[i, j] == change_hi[i, j] else e for j, e in enumerate(row)]
-                        for i, row in enumerate(grid(change, n_rows))],
-        # a cell whose every pair recovers between none and all of the gap is a mean of [0, 1] units:
-        # its interval is also the cluster Clopper-Pearson one (core.proportion; conservative for
-        # bounded units), so a deterministic model's 1.00 is not printed as [1.00, 1.00]
-        "share_of_gap": grid(share_num, share_den, binary=share_bounded),
-        "decoded_flip": grid(flip_num, flip_den, binary=True),  # a share of rows: never a zero-width interval
-        "mean_gap": float(np.mean([r["ld_source"] - r["ld_target"] for r in rows])) if rows else None,
-        "interval": (f"family bootstrap, {n_boot} resamples, seed {seed}, pointwise 95% percentile; decoded flips, "
-                     "and shares of the gap where every pair's share lies in [0, 1], hulled with the cluster "
-                     "Clopper-Pearson interval (never zero width); a mean change equal in every pair is printed as "
-                     "identical, with no interval"),
+        **row,
     }
 
 
@@ -471,80 +405,6 @@ def patching_markdown(summary: dict[str, Any]) -> str:
                 for i, layer in enumerate(summary["layers"])]
         parts += ["", f"## {title}", "", header, sep, *rows]
     return "\n".join(parts) + "\n"
-
-
-def _panel(fig: Any, ax: Any, cells: list[list[dict]], cmap: str, scale: tuple[float, float], columns: list,
-           layers: list[int], xlabel: str, title: str, *, fontsize: tuple[int, int]) -> None:
-    """One heatmap panel: layers up, `columns` across, each cell's value and 95% interval written
-    on it (white on the darkest cells). fontsize: (cells, title)."""
-    lo, hi = scale
-    grid = np.array([[np.nan if e["value"] is None else e["value"] for e in row] for row in cells])
-    im = ax.imshow(grid, cmap=cmap, vmin=lo, vmax=hi, aspect="auto", origin="lower")
-    for i, row in enumerate(cells):
-        for j, e in enumerate(row):
-            if e["value"] is None:
-                continue
-            ci = e.get("ci") or [None, None]
-            text = fixed(e["value"], 2) + ("" if ci[0] is None else f"\n[{fixed(ci[0], 2)}, {fixed(ci[1], 2)}]")
-            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize[0],
-                    color="white" if abs(e["value"]) > 0.6 * max(abs(lo), abs(hi)) else "black")
-    ax.set_xticks(range(len(columns)), columns)
-    ax.set_yticks(range(len(layers)), layers)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("decoder layer")
-    ax.set_title(title, fontsize=fontsize[1])
-    fig.colorbar(im, ax=ax, fraction=0.05)
-
-
-def heatmap_png(summary: dict[str, Any], path: Path) -> None:
-    """Two panels, layer x patched positions: the share of the source-target gap the patch recovers
-    and the interchange-intervention accuracy (decoded flips), each cell with its value and 95%
-    interval, the same measures as patching.md."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layers, positions = summary["layers"], summary["positions"]
-    panels = (("share_of_gap", f"Share of the gap recovered (|gap| >= {MIN_GAP} nats)", "RdBu_r", (-1.0, 1.0)),
-              ("decoded_flip", "Top letter becomes the source's (IIA)", "Greens", (0.0, 1.0)))
-    fig, axes = plt.subplots(1, 2, figsize=(2.0 + 2.6 * len(positions), 1.4 + 0.55 * len(layers)), squeeze=False)
-    for ax, (key, title, cmap, (lo, hi)) in zip(axes[0], panels):
-        cells = summary[key]  # (layers, positions) of estimates
-        n = cells[0][0].get("n") if cells and cells[0] else None
-        _panel(fig, ax, cells, cmap, (lo, hi), positions, layers, "patched positions", f"{title}\n(n={n})",
-               fontsize=(7, 9))
-    fig.suptitle(f"Pair patching, {summary['n_rows']} patched pair directions; 95% family-bootstrap intervals",
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def head_heatmap_png(summary: dict[str, Any], path: Path) -> None:
-    """An attn_head job's figure: per position set, two layer x head panels (the share of the gap
-    recovered, and decoded flips), each cell with its value and 95% interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layers, heads, sets = summary["layers"], summary["heads"], summary["position_sets"]
-    panels = (("share_of_gap", "share of the gap recovered", "RdBu_r", (-1.0, 1.0)),
-              ("decoded_flip", "top letter becomes the source's (IIA)", "Greens", (0.0, 1.0)))
-    fig, axes = plt.subplots(len(sets), 2, figsize=(2.6 + 1.1 * len(heads) * 2, 1.2 + 0.6 * len(layers) * len(sets)),
-                             squeeze=False)
-    for si, name in enumerate(sets):
-        for ax, (key, title, cmap, (lo, hi)) in zip(axes[si], panels):
-            cells = [[summary[key][i][h * len(sets) + si] for h in range(len(heads))] for i in range(len(layers))]
-            n = cells[0][0].get("n") if cells and cells[0] else None
-            _panel(fig, ax, cells, cmap, (lo, hi), [f"H{h}" for h in heads], layers, "attention head",
-                   f"{name}: {title} (n={n})", fontsize=(6, 8))
-    fig.suptitle(f"Head patching, {summary['n_rows']} patched pair directions; 95% family-bootstrap intervals",
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def add_patching_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -84,7 +84,6 @@ import numpy as np
 from evprobe.hooks.inputs import image_rows
 from evprobe.hooks.intervention.ops import SCHEDULES, Positions, Schedule
 from evprobe.hooks.intervention.ops import check_positions as check_steer_positions
-from evprobe.hooks.intervention.session import hidden_of, replace_hidden
 
 if TYPE_CHECKING:
     import torch

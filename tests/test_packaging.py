@@ -128,6 +128,9 @@ def test_wheel_installs_only_evprobe(wheel: Path) -> None:
     for part in PARTS:
         assert f"evprobe/{part}/__init__.py" in names, part
     assert "evprobe/__init__.py" in names and "evprobe/__main__.py" in names
+    # and every subpackage: a folder of a part with an __init__.py (evprobe.bench.backends was once missing)
+    for init in sorted(p for part in PARTS for p in (REPO / part).rglob("__init__.py")):
+        assert f"evprobe/{init.relative_to(REPO).as_posix()}" in names, init
 
 
 def test_wheel_has_package_data(wheel: Path) -> None:

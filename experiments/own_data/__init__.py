@@ -1,0 +1,13 @@
+"""The pipeline's experiments on a user's own prompts, images, labels and families: the same
+statistics as on the benchmark, as library calls that return tidy pandas DataFrames and the same
+plots.
+
+    evprobe.steering_dose_response(handle, prompts, images, direction=d, candidates=["A", "B"], target="A",
+                                   families=families, alphas=(-1, 0, 1))   -> DoseResponseResult
+    evprobe.pair_patching(handle, pairs, families=..., candidates=..., answers=...)  -> PairPatchingResult
+
+Each reads a model through hooks (the intervention core) and resamples whole families
+(core.bootstrap); the benchmark's `evprobe patching` computes its rows and tables with the same
+functions (experiments/patching.py), and `evprobe dose-response` shares the null statistics and the
+cross-fitted choice (experiments.dose_null, experiments.dose_specificity).
+"""

@@ -1,0 +1,339 @@
+"""Dose-response on your own prompts: steer along a direction at a layer over a grid of doses,
+beside random directions of the same norm (the null), with family-bootstrap intervals and a
+cross-fitted choice of layer and dose.
+
+    result = steering_dose_response(handle, prompts, images, direction=d, candidates=["A", "B"], target="A",
+                                    families=families, groups=groups, alphas=(-1.0, -0.5, 0.0, 0.5, 1.0),
+                                    goal=+1, n_random=50)
+    result.effects      # DataFrame: direction, layer, alpha, group, measure, value, lo, hi, n
+    result.null         # DataFrame: layer, alpha, group, measure, n_directions, lo, hi, percentile, z, p_null
+    result.crossfit     # DataFrame: the cross-fitted effect and its rank among the null's
+    result.plot("curve.png")
+
+Readout: the next-token log-probabilities of `candidates` at the answer position (after the
+handle's answer prefix). Per item, `log_odds` = log p(target) - max log p(other candidates) (nats;
+unsaturated), and `chose` = 1 when the target ranks first (ties to the earlier candidate). Effects
+are paired changes against alpha = 0 (the unsteered model, no hooks at all), averaged per group
+(`all`, and each label of `groups`), with a family bootstrap (core.bootstrap: whole families
+resampled, one resample matrix for every number, so changes are paired). The choice's rate is a
+proportion (a cluster interval that is never a point).
+
+Doses: alpha in multiples of the mean residual norm at the layer over the positions the vector is
+added at (`units="norm"`, the pipeline's unit), measured unsteered on these prompts
+(hooks.steer_rows.residual_norms_at) unless `mean_norm` is given; or raw units (`units="raw"`).
+Null: `n_random` seeded Gaussian unit directions (hooks.steer.random_directions) at the same raw
+doses; per setting, the probe's percentile, z and two-sided p among their effects
+(experiments.dose_null.null_stats; the band is their central 95% from 40 directions on).
+Cross-fitted: the families are split into two seeded halves; on each half the layer x dose that
+moves the `goal_group`'s log-odds furthest toward `goal` (+1 raises the target's log-odds, -1
+lowers it; ties to the smaller |alpha|, then the lower layer) is chosen and the other half is read
+there, so every item is scored once at a setting chosen without it; every null direction goes
+through the same choice, and the verdict is the pipeline's rank test (experiments.dose_specificity:
+p = (1 + #{null directions at least as far toward the goal}) / (K + 1), "specific" when p <= 0.05).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evprobe.core.bootstrap import Estimate, FamilyBootstrap
+from evprobe.core.errors import InputError
+from evprobe.experiments.dose_crossfit import split_halves
+from evprobe.experiments.dose_null import null_stats
+from evprobe.experiments.dose_specificity import choose_settings, group_means, scored_at, specificity_stats
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MEASURES = ("log_odds", "chose")
+HALVES = ("A", "B")
+
+
+@dataclass(frozen=True)
+class DoseResponseResult:
+    """What `steering_dose_response` measured (module docstring). Frames are tidy: one row per number.
+
+    effects: per direction ("probe", each control), layer, alpha, group and measure (`log_odds`,
+        `chose`, and their paired changes `log_odds_change`, `chose_change`): value, lo, hi, n.
+    null: per layer, alpha (not 0), group and change measure: the random directions' effects
+        (n_directions, mean, sd, lo, hi: their central 95%) and the probe's place among them.
+    crossfit: per group and change measure, the cross-fitted effect (value, lo, hi, n), each half's
+        chosen setting, the null directions' cross-fitted effects after the same choice (null_lo,
+        null_hi: their central 95%; null_mean, null_sd, null_n_directions) and the probe's place
+        among them (percentile, z, p_null; on the goal group's log-odds the one-sided rank test:
+        p_goal, beaten, threshold, specific).
+    items: per item, direction ("probe", controls), layer and alpha: log_odds and chose.
+    units: per layer, the raw size of alpha = 1 and how it was measured.
+    """
+
+    effects: pd.DataFrame
+    null: pd.DataFrame
+    crossfit: pd.DataFrame
+    items: pd.DataFrame
+    units: dict[int, dict[str, Any]]
+    goal: int
+    goal_group: str
+
+    def plot(self, path: str | Path, measure: str = "log_odds_change") -> Path:
+        """One panel per group: the probe's (and controls') change against alpha, one line per layer
+        with its 95% interval, over the null band; written as a PNG. Returns the path."""
+        from evprobe.experiments.own_data.plots import dose_curves
+
+        return dose_curves(self, Path(path), measure)
+
+
+def _interval(e: Any) -> dict[str, Any]:
+    """An Estimate as frame columns: value, lo, hi, n, identical (every unit equal: no interval)."""
+    lo, hi = (None, None) if e.identical else e.ci
+    return {"value": e.value, "lo": lo, "hi": hi, "n": e.n, "identical": e.identical}
+
+
+def _readouts(logp: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """(..., n, candidates) log-probs and each item's target index (n,) -> (..., n, 2): log-odds of
+    the target vs the best other candidate, and 1.0 when the target ranks first (argmax: ties go to
+    the earlier candidate)."""
+    picked = np.take_along_axis(logp, np.broadcast_to(target[:, None], logp.shape[:-1] + (1,)), axis=-1)[..., 0]
+    others = np.where(np.arange(logp.shape[-1]) == target[:, None], -np.inf, logp)
+    log_odds = picked - others.max(axis=-1)
+    chose = (logp.argmax(axis=-1) == target).astype(float)
+    return np.stack([log_odds, chose], axis=-1)
+
+
+def _directions(direction: Any, layer: int | Sequence[int] | None) -> dict[int, Any]:
+    """{layer: direction} from a Direction (its layer), a {layer: direction} mapping, or a vector with `layer`."""
+    if isinstance(direction, Mapping):
+        if layer is not None:
+            raise InputError("give the layers as the mapping's keys or as layer=, not both")
+        return {int(k): v for k, v in direction.items()}
+    prov = getattr(direction, "provenance", None)
+    if isinstance(prov, Mapping) and "layer" in prov:
+        if layer is not None and int(layer) != int(prov["layer"]):
+            raise InputError(f"direction {getattr(direction, 'name', '')} was fitted at layer {prov['layer']}, not "
+                             f"{layer}; pass {{layer: direction}} per layer to steer a direction elsewhere")
+        return {int(prov["layer"]): direction}
+    if layer is None:
+        raise InputError("a bare vector needs layer= (the decoder layer to steer), or pass {layer: vector}")
+    layers = [layer] if isinstance(layer, int) else list(layer)
+    return {int(i): direction for i in layers}
+
+
+def _check(prompts: Sequence[str], families: Sequence[str], groups: Sequence[str] | None, alphas: Sequence[float],
+           candidates: Sequence[str], target: str | Sequence[str], goal: int, n_random: int
+           ) -> tuple[np.ndarray, list[float]]:
+    if isinstance(prompts, str):
+        raise InputError("prompts must be a list of strings, not a string")
+    n = len(prompts)
+    if len(families) != n:
+        raise InputError(f"{n} prompts but {len(families)} family ids; give one family per prompt (items that share "
+                         "a source share a family)")
+    if groups is not None and len(groups) != n:
+        raise InputError(f"{n} prompts but {len(groups)} group labels; give one per prompt, or groups=None")
+    if len(set(families)) < 2:
+        raise InputError("a family bootstrap and a cross-fitted choice need at least 2 families")
+    if len(candidates) < 2 or len(set(candidates)) != len(candidates):
+        raise InputError(f"give at least two distinct candidates, got {list(candidates)}")
+    targets = [target] * n if isinstance(target, str) else list(target)
+    if len(targets) != n:
+        raise InputError(f"{n} prompts but {len(targets)} targets; give one target, or one per prompt")
+    bad = next((t for t in targets if t not in candidates), None)
+    if bad is not None:
+        raise InputError(f"target {bad!r} is not a candidate; choose from {', '.join(candidates)}")
+    if goal not in (1, -1):
+        raise InputError(f"goal must be +1 (raise the target's log-odds) or -1 (lower them), got {goal!r}")
+    steps = sorted({float(a) for a in alphas} - {0.0})
+    if not steps:
+        raise InputError("alphas has no dose but 0; give e.g. alphas=(-1, -0.5, 0.5, 1)")
+    if not all(np.isfinite(steps)):
+        raise InputError(f"alphas must be finite numbers, got {list(alphas)}")
+    if n_random < 0:
+        raise InputError(f"n_random must be >= 0, got {n_random}")
+    return np.asarray(families, dtype=object), steps
+
+
+def steering_dose_response(
+    handle: Any,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[Any]] | None = None,
+    *,
+    direction: Any,
+    candidates: Sequence[str],
+    target: str | Sequence[str],
+    families: Sequence[str],
+    groups: Sequence[str] | None = None,
+    layer: int | Sequence[int] | None = None,
+    alphas: Sequence[float] = (-1.0, -0.5, 0.0, 0.5, 1.0),
+    goal: int = 1,
+    goal_group: str = "all",
+    units: str = "norm",
+    mean_norm: float | Mapping[int, float] | None = None,
+    positions: Any = "all",
+    n_random: int = 50,
+    controls: Mapping[str, Any] | None = None,
+    n_boot: int = 2000,
+    seed: int = 20260905,
+    split_seed: int = 0,
+    batch_size: int = 8,
+    max_rows: int = 256,
+    allow_other_model: bool = False,
+) -> DoseResponseResult:
+    """Steer `prompts` along `direction` over `alphas` (module docstring); one forward of up to
+    `max_rows` rows reads many directions at once (hooks.steer_rows.option_logprobs_rows).
+
+    direction: a fitted Direction (its layer; refused on another model than it was fitted on
+        unless allow_other_model), a {layer: direction} mapping, or a vector with `layer=`.
+    target: the candidate whose log-odds are read, one for every prompt or one per prompt (a menu
+        whose options are shuffled per item).
+    families: one id per prompt, the unit every resample and the cross-fit halves keep whole.
+    groups: one label per prompt (e.g. "enough" / "not enough"), each read on its own beside "all".
+    controls: {name: vector} other directions read like the probe at every layer (e.g. a
+        direction of another feature), at the same raw doses.
+    """
+    import pandas as pd
+
+    from evprobe.hooks.generation import next_token_logprobs
+    from evprobe.hooks.inputs import build_inputs, image_rows
+    from evprobe.hooks.steer import check_direction_model, random_directions, unit_direction
+    from evprobe.hooks.steer_rows import option_logprobs_rows, residual_norms_at
+
+    fam, steps = _check(prompts, families, groups, alphas, candidates, target, goal, n_random)
+    images = image_rows(prompts, images)
+    by_layer = _directions(direction, layer)
+    for layer_, d in by_layer.items():
+        if not 0 <= layer_ < handle.n_layers:
+            raise InputError(f"layer {layer_} is out of range: {handle.model_id} has layers 0..{handle.n_layers - 1}")
+        check_direction_model(handle, d, allow_other_model=allow_other_model)
+    vectors = {layer_: unit_direction(getattr(d, "vector", d), d_model=handle.d_model) for layer_, d in by_layer.items()}
+    extra = {name: unit_direction(v, d_model=handle.d_model, what=f"control {name}") for name, v in
+             (controls or {}).items()}
+    if units not in ("norm", "raw"):
+        raise InputError(f"units must be 'norm' (multiples of the mean residual norm) or 'raw', got {units!r}")
+    group_of = np.array(["all"] * len(prompts) if groups is None else [str(g) for g in groups], dtype=object)
+    group_names = ["all"] + ([] if groups is None else sorted(set(group_of)))
+    masks = {g: np.ones(len(prompts), bool) if g == "all" else group_of == g for g in group_names}
+    if goal_group not in masks:
+        raise InputError(f"goal_group {goal_group!r} is not a group; choose from {', '.join(group_names)}")
+    t = np.array([list(candidates).index(x) for x in ([target] * len(prompts) if isinstance(target, str) else target)])
+
+    # -- the unit of alpha, per layer
+    unit: dict[int, dict[str, Any]] = {}
+    for layer_ in sorted(vectors):
+        if units == "raw":
+            unit[layer_] = {"raw_per_alpha": 1.0, "measured": "raw units"}
+            continue
+        given = mean_norm.get(layer_) if isinstance(mean_norm, Mapping) else mean_norm
+        if given is None:
+            norm, count = residual_norms_at(handle, prompts, images, [layer_], positions, batch_size=batch_size)[layer_]
+            unit[layer_] = {"raw_per_alpha": norm, "measured": f"mean residual norm over {count} edited positions of "
+                            "these prompts, unsteered"}
+        else:
+            unit[layer_] = {"raw_per_alpha": float(given), "measured": "given"}
+
+    # -- readouts: alpha = 0 once (no hooks), then every direction x dose in large forwards
+    base = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size), t)  # (n, 2)
+    rand = random_directions(handle.d_model, n_random, seed) if n_random else np.zeros((0, handle.d_model))
+    names = ["probe", *extra]
+    values: dict[int, np.ndarray] = {}   # layer -> (A, D, n, 2): the named directions
+    nulls: dict[int, np.ndarray] = {}    # layer -> (A, K, n, 2): the random ones
+    for layer_, v in vectors.items():
+        raw = np.asarray(steps) * unit[layer_]["raw_per_alpha"]  # (A,)
+        named = np.stack([v, *extra.values()])  # (D, d)
+        deltas = np.concatenate([(raw[:, None, None] * named[None]).reshape(-1, handle.d_model),
+                                 (raw[:, None, None] * rand[None]).reshape(-1, handle.d_model)])  # (A*D + A*K, d)
+        lp = np.concatenate([
+            option_logprobs_rows(handle, list(prompts[s:s + batch_size]), list(images[s:s + batch_size]),
+                                 list(candidates), layer_, deltas, positions=positions, max_rows=max_rows,
+                                 enc=build_inputs(handle, list(prompts[s:s + batch_size]),
+                                                  list(images[s:s + batch_size])))
+            for s in range(0, len(prompts), batch_size)], axis=1)  # (rows of deltas, n, C)
+        out = _readouts(lp, t)  # (rows, n, 2)
+        a, d_, k = len(steps), len(named), len(rand)
+        values[layer_] = out[: a * d_].reshape(a, d_, len(prompts), 2)
+        nulls[layer_] = out[a * d_:].reshape(a, k, len(prompts), 2)
+
+    boot = FamilyBootstrap(sorted(set(fam)), n_boot, seed)
+    fidx = boot.family_index(list(fam))
+    effects, null_rows, item_rows = [], [], []
+
+    def estimate(per_item: np.ndarray, mask: np.ndarray, binary: bool) -> Any:
+        """per_item (n,) -> the family-bootstrap Estimate of its mean over `mask`; units all equal
+        (a change of exactly 0 everywhere) have nothing to resample: marked identical, no interval."""
+        picked = per_item[mask]
+        if len(picked) and not binary and np.ptp(picked) == 0.0:
+            return Estimate.identical_units(float(picked[0]), len(picked))
+        num = boot.per_family(fidx[mask], per_item[mask])[:, None]
+        den = boot.per_family(fidx[mask], np.ones(int(mask.sum())))[:, None]
+        return boot.rates(num, den, binary=binary)[0]
+
+    def add(name: str, layer_: int | None, alpha: float, group: str, measure: str, e: Any) -> None:
+        effects.append({"direction": name, "layer": layer_, "alpha": alpha, "group": group, "measure": measure,
+                        **_interval(e)})
+
+    for g, mask in masks.items():
+        for m, measure in enumerate(MEASURES):
+            add("unsteered", None, 0.0, g, measure, estimate(base[:, m], mask, binary=measure == "chose"))
+    for layer_ in sorted(vectors):
+        for ai, alpha in enumerate(steps):
+            for di, name in enumerate(names):
+                vals = values[layer_][ai, di]  # (n, 2)
+                for i in range(len(prompts)):
+                    item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": name,
+                                      "layer": layer_, "alpha": alpha, "log_odds": vals[i, 0], "chose": vals[i, 1]})
+                for g, mask in masks.items():
+                    for m, measure in enumerate(MEASURES):
+                        add(name, layer_, alpha, g, measure, estimate(vals[:, m], mask, binary=measure == "chose"))
+                        add(name, layer_, alpha, g, f"{measure}_change", estimate(vals[:, m] - base[:, m], mask,
+                                                                                  binary=False))
+            for g, mask in masks.items():
+                for m, measure in enumerate(MEASURES):
+                    probe = float(np.mean(values[layer_][ai, 0][mask, m] - base[mask, m]))
+                    k_effects = (nulls[layer_][ai][:, mask, m] - base[mask, m]).mean(axis=1) if len(rand) else np.zeros(0)
+                    null_rows.append({"layer": layer_, "alpha": alpha, "group": g, "measure": f"{measure}_change",
+                                      **null_stats(probe, k_effects)})
+    for i in range(len(prompts)):
+        item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "unsteered", "layer": None,
+                          "alpha": 0.0, "log_odds": base[i, 0], "chose": base[i, 1]})
+    crossfit = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed, boot, fidx, estimate)
+    return DoseResponseResult(effects=pd.DataFrame(effects), null=pd.DataFrame(null_rows),
+                              crossfit=pd.DataFrame(crossfit), items=pd.DataFrame(item_rows), units=unit, goal=goal,
+                              goal_group=goal_group)
+
+
+def _crossfit(values: dict[int, np.ndarray], nulls: dict[int, np.ndarray], base: np.ndarray, steps: list[float],
+              fam: np.ndarray, masks: dict[str, np.ndarray], goal: int, goal_group: str, split_seed: int,
+              boot: FamilyBootstrap, fidx: np.ndarray, estimate: Any) -> list[dict[str, Any]]:
+    """The cross-fitted effect of the probe and of each null direction (module docstring)."""
+    half_of = split_halves({"all": sorted(set(fam))}, split_seed)
+    half = np.array([half_of[f] for f in fam])
+    cands = [(layer_, alpha) for layer_ in sorted(values) for alpha in steps]
+    # (C, n, 1 + K, M): the probe first, then the null directions, at every candidate setting
+    stack = np.stack([np.concatenate([values[layer_][steps.index(a), :1], nulls[layer_][steps.index(a)]], axis=0)
+                      .transpose(1, 0, 2) for layer_, a in cands])
+    fit = masks[goal_group]
+    choices = {}
+    for h in HALVES:
+        on = fit & (half == h)
+        per = np.stack([group_means(stack[c], on) for c in range(len(cands))])  # (C, 1 + K, M)
+        shift = goal * (per[:, :, 0] - base[on, 0].mean())
+        choices[h], _ = choose_settings(cands, shift, np.zeros_like(shift))
+    scored = scored_at(stack, choices, half, HALVES)  # (n, 1 + K, M)
+    rows = []
+    chosen = {h: cands[int(choices[h][0])] for h in HALVES}
+    for g, mask in masks.items():
+        for m, measure in enumerate(MEASURES):
+            change = scored[:, 0, m] - base[:, m]
+            e = estimate(change, mask, binary=False)
+            null_effects = group_means(scored[:, 1:, :], mask)[:, m] - base[mask, m].mean()
+            stats = specificity_stats(float(e.value) if e.value is not None else None, null_effects, -goal, goals=1) \
+                if g == goal_group and measure == "log_odds" else null_stats(e.value, null_effects)
+            stats.pop("effects", None)
+            stats.pop("probe_effect", None)
+            band = {f"null_{k}": stats.pop(k) for k in ("n_directions", "mean", "sd", "lo", "hi")}
+            rows.append({"group": g, "measure": f"{measure}_change", **_interval(e), **band,
+                         "chosen_on_A": f"L{chosen['A'][0]} alpha {chosen['A'][1]:+g}",
+                         "chosen_on_B": f"L{chosen['B'][0]} alpha {chosen['B'][1]:+g}", **stats})
+    return rows

@@ -1,0 +1,62 @@
+"""The own-data experiments' figures, drawn like the pipeline's: a value per dose with its 95%
+interval over the null's band (dose-response)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evprobe.experiments.dose_format import band_name
+
+
+def dose_curves(result: Any, path: Path, measure: str = "log_odds_change") -> Path:
+    """One panel per group: the probe's (and each control's) `measure` against alpha, a line per
+    layer with its interval, and the random directions' band per layer (central 95%)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    effects, null = result.effects, result.null
+    groups = list(dict.fromkeys(effects["group"]))
+    rows = effects[(effects["measure"] == measure) & effects["layer"].notna()]
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, group in zip(axes[0], groups):
+        for li, layer in enumerate(sorted(rows["layer"].dropna().unique())):
+            color = colors[li % len(colors)]
+            band = null[(null["layer"] == layer) & (null["group"] == group) & (null["measure"] == measure)]
+            band = band.sort_values("alpha")
+            if len(band) and band["n_directions"].iloc[0]:
+                xs = [0.0, *band["alpha"]]
+                order = np.argsort(xs)
+                lo = np.array([0.0, *band["lo"]])[order]
+                hi = np.array([0.0, *band["hi"]])[order]
+                ax.fill_between(np.array(xs)[order], lo, hi, color=color, alpha=0.15,
+                                label=f"L{int(layer)} null: {band_name(int(band['n_directions'].iloc[0]))}")
+            for di, name in enumerate(dict.fromkeys(rows["direction"])):
+                line = rows[(rows["layer"] == layer) & (rows["group"] == group) & (rows["direction"] == name)]
+                line = line.sort_values("alpha")
+                x = np.array([0.0, *line["alpha"]])
+                y = np.array([0.0, *line["value"].astype(float)])
+                lo = np.array([0.0, *line["lo"].fillna(line["value"]).astype(float)])
+                hi = np.array([0.0, *line["hi"].fillna(line["value"]).astype(float)])
+                order = np.argsort(x)
+                ax.errorbar(x[order], y[order], yerr=[y[order] - lo[order], hi[order] - y[order]], color=color,
+                            marker="o" if di == 0 else "s", linestyle="-" if di == 0 else ":", capsize=2,
+                            label=f"L{int(layer)} {name}")
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+        ax.set_xlabel("alpha (" + ("multiples of the mean residual norm" if any(
+            u["measured"] != "raw units" for u in result.units.values()) else "raw units") + ")")
+        ax.set_ylabel(measure.replace("_", " "))
+        n = rows[(rows["group"] == group)]["n"].max()
+        ax.set_title(f"{group} (n={int(n) if n == n else 0})", fontsize=9)
+        ax.legend(fontsize=6)
+    fig.suptitle("Steering dose-response: change vs alpha = 0, 95% family-bootstrap intervals", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
