@@ -26,7 +26,7 @@ def main() -> None:
     from evprobe.bench.generate import GenerateConfig, generate
     from evprobe.bench.manifest import load_item_images, read_items
     from evprobe.bench.protocols import build_prompt
-    from evprobe.experiments.patching import image_pairs
+    from evprobe.experiments.patching.job import image_pairs
     from evprobe.hooks.inputs import build_inputs
     from evprobe.hooks.loading import load
     from evprobe.hooks.patching import patch_pair

@@ -41,7 +41,7 @@ import numpy as np
 from evprobe.experiments.dose_format import band_name
 from evprobe.experiments.dose_null import null_stats
 
-USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer)
+USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer.checks)
 SPECIFIC_P = 0.05
 NULL_SETS = ("random", "relabel")
 NULL_NAMES = {"random": "random directions of the same norm",

@@ -25,7 +25,7 @@ image_mean capture as it was (the same set of tokens); only a partial patch of a
 Three faults an audit found the suite blind to, each caught now. Half the families missing (the
 capture holds one of two shards): every rate still passed its bar on the smaller sample (on the main
 set 72 families give the planted row an exact lower bound of 0.950); each check now states the n it
-expects from the bench (experiments.known_answer_n) and fails on the sweep's, the transfer cells', the
+expects from the bench (experiments.known_answer.counts) and fails on the sweep's, the transfer cells', the
 groups' and the held-out directions' counts. Every mass-initial family flipped: pooled grouped CV
 still decodes it at L3; the planted profile now reads each system x initial-test group against the
 others (cosines -0.81 to -0.82 for the flipped groups on the reduced run). A direction's sign flipped

@@ -17,7 +17,7 @@ Steps (each one resumable; a second run reuses finished work):
     position at layers 2-3, alpha +-0.75 to +-1.0), with 50 random directions of the same norm, 50 fitted
     on relabelled rows, 3 specificity controls, ablation and a cross-fitted headline;
  7. pair patching on image pairs;
- 8. for the organism, the known-answer checks (experiments/known_answer.py), then one report,
+ 8. for the organism, the known-answer checks (experiments/known_answer/checks.py), then one report,
     `OUT/report/report.md`, with every plot beside it.
 
 The embedded default model is the model organism (`organism`, organism/): a small Llama trained
@@ -218,7 +218,7 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
     timings["dose_response"] = time.perf_counter() - t
 
     t = _step(7, "pair patching")
-    from evprobe.experiments.patching import DEFAULT_POSITION_SETS, POSITION_SETS, PatchingConfig, run_patching
+    from evprobe.experiments.patching.job import DEFAULT_POSITION_SETS, POSITION_SETS, PatchingConfig, run_patching
 
     # the organism's sheets are spans of two image tokens (block, offset): patched apart too
     sets = POSITION_SETS if organism else DEFAULT_POSITION_SETS
@@ -228,12 +228,12 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
     timings["patching"] = time.perf_counter() - t
 
     t = _step(8, "known-answer checks and the report" if organism else "write the report")
-    from evprobe.experiments.report import build_report
+    from evprobe.experiments.report.build import build_report
 
     banner = UNTRAINED.format(model=cfg.model) if cfg.model.startswith("tiny:") else None
     checks = None
     if organism:
-        from evprobe.experiments.known_answer import known_answer_checks
+        from evprobe.experiments.known_answer.checks import known_answer_checks
 
         checks = known_answer_checks(out)
         failed = [c["check"] for c in checks["checks"] if c["passed"] is not True]

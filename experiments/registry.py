@@ -5,7 +5,7 @@ from its shard folders, and the part `evprobe report` gathers from what it write
     register(Experiment("head-attribution", parser="mypkg.heads:add_parser", job="mypkg.heads:HeadJob",
                         report=ReportPart("Head attribution", "heads.md", rank=55)))
 
-The CLI (`experiments.cli`), merge (`experiments.merge`) and the report (`experiments.report`)
+The CLI (`experiments.cli`), merge (`experiments.merge`) and the report (`experiments.report.build`)
 iterate over `experiments()`; none keeps a table of its own. References are "module:attribute"
 strings, imported only when used, so `evprobe NAME ...` imports only NAME's module (the CLI answers
 at once: tests/experiments/test_cli_speed.py). A new experiment is one module plus one `register`
@@ -126,8 +126,8 @@ for _e in (
     Experiment("capture", "evprobe.experiments.capture:add_capture_parser",
                job="evprobe.experiments.capture:CaptureJob"),
     Experiment("merge", "evprobe.experiments.merge:add_merge_parser"),
-    Experiment("patching", "evprobe.experiments.patching:add_patching_parser",
-               job="evprobe.experiments.patching:PatchingJob", report=ReportPart("Pair patching", "patching.md", 60)),
+    Experiment("patching", "evprobe.experiments.patching.job:add_patching_parser",
+               job="evprobe.experiments.patching.job:PatchingJob", report=ReportPart("Pair patching", "patching.md", 60)),
     Experiment("dose-response", "evprobe.experiments.dose_response:add_dose_response_parser",
                job="evprobe.experiments.dose_response:DoseResponseJob",
                report=ReportPart("Dose-response", "dose_response.md", 50)),
@@ -135,7 +135,7 @@ for _e in (
                job="evprobe.experiments.layer_sweep:merge_shards"),
     Experiment("gating", "evprobe.experiments.gating:add_gating_parser", job="evprobe.experiments.gating:GatingJob",
                report=ReportPart("Gating", "gating.md", 55)),
-    Experiment("report", "evprobe.experiments.report:add_report_parser"),
+    Experiment("report", "evprobe.experiments.report.build:add_report_parser"),
     Experiment("quickstart", "evprobe.experiments.quickstart:add_quickstart_parser",
                report=ReportPart("Known-answer checks", "known_answer.md", 10)),
     Experiment("organism", "evprobe.experiments.organism_cli:add_organism_parser"),

@@ -72,7 +72,7 @@ from evprobe.experiments.config import CONFIGS_DIR, ConfigError, load_config
 from evprobe.experiments.dose_config import DoseResponseConfig
 from evprobe.experiments.gating import GatingConfig
 from evprobe.experiments.layer_sweep import LayerSweepConfig
-from evprobe.experiments.patching import PatchingConfig
+from evprobe.experiments.patching.job import PatchingConfig
 from evprobe.probes import load_capture
 from evprobe.probes.captures import CaptureError
 from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture

@@ -35,7 +35,7 @@ import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError
-from evprobe.experiments.patching_figures import MIN_GAP  # the figures name it too: one home, below both
+from evprobe.experiments.patching.figures import MIN_GAP  # the figures name it too: one home, below both
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ class PairPatchingResult:
 
     def plot(self, path: str | Path) -> Path:
         """The pipeline's heatmap (share of the gap, decoded flips; site x position set) as a PNG."""
-        from evprobe.experiments.patching_figures import heatmap_png
+        from evprobe.experiments.patching.figures import heatmap_png
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

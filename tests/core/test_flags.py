@@ -76,7 +76,7 @@ def test_every_command_config_field_has_help_and_a_flag() -> None:
     from evprobe.experiments.dose_config import DoseResponseConfig
     from evprobe.experiments.gating import GatingConfig
     from evprobe.experiments.layer_sweep import LayerSweepConfig
-    from evprobe.experiments.patching import PatchingConfig
+    from evprobe.experiments.patching.job import PatchingConfig
     from evprobe.experiments.cli import build_parser
 
     commands = {"run": RunConfig, "capture": CaptureConfig, "dose-response": DoseResponseConfig,

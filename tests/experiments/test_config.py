@@ -102,7 +102,7 @@ def _experiment_class(stem: str) -> type:
     """The typed config each experiment YAML fills, by its file-name prefix."""
     from evprobe.experiments.gating import GatingConfig
     from evprobe.experiments.layer_sweep import LayerSweepConfig
-    from evprobe.experiments.patching import PatchingConfig
+    from evprobe.experiments.patching.job import PatchingConfig
 
     kinds = {
         "dose_response": DoseResponseConfig,
@@ -283,7 +283,7 @@ def test_model_flag_resolution_fills_only_what_the_command_line_left_out(tmp_pat
     from evprobe.bench.runner import RunConfig
     from evprobe.experiments.capture import CaptureConfig
     from evprobe.experiments.config import config_from_flags, model_config_path, resolve_model_flag
-    from evprobe.experiments.patching import config_from_args
+    from evprobe.experiments.patching.job import config_from_args
 
     common = ["--bench", str(small_bench), "--out", str(tmp_path / "o")]
     pixtral = load_model_config("pixtral_12b")

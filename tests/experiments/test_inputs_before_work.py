@@ -408,7 +408,7 @@ def test_a_position_set_a_late_row_lacks_refuses_patching_before_meta(bench: Pat
                                                                      capsys: pytest.CaptureFixture) -> None:
     """A set with no token in one target row (here: the last target of the job) is found in open(),
     by locating every target's sets, so meta.json and results.jsonl are never written."""
-    from evprobe.experiments import patching
+    from evprobe.experiments.patching import job as patching
 
     real = patching.position_sets
     seen: list[str] = []

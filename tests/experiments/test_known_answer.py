@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from evprobe.experiments.known_answer import interchange_check, leakage_check, profile_check
-from evprobe.experiments.known_answer_n import Expected
-from evprobe.experiments.known_answer_steering import generated_check, steering_layer
+from evprobe.experiments.known_answer.checks import interchange_check, leakage_check, profile_check
+from evprobe.experiments.known_answer.counts import Expected
+from evprobe.experiments.known_answer.steering import generated_check, steering_layer
 
 ROWS = Expected("labelled rows", 800, 100)  # the synthetic sweeps' rows
 PAIRS = Expected("patched pair directions", 64, 8)
@@ -245,7 +245,7 @@ def _span(first: list[tuple[str, bool]], rest: list[tuple[str, bool]]) -> dict:
 
 
 def test_image_span_check_needs_agreement_and_both_predictions() -> None:
-    from evprobe.experiments.known_answer_span import image_span_check
+    from evprobe.experiments.known_answer.span import image_span_check
 
     first = [("source", True)] * 27 + [("target", True)] * 5
     rest = [("target", True)] * 27 + [("source", True)] * 5

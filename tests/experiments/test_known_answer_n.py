@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from evprobe.experiments.known_answer import (behaviour_checks, interchange_check, known_answer_checks, leakage_check,
+from evprobe.experiments.known_answer.checks import (behaviour_checks, interchange_check, known_answer_checks, leakage_check,
                                               profile_check, transfer_check)
-from evprobe.experiments.known_answer_capture import GROUP_COSINE, direction_check, group_of, group_readings
-from evprobe.experiments.known_answer_n import Expectations
-from evprobe.experiments.known_answer_span import image_span_check, span_outcomes
-from evprobe.experiments.known_answer_steering import steered_expected, steering_checks
+from evprobe.experiments.known_answer.capture import GROUP_COSINE, direction_check, group_of, group_readings
+from evprobe.experiments.known_answer.counts import Expectations
+from evprobe.experiments.known_answer.span import image_span_check, span_outcomes
+from evprobe.experiments.known_answer.steering import steered_expected, steering_checks
 from evprobe.organism.checkpoint import planted_location
 
 PARTS = ("bench", "run", "acts", "directions", "dose_response", "patching")

@@ -16,7 +16,7 @@ from evprobe.bench.manifest import load_item_images, read_items
 from evprobe.bench.protocols import build_prompt
 from evprobe.core.errors import InputError
 from evprobe.experiments.cli import main
-from evprobe.experiments.patching import image_pairs
+from evprobe.experiments.patching.job import image_pairs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

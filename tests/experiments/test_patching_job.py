@@ -10,7 +10,7 @@ import pytest
 
 from evprobe.bench.generate import GenerateConfig, generate
 from evprobe.experiments.cli import main
-from evprobe.experiments.patching import aggregate, patching_markdown
+from evprobe.experiments.patching.job import aggregate, patching_markdown
 
 
 @pytest.fixture(scope="module")

@@ -116,7 +116,7 @@ def test_report_rescores_a_run_whose_records_changed(small_bench: Path, tmp_path
 
 
 def test_plot_captions_say_what_to_look_for_and_name_the_scope() -> None:
-    from evprobe.experiments.report import caption
+    from evprobe.experiments.report.build import caption
 
     assert caption("stop_rate").startswith("Stop rate against the dose")
     assert caption("stop_rate.bouncing").endswith("(bouncing only.)")

@@ -45,7 +45,7 @@ def toy():
 
 def test_one_declaration_reaches_the_cli_merge_and_the_report(toy, tmp_path: Path, capsys) -> None:
     from evprobe.experiments.merge import kind_of, merge
-    from evprobe.experiments.report import build_report
+    from evprobe.experiments.report.build import build_report
 
     assert TOY in build_parser()._subparsers._group_actions[0].choices
     out = tmp_path / "toy"

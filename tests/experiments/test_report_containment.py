@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evprobe.core.errors import InputError, OneLineWarning
-from evprobe.experiments.report import build_report
-from evprobe.experiments.report_html import render_html
+from evprobe.experiments.report.build import build_report
+from evprobe.experiments.report.html import render_html
 
 SECRET = b"\x89PNG\r\n\x1a\n secret bytes that must never be mailed"
 

@@ -1,4 +1,4 @@
-"""report.html's explorer (experiments.report_explorer) on a real small quickstart: every shown pair's
+"""report.html's explorer (experiments.report.explorer) on a real small quickstart: every shown pair's
 two items with their sheets, escaped replies, cross-fitted margins and steered doses; the filters,
 run in headless chromium, show only the rows they select, and a row with a wrong data-system is
 caught; an invalid reply is shown as invalid; nothing to explore gives None.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from evprobe.experiments.report_explorer import explorer_section
-from evprobe.experiments.report_explorer_data import read_explorer
+from evprobe.experiments.report.explorer import explorer_section
+from evprobe.experiments.report.explorer_data import read_explorer
 from tests.experiments.test_report_html import FLAGS, browser
 
 EVIL = "<script>document.title='pwned'</script> & \"quoted\""

@@ -1,4 +1,4 @@
-"""report.html taken in at a glance (experiments.report_fold, report_html.compact_png, the band's
+"""report.html taken in at a glance (experiments.report.fold, report.html.compact_png, the band's
 name, the headline panel's dropped layers)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from evprobe.experiments.dose_format import FULL_BAND, band_name
-from evprobe.experiments.report_fold import fold_page, page_blocks
-from evprobe.experiments.report_html import _renderer, compact_png
-from evprobe.experiments.report_summary import dropped_layers, summary_png
+from evprobe.experiments.report.fold import fold_page, page_blocks
+from evprobe.experiments.report.html import _renderer, compact_png
+from evprobe.experiments.report.summary import dropped_layers, summary_png
 
 PAGE = """# Report
 

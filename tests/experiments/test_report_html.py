@@ -21,7 +21,7 @@ import pytest
 from evprobe.bench.generate import GenerateConfig, generate
 from evprobe.bench.runner import RunConfig, run
 from evprobe.core.errors import InputError
-from evprobe.experiments.report import build_report
+from evprobe.experiments.report.build import build_report
 from evprobe.experiments.scoring_io import score_run
 from evprobe.probes.runs import sweep_to_folder
 from evprobe.probes.sweep import SweepConfig
@@ -99,7 +99,7 @@ def test_a_missing_image_is_an_error_naming_it(report: Path, tmp_path: Path) -> 
     copy = tmp_path / "r"
     shutil.copytree(report, copy)
     (copy / "summary.png").unlink()
-    from evprobe.experiments.report_html import write_html
+    from evprobe.experiments.report.html import write_html
 
     with pytest.raises(InputError, match="image summary.png not found"):
         write_html(copy, "T", ["report.md"])

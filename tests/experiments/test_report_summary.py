@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from evprobe.experiments.dose_specificity import specificity_stats
-from evprobe.experiments.report_summary import headline_rows, sentences
+from evprobe.experiments.report.summary import headline_rows, sentences
 
 RNG = np.random.default_rng(0)
 RANDOM = RNG.normal(-3.0, 1.0, 50)  # isotropic directions: a small push

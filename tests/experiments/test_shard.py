@@ -258,7 +258,7 @@ def test_torchrun_two_processes_equal_one(bench: Path, single_capture: Path, tmp
 
 def test_merged_patching_shards_equal_a_single_job(tmp_path: Path) -> None:
     from evprobe.bench.generate import GenerateConfig, generate
-    from evprobe.experiments.patching import PatchingConfig, run_patching
+    from evprobe.experiments.patching.job import PatchingConfig, run_patching
 
     bench = tmp_path / "bench"
     generate(bench, GenerateConfig(families_per_system=1, subset_per_cell=0), progress=False)

@@ -23,7 +23,7 @@ LETTERS = ["A", "B", "C", "D", "E"]
 
 
 def _pairs(bench: Path):
-    from evprobe.experiments.patching import image_pairs
+    from evprobe.experiments.patching.job import image_pairs
 
     return image_pairs(read_items(bench))
 
@@ -99,7 +99,7 @@ def test_a_position_set_with_no_token_is_a_one_line_error(small_bench: Path, tmp
     from PIL import Image
 
     from evprobe.core.errors import InputError
-    from evprobe.experiments.patching import PatchingConfig, run_patching
+    from evprobe.experiments.patching.job import PatchingConfig, run_patching
 
     bench = tmp_path / "bench"
     shutil.copytree(small_bench, bench)

@@ -156,7 +156,7 @@ def test_every_config_command_flag_is_its_config_field() -> None:
     from evprobe.experiments.gating import GatingConfig
     from evprobe.experiments.ladder import LadderConfig
     from evprobe.experiments.layer_sweep import LayerSweepConfig
-    from evprobe.experiments.patching import PatchingConfig
+    from evprobe.experiments.patching.job import PatchingConfig
 
     @dataclasses.dataclass(frozen=True)
     class Nothing:

@@ -422,8 +422,8 @@ def test_fit_directions_never_prints_distance_nan(planted, tmp_path: Path) -> No
 def test_the_known_answer_direction_check_names_a_width_unlike_the_capture(tmp_path: Path) -> None:
     """The broken input: a stored direction of width 4 (its metadata says 4) beside a capture of
     width 8; the check's projection X @ v raised numpy's matmul message."""
-    from evprobe.experiments.known_answer_capture import direction_check
-    from evprobe.experiments.known_answer_n import Expectations
+    from evprobe.experiments.known_answer.capture import direction_check
+    from evprobe.experiments.known_answer.counts import Expectations
 
     rows = reference_rows(6, seed=0)
     acts, _ = planted_acts(np.array([r["resolved"] for r in rows], dtype=int), 4, 1, 8, seed=0)

@@ -2,7 +2,7 @@
 
 `explorer_section(roots)` returns one self-contained HTML fragment, `<section id="explorer">`:
 filters (system, pair text, condition = resolved / unresolved member, steered layer, dose alpha)
-and one block per pair (experiments.report_explorer_data reads them), each member with its sheets
+and one block per pair (experiments.report.explorer_data reads them), each member with its sheets
 as ~160 px thumbnails (each sheet's data URI once, in the section's stylesheet), its unsteered reply (an invalid one shown as invalid, never as a
 choice), its cross-fitted probe margin and its steered outcome at each layer x dose. Filtering is a
 small inline script over the blocks' data-* attributes; every string read from disk is HTML-escaped
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import missing_text
-from evprobe.experiments.report_explorer_data import Dose, Explorer, Member, Pair, read_explorer
+from evprobe.experiments.report.explorer_data import Dose, Explorer, Member, Pair, read_explorer
 
 STYLE = """
 #explorer [hidden] { display: none !important; }

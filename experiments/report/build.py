@@ -1,11 +1,11 @@
 """`evprobe report DIR [DIR ...]`: one self-contained Markdown report of everything pipeline
 folders hold (one folder per model or run).
 
-Page one, report.md, reads in two minutes (experiments.report_summary): what model and what was
+Page one, report.md, reads in two minutes (experiments.report.summary): what model and what was
 run, one headline figure, one table of the headline numbers with intervals and n, and sentences
 saying what they show; it links one detail page per part (`details-<part>.md`, every plot with a
 caption saying what to look for), and report.html holds every page in one self-contained file
-(figures inline; experiments.report_html).
+(figures inline; experiments.report.html).
 
 The detail pages gather, in this order, whatever they find under DIR: behavioural scores (`*/scores.md`), probe
 sweeps (`**/sweep.md`, except an `evprobe ladder` folder's per-level sweeps), directions and their
@@ -39,7 +39,7 @@ from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.core.files import atomic_write_bytes
 from evprobe.core.lock import folder_lock
 from evprobe.experiments.registry import report_parts
-from evprobe.experiments.report_summary import inside_ladder
+from evprobe.experiments.report.summary import inside_ladder
 
 
 def _demote(markdown: str) -> str:
@@ -165,7 +165,7 @@ def build_report(
     roots: Path | list[Path], *, title: str, banner: str | None = None, out: Path | None = None,
     html: bool = True,
 ) -> Path:
-    """Write `out/report.md` (default: the first root's `report/`): page one (experiments.report_summary:
+    """Write `out/report.md` (default: the first root's `report/`): page one (experiments.report.summary:
     the headline figure, table and sentences) linking one detail page per part found under the roots
     (`details-<part>.md`, every plot with its caption), the PNGs they cite, and with `html` a
     self-contained report.html of all pages. Every copied PNG and every part is named after its own
@@ -184,7 +184,7 @@ def build_report(
 def _write_report(roots: list[Path], names: list[Path], out: Path, title: str, banner: str | None,
                   html: bool) -> Path:
     """`build_report` once the report folder's lock is held."""
-    from evprobe.experiments.report_summary import summary_markdown
+    from evprobe.experiments.report.summary import summary_markdown
 
     out_resolved = out.resolve()
     used: dict[str, Path] = {}  # report file name -> the PNG copied under it
@@ -224,8 +224,8 @@ def _write_report(roots: list[Path], names: list[Path], out: Path, title: str, b
     path = out / "report.md"
     atomic_write_bytes(path, (summary_markdown(roots, out, title, banner, details).rstrip() + "\n").encode("utf-8"))
     if html:
-        from evprobe.experiments.report_explorer import explorer_section
-        from evprobe.experiments.report_html import write_html
+        from evprobe.experiments.report.explorer import explorer_section
+        from evprobe.experiments.report.html import write_html
 
         # the item and pair explorer: only in the HTML (filters need a script); None without dose or patching
         write_html(out, title, ["report.md", *(page for _, page in details)], explorer=explorer_section(roots))

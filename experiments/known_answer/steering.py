@@ -1,4 +1,4 @@
-"""The steering checks of the known-answer suite (experiments.known_answer lists every check and the
+"""The steering checks of the known-answer suite (experiments.known_answer.checks lists every check and the
 fault each catches): steering at the planted layer, and the generated reply following it.
 
 Both read dose_response.json's per-condition rows at the planted layer m (the organism's `aux_layer`),
@@ -14,9 +14,9 @@ from evprobe.core.decimals import fixed
 from pathlib import Path
 from typing import Any
 
-from evprobe.experiments.known_answer_n import Expectations, Expected, n_problems
+from evprobe.experiments.known_answer.counts import Expectations, Expected, n_problems
 from evprobe.core.estimate_text import estimate_text, missing_text
-from evprobe.experiments.known_answer_row import check_row
+from evprobe.experiments.known_answer.rows import check_row
 
 USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
 MONOTONE_SLACK = 0.02

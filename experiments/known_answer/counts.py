@@ -1,4 +1,4 @@
-"""The n each known-answer check expects (experiments.known_answer), counted once here for all of them.
+"""The n each known-answer check expects (experiments.known_answer.checks), counted once here for all of them.
 
 Counted from the benchmark the quickstart generated (OUT/bench) and from what each stage was asked to
 do (the capture's request types, a direction's fit items, the patching's limit_pairs), never from the
@@ -15,7 +15,7 @@ a bar on the interval alone does not see the loss.
 - `heldout(fit_items)`: the base items of the fit items' request types whose family the fit never
   saw (a stored direction's held-out rows; the dose-response's steered items).
 - `patched(limit_pairs)`: the image pairs the patching was asked for, each way (source into target
-  and back), as `experiments.patching` deals them.
+  and back), as `experiments.patching.job` deals them.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Expectations:
         return Expected.of("select decisions", self._select(("select",)))
 
     def image_pairs(self) -> Expected | None:
-        from evprobe.experiments.patching import image_pairs
+        from evprobe.experiments.patching.job import image_pairs
 
         if self.items is None:
             return None
@@ -154,7 +154,7 @@ class Expectations:
         return out
 
     def patched(self, limit_pairs: int | None) -> Expected | None:
-        from evprobe.experiments.patching import jobs_of, select_pairs
+        from evprobe.experiments.patching.job import jobs_of, select_pairs
 
         if self.items is None:
             return None

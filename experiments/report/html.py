@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 from evprobe.core.errors import InputError, OneLineWarning
-from evprobe.experiments.report_fold import fold_page, page_blocks
+from evprobe.experiments.report.fold import fold_page, page_blocks
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.45; }
@@ -115,13 +115,13 @@ def _anchor(page: str) -> str:
 
 def render_html(folder: Path, title: str, pages: list[str], explorer: str | None = None) -> str:
     """One HTML document of `pages` (file names in `folder`, page one first), then `explorer` (an HTML
-    section: experiments.report_explorer) when given."""
+    section: experiments.report.explorer) when given."""
     md = _renderer()
     names = set(pages)
     sections = []
     for n, page in enumerate(pages):
         text = (folder / page).read_text(encoding="utf-8")
-        # page one is already one figure and one table; a detail page is folded (experiments.report_fold)
+        # page one is already one figure and one table; a detail page is folded (experiments.report.fold)
         body = md.render(text) if n == 0 else fold_page(page_blocks(md, text))
         # links between pages become links between sections
         body = re.sub(r'href="([^"#]+\.md)"', lambda m: f'href="#{_anchor(m.group(1))}"'

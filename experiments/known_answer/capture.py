@@ -1,5 +1,5 @@
 """Known-answer readings of the capture itself at the planted row (layer m, last position); the list
-of checks and the fault each catches is experiments.known_answer's.
+of checks and the fault each catches is experiments.known_answer.checks's.
 
 - `group_readings`: the planted profile per system x initial-test group (initial test `mass` or
   another, the groups experiments.mutations flips). The plant is one direction for every system, so
@@ -19,7 +19,7 @@ of checks and the fault each catches is experiments.known_answer's.
 - `direction_check`: each direction stored at layer m (OUT/directions) projects the rows of the
   families it was not fitted on (its provenance lists its fit items) so that its label's positive
   class ranks above the negatives (AUROC >= DECODE_FLOOR), on every held-out family of the bench
-  (the expected n, experiments.known_answer_n). Before it, a direction's sign was read by steering
+  (the expected n, experiments.known_answer.counts). Before it, a direction's sign was read by steering
   alone.
 """
 
@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.experiments.known_answer_n import Expectations, Expected, n_problems
-from evprobe.experiments.known_answer_row import check_row
+from evprobe.experiments.known_answer.counts import Expectations, Expected, n_problems
+from evprobe.experiments.known_answer.rows import check_row
 
 GROUP_COSINE = 0.70
-DECODE_FLOOR = 0.90  # every AUROC gate of the suite (experiments.known_answer imports it)
+DECODE_FLOOR = 0.90  # every AUROC gate of the suite (experiments.known_answer.checks imports it)
 N_BOOT = 200
 SEED = 20260905
 

@@ -27,10 +27,10 @@ from evprobe.bench.protocols import build_prompt
 from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.core.errors import InputError
 from evprobe.core.jobs import read_meta
-from evprobe.experiments.known_answer_n import Expected, n_problems
+from evprobe.experiments.known_answer.counts import Expected, n_problems
 from evprobe.core.estimate_text import estimate_text
-from evprobe.experiments.known_answer_row import check_row
-from evprobe.experiments.patching import RESULTS_FILE, PatchingJob, read_results
+from evprobe.experiments.known_answer.rows import check_row
+from evprobe.experiments.patching.job import RESULTS_FILE, PatchingJob, read_results
 
 PARTS = ("image_first", "image_rest")
 SPAN_HIGH = 0.95

@@ -58,7 +58,7 @@ from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_
 from evprobe.experiments.capture import check_layer_spec, images_sha256, parse_layers, question_marker
 from evprobe.core.flags import HELP, setting
 from evprobe.experiments.own_data.patching import MIN_GAP, aggregate, patch_row
-from evprobe.experiments.patching_figures import head_heatmap_png, heatmap_png
+from evprobe.experiments.patching.figures import head_heatmap_png, heatmap_png
 from evprobe.experiments.config import (add_experiment_parser, check_loading_keys, check_positive, experiment_config,
                                         resolve_model_flag)
 

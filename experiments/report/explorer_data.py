@@ -4,7 +4,7 @@ One `Pair` per matched image pair (bench `image_pair_id`: the two base selection
 layout and differ in history, hence in whether the evidence suffices; patching patches the same
 pairs), each member with its sheets, its unsteered reply from the run's records.jsonl, its
 cross-fitted probe margin and its steered outcome at each layer x dose of the dose-response run.
-Inputs are found the way experiments.report finds parts (`**/dose_response.md`, `**/patching.md`)
+Inputs are found the way experiments.report.build finds parts (`**/dose_response.md`, `**/patching.md`)
 and then through the paths the results' own meta.json records (`bench`, `directions_folder`, the
 directions' `captures`). Nothing here writes a file.
 """
@@ -96,7 +96,7 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def _found(roots: list[Path], name: str) -> list[Path]:
-    """Folders holding `name` under the roots, as experiments.report finds parts (report folders skipped)."""
+    """Folders holding `name` under the roots, as experiments.report.build finds parts (report folders skipped)."""
     out: list[Path] = []
     for root in roots:
         for md in sorted(Path(root).rglob(name)):

@@ -12,7 +12,7 @@ a generated token's). A training-only head read the right option's meaning there
 the checkpoint's organism.json) and writes OUT/known_answer.json and OUT/known_answer.md. Every number
 comes with its interval and n, and every check states the n it expects (its target) and fails when it
 reads fewer or more: counted from OUT/bench and what each stage was asked to do, never from the file
-checked (experiments.known_answer_n), so a shard never merged fails instead of passing on half the
+checked (experiments.known_answer.counts), so a shard never merged fails instead of passing on half the
 families. Each check below names the faults that it catches in
 tests/experiments/test_known_answer_mutations.py (the README's fault x check table):
 
@@ -24,7 +24,7 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   on, it differs within every pair; at (m, last) the grouped-CV AUROC is >= 0.90 with its interval's
   low end >= 0.80, on every labelled row of the capture. The nested estimate (layer and position
   chosen without test labels) is shown beside it, never the test-fold maximum. And each system x
-  initial-test group at (m, last) agrees with the others (experiments.known_answer_capture): its
+  initial-test group at (m, last) agrees with the others (experiments.known_answer.capture): its
   class-mean difference at cosine >= 0.70 with the other groups' pooled one, and a probe trained on
   the other groups scores it at AUROC >= 0.90. Catches: the capture's layers off by one, families
   leaking across the folds, a wrong label (2 of 6 groups, or every mass-initial family: pooled, both
@@ -33,7 +33,7 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   system's (disjoint families, all of them) at AUROC >= 0.90 (probes.transfer, kind "system"): the
   planted head reads one "stop" class for all systems. Catches: both wrong labels, the capture off by
   one, half the families missing.
-- stored directions point to their class (OUT/directions and the capture; known_answer_capture): at
+- stored directions point to their class (OUT/directions and the capture; known_answer.capture): at
   layer m each stored direction's projection ranks its label's positive class first on every family
   it was not fitted on (AUROC >= 0.90). Catches: a direction's sign flipped (before, steering alone
   did), a random direction, both wrong labels, half the families missing.
@@ -67,7 +67,7 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   reported: the first layer where the last position carries IIA >= 0.5 is where the decision has
   reached it. Catches: patching the wrong layer (off by one: IIA alone is the same at layers 0 and 1,
   the exact no-change is not) and patching positions off by one (experiments/mutations.py).
-- partial image-span patching (patching results.jsonl; experiments.known_answer_span): each sheet is a
+- partial image-span patching (patching results.jsonl; experiments.known_answer.span): each sheet is a
   span of two image tokens, its reading's block and its offset; before layer k, patching only the block
   or only the offset gives a hybrid reading whose answer the causal model (organism.causal) knows:
   >= 0.95 agreement, with both predicted flips and predicted stays present. Catches: image tokens
@@ -82,16 +82,16 @@ from typing import Any
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
-from evprobe.experiments.known_answer_capture import (DECODE_FLOOR, GROUP_COSINE, direction_check, group_problems,
+from evprobe.experiments.known_answer.capture import (DECODE_FLOOR, GROUP_COSINE, direction_check, group_problems,
                                                       group_readings)
-from evprobe.experiments.known_answer_n import Expectations, Expected, n_problems
-from evprobe.experiments.known_answer_row import check_row
-from evprobe.experiments.known_answer_span import image_span_check, span_outcomes
-from evprobe.experiments.known_answer_steering import generated_check, steering_checks, steered_expected
+from evprobe.experiments.known_answer.counts import Expectations, Expected, n_problems
+from evprobe.experiments.known_answer.rows import check_row
+from evprobe.experiments.known_answer.span import image_span_check, span_outcomes
+from evprobe.experiments.known_answer.steering import generated_check, steering_checks, steered_expected
 
 MIN_COST_FLOOR = 0.95
 PAIRS_FLOOR = 0.90
-# DECODE_FLOOR (known_answer_capture): AUROC 0.90 at the planted row, each transfer cell, each group, each direction
+# DECODE_FLOOR (known_answer.capture): AUROC 0.90 at the planted row, each transfer cell, each group, each direction
 DECODE_LOW_END = 0.80  # the planted row's interval must not reach below this
 CHANCE = 0.55  # an AUROC at most this, or whose interval reaches 0.5, is at chance
 IIA_HIGH, IIA_LOW = 0.95, 0.05
@@ -150,7 +150,7 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected:
                   groups: list[dict[str, Any]] | None) -> dict[str, Any]:
     """Chance before the planted layer k, identical last states there; varying from k; decodable at m,
     pooled (the sweep, on every labelled row of the capture: `expected`) and in each system x
-    initial-test group with the sign of the others (`groups`: known_answer_capture.group_readings)."""
+    initial-test group with the sign of the others (`groups`: known_answer.capture.group_readings)."""
     title = "planted layer profile"
     k, m = plant["attention_free_layers"], plant["aux_layer"]
     target = (f"L0-L{k - 1}: every position at chance, the last position identical within every pair; "
@@ -359,7 +359,7 @@ def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[
 def markdown(result: dict[str, Any]) -> str:
     mark = {True: "pass", False: "**FAIL**", None: "not run"}
     lines = ["# Known-answer checks", "",
-             "Targets for a model whose answer and its place are known (experiments/known_answer.py says how each "
+             "Targets for a model whose answer and its place are known (experiments/known_answer/checks.py says how each "
              "is read and which fault each catches). Planted: no position reads another before layer "
              f"{result['plant']['attention_free_layers']}; sufficiency is read out at the answer position (ANSWER:) "
              f"after layer {result['plant']['aux_layer']} of {result['plant']['n_layers']}.", "",

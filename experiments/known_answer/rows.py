@@ -1,5 +1,5 @@
-"""One known-answer check as a row (`check_row`): the shape experiments.known_answer and
-experiments.known_answer_steering write into known_answer.json/.md."""
+"""One known-answer check as a row (`check_row`): the shape experiments.known_answer.checks and
+experiments.known_answer.steering write into known_answer.json/.md."""
 
 from __future__ import annotations
 
