@@ -41,7 +41,6 @@ written pages would stay resident and make memory grow with the number of items)
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import warnings
 from collections.abc import Sequence
@@ -53,13 +52,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from evprobe.bench.items import Item, item_units
-from evprobe.bench.manifest import META_FILE, load_item_images, read_items, resolve_image
+from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.manifest import read_meta as read_bench_meta
 from evprobe.core.capture_schema import INDEX_OPTIONAL_DEFAULTS
 from evprobe.core.errors import InputError
 from evprobe.core.flags import HELP, add_config_arguments, setting
 from evprobe.core.jobs import SHARD_FREE, Job, Unit, batches, read_meta, run_job
-from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
+from evprobe.experiments.pins import images_sha256, input_pins, sha256_text
 from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, select_items
 from evprobe.core.shard import Shard, select_shard
 from evprobe.experiments.capture_store import ACTS_FILE, ACTS_KEY, CaptureRows
@@ -200,25 +200,6 @@ def check_positions(positions: Sequence[str]) -> list[str]:
         raise ValueError(f"--positions: {err}") from None
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def images_sha256(bench: Path, items: Sequence[Item]) -> tuple[str, int]:
-    """sha256 of the sorted 'path sha256' lines of every image the items use, and their count."""
-    paths = sorted({rel for it in items for rel in it.images})
-    lines = [f"{rel} {_sha256_file(resolve_image(bench, rel))}" for rel in paths]
-    return sha256_text("\n".join(lines)), len(paths)
-
-
 def _chat_template_sha256(handle: Handle) -> str | None:
     template = getattr(handle.processor, "chat_template", None) or getattr(handle.tokenizer, "chat_template", None)
     if template is None:
@@ -357,12 +338,10 @@ class CaptureJob(Job):
 
     @cached_property
     def input_pins(self) -> dict[str, Any]:
-        """Hashed once (pinned() is asked before and after open()): the prompt template text
-        (bench.protocols.prompt_template_sha256) and the model's files (hooks.fingerprint)."""
-        from evprobe.hooks.fingerprint import model_fingerprint
-
+        """Hashed once (pinned() is asked before and after open()): the prompt template text and the
+        model's files (experiments.pins; the images are pinned in __init__, with their count)."""
         c = self.config
-        return {"prompt_template_sha256": prompt_template_sha256(c.protocol, c.regime), **model_fingerprint(c.model)}
+        return input_pins(c.model, templates=(c.protocol, c.regime))
 
     def meta(self) -> dict[str, Any]:
         from evprobe.hooks.capture import POSITION_RULES

@@ -17,7 +17,6 @@ import numpy as np
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.bench.manifest import read_items, read_meta
-from evprobe.bench.protocols import prompt_template_sha256
 from evprobe.core.errors import InputError
 from evprobe.experiments.config import ConfigError, ModelConfig, as_dict, load_model_config
 from evprobe.experiments.dose_controls import ControlDirection, control_directions, controls_record
@@ -255,8 +254,8 @@ def conditions_for(layers: Sequence[int], alphas: Sequence[float], n_random: int
 def make_plan(config: DoseResponseConfig) -> Plan:
     """Check the config against the files it names (model config, benchmark, directions, layers)
     and fix the items and conditions. Loads no model; every problem is a one-line error."""
-    from evprobe.experiments.capture import images_sha256
-    from evprobe.hooks.fingerprint import check_fitted_on, model_fingerprint
+    from evprobe.experiments.pins import input_pins
+    from evprobe.hooks.fingerprint import check_fitted_on
     from evprobe.hooks.steer import random_directions
 
     model = load_model_config(config.model)
@@ -317,9 +316,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         "max_new_tokens": model.max_new_tokens_direct if "generate" in config.readouts else None,
         # the direct protocol's prompt text, every image of the benchmark (limit, systems and families
         # may grow the selection on a rerun) and the model's files; dose_response adds what the loaded model tells
-        "prompt_template_sha256": prompt_template_sha256("direct", config.regime),
-        "images_sha256": images_sha256(bench, every_item)[0],
-        **model_fingerprint(model.model),
+        **input_pins(model.model, templates=("direct", config.regime), images=(bench, every_item)),
         # level 0 is pinned as None, so a folder written before levels existed resumes at level 0 and
         # any other level is refused there (core.jobs.check_pinned: an absent key matches only None)
         "injection": config.injection or None,

@@ -190,9 +190,9 @@ class DoseResponseJob(Job):
         check_layers(self.plan, self.recorded)
         out = dict(self.plan.pinned)
         if self.handle is not None:  # after open(): what only the loaded model tells
-            from evprobe.hooks.fingerprint import loaded_fingerprint
+            from evprobe.experiments.pins import loaded_pins
 
-            out.update(loaded_fingerprint(self.handle))
+            out.update(loaded_pins(self.handle))
         return out
 
     def meta(self) -> dict[str, Any]:

@@ -87,7 +87,7 @@ from evprobe.bench.manifest import load_item_images, read_items, read_meta
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.lock import folder_lock
 from evprobe.core.shard import Shard, shard_of_ids
-from evprobe.bench.protocols import GUIDED, build_prompt, prompt_template_sha256
+from evprobe.bench.protocols import GUIDED, build_prompt
 from evprobe.experiments.config import (
     ConfigError,
     ModelConfig,
@@ -416,22 +416,20 @@ class GatingJob(Job):
                "guided_text": GUIDED, "positions": "all", "protocol": "direct",
                "attn_implementation": plan.model.attn_implementation, **self.input_pins}
         if self.handle is not None:  # after open(): what only the loaded model tells
-            from evprobe.hooks.fingerprint import loaded_fingerprint
+            from evprobe.experiments.pins import loaded_pins
 
-            out.update(loaded_fingerprint(self.handle))
+            out.update(loaded_pins(self.handle))
         return out
 
     @cached_property
     def input_pins(self) -> dict[str, Any]:
         """Hashed once (pinned() is asked before and after open()): the direct protocol's prompt text
         under both regimes, the images of the captured items (the captures pin that selection) and
-        the model's files (hooks.fingerprint)."""
-        from evprobe.experiments.capture import images_sha256
-        from evprobe.hooks.fingerprint import model_fingerprint
+        the model's files (experiments.pins)."""
+        from evprobe.experiments.pins import input_pins
 
-        return {"prompt_template_sha256": {r: prompt_template_sha256("direct", r) for r in REGIMES},
-                "images_sha256": images_sha256(self.plan.bench, self.plan.captured)[0],
-                **model_fingerprint(self.plan.model.model)}
+        return input_pins(self.plan.model.model, templates={r: ("direct", r) for r in REGIMES},
+                          images=(self.plan.bench, self.plan.captured))
 
     def meta(self) -> dict[str, Any]:
         return {**self.pinned(), "layer_choice": self.best,

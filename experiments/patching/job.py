@@ -48,14 +48,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from evprobe.bench.family import LETTERS as OPTION_LETTERS
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
-from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
-from evprobe.experiments.capture import check_layer_spec, images_sha256, parse_layers, question_marker
+from evprobe.experiments.capture import check_layer_spec, parse_layers, question_marker
+from evprobe.experiments.pins import input_pins, loaded_pins
 from evprobe.core.flags import HELP, setting
 from evprobe.experiments.own_data.patching import MIN_GAP, aggregate, patch_row
 from evprobe.experiments.patching.figures import head_heatmap_png, heatmap_png
@@ -215,22 +216,16 @@ class PatchingJob(Job):
         if c.site != "resid_post":  # pinned only when asked for: a resid_post folder's meta is as it was
             out["site"] = c.site
         if self.handle is not None:  # after open(): what only the loaded model tells
-            from evprobe.hooks.fingerprint import loaded_fingerprint
-
-            out.update(loaded_fingerprint(self.handle))
+            out.update(loaded_pins(self.handle))
         return out
 
     @cached_property
     def input_pins(self) -> dict[str, Any]:
-        """Hashed once (pinned() is asked before and after open()): the prompt template text
-        (bench.protocols.prompt_template_sha256), the images of the selected pairs (limit_pairs is
-        pinned) and the model's files (hooks.fingerprint)."""
-        from evprobe.hooks.fingerprint import model_fingerprint
-
+        """Hashed once (pinned() is asked before and after open()): the prompt template text, the
+        images of the selected pairs (limit_pairs is pinned) and the model's files (experiments.pins)."""
         c = self.config
-        return {"prompt_template_sha256": prompt_template_sha256(c.protocol, c.regime),
-                "images_sha256": images_sha256(self.bench, [it for pair in self.pairs for it in pair])[0],
-                **model_fingerprint(c.model)}
+        return input_pins(c.model, templates=(c.protocol, c.regime),
+                          images=(self.bench, [it for pair in self.pairs for it in pair]))
 
     def meta(self) -> dict[str, Any]:
         config = asdict(self.config)
