@@ -5,7 +5,13 @@ Each file's digest is the sha256 of its content with what legitimately varies be
 out: the output folder's own path, wall-clock fields ("seconds", throughput), and the throughput table
 rows of the run's scores; JSON floats are read to 9 significant digits and tensors to 6 decimals, so a
 different BLAS's last bits do not count. report.html is left out (it inlines the pages and figures that
-are digested, and a throughput table). Refresh after an intended change:
+are digested, and a throughput table). The digest holds for the kind of CPU it was recorded on: on an AMD
+EPYC machine (2026-12-03) unchanged main differs in 32 files (acts.npy, written as raw float16 bytes,
+and what is computed from the activations: sweep, directions, dose-response, patching and their report
+pages and figures; the records, the benchmark and the known-answer pages are the same), so a refactor is
+checked there by comparing a run of the old code with a run of the new one on the same machine
+(`digest` and `differences` of the two folders), and a digest entry is refreshed only for a file that
+is the same on both kinds. Refresh after an intended change:
 
     evprobe quickstart --out out/quickstart && python -m tests.quickstart_digest out/quickstart --write
 """
