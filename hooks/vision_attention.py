@@ -137,4 +137,7 @@ def set_vision_attention(handle: Handle, name: str) -> None:
     else:
         target = _STOCK.pop(model, "sdpa") if current == PACKED_IMPLEMENTATION else current
     if target != current:
-        model.set_attn_implementation({"vision_config": target})
+        # Set on the vision config itself, not through model.set_attn_implementation: from transformers
+        # 5.25 that treats any name holding "flash" as a hub kernel to fetch (and fails offline), while
+        # the vision modules read config._attn_implementation at every forward (tested on 5.24 and 5.25).
+        vision._attn_implementation = target

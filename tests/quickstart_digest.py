@@ -2,7 +2,8 @@
 (tests/test_readme.py compares it with tests/data/quickstart_digest.json).
 
 Each file's digest is the sha256 of its content with what legitimately varies between two runs taken
-out: the output folder's own path, wall-clock fields ("seconds", throughput), and the throughput table
+out: the output folder's own path, wall-clock fields ("seconds", throughput), the library versions a
+capture records, and the throughput table
 rows of the run's scores; JSON floats are read to 9 significant digits and tensors to 6 decimals, so a
 different BLAS's last bits do not count. report.html is left out (it inlines the pages and figures that
 are digested, and a throughput table). The digest holds for the kind of CPU it was recorded on: on an AMD
@@ -27,6 +28,9 @@ from typing import Any
 
 DIGEST_FILE = Path(__file__).parent / "data" / "quickstart_digest.json"
 TIMING_KEYS = {"seconds", "items_per_second", "generated_tokens_per_s", "tokens_per_second"}
+# What a capture's meta.json records of the environment (library versions): not an output of the job;
+# a transformers release changes it and nothing the job computed.
+ENVIRONMENT_KEYS = {"versions"}
 LEFT_OUT = {"report/report.html", ".evprobe.lock"}
 # | backend | sessions | calls | prompt tokens | generated tokens | seconds in calls | generated tokens/s | ...
 THROUGHPUT_ROW = re.compile(r"^\| \S+ \| \d+ \| \d+ \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \|.*$", re.M)
@@ -36,7 +40,8 @@ TEXT = {".json", ".jsonl", ".md", ".csv", ".txt", ".yaml", ".js", ".svg"}
 def _canonical(value: Any, parent: dict[str, Any] | None = None) -> Any:
     if isinstance(value, dict):
         return {k: _canonical(v, value) for k, v in value.items()
-                if k not in TIMING_KEYS and not (k == "sha256" and "file" in value)}  # a hash of a file with timings
+                if k not in TIMING_KEYS | ENVIRONMENT_KEYS
+                and not (k == "sha256" and "file" in value)}  # a hash of a file with timings
     if isinstance(value, list):
         return [_canonical(v) for v in value]
     if isinstance(value, float):

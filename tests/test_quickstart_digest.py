@@ -31,3 +31,14 @@ def test_paths_and_timings_do_not_count_values_do(tmp_path: Path) -> None:
     (e / "run" / "extra.md").write_text("x")
     (e / "run" / "records.jsonl").unlink()
     assert differences(digest(e), base) == ["new file run/extra.md", "missing file run/records.jsonl"]
+
+
+def test_library_versions_do_not_count_the_capture_record_does(tmp_path: Path) -> None:
+    def meta(folder: Path, transformers: str, layers: list[int]) -> dict[str, str]:
+        (folder / "acts").mkdir(parents=True)
+        (folder / "acts" / "meta.json").write_text(json.dumps({"layers": layers, "versions": {"transformers": transformers}}))
+        return digest(folder)
+
+    base = meta(tmp_path / "a", "5.24.0", [0, 1])
+    assert differences(meta(tmp_path / "b", "5.25.0", [0, 1]), base) == []  # a release is not an output
+    assert differences(meta(tmp_path / "c", "5.24.0", [0, 2]), base) == ["changed acts/meta.json"]
