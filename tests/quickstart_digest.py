@@ -6,15 +6,25 @@ out: the output folder's own path, wall-clock fields ("seconds", throughput), th
 capture records, and the throughput table
 rows of the run's scores; JSON floats are read to 9 significant digits and tensors to 6 decimals, so a
 different BLAS's last bits do not count. report.html is left out (it inlines the pages and figures that
-are digested, and a throughput table). The digest holds for the kind of CPU it was recorded on: on an AMD
-EPYC machine (2026-12-03) unchanged main differs in 32 files (acts.npy, written as raw float16 bytes,
-and what is computed from the activations: sweep, directions, dose-response, patching and their report
-pages and figures; the records, the benchmark and the known-answer pages are the same), so a refactor is
-checked there by comparing a run of the old code with a run of the new one on the same machine
-(`digest` and `differences` of the two folders), and a digest entry is refreshed only for a file that
-is the same on both kinds. Refresh after an intended change:
+are digested, and a throughput table).
+
+Floating point is not the same on every kind of CPU: acts.npy is written as raw float16 bytes, and what
+is computed from the activations (sweep, directions, dose-response, patching and their report pages and
+figures) differs in 32 files between the two kinds measured (the machine the digest was first recorded
+on, and an AMD EPYC with AVX-512, 2026-12-03, where CI also ran that day); the records, the benchmark
+and the known-answer pages are the same on both. So an entry is one digest, or the list of digests
+main gave on each kind measured, and a file passes when it equals one of them. An entry is refreshed
+only with what is measured: after an intended change, rewrite the entries (the alternatives of a
+file that did not change are kept):
 
     evprobe quickstart --out out/quickstart && python -m tests.quickstart_digest out/quickstart --write
+
+and, on a new kind of machine, with main unchanged, add its values as alternatives:
+
+    evprobe quickstart --out out/quickstart && python -m tests.quickstart_digest out/quickstart --add-machine
+
+A refactor on a machine whose values are not recorded is checked by comparing a run of the old code
+with a run of the new one there (`digest` and `differences` of the two folders).
 """
 
 from __future__ import annotations
@@ -92,20 +102,47 @@ def digest(folder: Path, given_as: str | None = None) -> dict[str, str]:
     return out
 
 
-def differences(found: dict[str, str], expected: dict[str, str]) -> list[str]:
+def accepted(entry: str | list[str]) -> list[str]:
+    """The digests an entry accepts: one, or one per kind of machine measured."""
+    return [entry] if isinstance(entry, str) else list(entry)
+
+
+def differences(found: dict[str, str], expected: dict[str, str | list[str]]) -> list[str]:
     return ([f"new file {p}" for p in sorted(found.keys() - expected.keys())]
             + [f"missing file {p}" for p in sorted(expected.keys() - found.keys())]
-            + [f"changed {p}" for p in sorted(found.keys() & expected.keys()) if found[p] != expected[p]])
+            + [f"changed {p}" for p in sorted(found.keys() & expected.keys()) if found[p] not in accepted(expected[p])])
+
+
+def rewritten(found: dict[str, str], expected: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+    """--write: a file whose digest is still accepted keeps its entry (and every machine's value);
+    a changed or new file gets what was found."""
+    return {p: expected[p] if p in expected and d in accepted(expected[p]) else d for p, d in found.items()}
+
+
+def with_machine(found: dict[str, str], expected: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+    """--add-machine: the same files, each value found here added to the ones already accepted."""
+    if found.keys() != expected.keys():
+        raise SystemExit("the files differ from the recorded ones (" + "; ".join(differences(found, expected)[:5])
+                         + "): a new machine's values are added only for unchanged main")
+    out: dict[str, str | list[str]] = {}
+    for p, d in found.items():
+        values = accepted(expected[p])
+        out[p] = values[0] if values == [d] else sorted(set(values) | {d}, key=lambda v: (v != values[0], v))
+    return out
 
 
 if __name__ == "__main__":
     folder = Path(sys.argv[1])
     found = digest(folder, sys.argv[1])
-    if "--write" in sys.argv:
+    expected = json.loads(DIGEST_FILE.read_text()) if DIGEST_FILE.exists() else {}
+    if "--write" in sys.argv or "--add-machine" in sys.argv:
+        entries = with_machine(found, expected) if "--add-machine" in sys.argv else rewritten(found, expected)
         DIGEST_FILE.parent.mkdir(exist_ok=True)
-        DIGEST_FILE.write_text(json.dumps(found, indent=0, sort_keys=True) + "\n")
-        print(f"wrote {len(found)} digests to {DIGEST_FILE}")
+        tmp = DIGEST_FILE.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entries, indent=0, sort_keys=True) + "\n")
+        tmp.replace(DIGEST_FILE)
+        print(f"wrote {len(entries)} entries to {DIGEST_FILE}")
     else:
-        diff = differences(found, json.loads(DIGEST_FILE.read_text()))
+        diff = differences(found, expected)
         print("\n".join(diff) or f"all {len(found)} files as recorded")
         sys.exit(1 if diff else 0)

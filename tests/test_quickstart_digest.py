@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
-from tests.quickstart_digest import differences, digest
+import pytest
+
+from tests.quickstart_digest import DIGEST_FILE, accepted, differences, digest, rewritten, with_machine
 
 
 def _write(folder: Path, value: float, seconds: float, tensor: np.ndarray) -> Path:
@@ -42,3 +44,34 @@ def test_library_versions_do_not_count_the_capture_record_does(tmp_path: Path) -
     base = meta(tmp_path / "a", "5.24.0", [0, 1])
     assert differences(meta(tmp_path / "b", "5.25.0", [0, 1]), base) == []  # a release is not an output
     assert differences(meta(tmp_path / "c", "5.24.0", [0, 2]), base) == ["changed acts/meta.json"]
+
+
+def test_an_entry_accepts_each_machine_kinds_value_and_no_other() -> None:
+    """A machine-dependent file is recorded as the list of what main gave on each kind of CPU measured:
+    any of them passes, a third value fails."""
+    expected = {"acts/acts.npy": ["aaaa", "bbbb"], "run/records.jsonl": "cccc"}
+    assert differences({"acts/acts.npy": "bbbb", "run/records.jsonl": "cccc"}, expected) == []
+    assert differences({"acts/acts.npy": "aaaa", "run/records.jsonl": "cccc"}, expected) == []
+    assert differences({"acts/acts.npy": "dddd", "run/records.jsonl": "cccc"}, expected) == ["changed acts/acts.npy"]
+    assert differences({"acts/acts.npy": "aaaa", "run/records.jsonl": "bbbb"}, expected) == ["changed run/records.jsonl"]
+
+
+def test_write_keeps_other_machines_values_only_for_unchanged_files() -> None:
+    expected = {"a": ["x1", "x2"], "b": ["y1", "y2"], "c": "z"}
+    assert rewritten({"a": "x2", "b": "y9", "c": "z", "d": "w"}, expected) == {"a": ["x1", "x2"], "b": "y9", "c": "z", "d": "w"}
+
+
+def test_a_new_machine_is_added_only_for_the_same_files() -> None:
+    expected = {"a": "x1", "b": ["y1", "y2"], "c": "z"}
+    assert with_machine({"a": "x3", "b": "y1", "c": "z"}, expected) == {"a": ["x1", "x3"], "b": ["y1", "y2"], "c": "z"}
+    with pytest.raises(SystemExit, match="new file d"):
+        with_machine({"a": "x1", "b": "y1", "c": "z", "d": "w"}, expected)
+
+
+def test_the_recorded_digest_lists_only_distinct_alternatives() -> None:
+    """An entry with alternatives holds two or more different values (a list of one would hide
+    nothing, a repeated value would be a copy, not a measurement)."""
+    entries = json.loads(DIGEST_FILE.read_text())
+    lists = {p: v for p, v in entries.items() if isinstance(v, list)}
+    assert lists and all(len(set(v)) == len(v) >= 2 for v in lists.values())
+    assert all(accepted(v) == [v] for v in entries.values() if isinstance(v, str))
