@@ -344,6 +344,8 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
             ),
         )
     )
+    if s.get("pecs_datasets"):
+        parts.append(_pecs_datasets_section(s["pecs_datasets"], s))
     coverage = s.get("coverage", {})
     if coverage:
         parts.append(
@@ -491,3 +493,28 @@ def _injection_section(injection: dict[str, Any]) -> str:
         "own intervals overlapping is not a test).",
         text,
     )
+
+
+def _pecs_datasets_section(section: dict[str, Any], s: dict[str, Any]) -> str:
+    """PECS per dataset, their equal-weight mean and the pooled values (bench.pecs)."""
+    title = "PECS per dataset (seed 002, Table 2 and appendix M)"
+    if "datasets" not in section:
+        return _section(title, f"Datasets: {section['dataset']}.", missing_text(section.get("reason")))
+    mean, datasets = section["equal_weight_mean"], section["datasets"]
+    table = [[name, pct(d["acc"]), pct(d["abs_rec"]), pct(d["false_abs"]), plain(d["j"]), plain(d["pecs"]),
+             plain(d["naive"])] for name, d in datasets.items()]
+    table.append(["equal-weight mean", pct(mean["acc"]), "", "", plain(mean["j"]), plain(mean["pecs"]),
+                 plain(mean["naive"])])
+    table.append(["pooled", pct(s.get("pecs_acc")), pct(s.get("pecs_abs_rec")), pct(s.get("pecs_false_abs")),
+                 plain(section["pooled_j"]), plain(s.get("pecs")), plain(section["pooled_naive"])])
+    zero = section["zero_boundary"]
+    named = f" ({', '.join(zero['datasets'])})" if zero["datasets"] else ""
+    note = (f"Datasets: {section['dataset']}. J = AbsRec - FalseAbs (Youden's J); PECS = Acc x max(0, J); "
+            "Acc x AbsRec is the naive product, blind to false abstention (appendix M.2). The equal-weight "
+            "mean averages the datasets on every resample, as seed 002 reports; the pooled row counts every "
+            "item once. A value every resample reproduces prints without an interval, saying why.\n\n"
+            f"zero boundary: {zero['count']} of {zero['of']} datasets{named} with J <= 0, so PECS = 0 "
+            "(appendix M.3)")
+    return _section(title, note, _table(["dataset", "Acc (%)", "AbsRec (%)", "FalseAbs (%)", "J", "PECS",
+                                         "Acc x AbsRec"], table))
+

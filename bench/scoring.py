@@ -49,6 +49,7 @@ from evprobe.core.bootstrap import (
     FamilyBootstrap,
     Resampled,
 )
+from evprobe.bench import pecs
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
 from evprobe.bench.level_differences import level_differences, paired_difference
@@ -526,7 +527,8 @@ def _score_set(
     out["resolved_and_correct"] = est[("policies", "model", "correct")]
     out["useful_test_supplied"] = est[("answers", "useful_test_supplied")]
     out["validity_select"] = est[("validity", "validity_select")]
-    out.update(_pecs(resampled))
+    out.pop(pecs.SECTION, None)  # rebuilt whole, in order, by pecs.estimates
+    out.update(pecs.estimates(resampled, est))
     out["choices"] = {**out.get("choices", {}), **_choice_counts(bench, replies)}
     out["hidden_alternatives"]["pairs"] = sum(1 for _ in _hidden_pairs(bench))
     out["variants"] = _variants(bench, replies, boot)
@@ -826,7 +828,7 @@ def _answer_measures(
             ("hidden_alternatives", "identical_response_rate"),
         ):
             tally.skip(key, NO_AFTER)
-    _pecs_parts(tally, bench, replies, present)
+    pecs.tally_parts(tally, bench, replies, present)
 
 
 def _hidden_pairs(bench: Bench):
@@ -838,39 +840,6 @@ def _hidden_pairs(bench: Bench):
             a, b = bench.items[a_id], bench.items[b_id]
             if a.images == b.images and not a.resolved and not b.resolved:
                 yield d, (a_id, b_id)
-
-
-def _pecs_parts(tally: Tally, bench: Bench, replies: Replies, present: dict[str, bool]) -> None:
-    """PECS components over answer_initial and answer_after_test records: controls are resolved
-    items, voids unresolved ones. Acc and FalseAbs have the controls as denominator, AbsRec the
-    voids; "undetermined" is the abstention."""
-    if not (present["answer_initial"] or present["answer_after_test"]):
-        for name in ("pecs_acc", "pecs_false_abs", "pecs_abs_rec"):
-            tally.skip((name,), "no answer records")
-        return
-    controls, voids = [], []
-    for item_id, answer in replies.decoded.items():
-        item = bench.items[item_id]
-        if item.request not in ANSWER_REQUESTS or item.variant is not None:
-            continue
-        fam = bench.family_of[item.family_id]
-        (controls if item.resolved else voids).append((fam, item, answer))
-    tally.rate(("pecs_acc",), ((f, a == it.reference_answer) for f, it, a in controls))
-    tally.rate(("pecs_false_abs",), ((f, a == "undetermined") for f, _, a in controls))
-    tally.rate(("pecs_abs_rec",), ((f, a == "undetermined") for f, _, a in voids))
-
-
-def _pecs(resampled: dict[Key, Resampled]) -> dict[str, Estimate]:
-    """PECS = Acc x max(0, AbsRec - FalseAbs), per resample; n = controls + voids."""
-    if ("pecs_acc",) not in resampled:
-        return {"pecs": Estimate.empty("no answer records")}
-    acc, abs_rec, false_abs = (
-        resampled[(k,)] for k in ("pecs_acc", "pecs_abs_rec", "pecs_false_abs")
-    )
-    pecs = FamilyBootstrap.combine(
-        lambda a, r, f: a * np.maximum(0.0, r - f), [acc, abs_rec, false_abs], acc.n + abs_rec.n
-    )
-    return {"pecs": pecs}
 
 
 # -- policies (Tables 7, 24-29) --------------------------------------------------------------------

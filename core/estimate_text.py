@@ -7,7 +7,8 @@ a `core.bootstrap.Estimate` or its JSON (`{"value", "ci", "n", ...}`):
   never negative), after `scale` (100 for percent) with `digits` decimals and an optional sign;
 - a value fixed by design (no sampling interval): `VALUE (fixed by design, n=N)`;
 - every unit identical (no spread to resample): `VALUE (identical in all N UNITS)`;
-- an interval that could not be computed: `VALUE [NA, NA] (n=N)`;
+- an interval that could not be computed: `VALUE [NA, NA] (n=N)`, or `VALUE (REASON, n=N)` when the
+  estimate says why there is none (a clamped score at its bound on every resample: bench.pecs);
 - an interval whose ends differ but would print alike at `digits` decimals (a tiny effect: a
   head's share of a gap, `[0.000, 0.000]`) gets more decimals, up to 9, until they print apart,
   so no interval is printed as a point unless it is one;
@@ -57,6 +58,8 @@ def estimate_text(e: Any, digits: int = 3, *, scale: float = 1.0, sign: bool = F
         return f"{value} ({FIXED_TEXT}" + (f", n={count})" if n else ")")
     if d.get("identical_units"):
         return f"{value} (identical in all {count} {units})"
+    if (lo is None or hi is None) and d.get("reason"):
+        return f"{value} ({d['reason']}" + (f", n={count})" if n and count is not None else ")")
     interval = f"[{MISSING}, {MISSING}]" if lo is None or hi is None else f"[{num(lo)}, {num(hi)}]"
     return f"{value} {interval}" + (f" (n={count})" if n and count is not None else "")
 

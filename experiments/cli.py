@@ -262,6 +262,9 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", metavar="RUN", type=Path, nargs="+",
                    help="run folders (--paired: A B, each a run folder or a folder of runs)")
     p.add_argument("--out", type=Path, default=None, help="also write the table to this Markdown file")
+    p.add_argument("--pecs-space", type=Path, default=None, metavar="PNG",
+                   help="also draw the runs in the PECS space (seed 002, Figure 3a) to this PNG: each run's "
+                        "equal-weight mean of Acc and J over its datasets, arrows between consecutive runs of one model")
     p.add_argument("--paired", action="store_true", help="B - A of two settings, paired on the same family resamples")
     p.add_argument("--bench", type=Path, default=None, help="--paired: benchmark folder (default: the one in run.json)")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="--paired: bootstrap resamples of whole families")
@@ -273,6 +276,13 @@ def _run_compare(args: argparse.Namespace) -> int:
     from evprobe.bench.repeats import is_runs_folder
     from evprobe.core.errors import InputError
 
+    if args.pecs_space is not None:  # checked before any run is scored
+        if args.pecs_space.suffix.lower() != ".png":
+            raise InputError(f"--pecs-space {args.pecs_space}: the figure is a PNG; give a path ending in .png")
+        folders = [run for run in args.runs if is_runs_folder(run)]
+        if folders:
+            raise InputError(f"--pecs-space draws run folders and {folders[0]} is a folder of runs; name its runs "
+                             f"({folders[0] / 'run-1'} ...)")
     if args.paired:
         if len(args.runs) != 2:
             raise InputError(f"--paired compares two settings, A B; got {len(args.runs)} folders")
@@ -292,6 +302,11 @@ def _run_compare(args: argparse.Namespace) -> int:
         from evprobe.core.files import atomic_write_bytes
 
         atomic_write_bytes(args.out, table.encode("utf-8"))
+    if args.pecs_space is not None:
+        from evprobe.experiments.pecs_space import write_runs_figure
+        from evprobe.experiments.scoring_io import load_scores
+
+        print(f"wrote {write_runs_figure([(run, load_scores(run)) for run in args.runs], args.pecs_space)}")
     return 0
 
 

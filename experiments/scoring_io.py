@@ -25,6 +25,7 @@ from evprobe.bench.records import RECORDS_FILE, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.score_report import compare_markdown, scores_markdown
 from evprobe.bench.scoring import score
+from evprobe.experiments.pecs_space import write_run_figure
 
 SCORES_JSON = "scores.json"
 SCORES_MD = "scores.md"
@@ -65,7 +66,8 @@ def run_meta(run_dir: Path) -> RunMeta:
 def score_run(
     run_dir: Path, bench: Path | None = None, *, n_boot: int = 2000, seed: int = 20260905
 ) -> tuple[dict[str, Any], str]:
-    """Score one run folder; writes RUN/scores.json and RUN/scores.md and returns both."""
+    """Score one run folder; writes RUN/scores.json, RUN/scores.md and RUN/pecs_space.png
+    (experiments.pecs_space) and returns the scores and the Markdown."""
     meta = run_meta(run_dir)
     with folder_lock(run_dir, "evprobe score"):  # one writer of RUN/scores.*; a run still writing RUN refuses it
         return _score_locked(run_dir, meta, bench, n_boot, seed)
@@ -91,8 +93,10 @@ def _score_locked(run_dir: Path, meta: RunMeta, bench: Path | None, n_boot: int,
     scores[SCORES_RECORDS_KEY] = {"file": RECORDS_FILE, "sha256": digest, "n_records": len(records)}
     title = f"{meta.model} ({meta.protocol}, {meta.regime})"
     markdown = scores_markdown(scores, title)
-    # scores.md first: scores.json, with the records hash, is the mark that both are written
+    # scores.md and the PECS-space figure first: scores.json, with the records hash, is the mark that all
+    # are written
     atomic_write_bytes(run_dir / SCORES_MD, markdown.encode("utf-8"))
+    write_run_figure(scores, run_dir)
     atomic_write_json(run_dir / SCORES_JSON, scores)
     return scores, markdown
 

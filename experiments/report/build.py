@@ -104,6 +104,10 @@ def _fresh_scores_md(path: Path) -> None:
 
 # What to look for in each kind of plot (by the PNG's stem up to its first dot), as its caption.
 CAPTIONS = {
+    "pecs_space": "Control accuracy against J = AbsRec - FalseAbs, one point per dataset (system) with their "
+                  "equal-weight mean and the pooled value, 95% intervals on both axes; grey curves are iso-PECS. "
+                  "Up and right is better; a point left of the dashed line (J <= 0) scores PECS 0 however "
+                  "accurate it is.",
     "sweep": "AUROC by layer and position with 95% intervals. Look for the layer where the curve leaves chance "
              "and rises above the control tasks; the nested estimate (chosen without test labels) is the number "
              "to quote, not the highest point.",

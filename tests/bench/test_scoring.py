@@ -28,7 +28,7 @@ REQUIRED = (
     "resolved_and_correct",
     "mean_cost",
     "validity_select",
-    "pecs",
+    "pecs",  # a perfect run: also its reason for having no interval (bench.pecs)
 )
 ANSWERS = ("answer_initial", "answer_after_test", "both_given")
 
@@ -139,7 +139,7 @@ def ref_scores(items: list[Item]) -> dict:
 def test_reference_scores_perfectly(ref_scores: dict) -> None:
     s = ref_scores
     for key in REQUIRED:
-        assert set(s[key]) == {"value", "ci", "n"}, key
+        assert set(s[key]) - {"reason"} == {"value", "ci", "n"}, key
     for key in (
         "min_cost_choice",
         "stop_if_enough",
@@ -157,7 +157,8 @@ def test_reference_scores_perfectly(ref_scores: dict) -> None:
         assert s[key]["value"] == 1.0 and hi == 1.0 and 0.8 < lo < 1.0, key
     # 576/576 over 144 families of 4: every family one unit, Clopper-Pearson 144/144
     assert s["min_cost_choice"]["ci"][0] == pytest.approx(0.025 ** (1 / 144), abs=1e-12)
-    assert s["pecs"]["value"] == 1.0 and s["pecs"]["ci"] == [1.0, 1.0]  # a product: percentiles
+    # a product of rates at their bounds, 1 x (1 - 0) on every resample: no interval, and why (bench.pecs)
+    assert s["pecs"] == {"value": 1.0, "ci": [None, None], "n": 5184, "reason": "the same on every family resample"}
     assert s["same_choice_image_pairs"]["value"] == 0.0  # the reference always switches
     # a cost mean is bounded (0 to the dearest price): never a point, even where every family agrees
     assert s["mean_cost"]["value"] == 0.5 and s["mean_cost"]["n"] == 576
@@ -512,17 +513,19 @@ FIXED = {("policies", rule, "mean_cost") for rule in
 
 def test_no_interval_of_a_perfect_run_is_a_point_unless_fixed_by_design(ref_scores: dict) -> None:
     """Every zero-width interval of the reference run is a value fixed by design (core.bootstrap):
-    the costs of the rules that read no replies. Two sample measures still keep their percentile
-    interval and print a point at a perfect run (listed so that the list can only shrink): PECS (a
-    product of rates at 1 x (1 - 0)) and the numeric block's mean log error (0 when every estimate
-    is exact)."""
-    known_points = {"pecs", "mean_log_error"}
+    the costs of the rules that read no replies. One sample measure still keeps its percentile
+    interval and prints a point at a perfect run (listed so that the list can only shrink): the
+    numeric block's mean log error (0 when every estimate is exact). PECS and its per-dataset parts
+    (products and differences of rates at 1 x (1 - 0)) print no interval and say why (bench.pecs)."""
+    known_points = {"mean_log_error"}
     fixed, points = set(), set()
     for key, est in estimates(ref_scores):
         if est["value"] is None:
             continue
         if est.get("fixed_by_design"):
             fixed.add(key)
+        elif est["ci"][0] is None:
+            assert est["reason"], key  # no interval only with why (bench.pecs)
         elif est["ci"][1] <= est["ci"][0]:
             points.add(key)
     assert fixed == FIXED
@@ -531,7 +534,8 @@ def test_no_interval_of_a_perfect_run_is_a_point_unless_fixed_by_design(ref_scor
     assert "| Random test | 75.0 [" in text and "1.25 (fixed by design, n=576)" in text
     assert "[1.25, 1.25]" not in text and "[0.00, 0.00]" not in text and "[2.00, 2.00]" not in text
     printed = {m.group(0) for m in re.finditer(POINT, text)}
-    assert printed <= {"[1.000, 1.000]", "[0.000, 0.000]"}, printed  # PECS and the mean log error only
+    assert printed <= {"[0.000, 0.000]"}, printed  # the mean log error only
+    assert "1.000 (the same on every family resample, n=5184)" in text
 
 
 def test_no_interval_of_an_imperfect_run_is_a_point(items: list[Item], random_run: list[Record]) -> None:
@@ -543,7 +547,7 @@ def test_no_interval_of_an_imperfect_run_is_a_point(items: list[Item], random_ru
     s = score(items, records, n_boot=300)
     for key, est in estimates(s):
         if est["value"] is not None and not est.get("fixed_by_design"):
-            assert est["ci"][1] > est["ci"][0], key
+            assert est["ci"][1] > est["ci"][0] if est["ci"][0] is not None else est["reason"], key
     assert {key for key, est in estimates(s) if est.get("fixed_by_design")} == FIXED
     text = scores_markdown(s, "random")
     assert re.search(POINT, text) is None and "(fixed by design, n=576)" in text

@@ -1,0 +1,178 @@
+"""PECS, the Penalized Epistemic Calibration Score of seed 002 (section 3.4, appendix M), pooled and
+per dataset.
+
+PECS = Acc x max(0, AbsRec - FalseAbs): Acc and FalseAbs over the controls (resolved items: correct,
+and abstained on), AbsRec over the voids (unresolved items: abstained on); "undetermined" is the
+abstention, and a reply the parser could not read stays in every denominator (it is neither correct
+nor an abstention). J = AbsRec - FalseAbs is Youden's J, unclamped.
+
+Seed 002 computes PECS per dataset and averages the datasets with equal weight (its Table 2; the
+pooled value "differs slightly", appendix M). Its datasets are (void type, regime) splits. A run of
+evprobe has one regime and one kind of void (evidence that leaves the outcome undetermined), so here
+a dataset is a physical system (sliding, bouncing, spring: each family belongs to one); a folder of
+runs in several regimes is compared with `evprobe compare`. Per dataset this module reports Acc,
+AbsRec, FalseAbs, J, PECS and the naive product Acc x AbsRec (appendix M.2, which ignores false
+abstention), and over datasets the equal-weight mean of each, the pooled naive product, and the
+zero-boundary count (appendix M.3: datasets whose observed J <= 0, so PECS = 0).
+
+Every interval is the family bootstrap's, on the same resamples as the run's other measures (a
+function of measures is evaluated on every resample: `FamilyBootstrap.combine`), so differences and
+means are paired. A mean of clamped values is biased up where the truth sits at the clamp (every
+dataset's J = 0 gives PECS 0, but a resample's mean is 0 only when every dataset's J is at or below
+0), so the percentile interval of the equal-weight mean of PECS misses a zero truth. Where some
+dataset's J interval reaches 0 (the clamp may be active), its lower end is therefore the lower of the
+percentile's and the projection's: PECS is non-decreasing in each dataset's
+Acc and J, so with every one of the 2k coordinates at its one-sided (2.5 / 2k)% bootstrap percentile
+(Bonferroni), the mean of Acc x max(0, J) at those bounds is a lower bound that holds with the
+coordinates'. Measured in benchmarks/coverage_pecs.py. A PECS whose J is at or below zero on every resample has no sampling spread left
+after the clamp, and a perfect run's J and PECS are 1 on every resample: such a value is reported
+with no interval and the reason (`VALUE (REASON, n=N)`), never as a zero-width interval; its parts
+(rates, whose intervals are never points) keep theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from evprobe.core.bootstrap import (
+    LEVEL,
+    Estimate,
+    FamilyBootstrap,
+    Resampled,
+    percentile_interval,
+)
+from evprobe.core.decimals import fixed
+
+if TYPE_CHECKING:
+    from evprobe.bench.scoring import Bench, Key, Replies, Tally
+
+ABSTAIN = "undetermined"
+# the answer requests PECS reads (bench.scoring.ANSWER_REQUESTS; both_given is a variant protocol's)
+ANSWER_REQUESTS = ("answer_initial", "answer_after_test")
+PARTS = ("acc", "abs_rec", "false_abs")
+POOLED = {"acc": "pecs_acc", "abs_rec": "pecs_abs_rec", "false_abs": "pecs_false_abs"}
+SECTION = "pecs_datasets"
+DATASET = ("system: a run has one regime and one kind of void, so its datasets are the physical systems "
+           "(each family belongs to one)")
+NO_ANSWERS = "no answer records"
+ALPHA = 100.0 - LEVEL  # percent outside a 95% interval
+
+
+def pecs_value(acc: Any, abs_rec: Any, false_abs: Any) -> Any:
+    """Acc x max(0, AbsRec - FalseAbs), elementwise (scalars or resample arrays)."""
+    return acc * np.maximum(0.0, abs_rec - false_abs)
+
+
+def tally_parts(tally: Tally, bench: Bench, replies: Replies, present: dict[str, bool]) -> None:
+    """Acc, FalseAbs (controls) and AbsRec (voids) over answer_initial and answer_after_test records,
+    pooled and per system."""
+    if not (present["answer_initial"] or present["answer_after_test"]):
+        for name in POOLED.values():
+            tally.skip((name,), NO_ANSWERS)
+        return
+    controls, voids = [], []
+    for item_id, answer in replies.decoded.items():
+        item = bench.items[item_id]
+        if item.request not in ANSWER_REQUESTS or item.variant is not None:
+            continue
+        fam = bench.family_of[item.family_id]
+        (controls if item.resolved else voids).append((fam, item, answer))
+    # a system whose items have no answer records (a --limit run) has no dataset; an empty
+    # denominator within a listed system is reported empty, as any rate
+    systems = list(dict.fromkeys(it.system for _, it, _ in (*controls, *voids)))
+    for system, prefix in [(None, None), *((s, (SECTION, "datasets", s)) for s in systems)]:
+        c = [u for u in controls if system is None or u[1].system == system]
+        v = [u for u in voids if system is None or u[1].system == system]
+        key = (lambda part: (POOLED[part],)) if prefix is None else (lambda part, p=prefix: (*p, part))
+        tally.rate(key("acc"), ((f, a == it.reference_answer) for f, it, a in c))
+        tally.rate(key("false_abs"), ((f, a == ABSTAIN) for f, _, a in c))
+        tally.rate(key("abs_rec"), ((f, a == ABSTAIN) for f, _, a in v))
+
+
+SAME = "the same on every family resample"
+AT_ZERO = "J <= 0 on every family resample"
+
+
+def _combined(fn: Any, parts: Sequence[Resampled], n: int, *, pecs: bool = False) -> Estimate:
+    """`FamilyBootstrap.combine`, but a value that every resample reproduces (each part at its bound:
+    a perfect run's J and PECS, or a PECS clamped to 0) gets no interval and says why, instead of a
+    zero-width one."""
+    est = FamilyBootstrap.combine(fn, parts, n)
+    if est.value is None or est.ci[0] is None or est.ci[0] != est.ci[1]:
+        return est
+    with np.errstate(invalid="ignore"):
+        draws = np.asarray(fn(*[p.draws for p in parts]), dtype=float)
+    kept = draws[~np.isnan(draws)]
+    share = float(np.mean(kept == est.value))
+    why = SAME if share == 1.0 else f"{fixed(100 * share, 1)}% of family resamples give this value"
+    if pecs and est.value == 0.0:
+        _, abs_rec, false_abs = parts
+        j = abs_rec.draws - false_abs.draws
+        if abs_rec.value - false_abs.value <= 0.0 and np.all(j[~np.isnan(j)] <= 0.0):
+            why = AT_ZERO
+    return Estimate(est.value, (None, None), n, reason=why)
+
+
+def estimates(resampled: dict[Key, Resampled], est: dict[Key, Estimate]) -> dict[str, Any]:
+    """The pooled PECS (headline) and the per-dataset section, from the tallied parts (`resampled`)
+    and their estimates (`est`: a rate's interval is the hull with its cluster interval)."""
+    if (POOLED["acc"],) not in resampled:
+        return {"pecs": Estimate.empty(NO_ANSWERS), SECTION: {"dataset": DATASET, "reason": NO_ANSWERS}}
+    pooled = [resampled[(POOLED[p],)] for p in PARTS]
+    n_pooled = pooled[0].n + pooled[1].n
+    systems = list(dict.fromkeys(k[2] for k in resampled if k[:2] == (SECTION, "datasets")))
+    datasets: dict[str, dict[str, Any]] = {}
+    per: dict[str, list[Resampled]] = {}
+    for system in systems:
+        parts = [resampled[(SECTION, "datasets", system, p)] for p in PARTS]
+        acc, abs_rec, false_abs = parts
+        n = acc.n + abs_rec.n
+        per[system] = parts
+        datasets[system] = {
+            **{p: est[(SECTION, "datasets", system, p)] for p in PARTS},
+            "j": _combined(lambda r, f: r - f, [abs_rec, false_abs], n),
+            "pecs": _combined(pecs_value, parts, n, pecs=True),
+            "naive": _combined(lambda a, r: a * r, [acc, abs_rec], n),
+        }
+    defined = [s for s in systems if not any(np.isnan(p.value) for p in per[s])]
+    flat = [p for s in defined for p in per[s]]
+    k = len(defined)
+
+    def mean_of(fn: Any) -> Estimate:
+        if not defined:
+            return Estimate.empty("no dataset with both controls and voids")
+        return _combined(lambda *xs: sum(fn(*xs[3 * i:3 * i + 3]) for i in range(k)) / k, flat, n_pooled)
+
+    def pecs_mean() -> Estimate:
+        """The equal-weight mean of the datasets' PECS; where a dataset's J interval reaches 0, its lower
+        end no higher than the projection's (module docstring): the percentile interval of a mean of clamped values misses a truth at the
+        zero boundary (benchmarks/coverage_pecs.py: 61-74% at J = 0 in every dataset)."""
+        est = mean_of(pecs_value)
+        if est.value is None or est.ci[0] is None:
+            return est
+        lower = percentile_interval(np.stack([d for s in defined for d in (per[s][0].draws,
+                                              per[s][1].draws - per[s][2].draws)], axis=1),
+                                    level=100.0 - 2.0 * ALPHA / 2.0 / (2 * k))[0]  # (2k,): acc, J per dataset
+        j_low = percentile_interval(np.stack([per[s][1].draws - per[s][2].draws for s in defined], axis=1))[0]
+        if np.all(j_low > 0.0):  # no dataset's J interval reaches the clamp: the percentile interval holds
+            return est
+        projected = float(np.mean([max(0.0, lower[2 * i]) * max(0.0, lower[2 * i + 1]) for i in range(k)]))
+        return Estimate(est.value, (min(est.ci[0], projected), est.ci[1]), est.n)
+
+    zero = [s for s in defined if per[s][1].value - per[s][2].value <= 0.0]
+    section = {
+        "dataset": DATASET,
+        "datasets": datasets,
+        "equal_weight_mean": {
+            "pecs": pecs_mean(),
+            "naive": mean_of(lambda a, r, f: a * r),
+            "acc": mean_of(lambda a, r, f: a),
+            "j": mean_of(lambda a, r, f: r - f),
+        },
+        "pooled_j": _combined(lambda r, f: r - f, pooled[1:], n_pooled),
+        "pooled_naive": _combined(lambda a, r: a * r, pooled[:2], n_pooled),
+        "zero_boundary": {"count": len(zero), "of": k, "datasets": zero},
+    }
+    return {"pecs": _combined(pecs_value, pooled, n_pooled, pecs=True), SECTION: section}
