@@ -438,7 +438,33 @@ def compare_markdown(named_scores: Sequence[tuple[str, dict[str, Any]]]) -> str:
         [_label(metric), *[headline_cell(metric, scores.get(metric)) for _, scores in named_scores]]
         for metric in HEADLINE
     ]
-    return _table(header, rows) + "\n"
+    table = _table(header, rows) + "\n"
+    sections = [scores.get("pecs_datasets") or {} for _, scores in named_scores]
+    if any("datasets" in section for section in sections):
+        table += "\n" + _compare_pecs(header, sections)
+    return table
+
+
+def _compare_pecs(header: list[str], sections: list[dict[str, Any]]) -> str:
+    """PECS per dataset of each run (seed 002's Table 9: datasets as rows, settings as columns), their
+    equal-weight mean and the zero-boundary count; a run scored without them shows NA with why."""
+    names = list(dict.fromkeys(n for section in sections for n in section.get("datasets", {})))
+
+    def cell(section: dict[str, Any], *path: str) -> str:
+        node: Any = section
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            return missing_text(section.get("reason") or "not in this run's scores: rescore it")
+        return plain(node)
+
+    rows = [[f"PECS: {name}", *[cell(s, "datasets", name, "pecs") for s in sections]] for name in names]
+    rows.append(["PECS: equal-weight mean", *[cell(s, "equal_weight_mean", "pecs") for s in sections]])
+    rows.append(["Acc x AbsRec: equal-weight mean", *[cell(s, "equal_weight_mean", "naive") for s in sections]])
+    rows.append(["zero boundary (datasets with J <= 0)",
+                 *[f"{s['zero_boundary']['count']} of {s['zero_boundary']['of']}" if "zero_boundary" in s
+                   else missing_text(s.get("reason") or "not in this run's scores: rescore it") for s in sections]])
+    return "PECS per dataset (seed 002, Table 9; bench/pecs.py)\n\n" + _table(header, rows) + "\n"
 
 
 ACC_KEYS = ("acc_5", "acc_10", "acc_20", "acc_30")

@@ -478,8 +478,10 @@ def test_markdown_prints_percentages_with_intervals_and_n(
         assert f"## {section}" in text
     stop = score(items, run(items, select=lambda it: "stop"), n_boot=100)
     table = compare_markdown([("reference", ref_scores), ("stop", stop)])
-    header, _rule, *rows = table.strip().splitlines()
+    headline, pecs_block = table.strip().split("\n\n", 1)  # the headline table, then PECS per dataset
+    header, _rule, *rows = headline.splitlines()
     assert header == "| measure | reference | stop |" and len(rows) == len(HEADLINE)
+    assert pecs_block.startswith("PECS per dataset") and "| PECS: equal-weight mean |" in pecs_block
     assert re.search(r"\| Mean cost \| 0\.50 \[0\.4\d, 0\.5\d\] \(n=576\) \| 0\.00 .*\|", table)
 
 

@@ -64,3 +64,25 @@ def test_compare_draws_several_runs_and_refuses_what_it_cannot_draw(small_bench:
 
 def test_arrows_join_consecutive_runs_of_one_model() -> None:
     assert arrows_between(["m1", "m1", "m2", "m1", "m1", None, None]) == [(0, 1), (3, 4)]
+
+
+def test_compare_prints_pecs_per_dataset_and_says_where_a_run_lacks_it(small_bench: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    a = _run(small_bench, tmp_path / "a", "reference")
+    b = _run(small_bench, tmp_path / "b", "random")
+    for run in (a, b):
+        assert main(["score", str(run), "--quiet", "--n-boot", "200"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b)]) == 0
+    table = capsys.readouterr().out
+    systems = list(json.loads((a / "scores.json").read_text())["pecs_datasets"]["datasets"])
+    for name in systems:
+        assert f"| PECS: {name} | 1.000 (the same on every family resample, n=" in table
+    assert "| PECS: equal-weight mean | 1.000 (the same on every family resample" in table
+    assert f"| zero boundary (datasets with J <= 0) | 0 of {len(systems)} |" in table
+    # scores written before PECS per dataset (still fresh for their records): NA, saying what to do
+    scores = json.loads((b / "scores.json").read_text())
+    del scores["pecs_datasets"]
+    (b / "scores.json").write_text(json.dumps(scores))
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "NA (not in this run's scores: rescore it)" in capsys.readouterr().out
