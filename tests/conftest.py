@@ -20,9 +20,9 @@ import pytest  # noqa: E402
 # folder) runs alone at the end while the other worker idles. These are the longest files of a
 # `--durations` run, longest first; the rest keep their order.
 LONGEST_FIRST = (
-    "tests/test_readme.py", "tests/experiments/test_shard.py", "tests/experiments/test_known_answer_mutations.py",
-    "tests/test_packaging.py", "tests/bench/test_backend_openai.py", "tests/bench/test_backend_vllm.py",
-    "tests/bench/test_vllm_steering.py", "tests/hooks/test_gpu_throughput_script.py",
+    "tests/test_readme.py", "tests/experiments/test_known_answer_mutations.py", "tests/experiments/test_shard.py",
+    "tests/bench/test_backend_openai.py", "tests/experiments/test_dose_response.py", "tests/experiments/test_gating.py",
+    "tests/bench/test_vllm_steering.py", "tests/bench/test_backend_vllm.py", "tests/hooks/test_gpu_throughput_script.py",
 )
 
 
