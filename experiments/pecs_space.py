@@ -47,13 +47,15 @@ def _bar(e: dict[str, Any]) -> tuple[float, float] | None:
     return None if lo is None or hi is None else (e["value"] - lo, hi - e["value"])
 
 
+# marker, colour, size per kind; datasets and runs take the next colour of tab10 instead (a legend names them)
 STYLE = {"dataset": ("o", "tab:blue", 6), "mean": ("D", "black", 7), "pooled": ("s", "tab:gray", 6),
          "run": ("D", "tab:red", 7)}
 
 
 def pecs_space_png(points: Sequence[PecsPoint], path: Path | BinaryIO, *, title: str,
-                   arrows: Sequence[tuple[int, int]] = ()) -> Path:
-    """Draw `points` in the PECS space with iso-PECS contours; `arrows` join point i to point j."""
+                   arrows: Sequence[tuple[int, int]] = ()) -> Path | BinaryIO:
+    """Draw `points` in the PECS space with iso-PECS contours into `path` (a file or a buffer);
+    `arrows` join point i to point j."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,8 +136,8 @@ def write_runs_figure(runs: Sequence[tuple[Path, dict[str, Any]]], path: Path) -
     for run_dir, scores in runs:
         section = scores.get("pecs_datasets") or {}
         if "datasets" not in section:
-            raise InputError(f"{run_dir}: no PECS to draw ({section.get('reason', 'scored before PECS per dataset')}); "
-                             "drop it or rescore it with `evprobe score RUN`")
+            why = section.get("reason", "scored before PECS per dataset")
+            raise InputError(f"{run_dir}: no PECS to draw ({why}); drop it or rescore it with `evprobe score RUN`")
         run = scores.get("run") or {}
         mean = section["equal_weight_mean"]
         points.append(PecsPoint(f"{run_dir.name}: {run.get('model')} ({run.get('regime')})", mean["j"], mean["acc"],

@@ -13,7 +13,8 @@ from PIL import Image
 
 
 def _run(bench: Path, out: Path, policy: str, *extra: str) -> Path:
-    assert main(["run", "--model", f"policy:{policy}", "--bench", str(bench), "--out", str(out), "--quiet", *extra]) == 0
+    assert main(["run", "--model", f"policy:{policy}", "--bench", str(bench), "--out", str(out), "--quiet",
+                 *extra]) == 0
     return out
 
 
