@@ -173,3 +173,39 @@ def estimates(resampled: dict[Key, Resampled], est: dict[Key, Estimate]) -> dict
         "zero_boundary": {"count": len(zero), "of": k, "datasets": zero},
     }
     return {"pecs": _combined(pecs_value, pooled, n_pooled, pecs=True), SECTION: section}
+
+
+def from_family_sums(boot: FamilyBootstrap, systems: Sequence[str],
+                     sums: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """The per-dataset section from per-family sums: `sums[part]` is (numerator, denominator), each (F,)
+    over `boot`'s families, of Acc, AbsRec and FalseAbs, and `systems[f]` family f's system. What a
+    folder of runs pools (bench.repeats_scoring: every run's units of a family summed); on one run's
+    sums it is that run's own section (the same resamples)."""
+    if sums["acc"][1].sum() == 0 and sums["abs_rec"][1].sum() == 0:
+        return {"dataset": DATASET, "reason": NO_ANSWERS}
+    keys, nums, dens = [], [], []
+    of_system = np.asarray(systems)
+    for system in dict.fromkeys(systems):
+        mask = of_system == system
+        if not any(sums[p][1][mask].sum() > 0 for p in PARTS):
+            continue  # no answer units of this system in any run: no dataset, as in one run's score
+        for p in PARTS:
+            keys.append((SECTION, "datasets", system, p))
+            nums.append(np.where(mask, sums[p][0], 0.0))
+            dens.append(np.where(mask, sums[p][1], 0.0))
+    for p in PARTS:
+        keys.append((POOLED[p],))
+        nums.append(sums[p][0])
+        dens.append(sums[p][1])
+    resampled = boot.resample_many(np.stack(nums, axis=1), np.stack(dens, axis=1), True)
+    found = estimates(dict(zip(keys, resampled, strict=True)), dict(zip(keys, boot.estimates(resampled), strict=True)))
+    return found[SECTION]
+
+
+def section_json(section: dict[str, Any]) -> dict[str, Any]:
+    """The section with every Estimate as its JSON."""
+    if isinstance(section, Estimate):
+        return section.to_json()
+    if isinstance(section, dict):
+        return {k: section_json(v) for k, v in section.items()}
+    return section

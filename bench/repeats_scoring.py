@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.estimate_text import missing_text
+from evprobe.bench import pecs
 from evprobe.bench.items import NUMERIC_REQUESTS, Item
 from evprobe.bench.json_schema import RunMeta, read_run_meta
 from evprobe.bench.level_differences import paired_difference
@@ -359,12 +360,19 @@ def repeats_summary(design: Design, side: Side, run_scores: Sequence[Mapping[str
             "n_runs": len(have),
             "pooled": pooled[name].to_json(),
         }
+    # PECS per dataset (bench.pecs), pooled over the runs from the same per-family sums
+    sums = {part: tuple(np.sum([getattr(s, side)[:, MEASURES.index(pecs.POOLED[part])] for s in shares], axis=0)
+                        for side in ("num", "den")) for part in pecs.PARTS}
+    systems = [design.items_by_family[family][0].system for family in design.families]
+    per_dataset = {"runs": [scores.get(pecs.SECTION) for scores in run_scores],
+                   "pooled": pecs.section_json(pecs.from_family_sums(boot, systems, sums))}
     return {
         "kind": "repeated_runs",
         "settings": dict(settings or {}),
         "runs": [{"run": i + 1, "folder": run.name, "seed": sd, "records": scores.get("records")}
                  for i, (run, sd, scores) in enumerate(zip(side.runs, side.seeds, run_scores))],
         "headline": headline,
+        pecs.SECTION: per_dataset,
         "meta": {"n_boot": n_boot, "seed": seed, "n_families": len(design.families), "n_runs": len(side.runs),
                  "interval": INTERVAL_METHOD, "pooled": POOLED_METHOD,
                  "sd": "sample standard deviation of the runs' values (ddof 1): decoding spread on the same items"},
@@ -385,7 +393,37 @@ def repeats_markdown(summary: Mapping[str, Any], title: str) -> str:
             f"({meta['n_boot']} resamples, seed {meta['seed']}, {meta['n_families']} families; each resample "
             "draws the families once and takes every run's units of them), an interval for the setting's "
             "expected score with decoding and families both sampled; its n counts units over all runs.")
-    return f"# {title}\n\n{note}\n\n{_table(header, rows)}\n"
+    return f"# {title}\n\n{note}\n\n{_table(header, rows)}\n" + _pecs_markdown(summary, header)
+
+
+def _pecs_markdown(summary: Mapping[str, Any], header: list[str]) -> str:
+    """PECS per dataset: each run's, their mean and sd (seed 002's mean +- std over runs) and pooled."""
+    block = summary.get(pecs.SECTION) or {}
+    pooled = block.get("pooled") or {}
+    if "datasets" not in pooled:
+        return ""
+    runs = [r if isinstance(r, dict) else {} for r in block["runs"]]
+
+    def row(label: str, path: tuple[str, ...], pooled_estimate: Any) -> list[str]:
+        estimates = []
+        for r in runs:
+            node: Any = r
+            for key in path:
+                node = node.get(key) if isinstance(node, dict) else None
+            estimates.append(node)
+        values = [e.get("value") for e in estimates if isinstance(e, dict) and e.get("value") is not None]
+        mean = float(np.mean(values)) if values else None
+        sd = float(np.std(values, ddof=1)) if len(values) >= 2 else None
+        return [label, *[headline_cell("pecs", e) for e in estimates], _number("pecs", mean), _number("pecs", sd),
+                headline_cell("pecs", pooled_estimate)]
+
+    rows = [row(f"PECS: {name}", ("datasets", name, "pecs"), d["pecs"]) for name, d in pooled["datasets"].items()]
+    rows.append(row("PECS: equal-weight mean", ("equal_weight_mean", "pecs"), pooled["equal_weight_mean"]["pecs"]))
+    zero = pooled["zero_boundary"]
+    note = (f"PECS per dataset (bench.pecs; datasets: {pooled['dataset']}): each run's, the runs' mean and sd "
+            "(seed 002 reports mean +- std over runs) and pooled over the runs on the same family resamples as "
+            f"above. Pooled zero boundary: {zero['count']} of {zero['of']} datasets with J <= 0.")
+    return f"\n{note}\n\n{_table(header, rows)}\n"
 
 
 def score_runs_folder(out: str | Path, score_one: Callable[[Path], Mapping[str, Any]], bench: Path | None = None, *,

@@ -200,3 +200,47 @@ def test_sampled_tiny_model_runs(small_bench: Path, tmp_path: Path, one_torch_th
         assert _lines(tmp_path / "b" / f"run-{r}") == _lines(tmp_path / "a" / f"run-{r}")
     meta = json.loads((tmp_path / "a" / "run-2" / "run.json").read_text())
     assert (meta["temperature"], meta["top_p"], meta["seed"]) == (0.8, 0.95, 1)
+
+
+def test_pecs_per_dataset_of_one_run_pooled_is_the_runs_own(three_runs: Path, small_bench: Path) -> None:
+    """bench.pecs.from_family_sums on one run's per-family sums gives that run's own section (the
+    score's resamples), so pooling over runs is the same computation on summed families."""
+    from evprobe.bench import pecs
+
+    design = _design(small_bench)
+    records = load_records(three_runs / "run-1" / "records.jsonl")
+    scored = score(read_items(small_bench, validate_images=False), records.values(), n_boot=400, seed=11,
+                   prices=design.prices)
+    shares = run_shares(design, records.values())
+    from evprobe.bench.repeats_scoring import MEASURES
+
+    sums = {p: (shares.num[:, MEASURES.index(pecs.POOLED[p])], shares.den[:, MEASURES.index(pecs.POOLED[p])])
+            for p in pecs.PARTS}
+    systems = [design.items_by_family[f][0].system for f in design.families]
+    mine = pecs.section_json(pecs.from_family_sums(design.bootstrap(400, 11), systems, sums))
+    theirs = scored["pecs_datasets"]
+    assert set(mine["datasets"]) == set(theirs["datasets"]) and mine["zero_boundary"]["of"] == 3
+    for name, block in theirs["datasets"].items():
+        for key, est in block.items():
+            assert mine["datasets"][name][key]["value"] == pytest.approx(est["value"], abs=1e-12), (name, key)
+            assert mine["datasets"][name][key]["ci"] == pytest.approx(est["ci"], abs=1e-12), (name, key)
+    assert mine["equal_weight_mean"]["pecs"]["ci"] == pytest.approx(theirs["equal_weight_mean"]["pecs"]["ci"],
+                                                                      abs=1e-12)
+
+
+def test_a_folder_of_runs_prints_pecs_per_dataset_per_run_and_pooled(three_runs: Path, small_bench: Path,
+                                                                    tmp_path: Path) -> None:
+    import shutil
+
+    from evprobe.experiments.cli import main
+
+    out = tmp_path / "runs"
+    shutil.copytree(three_runs, out)
+    assert main(["score", str(out), "--quiet", "--n-boot", "200"]) == 0
+    summary = json.loads((out / "scores.json").read_text())
+    block = summary["pecs_datasets"]
+    assert len(block["runs"]) == 3 and all("datasets" in r for r in block["runs"])
+    means = [r["equal_weight_mean"]["pecs"]["value"] for r in block["runs"]]
+    text = (out / "scores.md").read_text()
+    assert "PECS per dataset (bench.pecs" in text and "| PECS: equal-weight mean |" in text
+    assert f"| {np.mean(means):.3f} |" in text  # the runs' mean, in its own column
