@@ -79,13 +79,13 @@ def tally_parts(tally: Tally, bench: Bench, replies: Replies, present: dict[str,
     # a system whose items have no answer records (a --limit run) has no dataset; an empty
     # denominator within a listed system is reported empty, as any rate
     systems = list(dict.fromkeys(it.system for _, it, _ in (*controls, *voids)))
-    for system, prefix in [(None, None), *((s, (SECTION, "datasets", s)) for s in systems)]:
+    for system in (None, *systems):  # None: pooled over the systems
+        key = {p: (POOLED[p],) if system is None else (SECTION, "datasets", system, p) for p in PARTS}
         c = [u for u in controls if system is None or u[1].system == system]
         v = [u for u in voids if system is None or u[1].system == system]
-        key = (lambda part: (POOLED[part],)) if prefix is None else (lambda part, p=prefix: (*p, part))
-        tally.rate(key("acc"), ((f, a == it.reference_answer) for f, it, a in c))
-        tally.rate(key("false_abs"), ((f, a == ABSTAIN) for f, _, a in c))
-        tally.rate(key("abs_rec"), ((f, a == ABSTAIN) for f, _, a in v))
+        tally.rate(key["acc"], ((f, a == it.reference_answer) for f, it, a in c))
+        tally.rate(key["false_abs"], ((f, a == ABSTAIN) for f, _, a in c))
+        tally.rate(key["abs_rec"], ((f, a == ABSTAIN) for f, _, a in v))
 
 
 SAME = "the same on every family resample"

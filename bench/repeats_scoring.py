@@ -76,7 +76,7 @@ from evprobe.bench.manifest import read_items, read_meta
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.repeats import is_runs_folder, read_runs
-from evprobe.bench.score_report import COSTS, LABELS, PLAIN, difference_cell, headline_cell, points
+from evprobe.bench.score_report import COSTS, LABELS, PLAIN, at, difference_cell, headline_cell, points
 from evprobe.bench.scoring import HEADLINE, Bench, score
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled
 from evprobe.core.errors import InputError
@@ -405,12 +405,7 @@ def _pecs_markdown(summary: Mapping[str, Any], header: list[str]) -> str:
     runs = [r if isinstance(r, dict) else {} for r in block["runs"]]
 
     def row(label: str, path: tuple[str, ...], pooled_estimate: Any) -> list[str]:
-        estimates = []
-        for r in runs:
-            node: Any = r
-            for key in path:
-                node = node.get(key) if isinstance(node, dict) else None
-            estimates.append(node)
+        estimates = [at(r, *path) for r in runs]
         values = [e.get("value") for e in estimates if isinstance(e, dict) and e.get("value") is not None]
         mean = float(np.mean(values)) if values else None
         sd = float(np.std(values, ddof=1)) if len(values) >= 2 else None

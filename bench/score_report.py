@@ -445,15 +445,21 @@ def compare_markdown(named_scores: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return table
 
 
+def at(tree: Any, *path: str) -> Any:
+    """tree[path[0]][path[1]]..., or None where a key or a level is missing (scores written before a
+    section existed)."""
+    for key in path:
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    return tree
+
+
 def _compare_pecs(header: list[str], sections: list[dict[str, Any]]) -> str:
     """PECS per dataset of each run (seed 002's Table 9: datasets as rows, settings as columns), their
     equal-weight mean and the zero-boundary count; a run scored without them shows NA with why."""
     names = list(dict.fromkeys(n for section in sections for n in section.get("datasets", {})))
 
     def cell(section: dict[str, Any], *path: str) -> str:
-        node: Any = section
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
+        node = at(section, *path)
         if node is None:
             return missing_text(section.get("reason") or "not in this run's scores: rescore it")
         return plain(node)

@@ -9,8 +9,8 @@ from those shares. The truth of a dataset is Acc x max(0, AbsRec - FalseAbs) at 
 expected shares), J = AbsRec - FalseAbs, and the equal-weight mean is the mean of the three datasets'.
 
 Every simulated run is scored exactly as `evprobe score` scores one: the per-family counts go through
-one `FamilyBootstrap` (B resamples of all 3F families, --boot) and `bench.pecs.estimates`, so what is
-measured is the printed interval. An estimate printed without an interval (bench.pecs: the same
+one `FamilyBootstrap` (B resamples of all 3F families, --boot) and `bench.pecs.from_family_sums`, so
+what is measured is the printed interval. An estimate printed without an interval (bench.pecs: the same
 value, or J <= 0, on every resample) covers when its value equals the truth; its share is printed.
 
 Scenarios (true Acc, AbsRec, FalseAbs per dataset):
@@ -71,19 +71,12 @@ def simulate(rng: np.random.Generator, rates: tuple[tuple[float, float, float], 
 
 
 def scored(parts: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]], boot: FamilyBootstrap) -> dict:
-    """bench.pecs.estimates on the simulated parts, as `bench.scoring` calls it."""
-    keys, nums, dens = [], [], []
-    for (system, part), (num, den) in parts.items():
-        keys.append((pecs.SECTION, "datasets", system, part))
-        nums.append(num)
-        dens.append(den)
-    for part in pecs.PARTS:  # pooled over the datasets
-        keys.append((pecs.POOLED[part],))
-        nums.append(sum(parts[(s, part)][0] for s in SYSTEMS))
-        dens.append(sum(parts[(s, part)][1] for s in SYSTEMS))
-    resampled = boot.resample_many(np.stack(nums, axis=1), np.stack(dens, axis=1), True)
-    est = dict(zip(keys, boot.estimates(resampled), strict=True))
-    return pecs.estimates(dict(zip(keys, resampled, strict=True)), est)
+    """The per-dataset section of the simulated parts, as `evprobe score` computes it from family sums
+    (bench.pecs.from_family_sums: the datasets' families are disjoint, so their sums add up)."""
+    n = len(boot.families) // len(SYSTEMS)
+    systems = [system for system in SYSTEMS for _ in range(n)]
+    sums = {part: tuple(sum(parts[(s, part)][i] for s in SYSTEMS) for i in (0, 1)) for part in pecs.PARTS}
+    return pecs.from_family_sums(boot, systems, sums)
 
 
 def truths(rates: tuple[tuple[float, float, float], ...]) -> dict[str, float]:
@@ -95,8 +88,7 @@ def truths(rates: tuple[tuple[float, float, float], ...]) -> dict[str, float]:
     return out
 
 
-def found(result: dict) -> dict[str, dict]:
-    section = result[pecs.SECTION]
+def found(section: dict) -> dict[str, dict]:
     out = {f"pecs {s}": section["datasets"][s]["pecs"] for s in SYSTEMS}
     out["j sliding"] = section["datasets"]["sliding"]["j"]
     out["pecs mean"] = section["equal_weight_mean"]["pecs"]

@@ -276,10 +276,10 @@ def _run_compare(args: argparse.Namespace) -> int:
     from evprobe.bench.repeats import is_runs_folder
     from evprobe.core.errors import InputError
 
+    folders = [run for run in args.runs if is_runs_folder(run)]
     if args.pecs_space is not None:  # checked before any run is scored
         if args.pecs_space.suffix.lower() != ".png":
             raise InputError(f"--pecs-space {args.pecs_space}: the figure is a PNG; give a path ending in .png")
-        folders = [run for run in args.runs if is_runs_folder(run)]
         if folders:
             raise InputError(f"--pecs-space draws run folders and {folders[0]} is a folder of runs; name its runs "
                              f"({folders[0] / 'run-1'} ...)")
@@ -290,7 +290,6 @@ def _run_compare(args: argparse.Namespace) -> int:
 
         table = paired_comparison(args.runs[0], args.runs[1], args.bench, n_boot=args.n_boot, seed=args.seed)[1]
     else:
-        folders = [run for run in args.runs if is_runs_folder(run)]
         if folders:
             raise InputError(f"{folders[0]} is a folder of runs: compare two settings with --paired, or name its runs "
                              f"({folders[0] / 'run-1'} ...)")

@@ -126,8 +126,8 @@ def with_machine(found: dict[str, str], expected: dict[str, str | list[str]]) ->
                          + "): a new machine's values are added only for unchanged main")
     out: dict[str, str | list[str]] = {}
     for p, d in found.items():
-        values = accepted(expected[p])
-        out[p] = values[0] if values == [d] else sorted(set(values) | {d}, key=lambda v: (v != values[0], v))
+        values = accepted(expected[p]) + [v for v in [d] if v not in accepted(expected[p])]
+        out[p] = values[0] if len(values) == 1 else values  # recorded order, a new kind's value last
     return out
 
 
