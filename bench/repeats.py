@@ -104,7 +104,7 @@ def check_runs(config: RunConfig, runs: int) -> None:
         raise InputError(f"--runs must be a positive integer, got {runs!r}")
     if runs == 1:
         return
-    model = config.model
+    model = config.model.model
     if model.startswith(POLICY_PREFIX):
         if model[len(POLICY_PREFIX):] not in SEED_POLICIES:
             raise InputError(f"--runs {runs} with --model {model}: its replies do not depend on the seed, so every run "
@@ -127,7 +127,7 @@ def refuse_runs_folder(config: RunConfig) -> None:
 
 def _pins(config: RunConfig) -> dict[str, Any]:
     """What runs.json says of the setting besides the seed (each run's run.json pins the rest)."""
-    return {"model": config.model, "temperature": float(config.temperature), "top_p": float(config.top_p)}
+    return {"model": config.source, "temperature": float(config.temperature), "top_p": float(config.top_p)}
 
 
 def _index(config: RunConfig, runs: int) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item_units
+from evprobe.bench.model_config import ModelConfig, as_model_config, model_from_record
 from evprobe.bench.manifest import load_item_images, read_families, read_items, read_meta, resolve_image
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
@@ -61,7 +62,8 @@ HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (l
 class RunConfig:
     """`evprobe run`: every field is a flag (`--batch-size` for batch_size), with this help."""
 
-    model: str = setting(help="policy:<name>, tiny:<arch>, a model config YAML, a hub id or a local folder")
+    model: ModelConfig = setting(help="policy:<name>, tiny:<arch>, a model config (a name in configs/models or a "
+                                      "YAML), a hub id or a local folder; the model flags below override its keys")
     bench: str = setting(help="benchmark folder (evprobe generate)")
     out: str = setting(help="run folder (records.jsonl, run.json)")
     protocol: str = setting("direct", HELP["protocol"])
@@ -70,13 +72,6 @@ class RunConfig:
     injection: tuple[int, ...] | None = setting(None, HELP_INJECTION + "; default: every level in the benchmark")
     limit: int | None = setting(None, "only the first N selected items")
     batch_size: int = setting(8, "items per model call")
-    dtype: str = setting("auto", HELP["dtype"])
-    device_map: str | None = setting(None, HELP["device_map"])
-    max_memory: str | None = setting(None, HELP["max_memory"])
-    offload_folder: str | None = setting(None, HELP["offload_folder"])
-    trust_remote_code: bool = setting(False, HELP["trust_remote_code"])
-    attn_implementation: str | None = setting(None, HELP["attn_implementation"])
-    prompt_format: Literal["chat", "raw"] | None = setting(None, HELP["prompt_format"])
     seed: int = setting(0, "seed of the random policy and of sampling (--temperature above 0)")
     shard: str | None = setting(None, HELP["shard"])
     # Throughput settings (README: "Throughput settings"). None changes a greedy record in float32; the two
@@ -116,6 +111,16 @@ class RunConfig:
     gpu_memory_utilization: float | None = setting(
         None, "vllm backend: share of accelerator memory (of RAM on CPU) the engine reserves; default vLLM's")
     max_model_len: int | None = setting(None, "vllm backend: context length of the engine (default: the model's)")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", as_model_config(self.model))  # a bare model string: its defaults
+
+    @property
+    def source(self) -> str:
+        """What the records and run.json name: the model as loaded (a pinned revision: its local
+        snapshot, `model_source`); a policy, or the name a server serves, as given."""
+        m = self.model
+        return m.model if m.model.startswith(POLICY_PREFIX) or self.backend == "openai" else m.source
 
 
 def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None,
@@ -185,8 +190,8 @@ class RunJob(Job):
                                      ("vision-attention", config.vision_attention, get_args(VisionAttention))):
             if value not in choices:
                 raise InputError(f"--{name} {value!r} is not one of {', '.join(choices)}")
-        if handle is not None and config.model.startswith(POLICY_PREFIX):
-            raise InputError(f"--model {config.model} is a policy; a handle runs a model, so name it otherwise")
+        if handle is not None and config.model.model.startswith(POLICY_PREFIX):
+            raise InputError(f"--model {config.model.model} is a policy; a handle runs a model, so name it otherwise")
         check_backend_settings(config, handle)
         if config.runs != 1:  # bench.repeats imports this module: its file name, spelled here
             raise InputError(f"--runs {config.runs}: a run folder holds one run; repeated runs are written by "
@@ -196,8 +201,8 @@ class RunJob(Job):
         self.bench_meta = read_meta(self.bench)  # validated; a missing or bad bench.json is one line
         self.all_items = read_items(self.bench)
         self.items = select_items(self.all_items, config.requests, config.limit, config.injection)
-        if config.model.startswith(POLICY_PREFIX):
-            name = config.model[len(POLICY_PREFIX):]
+        if config.model.model.startswith(POLICY_PREFIX):
+            name = config.model.model[len(POLICY_PREFIX):]
             if name not in POLICIES:
                 raise InputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
         self.reply_batch: Replier | None = None
@@ -231,9 +236,10 @@ class RunJob(Job):
     def pinned(self) -> dict[str, Any]:
         c = self.config
         # Everything that changes a record: a rerun into the same folder must agree on all of it.
-        out = {"model": c.model, "protocol": c.protocol, "regime": c.regime,
-               "items_sha256": self.bench_meta["items_sha256"], "dtype": c.dtype, "seed": c.seed,
-               "attn_implementation": c.attn_implementation, "trust_remote_code": c.trust_remote_code,
+        m = c.model
+        out = {"model": c.source, "protocol": c.protocol, "regime": c.regime,
+               "items_sha256": self.bench_meta["items_sha256"], "dtype": m.dtype, "seed": c.seed,
+               "attn_implementation": m.attn_implementation, "trust_remote_code": m.trust_remote_code,
                "max_new_tokens": max_new_tokens(c.protocol, c.regime), **self.input_pins,
                # floating-point order of the model's arithmetic; None when the default, so a
                # run.json written before these settings resumes
@@ -260,9 +266,9 @@ class RunJob(Job):
         images = {rel for it in self.all_items for rel in it.images}
         return {"prompt_template_sha256": prompt_template_sha256(c.protocol, c.regime),
                 "images_sha256": files_sha256((rel, resolve_image(self.bench, rel)) for rel in images),
-                **({} if c.model.startswith(POLICY_PREFIX) else
+                **({} if c.model.model.startswith(POLICY_PREFIX) else
                    {"model_source": "in_memory"} if self.handle is not None else
-                   {"model_source": "served"} if c.backend == "openai" else model_fingerprint(c.model))}
+                   {"model_source": "served"} if c.backend == "openai" else model_fingerprint(c.source))}
 
     def meta(self) -> dict[str, Any]:
         return {**self.pinned(), "bench": str(self.bench.resolve()),
@@ -274,7 +280,7 @@ class RunJob(Job):
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> RunJob:
-        config = dict(meta["config"])
+        config = model_from_record(meta["config"])
         # JSON's lists back to the tuples of the config (a key absent from a run.json written
         # before its flag takes the default: every injection level, no prices, ...)
         for name in ("requests", "injection", "usd_per_mtok"):
@@ -297,9 +303,9 @@ class RunJob(Job):
 
     def open(self) -> None:
         c = self.config
-        if c.model.startswith(POLICY_PREFIX):
+        if c.model.model.startswith(POLICY_PREFIX):
             families = {f.family_id: f for f in read_families(self.bench)}
-            policy = make_policy(c.model[len(POLICY_PREFIX):], self.bench, families,
+            policy = make_policy(c.model.model[len(POLICY_PREFIX):], self.bench, families,
                                  Prices(**self.bench_meta["prices"]), c.seed)
             self.reply_batch = lambda batch, prepared=None: [Reply(policy(it)) for it in batch]
             return
@@ -310,7 +316,7 @@ class RunJob(Job):
         with_images = [it for it in self.items if it.images]
         if with_images and not backend.takes_images:
             backend.close()
-            raise InputError(f"--model {c.model} is a text-only model and {len(with_images)} selected items have images "
+            raise InputError(f"--model {c.source} is a text-only model and {len(with_images)} selected items have images "
                              f"(first: {with_images[0].item_id}); select text-only items (--requests both_given) "
                              "or run a vision-language model")
 
@@ -428,23 +434,23 @@ def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
         Sampling(c.temperature, c.top_p, c.seed)
     except ValueError as err:
         raise InputError(str(err)) from None
-    defaults = {f.name: f.default for f in fields(RunConfig)}
+    defaults = {f.name: f.default for f in (*fields(RunConfig), *fields(ModelConfig)) if f.name != "model"}
     for backend, names in BACKEND_ONLY.items():
         if backend == c.backend:
             continue
         for name in names:
-            if getattr(c, name) != defaults[name]:
+            if getattr(c.model if name in ModelConfig.FLAGS else c, name) != defaults[name]:
                 raise InputError(f"--{name.replace('_', '-')} is a setting of --backend {backend}; this run's backend is "
                                  f"{c.backend}: drop it or use --backend {backend}")
-    if c.model.startswith(POLICY_PREFIX) and c.backend != "hf":
-        raise InputError(f"--model {c.model} is a scripted policy; it needs no --backend {c.backend}")
+    if c.model.model.startswith(POLICY_PREFIX) and c.backend != "hf":
+        raise InputError(f"--model {c.model.model} is a scripted policy; it needs no --backend {c.backend}")
     if handle is not None and c.backend != "hf":
         raise InputError(f"a model in memory runs on the hf backend, not {c.backend}")
     if c.option_logprobs and (c.protocol != "direct" or c.regime == "json"):
         raise InputError(f"--option-logprobs reads the first reply token, which holds the letter only in protocol "
                          f"direct without the json regime (this run: {c.protocol}, {c.regime}); drop the flag")
     if c.backend == "openai":
-        if c.prompt_format == "raw":
+        if c.model.prompt_format == "raw":
             raise InputError("--prompt-format raw needs a completion call; --backend openai sends chat turns "
                              "(the server applies its chat template): drop --prompt-format or use --backend hf/vllm")
         if not c.base_url:
@@ -468,7 +474,7 @@ def _record(config: RunConfig, item: Item, reply: Reply, seconds: float) -> Reco
     parsed = Parsed(False, "invalid:backend") if reply.error is not None else parse_reply(item, text, config.regime)
     return Record(
         item_id=item.item_id,
-        model=config.model,
+        model=config.source,
         protocol=config.protocol,
         regime=config.regime,
         request=item.request,

@@ -159,8 +159,10 @@ def make_inputs(folder: Path) -> tuple[Path, Path]:
 
 
 def run_settings(args: argparse.Namespace, model: Path, bench: Path, out: Path) -> dict[str, Any]:
-    return dict(model=str(model), bench=str(bench), out=str(out), requests=("both_given",), limit=args.items,
-                dtype="float32", option_logprobs=True)
+    from evprobe.bench.model_config import ModelConfig
+
+    return dict(model=ModelConfig.of(str(model), dtype="float32"), bench=str(bench), out=str(out),
+                requests=("both_given",), limit=args.items, option_logprobs=True)
 
 
 def in_process(settings: dict[str, Any]) -> float:
@@ -188,7 +190,7 @@ def setup_vllm(args: argparse.Namespace, model: Path, bench: Path, outs: list[Pa
     rounds = []
     for out in outs:
         s = run_settings(args, model, bench, out)
-        cmd = [str(python), "-m", "evprobe", "run", "--backend", "vllm", "--model", s["model"], "--bench", s["bench"],
+        cmd = [str(python), "-m", "evprobe", "run", "--backend", "vllm", "--model", s["model"].model, "--bench", s["bench"],
                "--out", s["out"], "--requests", "both_given", "--limit", str(args.items), "--dtype", "float32",
                "--option-logprobs", "--batch-size", str(args.batch_size), "--quiet", "--no-progress"]
         log = out.parent / f"{out.name}.log"

@@ -14,6 +14,10 @@ class InputError(ValueError):
     """Bad input; the message names the file, line and field, and the fix."""
 
 
+class ConfigError(ValueError):
+    """A config that cannot be used as given; the message is one line naming the file, key and fix."""
+
+
 class OneLineWarning(UserWarning):
     """A warning shown as one stderr line, `evprobe: warning: <message>` (no source line after it)."""
 

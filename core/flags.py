@@ -38,6 +38,7 @@ HELP = {
     "max_memory": "memory budget per device with --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB",
     "offload_folder": "folder for modules offloaded to disk with --device-map",
     "trust_remote_code": "allow a model's own code (off by default)",
+    "revision": "a hub commit or tag of the model to pin (loaded from the local hub cache)",
     "attn_implementation": "e.g. eager (Pixtral, seed 000 appendix I) or sdpa",
     "answer_prefix": "text the reply starts with before its answer letter (e.g. 'ANSWER:'), appended to the "
                      "generation prompt by the answer readouts (log-probs, capture, patching); default: the "
@@ -138,9 +139,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: Se
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        parse, extra = _flag_type(hints[f.name])
         needed = required and f.default is MISSING and f.default_factory is MISSING  # type: ignore[misc]
         text = f.metadata.get("help", "")
+        flagged = flagged_config(hints[f.name])
+        if flagged is not None:  # e.g. the model: --model NAME and the model's own flags (--dtype, ...)
+            parser.add_argument(flag_name(f.name), default=None, help=text, **({"required": True} if needed else {}))
+            add_nested_arguments(parser, flagged)
+            continue
+        parse, extra = _flag_type(hints[f.name])
         if defaults and "default" not in text.lower():  # a help that says its default says it once
             text += _default_text(f)
         kwargs: dict[str, Any] = {"default": None, "help": text, **extra}
@@ -149,6 +155,33 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: Se
         if needed:
             kwargs["required"] = True
         parser.add_argument(flag_name(f.name), **kwargs)
+
+
+def flagged_config(hint: Any) -> type | None:
+    """The dataclass in a field's annotation that declares flags of its own (a `FLAGS` tuple of its
+    field names, e.g. bench.model_config.ModelConfig), else None."""
+    for candidate in (hint, *get_args(hint)):
+        if dataclasses.is_dataclass(candidate) and isinstance(getattr(candidate, "FLAGS", None), tuple):
+            return candidate  # type: ignore[return-value]
+    return None
+
+
+def add_nested_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One flag per name in `cls.FLAGS` (typed by its annotation, helped by HELP): each given flag
+    replaces that key of the config the field names (read back with `nested_overrides`)."""
+    hints = field_hints(cls)
+    for name in cls.FLAGS:  # type: ignore[attr-defined]
+        parse, extra = _flag_type(hints[name])
+        kwargs: dict[str, Any] = {"default": None, "help": HELP.get(name, ""), **extra}
+        if parse is not None:
+            kwargs["type"] = parse
+        parser.add_argument(flag_name(name), **kwargs)
+
+
+def nested_overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """name -> value of every flag of `cls.FLAGS` that was given."""
+    return {name: getattr(args, name) for name in cls.FLAGS  # type: ignore[attr-defined]
+            if getattr(args, name, None) is not None}
 
 
 def config_overrides(args: argparse.Namespace, cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:

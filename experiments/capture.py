@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,7 +63,8 @@ from evprobe.experiments.pins import images_sha256, input_pins, sha256_text
 from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, select_items
 from evprobe.core.shard import Shard, select_shard
 from evprobe.experiments.capture_store import ACTS_FILE, ACTS_KEY, CaptureRows
-from evprobe.experiments.config import check_loading_keys, config_from_flags, resolve_model_flag
+from evprobe.bench.model_config import ModelConfig, as_model_config, load_model, model_from_record
+from evprobe.experiments.config import config_from_flags
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
@@ -101,7 +102,8 @@ INDEX_OPTIONAL_FIELDS = tuple(INDEX_OPTIONAL_DEFAULTS)
 class CaptureConfig:
     """`evprobe capture`: every field is a flag (`--batch-size` for batch_size), with this help."""
 
-    model: str = setting(help="tiny:<arch>, a model config YAML, a hub id or a local folder")
+    model: ModelConfig = setting(help="tiny:<arch>, a model config (a name in configs/models or a YAML), a hub id or "
+                                      "a local folder; the model flags below override its keys")
     bench: str = setting(help="benchmark folder (evprobe generate)")
     out: str = setting(help="capture folder (acts.npy, index.jsonl, meta.json)")
     requests: tuple[str, ...] | None = setting(("select", "answer_initial"),
@@ -117,19 +119,12 @@ class CaptureConfig:
     protocol: str = setting("direct", HELP["protocol"])
     limit: int | None = setting(None, "only the first N selected items")
     batch_size: int = setting(8, "items per forward pass")
-    dtype: str = setting("auto", HELP["dtype"])
-    device_map: str | None = setting(None, HELP["device_map"])
-    max_memory: str | None = setting(None, HELP["max_memory"])
-    offload_folder: str | None = setting(None, HELP["offload_folder"])
-    trust_remote_code: bool = setting(False, HELP["trust_remote_code"])
-    attn_implementation: str | None = setting(None, HELP["attn_implementation"])
-    answer_prefix: str | None = setting(None, HELP["answer_prefix"])
-    prompt_format: Literal["chat", "raw"] | None = setting(None, HELP["prompt_format"])
     shard: str | None = setting(None, HELP["shard"])
 
     def __post_init__(self) -> None:
         # The settings that need no benchmark, checked when the config is made (before a model file
         # is hashed or loaded); positions, component and the selection: CaptureJob, before it loads.
+        object.__setattr__(self, "model", as_model_config(self.model))  # a bare model string: its defaults
         if self.shard is not None:
             Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
         check_layer_spec(self.layers)
@@ -137,7 +132,6 @@ class CaptureConfig:
             raise InputError(f"--batch-size must be a positive integer, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit must be a positive integer, got {self.limit}")
-        check_loading_keys(self)
 
 
 def question_marker(prompt: str) -> str | None:
@@ -308,19 +302,19 @@ class CaptureJob(Job):
             return parse_layers(self.config.layers, self.handle.n_layers)
         from evprobe.hooks.loading import config_n_layers
 
-        known = (self.old or {}).get("n_model_layers") or config_n_layers(
-            self.config.model, trust_remote_code=self.config.trust_remote_code)
+        m = self.config.model
+        known = (self.old or {}).get("n_model_layers") or config_n_layers(m.source, trust_remote_code=m.trust_remote_code)
         return parse_layers(self.config.layers, known) if known is not None else None
 
     def pinned(self) -> dict[str, Any]:
         c = self.config
         out: dict[str, Any] = {
-            "format": FORMAT, "model": c.model, "positions": self.positions, "regime": c.regime,
+            "format": FORMAT, "model": c.model.source, "positions": self.positions, "regime": c.regime,
             "protocol": c.protocol, "items_sha256": self.bench_meta.get("items_sha256"),
             "selection_sha256": sha256_text("\n".join(it.item_id for it in self.items)),
             "n_items": len(self.items), "images_sha256": self.images_sha256,
-            "attn_implementation": c.attn_implementation, "requested_dtype": c.dtype, **self.input_pins,
-            "answer_prefix": c.answer_prefix,
+            "attn_implementation": c.model.attn_implementation, "requested_dtype": c.model.dtype, **self.input_pins,
+            "answer_prefix": c.model.answer_prefix,
             # resid_post pinned as None: a folder written before components existed resumes as it was
             "component": None if c.component == "resid_post" else c.component,
         }
@@ -341,7 +335,7 @@ class CaptureJob(Job):
         """Hashed once (pinned() is asked before and after open()): the prompt template text and the
         model's files (experiments.pins; the images are pinned in __init__, with their count)."""
         c = self.config
-        return input_pins(c.model, templates=(c.protocol, c.regime))
+        return input_pins(c.model.source, templates=(c.protocol, c.regime))
 
     def meta(self) -> dict[str, Any]:
         from evprobe.hooks.capture import POSITION_RULES
@@ -372,13 +366,7 @@ class CaptureJob(Job):
         return CaptureRows(folder, [it.item_id for it in self.items] if own else None, selection_of)
 
     def open(self) -> None:
-        from evprobe.hooks import load
-        from evprobe.hooks.devices import placement_of
-
-        c = self.config
-        self.handle = load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
-                           trust_remote_code=c.trust_remote_code, answer_prefix=c.answer_prefix,
-                           prompt_format=c.prompt_format)
+        self.handle = load_model(self.config.model)
         self.check_readable()
 
     def check_markers(self) -> None:
@@ -460,7 +448,7 @@ class CaptureJob(Job):
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> CaptureJob:
-        c = dict(meta["config"])
+        c = model_from_record(meta["config"])
         for key in ("requests", "positions", "layers", "injection"):
             if isinstance(c.get(key), list):
                 c[key] = tuple(c[key])
@@ -522,7 +510,7 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 
 def run_capture(args: argparse.Namespace) -> int:
-    config = resolve_model_flag(config_from_flags(CaptureConfig, args), args)
+    config = config_from_flags(CaptureConfig, args)
     from evprobe.experiments.distributed import data_parallel
 
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evprobe.core.argtypes import nonnegative_int, positive_int
-from evprobe.experiments.config import config_from_flags, resolve_model_flag
+from evprobe.experiments.config import config_from_flags
 from evprobe.experiments.registry import experiments, names, resolve
 
 
@@ -174,8 +174,7 @@ def _run_run(args: argparse.Namespace) -> int:
     from evprobe.bench.runner import RunConfig, RunJob, run
     from evprobe.experiments.distributed import data_parallel
 
-    config = resolve_model_flag(config_from_flags(RunConfig, args), args)
-    check_run_config(config)
+    config = config_from_flags(RunConfig, args)  # its model checked as every ModelConfig is, before it loads
     runs = config.runs
     if runs != 1:  # --runs R: OUT/run-1 ... OUT/run-R and OUT/runs.json (bench.repeats)
         from evprobe.bench.repeats import run_repeated, runs_line
@@ -200,17 +199,6 @@ def _run_run(args: argparse.Namespace) -> int:
         f"({session['items']} new in {session['seconds']} s)"
     )
     return 0
-
-
-def check_run_config(config: object) -> None:
-    """RunConfig's model-loading keys (dtype, attn_implementation, placement), as ModelConfig checks
-    them: before the model's files are hashed or loaded. The rest RunJob checks before it loads."""
-    from evprobe.experiments.config import COMMAND_LINE, ConfigError, check_loading_keys
-
-    try:
-        check_loading_keys(config)
-    except ValueError as err:
-        raise ConfigError(f"{COMMAND_LINE}: {err}") from None
 
 
 def add_score_parser(sub: argparse._SubParsersAction) -> None:

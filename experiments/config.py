@@ -29,128 +29,38 @@ nothing has been loaded or written when it is raised.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import json
 import os
 import re
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from evprobe.core.errors import InputError
-from evprobe.core.flags import PLACEMENT_KEYS, field_hints
+from evprobe.bench.model_config import (
+    ATTN_IMPLEMENTATIONS,
+    DTYPES,
+    ModelConfig,
+    check_loading_keys,
+    did_you_mean,
+    load_model,
+    model_source,
+)
+from evprobe.core.errors import ConfigError, InputError
+from evprobe.core.flags import field_hints
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_KINDS = ("models", "experiments")
 YAML_SUFFIXES = (".yaml", ".yml")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 COMMAND_LINE = "command line"
 
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
-    """A config that cannot be used as given; the message is one line naming the file, key and fix."""
-
-
 # ---------------------------------------------------------------- the model config
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """How to load and drive one model.
-
-    name: a short label used in output folders and reports (defaults to the YAML file's stem).
-    model: a hub id (`owner/name`), a local folder, or `tiny:<arch>` (hooks.TINY_ARCHS).
-    dtype: auto (float32 on CPU, the checkpoint's dtype on GPU), float32, bfloat16, float16.
-    attn_implementation: None = transformers' default; e.g. eager (Pixtral, seed 000 appendix I).
-    device_map: None = CPU; "auto" spreads over the visible GPUs, then CPU, then disk (accelerate).
-    max_memory: accelerate's budget per device with device_map, e.g. "0=70GiB,1=70GiB,cpu=200GiB".
-    offload_folder: where modules that fit nowhere else are offloaded (with device_map).
-    max_new_tokens_direct / max_new_tokens_brief: generation limits of the two protocols.
-    batch_size: rows per forward / generate call.
-    trust_remote_code: run a checkpoint's own code (never implied).
-    revision: a hub commit / tag to pin; loaded through the local hub cache (see `model_source`).
-    answer_prefix: what the reply starts with before its answer letter (e.g. "ANSWER:"), appended
-        by the answer readouts (hooks.Handle.answer_prefix); None = the model's own (the
-        organism's "ANSWER:"), else none.
-    prompt_format: "chat" or "raw" (hooks.Handle.prompt_format); None = chat when the tokenizer
-        has a chat template, else raw (a base model).
-    notes: free text (why a setting is what it is).
-    """
-
-    name: str
-    model: str
-    dtype: str = "auto"
-    attn_implementation: str | None = None
-    device_map: str | None = None
-    max_memory: str | None = None  # accelerate's budget per device, e.g. "0=70GiB,cpu=200GiB"
-    offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
-    max_new_tokens_direct: int = 16
-    max_new_tokens_brief: int = 256
-    batch_size: int = 8
-    trust_remote_code: bool = False
-    revision: str | None = None
-    answer_prefix: str | None = None
-    prompt_format: str | None = None
-    notes: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.name.strip():
-            raise ValueError("key 'name' is empty; give the model a short label")
-        if not self.model.strip():
-            raise ValueError("key 'model' is empty; give a hub id, a local folder or tiny:<arch>")
-        if self.model.startswith("tiny:"):
-            from evprobe.hooks.tiny import TINY_ARCHS
-
-            arch = self.model.removeprefix("tiny:")
-            if arch not in TINY_ARCHS:
-                raise ValueError(f"unknown tiny architecture {arch!r} in key 'model'"
-                                 f"{_did_you_mean(arch, list(TINY_ARCHS))} Choose from {', '.join(TINY_ARCHS)}")
-        check_loading_keys(self)
-        for key in ("max_new_tokens_direct", "max_new_tokens_brief", "batch_size"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"key {key!r} must be a positive integer, got {getattr(self, key)}")
-
-    @property
-    def is_tiny(self) -> bool:
-        return self.model.startswith("tiny:")
-
-    def max_new_tokens(self, protocol: str) -> int:
-        """The generation limit of a protocol (`direct` or `brief`)."""
-        if protocol not in ("direct", "brief"):
-            raise ValueError(f"unknown protocol {protocol!r}; choose from direct, brief")
-        return self.max_new_tokens_direct if protocol == "direct" else self.max_new_tokens_brief
-
-
-def check_loading_keys(config: Any) -> None:
-    """The model-loading keys any config shares with ModelConfig (dtype, attn_implementation,
-    device_map, max_memory, offload_folder, prompt_format), checked as ModelConfig checks them: at config time,
-    before a model file is hashed or loaded. A config without one of the keys skips it."""
-    from evprobe.hooks.handle import PROMPT_FORMATS
-
-    prompt_format = getattr(config, "prompt_format", None)
-    if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
-        raise ValueError(f"key 'prompt_format' is {prompt_format!r}; choose from {', '.join(PROMPT_FORMATS)} "
-                         "or null (chat when the tokenizer has a chat template, else raw)")
-    dtype = getattr(config, "dtype", "auto")
-    if dtype not in DTYPES:
-        raise ValueError(f"key 'dtype' is {dtype!r}; choose from {', '.join(DTYPES)}")
-    attn = getattr(config, "attn_implementation", None)
-    if attn is not None and attn not in ATTN_IMPLEMENTATIONS:
-        raise ValueError(f"key 'attn_implementation' is {attn!r}; choose from "
-                         f"{', '.join(ATTN_IMPLEMENTATIONS)} or null (transformers' default)")
-    max_memory = getattr(config, "max_memory", None)
-    if (max_memory is not None or getattr(config, "offload_folder", None) is not None) \
-            and getattr(config, "device_map", None) is None:
-        raise ValueError("keys 'max_memory' and 'offload_folder' need a device map; set device_map: auto")
-    from evprobe.hooks.devices import parse_max_memory
-
-    parse_max_memory(max_memory)  # a bad entry fails here, naming the fix
+# ModelConfig, the one spelling of a model, lives in bench.model_config (the runner's config holds
+# it); it is imported here, where the loader resolves a model config's name to its file.
 
 
 def check_positive(config: Any, *keys: str, optional: bool = False) -> None:
@@ -164,49 +74,24 @@ def check_positive(config: Any, *keys: str, optional: bool = False) -> None:
             raise ValueError(f"key {key!r} must be a positive integer{' or null' if optional else ''}, got {value!r}")
 
 
-def model_source(cfg: ModelConfig) -> str:
-    """What hooks.load is given: `cfg.model`, or for a pinned `revision` of a hub id the local
-    snapshot folder of that revision (hooks.load takes no revision; huggingface_hub resolves it,
-    from the local cache when HF_HUB_OFFLINE=1)."""
-    if cfg.revision is None or cfg.is_tiny or os.path.isdir(cfg.model):
-        return cfg.model
-    from huggingface_hub import snapshot_download
-
-    # Weights as safetensors only (hooks.load uses use_safetensors=True), plus configs and tokenizer files.
-    patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken", "*.py"]
-    try:
-        return snapshot_download(cfg.model, revision=cfg.revision, allow_patterns=patterns)
-    except Exception as err:  # noqa: BLE001 - offline cache miss, unknown revision, gated repo ...
-        raise ConfigError(f"model {cfg.model!r} at revision {cfg.revision!r} is not available "
-                          f"({type(err).__name__}); download it first or set revision: null") from None
-
-
-def load_model(cfg: ModelConfig):
-    """hooks.load with the config's settings (the only place a ModelConfig becomes a Handle)."""
-    from evprobe import hooks
-    from evprobe.hooks.devices import placement_of
-
-    return hooks.load(model_source(cfg), dtype=cfg.dtype, **placement_of(cfg),
-                      trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
-                      answer_prefix=cfg.answer_prefix, prompt_format=cfg.prompt_format)
-
-
 def config_from_flags(cls: type[T], args: Any, **given: Any) -> T:
     """A config from the flags `core.flags.add_config_arguments` made for it (plus `given` values),
-    checked by the same typed loader as a YAML file; an error names the command line."""
+    checked by the same typed loader as a YAML file; an error names the command line. Its model
+    (when it has one) is resolved with the model flags given (`resolve_model`)."""
     from evprobe.core.flags import config_overrides
 
-    return load_config(cls, {}, {**config_overrides(args, cls), **given}, where=COMMAND_LINE)
+    overrides = {**config_overrides(args, cls), **given}
+    if takes_model_config(cls) and isinstance(overrides.get("model"), str):
+        overrides["model"] = resolve_model(overrides["model"], model_flags(args), **_model_context(cls, args))
+    return load_config(cls, {}, overrides, where=COMMAND_LINE)
 
 
 def add_experiment_parser(sub: Any, name: str, cls: type, run: Any, *, help: str, description: str,  # noqa: A002
-                          example: str, config_required: bool = True, model_config: bool = True) -> Any:
-    """Register `evprobe NAME`: --config, one flag per field of `cls`, the model overrides (when the
-    model comes from a model config) and --quiet; `run(args)` handles it."""
+                          example: str, config_required: bool = True) -> Any:
+    """Register `evprobe NAME`: --config, one flag per field of `cls` (a model field: --model and the
+    model flags, core.flags) and --quiet; `run(args)` handles it."""
     p = sub.add_parser(name, help=help, description=description)
     add_experiment_arguments(p, cls, example=example, config_required=config_required)
-    if model_config:
-        add_model_override_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(run=run)
     return p
@@ -223,8 +108,8 @@ def add_experiment_arguments(parser: Any, cls: type, *, example: str, config_req
 
 def experiment_config(cls: type[T], args: Any) -> T:
     """The config `--config` names (none: the flags alone), with every given flag of `cls` applied on
-    top, through the same typed loader; then the model overrides (--dtype, placement) if `cls` has
-    a model config and the command has those flags."""
+    top, through the same typed loader; then the model flags given (--dtype, --device-map, ...)
+    applied to its model (`resolve_model`)."""
     from evprobe.core.flags import config_overrides
 
     overrides = config_overrides(args, cls)
@@ -237,36 +122,53 @@ def experiment_config(cls: type[T], args: Any) -> T:
         config = load_config(cls, {}, overrides, where=COMMAND_LINE)
     else:
         config = load_config(cls, resolve_config(args.config, "experiments"), overrides)
-    takes_model_config = _dataclass_in(_field_hints(cls).get("model")) is ModelConfig
-    if takes_model_config and all(hasattr(args, key) for key in MODEL_OVERRIDES):
-        config = apply_model_overrides(config, args)
+    flags = model_flags(args)
+    if takes_model_config(cls) and flags:
+        config = dataclasses.replace(config, model=resolve_model(config.model, flags))  # type: ignore[attr-defined]
     return config
 
 
-# Model config keys an experiment's flags may override (--dtype, --device-map, --max-memory, --offload-folder).
-MODEL_OVERRIDES = ("dtype", *PLACEMENT_KEYS)
+# ---------------------------------------------------------------- one way to name a model
 
 
-def add_model_override_arguments(parser: Any) -> None:
-    """--dtype and the placement flags of an experiment whose model comes from a model config; given,
-    they replace the model config's keys."""
-    from evprobe.core.flags import HELP, flag_name
-
-    for key in MODEL_OVERRIDES:
-        parser.add_argument(flag_name(key), default=None, help=f"override the model config's {key}: {HELP[key]}")
+def takes_model_config(cls: type) -> bool:
+    """Whether `cls` has a `model` field holding a ModelConfig (every model-driving config)."""
+    return _dataclass_in(_field_hints(cls).get("model")) is ModelConfig
 
 
-def apply_model_overrides(config: T, args: Any) -> T:
-    """`config` (a frozen config with a `model` field) with the model keys its flags gave replaced."""
-    overrides = {key: getattr(args, key) for key in MODEL_OVERRIDES}
-    if all(value is None for value in overrides.values()):
-        return config
-    return dataclasses.replace(config, model=load_model_config(config.model, overrides))  # type: ignore[type-var]
+def model_flags(args: Any) -> dict[str, Any]:
+    """The model flags given on the command line (ModelConfig.FLAGS: --dtype, --revision, ...)."""
+    from evprobe.core.flags import nested_overrides
+
+    return nested_overrides(args, ModelConfig)
 
 
-# The keys of a flat command config (run, capture, patching) that a model config fills when --model
-# names one; a key given on the command line keeps its value.
-MODEL_CONFIG_KEYS = ("model", "dtype", "attn_implementation", "trust_remote_code", *PLACEMENT_KEYS)
+def _model_context(cls: type, args: Any) -> dict[str, bool]:
+    # evprobe run's model may be a scripted policy, or with --backend openai the name a server serves
+    from evprobe.bench.runner import RunConfig
+
+    return {"policies": cls is RunConfig, "served": getattr(args, "backend", None) == "openai"}
+
+
+def resolve_model(value: str | ModelConfig, flags: Mapping[str, Any] | None = None, *, policies: bool = False,
+                  served: bool = False) -> ModelConfig:
+    """The ModelConfig that a `--model` value (or a config's `model` key) names, with `flags` (the
+    model flags given: ModelConfig.FLAGS) replacing its keys, checked by the typed loader.
+
+    A value naming a model config (`model_config_path`: a YAML path, a name in configs/models) is
+    that file's ModelConfig; any other model (tiny:<arch>, a folder, a registered name, a hub id;
+    policy:<name> with `policies`) a ModelConfig with the defaults. A name that is no model (a typo)
+    is refused first, in one line (`check_model_name`), except with `served` (--backend openai),
+    where the model is the name a server serves (its /models refuses a typo, with the names it
+    serves)."""
+    if isinstance(value, ModelConfig):
+        return load_model_config(value, flags) if flags else value
+    if served:
+        return load_config(ModelConfig, dataclasses.asdict(ModelConfig.of(value)), flags, where=f"model {value!r}")
+    path = model_config_path(value, policies=policies)
+    if path is not None:
+        return load_config(ModelConfig, path, flags, defaults={"name": path.stem})
+    return load_config(ModelConfig, dataclasses.asdict(ModelConfig.of(value)), flags, where=f"model {value!r}")
 
 
 def model_config_path(model: str, *, policies: bool = True) -> Path | None:
@@ -324,13 +226,6 @@ def known_model_names(*, policies: bool = False) -> list[str]:
     return names
 
 
-def _did_you_mean(name: str, names: list[str]) -> str:
-    """`; did you mean a, b or c?` (the closest of `names`), else `.`: a sentence's end."""
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-    return "." if not close else f"; did you mean {close[0]}?" if len(close) == 1 else \
-        f"; did you mean {', '.join(close[:-1])} or {close[-1]}?"
-
-
 def _in_hub_cache(model: str) -> bool:
     """Whether a bare hub name (a legacy id without an owner, `gpt2`) is in the local Hugging Face
     cache: read from disk only. Such a name is accepted when cached; otherwise it must be written
@@ -359,7 +254,7 @@ def check_model_name(model: str, *, policies: bool = False) -> None:
 
         arch = model.removeprefix("tiny:")
         if arch not in TINY_ARCHS:
-            raise UnknownModelError(f"unknown tiny architecture {arch!r}{_did_you_mean(arch, list(TINY_ARCHS))} "
+            raise UnknownModelError(f"unknown tiny architecture {arch!r}{did_you_mean(arch, list(TINY_ARCHS))} "
                                     f"Choose from {', '.join(TINY_ARCHS)}")
         return
     if model.startswith(POLICY_PREFIX):
@@ -370,13 +265,13 @@ def check_model_name(model: str, *, policies: bool = False) -> None:
             raise UnknownModelError(f"{model} is a scripted policy, which only `evprobe run` runs; give a model: "
                                     f"{_ACCEPTED}")
         if name not in POLICIES:
-            raise UnknownModelError(f"unknown policy {name!r}{_did_you_mean(name, list(POLICIES))} "
+            raise UnknownModelError(f"unknown policy {name!r}{did_you_mean(name, list(POLICIES))} "
                                     f"Choose from {', '.join(POLICIES)}")
         return
     if model.endswith(YAML_SUFFIXES):
         if _find_config(model, "models") is None:
             stem = Path(model).stem if Path(model).name == model else model
-            raise UnknownModelError(f"model config file {model} not found{_did_you_mean(stem, config_names('models'))} "
+            raise UnknownModelError(f"model config file {model} not found{did_you_mean(stem, config_names('models'))} "
                                     f"Give an existing YAML path or a name from {CONFIGS_DIR / 'models'} "
                                     f"(known: {', '.join(config_names('models'))})")
         return
@@ -389,49 +284,13 @@ def check_model_name(model: str, *, policies: bool = False) -> None:
     known = known_model_names(policies=policies)
     pathlike = "/" in model or os.sep in model or model.startswith(".")
     why = "no such path, and not a hub id owner/name (letters, digits, -, _, .)" if pathlike else "not a known name"
-    close = _did_you_mean(model, known)
+    close = did_you_mean(model, known)
     if close == ".":  # nothing close: the names there are
         close = f" (model configs: {', '.join(config_names('models'))})."
     bare = "" if pathlike else " (a hub model without an owner only when in the local cache: write owner/name, e.g. " \
         "openai-community/gpt2)"
     raise UnknownModelError(f"unknown model {model!r}: {why}{close} Give {_ACCEPTED}"
                             f"{', or policy:<name>' if policies else ''}{bare}")
-
-
-def resolve_model_flag(config: T, args: Any = None, *, policies: bool | None = None) -> T:
-    """`config` (a frozen run / capture / patching config with a flat `model` field) with its
-    model resolved: when `model` names a model config (`model_config_path`), the config's model,
-    dtype, attn_implementation, trust_remote_code and placement fields are filled from it (the model
-    becomes the config's hub id, folder or tiny:<arch>; a pinned revision its local snapshot, as in
-    `model_source`), except the fields whose flags `args` gave. Otherwise `config` unchanged.
-    A name that is no model (a typo) is refused first, in one line (`check_model_name`), except with
-    `--backend openai`, where the model is the name a server serves (its /models refuses a typo, with
-    the names it serves); `policies`:
-    policy:<name> is a model too (None: when `config` is a RunConfig, whose scripted policies only
-    `evprobe run` runs)."""
-    from evprobe.core.flags import config_overrides
-
-    if policies is None:
-        from evprobe.bench.runner import RunConfig
-
-        policies = isinstance(config, RunConfig)
-    if getattr(config, "backend", "hf") == "openai":  # the name a server serves: the server checks it
-        return config
-    path = model_config_path(config.model, policies=policies)  # type: ignore[attr-defined]
-    if path is None:
-        return config
-    cls = type(config)
-    model_config = load_model_config(path)
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    given = set(config_overrides(args, cls)) - {"model"} if args is not None else set()
-    if model_config.trust_remote_code and "trust_remote_code" not in fields:
-        raise ConfigError(f"model config {path} sets trust_remote_code: true, which this command cannot pass on "
-                          "to the model loader; give the model's hub id or folder instead")
-    values = {"model": model_source(model_config)}
-    for key in MODEL_CONFIG_KEYS[1:]:
-        if key in fields and key not in given:
-            values[key] = getattr(model_config, key)
-    return dataclasses.replace(config, **values)  # type: ignore[type-var]
 
 
 def load_model_config(ref: str | Path | ModelConfig, overrides: Mapping[str, Any] | None = None) -> ModelConfig:
@@ -561,6 +420,9 @@ def _section_name(cls: type, path: str) -> str:
 def _check_keys(cls: type, raw: Mapping[str, Any], label: str, section: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     for key in raw:
+        if key not in names and key in ModelConfig.FLAGS and takes_model_config(cls):
+            raise ConfigError(f"{label}: key {key!r} in {section} is a key of its model now; move it under "
+                              f"'model' (e.g. model: {{model: tiny:llava, {key}: ...}}) or pass --{key.replace('_', '-')}")
         if key not in names:
             raise ConfigError(f"{label}: unknown key {key!r} in {section}; valid keys: {', '.join(names)}")
 
@@ -645,6 +507,11 @@ def _check_value(value: Any, hint: Any, where: str, key: str) -> Any:
     sub = _dataclass_in(hint)
     if sub is not None and (isinstance(value, Mapping) or isinstance(value, sub)):
         return _nested(sub, value, where, key)
+    if hint is ModelConfig and isinstance(value, str):  # a model config's name, or a model: resolved here
+        try:
+            return resolve_model(value)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: key {key!r}: {err}") from None
     from pydantic import ValidationError
 
     try:
@@ -700,7 +567,9 @@ def as_dict(config: Any) -> dict[str, Any]:
 
 
 __all__ = [
+    "ATTN_IMPLEMENTATIONS",
     "CONFIGS_DIR",
+    "DTYPES",
     "ConfigError",
     "ModelConfig",
     "as_dict",
@@ -712,8 +581,10 @@ __all__ = [
     "load_model",
     "load_model_config",
     "model_config_path",
+    "model_flags",
     "model_source",
     "read_yaml",
     "resolve_config",
-    "resolve_model_flag",
+    "resolve_model",
+    "takes_model_config",
 ]

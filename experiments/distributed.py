@@ -75,13 +75,10 @@ def rank_placement(device_map: str | None, max_memory: str | None) -> tuple[str 
 
 
 def for_rank(config: Any) -> Any:
-    """`config` placed for this process: its own `device_map` / `max_memory` (run, capture, patching),
-    or its model config's (dose-response, gating, layer-sweep)."""
+    """`config` (any model-driving config: its `model` is a ModelConfig, or a name of one) with its
+    model's device_map and max_memory placed for this process."""
     from dataclasses import replace
 
-    if hasattr(config, "device_map"):
-        device_map, max_memory = rank_placement(config.device_map, getattr(config, "max_memory", None))
-        return replace(config, device_map=device_map, max_memory=max_memory)
     from evprobe.experiments.config import load_model_config
 
     model = load_model_config(config.model)

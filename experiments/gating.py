@@ -100,7 +100,6 @@ from evprobe.experiments.config import (
 )
 from evprobe.experiments.dose_config import alpha_key
 from evprobe.experiments.dose_plan import measure_sign
-from evprobe.hooks.devices import placement_of
 
 REGIMES = ("standard", "guided")
 REQUEST_KINDS = {"answer_initial": "answer", "answer_after_test": "answer", "select": "select"}
@@ -273,16 +272,11 @@ def make_plan(config: GatingConfig) -> Plan:
 
 def _capture(plan: Plan, regime: str, progress: bool) -> Path:
     from evprobe.experiments.capture import CaptureConfig, capture
-    from evprobe.experiments.config import model_source
 
-    m = plan.model
     out = plan.out / "acts" / regime
-    capture(CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(out),
+    capture(CaptureConfig(model=plan.model, bench=str(plan.bench), out=str(out),
                           requests=tuple(plan.config.requests), layers="all", positions=(POSITION,), regime=regime,
-                          batch_size=plan.batch_size, dtype=m.dtype, **placement_of(m),
-                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
-                          answer_prefix=m.answer_prefix, prompt_format=m.prompt_format),
-            progress=progress)
+                          batch_size=plan.batch_size), progress=progress)
     return out
 
 

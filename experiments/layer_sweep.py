@@ -62,7 +62,6 @@ from evprobe.experiments.config import (
     load_model_config,
     resolve_config,
 )
-from evprobe.hooks.devices import placement_of
 from evprobe.probes.control_tasks import fmt_selectivity
 
 SWEEPS_DIR = "sweeps"
@@ -237,16 +236,12 @@ def make_plan(config: LayerSweepConfig) -> Plan:
 def capture_config(plan: Plan):
     """The CaptureConfig of step 1 (the plan's model, layers and positions, into OUT/acts)."""
     from evprobe.experiments.capture import CaptureConfig
-    from evprobe.experiments.config import model_source
 
-    c, m = plan.config, plan.model
+    c = plan.config
     layers = "all" if c.layers == "all" else ",".join(map(str, c.layers))
-    return CaptureConfig(model=model_source(m), bench=str(plan.bench), out=str(plan.acts),
+    return CaptureConfig(model=plan.model, bench=str(plan.bench), out=str(plan.acts),
                          requests=tuple(c.requests), layers=layers, positions=tuple(c.positions),
-                         regime=c.regime, limit=c.limit, batch_size=plan.batch_size, dtype=m.dtype,
-                         **placement_of(m),
-                         trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation,
-                         answer_prefix=m.answer_prefix, prompt_format=m.prompt_format, shard=c.shard)
+                         regime=c.regime, limit=c.limit, batch_size=plan.batch_size, shard=c.shard)
 
 
 def run_capture(plan: Plan, progress: bool) -> dict[str, Any] | None:

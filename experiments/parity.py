@@ -306,7 +306,7 @@ def _check_pins(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any], 
         alone = [f"{k} {_short(meta[k])}" for k in keys if meta.get(k) is not None and other.get(k) is None]
         if alone:
             notes.append(f"pinned by {run} only: {', '.join(alone)}")
-    config_a, config_b = a.get("config") or {}, b.get("config") or {}
+    config_a, config_b = _flat_config(a.get("config")), _flat_config(b.get("config"))
     from evprobe.bench.runner import BACKEND_ONLY
 
     # a backend's own settings are noted only when both runs are of that backend (else one is at its default, unused)
@@ -317,6 +317,18 @@ def _check_pins(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any], 
         if config_a.get(key) is not None and config_b.get(key) is not None and config_a[key] != config_b[key]:
             notes.append(f"--{key.replace('_', '-')}: {_short(config_a[key])} vs {_short(config_b[key])}")
     return notes
+
+
+def _flat_config(config: Any) -> dict[str, Any]:
+    """A run.json's config with its model's flag keys (dtype, device_map, ...) beside the run's own
+    keys, as its flags spell them; a run.json written before the model was one key is flat already."""
+    from evprobe.bench.model_config import ModelConfig
+
+    config = dict(config or {})
+    model = config.get("model")
+    if isinstance(model, dict):
+        config.update({k: model.get(k) for k in ModelConfig.FLAGS})
+    return config
 
 
 def _short(value: Any) -> str:

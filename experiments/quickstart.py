@@ -45,7 +45,6 @@ from evprobe.bench.manifest import META_FILE, read_meta
 from evprobe.core.errors import InputError
 from evprobe.core.lock import folder_lock
 from evprobe.bench.runner import RunConfig, run
-from evprobe.hooks.devices import placement_of
 
 DEFAULT_MODEL = "organism"
 UNTRAINED = (
@@ -158,9 +157,7 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
     timings["generate"] = time.perf_counter() - t
 
     t = _step(2, f"run {cfg.model} on every item and score it")
-    run(RunConfig(model=cfg.model, bench=str(bench), out=str(run_dir), batch_size=cfg.batch_size,
-                  dtype=cfg.dtype, **placement_of(cfg), attn_implementation=cfg.attn_implementation,
-                  trust_remote_code=cfg.trust_remote_code), progress=progress)
+    run(RunConfig(model=cfg, bench=str(bench), out=str(run_dir), batch_size=cfg.batch_size), progress=progress)
     from evprobe.experiments.scoring_io import score_run
 
     score_run(run_dir, bench, n_boot=n_boot)
@@ -168,10 +165,9 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
 
     t = _step(3, "capture the residual stream")
     from evprobe.experiments.capture import CaptureConfig, capture
-    capture(CaptureConfig(model=cfg.model, bench=str(bench), out=str(acts), requests=("select", "answer_initial"),
-                          positions=("last", "text_mean", "image_mean"), batch_size=cfg.batch_size,
-                          dtype=cfg.dtype, **placement_of(cfg), attn_implementation=cfg.attn_implementation,
-                          trust_remote_code=cfg.trust_remote_code), progress=progress)
+    capture(CaptureConfig(model=cfg, bench=str(bench), out=str(acts), requests=("select", "answer_initial"),
+                          positions=("last", "text_mean", "image_mean"), batch_size=cfg.batch_size),
+            progress=progress)
     timings["capture"] = time.perf_counter() - t
 
     t = _step(4, "sweep probes for sufficiency")
@@ -222,9 +218,8 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
 
     # the organism's sheets are spans of two image tokens (block, offset): patched apart too
     sets = POSITION_SETS if organism else DEFAULT_POSITION_SETS
-    run_patching(PatchingConfig(model=cfg.model, bench=str(bench), out=str(patch), limit_pairs=pairs, positions=sets,
-                                dtype=cfg.dtype, **placement_of(cfg),
-                                attn_implementation=cfg.attn_implementation, n_boot=n_boot), progress=progress)
+    run_patching(PatchingConfig(model=cfg, bench=str(bench), out=str(patch), limit_pairs=pairs, positions=sets,
+                                n_boot=n_boot), progress=progress)
     timings["patching"] = time.perf_counter() - t
 
     t = _step(8, "known-answer checks and the report" if organism else "write the report")

@@ -68,7 +68,7 @@ from evprobe.core.errors import IncompleteLineWarning, InputError
 from evprobe.core.jobs import JsonlRows
 from evprobe.experiments.capture_store import load_index
 from evprobe.experiments.cli import main
-from evprobe.experiments.config import CONFIGS_DIR, ConfigError, load_config
+from evprobe.experiments.config import CONFIGS_DIR, ConfigError, ModelConfig, load_config, resolve_model
 from evprobe.experiments.dose_config import DoseResponseConfig
 from evprobe.experiments.gating import GatingConfig
 from evprobe.experiments.layer_sweep import LayerSweepConfig
@@ -772,7 +772,10 @@ def test_config_mutations(config_dir: Path, name: str, data: st.DataObject) -> N
     for f in dataclasses.fields(cls):
         value = getattr(got.result, f.name)
         assert conforms(value, hints[f.name]), f"{label}: {f.name} = {value!r} is not {hints[f.name]}"
-        if f.name in raw:
+        if f.name in raw and isinstance(value, ModelConfig) and isinstance(raw[f.name], str):
+            # a model named by a string: the ModelConfig the name resolves to (a model config's file, or the defaults)
+            assert value == resolve_model(raw[f.name]), f"{label}: {f.name} = {value!r}, the file says {raw[f.name]!r}"
+        elif f.name in raw:
             assert same_value(value, raw[f.name]), f"{label}: {f.name} = {value!r}, the file says {raw[f.name]!r}"
         else:  # a key the file lacks: its default, if it has one
             assert f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING, label

@@ -18,17 +18,9 @@ if TYPE_CHECKING:
 
 def open_backend(config: RunConfig, handle: Any = None) -> HFBackend:
     if handle is None:
-        from evprobe import hooks
-        from evprobe.hooks.devices import placement_of
+        from evprobe.bench.model_config import load_model
 
-        handle = hooks.load(
-            config.model,
-            dtype=config.dtype,
-            **placement_of(config),
-            trust_remote_code=config.trust_remote_code,
-            attn_implementation=config.attn_implementation,
-            prompt_format=config.prompt_format,
-        )
+        handle = load_model(config.model, config.source)
     return HFBackend(handle, config)
 
 

@@ -117,7 +117,7 @@ class OpenAIBackend:
         if not config.base_url:
             raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
         self.url = config.base_url.rstrip("/")
-        self.model = config.served_model or config.model
+        self.model = config.served_model or config.source
         self.top_logprobs = config.top_logprobs
         self.key_env = config.api_key_env
         self.secret = _api_key(config.api_key_env, self.url)

@@ -77,7 +77,7 @@ class EngineSettings:
 
     @classmethod
     def of(cls, config: RunConfig) -> EngineSettings:
-        return cls(config.model, config.dtype, config.trust_remote_code, config.tensor_parallel,
+        return cls(config.source, config.model.dtype, config.model.trust_remote_code, config.tensor_parallel,
                    config.pipeline_parallel, config.gpu_memory_utilization, config.max_model_len)
 
 
@@ -127,7 +127,7 @@ def start_engine(config: RunConfig, handle: Any = None) -> VLLMEngine:
     """Check what vLLM cannot serve (one line each), then start the engine for `config`."""
     if handle is not None:
         raise InputError("a model in memory runs on the hf backend, not vllm")
-    model = config.model
+    model = config.source
     if model.startswith("tiny:"):
         raise InputError(f"--model {model} is built in memory and vLLM loads only saved models: save it "
                          "(handle.model.save_pretrained(DIR) and handle.processor.save_pretrained(DIR)) and pass "
@@ -141,7 +141,8 @@ def start_engine(config: RunConfig, handle: Any = None) -> VLLMEngine:
         raise InputError(NEEDS_VLLM)
     from transformers import AutoConfig
 
-    hf_config = AutoConfig.from_pretrained(folder, trust_remote_code=config.trust_remote_code)
+    trust = config.model.trust_remote_code
+    hf_config = AutoConfig.from_pretrained(folder, trust_remote_code=trust)
     takes_images = getattr(hf_config, "vision_config", None) is not None
     if takes_images and importlib.util.find_spec("torchvision") is None:
         raise InputError(f"--model {model} is a vision-language model and vLLM's multimodal models import "
@@ -161,9 +162,9 @@ def start_engine(config: RunConfig, handle: Any = None) -> VLLMEngine:
         model=folder,
         tokenizer=folder,
         # hf's "auto": float32 on the CPU (no fast bf16 there), the checkpoint's dtype on a GPU
-        dtype="float32" if config.dtype == "auto" and on_cpu else config.dtype,
+        dtype="float32" if config.model.dtype == "auto" and on_cpu else config.model.dtype,
         seed=config.seed,
-        trust_remote_code=config.trust_remote_code,
+        trust_remote_code=trust,
         tensor_parallel_size=config.tensor_parallel,
         pipeline_parallel_size=config.pipeline_parallel,
         # no CUDA graphs on a CPU, and torch.compile of the model there costs minutes at start
@@ -180,11 +181,11 @@ def start_engine(config: RunConfig, handle: Any = None) -> VLLMEngine:
     if takes_images:
         from transformers import AutoProcessor
 
-        processor = AutoProcessor.from_pretrained(folder, trust_remote_code=config.trust_remote_code)
+        processor = AutoProcessor.from_pretrained(folder, trust_remote_code=trust)
     else:
         from transformers import AutoTokenizer
 
-        processor = AutoTokenizer.from_pretrained(folder, trust_remote_code=config.trust_remote_code)
+        processor = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)
     t = time.perf_counter()
     llm = vllm.LLM(**kwargs)
     return VLLMEngine(llm, EngineSettings.of(config), folder, processor, hf_config, time.perf_counter() - t)
@@ -208,7 +209,7 @@ class VLLMBackend:
 
         processor = engine.processor
         self.prompt_format = resolve_prompt_format(processor, getattr(processor, "tokenizer", processor),
-                                                   config.prompt_format, config.model)
+                                                   config.model.prompt_format, config.source)
         self.resources = Resources(extra={"engine_start_s": round(engine.start_s, 3)})
 
     def prepare(self, prompts: list[ModelPrompt]) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 
 from evprobe.bench.family import LETTERS as OPTION_LETTERS
@@ -60,8 +60,8 @@ from evprobe.experiments.pins import input_pins, loaded_pins
 from evprobe.core.flags import HELP, setting
 from evprobe.experiments.own_data.patching import MIN_GAP, aggregate, patch_row
 from evprobe.experiments.patching.figures import head_heatmap_png, heatmap_png
-from evprobe.experiments.config import (add_experiment_parser, check_loading_keys, check_positive, experiment_config,
-                                        resolve_model_flag)
+from evprobe.bench.model_config import ModelConfig, as_model_config, load_model, model_from_record
+from evprobe.experiments.config import add_experiment_parser, check_positive, experiment_config
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
@@ -84,8 +84,9 @@ ROW_TYPES = {"key": "id", "source": "id", "target": "id", "family_id": "id", "sy
 class PatchingConfig:
     """`evprobe patching` (configs/experiments/patching*.yaml); every field is also a flag."""
 
-    model: str = setting(help="tiny:<arch>, a registered name (organism), a model config (name or YAML), "
-                         "a hub id or a local folder")
+    model: ModelConfig = setting(help="tiny:<arch>, a registered name (organism), a model config (a name in "
+                                      "configs/models or a YAML), a hub id or a local folder; the model flags "
+                                      "override its keys")
     bench: str = setting(help="benchmark folder (evprobe generate)")
     out: str = setting(help="output folder (results.jsonl, patching.json/.md/.png)")
     layers: str = setting("all", "all, or comma-separated decoder layer indices, e.g. 0,2,4")
@@ -94,13 +95,6 @@ class PatchingConfig:
     regime: str = setting("standard", HELP["regime"])
     protocol: str = setting("direct", HELP["protocol"])
     limit_pairs: int | None = setting(None, "only the first N image pairs")
-    dtype: str = setting("auto", HELP["dtype"])
-    device_map: str | None = setting(None, HELP["device_map"])
-    max_memory: str | None = setting(None, HELP["max_memory"])
-    offload_folder: str | None = setting(None, HELP["offload_folder"])
-    attn_implementation: str | None = setting(None, HELP["attn_implementation"])
-    answer_prefix: str | None = setting(None, HELP["answer_prefix"])
-    prompt_format: Literal["chat", "raw"] | None = setting(None, HELP["prompt_format"])
     site: str = setting("resid_post", "what is patched at each layer: resid_post (its output), resid_pre (its "
                         "input), attn_out, mlp_out, or attn_head (each attention head alone: a layer x head heatmap)")
     n_boot: int = setting(2000, "family bootstrap resamples")
@@ -112,6 +106,7 @@ class PatchingConfig:
         # loaded and before --out is touched (the model's layer count bounds `layers` later).
         from evprobe.core.shard import Shard
 
+        object.__setattr__(self, "model", as_model_config(self.model))  # a bare model string: its defaults
         if self.shard is not None:
             Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
         bad = [p for p in self.positions if p not in POSITION_SETS]
@@ -126,7 +121,6 @@ class PatchingConfig:
         get_protocol(self.protocol)
         check_positive(self, "n_boot")
         check_positive(self, "limit_pairs", optional=True)
-        check_loading_keys(self)
 
 
 def _store(folder: Path) -> JsonlRows:
@@ -200,14 +194,16 @@ class PatchingJob(Job):
         """The layer indices, once the layer count is known (the loaded model, or its config alone)."""
         from evprobe.hooks.loading import config_n_layers
 
-        known = self.handle.n_layers if self.handle is not None else config_n_layers(self.config.model)
+        m = self.config.model
+        known = self.handle.n_layers if self.handle is not None else config_n_layers(
+            m.source, trust_remote_code=m.trust_remote_code)
         return parse_layers(self.config.layers, known) if known is not None else None
 
     def pinned(self) -> dict[str, Any]:
         c = self.config
         out: dict[str, Any] = {
-            "model": c.model, "positions": list(c.positions), "regime": c.regime, "protocol": c.protocol,
-            "items_sha256": self.items_sha256, "dtype": c.dtype, "attn_implementation": c.attn_implementation,
+            "model": c.model.source, "positions": list(c.positions), "regime": c.regime, "protocol": c.protocol,
+            "items_sha256": self.items_sha256, "dtype": c.model.dtype, "attn_implementation": c.model.attn_implementation,
             "limit_pairs": c.limit_pairs, **self.input_pins,
         }
         layers = self.layers()  # a layer out of range fails here, before the model loads
@@ -224,7 +220,7 @@ class PatchingJob(Job):
         """Hashed once (pinned() is asked before and after open()): the prompt template text, the
         images of the selected pairs (limit_pairs is pinned) and the model's files (experiments.pins)."""
         c = self.config
-        return input_pins(c.model, templates=(c.protocol, c.regime),
+        return input_pins(c.model.source, templates=(c.protocol, c.regime),
                           images=(self.bench, [it for pair in self.pairs for it in pair]))
 
     def meta(self) -> dict[str, Any]:
@@ -237,12 +233,8 @@ class PatchingJob(Job):
         return _store(folder)
 
     def open(self) -> None:
-        from evprobe import hooks
-        from evprobe.hooks.devices import placement_of
-
         c = self.config
-        self.handle = hooks.load(c.model, dtype=c.dtype, **placement_of(c), attn_implementation=c.attn_implementation,
-                                 answer_prefix=c.answer_prefix, prompt_format=c.prompt_format)
+        self.handle = load_model(c.model)
         kind = c.site
         try:
             self.handle.sites.all(kind, [0])  # a site this model lacks: one line, before any pair runs
@@ -284,7 +276,7 @@ class PatchingJob(Job):
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> PatchingJob:
-        c = meta["config"]
+        c = model_from_record(meta["config"])
         return cls(PatchingConfig(**{**c, "positions": tuple(c["positions"]), "out": str(out), "shard": None}))
 
 
@@ -305,7 +297,7 @@ def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], conf
     heads = config.site == "attn_head"
     columns = head_columns(n_heads or 0, config.positions) if heads else list(config.positions)
     summary = aggregate(rows, layers, columns, n_boot=config.n_boot, seed=config.seed)
-    summary.update(model=config.model, n_pairs=n_pairs, seconds=round(seconds, 3))
+    summary.update(model=config.model.source, n_pairs=n_pairs, seconds=round(seconds, 3))
     if config.site != "resid_post":
         summary.update(site=config.site)
     if heads:
@@ -404,7 +396,7 @@ def patching_markdown(summary: dict[str, Any]) -> str:
 
 def add_patching_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return add_experiment_parser(
-        sub, "patching", PatchingConfig, _run, example="patching_tiny", config_required=False, model_config=False,
+        sub, "patching", PatchingConfig, _run, example="patching_tiny", config_required=False,
         help="patch image-pair members into each other layer by layer: a layer x position heatmap",
         description="Activation patching between the members of every image pair of the base "
         "selections; writes results.jsonl, patching.json, patching.md and patching.png. Settings "
@@ -415,7 +407,7 @@ def add_patching_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 def config_from_args(args: argparse.Namespace) -> PatchingConfig:
     """--config filled into PatchingConfig, with every given flag applied on top."""
-    return resolve_model_flag(experiment_config(PatchingConfig, args), args)  # checked: PatchingConfig
+    return experiment_config(PatchingConfig, args)  # checked: PatchingConfig
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from evprobe.bench.model_config import ModelConfig
 from evprobe.bench.records import load_records
 from evprobe.core.errors import InputError
 
 DRIVER = Path(__file__).with_name("vllm_driver.py")
-ITEMS = dict(requests=("both_given",), limit=8, option_logprobs=True, dtype="float32")
+ITEMS = dict(requests=("both_given",), limit=8, option_logprobs=True)
 # Largest |log p(letter)| difference hf vs vLLM allowed. Both take a float32 log-softmax of float32
 # logits of the same weights; the sums run in another order (vLLM's CPU attention and fused kernels,
 # hf's left-padded batch), which moves a log-prob of -6 to -13 by up to a dozen float32 ulps (an
@@ -79,7 +80,8 @@ def hf_side(tiny_text_folder: Path, small_bench: Path, tmp_path_factory: pytest.
     from evprobe.hooks.generation import generate
 
     out = tmp_path_factory.mktemp("hf") / "run"
-    config = RunConfig(model=str(tiny_text_folder), bench=str(small_bench), out=str(out), **ITEMS)
+    config = RunConfig(model=ModelConfig.of(str(tiny_text_folder), dtype="float32"), bench=str(small_bench),
+                       out=str(out), **ITEMS)
     handle = hooks.load(str(tiny_text_folder), dtype="float32")
     run(config, progress=False, handle=handle)
     prompts = RunJob(config).model_prompts(RunJob(config).items)
@@ -252,7 +254,7 @@ def test_image_prompts_are_the_hf_backends_text_with_the_images(small_bench: Pat
     from evprobe.hooks.inputs import render_prompts
 
     config = _config(small_bench, tmp_path, model="tiny:qwen2_5_vl", requests=("select",), limit=3)
-    handle = hooks.load(config.model)
+    handle = hooks.load(config.source)
     engine = SimpleNamespace(settings=EngineSettings.of(config), start_s=0.0, takes_images=True,
                              processor=handle.processor)
     prompts = RunJob(config).model_prompts(RunJob(config).items)

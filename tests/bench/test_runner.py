@@ -7,11 +7,13 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from evprobe.bench.generate import GenerateConfig, generate
+from evprobe.bench.model_config import ModelConfig
 from evprobe.core.errors import InputError
 from evprobe.bench.manifest import read_items
 from evprobe.bench.records import load_records
@@ -85,11 +87,14 @@ def test_other_settings_in_the_same_folder_are_refused(bench: Path, tmp_path: Pa
     with pytest.raises(InputError, match="model='policy:reference'"):
         run(RunConfig(model="policy:random", bench=str(bench), out=str(out)), progress=False)
     # Every setting that changes a record is pinned, not just the model and the prompt's protocol.
+    policy = ModelConfig.of("policy:reference")
     for changed, message in ((dict(seed=1), "seed=0, this run has seed=1"),
-                             (dict(dtype="bfloat16"), "dtype='auto', this run has dtype='bfloat16'"),
-                             (dict(attn_implementation="eager"), "attn_implementation=None, this run has")):
+                             (dict(model=replace(policy, dtype="bfloat16")), "dtype='auto', this run has dtype='bfloat16'"),
+                             (dict(model=replace(policy, attn_implementation="eager")),
+                              "attn_implementation=None, this run has")):
         with pytest.raises(InputError, match=message):
-            run(RunConfig(model="policy:reference", bench=str(bench), out=str(out), **changed), progress=False)
+            run(RunConfig(**{"model": "policy:reference", "bench": str(bench), "out": str(out), **changed}),
+                progress=False)
     # The same settings with a larger selection resume the run (a batch size is not a setting of the records).
     summary = run(RunConfig(model="policy:reference", bench=str(bench), out=str(out), limit=5, batch_size=2),
                   progress=False)

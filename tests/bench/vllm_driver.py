@@ -97,8 +97,10 @@ def _drive(argv: list[str], shared: dict) -> None:
 
     vb.open_backend = open_shared
     result: dict = {}
-    common = dict(model=model, bench=bench, requests=("both_given",), limit=8, option_logprobs=True,
-                  dtype="float32", backend="vllm")
+    from evprobe.bench.model_config import ModelConfig
+
+    common = dict(model=ModelConfig.of(model, dtype="float32"), bench=bench, requests=("both_given",), limit=8,
+                  option_logprobs=True, backend="vllm")
 
     t = time.perf_counter()
     status = cli(["run", "--model", model, "--bench", bench, "--out", str(out / "greedy"), "--backend", "vllm",

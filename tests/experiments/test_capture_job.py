@@ -25,6 +25,7 @@ from evprobe.bench.manifest import load_item_images, read_items, resolve_image
 from evprobe.bench.protocols import build_prompt
 from evprobe.bench.runner import select_items
 from evprobe.experiments.capture_store import ACTS_FILE, INDEX_FILE
+from evprobe.bench.model_config import ModelConfig
 from evprobe.experiments.capture import (
     FLOAT16_MAX,
     INDEX_FIELDS,
@@ -53,8 +54,11 @@ def bench(small_bench: Path) -> Path:
 
 
 def config(bench: Path, out: Path, **changes) -> CaptureConfig:
+    """A CaptureConfig; `changes` may hold the model's own keys too (answer_prefix=...), which go to its model."""
+    model = {k: changes.pop(k) for k in list(changes) if k in ModelConfig.FLAGS}
     base = dict(model=MODEL, bench=str(bench), out=str(out), positions=POSITIONS, limit=16, batch_size=8)
     base.update(changes)
+    base["model"] = ModelConfig.of(base["model"], **model)
     return CaptureConfig(**base)
 
 
@@ -275,7 +279,7 @@ def test_command_line(bench: Path, first: Path, tmp_path: Path, capsys):
     args = parser.parse_args(["capture", "--model", MODEL, "--bench", str(bench), "--out", str(eager), "--limit", "2",
                               "--attn-implementation", "eager", "--quiet"])
     assert args.run(args) == 0
-    assert json.loads((eager / "meta.json").read_text())["config"]["attn_implementation"] == "eager"
+    assert json.loads((eager / "meta.json").read_text())["config"]["model"]["attn_implementation"] == "eager"
     np.testing.assert_allclose(np.asarray(load_acts(eager), np.float32), np.asarray(load_acts(first), np.float32)[:2, :, :1],
                                rtol=1e-2, atol=1e-3)
     from evprobe.experiments import cli

@@ -267,7 +267,8 @@ def test_run_takes_a_model_config_name_or_yaml_path_for_model(
         meta = json.loads((tmp_path / out / "run.json").read_text())
         # the run records what the model config resolved to: the model id and its settings
         assert (meta["model"], meta["dtype"]) == ("tiny:llava", "float32")
-        assert meta["config"]["model"] == "tiny:llava" and meta["config"]["dtype"] == "float32"
+        assert meta["config"]["model"]["model"] == "tiny:llava" and meta["config"]["model"]["dtype"] == "float32"
+        assert meta["config"]["model"]["name"] == "tiny_llava" and "dtype" not in meta["config"]  # one spelling
     assert "2/2 records" in capsys.readouterr().out
 
     err_argv = ["run", "--model", "configs/models/no_such_model.yaml", "--bench", str(small_bench),
@@ -279,45 +280,83 @@ def test_run_takes_a_model_config_name_or_yaml_path_for_model(
     assert not (tmp_path / "missing").exists()  # refused before anything was written
 
 
-def test_model_flag_resolution_fills_only_what_the_command_line_left_out(tmp_path: Path, small_bench: Path) -> None:
+def test_every_command_names_its_model_one_way(tmp_path: Path, small_bench: Path) -> None:
+    """run, capture and patching hold a ModelConfig as gating, layer-sweep and dose-response do: --model
+    names a model config or a model, and the same model flags replace its keys."""
     from evprobe.bench.runner import RunConfig
     from evprobe.experiments.capture import CaptureConfig
-    from evprobe.experiments.config import config_from_flags, model_config_path, resolve_model_flag
+    from evprobe.experiments.config import config_from_flags, model_config_path
     from evprobe.experiments.patching.job import config_from_args
 
     common = ["--bench", str(small_bench), "--out", str(tmp_path / "o")]
     pixtral = load_model_config("pixtral_12b")
-    cfg = resolve_model_flag(config_from_flags(RunConfig, a := _parsed(["run", "--model", "pixtral_12b", *common])), a)
-    assert (cfg.model, cfg.dtype, cfg.attn_implementation, cfg.device_map) == (
-        pixtral.model, "bfloat16", "eager", "auto")
-    assert cfg.batch_size == RunConfig.batch_size  # only the model-loading keys come from the model config
+    cfg = config_from_flags(RunConfig, _parsed(["run", "--model", "pixtral_12b", *common]))
+    assert cfg.model == pixtral  # the whole model config, name and all
+    assert (cfg.model.dtype, cfg.model.attn_implementation, cfg.model.device_map) == ("bfloat16", "eager", "auto")
+    assert cfg.batch_size == RunConfig.batch_size  # the run's own batch size, not the model config's
     argv = ["run", "--model", "pixtral_12b", "--dtype", "float32", "--device-map", "cpu", "--no-trust-remote-code",
-            *common]
-    cfg = resolve_model_flag(config_from_flags(RunConfig, a := _parsed(argv)), a)
-    assert (cfg.model, cfg.dtype, cfg.attn_implementation, cfg.device_map, cfg.trust_remote_code) == (
-        pixtral.model, "float32", "eager", "cpu", False)
+            "--revision", "main", "--answer-prefix", "ANSWER:", *common]
+    m = config_from_flags(RunConfig, _parsed(argv)).model
+    assert (m.model, m.dtype, m.attn_implementation, m.device_map, m.trust_remote_code, m.revision,
+            m.answer_prefix) == (pixtral.model, "float32", "eager", "cpu", False, "main", "ANSWER:")
 
-    # Models that are not model configs stay exactly as given: tiny:<arch>, hub ids, folders, registered names.
+    # Models that are not model configs: a ModelConfig with the defaults, the model as given.
     folder = tmp_path / "tiny_llava"  # a folder wins over the config of the same name
     folder.mkdir()
     for model in ("tiny:llava", "Qwen/Qwen2.5-VL-7B-Instruct", str(folder), "organism", "policy:reference"):
         assert model_config_path(model) is None
-        plain = config_from_flags(RunConfig, a := _parsed(["run", "--model", model, *common]))
-        assert resolve_model_flag(plain, a) == plain and plain.dtype == "auto"
+        plain = config_from_flags(RunConfig, _parsed(["run", "--model", model, *common]))
+        assert plain.model == ModelConfig.of(model) and plain.model.dtype == "auto"
+        assert plain == RunConfig(model=model, bench=str(small_bench), out=str(tmp_path / "o"))  # a string: the same
 
-    cap = _parsed(["capture", "--model", "tiny_llava.yaml", *common])  # a bare name with its suffix
-    got = resolve_model_flag(config_from_flags(CaptureConfig, cap), cap)
-    assert (got.model, got.dtype, got.trust_remote_code) == ("tiny:llava", "float32", False)
-    # patching: the model from --config's YAML or the flag; the model config beats the experiment YAML's
-    # flat keys, the command line beats both
+    got = config_from_flags(CaptureConfig, _parsed(["capture", "--model", "tiny_llava.yaml", *common]))
+    assert got.model == load_model_config("tiny_llava")  # a bare name with its suffix
+    # patching: the model from --config's YAML or the flag; the command line's model flags beat both
     patch = config_from_args(_parsed(["patching", "--config", "patching", "--model", "tiny_llava", "--out", "o"]))
-    assert (patch.model, patch.dtype, patch.device_map) == ("tiny:llava", "float32", None)
+    assert (patch.model.model, patch.model.dtype, patch.model.device_map) == ("tiny:llava", "float32", None)
     patch = config_from_args(_parsed(["patching", "--config", "patching_tiny", "--model",
                                       str(ROOT / "configs" / "models" / "pixtral_12b.yaml"), "--dtype", "float16"]))
-    assert (patch.model, patch.dtype, patch.attn_implementation) == (pixtral.model, "float16", "eager")
+    assert (patch.model.model, patch.model.dtype, patch.model.attn_implementation) == (pixtral.model, "float16", "eager")
+    patch = config_from_args(_parsed(["patching", "--config", "patching_tiny", "--dtype", "bfloat16"]))
+    assert (patch.model.model, patch.model.dtype) == ("tiny:llava", "bfloat16")  # the YAML's model, the flag's dtype
     with pytest.raises(ConfigError) as err:
         config_from_args(_parsed(["patching", "--config", "patching_tiny", "--model", "gone.yml"]))
     assert "model config file gone.yml not found" in one_line(err)
     with pytest.raises(ConfigError) as err:
-        resolve_model_flag(config_from_flags(CaptureConfig, c := _parsed(["capture", "--model", "x.yaml", *common])), c)
+        config_from_flags(CaptureConfig, _parsed(["capture", "--model", "x.yaml", *common]))
     assert "model config file x.yaml not found" in one_line(err)
+    with pytest.raises(ConfigError) as err:  # a model flag's value is checked as a model config's key
+        config_from_flags(CaptureConfig, _parsed(["capture", "--model", "tiny:llava", "--dtype", "float8", *common]))
+    assert "key 'dtype' is 'float8'; choose from auto" in one_line(err)
+
+
+def test_a_config_written_before_one_model_spelling_is_refused_with_its_fix(tmp_path: Path) -> None:
+    """A patching YAML with the old flat model keys (dtype beside model) names the key and where it goes."""
+    from evprobe.experiments.patching.job import PatchingConfig
+
+    old = tmp_path / "old.yaml"
+    old.write_text("model: tiny:llava\nbench: b\nout: o\ndtype: float32\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(PatchingConfig, old)
+    assert "key 'dtype' in PatchingConfig is a key of its model now; move it under 'model'" in one_line(err)
+    assert load_config(PatchingConfig, {"model": {"name": "t", "model": "tiny:llava", "dtype": "float32"},
+                                        "bench": "b", "out": "o"}).model.dtype == "float32"
+
+
+def test_a_job_meta_of_either_spelling_rebuilds_its_config() -> None:
+    """Merging shard folders rebuilds the config from meta.json: the nested model of today, and the flat
+    keys of a folder written before (folded into the ModelConfig)."""
+    from evprobe.bench.model_config import model_from_record
+
+    now = model_from_record({"model": dataclasses.asdict(ModelConfig.of("tiny:llava", dtype="float32")), "limit": 2})
+    before = model_from_record({"model": "tiny:llava", "dtype": "float32", "device_map": None, "limit": 2})
+    assert now == before == {"model": ModelConfig.of("tiny:llava", dtype="float32"), "limit": 2}
+
+
+def test_distributed_placement_reads_the_model_of_every_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evprobe.bench.runner import RunConfig
+    from evprobe.experiments import distributed
+
+    monkeypatch.setattr(distributed, "rank_placement", lambda device_map, max_memory: ("cuda:1", None))
+    run = RunConfig(model=ModelConfig.of("tiny:llava", device_map="auto"), bench="b", out=str(tmp_path))
+    assert distributed.for_rank(run).model.device_map == "cuda:1"

@@ -165,11 +165,14 @@ def test_the_openai_backend_takes_whatever_name_its_server_serves(tmp_path: Path
     """With --backend openai the model is a served name (`fault-model`, `gpt-4o`): no local check;
     the server's /models refuses a typo, with the names it serves (tests/bench/test_backend_openai.py)."""
     from evprobe.bench.runner import RunConfig
-    from evprobe.experiments.config import resolve_model_flag
+    from evprobe.experiments.cli import build_parser
+    from evprobe.experiments.config import config_from_flags
 
-    served = RunConfig(model="gpt-4o-mini", bench="b", out=str(tmp_path), backend="openai", base_url="http://x/v1")
-    assert resolve_model_flag(served) is served
+    argv = ["run", "--model", "gpt-4o-mini", "--bench", "b", "--out", str(tmp_path)]
+    served = config_from_flags(RunConfig, build_parser().parse_args([*argv, "--backend", "openai",
+                                                                     "--base-url", "http://x/v1"]))
+    assert served.model.model == served.source == "gpt-4o-mini"
     from evprobe.core.errors import InputError
 
     with pytest.raises(InputError, match="unknown model 'gpt-4o-mini'"):
-        resolve_model_flag(RunConfig(model="gpt-4o-mini", bench="b", out=str(tmp_path)))
+        config_from_flags(RunConfig, build_parser().parse_args(argv))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from evprobe.bench.model_config import ModelConfig
 from evprobe.bench.runner import RunConfig, run
 from evprobe.core.errors import InputError
 from evprobe.experiments.cli import main
@@ -32,8 +33,9 @@ def hf_runs(small_bench: Path, tiny_text_folder: Path, tmp_path_factory: pytest.
     out = []
     for batch_size in (1, 4):
         folder = root / f"bs{batch_size}"
-        run(RunConfig(model=str(tiny_text_folder), bench=str(small_bench), out=str(folder), requests=("both_given",),
-                      limit=N, batch_size=batch_size, dtype="float32", option_logprobs=True), progress=False)
+        run(RunConfig(model=ModelConfig.of(str(tiny_text_folder), dtype="float32"), bench=str(small_bench),
+                      out=str(folder), requests=("both_given",), limit=N, batch_size=batch_size, option_logprobs=True),
+            progress=False)
         out.append(folder)
     return out[0], out[1]
 

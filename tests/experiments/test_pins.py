@@ -87,7 +87,7 @@ def test_run_policy_pins(small_bench: Path, items: list, tmp_path: Path) -> None
     with refused("regime", "standard", "guided"):
         run(replace(base, regime="guided"), progress=False)
     with refused("dtype", "auto", "float32"):
-        run(replace(base, dtype="float32"), progress=False)
+        run(replace(base, model=replace(base.model, dtype="float32")), progress=False)
     copy, _ = swapped_images(small_bench, tmp_path / "bench", items)
     check_images_refused(lambda: run(replace(base, bench=str(copy)), progress=False))
     before = (out / "records.jsonl").read_bytes()
@@ -109,7 +109,7 @@ def test_run_tiny_model_pins(small_bench: Path, items: list, tmp_path: Path) -> 
     assert meta["model_dtype"] == "float32" and meta["model_revision"] is None
     assert "chat_template_sha256" in meta
     with refused("dtype", "auto", "bfloat16"):
-        run(replace(base, dtype="bfloat16"), progress=False)
+        run(replace(base, model=replace(base.model, dtype="bfloat16")), progress=False)
     with refused("regime", "standard", "json"):
         run(replace(base, regime="json"), progress=False)
     copy, _ = swapped_images(small_bench, tmp_path / "bench", items)
@@ -191,7 +191,7 @@ def test_capture_pins(captured, small_bench: Path, items: list, tmp_path: Path) 
     meta = json.loads((Path(cfg.out) / "meta.json").read_text())
     assert (meta["requested_dtype"], meta["dtype"], meta["tiny_arch"]) == ("auto", "float32", "llava")
     with refused("requested_dtype", "auto", "bfloat16"):
-        capture(replace(cfg, dtype="bfloat16"), progress=False)
+        capture(replace(cfg, model=replace(cfg.model, dtype="bfloat16")), progress=False)
     with refused("regime", "standard", "guided"):
         capture(replace(cfg, regime="guided"), progress=False)
     with refused("protocol", "direct", "brief"):
@@ -213,7 +213,7 @@ def test_patching_pins(small_bench: Path, items: list, tmp_path: Path) -> None:
                           limit_pairs=1, n_boot=50)
     assert run_patching(base, progress=False)["n_rows"] == 2
     with refused("dtype", "auto", "bfloat16"):
-        run_patching(replace(base, dtype="bfloat16"), progress=False)
+        run_patching(replace(base, model=replace(base.model, dtype="bfloat16")), progress=False)
     with refused("regime", "standard", "guided"):
         run_patching(replace(base, regime="guided"), progress=False)
     with refused("protocol", "direct", "brief"):

@@ -43,7 +43,7 @@ def test_capture_with_an_offloaded_model_equals_the_whole_model(checkpoint: Path
     a, b = (np.load(tmp_path / d / "acts.npy") for d in ("whole", "spread"))
     np.testing.assert_array_equal(a, b)
     meta = json.loads((tmp_path / "spread" / "meta.json").read_text())
-    assert meta["config"]["max_memory"] == "cpu=150KB"
+    assert meta["config"]["model"]["max_memory"] == "cpu=150KB"
     # Shards that differ only in placement merge (shard 0/1 here: the whole job on one machine).
     merge(tmp_path / "merged", [tmp_path / "spread"])
     np.testing.assert_array_equal(np.load(tmp_path / "merged" / "acts.npy"), a)
