@@ -36,7 +36,7 @@ def main() -> None:
 
     from evprobe.bench.generate import GenerateConfig, generate
     from evprobe.experiments.capture import CaptureConfig, capture
-    from evprobe.experiments.dose_config import DoseResponseConfig
+    from evprobe.experiments.dose_response.config import DoseResponseConfig
     from evprobe.experiments.dose_response import dose_response
     from evprobe.probes.runs import directions_to_folder, labelled
 

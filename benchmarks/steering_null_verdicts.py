@@ -4,14 +4,14 @@ On a finished dose-response folder (default: the organism quickstart's, `evprobe
 for each null set (isotropic `random` directions, and `relabel`: directions fitted like the probe on
 its rows with the label permuted within families) and each goal (induce measuring: resolved items at
 alpha > 0; induce stopping: unresolved items at alpha < 0), every direction of the set plays the probe
-in turn, cross-fitted choice included (experiments.dose_crossfit's halves and rule), and is judged
+in turn, cross-fitted choice included (experiments.dose_response.crossfit's halves and rule), and is judged
 against the set's other directions. A direction of the null is, by construction, not specific, so
 every "specific" call is a false verdict. Two rules side by side:
 
-- `printed`: what evprobe prints now (experiments.dose_specificity): the other directions get the
+- `printed`: what evprobe prints now (experiments.dose_response.specificity): the other directions get the
   same cross-fitted choice; specific = one-sided rank p_goal <= 0.05 (log-odds, then stop rate);
 - `before`: the rule it replaced: the other directions read at the playing direction's chosen
-  settings, "larger than random directions" = two-sided p_null <= 0.05 (experiments.dose_null).
+  settings, "larger than random directions" = two-sided p_null <= 0.05 (experiments.dose_response.null).
 
 Also printed: the probe's own verdicts (the organism's direction is specific by construction, so
 these are the power on data where the truth is known) and the cosines of the relabelled directions
@@ -33,19 +33,20 @@ from pathlib import Path
 import numpy as np
 
 from evprobe.experiments.config import load_config
-from evprobe.experiments.dose_config import DoseResponseConfig, alpha_key
-from evprobe.experiments.dose_crossfit import GOALS, HALVES, item_halves
-from evprobe.experiments.dose_null import null_stats, set_size, set_values
-from evprobe.experiments.dose_plan import make_plan
+from evprobe.experiments.dose_response.config import DoseResponseConfig
+from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.dose_response.crossfit import GOALS, HALVES, item_halves
+from evprobe.experiments.dose_response.null import null_stats, set_size, set_values
+from evprobe.experiments.dose_response.plan import make_plan
 from evprobe.experiments.dose_response import load_results
-from evprobe.experiments.dose_specificity import (
+from evprobe.experiments.dose_response.specificity import (
     SPECIFIC_P,
     group_means,
     crossfit_choices,
     scored_at,
     specificity_stats,
 )
-from evprobe.experiments.dose_stats import MEASURES, _values
+from evprobe.experiments.dose_response.stats import MEASURES, _values
 
 READOUT = "logprobs"
 

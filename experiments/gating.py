@@ -40,7 +40,7 @@ rank 0 merges.
 Conventions:
 
 - **Sign** as dose-response: + = toward abstaining / measuring. Stored directions point toward
-  resolved=True and are negated (experiments.dose_plan.measure_sign).
+  resolved=True and are negated (experiments.steering_conventions.measure_sign).
 - **Units**: alpha in multiples of the layer's mean residual norm at `last` over the fitting
   items *of the direction's own regime* (mean_norm in directions.json): raw vector added =
   alpha * mean_norm * unit direction.
@@ -98,8 +98,7 @@ from evprobe.experiments.config import (
     load_model_config,
     resolve_config,
 )
-from evprobe.experiments.dose_config import alpha_key
-from evprobe.experiments.dose_plan import measure_sign
+from evprobe.experiments.steering_conventions import alpha_key, measure_sign
 
 REGIMES = ("standard", "guided")
 REQUEST_KINDS = {"answer_initial": "answer", "answer_after_test": "answer", "select": "select"}

@@ -137,7 +137,7 @@ def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str,
     """level -> goal -> {group, setting, log_odds_change, change} from dose-response folders (the
     level is each folder's `meta.injection`; two folders of one level are refused)."""
     from evprobe.core.errors import InputError
-    from evprobe.experiments.dose_format import crossfit_setting
+    from evprobe.experiments.dose_response.formatting import crossfit_setting
 
     out: dict[int, dict[str, dict[str, Any]]] = {}
     for folder in folders:

@@ -193,7 +193,7 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
     timings["directions"] = time.perf_counter() - t
 
     t = _step(6, "dose-response on held-out families")
-    from evprobe.experiments.dose_config import CONTROLS, DoseResponseConfig
+    from evprobe.experiments.dose_response.config import CONTROLS, DoseResponseConfig
     from evprobe.experiments.dose_response import dose_response
 
     dose_response(DoseResponseConfig(model=model, bench=str(bench), directions=str(directions), out=str(dose),
@@ -282,7 +282,7 @@ def headline_lines(out: Path) -> list[str]:
         return json.loads(path.read_text()) if path.is_file() else None
 
     from evprobe.bench.score_report import pct, plain, points
-    from evprobe.experiments.dose_format import crossfit_setting, fmt_estimate
+    from evprobe.experiments.dose_response.formatting import crossfit_setting, fmt_estimate
 
     lines = []
     scores = load("run/scores.json")

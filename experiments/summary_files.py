@@ -56,7 +56,7 @@ class SweepSummary(BaseModel):
 
 
 class PatchingSummary(BaseModel):
-    """patching.json (experiments.patching.write_summary): its layer and position axes."""
+    """patching.json (experiments.patching.job.write_summary): its layer and position axes."""
 
     model_config = OPEN
 
@@ -97,7 +97,7 @@ class DoseHeadline(BaseModel):
 
 
 class DoseSummary(BaseModel):
-    """dose_response.json (experiments.dose_report): the fields the ladder reads."""
+    """dose_response.json (experiments.dose_response.report): the fields the ladder reads."""
 
     model_config = OPEN
 

@@ -113,7 +113,7 @@ def check_positions(positions: Sequence[str]) -> list[str]:
 
 
 def check_components(components: Sequence[str]) -> list[str]:
-    """Component names, validated: known (hooks.layers.COMPONENTS), at least one, no repeats."""
+    """Component names, validated: known (COMPONENTS), at least one, no repeats."""
     return _check_names(components, COMPONENTS, "components", " (use component= for one)")
 
 
@@ -383,7 +383,7 @@ def capture_layers(
         uses (None = the whole prompt text); None = no markers for any row.
     batch_size: rows per forward pass; None = all rows at once. A row gives the same values
         (within float32 reduction-order noise) batched or alone.
-    component: "resid_post" (default), "attn_out" or "mlp_out" (hooks.layers).
+    component: "resid_post" (default), "attn_out" or "mlp_out" (hooks.sites).
     Returns float32 (rows, len(layers), len(positions), d_model). A row whose span for an
     asked position is empty is a ValueError naming the row and the position.
     """

@@ -18,7 +18,7 @@ that token's vector). Kinds:
                                         `text_markers`), or its whole prompt text when it has none,
                                         so Marker(None, "mean") == "text_mean".
 
-Every token of a row (no reduction) is `hooks.capture.capture_tokens`, not a position here: its
+Every token of a row (no reduction) is `hooks.token_capture.capture_tokens`, not a position here: its
 result is ragged (one array per row), not a (rows, positions, d_model) block.
 
 Choices where nothing forces one: token indices count real tokens (not padded slots), because a

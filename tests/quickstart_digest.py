@@ -45,6 +45,14 @@ LEFT_OUT = {"report/report.html", ".evprobe.lock"}
 # | backend | sessions | calls | prompt tokens | generated tokens | seconds in calls | generated tokens/s | ...
 THROUGHPUT_ROW = re.compile(r"^\| \S+ \| \d+ \| \d+ \| \d+ \| \d+ \| [\d.]+ \| [\d.]+ \|.*$", re.M)
 TEXT = {".json", ".jsonl", ".md", ".csv", ".txt", ".yaml", ".js", ".svg"}
+# Module names the outputs cite, read in the spelling they had when the digest was recorded: the
+# dose-response modules became the subpackage experiments.dose_response (issue 27), which changed
+# only these citations in three files whose digests are recorded per kind of CPU, and a refresh can
+# only measure this machine's kind. The citations themselves are checked to name real modules
+# (tests/test_cited_modules.py). Drop this when every kind's values are re-recorded.
+CITED_BEFORE = (re.compile(r"experiments\.dose_response\.(config|controls|crossfit|formatting|null|plan|readouts"
+                           r"|relabel|report|specificity|stats|text|units)\b"),
+                lambda m: "experiments.dose_" + ("format" if m[1] == "formatting" else m[1]))
 
 
 def _canonical(value: Any, parent: dict[str, Any] | None = None) -> Any:
@@ -78,6 +86,7 @@ def file_digest(path: Path, roots: tuple[str, ...]) -> str:
         text = data.decode("utf-8")
         for root in roots:
             text = text.replace(root, "ROOT")
+        text = CITED_BEFORE[0].sub(CITED_BEFORE[1], text)
         if path.suffix == ".json":
             text = json.dumps(_canonical(json.loads(text)), sort_keys=True)
         elif path.suffix == ".jsonl":

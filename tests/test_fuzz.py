@@ -69,7 +69,7 @@ from evprobe.core.jobs import JsonlRows
 from evprobe.experiments.capture_store import load_index
 from evprobe.experiments.cli import main
 from evprobe.experiments.config import CONFIGS_DIR, ConfigError, ModelConfig, load_config, resolve_model
-from evprobe.experiments.dose_config import DoseResponseConfig
+from evprobe.experiments.dose_response.config import DoseResponseConfig
 from evprobe.experiments.gating import GatingConfig
 from evprobe.experiments.layer_sweep import LayerSweepConfig
 from evprobe.experiments.patching.job import PatchingConfig

@@ -75,3 +75,18 @@ def test_the_recorded_digest_lists_only_distinct_alternatives() -> None:
     lists = {p: v for p, v in entries.items() if isinstance(v, list)}
     assert lists and all(len(set(v)) == len(v) >= 2 for v in lists.values())
     assert all(accepted(v) == [v] for v in entries.values() if isinstance(v, str))
+
+
+def test_a_moved_dose_response_module_reads_as_cited_before_and_nothing_else_does(tmp_path: Path) -> None:
+    # the subpackage move changed only these citations; any other text change still counts
+    moved, before = tmp_path / "moved", tmp_path / "before"
+    for folder, cite in ((moved, "experiments.dose_response.specificity, experiments.dose_response.formatting"),
+                         (before, "experiments.dose_specificity, experiments.dose_format")):
+        folder.mkdir()
+        (folder / "dose_response.md").write_text(f"specific at p <= 0.05 ({cite})\n")
+    assert digest(moved) == digest(before)
+    (moved / "dose_response.md").write_text("specific at p <= 0.05 (experiments.dose_response.job)\n")
+    assert digest(moved) != digest(before)
+    (moved / "dose_response.md").write_text("specific at p <= 0.01 (experiments.dose_specificity, "
+                                            "experiments.dose_format)\n")
+    assert digest(moved) != digest(before)

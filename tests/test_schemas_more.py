@@ -251,7 +251,8 @@ RESULT_ROWS = {
 @pytest.mark.parametrize("kind", sorted(RESULT_ROWS))
 def test_results_rows_are_typed_and_a_bad_field_is_one_line_naming_it(tmp_path: Path, kind: str) -> None:
     from evprobe.core.jobs import JsonlRows
-    from evprobe.experiments import dose_response, gating
+    from evprobe.experiments import gating
+    from evprobe.experiments.dose_response import job as dose_response
     from evprobe.experiments.patching import job as patching
 
     key_of = {"patching": lambda r: (r["key"], ""), "dose-response": lambda r: (r["item_id"], r["condition"]),

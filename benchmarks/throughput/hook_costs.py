@@ -66,7 +66,7 @@ def run_steering(handle: Any, rows: Rows, b: int, repeats: int) -> Overhead:
 
 def _choice(item: Any, logp: Any, letters: Sequence[str]) -> str:
     """The item's option letter with the highest log-prob (ties: the earlier letter), as the
-    dose-response readout chooses (experiments.dose_readouts.logprob_readout)."""
+    dose-response readout chooses (experiments.dose_response.readouts.logprob_readout)."""
     offered = sorted(item.options) if item.options else list(letters)
     return max(offered, key=lambda letter: (logp[letters.index(letter)], -ord(letter)))
 

@@ -9,5 +9,5 @@ plots.
 Each reads a model through hooks (the intervention core) and resamples whole families
 (core.bootstrap); the benchmark's `evprobe patching` computes its rows and tables with the same
 functions (experiments/patching/job.py), and `evprobe dose-response` shares the null statistics and the
-cross-fitted choice (experiments.dose_null, experiments.dose_specificity).
+cross-fitted choice (experiments.dose_response.null, experiments.dose_response.specificity).
 """

@@ -23,12 +23,12 @@ added at (`units="norm"`, the pipeline's unit), measured unsteered on these prom
 (hooks.steer_rows.residual_norms_at) unless `mean_norm` is given; or raw units (`units="raw"`).
 Null: `n_random` seeded Gaussian unit directions (hooks.steer.random_directions) at the same raw
 doses; per setting, the probe's percentile, z and two-sided p among their effects
-(experiments.dose_null.null_stats; the band is their central 95% from 40 directions on).
+(experiments.dose_response.null.null_stats; the band is their central 95% from 40 directions on).
 Cross-fitted: the families are split into two seeded halves; on each half the layer x dose that
 moves the `goal_group`'s log-odds furthest toward `goal` (+1 raises the target's log-odds, -1
 lowers it; ties to the smaller |alpha|, then the lower layer) is chosen and the other half is read
 there, so every item is scored once at a setting chosen without it; every null direction goes
-through the same choice, and the verdict is the pipeline's rank test (experiments.dose_specificity:
+through the same choice, and the verdict is the pipeline's rank test (experiments.dose_response.specificity:
 p = (1 + #{null directions at least as far toward the goal}) / (K + 1), "specific" when p <= 0.05).
 """
 
@@ -43,9 +43,9 @@ import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError
-from evprobe.experiments.dose_crossfit import split_halves
-from evprobe.experiments.dose_null import null_stats
-from evprobe.experiments.dose_specificity import choose_settings, group_means, scored_at, specificity_stats
+from evprobe.experiments.dose_response.crossfit import split_halves
+from evprobe.experiments.dose_response.null import null_stats
+from evprobe.experiments.dose_response.specificity import choose_settings, group_means, scored_at, specificity_stats
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -79,7 +79,7 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
                   known: dict | None) -> list[tuple[str, str, str]]:
     """(measure, estimate with interval and n, what it is) rows of the headline table."""
     from evprobe.bench.score_report import pct, plain, points
-    from evprobe.experiments.dose_format import crossfit_setting, fmt_estimate
+    from evprobe.experiments.dose_response.formatting import crossfit_setting, fmt_estimate
     from evprobe.probes.control_tasks import fmt_selectivity
 
     rows = []
@@ -168,9 +168,9 @@ def _selectivity_reading(sel: dict[str, Any]) -> str:
 
 def _against_nulls(target: dict[str, Any]) -> str:
     """Where the cross-fitted effect sits against each null, every null direction given the same
-    cross-fitted choice (experiments.dose_specificity: its rule and measured false-verdict rate): the
+    cross-fitted choice (experiments.dose_response.specificity: its rule and measured false-verdict rate): the
     relabelled directions (the claim about this label) first, the isotropic band as its own statement."""
-    from evprobe.experiments.dose_specificity import NULL_SETS, verdict_text
+    from evprobe.experiments.dose_response.specificity import NULL_SETS, verdict_text
 
     nulls = target.get("null") or {}
     if not any((nulls.get(kind) or {}).get("log_odds") for kind in NULL_SETS):
@@ -258,7 +258,7 @@ def _band_size(dose: dict, key: str) -> int:
 
 
 def _dose_panel(ax, dose: dict, layer: int) -> None:
-    from evprobe.experiments.dose_format import band_name
+    from evprobe.experiments.dose_response.formatting import band_name
 
     rows = [r for r in dose["rows"] if r["readout"] == "logprobs" and r["system"] == "all"
             and r["measure"] == "log_odds" and (r["kind"] == "baseline" or (r["kind"] == "probe" and r["layer"] == layer))]

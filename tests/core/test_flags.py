@@ -73,7 +73,7 @@ def test_every_command_config_field_has_help_and_a_flag() -> None:
     """Each field is written once: its flag and help come from it (no hand-written flag lists)."""
     from evprobe.bench.runner import RunConfig
     from evprobe.experiments.capture import CaptureConfig
-    from evprobe.experiments.dose_config import DoseResponseConfig
+    from evprobe.experiments.dose_response.config import DoseResponseConfig
     from evprobe.experiments.gating import GatingConfig
     from evprobe.experiments.layer_sweep import LayerSweepConfig
     from evprobe.experiments.patching.job import PatchingConfig

@@ -21,7 +21,7 @@ from evprobe.experiments.config import (
     model_source,
     resolve_config,
 )
-from evprobe.experiments.dose_config import (
+from evprobe.experiments.dose_response.config import (
     DEFAULT_ALPHAS,
     DoseResponseConfig,
     load_dose_response_config,

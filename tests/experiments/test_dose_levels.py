@@ -15,8 +15,8 @@ import pytest
 from evprobe.bench.generate import GenerateConfig, generate
 from evprobe.core.errors import InputError
 from evprobe.experiments.capture import CaptureConfig, capture
-from evprobe.experiments.dose_config import DoseResponseConfig
-from evprobe.experiments.dose_plan import make_plan
+from evprobe.experiments.dose_response.config import DoseResponseConfig
+from evprobe.experiments.dose_response.plan import make_plan
 from evprobe.experiments.dose_response import dose_response
 from evprobe.probes.runs import directions_to_folder
 

@@ -17,16 +17,17 @@ from evprobe.bench.manifest import read_items, resolve_image
 from evprobe.bench.protocols import build_prompt
 from evprobe.core.errors import InputError
 from evprobe.experiments.config import ConfigError
-from evprobe.experiments.dose_config import (
+from evprobe.experiments.dose_response.config import (
     LETTERS,
     RESULTS_FILE,
     DoseResponseConfig,
     load_dose_response_config,
 )
-from evprobe.experiments.dose_plan import make_plan, measure_sign
-from evprobe.experiments.dose_readouts import logprob_readout
+from evprobe.experiments.dose_response.plan import make_plan
+from evprobe.experiments.steering_conventions import measure_sign
+from evprobe.experiments.dose_response.readouts import logprob_readout
 from evprobe.experiments.dose_response import add_dose_response_parser, dose_response, load_results
-from evprobe.experiments.dose_stats import MEASURES
+from evprobe.experiments.dose_response.stats import MEASURES
 from evprobe.probes.directions import read_directions
 
 MODEL = "tiny:llava"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evprobe.experiments.dose_crossfit import _choose, split_halves
-from evprobe.experiments.dose_null import null_stats, point_estimates
-from evprobe.experiments.dose_text import ablation_sentence
+from evprobe.experiments.dose_response.crossfit import _choose, split_halves
+from evprobe.experiments.dose_response.null import null_stats, point_estimates
+from evprobe.experiments.dose_response.text import ablation_sentence
 
 
 def test_null_stats_place_the_probe_among_random_effects() -> None:
@@ -74,7 +74,7 @@ def test_ablation_sentence_reads_the_intervals() -> None:
 def test_dose_plots_show_rates_in_percent_and_log_odds_in_nats() -> None:
     """One unit per measure across plots and tables: the tables print rates in percent, so the
     plots do too (they drew fractions)."""
-    from evprobe.experiments.dose_report import RATE_MEASURES, plot_axis
+    from evprobe.experiments.dose_response.report import RATE_MEASURES, plot_axis
 
     for measure in RATE_MEASURES:
         scale, label = plot_axis(measure)
@@ -86,7 +86,7 @@ def test_dose_plots_show_rates_in_percent_and_log_odds_in_nats() -> None:
 
 
 def test_choose_settings_vectorised_matches_the_probes_rule() -> None:
-    from evprobe.experiments.dose_specificity import choose_settings
+    from evprobe.experiments.dose_response.specificity import choose_settings
 
     cands = [(1, 1.0), (2, 1.0), (2, 0.5)]
     shift = np.array([[1.0, 0.2, np.nan], [0.5, 0.2, 0.1], [0.5, 0.3, 0.1]])  # (C, K)
@@ -100,7 +100,7 @@ def test_choose_settings_vectorised_matches_the_probes_rule() -> None:
 
 
 def test_crossfit_effects_score_each_direction_at_its_own_choice_on_the_other_half() -> None:
-    from evprobe.experiments.dose_specificity import crossfit_effects
+    from evprobe.experiments.dose_response.specificity import crossfit_effects
 
     measures = ("stop_rate", "useless_test_rate")
     half = np.array(["A", "A", "B", "B"])
@@ -122,7 +122,7 @@ def test_crossfit_effects_score_each_direction_at_its_own_choice_on_the_other_ha
 def test_specificity_is_a_rank_test_with_its_promised_false_verdict_rate() -> None:
     """Each of K exchangeable null effects in turn playing the probe against the others: at most
     floor(0.05 K) / K are called specific, and a probe beyond every null direction is."""
-    from evprobe.experiments.dose_specificity import specificity_stats, verdict_text
+    from evprobe.experiments.dose_response.specificity import specificity_stats, verdict_text
 
     rng = np.random.default_rng(3)
     effects = rng.standard_normal(51)

@@ -17,7 +17,7 @@ from evprobe.core.jobs import batches
 from evprobe.bench.manifest import load_item_images
 from evprobe.bench.protocols import build_prompt
 from evprobe.experiments.config import ConfigError
-from evprobe.experiments.dose_config import LETTERS
+from evprobe.bench.family import LETTERS
 from evprobe.experiments.gating import (
     REGIMES,
     GatingConfig,

@@ -24,7 +24,7 @@ from evprobe.bench.runner import RunConfig, run, select_items
 from evprobe.core.errors import InputError
 from evprobe.experiments.capture import CaptureConfig, capture
 from evprobe.experiments.config import load_model_config
-from evprobe.experiments.dose_config import load_dose_response_config
+from evprobe.experiments.dose_response.config import load_dose_response_config
 from evprobe.experiments.dose_response import dose_response
 from evprobe.experiments.patching.job import PatchingConfig, run_patching, select_pairs
 from evprobe.hooks.fingerprint import model_fingerprint

@@ -36,7 +36,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, one_torch_thread: None) -
     from evprobe.bench.generate import GenerateConfig, generate
     from evprobe.bench.runner import RunConfig, run
     from evprobe.experiments.capture import CaptureConfig, capture
-    from evprobe.experiments.dose_config import DoseResponseConfig
+    from evprobe.experiments.dose_response.config import DoseResponseConfig
     from evprobe.experiments.dose_response import dose_response
     from evprobe.probes.runs import directions_to_folder, labelled
 

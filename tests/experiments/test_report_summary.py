@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evprobe.experiments.dose_specificity import specificity_stats
+from evprobe.experiments.dose_response.specificity import specificity_stats
 from evprobe.experiments.report.summary import headline_rows, sentences
 
 RNG = np.random.default_rng(0)

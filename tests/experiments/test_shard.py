@@ -308,7 +308,7 @@ def assert_same_dose_response(one: Path, other: Path) -> None:
 
 
 def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_path: Path) -> None:
-    from evprobe.experiments.dose_config import DoseResponseConfig
+    from evprobe.experiments.dose_response.config import DoseResponseConfig
     from evprobe.experiments.dose_response import dose_response
 
     acts, dirs = tmp_path / "acts", tmp_path / "dirs"

@@ -207,7 +207,7 @@ def test_what_counts_as_the_same_model(tmp_path, monkeypatch) -> None:
 
 
 def test_one_home_for_the_cli_refusal() -> None:
-    """The CLI (experiments.dose_plan) raises the same text, without the Python override."""
+    """The CLI (experiments.dose_response.plan) raises the same text, without the Python override."""
     cli = other_model_refusal("d", "tiny:llava", "tiny:qwen2_5_vl", override=None)
     assert cli == ("direction d was fitted on 'tiny:llava', not 'tiny:qwen2_5_vl'; steer the model it was fitted "
                    "on (or fit directions on this model's capture)")

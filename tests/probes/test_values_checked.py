@@ -362,7 +362,7 @@ def test_a_direction_of_another_width_fails_dose_controls_in_one_line(folder, pl
     """The broken input: the named direction's metadata says 16 while its capture has 32; the control
     fitted on the capture then met it in a numpy matmul error."""
     from evprobe.experiments.config import ConfigError
-    from evprobe.experiments.dose_controls import control_directions
+    from evprobe.experiments.dose_response.controls import control_directions
 
     _, found = folder
     v = np.zeros(16, np.float32)

@@ -15,7 +15,8 @@ from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
 from evprobe.core.flags import setting
 from evprobe.core.shard import Shard
 from evprobe.experiments.config import ModelConfig, load_config, resolve_config
-from evprobe.experiments.dose_relabel import DEFAULT_N_RELABEL
+from evprobe.experiments.dose_response.relabel import DEFAULT_N_RELABEL
+from evprobe.experiments.steering_conventions import alpha_key
 
 RESULTS_FILE = "results.jsonl"
 RUN_META_FILE = "meta.json"
@@ -23,7 +24,7 @@ FORMAT = "evprobe-dose-response/1"
 DEFAULT_ALPHAS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
 LETTERS = tuple(OPTION_LETTERS)  # the benchmark's option letters (bench.family.LETTERS), one home
 READOUTS = ("logprobs", "generate")
-CONTROLS = ("history", "threshold_level", "shuffled")  # specificity controls (experiments.dose_controls)
+CONTROLS = ("history", "threshold_level", "shuffled")  # specificity controls (experiments.dose_response.controls)
 DEFAULT_N_RANDOM = 50
 SELECT_TYPES = ("select", *VARIANTS, "variants")
 
@@ -48,7 +49,7 @@ class DoseResponseConfig:
                             "probe's percentile and z-score among them are reported)")
     n_relabel: int = setting(DEFAULT_N_RELABEL, "relabelled null directions: fitted like the named one on its fit rows "
                              "with the label permuted within families, at the probe's raw norm (0 = none; the "
-                             "specificity verdict is made against them, experiments.dose_relabel)")
+                             "specificity verdict is made against them, experiments.dose_response.relabel)")
     random_seed: int = setting(0, "seed of the random directions, the relabellings and the shuffled-label control")
     controls: tuple[str, ...] = setting(
         CONTROLS, "specificity controls at the same norm: directions of other labels (history, threshold_level, "
@@ -141,11 +142,6 @@ def load_dose_response_config(ref: str | Path, overrides: dict[str, Any] | None 
     return load_config(DoseResponseConfig, resolve_config(ref, "experiments"), overrides)
 
 
-def alpha_key(alpha: float) -> str:
-    """A dose as it appears in condition keys: +0.25, -1, +0 (6 significant digits)."""
-    return f"{float(alpha) + 0.0:+g}"  # + 0.0 turns -0.0 into +0
-
-
 __all__ = [
     "CONTROLS",
     "DEFAULT_ALPHAS",
@@ -157,6 +153,5 @@ __all__ = [
     "RUN_META_FILE",
     "SELECT_TYPES",
     "DoseResponseConfig",
-    "alpha_key",
     "load_dose_response_config",
 ]

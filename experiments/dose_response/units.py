@@ -27,7 +27,7 @@ from typing import Any
 
 from evprobe.bench.manifest import load_item_images
 from evprobe.bench.protocols import build_prompt
-from evprobe.experiments.dose_plan import Plan
+from evprobe.experiments.dose_response.plan import Plan
 
 
 def _round6(x: float) -> float:

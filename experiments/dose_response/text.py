@@ -7,7 +7,7 @@ Rules used in the wording (chosen here, tested in tests/experiments/test_dose_st
 - an interval "includes 0" when lo <= 0 <= hi; a change is read as present only when it does not;
 - the headline's specificity: against each null (random directions; directions fitted on relabelled
   rows), every null direction given the probe's own cross-fitted choice, one-sided rank p <= 0.05 /
-  the number of goals (experiments.dose_specificity); with too few directions p cannot get there
+  the number of goals (experiments.dose_response.specificity); with too few directions p cannot get there
   and the text says so; the non-targeted group's place is two-sided (percentile and p_null);
 - ablation: "not necessary at this layer" when both the stop-rate and the log-odds intervals include 0;
   "used at this layer" when the log-odds interval excludes 0 (the model's preference moves) and
@@ -21,8 +21,8 @@ from typing import Any
 
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text
-from evprobe.experiments.dose_format import band_name
-from evprobe.experiments.dose_specificity import NULL_SETS, verdict_text
+from evprobe.experiments.dose_response.formatting import band_name
+from evprobe.experiments.dose_response.specificity import NULL_SETS, verdict_text
 
 def _excludes_zero(e: dict[str, Any] | None) -> bool:
     if not e or e.get("value") is None or e["ci"][0] is None:

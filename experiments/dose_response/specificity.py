@@ -1,7 +1,7 @@
 """The specificity verdict of dose-response: the probe's cross-fitted effect against null directions
 that went through the same choice.
 
-The headline (experiments.dose_crossfit) steers each half of the target families at the layer x dose
+The headline (experiments.dose_response.crossfit) steers each half of the target families at the layer x dose
 the *other* half found best for the probe. Placing that effect among random directions read at the
 probe's chosen settings compares a selected effect with unselected ones: the probe had the choice,
 the null directions did not, so a null direction playing the probe came out "larger than random
@@ -24,10 +24,10 @@ chosen settings, two-sided p_null <= 0.05) came out "larger" in 8 of 100. Two nu
 statements: `random` (isotropic
 unit directions: "a push of this size in any direction does not do this") and `relabel` (directions
 fitted the same way on the fit rows with the label permuted within families,
-experiments.dose_relabel: "directions this data produces do not do this"). Only the second is a claim
+experiments.dose_response.relabel: "directions this data produces do not do this"). Only the second is a claim
 about sufficiency. benchmarks/steering_null_verdicts.py measures the false-verdict rate with each
 null direction in turn playing the probe. The non-targeted group's effect is placed among the same
-directions' effects at their own settings, two-sided (experiments.dose_null.null_stats).
+directions' effects at their own settings, two-sided (experiments.dose_response.null.null_stats).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.experiments.dose_format import band_name
-from evprobe.experiments.dose_null import null_stats
+from evprobe.experiments.dose_response.formatting import band_name
+from evprobe.experiments.dose_response.null import null_stats
 
 USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer.checks)
 SPECIFIC_P = 0.05

@@ -16,7 +16,7 @@ should not move (e.g. +alpha on unresolved items, already measuring). The random
 point estimates on the same items (no bootstrap per direction); the probe's own interval is the
 family bootstrap of its rows.
 
-Controls. Each control direction (experiments.dose_controls) is aggregated like the probe (same
+Controls. Each control direction (experiments.dose_response.controls) is aggregated like the probe (same
 family-bootstrap resamples, paired change vs alpha = 0) and placed in the same random null.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from evprobe.bench.items import Item
-from evprobe.experiments.dose_config import alpha_key
-from evprobe.experiments.dose_readouts import missing_test, useless_test
+from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.dose_response.readouts import missing_test, useless_test
 
 Masks = dict[tuple[str, str], np.ndarray]  # (group, system) -> (items,) bool
 
@@ -101,7 +101,7 @@ def set_size(plan: Any, kind: str) -> int:
 
 def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, measures: tuple[str, ...],
               values_of: Any, kind: str = "random") -> tuple[list[dict[str, Any]], dict[tuple, np.ndarray]]:
-    """Per layer x dose x cell the null of the `kind` set (random, or relabel: experiments.dose_relabel)
+    """Per layer x dose x cell the null of the `kind` set (random, or relabel: experiments.dose_response.relabel)
     as JSON rows (module docstring), and its effects (K,) by (layer, alpha, group, system, measure)
     for the controls.
 
@@ -170,7 +170,7 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
             for j, name in enumerate(names):
                 rows = [p[j] for p in per_item]
                 observed, draws, n = ratios(readout, rows, masks)
-                lo, hi, dlo, dhi = spans(readout, rows, base_rows, masks)  # experiments.dose_stats.intervals
+                lo, hi, dlo, dhi = spans(readout, rows, base_rows, masks)  # experiments.dose_response.stats.intervals
                 for c, (group, system, measure) in enumerate(cells):
                     if system != "all":
                         continue

@@ -1,6 +1,6 @@
 """Dose-response aggregation: per condition, group, system and measure a family-bootstrap estimate and
-its paired change against alpha = 0; the random null and controls (experiments.dose_null), the
-ablation, the cross-fitted headline (experiments.dose_crossfit) and the text (JSON-able)."""
+its paired change against alpha = 0; the random null and controls (experiments.dose_response.null), the
+ablation, the cross-fitted headline (experiments.dose_response.crossfit) and the text (JSON-able)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import numpy as np
 
 from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap, percentile_interval
 from evprobe.core.proportion import check_shares, cluster_interval, hull, saturated_change
-from evprobe.experiments.dose_config import alpha_key
-from evprobe.experiments.dose_controls import controls_record
-from evprobe.experiments.dose_crossfit import crossfit
-from evprobe.experiments.dose_null import control_rows, null_band
-from evprobe.experiments.dose_plan import Plan
-from evprobe.experiments.dose_relabel import relabel_record
-from evprobe.experiments.dose_specificity import SPECIFIC_P
-from evprobe.experiments.dose_text import ablation_sentence, paragraphs
+from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.dose_response.controls import controls_record
+from evprobe.experiments.dose_response.crossfit import crossfit
+from evprobe.experiments.dose_response.null import control_rows, null_band
+from evprobe.experiments.dose_response.plan import Plan
+from evprobe.experiments.dose_response.relabel import relabel_record
+from evprobe.experiments.dose_response.specificity import SPECIFIC_P
+from evprobe.experiments.dose_response.text import ablation_sentence, paragraphs
 
 GROUPS = ("resolved", "unresolved", "all")
 MEASURES: dict[str, tuple[str, ...]] = {
@@ -53,7 +53,7 @@ def _values(readout: str, rows: list[dict[str, Any]]) -> np.ndarray:
 def _curve_conditions(plan: Plan) -> list[tuple[int | None, str, float | None, str]]:
     """(layer, kind label, alpha, row key) of every point reported; alpha 0 points read the baseline."""
     out: list[tuple[int | None, str, float | None, str]] = [(None, "baseline", 0.0, "base")]
-    for layer in plan.layers:  # the random and control sets are summarised by experiments.dose_null
+    for layer in plan.layers:  # the random and control sets are summarised by experiments.dose_response.null
         for alpha in sorted(plan.config.alphas):
             key = "base" if alpha == 0 else f"L{layer}.probe.{alpha_key(alpha)}"
             out.append((layer, "probe", float(alpha), key))
@@ -177,8 +177,8 @@ def _fixed_zero(n: int) -> dict[str, Any]:
 def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
               units: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """All aggregates of the selected items (JSON-able): curves (`rows`), the random null
-    (`null_band`, experiments.dose_null), the controls, the ablation, the cross-fitted `headline`
-    (experiments.dose_crossfit), the per-layer extremes (`by_layer`) and the generated text."""
+    (`null_band`, experiments.dose_response.null), the controls, the ablation, the cross-fitted `headline`
+    (experiments.dose_response.crossfit), the per-layer extremes (`by_layer`) and the generated text."""
     config = plan.config
     families = sorted({it.family_id for it in plan.items})
     boot = FamilyBootstrap(families, config.n_boot, config.seed)
@@ -306,7 +306,7 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
                             f"{'negated' if plan.flipped else 'used as stored'}"),
         "units": (f"alpha in multiples of the layer's mean residual norm over the steered positions "
                   f"({plan.config.positions}), unsteered, on {len(plan.norm_items)} {plan.norm_source} "
-                  "(experiments.dose_units)"),
+                  "(experiments.dose_response.units)"),
         "alpha_units": units,
         "layers": {str(layer): {"name": d.name, "mean_norm": d.mean_norm, "n_fit_items": d.n_items,
                                 "unit_norm": (units.get(str(layer)) or {}).get("unit_norm")}
@@ -340,11 +340,11 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
         "relabel_directions": relabel_record(plan.relabel),
         "null_band_rule": ("n_random seeded random unit directions at the same layer and raw dose; the probe's "
                            "paired effect vs alpha 0 placed among theirs (percentile, z, p_null); band = 2.5-97.5 "
-                           "percentiles of their point estimates (experiments.dose_null); relabel_band the same for "
-                           "the n_relabel directions fitted on relabelled rows (experiments.dose_relabel)"),
+                           "percentiles of their point estimates (experiments.dose_response.null); relabel_band the same for "
+                           "the n_relabel directions fitted on relabelled rows (experiments.dose_response.relabel)"),
         "specificity_rule": ("headline: every random and relabelled direction gets the probe's cross-fitted choice; "
                              "p_goal = (1 + #{null effects at least as far toward the goal}) / (K + 1); specific = "
-                             f"p_goal <= {SPECIFIC_P} / the number of goals (experiments.dose_specificity)"),
+                             f"p_goal <= {SPECIFIC_P} / the number of goals (experiments.dose_response.specificity)"),
         "interval_method": INTERVAL_METHOD,
         "n_boot": plan.config.n_boot,
         "seed": plan.config.seed,

@@ -19,7 +19,7 @@ with the family bootstrap of the run (families of both halves; the two choices a
 the interval does not include the variability of the choice), on the targeted and on the
 non-targeted group (the same items' other group at the same setting), and the probe's place among
 the null directions (random, relabelled), each of which went through the same choice and scoring
-(experiments.dose_specificity: the specificity verdict). Each half's own scored numbers are
+(experiments.dose_response.specificity: the specificity verdict). Each half's own scored numbers are
 reported too, with which half chose what.
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.experiments.dose_config import alpha_key
-from evprobe.experiments.dose_null import null_stats, set_size, set_values
-from evprobe.experiments.dose_specificity import (
+from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.dose_response.null import null_stats, set_size, set_values
+from evprobe.experiments.dose_response.specificity import (
     NULL_SETS,
     USELESS_CEILING,
     choose_settings,
@@ -75,7 +75,7 @@ def _mean(V: np.ndarray, mask: np.ndarray, j: int) -> float:
 def _choose(cands: list[tuple[int, float]], values: dict[str, np.ndarray], mask: np.ndarray, sign: int,
             measures: tuple[str, ...]) -> dict[str, Any]:
     """The setting chosen on `mask`'s items (module docstring; the rule is
-    experiments.dose_specificity.choose_settings, which the null directions go through too)."""
+    experiments.dose_response.specificity.choose_settings, which the null directions go through too)."""
     js, ju = measures.index("stop_rate"), measures.index("useless_test_rate")
     base = _mean(values["base"], mask, js)
     V = [values[f"L{layer}.probe.{alpha_key(alpha)}"] for layer, alpha in cands]
@@ -123,7 +123,7 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
         observed, draws, n = ratios(readout, rows, masks)
         base_rows = [done[(it.item_id, "base")] for it in items]
         base_obs, _, _ = ratios(readout, base_rows, masks)
-        lo, hi, dlo, dhi = spans(readout, rows, base_rows, masks)  # experiments.dose_stats.intervals
+        lo, hi, dlo, dhi = spans(readout, rows, base_rows, masks)  # experiments.dose_response.stats.intervals
         blo, bhi, _, _ = spans(readout, base_rows, base_rows, masks)
         M = len(measures)
         cells = {(g, scope, m): c * M + j for c, (g, scope) in enumerate(masks) for j, m in enumerate(measures)}

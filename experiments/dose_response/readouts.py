@@ -18,8 +18,8 @@ import numpy as np
 
 from evprobe.bench.items import Item
 from evprobe.bench.protocols import build_prompt
-from evprobe.experiments.dose_config import LETTERS
-from evprobe.experiments.dose_plan import Condition, Plan
+from evprobe.experiments.dose_response.config import LETTERS
+from evprobe.experiments.dose_response.plan import Condition, Plan
 
 
 def missing_test(item: Item) -> str | None:
@@ -95,7 +95,7 @@ def set_vectors(plan: Plan, cond: Condition) -> np.ndarray:
 
 
 def raw_dose(plan: Plan, cond: Condition, units: dict[str, dict[str, Any]]) -> tuple[float, str]:
-    """alpha x the layer's unit norm (experiments.dose_units) and the positions that norm was read at."""
+    """alpha x the layer's unit norm (experiments.dose_response.units) and the positions that norm was read at."""
     assert cond.layer is not None and cond.alpha is not None
     unit = units[str(cond.layer)]
     return cond.alpha * unit["unit_norm"], unit["positions"]
@@ -190,7 +190,7 @@ def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], image
 
 def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
              units: dict[str, dict[str, Any]]) -> list[dict]:
-    """The rows of one condition for one batch of items. units: experiments.dose_units.units_for."""
+    """The rows of one condition for one batch of items. units: experiments.dose_response.units.units_for."""
     from evprobe import hooks
 
     config = plan.config

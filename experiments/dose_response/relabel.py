@@ -20,10 +20,10 @@ fitted exactly like the named one on *relabelled* rows:
   at the probe's raw doses.
 
 Under "the probe's label carries nothing the design does not" the probe direction is one more
-such relabelled direction, exchangeable with them; experiments.dose_specificity turns that into
+such relabelled direction, exchangeable with them; experiments.dose_response.specificity turns that into
 the specificity verdict and measures its false-verdict rate (benchmarks/steering_null_verdicts.py).
 The named controls (history, threshold level: labels the design says are irrelevant) are placed
-in the same band (experiments.dose_null.control_rows).
+in the same band (experiments.dose_response.null.control_rows).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How dose-response numbers are printed: rates in percent, log-odds in nats, each with its
-interval and n. Its own module so the report (experiments.dose_report) and the generated sentences
-(experiments.dose_text, which the report's statistics use) share one formatter without a cycle."""
+interval and n. Its own module so the report (experiments.dose_response.report) and the generated sentences
+(experiments.dose_response.text, which the report's statistics use) share one formatter without a cycle."""
 
 from __future__ import annotations
 

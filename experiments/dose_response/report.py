@@ -11,12 +11,12 @@ import numpy as np
 
 from evprobe.core.decimals import fixed
 from evprobe.core.files import atomic_write_bytes
-from evprobe.experiments.dose_config import alpha_key
-from evprobe.experiments.dose_specificity import NULL_SETS, SPECIFIC_P
+from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.dose_response.specificity import NULL_SETS, SPECIFIC_P
 from evprobe.core.estimate_text import missing_text
-from evprobe.experiments.dose_format import RATE_MEASURES, band_name, fmt_estimate, num
-from evprobe.experiments.dose_plan import Plan
-from evprobe.experiments.dose_stats import GROUPS, MEASURES
+from evprobe.experiments.dose_response.formatting import RATE_MEASURES, band_name, fmt_estimate, num
+from evprobe.experiments.dose_response.plan import Plan
+from evprobe.experiments.dose_response.stats import GROUPS, MEASURES
 
 JSON_FILE = "dose_response.json"
 MD_FILE = "dose_response.md"
@@ -34,7 +34,7 @@ ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward measuring)"
 def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
     """`mean 50.0 [band 45.8, 54.2]; probe pct 99, z +6.1 (k=50, n=24)`: the random null at one cell
     (band = 2.5-97.5 percentiles of the k random directions' estimates, their spread when k < 40
-    (experiments.dose_format.band_name); the probe's place in it)."""
+    (experiments.dose_response.formatting.band_name); the probe's place in it)."""
     if not b or b.get("mean") is None:
         return missing_text("n=0")
     scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
@@ -125,7 +125,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", "Against each null, every one of its directions was given the probe's own cross-fitted choice "
                   "(its best setting on each half, scored on the other); on the targeted group, p = (1 + #null "
                   f"directions at least as far toward the goal) / (K + 1), **specific** at p <= {SPECIFIC_P:g} / the "
-                  "number of goals (the goals' claims share the 5%; experiments.dose_specificity); on the other "
+                  "number of goals (the goals' claims share the 5%; experiments.dose_response.specificity); on the other "
                   "group the two-sided place."]
         split = meta.get("split") or {}
         lines += ["", f"Halves ({split.get('rule')}, seed {split.get('seed')}): "

@@ -19,15 +19,14 @@ from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.bench.manifest import read_items, read_meta
 from evprobe.core.errors import InputError
 from evprobe.experiments.config import ConfigError, ModelConfig, as_dict, load_model_config
-from evprobe.experiments.dose_controls import ControlDirection, control_directions, controls_record
-from evprobe.experiments.dose_config import FORMAT, LETTERS, DoseResponseConfig, alpha_key
-from evprobe.experiments.dose_relabel import RelabelSet, relabel_directions, relabel_record
+from evprobe.experiments.dose_response.controls import ControlDirection, control_directions, controls_record
+from evprobe.experiments.dose_response.config import FORMAT, LETTERS, DoseResponseConfig
+from evprobe.experiments.dose_response.relabel import RelabelSet, relabel_directions, relabel_record
+from evprobe.experiments.steering_conventions import alpha_key, measure_sign
 
 if TYPE_CHECKING:
     from evprobe.probes.directions import Direction
 
-# Labels whose positive class True means "the evidence is enough / the model stops".
-TOWARD_STOP_LABELS = ("resolved", "stopped", "committed")
 SET_KINDS = ("random", "relabel", "controls")
 # Provenance fields two directions must share to be "the same direction at another layer".
 SIBLING_KEYS = ("model", "position", "label", "positive", "probe", "condition", "regimes", "restriction", "d_model")
@@ -38,7 +37,7 @@ class Condition:
     """One steering condition. kind: baseline | probe | random | controls | ablation; alpha: the
     dose (None for ablation, 0 for the baseline). `random` and `controls` are direction *sets*: one
     row per item holds the readouts of every random (or control) direction at that layer and dose,
-    read in a few large forwards (experiments.dose_readouts). index: unused (kept for old rows)."""
+    read in a few large forwards (experiments.dose_response.readouts). index: unused (kept for old rows)."""
 
     key: str
     kind: str
@@ -81,13 +80,13 @@ class Plan:
     layers: list[int]
     directions: dict[int, LayerDirection]
     random: np.ndarray  # (n_random, d_model) float64 unit rows, the same at every layer
-    relabel: dict[int, RelabelSet]  # per layer, the relabelled null (experiments.dose_relabel; {} when off)
+    relabel: dict[int, RelabelSet]  # per layer, the relabelled null (experiments.dose_response.relabel; {} when off)
     controls: dict[int, list[ControlDirection]]  # per layer, the specificity controls (config order)
     conditions: list[Condition]
     name: str  # the named direction
     provenance: dict[str, Any]  # the named direction's provenance (without the item list)
     flipped: bool  # the stored vectors point toward stopping and were negated
-    norm_items: list[Item]  # the items the alpha unit is measured on (experiments.dose_units)
+    norm_items: list[Item]  # the items the alpha unit is measured on (experiments.dose_response.units)
     norm_source: str  # "fit items" (select prompts of the items the directions were fitted on) or "target items"
     fit_families: list[str]  # families the used directions were fitted on
     excluded: list[str]  # of those, the ones present in the benchmark and dropped (heldout)
@@ -98,18 +97,6 @@ class Plan:
     @property
     def batch_size(self) -> int:
         return self.config.batch_size or self.model.batch_size
-
-
-def measure_sign(provenance: dict[str, Any], name: str) -> int:
-    """+1 when the stored direction already points toward measuring, -1 when toward stopping."""
-    label, positive = provenance.get("label"), provenance.get("positive")
-    if label not in TOWARD_STOP_LABELS:
-        raise ConfigError(f"direction {name} is a {label}={positive} direction; dose-response needs one whose label "
-                          f"says whether the evidence is enough ({', '.join(TOWARD_STOP_LABELS)})")
-    truth = {"true": True, "1": True, "false": False, "0": False}.get(str(positive).lower())
-    if truth is None:
-        raise ConfigError(f"direction {name}: positive class {positive!r} of {label} is not true/false")
-    return -1 if truth else 1
 
 
 def _family_of(item_id: str, families_by_item: dict[str, str]) -> str:

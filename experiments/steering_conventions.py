@@ -1,0 +1,37 @@
+"""What every steering experiment (dose-response, gating) spells and signs the same way: a dose's
+key in condition names, and which way a stored direction points.
+
+A stored direction points toward its label's positive class (probes.directions). Doses are stated
+toward *measuring* ("the evidence is not enough"), so a direction whose positive class means "the
+evidence is enough / the model stops" (`resolved=True`, `stopped=True`, `committed=True`) is negated
+and `resolved=False` is used as stored; any other label is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evprobe.core.errors import ConfigError
+
+# Labels whose positive class True means "the evidence is enough / the model stops".
+TOWARD_STOP_LABELS = ("resolved", "stopped", "committed")
+
+
+def alpha_key(alpha: float) -> str:
+    """A dose as it appears in condition keys: +0.25, -1, +0 (6 significant digits)."""
+    return f"{float(alpha) + 0.0:+g}"  # + 0.0 turns -0.0 into +0
+
+
+def measure_sign(provenance: dict[str, Any], name: str) -> int:
+    """+1 when the stored direction already points toward measuring, -1 when toward stopping."""
+    label, positive = provenance.get("label"), provenance.get("positive")
+    if label not in TOWARD_STOP_LABELS:
+        raise ConfigError(f"direction {name} is a {label}={positive} direction; dose-response needs one whose label "
+                          f"says whether the evidence is enough ({', '.join(TOWARD_STOP_LABELS)})")
+    truth = {"true": True, "1": True, "false": False, "0": False}.get(str(positive).lower())
+    if truth is None:
+        raise ConfigError(f"direction {name}: positive class {positive!r} of {label} is not true/false")
+    return -1 if truth else 1
+
+
+__all__ = ["TOWARD_STOP_LABELS", "alpha_key", "measure_sign"]
