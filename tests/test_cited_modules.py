@@ -71,11 +71,11 @@ def test_every_module_the_code_and_docs_cite_exists() -> None:
 
 
 @pytest.mark.parametrize("ref, ok", [
-    ("experiments.dose_response.null", True),
+    ("evprobe.experiments.dose_response", True),
     ("evprobe.experiments.dose_response.null.null_stats", True),
-    ("hooks.spans.Spans.last", True),  # a dataclass field
+    ("evprobe.hooks.spans.Spans.last", True),  # a dataclass field
     ("experiments.dose_null", False),  # the module before the move
-    ("experiments.steering_conventions.LETTERS", False),  # no such name there
+    ("evprobe.experiments.steering_conventions.LETTERS", False),  # no such name there
     ("hooks.layers.COMPONENTS", False),
 ])
 def test_a_stale_citation_is_caught(ref: str, ok: bool) -> None:
