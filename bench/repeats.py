@@ -48,7 +48,7 @@ from pydantic import BaseModel
 
 from evprobe.bench.json_schema import OPEN, read_model
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE
-from evprobe.bench.runner import POLICY_PREFIX, RunConfig, run
+from evprobe.bench.runner import POLICY_PREFIX, RunConfig, RunSummary, run
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
 from evprobe.core.lock import LOCK_FILE, folder_lock
@@ -167,7 +167,7 @@ def _check_out(config: RunConfig, runs: int) -> dict[str, Any] | None:
 
 
 def run_repeated(config: RunConfig, runs: int, progress: bool = True,
-                 run_one: Callable[[RunConfig], dict[str, Any]] | None = None) -> dict[str, Any]:
+                 run_one: Callable[[RunConfig], RunSummary] | None = None) -> dict[str, Any]:
     """Write runs 1..`runs` of `config` into OUT/run-1 ... (module docstring); returns the summary,
     {"out", "runs": [{"run", "folder", "seed", "n_selected", "n_records", "last_session"}, ...]},
     which runs.json also holds (without last_session).
@@ -190,8 +190,8 @@ def run_repeated(config: RunConfig, runs: int, progress: bool = True,
             if progress:
                 note("run", f"run {entry['run']} of {runs} (seed {entry['seed']}) in {out / entry['folder']}")
             summary = one(replace(config, out=str(out / entry["folder"]), seed=entry["seed"], runs=1))
-            entry.update(n_selected=summary.get("n_selected"), n_records=summary.get("n_records"))
-            sessions.append(summary.get("last_session"))
+            entry.update(n_selected=summary.n_selected, n_records=summary.n_records)
+            sessions.append(summary.last_session.to_json())
             atomic_write_json(out / RUNS_FILE, index)
     return {"out": str(out), "runs": [{**entry, "last_session": s} for entry, s in zip(index["runs"], sessions)]}
 

@@ -29,6 +29,7 @@ from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, ma
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records, record_problem
 from evprobe.bench.reference import Prices
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
+from evprobe.core.job_summary import Session
 from evprobe.core.lock import folder_lock
 from evprobe.core.flags import HELP, setting
 
@@ -359,26 +360,42 @@ class RunJob(Job):
         return [_record(self.config, it, reply, per_item).to_json() for it, reply in zip(items, replies)]
 
 
-def run(config: RunConfig, *, progress: bool = True, handle: Handle | None = None) -> dict[str, Any]:
-    """Run `config`; returns the run summary that is also stored in RUN/run.json.
+@dataclass(frozen=True)
+class RunSummary:
+    """What `run` returns: the records of the run's selection and this session's work.
+
+    record: RUN/run.json as written (what the run is: config, pins, n_selected, n_records,
+    last_session, resources). resources: the model calls' spend summed over the sessions that
+    made one (None for a run that called no model, e.g. a scripted policy)."""
+
+    out: Path
+    n_selected: int
+    n_records: int
+    last_session: Session
+    resources: dict[str, Any] | None
+    record: dict[str, Any]
+
+
+def run(config: RunConfig, *, progress: bool = True, handle: Handle | None = None) -> RunSummary:
+    """Run `config`; returns its summary (RunSummary), whose `record` is also stored in RUN/run.json.
 
     handle: a model already in memory (e.g. `evprobe.wrap(model, processor)`) to run instead of
     loading `config.model`, which then names it in the records (see RunJob)."""
     job = RunJob(config, handle)
     with folder_lock(job.out, "evprobe run"):  # run.json below too, not only the job runner's rows
         result = run_job(job, progress=progress)
-        summary = {
-            **{k: v for k, v in result.items() if k not in _JOB_COUNTS},
-            "n_selected": result["n_units"],
-            "n_records": len(load_records(job.out / RECORDS_FILE)),
-            "last_session": result["last_session"],
-        }
+        session = result.last_session
+        assert session is not None  # run_job always times its session
+        # run.json: the meta (less the session it recorded before), the counts, this session
+        record = {**{k: v for k, v in result.meta.items() if k != "last_session"}, "n_selected": result.n_units,
+                  "n_records": len(load_records(job.out / RECORDS_FILE)), "last_session": session.to_json()}
         resources = job.resources()
         if resources is not None:  # this session's spend, added to the earlier sessions' (a resumed run)
-            summary["resources"] = add_resources(result.get("resources"), resources)
+            record["resources"] = add_resources(result.meta.get("resources"), resources)
         if job.meta_path().is_file():
-            atomic_write_json(job.meta_path(), summary)
-    return summary
+            atomic_write_json(job.meta_path(), record)
+    return RunSummary(out=job.out, n_selected=record["n_selected"], n_records=record["n_records"],
+                      last_session=session, resources=record.get("resources"), record=record)
 
 
 def add_resources(before: dict[str, Any] | None, session: dict[str, Any]) -> dict[str, Any]:
@@ -417,9 +434,6 @@ def _summed(old: Any, new: Any) -> Any:
 
 
 # The runner's counts that run.json states in its own words (n_selected, n_records).
-_JOB_COUNTS = ("n_units", "n_conditions", "n_rows", "computed", "reused", "n_done", "complete", "last_session")
-
-
 Replier = Callable[[list[Item], Any], list[Reply]]  # (items, prepared inputs or None) -> replies
 
 

@@ -66,7 +66,7 @@ def vm_hwm_mb():
 def rss_at(fraction):
     after = [r for d, r in samples if d >= max(1, int(n * fraction))]
     return after[0] if after else None
-print(json.dumps({"n": summary["n_done"], "wall": wall,
+print(json.dumps({"n": summary.n_done, "wall": wall,
                   "peak_mb": vm_hwm_mb(),
                   "rss_at_10pct_mb": rss_at(0.1), "rss_at_50pct_mb": rss_at(0.5), "rss_end_mb": samples[-1][1],
                   "acts_bytes": os.path.getsize(os.path.join(out, "acts.npy"))}))

@@ -30,7 +30,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -43,6 +43,7 @@ from evprobe.core.files import (
     read_complete_lines,
 )
 from evprobe.core.flags import PLACEMENT_KEYS
+from evprobe.core.job_summary import JobSummary, Session
 from evprobe.core.lock import folder_lock
 from evprobe.core.prefetch import prefetched
 from evprobe.core.progress import Progress, note, progress_label
@@ -206,9 +207,10 @@ class Job(ABC):
         return None
 
     # ---- report
-    def finish(self, rows: dict[RowKey, Row], summary: dict[str, Any]) -> dict[str, Any]:
-        """Called when every row of this job's selection is there: write reports, return extra summary keys."""
-        return {}
+    def finish(self, rows: dict[RowKey, Row], summary: JobSummary[Any]) -> Any:
+        """Called when every row of this job's selection is there (`summary`: the counts, no report
+        yet): write the reports and return the job's typed report (JobSummary.report)."""
+        return None
 
     # ---- shards and their merge (core.launch)
     @classmethod
@@ -291,7 +293,7 @@ def check_pinned(job: Job, old: dict[str, Any] | None, new: dict[str, Any]) -> N
                              "use another --out to start a different run, or the same settings to resume")
 
 
-def run_job(job: Job, *, progress: bool = True) -> dict[str, Any]:
+def run_job(job: Job, *, progress: bool = True) -> JobSummary[Any]:
     """Compute every missing row of `job` (its shard), then let it report; returns the summary."""
     units = job.my_units()
     conditions = list(job.conditions())
@@ -306,7 +308,7 @@ def run_job(job: Job, *, progress: bool = True) -> dict[str, Any]:
 
 
 def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict[str, Any],
-                progress: bool) -> dict[str, Any]:
+                progress: bool) -> JobSummary[Any]:
     """`run_job` once the folder's lock is held."""
     old = read_meta(job.meta_path())
     check_pinned(job, old, pinned)
@@ -330,21 +332,14 @@ def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict
     else:
         done = store.done()  # nothing to write: a reader, which says so if it leaves a torn last line out
     elapsed = time.perf_counter() - started
-    summary: dict[str, Any] = {
-        **(read_meta(job.meta_path()) or {}),
-        "n_units": len(units),
-        "n_conditions": len(conditions),
-        "n_rows": len(wanted),
-        "computed": n_todo,
-        "reused": len(wanted) - n_todo,
-        "n_done": sum(1 for k in wanted if k in done),
-        "complete": wanted <= done.keys(),
-        # "items" counts the rows computed, whatever the unit (run.json's format since its first version).
-        "last_session": {"items": n_todo, "seconds": round(elapsed, 3),
-                         "items_per_second": round(n_todo / elapsed, 3) if n_todo and elapsed > 0 else None},
-    }
-    if summary["complete"]:
-        summary.update(job.finish({k: done[k] for k in wanted}, summary))
+    summary = JobSummary(
+        kind=job.kind, out=job.out, meta=read_meta(job.meta_path()) or {}, n_units=len(units),
+        n_conditions=len(conditions), n_rows=len(wanted), computed=n_todo, reused=len(wanted) - n_todo,
+        n_done=sum(1 for k in wanted if k in done), complete=wanted <= done.keys(),
+        # Session.items counts the rows computed, whatever the unit (run.json's format since its first version).
+        last_session=Session.timed(n_todo, elapsed))
+    if summary.complete:
+        summary = replace(summary, report=job.finish({k: done[k] for k in wanted}, summary))
     return summary
 
 

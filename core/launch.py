@@ -28,6 +28,7 @@ from typing import Any
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
 from evprobe.core.jobs import FORMAT_KEY, Job, RowKey, grid_order, read_meta
+from evprobe.core.job_summary import JobSummary, MergeSummary, Session
 from evprobe.core.lock import folder_lock
 from evprobe.core.shard import SHARDS_DIR, THROUGHPUT_FILE, Shard, distributed_shard, shard_of_ids
 
@@ -107,7 +108,7 @@ def read_parts(job: Job, folders: Sequence[Path]) -> list[Part]:
     return ordered
 
 
-def merge_job(job: Job, folders: Sequence[Path]) -> dict[str, Any]:
+def merge_job(job: Job, folders: Sequence[Path]) -> MergeSummary[Any]:
     """Merge the shard folders of `job` (built unsharded, writing into its OUT); returns a summary."""
     parts = read_parts(job, [Path(f) for f in folders])
     # The merge target has one writer too (core.lock); the shard folders are only read.
@@ -115,7 +116,7 @@ def merge_job(job: Job, folders: Sequence[Path]) -> dict[str, Any]:
         return _merge_locked(job, parts)
 
 
-def _merge_locked(job: Job, parts: list[Part]) -> dict[str, Any]:
+def _merge_locked(job: Job, parts: list[Part]) -> MergeSummary[Any]:
     """`merge_job` once OUT's lock is held."""
     old = read_meta(job.meta_path())
     if old is not None and (old.get("shard") or first_difference(
@@ -146,17 +147,17 @@ def _merge_locked(job: Job, parts: list[Part]) -> dict[str, Any]:
     job.store().write_merged([(job.store_at(p.folder), p) for p in parts], order)
     meta = job.merged_meta([p.meta for p in parts])
     atomic_write_json(job.meta_path(), meta)
-    summary: dict[str, Any] = {"kind": job.kind, "n_shards": len(parts), "n_units": len(units),
-                               "n_rows": len(order)}
     rows = job.store().done()
-    summary.update(job.finish({k: rows[k] for k in order}, {**meta, **summary}))
-    throughput = merge_throughput(job.out, [p.folder for p in parts])
-    if throughput is not None:
-        summary["throughput"] = throughput
-    return summary
+    # the job reports on the merged rows as on a finished folder: nothing computed, every row found
+    counts = JobSummary(kind=job.kind, out=job.out, meta=meta, n_units=len(units), n_conditions=len(conditions),
+                        n_rows=len(order), computed=0, reused=len(order), n_done=len(order), complete=True,
+                        last_session=Session.from_json(meta.get("last_session")))
+    report = job.finish({k: rows[k] for k in order}, counts)
+    return MergeSummary(kind=job.kind, out=job.out, n_shards=len(parts), n_units=len(units), n_rows=len(order),
+                        report=report, throughput=merge_throughput(job.out, [p.folder for p in parts]))
 
 
-def merge_folders(job_class: type[Job], out: Path, folders: Sequence[Path]) -> dict[str, Any]:
+def merge_folders(job_class: type[Job], out: Path, folders: Sequence[Path]) -> MergeSummary[Any]:
     """`evprobe merge` for one job kind: the unsharded job the first shard describes, merged into `out`."""
     folders = [Path(f) for f in folders]
     if not folders:
@@ -207,11 +208,12 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def run_launched(shard: Shard, out: Path, work: Callable[[Path], dict[str, Any]],
-                 merge: Callable[[Path, list[Path]], dict[str, Any]], *, unit: str = "items",
-                 what: str = "a launched shard") -> dict[str, Any] | None:
+def run_launched(shard: Shard, out: Path, work: Callable[[Path], Any],
+                 merge: Callable[[Path, list[Path]], MergeSummary[Any]], *, unit: str = "items",
+                 what: str = "a launched shard") -> MergeSummary[Any] | None:
     """Run `work(shard_folder)` in this process, store and print its throughput, wait for the
-    others, and on rank 0 `merge(out, shard_folders)`. Returns merge's summary on rank 0, else None.
+    others, and on rank 0 `merge(out, shard_folders)`. `work` returns a summary with `last_session`
+    (a JobSummary, or run's RunSummary). Returns merge's summary on rank 0, else None.
     The shard folder is locked (core.lock, as `what`) from the work to its throughput file; the
     merge locks OUT."""
     import torch
@@ -237,7 +239,7 @@ def run_launched(shard: Shard, out: Path, work: Callable[[Path], dict[str, Any]]
             started = time.perf_counter()
             summary = work(folder)
             seconds = time.perf_counter() - started
-            units = (summary.get("last_session") or {}).get("items")
+            units = summary.last_session.items if summary.last_session is not None else None
             record = {"shard": str(shard), "host": socket.gethostname(), "device": device, "units": units,
                       "seconds": round(seconds, 3),
                       "per_second": round(units / seconds, 3) if units and seconds > 0 else None}
@@ -251,10 +253,10 @@ def run_launched(shard: Shard, out: Path, work: Callable[[Path], dict[str, Any]]
         dist.destroy_process_group()
 
 
-def print_launched(result: dict[str, Any], out: Path, unit: str) -> None:
+def print_launched(result: MergeSummary[Any], out: Path, unit: str) -> None:
     """Rank 0's closing lines: what was merged, and the throughput of every process."""
-    print(f"{result['n_rows']} {unit} from {result['n_shards']} processes in {out}")
-    speed = result.get("throughput") or {}
+    print(f"{result.n_rows} {unit} from {result.n_shards} processes in {out}")
+    speed = result.throughput or {}
     if speed.get("per_second") is not None:
         rates = ", ".join(f"{p['per_second']}/s" for p in speed["processes"] if p.get("per_second") is not None)
         print(f"  computed {speed['units']} {unit} at {speed['per_second']}/s in all (per process: {rates}); "

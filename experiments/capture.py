@@ -58,6 +58,7 @@ from evprobe.core.capture_schema import INDEX_OPTIONAL_DEFAULTS
 from evprobe.core.errors import InputError
 from evprobe.core.flags import HELP, add_config_arguments, setting
 from evprobe.core.jobs import SHARD_FREE, Job, Unit, batches, read_meta, run_job
+from evprobe.core.job_summary import JobSummary
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
 from evprobe.experiments.pins import images_sha256, input_pins, sha256_text
 from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, select_items
@@ -465,8 +466,8 @@ class CaptureJob(Job):
                 "shape": [len(self.items), *metas[0]["shape"][1:]]}
 
 
-def capture(config: CaptureConfig, progress: bool = True) -> dict[str, Any]:
-    """Run the capture job described by `config`; returns meta.json's content plus progress counts."""
+def capture(config: CaptureConfig, progress: bool = True) -> JobSummary[None]:
+    """Run the capture job described by `config`; returns its counts, with meta.json's content as `meta`."""
     return run_job(CaptureJob(config), progress=progress)
 
 
@@ -517,9 +518,9 @@ def run_capture(args: argparse.Namespace) -> int:
     if data_parallel(config, lambda c: capture(c, progress=not args.quiet), unit="rows", job=CaptureJob):
         return 0
     summary = capture(config, progress=not args.quiet)
-    session = summary["last_session"]
+    session = summary.last_session
     print(
-        f"{summary['n_done']}/{summary['n_items']} rows in {Path(args.out) / ACTS_FILE} "
-        f"({session['items']} new in {session['seconds']} s)"
+        f"{summary.n_done}/{summary.meta['n_items']} rows in {Path(args.out) / ACTS_FILE} "
+        f"({session.items} new in {session.seconds} s)"
     )
     return 0

@@ -193,10 +193,10 @@ def _run_run(args: argparse.Namespace) -> int:
     if data_parallel(config, lambda c: run(c, progress=not args.quiet), unit="records", job=RunJob):
         return 0
     summary = run(config, progress=not args.quiet)
-    session = summary["last_session"]
+    session = summary.last_session
     print(
-        f"{summary['n_records']}/{summary['n_selected']} records in {Path(config.out) / 'records.jsonl'} "
-        f"({session['items']} new in {session['seconds']} s)"
+        f"{summary.n_records}/{summary.n_selected} records in {Path(config.out) / 'records.jsonl'} "
+        f"({session.items} new in {session.seconds} s)"
     )
     return 0
 

@@ -86,7 +86,7 @@ def for_rank(config: Any) -> Any:
     return replace(config, model=load_model_config(model, {"device_map": device_map, "max_memory": max_memory}))
 
 
-def data_parallel(config: Any, work: Callable[[Any], dict[str, Any]], *, unit: str, job: type) -> bool:
+def data_parallel(config: Any, work: Callable[[Any], Any], *, unit: str, job: type) -> bool:
     """If a launcher started this process: run `work` on this rank's shard of `config` (a frozen
     config with `out` and `shard`, placed by `for_rank`) in OUT/.shards/shard-K-of-N, merge the
     shards into OUT on rank 0 as `job` (a core.jobs.Job class) merges, print there, and return True.

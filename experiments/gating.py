@@ -85,6 +85,7 @@ from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.json_files import optional_json_object
 from evprobe.bench.manifest import load_item_images, read_items, read_meta
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
+from evprobe.core.job_summary import JobSummary
 from evprobe.core.lock import folder_lock
 from evprobe.core.shard import Shard, shard_of_ids
 from evprobe.bench.protocols import GUIDED, build_prompt
@@ -460,14 +461,14 @@ class GatingJob(Job):
                  "alpha": alpha, "logprobs": {x: float(logp[r, i]) for i, x in enumerate(LETTERS)},
                  **readout(it, logp[r])} for r, it in enumerate(items)]
 
-    def finish(self, rows: dict[tuple[str, str], dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, rows: dict[tuple[str, str], dict[str, Any]], summary: JobSummary[Any]) -> GatingReport:
         plan = replace(self.plan, targets=[u.value for u in self.my_units()])  # a shard reports its own items
         result = aggregate(plan, rows, self.layer, self.best, self.directions, self.cosine)
         atomic_write_bytes(self.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
         atomic_write_bytes(self.out / MD_FILE, markdown(result).encode("utf-8"))
         plot(result, self.out / PNG_FILE)
-        return {"out": str(self.out), "layer": self.layer, "n_items": len(plan.targets), "tables": result["tables"],
-                "files": [JSON_FILE, MD_FILE, PNG_FILE, RESULTS_FILE]}
+        return GatingReport(layer=self.layer, n_items=len(plan.targets), tables=tuple(result["tables"]),
+                            files=(JSON_FILE, MD_FILE, PNG_FILE, RESULTS_FILE))
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> GatingJob:
@@ -479,13 +480,25 @@ class GatingJob(Job):
 
 
 
-def gating(config: GatingConfig, *, progress: bool = True) -> dict[str, Any]:
-    """Run (or finish) the experiment (or its shard) and write gating.json / .md / .png; returns a summary."""
+@dataclass(frozen=True)
+class GatingReport:
+    """What a finished gating job wrote: the steered layer, its held-out items, gating.json's tables
+    (per kind, group and dose: the stop rate of each direction x inference cell, base and steered)
+    and its files."""
+
+    layer: int
+    n_items: int
+    tables: tuple[dict[str, Any], ...]
+    files: tuple[str, ...]
+
+
+def gating(config: GatingConfig, *, progress: bool = True) -> JobSummary[GatingReport]:
+    """Run (or finish) the experiment (or its shard) and write gating.json / .md / .png; returns its
+    counts, its meta (the chosen layer and directions) and, once complete, its report."""
     plan = make_plan(config)
     with folder_lock(plan.out, "evprobe gating"):  # steps 1-4 write into OUT before the job runner's own lock
         layer, best, directions = prepare(plan, progress)
-        summary = run_job(GatingJob(plan, layer, directions, best), progress=progress)
-    return {**summary, "seconds": summary["last_session"]["seconds"]}
+        return run_job(GatingJob(plan, layer, directions, best), progress=progress)
 
 
 # ---------------------------------------------------------------- aggregation
@@ -678,15 +691,17 @@ def run_gating(args: argparse.Namespace) -> int:
     if data_parallel(config, lambda c: gating(c, progress=not args.quiet), unit="rows", job=GatingJob):
         return 0
     s = gating(config, progress=not args.quiet)
-    print(f"layer {s['layer']}: {s['n_rows']} rows ({s['n_items']} held-out items x {s['n_conditions']} conditions): "
-          f"{s['computed']} computed in {s['seconds']} s, {s['reused']} reused")
-    for t in s["tables"]:
+    report, session = s.report, s.last_session
+    assert report is not None and session is not None  # one run computes every row it selects
+    print(f"layer {report.layer}: {s.n_rows} rows ({report.n_items} held-out items x {s.n_conditions} conditions): "
+          f"{s.computed} computed in {session.seconds} s, {s.reused} reused")
+    for t in report.tables:
         cells = "; ".join(f"dir {k.split('|')[0]}/inf {k.split('|')[1]}: {pct_value(c['base'])} -> "
                           f"{pct(c['steered'])}" for k, c in t["cells"].items())
         print(f"  {t['kind']} {t['group']} alpha {alpha_key(t['alpha'])}: {cells}")
-    print(f"wrote {', '.join(s['files'])} in {s['out']}")
+    print(f"wrote {', '.join(report.files)} in {s.out}")
     return 0
 
 
-__all__ = ["GatingConfig", "GatingJob", "add_gating_parser", "aggregate", "conditions_for", "gating",
+__all__ = ["GatingConfig", "GatingJob", "GatingReport", "add_gating_parser", "aggregate", "conditions_for", "gating",
            "load_gating_config", "make_plan", "prepare", "readout", "run_gating", "split_families"]

@@ -39,7 +39,7 @@ import json
 import re
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +49,7 @@ from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.job_summary import JobSummary, MergeSummary
 from evprobe.core.lock import folder_lock
 from evprobe.bench.manifest import read_items
 from evprobe.bench.protocols import check_regime
@@ -244,7 +245,7 @@ def capture_config(plan: Plan):
                          regime=c.regime, limit=c.limit, batch_size=plan.batch_size, shard=c.shard)
 
 
-def run_capture(plan: Plan, progress: bool) -> dict[str, Any] | None:
+def run_capture(plan: Plan, progress: bool) -> JobSummary[Any] | None:
     """Step 1, the capture job (resumable, `--shard K/N` through the runner). Under a launcher every
     process captures its shard and rank 0 merges them; then rank 0 reads the complete capture (no
     model load) and the other ranks get None (they stop here)."""
@@ -484,8 +485,28 @@ def plot(result: dict[str, Any], out: Path) -> Path:
 # ---------------------------------------------------------------- the job
 
 
-def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str, Any]:
-    """Run (or finish) the layer sweep; returns a summary (captured rows, labels swept / reused, files)."""
+@dataclass(frozen=True)
+class LayerSweepSummary:
+    """What `layer_sweep` did. captured: capture rows computed in this session; shard: the --shard
+    K/N it captured (then it swept nothing: `evprobe merge` sweeps); complete: every capture row of
+    the selection is there; swept / reused: the labels swept now / found swept; best: (label title,
+    its nested best layer record or None); files: what it wrote in `out` (none on a launcher's
+    rank > 0, which only captures)."""
+
+    out: Path
+    n_items: int
+    captured: int
+    shard: str | None
+    complete: bool
+    swept: tuple[str, ...] = ()
+    reused: tuple[str, ...] = ()
+    directions_fitted: bool = False
+    best: tuple[tuple[str, dict[str, Any] | None], ...] = ()
+    files: tuple[str, ...] = ()
+
+
+def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> LayerSweepSummary:
+    """Run (or finish) the layer sweep; returns its summary (captured rows, labels swept / reused, files)."""
     from evprobe.core.launch import launched_shard
 
     plan = make_plan(config)
@@ -496,17 +517,16 @@ def layer_sweep(config: LayerSweepConfig, *, progress: bool = True) -> dict[str,
         return _layer_sweep(plan, progress)
 
 
-def _layer_sweep(plan: Plan, progress: bool) -> dict[str, Any]:
+def _layer_sweep(plan: Plan, progress: bool) -> LayerSweepSummary:
     config = plan.config
     cap = run_capture(plan, progress)
-    session = (cap or {}).get("last_session") or {}
+    captured = cap.last_session.items if cap is not None and cap.last_session is not None else 0
     if cap is None or config.shard is not None:  # a launcher's other rank, or one --shard job: capture only
         if config.shard is not None:
             atomic_write_json(plan.out / SHARD_CONFIG_FILE, {"kind": KIND, **as_dict(config)})
-        return {"out": str(plan.out), "n_items": cap["n_items"] if cap else plan.n_items,
-                "captured": int(session.get("items", 0) or 0), "shard": config.shard,
-                "complete": bool(cap and cap.get("complete")), "swept": [], "reused": [], "directions_fitted": False,
-                "best": [], "files": [] if cap is None else [ACTS_DIR, SHARD_CONFIG_FILE]}
+        return LayerSweepSummary(out=plan.out, n_items=cap.meta["n_items"] if cap else plan.n_items, captured=captured,
+                                 shard=config.shard, complete=bool(cap and cap.complete),
+                                 files=() if cap is None else (ACTS_DIR, SHARD_CONFIG_FILE))
     swept, reused = [], []
     for label in config.labels:
         (swept if run_sweep(plan, label, progress) else reused).append(label)
@@ -515,21 +535,14 @@ def _layer_sweep(plan: Plan, progress: bool) -> dict[str, Any]:
     atomic_write_bytes(plan.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
     atomic_write_bytes(plan.out / MD_FILE, markdown(result).encode("utf-8"))
     plot(result, plan.out)
-    return {
-        "out": str(plan.out),
-        "n_items": plan.n_items,
-        "captured": int(session.get("items", 0) or 0),
-        "shard": None,
-        "swept": swept,
-        "reused": reused,
-        "directions_fitted": directions_fitted,
-        "best": [(r["title"], r["best"]) for r in result["labels"]],
-        "files": [JSON_FILE, MD_FILE, PNG_FILE, f"{SWEEPS_DIR}/<label>/sweep.*",
-                  f"{DIRECTIONS_DIR}/geometry.png"],
-    }
+    return LayerSweepSummary(
+        out=plan.out, n_items=plan.n_items, captured=captured, shard=None, complete=True, swept=tuple(swept),
+        reused=tuple(reused), directions_fitted=directions_fitted,
+        best=tuple((r["title"], r["best"]) for r in result["labels"]),
+        files=(JSON_FILE, MD_FILE, PNG_FILE, f"{SWEEPS_DIR}/<label>/sweep.*", f"{DIRECTIONS_DIR}/geometry.png"))
 
 
-def merge_shards(out: str | Path, folders: Sequence[str | Path]) -> dict[str, Any]:
+def merge_shards(out: str | Path, folders: Sequence[str | Path]) -> MergeSummary[LayerSweepSummary]:
     """`evprobe merge OUT SHARD_OUT...` for `layer-sweep --shard K/N` folders: their captures merged
     into OUT/acts by the job runner, then steps 2-4 run on OUT with the shards' config (CPU only, no
     model). Shards of another sweep (labels, layers, model ...) are refused, naming the settings."""
@@ -538,7 +551,7 @@ def merge_shards(out: str | Path, folders: Sequence[str | Path]) -> dict[str, An
         return _merge_shards(out, folders)
 
 
-def _merge_shards(out: Path, folders: list[Path]) -> dict[str, Any]:
+def _merge_shards(out: Path, folders: list[Path]) -> MergeSummary[LayerSweepSummary]:
     from evprobe.core.jobs import read_meta
     from evprobe.core.launch import comparable, merge_folders
     from evprobe.experiments.capture import CAPTURE_META_FILE, CaptureJob
@@ -557,9 +570,9 @@ def _merge_shards(out: Path, folders: list[Path]) -> dict[str, Any]:
     config = load_config(LayerSweepConfig, {**configs[0], "out": str(out), "shard": None},
                          where=str(folders[0] / SHARD_CONFIG_FILE))
     summary = layer_sweep(config, progress=False)
-    return {"kind": KIND, "n_shards": captured["n_shards"], "n_items": summary["n_items"], "n_units": captured["n_units"],
-            "n_rows": captured["n_rows"],
-            "files": [f"{ACTS_DIR}/{name}" for name in (ACTS_FILE, INDEX_FILE, CAPTURE_META_FILE)] + summary["files"]}
+    files = tuple(f"{ACTS_DIR}/{name}" for name in (ACTS_FILE, INDEX_FILE, CAPTURE_META_FILE)) + summary.files
+    return MergeSummary(kind=KIND, out=out, n_shards=captured.n_shards, n_units=captured.n_units, n_rows=captured.n_rows,
+                        report=replace(summary, files=files))
 
 
 # ---------------------------------------------------------------- command line
@@ -582,23 +595,23 @@ def config_from_args(args: argparse.Namespace) -> LayerSweepConfig:
 
 def run_layer_sweep(args: argparse.Namespace) -> int:
     summary = layer_sweep(config_from_args(args), progress=not args.quiet)
-    if summary["shard"] is not None:
-        state = "complete" if summary["complete"] else "incomplete: rerun the same command to finish it"
-        print(f"shard {summary['shard']}: {summary['n_items']} items captured into {summary['out']}/{ACTS_DIR} "
-              f"({summary['captured']} now; {state}); when every shard is complete: evprobe merge OUT "
+    if summary.shard is not None:
+        state = "complete" if summary.complete else "incomplete: rerun the same command to finish it"
+        print(f"shard {summary.shard}: {summary.n_items} items captured into {summary.out}/{ACTS_DIR} "
+              f"({summary.captured} now; {state}); when every shard is complete: evprobe merge OUT "
               "SHARD_OUT... (merges the captures and runs the sweeps)")
         return 0
-    if not summary["files"]:  # a launcher's rank > 0: rank 0 sweeps
+    if not summary.files:  # a launcher's rank > 0: rank 0 sweeps
         return 0
-    print(f"{summary['n_items']} items ({summary['captured']} captured now); swept {', '.join(summary['swept']) or '-'}; "
-          f"reused {', '.join(summary['reused']) or '-'}")
-    for title, best in summary["best"]:
+    print(f"{summary.n_items} items ({summary.captured} captured now); swept {', '.join(summary.swept) or '-'}; "
+          f"reused {', '.join(summary.reused) or '-'}")
+    for title, best in summary.best:
         where = "no nested best" if best is None else (
             f"L{best['layer']}/{best['position']} AUROC {_auc(best['auroc'], best['ci'], best['n'])}")
         print(f"  {title}: {where}")
-    print(f"wrote {', '.join(summary['files'])} in {summary['out']}")
+    print(f"wrote {', '.join(summary.files)} in {summary.out}")
     return 0
 
 
-__all__ = ["LayerSweepConfig", "add_layer_sweep_parser", "best_layers", "layer_sweep", "load_layer_sweep_config",
+__all__ = ["LayerSweepConfig", "LayerSweepSummary", "add_layer_sweep_parser", "best_layers", "layer_sweep", "load_layer_sweep_config",
            "make_plan", "merge_shards", "run_layer_sweep"]

@@ -23,6 +23,7 @@ from typing import Any
 from evprobe.bench.records import RUN_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.jobs import FORMAT_KEY, read_meta
+from evprobe.core.job_summary import MergeSummary
 from evprobe.experiments.registry import job_kinds, resolve
 
 # Where a job folder states its kind: run.json (run), layer_sweep_config.json (layer sweep), meta.json (the rest).
@@ -46,8 +47,9 @@ def kind_of(folder: Path) -> str:
                      "the same command to record its kind")
 
 
-def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> dict[str, Any]:
-    """Merge the shard folders of one job into `out`; returns the merge summary."""
+def merge(out: str | Path, shard_dirs: Sequence[str | Path]) -> MergeSummary[Any]:
+    """Merge the shard folders of one job into `out`; returns the merge summary (its `report`: the
+    job's report on the merged rows)."""
     from evprobe.core.launch import merge_folders
 
     out, folders = Path(out), [Path(d) for d in shard_dirs]
@@ -79,6 +81,5 @@ def add_merge_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 def run_merge(args: argparse.Namespace) -> int:
     result = merge(args.out, args.shards)
-    print(f"merged {result['n_shards']} {result['kind']} shards ({result['n_units']} units, {result['n_rows']} rows) "
-          f"into {args.out}")
+    print(f"merged {result.n_shards} {result.kind} shards ({result.n_units} units, {result.n_rows} rows) into {args.out}")
     return 0

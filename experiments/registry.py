@@ -37,8 +37,9 @@ class ReportPart:
 @dataclass(frozen=True)
 class Experiment:
     """One experiment. `parser`: "module:function" adding its subparser to argparse's subparsers;
-    `job`: "module:JobClass" (or a function(out, folders)) merging its `--shard K/N` folders, by the
-    `kind` its meta records (default: its name); `report`: the part the report gathers, if any."""
+    `job`: "module:JobClass" (or a function(out, folders) returning a core.job_summary.MergeSummary) merging
+    its `--shard K/N` folders, by the `kind` its meta records (default: its name); `report`: the
+    part the report gathers, if any."""
 
     name: str
     parser: str

@@ -95,6 +95,7 @@ from typing import Any
 _PUBLIC = {
     "DoseResponseConfig": "config",
     "DoseResponseJob": "job",
+    "DoseResponseReport": "job",
     "add_dose_response_parser": "job",
     "config_from_args": "job",
     "dose_response": "job",

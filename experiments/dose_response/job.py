@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from evprobe.bench.manifest import load_item_images
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.files import atomic_write_json
 from evprobe.core.jobs import FORMAT_KEY, Job, JsonlRows, Row, RowKey, Unit, check_pinned, read_meta, run_job
+from evprobe.core.job_summary import JobSummary
 from evprobe.experiments.config import (
     ConfigError,
     add_experiment_parser,
@@ -33,8 +34,15 @@ from evprobe.experiments.dose_response.specificity import NULL_SETS
 from evprobe.experiments.dose_response.stats import aggregate
 from evprobe.experiments.dose_response.units import units_for
 
-SUMMARY_KEYS = ("n_items", "n_conditions", "n_rows", "computed", "reused", "seconds", "rows_per_second", "out",
-                "files", "headline")
+@dataclass(frozen=True)
+class DoseResponseReport:
+    """What a finished dose-response wrote: its target items, its files (in `out`) and the
+    cross-fitted headline rows of dose_response.json (one per readout x goal: the chosen settings,
+    the steered stop rate and log-odds with intervals, the probe's place among each null)."""
+
+    n_items: int
+    files: tuple[str, ...]
+    headline: tuple[dict[str, Any], ...]
 
 
 # results.jsonl's schema (core.capture_schema kinds): the steering condition and the item, then the
@@ -139,14 +147,11 @@ class DoseResponseJob(Job):
         items = [u.value for u in batch]
         return rows_for(self.handle, self.plan, self.by_key[condition], items, self._images(items), self.alpha_units)
 
-    def finish(self, rows: dict[RowKey, Row], summary: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, rows: dict[RowKey, Row], summary: JobSummary[Any]) -> DoseResponseReport:
         plan = replace(self.plan, items=[u.value for u in self.my_units()], out=self.out)
         result = aggregate(plan, rows, self.alpha_units)
-        session = summary.get("last_session") or {}
-        return {"n_items": len(plan.items), "n_conditions": len(plan.conditions), "n_rows": len(rows),
-                "computed": summary.get("computed", 0), "reused": summary.get("reused", len(rows)),
-                "seconds": session.get("seconds"), "rows_per_second": session.get("items_per_second"),
-                "out": str(self.out), "files": write_reports(plan, result), "headline": result["headline"]}
+        return DoseResponseReport(n_items=len(plan.items), files=tuple(write_reports(plan, result)),
+                                  headline=tuple(result["headline"]))
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> DoseResponseJob:
@@ -154,15 +159,10 @@ class DoseResponseJob(Job):
                                where=f"the shards' {RUN_META_FILE}"))
 
 
-def dose_response(config: DoseResponseConfig, *, progress: bool = True) -> dict[str, Any]:
-    """Run (or finish) the experiment and write its reports; returns the summary.
-
-    Summary keys: n_items, n_conditions, n_rows, computed (rows new in this session), reused
-    (rows found in results.jsonl), seconds, rows_per_second, out, files, headline, and the
-    runner's last_session (what torchrun's throughput line reads).
-    """
-    summary = run_job(DoseResponseJob(config), progress=progress)
-    return {**{k: summary[k] for k in SUMMARY_KEYS}, "last_session": summary["last_session"]}
+def dose_response(config: DoseResponseConfig, *, progress: bool = True) -> JobSummary[DoseResponseReport]:
+    """Run (or finish) the experiment and write its reports; returns its counts (rows computed in
+    this session, reused from results.jsonl) and, once every row is there, its report."""
+    return run_job(DoseResponseJob(config), progress=progress)
 
 
 # ---------------------------------------------------------------- command line
@@ -193,9 +193,11 @@ def run_dose_response(args: argparse.Namespace) -> int:
     if data_parallel(config, lambda c: dose_response(c, progress=not args.quiet), unit="rows", job=DoseResponseJob):
         return 0
     summary = dose_response(config, progress=not args.quiet)
-    print(f"{summary['n_rows']} rows ({summary['n_items']} items x {summary['n_conditions']} conditions): "
-          f"{summary['computed']} computed in {summary['seconds']} s, {summary['reused']} reused")
-    for h in summary["headline"]:
+    report, session = summary.report, summary.last_session
+    assert report is not None and session is not None  # one run computes every row it selects
+    print(f"{summary.n_rows} rows ({report.n_items} items x {summary.n_conditions} conditions): "
+          f"{summary.computed} computed in {session.seconds} s, {summary.reused} reused")
+    for h in report.headline:
         t = h["target"]
         chosen = ", ".join(f"half {c['chosen_on']} chose L{c['layer']} {alpha_key(c['alpha'])}" for c in h["choices"])
         places = []
@@ -206,12 +208,13 @@ def run_dose_response(args: argparse.Namespace) -> int:
         print(f"  {h['readout']} {h['goal']} ({h['group']} items; cross-fitted: {chosen}): stop rate "
               f"{fmt_estimate(t['stop_rate_at_0'], 'stop_rate')} -> {fmt_estimate(t['stop_rate'], 'stop_rate')}"
               + (f"; {', '.join(places)}" if places else ""))
-    print(f"wrote {', '.join(summary['files'][:3])} ... ({len(summary['files'])} files) in {summary['out']}")
+    print(f"wrote {', '.join(report.files[:3])} ... ({len(report.files)} files) in {summary.out}")
     return 0
 
 
 __all__ = [
     "DoseResponseJob",
+    "DoseResponseReport",
     "add_dose_response_parser",
     "config_from_args",
     "dose_response",

@@ -55,6 +55,7 @@ from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
+from evprobe.core.job_summary import JobSummary
 from evprobe.experiments.capture import check_layer_spec, parse_layers, question_marker
 from evprobe.experiments.pins import input_pins, loaded_pins
 from evprobe.core.flags import HELP, setting
@@ -259,14 +260,15 @@ class PatchingJob(Job):
         source, target = batch[0].value
         return [_patch_one(self.handle, self.bench, source, target, self.layers() or [], self.config)]
 
-    def finish(self, rows: dict[RowKey, Row], summary: dict[str, Any]) -> dict[str, Any]:
-        session = summary.get("last_session") or {}
+    def finish(self, rows: dict[RowKey, Row], summary: JobSummary[Any]) -> PatchingReport:
+        session = summary.last_session.to_json() if summary.last_session is not None else {}
         meta = read_meta(self.meta_path()) or {}
         if meta.get("last_session") != session:  # a merge takes its seconds from the shards' metas
             atomic_write_json(self.meta_path(), {**meta, "last_session": session})
         ordered = [rows[(u.key, "")] for u in self.units() if (u.key, "") in rows]  # the file's order
-        return write_summary(self.out, ordered, summary["layers"], self.config, len(ordered) // 2,
-                             session.get("seconds") or 0.0, n_heads=self._n_heads(ordered))
+        table = write_summary(self.out, ordered, summary.meta["layers"], self.config, len(ordered) // 2,
+                              session.get("seconds") or 0.0, n_heads=self._n_heads(ordered))
+        return PatchingReport(n_pairs=len(ordered) // 2, files=PATCHING_FILES, summary=table)
 
     def _n_heads(self, rows: list[Row]) -> int | None:
         """The head count of an attn_head job (from its rows: a merge has no model loaded)."""
@@ -280,7 +282,20 @@ class PatchingJob(Job):
         return cls(PatchingConfig(**{**c, "positions": tuple(c["positions"]), "out": str(out), "shard": None}))
 
 
-def run_patching(config: PatchingConfig, *, progress: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PatchingReport:
+    """What a finished patching job wrote: its pairs, its files, and patching.json's content
+    (`summary`: per layer x column the patched effect with its interval; write_summary)."""
+
+    n_pairs: int
+    files: tuple[str, ...]
+    summary: dict[str, Any]
+
+
+PATCHING_FILES = ("results.jsonl", "patching.json", "patching.md", "patching.png")
+
+
+def run_patching(config: PatchingConfig, *, progress: bool = True) -> JobSummary[PatchingReport]:
     """Patch every selected image pair both ways; write results.jsonl, patching.json/.md/.png."""
     return run_job(PatchingJob(config), progress=progress)
 
@@ -418,5 +433,5 @@ def _run(args: argparse.Namespace) -> int:
     if data_parallel(config, lambda c: run_patching(c, progress=not args.quiet), unit="(pair, direction) rows", job=PatchingJob):
         return 0
     summary = run_patching(config, progress=not args.quiet)
-    print(f"patched {summary['n_rows']} (pair, direction) rows; wrote {config.out}/patching.md and patching.png")
+    print(f"patched {summary.n_rows} (pair, direction) rows; wrote {config.out}/patching.md and patching.png")
     return 0

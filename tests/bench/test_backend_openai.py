@@ -164,7 +164,7 @@ def test_faults_lose_and_duplicate_nothing_and_a_rerun_pays_nothing(small_bench:
             assert words in r["error"], r["error"]
         assert "oops" in by_id[ids[4]]["error"]  # the server's own words
         res = json.loads((out / "run.json").read_text())["resources"]
-        assert res == summary["resources"]
+        assert res == summary.resources
         assert res["retries"] == 8, res
         assert res["retry_reasons"] == {"connection": 3, "timeout": 1, "HTTP 429": 1, "HTTP 503": 2, "HTTP 500": 1}
         assert res["requests"] == 12 + 8 == len(server.posts()) and res["cache_hits"] == 0 and res["calls"] == 12
@@ -175,7 +175,7 @@ def test_faults_lose_and_duplicate_nothing_and_a_rerun_pays_nothing(small_bench:
 
         sent = len(server.posts())
         again = run(cfg, progress=False)  # resume: nothing to do, no request
-        assert again["last_session"]["items"] == 0 and len(server.posts()) == sent
+        assert again.last_session.items == 0 and len(server.posts()) == sent
         assert _lines(out / "records.jsonl") == rows
 
         other = tmp_path / "run2"  # another folder sharing the cache: only the unreadable three are asked
@@ -183,7 +183,7 @@ def test_faults_lose_and_duplicate_nothing_and_a_rerun_pays_nothing(small_bench:
                     progress=False)
         asked = server.posts()[sent:]
         assert sorted(r["digest"] for r in asked) == sorted(names[4:7])
-        assert fresh["resources"]["cache_hits"] == 9 and fresh["resources"]["requests"] == 3
+        assert fresh.resources["cache_hits"] == 9 and fresh.resources["requests"] == 3
         assert all(r["valid"] for r in _lines(other / "records.jsonl"))  # the server answers them now
 
 
@@ -209,7 +209,7 @@ def test_giving_up_stops_the_run_in_one_line_and_the_rerun_resumes(small_bench: 
         assert rows[:2] == first and sorted(r["item_id"] for r in rows) == sorted(ids)  # nothing lost or twice
         asked = {r["digest"] for r in server.posts()[before:]}
         assert names[0] not in asked and names[1] not in asked  # the written batch is not asked again
-        assert names[3] not in asked and summary["resources"]["cache_hits"] == 1  # answered before the stop
+        assert names[3] not in asked and summary.resources["cache_hits"] == 1  # answered before the stop
 
 
 def test_option_logprobs_from_the_alternatives_and_what_records_say_without_them(small_bench: Path,
@@ -307,7 +307,7 @@ def test_the_key_is_sent_and_written_nowhere(small_bench: Path, tmp_path: Path,
     rows = {r["item_id"]: r for r in _lines(out / "records.jsonl")}
     echoed = [r for r in rows.values() if "error" in r]
     assert len(echoed) == 1 and echoed[0]["error"] == "HTTP 400: bad request from Bearer ***"
-    res = summary["resources"]
+    res = summary.resources
     assert res["usd"] == pytest.approx((res["prompt_tokens"] * 2.0 + res["generated_tokens"] * 8.0) / 1e6)
     assert res["usd"] > 0 and json.loads((out / "run.json").read_text())["served_model"] == "fault-model"
     written = [p for p in out.rglob("*") if p.is_file()]
@@ -328,10 +328,10 @@ def test_cache_keys_hash_images_and_leave_out_the_url(small_bench: Path, tmp_pat
     with fault_server(tmp_path / "s2", {}) as server:
         again = run(_config(small_bench, tmp_path / "run2", server.url, http_cache=str(out / "http-cache"), **kw),
                     progress=False)
-        assert again["resources"]["cache_hits"] == 2 and not server.posts()
+        assert again.resources["cache_hits"] == 2 and not server.posts()
         other = run(_config(small_bench, tmp_path / "run3", server.url, http_cache=str(out / "http-cache"),
                             temperature=1.0, **kw), progress=False)
-        assert other["resources"]["cache_hits"] == 0 and len(server.posts()) == 2
+        assert other.resources["cache_hits"] == 0 and len(server.posts()) == 2
 
 
 # --- real servers ---------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def test_transformers_serve_replies_as_the_hf_backend(small_bench: Path, tiny_ll
               option_logprobs=True)
     with serving(command, port, tmp_path / "serve.log", 60, {**os.environ, "HF_HUB_OFFLINE": "1"}) as url:
         served = run(RunConfig(out=str(tmp_path / "served"), backend="openai", base_url=url, **kw), progress=False)
-    assert served["n_records"] == 4 and served["resources"]["requests"] == 4
+    assert served.n_records == 4 and served.resources["requests"] == 4
     meta = json.loads((tmp_path / "served" / "run.json").read_text())
     assert meta["served_model"] == str(tiny_llava_folder) and meta["model_source"] == "served"
     run(RunConfig(out=str(tmp_path / "hf"), **kw), progress=False)

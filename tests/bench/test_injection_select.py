@@ -76,7 +76,7 @@ def test_a_run_by_level_is_scored_by_level(bench: Path, tmp_path: Path) -> None:
     summary = run(RunConfig(model="policy:exact-reader", bench=str(bench), out=str(out), requests=("select",),
                             injection=(0, 2)), progress=False)
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert summary["n_records"] == len(records) == 24
+    assert summary.n_records == len(records) == 24
     assert {r["item_id"].endswith(".L2") for r in records} == {True, False}
     assert json.loads((out / "run.json").read_text())["config"]["injection"] == [0, 2]
     scores, _ = score_run(out, n_boot=50)

@@ -36,11 +36,11 @@ def test_policy_run_covers_every_item_and_resumes_without_duplicates(bench: Path
     summary = run(RunConfig(model="policy:exact-reader", bench=str(bench), out=str(out)), progress=False)
     items = read_items(bench)
     rows = _lines(out / "records.jsonl")
-    assert summary["n_records"] == len(rows) == len(items)
+    assert summary.n_records == len(rows) == len(items)
     assert {r["item_id"] for r in rows} == {it.item_id for it in items}
     assert all(r["valid"] and r["route"] in ("direct", "number") for r in rows)
     again = run(RunConfig(model="policy:exact-reader", bench=str(bench), out=str(out)), progress=False)
-    assert again["last_session"]["items"] == 0 and len(_lines(out / "records.jsonl")) == len(items)
+    assert again.last_session.items == 0 and len(_lines(out / "records.jsonl")) == len(items)
 
 
 def test_a_torn_last_line_is_dropped_and_redone(bench: Path, tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_other_settings_in_the_same_folder_are_refused(bench: Path, tmp_path: Pa
     # The same settings with a larger selection resume the run (a batch size is not a setting of the records).
     summary = run(RunConfig(model="policy:reference", bench=str(bench), out=str(out), limit=5, batch_size=2),
                   progress=False)
-    assert (summary["n_records"], summary["last_session"]["items"]) == (5, 2)
+    assert (summary.n_records, summary.last_session.items) == (5, 2)
 
 
 def test_request_selection(bench: Path) -> None:

@@ -153,15 +153,15 @@ def _drive(argv: list[str], shared: dict) -> None:
     with open(out / "resume" / "records.jsonl", "a", encoding="utf-8") as f:
         f.write('{"item_id": "torn')
     summary = run(resume, progress=False)
-    result["resume_summary"] = {k: summary.get(k) for k in ("n_selected", "n_records")}
-    result["resume_session"] = summary["last_session"]
+    result["resume_summary"] = {"n_selected": summary.n_selected, "n_records": summary.n_records}
+    result["resume_session"] = summary.last_session.to_json()
 
     if "--throughput" in argv:
         for name, batch in (("throughput_8", 8), ("throughput_48", 48)):
             limit = 8 if batch == 8 else None
             summary = run(RunConfig(**{**common, "limit": limit}, batch_size=batch, out=str(out / name)),
                           progress=False)
-            result[name] = summary["last_session"]
+            result[name] = summary.last_session.to_json()
 
     result["engine_starts"] = shared["starts"]
     result["children_before_close"] = {pid: _cmdline(pid) for pid in _children(os.getpid())}

@@ -61,7 +61,7 @@ class Toy(Job):
 
     def finish(self, rows, summary):
         (self.out / "report.json").write_text(json.dumps(sorted(r["value"] for r in rows.values())))
-        return {"reported": len(rows)}
+        return len(rows)  # its report: the rows it reported on
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> Toy:
@@ -86,11 +86,11 @@ def test_one_run_writes_every_row_once_in_grid_order_then_reports(tmp_path: Path
     summary = run_job(job, progress=False)
     keys = [(r["key"], r["condition"]) for r in map(json.loads, lines(tmp_path / "one" / "rows.jsonl"))]
     assert keys == grid_order(job.units(), ("a", "b"), 3)
-    assert (summary["computed"], summary["reused"], summary["complete"], summary["reported"]) == (24, 0, True, 24)
+    assert (summary.computed, summary.reused, summary.complete, summary.report) == (24, 0, True, 24)
     meta = json.loads((tmp_path / "one" / "meta.json").read_text())
     assert (meta["kind"], meta["scale"], meta["shard"]) == ("toy", 1, None)
     again = Toy(tmp_path / "one")
-    assert run_job(again, progress=False)["computed"] == 0 and again.opened == 0  # no model load for nothing
+    assert run_job(again, progress=False).computed == 0 and again.opened == 0  # no model load for nothing
 
 
 def test_a_killed_run_resumes_computing_only_what_is_missing(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_a_killed_run_resumes_computing_only_what_is_missing(tmp_path: Path) -> 
     assert had == 9
     job = Toy(out)
     summary = run_job(job, progress=False)
-    assert (summary["reused"], summary["computed"]) == (9, 15)
+    assert (summary.reused, summary.computed) == (9, 15)
     assert not set(job.computed) & {(r["key"], r["condition"]) for r in map(json.loads, lines(out / "rows.jsonl")[:9])}
     reference = tmp_path / "one"
     run_job(Toy(reference), progress=False)
@@ -160,8 +160,8 @@ def test_shards_merge_into_what_one_run_writes(tmp_path: Path) -> None:
     summary = merge_folders(Toy, tmp_path / "merged", list(reversed(folders)))
     assert lines(tmp_path / "merged" / "rows.jsonl") == lines(tmp_path / "one" / "rows.jsonl")  # byte for byte
     assert (tmp_path / "merged" / "report.json").read_text() == (tmp_path / "one" / "report.json").read_text()
-    assert summary["n_shards"] == 3 and json.loads((tmp_path / "merged" / "meta.json").read_text())["shard"] is None
-    assert run_job(Toy(tmp_path / "merged"), progress=False)["computed"] == 0  # an ordinary finished folder
+    assert summary.n_shards == 3 and json.loads((tmp_path / "merged" / "meta.json").read_text())["shard"] is None
+    assert run_job(Toy(tmp_path / "merged"), progress=False).computed == 0  # an ordinary finished folder
 
 
 def test_merge_refuses_what_would_not_be_one_run(tmp_path: Path) -> None:

@@ -298,7 +298,7 @@ def test_shards_lock_their_own_folders_and_merge_locks_its_target(bench: Path, t
     (shards[0] / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": "elsewhere", "command": "evprobe run"}))
     with pytest.warns(FolderLockWarning, match=f"pid {proc.pid} .*ended without releasing"):  # the target's
         summary = merge(target, shards)
-    assert summary["n_rows"] == 156 and not (target / LOCK_FILE).exists()
+    assert summary.n_rows == 156 and not (target / LOCK_FILE).exists()
 
 
 # ---------------------------------------------------------------- the lock file in listings

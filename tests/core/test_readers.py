@@ -183,5 +183,5 @@ def test_jsonl_rows_done_warns_and_leaves_the_file_alone_the_writer_cuts_silentl
         warnings.simplefilter("always")
         summary = run_job(Count(out, None), progress=False)
     assert not [w for w in seen if issubclass(w.category, IncompleteLineWarning)]
-    assert (summary["computed"], summary["complete"]) == (1, True)
+    assert (summary.computed, summary.complete) == (1, True)
     assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == [f"u{i}" for i in range(6)]

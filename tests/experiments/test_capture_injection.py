@@ -32,7 +32,7 @@ def acts(bench: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("acts") / "acts"
     summary = capture(CaptureConfig(model="tiny:llava", bench=str(bench), out=str(out), requests=("select",),
                                     injection=(0, 3), layers="0", batch_size=12), progress=False)
-    assert summary["complete"] and summary["n_done"] == 24
+    assert summary.complete and summary.n_done == 24
     return out
 
 

@@ -67,7 +67,7 @@ def first(bench: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uninterrupted capture of 16 select / answer_initial items (two families)."""
     out = tmp_path_factory.mktemp("first") / "acts"
     summary = capture(config(bench, out), progress=False)
-    assert summary["complete"] and summary["n_done"] == 16
+    assert summary.complete and summary.n_done == 16
     return out
 
 
@@ -163,13 +163,13 @@ def test_resume_after_a_simulated_kill(first: Path, bench: Path, tmp_path: Path)
     acts.flush()
     del acts
     summary = capture(config(bench, out), progress=False)
-    assert summary["last_session"]["items"] == 11 and summary["complete"]
+    assert summary.last_session.items == 11 and summary.complete
     assert [r["row"] for r in index_rows(out)] == list(range(16))
     got, ref = load_acts(out), load_acts(first)
     np.testing.assert_array_equal(got[:5], ref[:5])  # committed rows untouched
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32), rtol=FLOAT16_ULP, atol=1e-7)
     again = capture(config(bench, out), progress=False)  # nothing left to do, no model load
-    assert again["last_session"]["items"] == 0 and again["complete"]
+    assert again.last_session.items == 0 and again.complete
 
 
 def test_resume_after_a_real_sigkill(first: Path, bench: Path, tmp_path: Path):
@@ -195,7 +195,7 @@ def test_resume_after_a_real_sigkill(first: Path, bench: Path, tmp_path: Path):
     killed_at = index.read_bytes().count(b"\n")
     assert proc.returncode == -signal.SIGKILL and 2 <= killed_at < 16
     summary = capture(config(bench, out, batch_size=1), progress=False)
-    assert summary["complete"] and summary["last_session"]["items"] == 16 - killed_at
+    assert summary.complete and summary.last_session.items == 16 - killed_at
     np.testing.assert_allclose(np.asarray(load_acts(out), np.float32), np.asarray(load_acts(first), np.float32),
                                rtol=FLOAT16_ULP, atol=1e-7)
 
@@ -333,7 +333,7 @@ def test_positions_and_components_of_ones_choosing(bench: Path, tmp_path: Path, 
     assert meta["positions"] == list(positions) and meta["component"] == "attn_out"
     assert meta["stored_component"] == "attn_out" and "not the residual stream" in meta["stored"]
     assert "'Question'" in meta["position_rules"]["marker:Question:last"]
-    assert resid["component"] is None and json.loads((tmp_path / "resid" / "meta.json").read_text())["stored"] == STORED
+    assert resid.meta["component"] is None and json.loads((tmp_path / "resid" / "meta.json").read_text())["stored"] == STORED
 
 
 def test_an_answer_prefix_moves_the_last_position_only(bench: Path, tmp_path: Path, handle):
@@ -344,7 +344,7 @@ def test_an_answer_prefix_moves_the_last_position_only(bench: Path, tmp_path: Pa
                     progress=False)
     prefixed = capture(config(bench, tmp_path / "prefixed", positions=positions, limit=4, requests=("select",),
                               answer_prefix="ANSWER:"), progress=False)
-    assert plain["complete"] and prefixed["complete"]
+    assert plain.complete and prefixed.complete
     a, b = np.load(tmp_path / "plain" / ACTS_FILE), np.load(tmp_path / "prefixed" / ACTS_FILE)
     last_moved = np.abs(a[:, :, 0].astype(np.float32) - b[:, :, 0]).max()  # (the random tiny model's states are ~0.03)
     marker_moved = np.abs(a[:, :, 1].astype(np.float32) - b[:, :, 1]).max()

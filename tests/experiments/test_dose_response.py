@@ -142,7 +142,7 @@ def test_readout_measures_from_logprobs(setup) -> None:
 def test_run_writes_every_file_and_alpha_zero_is_the_unsteered_model(setup, first) -> None:
     cfg, summary = first
     out = Path(cfg.out)
-    assert summary["computed"] == summary["n_rows"] == 8 * 19 and summary["reused"] == 0
+    assert summary.computed == summary.n_rows == 8 * 19 and summary.reused == 0
     for name in ("results.jsonl", "meta.json", "dose_response.json", "dose_response.md", "stop_rate.png",
                  "missing_test_rate.png", "min_cost_accuracy.png", "log_odds.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 200, name
@@ -222,7 +222,7 @@ def test_rerun_reuses_everything_and_loads_no_model(setup, first, no_model_load)
     path = Path(cfg.out) / RESULTS_FILE
     before = path.read_bytes()
     again = dose_response(cfg, progress=False)
-    assert (again["computed"], again["reused"]) == (0, 152)
+    assert (again.computed, again.reused) == (0, 152)
     assert path.read_bytes() == before
 
 
@@ -237,7 +237,7 @@ def test_a_torn_run_resumes_without_duplicates(setup, first) -> None:
     (Path(cut_cfg.out) / RESULTS_FILE).write_bytes(data[:cut])
     kept = data[:cut].count(b"\n")
     summary = dose_response(cut_cfg, progress=False)
-    assert (summary["reused"], summary["computed"]) == (kept, 152 - kept)
+    assert (summary.reused, summary.computed) == (kept, 152 - kept)
     lines = (Path(cut_cfg.out) / RESULTS_FILE).read_text().splitlines()
     assert len(lines) == 152 and len({(json.loads(x)["item_id"], json.loads(x)["condition"]) for x in lines}) == 152
     resumed = load_results(Path(cut_cfg.out) / RESULTS_FILE)
@@ -263,7 +263,7 @@ def test_generated_replies_readout(setup) -> None:
     cfg = config(setup, "gen", readout="both", layers=(1,), alphas=(0.0, 1.0), n_random=0, n_relabel=0, controls=(),
                  ablation=False, limit=4)
     summary = dose_response(cfg, progress=False)
-    assert summary["computed"] == 4 * 2
+    assert summary.computed == 4 * 2
     rows = load_results(Path(cfg.out) / RESULTS_FILE)
     for row in rows.values():
         g = row["gen"]

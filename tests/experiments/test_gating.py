@@ -70,7 +70,7 @@ def test_files_and_tables(first: tuple[GatingConfig, dict]) -> None:
     for name in ("gating.json", "gating.md", "gating.png", "results.jsonl", "meta.json"):
         assert (out / name).stat().st_size > 0
     assert (out / "acts" / "standard" / "acts.npy").is_file() and (out / "acts" / "guided" / "acts.npy").is_file()
-    assert summary["layer"] == 2 and summary["n_items"] == 9 and summary["n_conditions"] == 2 * (1 + 2 * 2)
+    assert summary.report.layer == 2 and summary.report.n_items == 9 and summary.n_conditions == 2 * (1 + 2 * 2)
     result = json.loads((out / "gating.json").read_text())
     tables = {(t["kind"], t["group"], t["alpha"]): t for t in result["tables"]}
     assert set(tables) == {("answer", "controls", 1.0), ("answer", "voids", -1.0),
@@ -110,8 +110,8 @@ def test_alpha_zero_is_unsteered(first: tuple[GatingConfig, dict]) -> None:
 def test_rerun_reuses(first: tuple[GatingConfig, dict], no_model: None) -> None:
     cfg, summary = first
     again = gating(cfg, progress=False)
-    assert again["computed"] == 0 and again["reused"] == summary["n_rows"]
-    assert again["tables"] == summary["tables"]
+    assert again.computed == 0 and again.reused == summary.n_rows
+    assert again.report.tables == summary.report.tables
 
 
 def test_two_shards_merged_equal_one_run(first: tuple[GatingConfig, dict], bench: Path, tmp_path: Path,
@@ -126,8 +126,8 @@ def test_two_shards_merged_equal_one_run(first: tuple[GatingConfig, dict], bench
     shards = [tmp_path / f"shard-{k}" for k in range(2)]
     for k, folder in enumerate(shards):
         part = gating(config(bench, folder, shard=f"{k}/2"), progress=False)
-        assert part["shard"] == f"{k}/2" and part["complete"] and 0 < part["n_items"] < summary["n_items"]
-        assert part["directions"] == summary["directions"]  # the same preparation as the single run
+        assert part.meta["shard"] == f"{k}/2" and part.complete and 0 < part.report.n_items < summary.report.n_items
+        assert part.meta["directions"] == summary.meta["directions"]  # the same preparation as the single run
     assert main(["merge", str(tmp_path / "merged"), *map(str, shards)]) == 0
     assert "merged 2 gating shards (9 units, 90 rows)" in capsys.readouterr().out
     merged = tmp_path / "merged"

@@ -54,9 +54,9 @@ def first(bench: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
 
 def test_outputs_written(first: tuple[Path, dict]) -> None:
     out, summary = first
-    assert summary["captured"] == summary["n_items"] == 48
-    assert summary["swept"] == ["resolved", "history", "threshold_level", "missing_property"]
-    for label in summary["swept"]:
+    assert summary.captured == summary.n_items == 48
+    assert summary.swept == ("resolved", "history", "threshold_level", "missing_property")
+    for label in summary.swept:
         assert (out / "sweeps" / label / "sweep.png").stat().st_size > 0
         assert (out / "sweeps" / label / "settings.json").is_file()
     for kind in ("system", "pairs", "request"):
@@ -66,7 +66,7 @@ def test_outputs_written(first: tuple[Path, dict]) -> None:
     assert len(json.loads((out / "directions" / "geometry.json").read_text())["names"]) == 4 * 3  # layers x systems
     assert (out / "layer_sweep.png").stat().st_size > 0
     result = json.loads((out / "best_layers.json").read_text())
-    assert [r["label"] for r in result["labels"]] == summary["swept"]
+    assert tuple(r["label"] for r in result["labels"]) == summary.swept
     for r in result["labels"]:
         assert r["n"] == 48 and r["best"]["n"] == 48 and len(r["best"]["ci"]) == 2
         assert r["control_tasks"]["n"] == 48 and r["selectivity"]["n"] == 48
@@ -80,15 +80,15 @@ def test_rerun_reuses(first: tuple[Path, dict], bench: Path, no_model: None) -> 
     out, _ = first
     before = (out / "sweeps" / "resolved" / "sweep.json").stat().st_mtime_ns
     again = layer_sweep(config(bench, out), progress=False)
-    assert again["captured"] == 0 and again["swept"] == [] and not again["directions_fitted"]
-    assert again["reused"] == ["resolved", "history", "threshold_level", "missing_property"]
+    assert again.captured == 0 and again.swept == () and not again.directions_fitted
+    assert again.reused == ("resolved", "history", "threshold_level", "missing_property")
     assert (out / "sweeps" / "resolved" / "sweep.json").stat().st_mtime_ns == before
 
 
 def test_changed_settings_resweep_only_that(first: tuple[Path, dict], bench: Path, no_model: None) -> None:
     out, _ = first
     again = layer_sweep(config(bench, out, labels=("resolved", "history=0")), progress=False)
-    assert again["reused"] == ["resolved"] and again["swept"] == ["history=0"]
+    assert again.reused == ("resolved",) and again.swept == ("history=0",)
     assert "history=0" in (out / "best_layers.md").read_text()
 
 

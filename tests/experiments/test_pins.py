@@ -76,7 +76,7 @@ def test_run_policy_pins(small_bench: Path, items: list, tmp_path: Path) -> None
     base = RunConfig(model="policy:random", bench=str(small_bench), out=str(out), requests=("select",), limit=6,
                      batch_size=3)
     first = run(base, progress=False)
-    assert first["n_records"] == 6
+    assert first.n_records == 6
     meta = json.loads((out / "run.json").read_text())
     assert meta["prompt_template_sha256"] == prompt_template_sha256("direct", "standard")
     assert len(meta["images_sha256"]) == 64 and meta["max_new_tokens"] == 16
@@ -92,7 +92,7 @@ def test_run_policy_pins(small_bench: Path, items: list, tmp_path: Path) -> None
     check_images_refused(lambda: run(replace(base, bench=str(copy)), progress=False))
     before = (out / "records.jsonl").read_bytes()
     again = run(replace(base, batch_size=1), progress=True)  # batch size and progress change no record
-    assert again["last_session"]["items"] == 0 and (out / "records.jsonl").read_bytes() == before
+    assert again.last_session.items == 0 and (out / "records.jsonl").read_bytes() == before
 
 
 # ---------------------------------------------------------------- run: a tiny model
@@ -115,7 +115,7 @@ def test_run_tiny_model_pins(small_bench: Path, items: list, tmp_path: Path) -> 
     copy, _ = swapped_images(small_bench, tmp_path / "bench", items)
     check_images_refused(lambda: run(replace(base, bench=str(copy)), progress=False))
     before = (out / "records.jsonl").read_bytes()
-    assert run(replace(base, batch_size=1), progress=True)["last_session"]["items"] == 0
+    assert run(replace(base, batch_size=1), progress=True).last_session.items == 0
     assert (out / "records.jsonl").read_bytes() == before
     # A setting only the loaded model tells (here: the folder was written by a model loaded as bfloat16,
     # as dtype auto loads a checkpoint on a GPU) is checked once the model is loaded for missing rows.
@@ -187,7 +187,7 @@ def captured(small_bench: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
 
 def test_capture_pins(captured, small_bench: Path, items: list, tmp_path: Path) -> None:
     cfg, first = captured
-    assert first["n_done"] == 8
+    assert first.n_done == 8
     meta = json.loads((Path(cfg.out) / "meta.json").read_text())
     assert (meta["requested_dtype"], meta["dtype"], meta["tiny_arch"]) == ("auto", "float32", "llava")
     with refused("requested_dtype", "auto", "bfloat16"):
@@ -201,7 +201,7 @@ def test_capture_pins(captured, small_bench: Path, items: list, tmp_path: Path) 
     check_images_refused(lambda: capture(replace(cfg, bench=str(copy)), progress=False))
     index = (Path(cfg.out) / "index.jsonl").read_bytes()
     again = capture(replace(cfg, batch_size=1), progress=True)
-    assert again["computed"] == 0 and (Path(cfg.out) / "index.jsonl").read_bytes() == index
+    assert again.computed == 0 and (Path(cfg.out) / "index.jsonl").read_bytes() == index
 
 
 # ---------------------------------------------------------------- patching
@@ -211,7 +211,7 @@ def test_patching_pins(small_bench: Path, items: list, tmp_path: Path) -> None:
     out = tmp_path / "patch"
     base = PatchingConfig(model=MODEL, bench=str(small_bench), out=str(out), layers="1", positions=("last",),
                           limit_pairs=1, n_boot=50)
-    assert run_patching(base, progress=False)["n_rows"] == 2
+    assert run_patching(base, progress=False).n_rows == 2
     with refused("dtype", "auto", "bfloat16"):
         run_patching(replace(base, model=replace(base.model, dtype="bfloat16")), progress=False)
     with refused("regime", "standard", "guided"):
@@ -222,7 +222,7 @@ def test_patching_pins(small_bench: Path, items: list, tmp_path: Path) -> None:
     copy, _ = swapped_images(small_bench, tmp_path / "bench", list(pair))
     check_images_refused(lambda: run_patching(replace(base, bench=str(copy)), progress=False))
     before = (out / "results.jsonl").read_bytes()
-    assert run_patching(base, progress=True)["n_rows"] == 2  # progress changes no row
+    assert run_patching(base, progress=True).n_rows == 2  # progress changes no row
     assert (out / "results.jsonl").read_bytes() == before
 
 
@@ -249,7 +249,7 @@ def test_dose_response_pins(directions: Path, small_bench: Path, items: list, tm
         "n_random": 1, "n_relabel": 1, "ablation": False, "limit": 2, "batch_size": 2, "n_boot": 50})
     first = dose_response(base, progress=False)
     # base, probe -1 / +1, the random, relabelled and control sets -1 / +1
-    assert first["n_rows"] == 2 * 9
+    assert first.n_rows == 2 * 9
     meta = json.loads((out / "meta.json").read_text())
     assert meta["model_dtype"] == "float32" and meta["tiny_arch"] == "llava"
     model = load_model_config("tiny_llava")
@@ -265,4 +265,4 @@ def test_dose_response_pins(directions: Path, small_bench: Path, items: list, tm
     check_images_refused(lambda: dose_response(replace(base, bench=str(copy)), progress=False))
     before = (out / "results.jsonl").read_bytes()
     again = dose_response(replace(base, batch_size=1), progress=True)
-    assert again["computed"] == 0 and (out / "results.jsonl").read_bytes() == before
+    assert again.computed == 0 and (out / "results.jsonl").read_bytes() == before

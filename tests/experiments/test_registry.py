@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from evprobe.core.job_summary import MergeSummary
+
 from evprobe.experiments import registry
 from evprobe.experiments.cli import build_parser, main
 from evprobe.experiments.registry import Experiment, ReportPart, register, unregister
@@ -30,9 +32,9 @@ def run_toy(args: argparse.Namespace) -> int:
     return 0
 
 
-def merge_toy(out: Path, folders: list[Path]) -> dict:
+def merge_toy(out: Path, folders: list[Path]) -> MergeSummary[None]:
     out.mkdir(parents=True, exist_ok=True)
-    return {"n_shards": len(folders), "kind": TOY, "n_units": 0, "n_rows": 0}
+    return MergeSummary(kind=TOY, out=out, n_shards=len(folders), n_units=0, n_rows=0)
 
 
 @pytest.fixture
@@ -50,7 +52,7 @@ def test_one_declaration_reaches_the_cli_merge_and_the_report(toy, tmp_path: Pat
     assert TOY in build_parser()._subparsers._group_actions[0].choices
     out = tmp_path / "toy"
     assert main([TOY, "--out", str(out)]) == 0 and (out / "toy.md").is_file()
-    assert kind_of(out) == TOY and merge(tmp_path / "merged", [out])["kind"] == TOY
+    assert kind_of(out) == TOY and merge(tmp_path / "merged", [out]).kind == TOY
     report = build_report(tmp_path, title="t", html=False)
     pages = {p.name: p.read_text() for p in report.parent.glob("details-*.md")}
     assert "details-toy-attribution.md" in pages and "| L0.H1 | 0.5 |" in pages["details-toy-attribution.md"]

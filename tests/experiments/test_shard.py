@@ -97,7 +97,7 @@ def test_merged_policy_shards_equal_a_single_run(bench: Path, single: Path, tmp_
     shards = [tmp_path / f"s{k}" for k in range(3)]
     for k, folder in enumerate(shards):
         summary = run_policy(bench, folder, f"{k}/3")
-        assert summary["shard"] == f"{k}/3" and summary["n_records"] == summary["n_selected"] > 0
+        assert summary.record["shard"] == f"{k}/3" and summary.n_records == summary.n_selected > 0
     merge(tmp_path / "merged", list(reversed(shards)))  # any order
     assert lines_without_seconds(tmp_path / "merged" / "records.jsonl") == lines_without_seconds(
         single / "records.jsonl"
@@ -110,7 +110,7 @@ def test_merged_policy_shards_equal_a_single_run(bench: Path, single: Path, tmp_
         elif key != "last_session":
             assert a[key] == b[key], key
     # The merged folder is an ordinary finished run: rerunning the unsharded command adds nothing.
-    assert run_policy(bench, tmp_path / "merged")["last_session"]["items"] == 0
+    assert run_policy(bench, tmp_path / "merged").last_session.items == 0
 
 
 def test_merge_refuses_missing_duplicated_mismatched_and_foreign_shards(bench: Path, tmp_path: Path,
@@ -154,7 +154,7 @@ def test_killed_shard_is_refused_then_finished_by_a_rerun(bench: Path, single: P
         merge(tmp_path / "merged", [s0, s1])
     assert records.read_bytes() == before  # merge only reads shard folders
     summary = run_policy(bench, s1, "1/2")  # the rerun finishes the shard
-    assert 0 < summary["last_session"]["items"] < summary["n_selected"]
+    assert 0 < summary.last_session.items < summary.n_selected
     merge(tmp_path / "merged", [s0, s1])
     merged = lines_without_seconds(tmp_path / "merged" / "records.jsonl")
     assert len(set(merged)) == len(merged)  # nothing duplicated
@@ -172,7 +172,7 @@ def capture_config(bench: Path, out: Path, shard: str | None = None) -> CaptureC
 @pytest.fixture(scope="module")
 def single_capture(bench: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("single_capture") / "acts"
-    assert capture(capture_config(bench, out), progress=False)["complete"]
+    assert capture(capture_config(bench, out), progress=False).complete
     return out
 
 
@@ -190,14 +190,14 @@ def test_merged_capture_shards_equal_a_single_capture(bench: Path, single_captur
     shards = [tmp_path / f"s{k}" for k in range(2)]
     for k, folder in enumerate(shards):
         summary = capture(capture_config(bench, folder, f"{k}/2"), progress=False)
-        assert summary["complete"] and summary["shard"] == f"{k}/2"
+        assert summary.complete and summary.meta["shard"] == f"{k}/2"
     # A capture shard killed mid-append: refused until rerun.
     index = shards[1] / "index.jsonl"
     lines = index.read_text().splitlines(keepends=True)
     index.write_text("".join(lines[:3]) + lines[3][:10])
     with pytest.raises(InputError, match="shard 1/2 .* is incomplete: 3 of 12"):
         merge(tmp_path / "merged", shards)
-    assert capture(capture_config(bench, shards[1], "1/2"), progress=False)["complete"]
+    assert capture(capture_config(bench, shards[1], "1/2"), progress=False).complete
     merge(tmp_path / "merged", shards)
     assert_same_capture(single_capture, tmp_path / "merged")
     run_policy(bench, tmp_path / "r0", "0/2")
@@ -268,15 +268,15 @@ def test_merged_patching_shards_equal_a_single_job(tmp_path: Path) -> None:
                                 limit_pairs=4, n_boot=100, shard=shard)
         return run_patching(config, progress=False)
 
-    assert job(tmp_path / "one")["n_rows"] == 8  # 4 pairs (2 families) x 2 directions
+    assert job(tmp_path / "one").n_rows == 8  # 4 pairs (2 families) x 2 directions
     shards = [tmp_path / "s0", tmp_path / "s1"]
-    assert [job(folder, f"{k}/2")["n_rows"] for k, folder in enumerate(shards)] == [4, 4]
+    assert [job(folder, f"{k}/2").n_rows for k, folder in enumerate(shards)] == [4, 4]
     results = shards[0] / "results.jsonl"
     full = results.read_bytes()
     results.write_bytes(full[: full.index(b"\n") + 5])  # killed mid-append after one row
     with pytest.raises(InputError, match="shard 0/2 .* is incomplete: 1 of 4"):
         merge(tmp_path / "merged", shards)
-    assert job(shards[0], "0/2")["computed"] == 3  # the same job finishes it: the torn row is redone
+    assert job(shards[0], "0/2").computed == 3  # the same job finishes it: the torn row is redone
     merge(tmp_path / "merged", shards)
     assert (tmp_path / "merged" / "results.jsonl").read_bytes() == (tmp_path / "one" / "results.jsonl").read_bytes()
     a, b = (json.loads((d / "patching.json").read_text()) for d in (tmp_path / "one", tmp_path / "merged"))
@@ -320,9 +320,9 @@ def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_p
                                   alphas=(-1.0, 0.0, 1.0), n_random=1, batch_size=4, n_boot=50, shard=shard)
 
     one = dose_response(config(tmp_path / "one"), progress=False)
-    assert one["n_items"] == 16  # the held-out systems' 4 families x 4 decisions
+    assert one.report.n_items == 16  # the held-out systems' 4 families x 4 decisions
     shards = [tmp_path / "s0", tmp_path / "s1"]
-    assert dose_response(config(shards[0], "0/2"), progress=False)["n_items"] == 8
+    assert dose_response(config(shards[0], "0/2"), progress=False).report.n_items == 8
     # Shard 1 in its own process, SIGKILLed as soon as its first rows are on disk.
     script = ("import torch; torch.set_num_threads(1)\n"
               "from pathlib import Path\n"
@@ -331,12 +331,12 @@ def test_dose_response_shards_and_torchrun_equal_a_single_run(bench: Path, tmp_p
               f"out={str(shards[1])!r}, alphas=(-1.0, 0.0, 1.0), n_random=1, batch_size=4, n_boot=50, "
               "shard='1/2'), progress=False)\n")
     had = kill_when([sys.executable, "-c", script], shards[1] / "results.jsonl", 1, tmp_path)
-    n_rows = one["n_rows"] // 2
+    n_rows = one.n_rows // 2
     assert 1 <= had < n_rows
     with pytest.raises(InputError, match=f"shard 1/2 .* is incomplete: {had} of {n_rows}"):
         merge(tmp_path / "merged", shards)
     rerun = dose_response(config(shards[1], "1/2"), progress=False)  # the same job finishes it
-    assert (rerun["reused"], rerun["computed"]) == (had, n_rows - had)
+    assert (rerun.reused, rerun.computed) == (had, n_rows - had)
     merge(tmp_path / "merged", shards)
     assert_same_dose_response(tmp_path / "one", tmp_path / "merged")
     with pytest.raises(InputError, match="given twice"):
@@ -390,7 +390,7 @@ def test_layer_sweep_shards_and_torchrun_equal_a_single_sweep(bench: Path, tmp_p
     single = layer_sweep(load_layer_sweep_config("layer_sweep_tiny", {
         "bench": str(bench), "out": str(one), "requests": ["select"], "labels": ["resolved"], "transfer": ["system"],
         "n_boot": 50, "folds": 3, "batch_size": 1}), progress=False)
-    assert single["captured"] == 24
+    assert single.captured == 24
 
     def same_sweep(other: Path) -> None:
         assert_same_capture(one / "acts", other / "acts")
@@ -409,7 +409,7 @@ def test_layer_sweep_shards_and_torchrun_equal_a_single_sweep(bench: Path, tmp_p
         assert f"shard {k}/2: 12 items captured" in printed, printed
         assert (folder / "layer_sweep_config.json").is_file() and not (folder / "best_layers.json").exists()
     result = merge(tmp_path / "merged", shards)
-    assert result["kind"] == "layer-sweep" and result["n_shards"] == 2
+    assert result.kind == "layer-sweep" and result.n_shards == 2
     same_sweep(tmp_path / "merged")
     # A shard of another sweep (other labels) is refused, naming the difference.
     other = tmp_path / "other"
