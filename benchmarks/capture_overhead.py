@@ -34,7 +34,8 @@ CHILD = """
 import json, os, sys, threading, time
 import torch
 torch.set_num_threads(1)
-from evprobe.experiments.capture import CaptureConfig, capture
+from evprobe.experiments.capture.config import CaptureConfig
+from evprobe.experiments.capture.job import capture
 bench, out, n, arch = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 index = os.path.join(out, "index.jsonl")
 samples, stop = [], threading.Event()
@@ -94,7 +95,7 @@ def overhead(arch: str, bench: Path, rounds: int, *, short: bool = False, n_item
     from evprobe.bench.manifest import read_items, resolve_image
     from evprobe.bench.protocols import build_prompt
     from evprobe.bench.runner import select_items
-    from evprobe.experiments.capture import question_marker
+    from evprobe.experiments.capture.config import question_marker
     from evprobe.hooks.capture import gather_plan, reduce_at, capture_batch
     from evprobe.hooks.spans import batch_spans
 

@@ -35,7 +35,8 @@ def main() -> None:
         parser.error(f"--directions: choose from {', '.join(kinds)}")
 
     from evprobe.bench.generate import GenerateConfig, generate
-    from evprobe.experiments.capture import CaptureConfig, capture
+    from evprobe.experiments.capture.config import CaptureConfig
+    from evprobe.experiments.capture.job import capture
     from evprobe.experiments.dose_response.config import DoseResponseConfig
     from evprobe.experiments.dose_response import dose_response
     from evprobe.probes.runs import directions_to_folder, labelled

@@ -1,5 +1,5 @@
 """Typed schema of a capture folder's `index.jsonl` rows and `meta.json`, shared by their readers
-(`probes.captures.load_capture`, `experiments.capture_store.load_index`).
+(`probes.captures.load_capture`, `experiments.capture.store.load_index`).
 
 Probes may not import bench (nor bench.schema's pydantic models), so the schema is written here
 as a table of field -> kind; tests/test_schemas_more.py checks that each item field's kind fits

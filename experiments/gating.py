@@ -271,7 +271,8 @@ def make_plan(config: GatingConfig) -> Plan:
 
 
 def _capture(plan: Plan, regime: str, progress: bool) -> Path:
-    from evprobe.experiments.capture import CaptureConfig, capture
+    from evprobe.experiments.capture.config import CaptureConfig
+    from evprobe.experiments.capture.job import capture
 
     out = plan.out / "acts" / regime
     capture(CaptureConfig(model=plan.model, bench=str(plan.bench), out=str(out),

@@ -83,7 +83,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
 
 def _index_fields() -> tuple[str, ...]:
-    from evprobe.experiments.capture import INDEX_FIELDS
+    from evprobe.experiments.capture.config import INDEX_FIELDS
 
     return INDEX_FIELDS
 
@@ -117,7 +117,7 @@ class LayerSweepConfig:
 
     def __post_init__(self) -> None:
         from evprobe.core.shard import Shard
-        from evprobe.experiments.capture import check_positions
+        from evprobe.experiments.capture.config import check_positions
 
         if self.shard is not None:
             Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
@@ -236,7 +236,7 @@ def make_plan(config: LayerSweepConfig) -> Plan:
 
 def capture_config(plan: Plan):
     """The CaptureConfig of step 1 (the plan's model, layers and positions, into OUT/acts)."""
-    from evprobe.experiments.capture import CaptureConfig
+    from evprobe.experiments.capture.config import CaptureConfig
 
     c = plan.config
     layers = "all" if c.layers == "all" else ",".join(map(str, c.layers))
@@ -250,7 +250,7 @@ def run_capture(plan: Plan, progress: bool) -> JobSummary[Any] | None:
     process captures its shard and rank 0 merges them; then rank 0 reads the complete capture (no
     model load) and the other ranks get None (they stop here)."""
     from evprobe.core.launch import launched_shard
-    from evprobe.experiments.capture import CaptureJob, capture
+    from evprobe.experiments.capture.job import CaptureJob, capture
     from evprobe.experiments.distributed import data_parallel
 
     config = capture_config(plan)
@@ -554,8 +554,9 @@ def merge_shards(out: str | Path, folders: Sequence[str | Path]) -> MergeSummary
 def _merge_shards(out: Path, folders: list[Path]) -> MergeSummary[LayerSweepSummary]:
     from evprobe.core.jobs import read_meta
     from evprobe.core.launch import comparable, merge_folders
-    from evprobe.experiments.capture import CAPTURE_META_FILE, CaptureJob
-    from evprobe.experiments.capture_store import ACTS_FILE, INDEX_FILE
+    from evprobe.experiments.capture.config import CAPTURE_META_FILE
+    from evprobe.experiments.capture.job import CaptureJob
+    from evprobe.experiments.capture.store import ACTS_FILE, INDEX_FILE
     from evprobe.hooks.devices import PLACEMENT_KEYS
 
     configs = [{k: v for k, v in (read_meta(f / SHARD_CONFIG_FILE) or {}).items() if k != "kind"} for f in folders]

@@ -98,7 +98,7 @@ def _wrong_label(flipped: frozenset[tuple[str, str]]) -> Callable[[Path, ExitSta
 def _capture_shard_unmerged(out: Path, stack: ExitStack) -> None:
     """The capture holds shard 0 of 2 (whole families, core.shard: half of every system's): the other
     shard was never merged."""
-    capture = importlib.import_module("evprobe.experiments.capture")
+    capture = importlib.import_module("evprobe.experiments.capture.job")  # where the quickstart imports it from
     original = capture.capture
 
     def one_shard(config, progress: bool = True):

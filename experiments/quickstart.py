@@ -164,7 +164,8 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
     timings["run+score"] = time.perf_counter() - t
 
     t = _step(3, "capture the residual stream")
-    from evprobe.experiments.capture import CaptureConfig, capture
+    from evprobe.experiments.capture.config import CaptureConfig
+    from evprobe.experiments.capture.job import capture
     capture(CaptureConfig(model=cfg, bench=str(bench), out=str(acts), requests=("select", "answer_initial"),
                           positions=("last", "text_mean", "image_mean"), batch_size=cfg.batch_size),
             progress=progress)

@@ -66,7 +66,7 @@ from evprobe.bench.parse import ANSWERS, RULER_MAX, Parsed, parse_reply
 from evprobe.bench.records import RECORDS_FILE, Record, load_records
 from evprobe.core.errors import IncompleteLineWarning, InputError
 from evprobe.core.jobs import JsonlRows
-from evprobe.experiments.capture_store import load_index
+from evprobe.experiments.capture.store import load_index
 from evprobe.experiments.cli import main
 from evprobe.experiments.config import CONFIGS_DIR, ConfigError, ModelConfig, load_config, resolve_model
 from evprobe.experiments.dose_response.config import DoseResponseConfig
@@ -626,7 +626,7 @@ def expected_index(data: bytes, item_ids: list[str] | None) -> dict[int, dict[st
 @fuzz(200)
 @given(data=st.data())
 def test_capture_index_mutations(capture: tuple[Path, list[str]], data: st.DataObject) -> None:
-    """experiments.capture_store.load_index, without and with the folder's selection."""
+    """experiments.capture.store.load_index, without and with the folder's selection."""
     folder, item_ids = capture
     path = folder / "index.jsonl"
     label, new = data.draw(mutations(path.read_bytes(), "jsonl"), label="mutation")

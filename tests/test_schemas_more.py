@@ -18,7 +18,7 @@ from evprobe.bench.items import Item
 from evprobe.bench.records import RECORDS_FILE, Record, load_records
 from evprobe.core.capture_schema import CAPTURE_FORMAT, INDEX_ITEM_TYPES, INDEX_OPTIONAL_ITEM_TYPES, INDEX_TYPES
 from evprobe.core.errors import InputError
-from evprobe.experiments.capture_store import load_index
+from evprobe.experiments.capture.store import load_index
 from evprobe.probes import captures as probe_captures
 from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
 

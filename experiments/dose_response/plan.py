@@ -361,7 +361,6 @@ def run_meta(plan: Plan, recorded: dict[str, Any] | None = None) -> dict[str, An
 __all__ = [
     "SET_KINDS",
     "SIBLING_KEYS",
-    "TOWARD_STOP_LABELS",
     "Condition",
     "LayerDirection",
     "Plan",
@@ -369,6 +368,5 @@ __all__ = [
     "conditions_for",
     "layer_record",
     "make_plan",
-    "measure_sign",
     "run_meta",
 ]

@@ -56,7 +56,7 @@ from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
 from evprobe.core.job_summary import JobSummary
-from evprobe.experiments.capture import check_layer_spec, parse_layers, question_marker
+from evprobe.experiments.capture.config import check_layer_spec, parse_layers, question_marker
 from evprobe.experiments.pins import input_pins, loaded_pins
 from evprobe.core.flags import HELP, setting
 from evprobe.experiments.own_data.patching import MIN_GAP, aggregate, patch_row

@@ -14,7 +14,7 @@ from evprobe.bench.generate import GenerateConfig, generate
 from evprobe.bench.manifest import read_items
 from evprobe.core.errors import InputError
 from evprobe.experiments.capture import CaptureConfig, CaptureJob, capture
-from evprobe.experiments.capture_store import INDEX_FILE, load_index
+from evprobe.experiments.capture.store import INDEX_FILE, load_index
 from evprobe.probes.captures import CaptureError, load_capture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

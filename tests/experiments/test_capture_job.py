@@ -24,18 +24,18 @@ from evprobe.core.errors import InputError
 from evprobe.bench.manifest import load_item_images, read_items, resolve_image
 from evprobe.bench.protocols import build_prompt
 from evprobe.bench.runner import select_items
-from evprobe.experiments.capture_store import ACTS_FILE, INDEX_FILE
+from evprobe.experiments.capture.store import ACTS_FILE, INDEX_FILE
 from evprobe.bench.model_config import ModelConfig
 from evprobe.experiments.capture import (
     FLOAT16_MAX,
     INDEX_FIELDS,
     STORED,
     CaptureConfig,
-    _to_float16,
     add_capture_parser,
     capture,
     question_marker,
 )
+from evprobe.experiments.capture.job import _to_float16
 from evprobe.hooks.capture import capture_layers
 from evprobe.hooks.spans import batch_spans
 

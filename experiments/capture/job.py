@@ -1,42 +1,5 @@
-"""`evprobe capture`: store the residual stream of benchmark prompts at named token positions.
-
-    evprobe capture --model M --bench DIR --out ACTS [--requests select,answer_initial]
-                    [--injection 0,1,2,3] [--layers all|0,4,8] [--positions last,image_mean,text_mean]
-                    [--component resid_post|resid_pre|attn_out|mlp_out]
-                    [--regime standard|guided|json] [--protocol direct|brief] [--limit N]
-
-Positions: the named spans, `token:I` (the I-th real token; -3 is the third from the end) and
-`marker:TEXT[:first|last|mean]` (the tokens of a substring of the prompt, e.g.
-`marker:Question:last`); each is the name of its slot on the positions axis.
-
-Files in ACTS:
-- `acts.npy`: a real .npy file, float16, shape (items, layers, positions, d_model), created
-  whole (header + sparse zeros) up front, then filled row by row. Row i is the i-th selected
-  item (manifest order after `--requests` / `--injection` / `--limit`), so rows never move between
-  sessions.
-  Read it with `numpy.load(path, mmap_mode="r")`.
-- `index.jsonl`: one line per captured item (its row, ids, pair ids, labels, token counts, and
-  its information-injection level `injection` when not 0: a level-0 line is the line written
-  before levels existed, and readers take a missing level as 0), in capture order (items are batched by image count), so read rows by the `row` field. It
-  is the commit log: a batch's rows are written to acts.npy and fsync'ed BEFORE its index
-  lines are appended (and fsync'ed), so every indexed row holds finished data; a row that is
-  not indexed may hold zeros or a torn write and is recomputed on resume.
-- `meta.json`: what the capture is (model, its file hashes (hooks.fingerprint), revision,
-  requested and loaded dtype, layers, positions and their rules, regime, protocol, selection, the
-  prompt template's and the benchmark's items hashes, chat-template and image hashes, library
-  versions, and what exactly is stored), written atomically before the first item.
-
-What is stored: raw decoder-layer outputs (hooks.capture): layer i == transformers'
-`hidden_states[i + 1]` for i < n_layers - 1; the last layer is before the final norm.
-
-Text marker of `text_mean`: the item's question sentence, i.e. the text after "Question: " to
-the end of that line (select and answer requests, and the select variants); items without such
-a line (read_ruler, recover_property) average over their whole prompt text.
-
-Resumable: rerun the same command to continue after a kill; a rerun with different pinned
-settings is refused. Rows are written with `os.pwrite` (not through a writable memmap, whose
-written pages would stay resident and make memory grow with the number of items).
-"""
+"""`evprobe capture` as a job and a command (the files it writes: the subpackage's docstring,
+experiments.capture)."""
 
 from __future__ import annotations
 
@@ -44,7 +7,7 @@ import argparse
 import json
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,145 +17,34 @@ import numpy as np
 from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.manifest import read_meta as read_bench_meta
+from evprobe.bench.model_config import load_model, model_from_record
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
+from evprobe.bench.runner import select_items
 from evprobe.core.capture_schema import INDEX_OPTIONAL_DEFAULTS
 from evprobe.core.errors import InputError
-from evprobe.core.flags import HELP, add_config_arguments, setting
-from evprobe.core.jobs import SHARD_FREE, Job, Unit, batches, read_meta, run_job
+from evprobe.core.flags import add_config_arguments
 from evprobe.core.job_summary import JobSummary
-from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
-from evprobe.experiments.pins import images_sha256, input_pins, sha256_text
-from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, select_items
+from evprobe.core.jobs import SHARD_FREE, Job, Unit, batches, read_meta, run_job
 from evprobe.core.shard import Shard, select_shard
-from evprobe.experiments.capture_store import ACTS_FILE, ACTS_KEY, CaptureRows
-from evprobe.bench.model_config import ModelConfig, as_model_config, load_model, model_from_record
+from evprobe.experiments.capture.config import (
+    FORMAT,
+    INDEX_FIELDS,
+    INDEX_OPTIONAL_FIELDS,
+    TEXT_MARKER_RULE,
+    CaptureConfig,
+    check_positions,
+    parse_layers,
+    question_marker,
+    stored_text,
+)
+from evprobe.experiments.capture.store import ACTS_FILE, ACTS_KEY, CaptureRows
 from evprobe.experiments.config import config_from_flags
+from evprobe.experiments.pins import images_sha256, input_pins, sha256_text
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
 
-CAPTURE_META_FILE = "meta.json"
-FORMAT = "evprobe-capture/1"
-STORED = (
-    "raw decoder-layer outputs (layer i == hidden_states[i+1] for i < n_layers - 1; "
-    "the last layer is before the final norm)"
-)
-
-
-def stored_text(component: str) -> str:
-    """meta.json's `stored`: what acts.npy holds for `component` (hooks.capture.COMPONENTS)."""
-    if component == "resid_post":
-        return STORED
-    if component == "resid_pre":
-        return "each decoder layer's input (resid_pre: the residual stream before the block; hooks.sites)"
-    return f"the {component} output of each decoder layer (hooks.sites), not the residual stream"
-TEXT_MARKER_RULE = (
-    "text_mean averages the tokens of the item's question sentence (the text after 'Question: ' to the end of "
-    "that line); items without a 'Question: ' line (read_ruler, recover_property) use their whole prompt text"
-)
-QUESTION_PREFIX = "Question: "
 FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504
-# Item fields copied into each index.jsonl row (besides row and item_id).
-INDEX_FIELDS = (
-    "request", "variant", "family_id", "system", "initial_property", "decision_id", "history", "threshold_level",
-    "test", "hidden_world", "image_pair_id", "threshold_pair_id", "resolved", "reference_action", "reference_answer",
-)
-# Item fields copied only when they differ from their default (core.capture_schema.INDEX_OPTIONAL_ITEM_TYPES).
-INDEX_OPTIONAL_FIELDS = tuple(INDEX_OPTIONAL_DEFAULTS)
-
-@dataclass(frozen=True)
-class CaptureConfig:
-    """`evprobe capture`: every field is a flag (`--batch-size` for batch_size), with this help."""
-
-    model: ModelConfig = setting(help="tiny:<arch>, a model config (a name in configs/models or a YAML), a hub id or "
-                                      "a local folder; the model flags below override its keys")
-    bench: str = setting(help="benchmark folder (evprobe generate)")
-    out: str = setting(help="capture folder (acts.npy, index.jsonl, meta.json)")
-    requests: tuple[str, ...] | None = setting(("select", "answer_initial"),
-                                               "comma-separated request types and variant names")
-    injection: tuple[int, ...] = setting(INJECTION_DEFAULT, HELP_INJECTION + " (one sweep should hold one level)")
-    layers: str | tuple[int, ...] = setting("all", "all, or comma-separated decoder layer indices, e.g. 0,4,8")
-    positions: tuple[str, ...] = setting(("last",), "comma-separated: last, image_mean, text_mean, token:I (the I-th "
-                                         "real token, negative from the end) or marker:TEXT[:first|last|mean] (a "
-                                         "substring's tokens; no comma in TEXT)")
-    component: str = setting("resid_post", "what is read at each layer: resid_post (the residual stream after the "
-                             "layer), resid_pre (before it), attn_out (attention output) or mlp_out (MLP output)")
-    regime: str = setting("standard", HELP["regime"])
-    protocol: str = setting("direct", HELP["protocol"])
-    limit: int | None = setting(None, "only the first N selected items")
-    batch_size: int = setting(8, "items per forward pass")
-    shard: str | None = setting(None, HELP["shard"])
-
-    def __post_init__(self) -> None:
-        # The settings that need no benchmark, checked when the config is made (before a model file
-        # is hashed or loaded); positions, component and the selection: CaptureJob, before it loads.
-        object.__setattr__(self, "model", as_model_config(self.model))  # a bare model string: its defaults
-        if self.shard is not None:
-            Shard.parse(self.shard)  # a bad K/N fails here, naming the fix
-        check_layer_spec(self.layers)
-        if isinstance(self.batch_size, bool) or self.batch_size < 1:
-            raise InputError(f"--batch-size must be a positive integer, got {self.batch_size}")
-        if self.limit is not None and self.limit < 1:
-            raise InputError(f"--limit must be a positive integer, got {self.limit}")
-
-
-def question_marker(prompt: str) -> str | None:
-    """The text after 'Question: ' up to the end of its line, or None if no line starts with it."""
-    for line in prompt.splitlines():
-        if line.startswith(QUESTION_PREFIX):
-            text = line[len(QUESTION_PREFIX):].rstrip()
-            return text or None
-    return None
-
-
-def _layer_values(spec: str | Sequence[int]) -> list[int] | None:
-    """The layer indices `spec` names ('0,4,8' or a sequence), None for 'all'; a malformed string is one line."""
-    if not isinstance(spec, str):
-        return list(spec)
-    text = spec.strip()
-    if text == "all":
-        return None
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"--layers must be 'all' or comma-separated integers, got {spec!r}") from None
-
-
-def parse_layers(spec: str | Sequence[int], n_layers: int) -> list[int]:
-    """'all', '0,4,8' or a sequence of ints -> validated layer indices (the order given)."""
-    from evprobe.hooks.capture import check_layers
-
-    values = _layer_values(spec)
-    if values is None:
-        return list(range(n_layers))
-    try:
-        return check_layers(values, n_layers)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"--layers: {err}") from None
-
-
-def check_layer_spec(spec: str | Sequence[int]) -> None:
-    """'all' or distinct layer indices >= 0, checked without the model (its layer count bounds
-    them later: `parse_layers`)."""
-    values = _layer_values(spec)
-    if values is None:
-        return
-    if not values:
-        raise ValueError("--layers: no layers given; use 'all' or layer indices")
-    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 0]
-    if bad:
-        raise ValueError(f"--layers: {bad[0]!r} is not a layer index (0 or more); use 'all' or layer indices")
-    if len(set(values)) != len(values):
-        raise ValueError(f"--layers: layers {values} repeat an index; give each once")
-
-
-def check_positions(positions: Sequence[str]) -> list[str]:
-    # hooks.capture imports no torch at module level: cheap before any model is loaded.
-    from evprobe.hooks.capture import check_positions as check
-
-    try:
-        return check(positions)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"--positions: {err}") from None
 
 
 def _chat_template_sha256(handle: Handle) -> str | None:
