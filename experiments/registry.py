@@ -134,7 +134,7 @@ for _e in (
                report=ReportPart("Dose-response", "dose_response.md", 50)),
     Experiment("layer-sweep", "evprobe.experiments.layer_sweep:add_layer_sweep_parser",
                job="evprobe.experiments.layer_sweep:merge_shards"),
-    Experiment("gating", "evprobe.experiments.gating:add_gating_parser", job="evprobe.experiments.gating:GatingJob",
+    Experiment("gating", "evprobe.experiments.gating.job:add_gating_parser", job="evprobe.experiments.gating.job:GatingJob",
                report=ReportPart("Gating", "gating.md", 55)),
     Experiment("report", "evprobe.experiments.report.build:add_report_parser"),
     Experiment("quickstart", "evprobe.experiments.quickstart:add_quickstart_parser",

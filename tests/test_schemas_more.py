@@ -16,7 +16,7 @@ import pytest
 
 from evprobe.bench.items import Item
 from evprobe.bench.records import RECORDS_FILE, Record, load_records
-from evprobe.core.capture_schema import CAPTURE_FORMAT, INDEX_ITEM_TYPES, INDEX_OPTIONAL_ITEM_TYPES, INDEX_TYPES
+from evprobe.core.capture_schema import CAPTURE_FORMAT, INDEX_ITEM_TYPES, INDEX_OPTIONAL_ITEM_TYPES, INDEX_TYPES, row_problem
 from evprobe.core.errors import InputError
 from evprobe.experiments.capture.store import load_index
 from evprobe.probes import captures as probe_captures
@@ -251,7 +251,7 @@ RESULT_ROWS = {
 @pytest.mark.parametrize("kind", sorted(RESULT_ROWS))
 def test_results_rows_are_typed_and_a_bad_field_is_one_line_naming_it(tmp_path: Path, kind: str) -> None:
     from evprobe.core.jobs import JsonlRows
-    from evprobe.experiments import gating
+    from evprobe.experiments.gating import config as gating
     from evprobe.experiments.dose_response import job as dose_response
     from evprobe.experiments.patching import job as patching
 
@@ -260,7 +260,7 @@ def test_results_rows_are_typed_and_a_bad_field_is_one_line_naming_it(tmp_path: 
     good, bad_fields = RESULT_ROWS[kind]
     problem = {"patching": lambda r: patching.row_problem(r, patching.ROW_TYPES, patching.ROW_TYPES, "patching row"),
                "dose-response": dose_response._row_problem,
-               "gating": lambda r: gating.row_problem(r, gating.ROW_TYPES, gating.ROW_TYPES, "gating row")}[kind]
+               "gating": lambda r: row_problem(r, gating.ROW_TYPES, gating.ROW_TYPES, "gating row")}[kind]
     assert problem(good) is None
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(good) + "\n")

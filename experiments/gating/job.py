@@ -1,0 +1,223 @@
+"""`evprobe gating` as a job and a command: the steered readout per item x condition, the summary,
+the parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evprobe.core.capture_schema import row_problem
+from evprobe.bench.family import LETTERS  # the option letters, one home
+from evprobe.bench.items import Item, item_units
+from evprobe.core.files import atomic_write_bytes
+from evprobe.bench.manifest import load_item_images, read_meta
+from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
+from evprobe.core.job_summary import JobSummary
+from evprobe.core.lock import folder_lock
+from evprobe.bench.protocols import GUIDED, build_prompt
+from evprobe.experiments.config import add_experiment_parser, as_dict, experiment_config, load_config
+from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.gating.config import (
+    FORMAT,
+    GatingConfig,
+    JSON_FILE,
+    MD_FILE,
+    PNG_FILE,
+    REGIMES,
+    REQUEST_KINDS,
+    RESULTS_FILE,
+    ROW_TYPES,
+    RUN_META_FILE,
+)
+from evprobe.experiments.gating.plan import GateDirection, Plan, make_plan, prepare
+from evprobe.experiments.gating.report import aggregate, markdown, pct, pct_value, plot
+
+# ---------------------------------------------------------------- steering and readout
+
+
+def readout(item: Item, logp: np.ndarray) -> dict[str, Any]:
+    """Top option letter and whether it abstains (answer: undetermined) or measures (select: a test)."""
+    assert item.options is not None
+    letters = sorted(item.options)
+    values = [float(logp[LETTERS.index(x)]) for x in letters]
+    choice = letters[int(np.argmax(values))]  # first maximum: ties go to the earlier letter
+    option = item.options[choice]
+    abstain = option == "undetermined" if REQUEST_KINDS[item.request] == "answer" else option != "stop"
+    return {"choice": choice, "option": option, "abstain": abstain}
+
+
+class GatingJob(Job):
+    """Step 5 on the job runner: one row per held-out item x condition (`conditions_for`'s keys, in
+    order); `finish` is step 6. `from_meta` rebuilds it from a shard's meta alone (`evprobe merge`)."""
+
+    kind = "gating"
+    meta_file = RUN_META_FILE
+
+    def __init__(self, plan: Plan, layer: int, directions: dict[str, GateDirection],
+                 best: dict[str, Any] | None = None, cosine: float | None = None) -> None:
+        super().__init__(plan.out, plan.config.shard)
+        self.plan, self.layer, self.directions, self.best = plan, layer, directions, best
+        self.cosine = (float(directions["standard"].vector @ directions["guided"].vector)  # type: ignore[operator]
+                       if cosine is None else cosine)
+        self.by_key = {c[0]: c for c in plan.conditions}
+        self.handle: Any = None
+
+    def units(self) -> list[Unit]:
+        return item_units(self.plan.targets)
+
+    def all_families(self) -> list[str]:
+        return self.plan.heldout_families  # balanced over the steered families, whatever the limit
+
+    def conditions(self) -> list[str]:
+        return list(self.by_key)
+
+    @property
+    def batch_size(self) -> int:
+        return self.plan.batch_size
+
+    def pinned(self) -> dict[str, Any]:
+        plan = self.plan
+        bench_meta = read_meta(plan.bench)
+        out = {"format": FORMAT, "model": plan.model.model, "revision": plan.model.revision,
+               "dtype": plan.model.dtype, "items_sha256": bench_meta.get("items_sha256"), "layer": self.layer,
+               "split_seed": plan.config.split_seed,
+               "directions": {r: {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
+                              for r, d in self.directions.items()},
+               "guided_text": GUIDED, "positions": "all", "protocol": "direct",
+               "attn_implementation": plan.model.attn_implementation, **self.input_pins}
+        if self.handle is not None:  # after open(): what only the loaded model tells
+            from evprobe.experiments.pins import loaded_pins
+
+            out.update(loaded_pins(self.handle))
+        return out
+
+    @cached_property
+    def input_pins(self) -> dict[str, Any]:
+        """Hashed once (pinned() is asked before and after open()): the direct protocol's prompt text
+        under both regimes, the images of the captured items (the captures pin that selection) and
+        the model's files (experiments.pins)."""
+        from evprobe.experiments.pins import input_pins
+
+        return input_pins(self.plan.model.model, templates={r: ("direct", r) for r in REGIMES},
+                          images=(self.plan.bench, self.plan.captured))
+
+    def meta(self) -> dict[str, Any]:
+        return {**self.pinned(), "layer_choice": self.best,
+                "n_fit_items": {r: d.n_items for r, d in self.directions.items()},
+                "cosine_standard_guided": self.cosine,
+                "config": as_dict(self.plan.config), "model_config": as_dict(self.plan.model)}
+
+    def store_at(self, folder: Path) -> JsonlRows:
+        return JsonlRows(folder / RESULTS_FILE, lambda row: (row["item_id"], row["condition"]), what="gating row",
+                         check=lambda row: row_problem(row, ROW_TYPES, ROW_TYPES, "gating row"))
+
+    def open(self) -> None:
+        from evprobe.experiments.config import load_model
+
+        self.handle = load_model(self.plan.model)
+
+    def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
+        from evprobe import hooks
+        from evprobe.hooks.steer import Steering, steer
+
+        key, inference, direction, alpha = self.by_key[condition]
+        items: list[Item] = [u.value for u in batch]
+        prompts = [build_prompt(it, "direct", inference) for it in items]
+        images = [load_item_images(self.plan.bench, it.images) for it in items]
+        if direction is None:  # alpha = 0: no hooks at all
+            logp = hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
+        else:
+            d = self.directions[direction]
+            spec = Steering.from_norm_units(d.vector, self.layer, alpha, d.mean_norm, positions="all",
+                                            schedule="every-step")
+            with steer(self.handle, spec):
+                logp = hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
+        return [{"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "request": it.request,
+                 "resolved": bool(it.resolved), "condition": key, "inference": inference, "direction": direction,
+                 "alpha": alpha, "logprobs": {x: float(logp[r, i]) for i, x in enumerate(LETTERS)},
+                 **readout(it, logp[r])} for r, it in enumerate(items)]
+
+    def finish(self, rows: dict[tuple[str, str], dict[str, Any]], summary: JobSummary[Any]) -> GatingReport:
+        plan = replace(self.plan, targets=[u.value for u in self.my_units()])  # a shard reports its own items
+        result = aggregate(plan, rows, self.layer, self.best, self.directions, self.cosine)
+        atomic_write_bytes(self.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
+        atomic_write_bytes(self.out / MD_FILE, markdown(result).encode("utf-8"))
+        plot(result, self.out / PNG_FILE)
+        return GatingReport(layer=self.layer, n_items=len(plan.targets), tables=tuple(result["tables"]),
+                            files=(JSON_FILE, MD_FILE, PNG_FILE, RESULTS_FILE))
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], out: Path) -> GatingJob:
+        config = load_config(GatingConfig, {**meta["config"], "out": str(out), "shard": None},
+                             where=f"the shard's {RUN_META_FILE}")
+        directions = {r: GateDirection(r, d["name"], None, d["mean_norm"], meta["n_fit_items"][r], d["sha256"])
+                      for r, d in meta["directions"].items()}
+        return cls(make_plan(config), meta["layer"], directions, meta["layer_choice"], meta["cosine_standard_guided"])
+
+
+
+@dataclass(frozen=True)
+class GatingReport:
+    """What a finished gating job wrote: the steered layer, its held-out items, gating.json's tables
+    (per kind, group and dose: the stop rate of each direction x inference cell, base and steered)
+    and its files."""
+
+    layer: int
+    n_items: int
+    tables: tuple[dict[str, Any], ...]
+    files: tuple[str, ...]
+
+
+def gating(config: GatingConfig, *, progress: bool = True) -> JobSummary[GatingReport]:
+    """Run (or finish) the experiment (or its shard) and write gating.json / .md / .png; returns its
+    counts, its meta (the chosen layer and directions) and, once complete, its report."""
+    plan = make_plan(config)
+    with folder_lock(plan.out, "evprobe gating"):  # steps 1-4 write into OUT before the job runner's own lock
+        layer, best, directions = prepare(plan, progress)
+        return run_job(GatingJob(plan, layer, directions, best), progress=progress)
+
+
+
+# ---------------------------------------------------------------- command line
+
+
+def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    return add_experiment_parser(
+        sub, "gating", GatingConfig, run_gating, example="gating_tiny",
+        help="TRAPS prompt gating: standard/guided directions x standard/guided inference, +alpha on controls, "
+             "-alpha on voids",
+        description="Capture the answer (and/or select) prompts under the standard and guided regimes, fit a "
+        "mass-mean resolved direction from each on half the families, steer the other half under each regime and "
+        "report abstention (answer) or measure rate (select) in Table-4-style 2x2 tables with family-bootstrap "
+        "intervals: gating.json, gating.md, gating.png. Flags override the config. Resumable.",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> GatingConfig:
+    return experiment_config(GatingConfig, args)
+
+
+def run_gating(args: argparse.Namespace) -> int:
+    from evprobe.experiments.distributed import data_parallel
+
+    config = config_from_args(args)
+    # torchrun / accelerate launch: this rank's shard, then rank 0 merges
+    if data_parallel(config, lambda c: gating(c, progress=not args.quiet), unit="rows", job=GatingJob):
+        return 0
+    s = gating(config, progress=not args.quiet)
+    report, session = s.report, s.last_session
+    assert report is not None and session is not None  # one run computes every row it selects
+    print(f"layer {report.layer}: {s.n_rows} rows ({report.n_items} held-out items x {s.n_conditions} conditions): "
+          f"{s.computed} computed in {session.seconds} s, {s.reused} reused")
+    for t in report.tables:
+        cells = "; ".join(f"dir {k.split('|')[0]}/inf {k.split('|')[1]}: {pct_value(c['base'])} -> "
+                          f"{pct(c['steered'])}" for k, c in t["cells"].items())
+        print(f"  {t['kind']} {t['group']} alpha {alpha_key(t['alpha'])}: {cells}")
+    print(f"wrote {', '.join(report.files)} in {s.out}")
+    return 0

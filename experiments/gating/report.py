@@ -1,0 +1,178 @@
+"""What gating reports: every number with its family-bootstrap interval (gating.json), the tables
+(gating.md) and the figure (gating.png)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import estimate_text, missing_text
+from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap, Resampled
+from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.gating.config import ALPHA_AXIS, GROUPS, MEASURE, POSITION, REGIMES, REQUEST_KINDS
+from evprobe.experiments.gating.plan import GateDirection, Plan
+
+# ---------------------------------------------------------------- aggregation
+
+
+def _est(part: Resampled) -> dict[str, Any]:
+    return FamilyBootstrap.estimate(part).to_json()
+
+
+def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: int, best: dict[str, Any] | None,
+              directions: dict[str, GateDirection], cos: float) -> dict[str, Any]:
+    """Every number of the reports over `plan.targets`; `cos` = cosine(standard, guided direction)."""
+    config = plan.config
+    families = sorted({it.family_id for it in plan.targets})
+    boot = FamilyBootstrap(families, config.n_boot, config.seed)
+    fam = boot.family_index([it.family_id for it in plan.targets])
+    kinds = [k for k in ("answer", "select") if any(REQUEST_KINDS[it.request] == k for it in plan.targets)]
+    resolved = np.array([bool(it.resolved) for it in plan.targets])
+    masks = {(k, g): np.array([REQUEST_KINDS[it.request] == k for it in plan.targets]) & (resolved == want)
+             for k in kinds for g, want in GROUPS.items()}
+
+    def parts(key: str) -> dict[tuple[str, str], Resampled]:
+        x = np.array([float(done[(it.item_id, key)]["abstain"]) for it in plan.targets])
+        cells = list(masks)
+        num = np.stack([boot.per_family(fam, x * masks[c]) for c in cells], axis=1)
+        den = np.stack([boot.per_family(fam, masks[c].astype(float)) for c in cells], axis=1)
+        return dict(zip(cells, boot.resample_many(num, den, binary=True)))  # abstain shares (core.proportion)
+
+    by_key = {c[0]: parts(c[0]) for c in plan.conditions}
+    rows = []
+    for key, inference, direction, alpha in plan.conditions:
+        base = by_key[f"{inference}.base"]
+        for (kind, group), part in by_key[key].items():
+            for d in ([direction] if direction else list(REGIMES)):  # the base belongs to both direction rows
+                rows.append({"kind": kind, "group": group, "inference": inference, "direction": d, "alpha": alpha,
+                             "rate": _est(part), "change": FamilyBootstrap.difference(part, base[(kind, group)])
+                             .to_json()})
+    tables = []
+    for kind in kinds:
+        for a in sorted({abs(x) for x in config.doses}):
+            for group, alpha in (("controls", a), ("voids", -a)):
+                if alpha not in config.doses:
+                    continue
+                cells = {}
+                for d in REGIMES:
+                    for inf in REGIMES:
+                        part = by_key[f"{inf}.dir_{d}.{alpha_key(alpha)}"][(kind, group)]
+                        base = by_key[f"{inf}.base"][(kind, group)]
+                        cells[f"{d}|{inf}"] = {"base": _est(base), "steered": _est(part),
+                                               "change": FamilyBootstrap.difference(part, base).to_json()}
+                tables.append({"kind": kind, "group": group, "alpha": alpha, "cells": cells})
+    return {
+        "meta": {
+            "model": plan.model.model, "model_name": plan.model.name, "layer": layer, "layer_choice": best,
+            "position_fitted": POSITION, "steered_positions": "all prompt positions",
+            "requests": list(config.requests), "alphas": sorted(float(a) for a in config.alphas),
+            "directions": {r: {"name": d.name, "mean_norm": d.mean_norm, "n_fit_items": d.n_items}
+                           for r, d in directions.items()},
+            "cosine_standard_guided": cos,
+            "fit_families": plan.fit_families, "heldout_families": plan.heldout_families,
+            "n_items": len(plan.targets), "n_families": len(families),
+            "n_controls": int(resolved.sum()), "n_voids": int((~resolved).sum()),
+            "split": f"per system, first floor(n/2) of default_rng([{config.split_seed}, k]).permutation fit",
+            "sign": "+ alpha = toward abstaining / measuring (resolved=True directions negated)",
+            "units": "alpha in multiples of the layer's mean residual norm (each direction's own regime)",
+            "interval_method": INTERVAL_METHOD, "n_boot": config.n_boot, "seed": config.seed,
+            "n_unit": "n = items in the denominator",
+        },
+        "rows": rows,
+        "tables": tables,
+    }
+
+
+# ---------------------------------------------------------------- reports
+
+
+def pct(e: dict[str, Any], sign: bool = False) -> str:
+    """`54.0 [40.0, 68.0] (n=50)` in percent; `NA (n=0)` when the denominator is empty (core.estimate_text)."""
+    return estimate_text(e, 1, scale=100.0, sign=sign)
+
+
+def pct_value(e: dict[str, Any]) -> str:
+    """The value alone in percent (`54.0`), where the line gives its interval elsewhere."""
+    return missing_text("n=0") if e.get("value") is None else fixed(100 * e["value"], 1)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    choice = meta["layer_choice"]
+    how = ("given in the config" if choice is None else
+           f"nested best of a resolved sweep on the fitting families (held-out AUROC {choice['auroc']:.3f} "
+           f"[{choice['ci'][0]:.3f}, {choice['ci'][1]:.3f}], n={choice['n']})")
+    lines = [
+        f"# Prompt gating: {meta['model_name']} ({meta['model']}), layer {meta['layer']}",
+        "",
+        f"- Layer {meta['layer']}: {how}.",
+        f"- Directions: mass-mean resolved at position {meta['position_fitted']}, "
+        + "; ".join(f"{r}: {d['name']} (mean norm {d['mean_norm']:.4g}, fitted on n={d['n_fit_items']} items)"
+                    for r, d in meta["directions"].items())
+        + f"; cosine(standard, guided) = {fixed(meta['cosine_standard_guided'], 3, sign=True)}.",
+        (f"- Split: {meta['split']}; fitted on {len(meta['fit_families'])} families, steered and scored on "
+        f"{meta['n_families']} held-out families (n={meta['n_items']} items: {meta['n_controls']} controls, "
+        f"{meta['n_voids']} voids)."),
+        f"- Sign: {meta['sign']}; units: {meta['units']}; steering at {meta['steered_positions']}.",
+        ("- Readout: the top option letter of the next-token log-probs (direct protocol). Answer requests: "
+        "abstention = the undetermined option; select requests: measure rate = a test (100 - stop rate)."),
+        (f"- Cells: `base% -> steered% [95% interval of steered] (n)`; base = alpha 0 under the same inference "
+        f"regime. Intervals: {meta['interval_method']}; B={meta['n_boot']}, seed {meta['seed']}. {meta['n_unit']}."),
+    ]
+    for t in result["tables"]:
+        name, what = MEASURE[t["kind"]]
+        who = "controls (answerable)" if t["group"] == "controls" else "voids (unanswerable)"
+        lines += ["", f"## {t['kind']} requests: {name} on {who}, alpha = {alpha_key(t['alpha'])}", "",
+                  f"{what}, percent. Rows: direction regime; columns: inference regime.", "",
+                  "| direction \\ inference | standard | guided |", "|---|---|---|"]
+        for d in REGIMES:
+            cells = [t["cells"][f"{d}|{inf}"] for inf in REGIMES]
+            lines.append(f"| {d} | " + " | ".join(
+                f"{pct_value(c['base'])} -> {pct(c['steered'])}" for c in cells) + " |")
+        lines += ["", "Paired change (steered - base, points):", "", "| direction \\ inference | standard | guided |",
+                  "|---|---|---|"]
+        for d in REGIMES:
+            lines.append(f"| {d} | " + " | ".join(pct(t["cells"][f"{d}|{inf}"]["change"], sign=True)
+                                                 for inf in REGIMES) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """Rate vs dose: one panel per request kind x group, a line per direction x inference regime."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["kind"], r["group"]) for r in result["rows"]})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
+    styles = {("standard", "standard"): ("C0", "-"), ("standard", "guided"): ("C0", "--"),
+              ("guided", "standard"): ("C1", "-"), ("guided", "guided"): ("C1", "--")}
+    for ax, (kind, group) in zip(axes[0], panels):
+        n = 0
+        for (d, inf), (color, ls) in styles.items():
+            pts = sorted((r for r in result["rows"] if (r["kind"], r["group"], r["direction"], r["inference"])
+                          == (kind, group, d, inf)), key=lambda r: r["alpha"])
+            x = [r["alpha"] for r in pts]
+            y = [np.nan if r["rate"]["value"] is None else 100 * r["rate"]["value"] for r in pts]
+            lo = [np.nan if r["rate"]["ci"][0] is None else 100 * r["rate"]["ci"][0] for r in pts]
+            hi = [np.nan if r["rate"]["ci"][1] is None else 100 * r["rate"]["ci"][1] for r in pts]
+            n = max([n, *(r["rate"]["n"] for r in pts)])
+            ax.plot(x, y, marker="o", color=color, ls=ls, label=f"direction {d}, inference {inf}")
+            ax.fill_between(x, lo, hi, color=color, alpha=0.1)
+        ax.axvline(0.0, color="0.8", lw=0.8)
+        ax.set_ylim(-3, 103)
+        ax.set_xlabel(ALPHA_AXIS, fontsize=8)
+        ax.set_ylabel(f"{MEASURE[kind][0]} (% of items)", fontsize=8)
+        ax.set_title(f"{kind} requests, {group} (n={n} items)", fontsize=9)
+    axes[0][0].legend(fontsize=7, loc="best")
+    meta = result["meta"]
+    fig.suptitle(f"Prompt gating: {meta['model_name']}, layer {meta['layer']}, {meta['n_families']} held-out families; "
+                 "bands: 95% family-bootstrap intervals", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
