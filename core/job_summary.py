@@ -58,6 +58,12 @@ class JobSummary(Generic[R]):
     last_session: Session | None
     report: R | None = None
 
+    def counts_text(self, n_items: int, items: str = "items") -> str:
+        """The line a job's command prints: `N rows (n items x C conditions): X computed in S s, R reused`."""
+        seconds = None if self.last_session is None else self.last_session.seconds
+        return (f"{self.n_rows} rows ({n_items} {items} x {self.n_conditions} conditions): "
+                f"{self.computed} computed in {seconds} s, {self.reused} reused")
+
 
 @dataclass(frozen=True)
 class MergeSummary(Generic[R]):

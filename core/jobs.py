@@ -238,8 +238,7 @@ class Job(ABC):
             sessions = [m.get("last_session") or {} for m in metas]
             items = sum(s.get("items") or 0 for s in sessions)
             seconds = max((s.get("seconds") or 0.0 for s in sessions), default=0.0)
-            meta["last_session"] = {"items": items, "seconds": seconds,
-                                    "items_per_second": round(items / seconds, 3) if items and seconds > 0 else None}
+            meta["last_session"] = Session.timed(items, seconds).to_json()  # seconds: already to 3 decimals
         return meta
 
     # ---- derived

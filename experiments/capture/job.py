@@ -79,8 +79,6 @@ def _to_float16(acts: np.ndarray, items: Sequence[Item]) -> tuple[np.ndarray, li
     return acts.astype("<f2"), [int(c) for c in clipped]
 
 
-
-
 def _index_row(row: int, item: Item, text_span: str, n_tokens: int, n_image: int, n_text: int,
                n_clipped: int) -> dict[str, Any]:
     out: dict[str, Any] = {"row": row, "item_id": item.item_id}

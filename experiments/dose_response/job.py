@@ -193,10 +193,9 @@ def run_dose_response(args: argparse.Namespace) -> int:
     if data_parallel(config, lambda c: dose_response(c, progress=not args.quiet), unit="rows", job=DoseResponseJob):
         return 0
     summary = dose_response(config, progress=not args.quiet)
-    report, session = summary.report, summary.last_session
-    assert report is not None and session is not None  # one run computes every row it selects
-    print(f"{summary.n_rows} rows ({report.n_items} items x {summary.n_conditions} conditions): "
-          f"{summary.computed} computed in {session.seconds} s, {summary.reused} reused")
+    report = summary.report
+    assert report is not None  # one run computes every row it selects
+    print(summary.counts_text(report.n_items))
     for h in report.headline:
         t = h["target"]
         chosen = ", ".join(f"half {c['chosen_on']} chose L{c['layer']} {alpha_key(c['alpha'])}" for c in h["choices"])

@@ -161,7 +161,6 @@ class GatingJob(Job):
         return cls(make_plan(config), meta["layer"], directions, meta["layer_choice"], meta["cosine_standard_guided"])
 
 
-
 @dataclass(frozen=True)
 class GatingReport:
     """What a finished gating job wrote: the steered layer, its held-out items, gating.json's tables
@@ -181,7 +180,6 @@ def gating(config: GatingConfig, *, progress: bool = True) -> JobSummary[GatingR
     with folder_lock(plan.out, "evprobe gating"):  # steps 1-4 write into OUT before the job runner's own lock
         layer, best, directions = prepare(plan, progress)
         return run_job(GatingJob(plan, layer, directions, best), progress=progress)
-
 
 
 # ---------------------------------------------------------------- command line
@@ -211,10 +209,9 @@ def run_gating(args: argparse.Namespace) -> int:
     if data_parallel(config, lambda c: gating(c, progress=not args.quiet), unit="rows", job=GatingJob):
         return 0
     s = gating(config, progress=not args.quiet)
-    report, session = s.report, s.last_session
-    assert report is not None and session is not None  # one run computes every row it selects
-    print(f"layer {report.layer}: {s.n_rows} rows ({report.n_items} held-out items x {s.n_conditions} conditions): "
-          f"{s.computed} computed in {session.seconds} s, {s.reused} reused")
+    report = s.report
+    assert report is not None  # one run computes every row it selects
+    print(f"layer {report.layer}: {s.counts_text(report.n_items, 'held-out items')}")
     for t in report.tables:
         cells = "; ".join(f"dir {k.split('|')[0]}/inf {k.split('|')[1]}: {pct_value(c['base'])} -> "
                           f"{pct(c['steered'])}" for k, c in t["cells"].items())
