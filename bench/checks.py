@@ -43,6 +43,7 @@ from typing import Any
 
 from evprobe.bench import oracle
 from evprobe.bench.checks_blocks import check_levels, check_numeric
+from evprobe.bench.checks_voids import check_voids
 from evprobe.bench.calibration import sheet_spec
 from evprobe.bench.detect import DetectionError, detect_sheet, marker_pixel_positions
 from evprobe.bench.family import Family
@@ -69,7 +70,7 @@ MIN_MARGIN_PCT = 17.1
 MAX_OUTCOME_DEVIATION_PCT = 5.0
 STRUCTURE_FIELDS = (
     "request", "variant", "family_id", "system", "initial_property", "decision_id", "history",
-    "threshold_level", "test", "hidden_world", "options", "images", "style", "injection",
+    "threshold_level", "test", "hidden_world", "options", "images", "style", "injection", "void", "twin_id",
 )
 # (row, fields) of the oracle's label comparisons, in table order.
 LABEL_ROWS = (
@@ -119,10 +120,12 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     if not root.is_dir():
         raise InputError(f"{root}: no such benchmark folder; run `evprobe generate --out {root}`")
     families = read_families(root, verify_hash=False)  # check compares every field itself
-    items = read_items(root, validate_images=True, verify_hash=False)
+    every_item = read_items(root, validate_images=True, verify_hash=False)
+    items = [it for it in every_item if it.void is None]  # void items: their own rows (bench.checks_voids)
     prices = _prices(root)
     meta = read_meta(root)
-    blocks = {"numeric": bool(meta.get("numeric")), "levels": list(meta.get("injection_levels") or [])}
+    blocks = {"numeric": bool(meta.get("numeric")), "levels": list(meta.get("injection_levels") or []),
+              "voids": list(meta.get("voids") or [])}
     report = CheckReport()
     stale = stale_manifests(root)  # the manifests are read unverified above, to compare every field
     report.add("Manifests match the hashes in bench.json", f"{2 - len(stale)}/2", not stale, "; ".join(stale))
@@ -130,7 +133,7 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
 
     _check_families(report, families, oracles, unusable)
     _check_margin(report, oracles, items)
-    _check_items(report, oracles, unusable, items, prices, blocks)
+    _check_items(report, oracles, unusable, every_item, prices, blocks)
     base_select = [it for it in items if it.request == "select" and it.variant is None and not it.injection]
     histories = {(it.family_id, it.history) for it in base_select}
     report.add(
@@ -147,6 +150,8 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
         check_levels(report, items, oracles, blocks["levels"])
     if blocks["numeric"]:
         check_numeric(report, items)
+    if blocks["voids"]:
+        check_voids(report, root, every_item, oracles)
     if rerender:
         _check_rerender(report, root, families)
     return report
@@ -288,7 +293,8 @@ def _check_items(
     expected: dict[str, dict[str, Any]] = {}
     for fam in oracles.values():
         try:
-            expected.update(oracle.expected_items(fam, prices, numeric=blocks["numeric"], levels=blocks["levels"]))
+            expected.update(oracle.expected_items(fam, prices, numeric=blocks["numeric"], levels=blocks["levels"],
+                                                  voids=blocks["voids"]))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InputError(
                 f"families.jsonl: family {fam.family_id}: unusable menus or calibration ({err!r}); regenerate"
@@ -301,7 +307,8 @@ def _check_items(
         if it.family_id in unusable:
             unchecked.append(it.item_id)
             continue
-        actual[it.item_id] = {**it.to_json(), "injection": it.injection}  # to_json leaves out a 0
+        actual[it.item_id] = {**it.to_json(), "injection": it.injection, "void": it.void,  # to_json leaves out defaults
+                              "twin_id": it.twin_id}
     missing = sorted(set(expected) - set(actual))
     extra = sorted(set(actual) - set(expected))
     common = [item_id for item_id in actual if item_id in expected]  # items.jsonl order
@@ -349,7 +356,8 @@ def _check_items(
     _check_prompts(report, oracles, items)
     counts: dict[str, int] = defaultdict(int)
     for it in items:
-        counts[(it.variant or it.request) + (f".L{it.injection}" if it.injection else "")] += 1
+        counts[(it.variant or it.request) + (f".L{it.injection}" if it.injection else "")
+               + (f".void-{it.void}" if it.void else "")] += 1
     report.numbers["items"] = len(items)
     report.numbers["items_by_request"] = dict(counts)
     report.numbers["oracle_mismatches"] = counts_by_field

@@ -37,6 +37,12 @@ def _marker_mask(pixels: np.ndarray, style: Style) -> np.ndarray:
     return (pixels[..., 0] == r) & (pixels[..., 1] == g) & (pixels[..., 2] == b)
 
 
+def marker_pixel_count(image: bytes | Image.Image, style: Style) -> int:
+    """How many pixels of the sheet have the style's marker colour (0: the sheet shows no marker,
+    as an occluded sheet of `bench.voids`)."""
+    return int(_marker_mask(_pixels(image), style).sum())
+
+
 def _panel_centroids(pixels: np.ndarray, style: Style) -> list[tuple[float, float]]:
     """Per panel, the (x, y) centroid of the marker pixels in panel coordinates."""
     mask = _marker_mask(pixels, style)

@@ -52,6 +52,7 @@ from evprobe.core.progress import Progress
 from evprobe.bench.reference import Prices
 from evprobe.bench.render import STYLES, render_sheet
 from evprobe.bench.systems import SYSTEM_NAMES, get_system
+from evprobe.bench.voids import check_voids, occlude, occluded_path, void_items
 
 try:
     import fcntl
@@ -89,6 +90,8 @@ class GenerateConfig:
     # the selections and answers (`bench.injection`). bench.json records them only when present.
     numeric: bool = False
     injection_levels: tuple[int, ...] = ()
+    # Void items matched with sufficient twins (seed 002, `bench.voids`): "occluded", "unstated".
+    voids: tuple[str, ...] = ()
 
     @classmethod
     def pilot(cls, **overrides: Any) -> GenerateConfig:
@@ -114,6 +117,10 @@ class GenerateConfig:
                 f"--injection takes distinct levels among 1, 2, 3 (level 0 is the main items), got "
                 f"{','.join(map(str, self.injection_levels))}"
             )
+        try:
+            check_voids(self.voids)
+        except ValueError as err:
+            raise InputError(str(err)) from None
 
 
 def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
@@ -135,6 +142,9 @@ def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
         items += [it for block in numeric for it in block]
         for level in levels:  # the estimates' levels after them (seed 003 traces them across the ladder)
             items += [it for f, block in zip(families, numeric) for it in injected_items(f, block, (level,))]
+    if config.voids:  # last: the blocks above keep the places they had without voids
+        items += [it for f, block in zip(families, per_family) for it in void_items(f, block, config.voids,
+                                                                                      config.prices)]
     return families, items
 
 
@@ -144,19 +154,33 @@ def _sheets(f: Family) -> list[tuple[str, str]]:
     return [(sheet, "a") for sheet in SHEETS] + ([(f"{f.initial}_{h}", "b") for h in (0, 1)] if f.in_subset else [])
 
 
+def _occluded(f: Family) -> list[str]:
+    """The sheets of `f` that the occluded void shows covered (`bench.voids`): its two initial sheets."""
+    return [f"{f.initial}_{h}" for h in (0, 1)]
+
+
 def sheet_paths(families: list[Family]) -> set[str]:
-    """The relative path of every image generate writes for `families`: what `--force` may remove."""
-    return {image_path(f.family_id, sheet, style) for f in families for sheet, style in _sheets(f)}
+    """The relative path of every image generate may write for `families` (with or without voids):
+    what `--force` may remove."""
+    return ({image_path(f.family_id, sheet, style) for f in families for sheet, style in _sheets(f)}
+            | {occluded_path(f.family_id, sheet) for f in families for sheet in _occluded(f)})
 
 
-def sheet_jobs(families: list[Family]) -> list[tuple[str, Any, str]]:
-    """(relative path, spec, style) of every sheet (`_sheets`)."""
-    return [(image_path(f.family_id, sheet, style), sheet_spec(f.system, f.candidates, f.calibration, sheet), style)
+def sheet_jobs(families: list[Family], occluded: bool = False) -> list[tuple[str, Any, str]]:
+    """(relative path, spec, style) of every sheet (`_sheets`), then, with `occluded`, of the occluded
+    sheets (style "occluded": style a's drawing under the occluder)."""
+    jobs = [(image_path(f.family_id, sheet, style), sheet_spec(f.system, f.candidates, f.calibration, sheet), style)
             for f in families for sheet, style in _sheets(f)]
+    if occluded:
+        jobs += [(occluded_path(f.family_id, sheet), sheet_spec(f.system, f.candidates, f.calibration, sheet),
+                  "occluded") for f in families for sheet in _occluded(f)]
+    return jobs
 
 
 def _render_job(job: tuple[str, Any, str]) -> tuple[str, bytes]:
     rel, spec, style = job
+    if style == "occluded":
+        return rel, occlude(render_sheet(spec, STYLES["a"]))
     return rel, render_sheet(spec, STYLES[style])
 
 
@@ -189,7 +213,7 @@ def _generate(out: Path, config: GenerateConfig, force: bool, workers: int, prog
     _check_replaceable(out, force)
     started = time.perf_counter()
     families, items = build(config)
-    jobs = sheet_jobs(families)
+    jobs = sheet_jobs(families, occluded="occluded" in config.voids)
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
     tmp, lock = _make_temporary(out)
@@ -219,6 +243,8 @@ def _generate(out: Path, config: GenerateConfig, force: bool, workers: int, prog
             meta["numeric"] = True
         if config.injection_levels:
             meta["injection_levels"] = sorted(config.injection_levels)
+        if config.voids:
+            meta["voids"] = list(check_voids(config.voids))
         atomic_write_json(tmp / META_FILE, meta)
         _check_replaceable(out, force)  # again: something may have been put there meanwhile
         _swap_into_place(tmp, out)

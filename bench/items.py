@@ -95,6 +95,10 @@ class Item:
     # standard prompt. Written to items.jsonl only when not 0 (`OMIT_WHEN_DEFAULT`), so the main
     # set's items.jsonl, and its sha256, are those of a benchmark written before the field existed.
     injection: int = 0
+    # Void items (seed 002; `bench.voids`): the void type ("occluded", "unstated") and the item id of
+    # the sufficient twin it is matched with; absent from items.jsonl on every other item.
+    void: str | None = None
+    twin_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         row = asdict(self)
@@ -110,7 +114,7 @@ class Item:
 
 # Fields added after the format's first benchmarks: left out of a row when they hold this value,
 # and read as this value when a row lacks them (`bench.schema` gives them the same default).
-OMIT_WHEN_DEFAULT: dict[str, Any] = {"injection": 0}
+OMIT_WHEN_DEFAULT: dict[str, Any] = {"injection": 0, "void": None, "twin_id": None}
 
 
 def item_units(items: Sequence[Item]) -> list[Unit]:

@@ -64,6 +64,9 @@ VARIANTS = (
 )
 WORLDS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
 INJECTED = ("select", "answer_initial", "answer_after_test")  # requests with injection levels
+# Void items (seed 002; the generator's bench.voids, restated): the requests each void type is
+# built for, from the main set's resolved decisions.
+VOIDED = {"occluded": ("select", "answer_initial"), "unstated": ("answer_initial",)}
 NUMERIC_REQUESTS = ("estimate_property", "estimate_outcome")
 
 # Appendix A.2 calibration targets (and the README's choices where the seed is silent).
@@ -375,6 +378,7 @@ def expected_items(
     *,
     numeric: bool = False,
     levels: Iterable[int] = (),
+    voids: Iterable[str] = (),
 ) -> dict[str, dict[str, Any]]:
     """Item id -> the expected value of every field but the prompt and the pair ids.
 
@@ -390,7 +394,7 @@ def expected_items(
     blank = dict(
         variant=None, decision_id=None, history=None, threshold_level=None, threshold=None, test=None,
         hidden_world=None, options=None, images=[], resolved=None, reference_action=None,
-        reference_answer=None, reference_option=None, reference_value=None, injection=0,
+        reference_answer=None, reference_option=None, reference_value=None, injection=0, void=None, twin_id=None,
     )
     out: dict[str, dict[str, Any]] = {}
 
@@ -450,9 +454,27 @@ def expected_items(
                         reference_action=d.action, reference_answer=d.answer,
                         reference_option=_letter(menu, d.action))
     base = {k: v for k, v in out.items() if v["variant"] is None and v["request"] in INJECTED}
+    voided: dict[str, dict[str, Any]] = {}
+    for void in voids:  # an occluded sheet shows nothing: every world remains; an unstated q settles nothing
+        for item_id, row in base.items():
+            if row["request"] not in VOIDED[void] or not row["resolved"]:
+                continue
+            menu = row["options"]
+            fields = dict(decision_id=f"{row['decision_id']}.void-{void}", void=void, twin_id=item_id)
+            if void == "occluded":
+                d = decide(fam.outcomes, {}, row["threshold"], prices)
+                value = d.action if row["request"] == "select" else d.answer
+                fields.update(images=[f"images/{fid}/{fam.initial}_{row['history']}.occluded.png"],
+                              resolved=d.resolved, reference_action=d.action, reference_answer=d.answer,
+                              reference_option=_letter(menu, value))
+            else:
+                fields.update(threshold=None, resolved=False, reference_action=None,
+                              reference_answer="undetermined", reference_option=_letter(menu, "undetermined"))
+            voided[f"{item_id}.void-{void}"] = {**row, **fields}
     for level in levels:
         for item_id, row in base.items():
             out[f"{item_id}.L{level}"] = {**row, "decision_id": f"{row['decision_id']}.L{level}", "injection": level}
+    out.update(voided)
     if numeric:
         estimates = {}
         for prop, pos in (("mass", 0), ("other", 1)):

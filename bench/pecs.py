@@ -13,7 +13,9 @@ a dataset is a physical system (sliding, bouncing, spring: each family belongs t
 runs in several regimes is compared with `evprobe compare`. Per dataset this module reports Acc,
 AbsRec, FalseAbs, J, PECS and the naive product Acc x AbsRec (appendix M.2, which ignores false
 abstention), and over datasets the equal-weight mean of each, the pooled naive product, and the
-zero-boundary count (appendix M.3: datasets whose observed J <= 0, so PECS = 0).
+zero-boundary count (appendix M.3: datasets whose observed J <= 0, so PECS = 0). A benchmark with
+the void block (`bench.voids`) also gets PECS per (system, void type), by these rules, in its own
+section (`bench.void_scoring`).
 
 Every interval is the family bootstrap's, on the same resamples as the run's other measures (a
 function of measures is evaluated on every resample: `FamilyBootstrap.combine`), so differences and
@@ -110,6 +112,12 @@ def _combined(fn: Any, parts: Sequence[Resampled], n: int, *, pecs: bool = False
         if abs_rec.value - false_abs.value <= 0.0 and np.all(j[~np.isnan(j)] <= 0.0):
             why = AT_ZERO
     return Estimate(est.value, (None, None), n, reason=why)
+
+
+def pecs_estimate(parts: Sequence[Resampled], n: int) -> Estimate:
+    """PECS from its resampled parts (Acc, AbsRec, FalseAbs, in `PARTS` order): a value every resample
+    reproduces gets no interval and says why (`_combined`)."""
+    return _combined(pecs_value, parts, n, pecs=True)
 
 
 def estimates(resampled: dict[Key, Resampled], est: dict[Key, Estimate]) -> dict[str, Any]:

@@ -13,6 +13,11 @@ scorer as models (model names `policy:<name>`).
   (`oracle.property_from_readings`), then apply eq. (1) for an outcome, replying four significant
   digits; `random` replies log-uniformly over the range Table 8 allows for the quantity (the
   extremes of eq. (1) over Table 8's ranges for an outcome).
+- Voids (`bench.voids`): the exact reader finds no marker on an occluded sheet, so it learns nothing
+  from it (every world remains), and an unstated threshold settles no answer: it replies
+  "undetermined" to both, and to an occluded selection the cheapest action that settles the answer
+  from nothing known. It reads the pixels and the prompt's threshold (`Item.threshold` is what the
+  prompt states), never the void labels.
 - Injection levels (`bench.injection`) change the prompt only: every policy replies to a level-L
   item as to its level-0 item (the images and labels are the same).
 - `random`: a seeded uniform choice among the item's options (ruler: uniform on the ruler). The
@@ -34,7 +39,7 @@ import numpy as np
 
 from evprobe.bench import oracle
 from evprobe.bench.calibration import readings, sheet_spec, sheet_value
-from evprobe.bench.detect import detect_sheet
+from evprobe.bench.detect import detect_sheet, marker_pixel_count
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
 from evprobe.bench.numbers import fmt
@@ -73,6 +78,18 @@ def _detect_file(path: Path, orientation: str, ruler_length: float, style: str) 
     return _DETECTED[key]
 
 
+def _marked(path: Path, style: str) -> bool:
+    """Whether the file shows any marker pixel, cached per process like `_detect_file`."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, style)
+    if key not in _MARKED:
+        _MARKED[key] = marker_pixel_count(path.read_bytes(), STYLES[style]) > 0
+    return _MARKED[key]
+
+
+_MARKED: dict[tuple, bool] = {}
+
+
 class ExactReader:
     """Reads sheets with the detector and reasons exactly over the disclosed candidate worlds."""
 
@@ -107,7 +124,9 @@ class ExactReader:
         f = self.families[item.family_id]
         if not item.images:
             return frozenset()
-        observed = {(f.initial, self._index(item.images[0], f, f.initial, item.style))}
+        observed = set()
+        if _marked(self.root / item.images[0], item.style):  # else an occluded sheet: it shows nothing
+            observed.add((f.initial, self._index(item.images[0], f, f.initial, item.style)))
         if item.request == "answer_after_test":
             shown = {"test_mass": ["mass"], "test_other": ["other"], "free_fall": [],
                      "combined_report": ["mass", "other"]}[item.test]  # type: ignore[index]
@@ -136,7 +155,10 @@ class ExactReader:
             hist: History = frozenset({("mass", w[0]), ("other", w[1])})
         else:
             hist = self.history(item)
-        assert item.threshold is not None and item.options is not None
+        assert item.options is not None
+        if item.threshold is None:  # the prompt states no threshold (an unstated void): nothing settles it
+            assert item.request != "select", item.item_id
+            return _letter(item.options, "undetermined")
         if item.request == "select":
             return _letter(item.options, reference_action(hist, item.threshold, out, self.prices))
         return _letter(item.options, reference_answer(hist, item.threshold, out))

@@ -151,11 +151,13 @@ class PromptBuilder:
             f"{SAME_APPARATUS[f.system]}, and a measurement shows exact values with no noise."
         )
 
-    def question(self, level: str, reworded: bool = False) -> str:
+    def question(self, level: str, reworded: bool = False, threshold_text: str | None = None) -> str:
+        """The question at threshold `level`; `threshold_text` writes the threshold as given (the
+        unstated void, `bench.voids`, writes a symbol with no value)."""
         f = self.family
         template = (_QUESTION_REWORDED if reworded else _QUESTION)[f.system]
         return template.format(
-            q=fmt(f.thresholds[level]),
+            q=fmt(f.thresholds[level]) if threshold_text is None else threshold_text,
             J=fmt(f.constants.get("J", 0.0)),
             h=fmt(f.constants.get("h", 0.0)),
         )

@@ -121,7 +121,7 @@ class Design:
 
     @classmethod
     def build(cls, items: Sequence[Item], prices: Prices) -> Design:
-        base = [it for it in items if it.injection == 0 and it.request not in NUMERIC_REQUESTS]
+        base = [it for it in items if it.injection == 0 and it.void is None and it.request not in NUMERIC_REQUESTS]
         families = Bench.build(base).families  # `score`'s bootstrap families, in its order
         by_family: dict[str, list[Item]] = defaultdict(list)
         for it in items:

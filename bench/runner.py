@@ -28,6 +28,7 @@ from evprobe.bench.policies import POLICIES, make_policy
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens, prompt_template_sha256
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records, record_problem
 from evprobe.bench.reference import Prices
+from evprobe.bench.voids import VOID_TYPES
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.job_summary import Session
 from evprobe.core.lock import folder_lock
@@ -129,7 +130,10 @@ def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: i
     """Items whose request type (base items) or variant name is in `requests` and whose injection
     level is in `injection` (None: every level), in manifest order; `limit` keeps the first N.
 
-    `select` means the base selections; name a variant (or `variants`) to include variants.
+    `select` means the base selections; name a variant (or `variants`) to include variants, and a
+    void type (`void-occluded`, `void-unstated`, or `voids` for every type; `bench.voids`) to include
+    void items, which are selected by no request name of the main set's. `requests=None` selects
+    every item, voids included.
     Injection levels (`bench.injection`): the default, level 0, is every item of a benchmark
     generated without `--injection` (variants and numeric items are level 0); naming a level the
     benchmark does not hold is an error, not an empty selection.
@@ -144,17 +148,24 @@ def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: i
                              f"`evprobe generate --injection {wanted}` or choose other --injection levels")
         items = [it for it in items if it.injection in levels]
     if requests is not None:
-        known = set(REQUESTS) | set(NUMERIC_REQUESTS) | set(VARIANTS) | {"variants"}
+        void_names = {f"void-{v}" for v in VOID_TYPES}
+        known = set(REQUESTS) | set(NUMERIC_REQUESTS) | set(VARIANTS) | {"variants"} | void_names | {"voids"}
         bad = [r for r in requests if r not in known]
         if bad:
             raise InputError(f"unknown request type {bad[0]!r}; choose from {', '.join(sorted(known))}")
-        wanted = set(requests) | (set(VARIANTS) if "variants" in requests else set())
-        items = [it for it in items if (it.variant or it.request) in wanted]
+        wanted = (set(requests) | (set(VARIANTS) if "variants" in requests else set())
+                  | (void_names if "voids" in requests else set()))
+        items = [it for it in items if selection_name(it) in wanted]
     if limit is not None:
         if limit <= 0:
             raise InputError(f"--limit must be a positive integer, got {limit}")
         items = list(items)[:limit]
     return list(items)
+
+
+def selection_name(item: Item) -> str:
+    """The name `--requests` selects an item by: its variant, `void-<type>` for a void item, else its request."""
+    return item.variant or (f"void-{item.void}" if item.void else item.request)
 
 
 def check_injection(levels: Sequence[int]) -> tuple[int, ...]:

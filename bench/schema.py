@@ -39,6 +39,7 @@ from evprobe.bench.layout import FORMAT_KEY, FORMAT_VERSION
 from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
 from evprobe.bench.render import STYLES
 from evprobe.bench.systems import SYSTEM_NAMES, SYSTEMS
+from evprobe.bench.voids import VOID_REQUESTS, VOID_TYPES
 from evprobe.bench.worlds import WORLDS, world_name
 from evprobe.core.errors import shown
 
@@ -69,6 +70,7 @@ Action = _one_of(ACTIONS)
 Answer = _one_of(ANSWERS)
 WorldName = _one_of(world_name(w) for w in WORLDS)
 Style = _one_of(STYLES)
+Void = _one_of(VOID_TYPES)
 CALIBRATED = tuple(t for t in TESTS if t != "combined_report")  # the report shows the others' sheets
 Calibrated = _one_of(CALIBRATED)
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -99,6 +101,8 @@ ITEM_TYPES: dict[str, Any] = {
     "reference_value": NonNegative | None,
     "style": Style,
     "injection": Injection,
+    "void": Void | None,
+    "twin_id": NonEmpty | None,
 }
 
 FAMILY_TYPES: dict[str, Any] = {
@@ -225,6 +229,7 @@ class BenchMeta(BaseModel):
     # set's bench.json has the keys it always had.
     numeric: Literal[True] = Field(default=None)  # type: ignore[assignment]
     injection_levels: Annotated[list[Literal[1, 2, 3]], Field(min_length=1)] = Field(default=None)  # type: ignore[assignment]
+    voids: Annotated[list[Void], Field(min_length=1)] = Field(default=None)  # type: ignore[valid-type]
 
 
 def _stores_only(cls: type) -> bool:
@@ -269,7 +274,18 @@ _MENUS: dict[tuple[Any, ...], tuple[set[str], set[Any]]] = {}
 
 def item_problem(row: Any) -> str | None:
     """What is wrong across the fields of a type-checked item row, or None."""
+    if (row.void is None) != (row.twin_id is None):
+        return "fields 'void' and 'twin_id' are set together (a void item names its sufficient twin) or not at all"
+    if row.void is not None and (row.variant is not None or row.injection or row.request not in VOID_REQUESTS[row.void]):
+        return (f"field 'void' {row.void!r} applies to base {', '.join(VOID_REQUESTS[row.void])} items only, got a "
+                f"{row.variant or row.request} item" + (f" at injection level {row.injection}" if row.injection else ""))
+    # an unstated threshold (bench.voids) leaves the threshold and the settling action undefined
+    unset = ("threshold", "reference_action") if row.void == "unstated" else ()
     for name in REQUIRED[row.request]:
+        if name in unset:
+            if getattr(row, name) is not None:
+                return f"field {name!r} must be null for an unstated-threshold void item, got {getattr(row, name)!r}"
+            continue
         if getattr(row, name) is None:
             return f"field {name!r} must be set for a {row.request} item, got null"
     if row.variant is not None and row.request != "select":
@@ -343,6 +359,8 @@ def meta_problem(meta: BenchMeta) -> tuple[str, str] | None:
         return "systems", f"field 'systems' must name each system once, got {shown(meta.systems)}"
     if meta.injection_levels is not None and len(set(meta.injection_levels)) != len(meta.injection_levels):
         return "injection_levels", f"field 'injection_levels' must name each level once, got {shown(meta.injection_levels)}"
+    if meta.voids is not None and len(set(meta.voids)) != len(meta.voids):
+        return "voids", f"field 'voids' must name each void type once, got {shown(meta.voids)}"
     if meta.n_families != meta.families_per_system * len(meta.systems):
         return "n_families", (f"field 'n_families' must be families_per_system x number of systems "
                               f"({meta.families_per_system} x {len(meta.systems)}), got {meta.n_families}")

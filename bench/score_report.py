@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from evprobe.bench.score_cells import cost, fmt_estimate, pct, plain, points, section_text, table_text
 from evprobe.bench.scoring import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
-from evprobe.core.estimate_text import estimate_text, missing_text
+from evprobe.core.estimate_text import missing_text
 
 LABELS: dict[str, str] = {
     "min_cost_choice": "Minimum cost choice",
@@ -69,30 +70,6 @@ COSTS = {"mean_cost"}  # headline measures in cost units, not rates
 PLAIN = {"pecs"}  # a score in [0, 1] printed as a plain number, as seed 002 does
 
 
-def _fmt(est: dict[str, Any] | None, scale: float, digits: int, sign: bool = False) -> str:
-    return estimate_text(est, digits, scale=scale, sign=sign)  # the one formatter (core.estimate_text)
-
-
-def pct(est: dict[str, Any] | None) -> str:
-    """A rate as a percentage: `58.5 [55.6, 61.5] (n=576)`."""
-    return _fmt(est, 100.0, 1)
-
-
-def cost(est: dict[str, Any] | None) -> str:
-    """A cost in assigned units: `0.99 [0.96, 1.02] (n=576)`."""
-    return _fmt(est, 1.0, 2)
-
-
-def points(est: dict[str, Any] | None) -> str:
-    """A paired difference of rates in percentage points: `+14.2 [+8.7, +20.5] (n=288)`."""
-    return _fmt(est, 100.0, 1, sign=True)
-
-
-def plain(est: dict[str, Any] | None) -> str:
-    """A score printed as a number with three decimals (PECS): `0.292 [0.250, 0.331] (n=5184)`."""
-    return _fmt(est, 1.0, 3)
-
-
 def headline_cell(name: str, est: dict[str, Any] | None) -> str:
     if name in COSTS:
         return cost(est)
@@ -104,24 +81,14 @@ def headline_cell(name: str, est: dict[str, Any] | None) -> str:
 def difference_cell(name: str, est: dict[str, Any] | None) -> str:
     """A paired difference of a headline measure: rates in percentage points, costs and PECS signed."""
     if name in COSTS:
-        return _fmt(est, 1.0, 2, sign=True)
+        return fmt_estimate(est, 1.0, 2, sign=True)
     if name in PLAIN:
-        return _fmt(est, 1.0, 3, sign=True)
+        return fmt_estimate(est, 1.0, 3, sign=True)
     return points(est)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _label(name: str) -> str:
     return LABELS.get(name, name.replace("_", " "))
-
-
-def _section(title: str, note: str, table: str) -> str:
-    return f"## {title}\n\n{note}\n\n{table}\n" if note else f"## {title}\n\n{table}\n"
 
 
 def scores_markdown(scores: dict[str, Any], title: str) -> str:
@@ -142,11 +109,11 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
         return [[_label(n), fmt(source.get(n))] for n in names]
 
     parts.append(
-        _section(
+        section_text(
             "Choice (Table 11)",
             "Minimum cost choice over all decisions; stop if enough over resolved decisions, "
             "test if needed over unresolved ones. Mean cost of the model's own selections.",
-            _table(
+            table_text(
                 ["measure", "value"],
                 rows(["min_cost_choice", "stop_if_enough", "test_if_needed"], s)
                 + [[_label("mean_cost"), cost(s.get("mean_cost"))]],
@@ -154,11 +121,11 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
         )
     )
     parts.append(
-        _section(
+        section_text(
             "Pairs (Tables 12-13)",
             "Both choices of a pair correct, and the same decoded choice (two invalid replies "
             "count as the same). The reference's same-choice rate is 0.",
-            _table(
+            table_text(
                 ["measure", "changed image", "changed threshold"],
                 [
                     [
@@ -177,13 +144,13 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     )
     repeats = s.get("repeats", {})
     parts.append(
-        _section(
+        section_text(
             "Evidence and answers (Tables 3, 17)",
             "Enough evidence and final success over decisions (final success averages the two "
             "hidden worlds); useful test supplied over the answers after the missing-property test "
             "or the combined report on unresolved decisions; repeat over unresolved property "
             "purchases.",
-            _table(
+            table_text(
                 ["measure", "value"],
                 rows(["enough_evidence", "useful_test_supplied", "resolved_and_correct"], s)
                 + [
@@ -195,14 +162,14 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     answers = s.get("answers", {})
     hidden = s.get("hidden_alternatives", {})
     parts.append(
-        _section(
+        section_text(
             "Initial answers (Table 18) and hidden alternatives (appendix D)",
             "Known answer over resolved decisions, unknown answer (says undetermined) over "
             "unresolved ones, agreement of 'undetermined' with buying a test over all decisions. "
             f"Hidden alternatives: {hidden.get('pairs', missing_text())} after-test pairs with identical "
             "inputs and opposite true answers; a deterministic answer rule scores exactly 50.0 on "
             "definite answers.",
-            _table(
+            table_text(
                 ["measure", "value"],
                 rows(["known_answer", "unknown_answer", "action_agreement"], answers)
                 + rows(["definite_correct", "identical_response_rate"], hidden),
@@ -218,45 +185,45 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
         )
         rate_rows.append([group] + [pct(choices.get(group, {}).get(c)) for c in CATEGORIES])
     parts.append(
-        _section(
+        section_text(
             "Choices by category (Tables 19-20)",
             "Repeat measures the already observed property, missing the other one, both buys the "
             "combined report; free fall reveals neither.",
-            _table(["decisions", "n", *CATEGORIES], count_rows)
+            table_text(["decisions", "n", *CATEGORIES], count_rows)
             + "\n\n"
-            + _table(["decisions", *CATEGORIES], rate_rows),
+            + table_text(["decisions", *CATEGORIES], rate_rows),
         )
     )
     errors = s.get("errors", {})
     parts.append(
-        _section(
+        section_text(
             "Errors (Table 21)",
             "Unneeded test over resolved decisions (any valid test); useless test (repeat or free "
             "fall) and early stop over unresolved decisions.",
-            _table(
+            table_text(
                 ["measure", "value"], rows(["unneeded_test", "useless_test", "early_stop"], errors)
             ),
         )
     )
     parts.append(
-        _section(
+        section_text(
             "Repeats (Tables 22-23)",
             "Share of single property purchases that measure the known property again; "
             "n = purchases.",
-            _table(
+            table_text(
                 ["measure", "value"], rows(["repeat_known_all", "repeat_known_unresolved"], repeats)
             ),
         )
     )
     policies = s.get("policies", {})
     parts.append(
-        _section(
+        section_text(
             "Policy comparison (Tables 7, 24-29)",
             "Stored answer records recombined per rule, averaged over the two hidden worlds; an "
             "invalid model selection costs 0 and never succeeds. The exact reader scores enough "
             "evidence. A rule that reads no replies costs the same in every family by design: "
             "its cost has no interval (fixed by design).",
-            _table(
+            table_text(
                 ["rule", "resolved and correct", "mean cost"],
                 [
                     [
@@ -273,11 +240,11 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     repricing = s.get("repricing", {})
     keys = [f"{p:g}" for p in REPORT_PRICES if f"{p:g}" in repricing] or list(repricing)
     parts.append(
-        _section(
+        section_text(
             "Repricing the combined report (Tables 30-33)",
             "The same selections scored with the combined report at each price; at price 1 the "
             "missing test and the report tie on unresolved decisions and both count as correct.",
-            _table(
+            table_text(
                 ["measure", *[f"price {k}" for k in keys]],
                 [
                     ["Choice accuracy", *[pct(repricing[k].get("choice_accuracy")) for k in keys]],
@@ -287,11 +254,11 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
         )
     )
     parts.append(
-        _section(
+        section_text(
             "Perception and calculation (Table 34)",
             "Ruler reading within 5% of the true reading; recovered candidate value; answers with "
             "both properties given.",
-            _table(
+            table_text(
                 ["control", "value"],
                 rows(["read_ruler", "recover_property", "both_given"], s.get("controls", {})),
             ),
@@ -299,10 +266,10 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     )
     validity = s.get("validity", {})
     parts.append(
-        _section(
+        section_text(
             "Validity (Tables 35-36)",
             "Fraction of replies the parser accepted.",
-            _table(
+            table_text(
                 ["requests", "valid"],
                 [
                     [name.removeprefix("validity_").replace("_", " "), pct(est)]
@@ -320,10 +287,10 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     if by_system:
         names = list(next(iter(by_system.values())))
         parts.append(
-            _section(
+            section_text(
                 "Per system (Tables 14-16)",
                 "",
-                _table(
+                table_text(
                     ["measure", *by_system],
                     [
                         [_label(n), *[pct(by_system[sys].get(n)) for sys in by_system]]
@@ -333,11 +300,11 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
             )
         )
     parts.append(
-        _section(
+        section_text(
             "PECS (seed 002, section 3.4)",
             "Over answer_initial and answer_after_test replies: controls are resolved items, voids "
             "unresolved ones. PECS = Acc x max(0, AbsRec - FalseAbs), per resample.",
-            _table(
+            table_text(
                 ["measure", "value"],
                 [[_label("pecs"), plain(s.get("pecs"))]]
                 + rows(["pecs_acc", "pecs_abs_rec", "pecs_false_abs"], s),
@@ -346,13 +313,17 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     )
     if s.get("pecs_datasets"):
         parts.append(_pecs_datasets_section(s["pecs_datasets"], s))
+    if s.get("voids"):
+        from evprobe.bench.void_report import voids_section
+
+        parts.append(voids_section(s["voids"]))
     coverage = s.get("coverage", {})
     if coverage:
         parts.append(
-            _section(
+            section_text(
                 "Coverage",
                 "Records per request type; measures use the items that have records.",
-                _table(
+                table_text(
                     ["requests", "records", "items", "share"],
                     [
                         [
@@ -384,7 +355,7 @@ def _resources_section(resources: dict[str, Any] | None, model: str) -> str:
     if not resources:
         why = ("a scripted policy makes no model calls" if model.startswith("policy:") else
                "run.json records none (written before runs recorded them, or no session called the model)")
-        return _section(title, f"No resources: {why}.", "")
+        return section_text(title, f"No resources: {why}.", "")
     names = list(RESOURCE_COLUMNS) + [k for k in resources if k not in RESOURCE_COLUMNS]
     names = [k for k in names if k in resources]
     sessions = resources.get("sessions")
@@ -393,7 +364,7 @@ def _resources_section(resources: dict[str, Any] | None, model: str) -> str:
             "The last session that called the model (an earlier session of a resumed run is not in it)")
     note += ("; peak memory: the accelerator's, the largest of any session, where the backend can measure it "
              "(not on a CPU, nor behind a server).")
-    return _section(title, note, _table([RESOURCE_COLUMNS.get(k, k.replace("_", " ")) for k in names],
+    return section_text(title, note, table_text([RESOURCE_COLUMNS.get(k, k.replace("_", " ")) for k in names],
                                         [[_resource_cell(k, resources[k]) for k in names]]))
 
 
@@ -409,7 +380,7 @@ def _resource_cell(name: str, value: Any) -> str:
 
 def _variants_section(variants: dict[str, Any]) -> str:
     if not variants.get("families"):
-        return _section("Variants (Tables 37-49)", variants.get("reason", "No variant subset."), "")
+        return section_text("Variants (Tables 37-49)", variants.get("reason", "No variant subset."), "")
     rows = []
     for name, block in variants.items():
         if not isinstance(block, dict):
@@ -422,12 +393,12 @@ def _variants_section(variants: dict[str, Any]) -> str:
                 pct(block.get("repeat")),
             ]
         )
-    return _section(
+    return section_text(
         "Variants (Tables 37-49)",
         f"Minimum cost choice on the {variants['families']}-family subset; change in percentage "
         "points against the base subset with paired intervals (the same resampled families); "
         "repeat among single property purchases (no initial test: the matched base's test).",
-        _table(["condition", "min cost choice", "change (pp)", "repeat"], rows),
+        table_text(["condition", "min cost choice", "change (pp)", "repeat"], rows),
     )
 
 
@@ -438,7 +409,7 @@ def compare_markdown(named_scores: Sequence[tuple[str, dict[str, Any]]]) -> str:
         [_label(metric), *[headline_cell(metric, scores.get(metric)) for _, scores in named_scores]]
         for metric in HEADLINE
     ]
-    table = _table(header, rows) + "\n"
+    table = table_text(header, rows) + "\n"
     sections = [scores.get("pecs_datasets") or {} for _, scores in named_scores]
     if any("datasets" in section for section in sections):
         table += "\n" + _compare_pecs(header, sections)
@@ -470,7 +441,7 @@ def _compare_pecs(header: list[str], sections: list[dict[str, Any]]) -> str:
     rows.append(["zero boundary (datasets with J <= 0)",
                  *[f"{s['zero_boundary']['count']} of {s['zero_boundary']['of']}" if "zero_boundary" in s
                    else missing_text(s.get("reason") or "not in this run's scores: rescore it") for s in sections]])
-    return "PECS per dataset (seed 002, Table 9; bench/pecs.py)\n\n" + _table(header, rows) + "\n"
+    return "PECS per dataset (seed 002, Table 9; bench/pecs.py)\n\n" + table_text(header, rows) + "\n"
 
 
 ACC_KEYS = ("acc_5", "acc_10", "acc_20", "acc_30")
@@ -489,12 +460,12 @@ def _numeric_section(numeric: dict[str, Any]) -> str:
                      plain(block.get("mean_log_error")) + f" (left out: {left})", pct(block.get("validity"))])
         for group, sub in block.get("by", {}).items():
             rows.append([f"  {group}", *[pct(sub.get(k)) for k in ACC_KEYS], "", ""])
-    return _section(
+    return section_text(
         "Numeric estimates: threshold accuracy (seed 003, eq. 6)",
         "Share of items whose reply is valid and within 5/10/20/30% of the reference value "
         "(invalid replies count as misses); mean |ln(estimate / reference)| over valid positive "
         "estimates, with the replies it leaves out. Read the ruler at 5% is Table 34's criterion.",
-        _table(["request", "5%", "10%", "20%", "30%", "mean log error", "valid"], rows),
+        table_text(["request", "5%", "10%", "20%", "30%", "mean log error", "valid"], rows),
     )
 
 
@@ -509,15 +480,15 @@ def _injection_section(injection: dict[str, Any]) -> str:
         if any(request in levels[L].get("numeric", {}) for L in levels):
             rows.append([f"{request.replace('_', ' ')}: within 10%",
                          *[pct(levels[L].get("numeric", {}).get(request, {}).get("acc_10")) for L in levels]])
-    text = _table(["measure", *[f"level {L}" for L in levels]], rows)
+    text = table_text(["measure", *[f"level {L}" for L in levels]], rows)
     diffs = injection.get("differences", {})
     if diffs:
         shown = ("min_cost_choice", "stop_if_enough", "test_if_needed", "both_correct_image_pairs",
                  "enough_evidence", "validity_select")
         text += "\n\nLevel minus level 0, in percentage points, paired on the same family resamples:\n\n"
-        text += _table(["measure", *[f"level {L} - level 0" for L in diffs]],
+        text += table_text(["measure", *[f"level {L} - level 0" for L in diffs]],
                        [[_label(n), *[points(diffs[L].get(n)) for L in diffs]] for n in shown])
-    return _section(
+    return section_text(
         "Information-injection levels (seed 003, section 4.6)",
         "Each level's selections and answers scored as a benchmark of their own (level 0 is the "
         "main measures above; same families and bootstrap seed, so resample b draws the same "
@@ -531,7 +502,7 @@ def _pecs_datasets_section(section: dict[str, Any], s: dict[str, Any]) -> str:
     """PECS per dataset, their equal-weight mean and the pooled values (bench.pecs)."""
     title = "PECS per dataset (seed 002, Table 2 and appendix M)"
     if "datasets" not in section:
-        return _section(title, f"Datasets: {section['dataset']}.", missing_text(section.get("reason")))
+        return section_text(title, f"Datasets: {section['dataset']}.", missing_text(section.get("reason")))
     mean, datasets = section["equal_weight_mean"], section["datasets"]
     table = [[name, pct(d["acc"]), pct(d["abs_rec"]), pct(d["false_abs"]), plain(d["j"]), plain(d["pecs"]),
              plain(d["naive"])] for name, d in datasets.items()]
@@ -547,6 +518,6 @@ def _pecs_datasets_section(section: dict[str, Any], s: dict[str, Any]) -> str:
             "item once. A value every resample reproduces prints without an interval, saying why.\n\n"
             f"zero boundary: {zero['count']} of {zero['of']} datasets{named} with J <= 0, so PECS = 0 "
             "(appendix M.3)")
-    return _section(title, note, _table(["dataset", "Acc (%)", "AbsRec (%)", "FalseAbs (%)", "J", "PECS",
+    return section_text(title, note, table_text(["dataset", "Acc (%)", "AbsRec (%)", "FalseAbs (%)", "J", "PECS",
                                          "Acc x AbsRec"], table))
 

@@ -47,9 +47,9 @@ from evprobe.core.bootstrap import (
     INTERVAL_METHOD,
     Estimate,
     FamilyBootstrap,
-    Resampled,
 )
-from evprobe.bench import pecs
+from evprobe.bench import pecs, void_scoring
+from evprobe.bench.tally import Key, Tally
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
 from evprobe.bench.level_differences import level_differences, paired_difference
@@ -119,7 +119,6 @@ NO_SELECT = "no select records"
 NO_INITIAL = "no answer_initial records"
 NO_AFTER = "no answer_after_test records"
 
-Key = tuple[str, ...]  # a measure's place in the output, e.g. ("policies", "model", "correct")
 
 
 # -- the benchmark's structure ---------------------------------------------------------------------
@@ -317,103 +316,6 @@ def _decode(item: Item, rec: Record) -> str | None:
 # -- accumulating measures -------------------------------------------------------------------------
 
 
-class Tally:
-    """Named measures as per-family numerators and denominators, resolved in one bootstrap pass."""
-
-    def __init__(self, boot: FamilyBootstrap) -> None:
-        self.boot = boot
-        self.keys: list[Key] = []
-        self.num: list[np.ndarray] = []
-        self.den: list[np.ndarray] = []
-        self.binary: list[bool] = []  # per measure: a proportion (cluster interval too) or a mean
-        self.reasons: dict[Key, str] = {}
-        self.bounds: dict[Key, tuple[float, float]] = {}  # bounded means: (lower, span) to undo the rescaling
-        self.fixed: set[Key] = set()  # values fixed by design (core.bootstrap): no sampling interval
-
-    def rate(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
-        """A proportion from (family index, unit value) pairs, unit values 0/1 (or a unit's mean of
-        0/1 outcomes, as a policy's success over two hidden worlds); every unit adds 1 to the
-        denominator. Its interval is `FamilyBootstrap`'s for binary=True: never zero width."""
-        self._add(key, units, binary=True)
-
-    def mean(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
-        """A mean of unit values that are not shares (costs): the plain percentile interval."""
-        self._add(key, units, binary=False)
-
-    def bounded_mean(self, key: Key, units: Iterable[tuple[int, float]], lower: float, upper: float) -> None:
-        """A mean of unit values known to lie in [lower, upper] (a cost lies between the cheapest
-        and the dearest price). It is tallied as the share (v - lower) / (upper - lower), so its
-        interval is a proportion's (`FamilyBootstrap`'s binary=True: the percentile interval hulled
-        with the cluster Clopper-Pearson interval, conservative for bounded units since a 0/1 unit
-        has the largest variance of any unit with its mean), then mapped back to the value's
-        scale. So a sample whose every family agrees (every decision at the reference's cost)
-        does not print a zero-width interval, as a plain mean would."""
-        if upper <= lower:
-            self.mean(key, units)
-            return
-        span = upper - lower
-        self._add(key, ((f, (v - lower) / span) for f, v in units), binary=True)
-        self.bounds[key] = (lower, span)
-
-    def design_mean(self, key: Key, units: Iterable[tuple[int, float]], lower: float, upper: float) -> None:
-        """A mean of unit values that the benchmark's design sets alone (items and prices, never the
-        replies): a fixed rule's or the random test's cost. When every family's mean equals the
-        overall mean (every decision at the same price, or every family with the same mix of
-        decisions) every family resample reproduces it: it is fixed by design (core.bootstrap,
-        `Estimate.by_design`), with no interval. Otherwise the families differ and the value depends
-        on which were sampled: a bounded mean, as any cost."""
-        pairs = list(units)
-        fam = np.fromiter((f for f, _ in pairs), dtype=int, count=len(pairs))
-        val = np.fromiter((v for _, v in pairs), dtype=float, count=len(pairs))
-        num, den = self.boot.per_family(fam, val), self.boot.per_family(fam, np.ones(len(pairs)))
-        if den.sum() == 0:
-            self.bounded_mean(key, pairs, lower, upper)
-            return
-        value = num.sum() / den.sum()
-        if np.allclose(num, value * den, rtol=0.0, atol=1e-12 * max(1.0, abs(value)) * max(1.0, den.max())):
-            self._add(key, pairs, binary=False)  # its resamples, for paired measures: all equal to value
-            self.fixed.add(key)
-        else:
-            self.bounded_mean(key, pairs, lower, upper)
-
-    def _add(self, key: Key, units: Iterable[tuple[int, float]], *, binary: bool) -> None:
-        pairs = list(units)
-        fam = np.fromiter((f for f, _ in pairs), dtype=int, count=len(pairs))
-        val = np.fromiter((v for _, v in pairs), dtype=float, count=len(pairs))
-        if binary and np.any((val < 0.0) | (val > 1.0) | np.isnan(val)):
-            bad = val[(val < 0.0) | (val > 1.0) | np.isnan(val)][0]
-            raise ValueError(f"measure {key}: unit value {bad:g} is not a share in [0, 1]")
-        self.keys.append(key)
-        self.binary.append(binary)
-        self.num.append(self.boot.per_family(fam, val))
-        self.den.append(self.boot.per_family(fam, np.ones(len(pairs))))
-
-    def skip(self, key: Key, reason: str) -> None:
-        """A measure whose inputs are absent: reported as empty with `reason`."""
-        self.reasons[key] = reason
-
-    def resolve(self) -> tuple[dict[Key, Resampled], dict[Key, Estimate]]:
-        if self.keys:
-            parts = self.boot.resample_many(
-                np.stack(self.num, axis=1), np.stack(self.den, axis=1), self.binary
-            )
-        else:
-            parts = []
-        resampled = dict(zip(self.keys, parts, strict=True))
-        estimates = dict(zip(self.keys, self.boot.estimates(parts), strict=True))
-        for key, (lower, span) in self.bounds.items():  # bounded means back on their own scale
-            e, r = estimates[key], resampled[key]
-            if e.value is not None:
-                lo, hi = e.ci
-                estimates[key] = Estimate(lower + span * e.value, (None if lo is None else lower + span * lo,
-                                                                   None if hi is None else lower + span * hi), e.n)
-            resampled[key] = Resampled(lower + span * r.value, lower + span * r.draws, r.n)
-        for key in self.fixed:
-            estimates[key] = Estimate.by_design(resampled[key].value, resampled[key].n)
-        estimates.update({key: Estimate.empty(reason) for key, reason in self.reasons.items()})
-        return resampled, estimates
-
-
 # -- the score -------------------------------------------------------------------------------------
 
 
@@ -452,7 +354,12 @@ def score(
     # level L's decisions, so threshold accuracy is traced across the ladder on the same resamples
     numeric_items: dict[int, list[Item]] = defaultdict(list)
     numeric_records: dict[int, dict[str, Record]] = defaultdict(dict)
+    voids = [it for it in items if it.void is not None]  # the void block (bench.voids): its own section
+    void_records: list[Record] = []
+    every_record: list[Record] = []
     for it in items:
+        if it.void is not None:
+            continue
         if it.request in NUMERIC_REQUESTS:
             numeric_items[it.injection].append(it)
         else:
@@ -461,7 +368,10 @@ def score(
         item = index.get(rec.item_id)
         if item is None:
             raise ValueError(f"record for unknown item id {rec.item_id!r}: not in this benchmark")
-        if item.request in NUMERIC_REQUESTS:
+        every_record.append(rec)
+        if item.void is not None:
+            void_records.append(rec)
+        elif item.request in NUMERIC_REQUESTS:
             if rec.item_id in numeric_records[item.injection]:
                 raise ValueError(f"two records for item {rec.item_id!r}; keep one record per item")
             numeric_records[item.injection][rec.item_id] = rec
@@ -483,7 +393,20 @@ def score(
             differences[str(level)] = level_differences(kept["resampled"], base_kept["resampled"], same)
         out["injection"] = {"levels": levels, "level_0": "the main measures above",
                             "differences": _jsonable(differences), "differences_method": LEVEL_DIFFERENCE_METHOD}
+    if voids:
+        out[void_scoring.SECTION] = _void_section(index, voids, every_record, base_kept["families"], n_boot, seed)
     return out
+
+
+def _void_section(index: dict[str, Item], voids: list[Item], records: list[Record], families: tuple[str, ...],
+                  n_boot: int, seed: int) -> dict[str, Any]:
+    """The void block's section (bench.void_scoring) from the decoded replies of every record."""
+    decoded: dict[str, str | None] = {}
+    for rec in records:
+        if rec.item_id in decoded:
+            raise ValueError(f"two records for item {rec.item_id!r}; keep one record per item")
+        decoded[rec.item_id] = _decode(index[rec.item_id], rec)
+    return _jsonable(void_scoring.score_voids(index, voids, decoded, families, n_boot=n_boot, seed=seed))
 
 
 def _score_set(

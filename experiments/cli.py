@@ -99,6 +99,9 @@ def add_generate_parser(sub: argparse._SubParsersAction) -> None:
                    help="add the numeric estimates (property and outcome, 8 per family; scored by threshold accuracy)")
     p.add_argument("--injection", default="", metavar="LEVELS",
                    help="add information-injection levels of the selections and answers, e.g. 1,2,3 (level 0 is the main items)")
+    p.add_argument("--voids", default="", metavar="TYPES",
+                   help="add void items matched with their sufficient twins (seed 002): occluded (visual), "
+                        "unstated (textual), e.g. occluded,unstated")
     p.add_argument("--force", action="store_true", help="replace the benchmark already in --out (never any other non-empty folder)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_generate)
@@ -126,6 +129,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         overrides["injection_levels"] = tuple(int(x) for x in args.injection.split(",") if x.strip())
     except ValueError:
         raise InputError(f"--injection takes comma-separated levels among 1, 2, 3, got {args.injection!r}") from None
+    overrides["voids"] = tuple(x.strip() for x in args.voids.split(",") if x.strip())
     config = GenerateConfig.pilot(**overrides) if args.pilot else GenerateConfig(**overrides)
     meta = generate(args.out, config, force=args.force, workers=args.workers, progress=not args.quiet)
     print(main_summary(meta, args.out))

@@ -326,9 +326,10 @@ def test_bench_json_errors_name_the_line_of_their_key(bench: Path) -> None:
 @pytest.mark.parametrize("cls, model", [(Item, ItemRow), (Family, FamilyRow)])
 def test_row_schemas_have_exactly_the_dataclass_fields_in_order(cls: type, model: Any) -> None:
     assert list(model.model_fields) == [f.name for f in dataclasses.fields(cls)]
-    # required, except the fields added later with a default (Item.injection: absent means 0)
+    # required, except the fields added later with a default (Item.injection: absent means 0; the
+    # void fields: absent means no void)
     optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
-    assert optional == ({"injection"} if cls is Item else set())
+    assert optional == ({"injection", "void", "twin_id"} if cls is Item else set())
     assert all(f.is_required() == (name not in optional) for name, f in model.model_fields.items())
 
 

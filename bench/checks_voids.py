@@ -1,0 +1,111 @@
+"""`evprobe check` rows for the void block (`bench.voids`), present only when bench.json declares it.
+
+Labels and inventory of the void items are checked with the main items (the oracle rebuilds them
+from the families alone: `oracle.expected_items(..., voids=...)`). These rows check what makes a
+void a void and a matched pair a matched pair, from the items, the oracle and the pixels:
+
+- "Voids name a sufficient twin of the main set": every void item's `twin_id` is a main item (no
+  variant, level 0, no void) of the same family and request whose evidence settles the question.
+- "Visual voids differ from their twin only in the image": the prompt and menu byte for byte the
+  twin's, the image another.
+- "Occluded sheets show no marker": not one pixel of the marker colour on any occluded sheet.
+- "Occluded sheets are identical across histories": a family's two occluded initial sheets decode
+  to the same pixels, so the sheet cannot tell the worlds apart (the void carries no information).
+- "Textual voids differ from their twin only in the threshold": the twin's prompt prints its
+  threshold once, and writing it as the symbol gives the void's prompt; the image and menu are the
+  twin's.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evprobe.bench import oracle
+from evprobe.bench.items import Item
+from evprobe.bench.render import STYLES
+from evprobe.bench.voids import UNSTATED_SYMBOL
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def _pixels(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(path.read_bytes())) as img:
+        return np.asarray(img.convert("RGB"))
+
+
+def _unstated(twin: Item) -> str | None:
+    """The twin's prompt with the threshold in its question paragraph written as the symbol, or
+    None when that paragraph does not print the threshold exactly once."""
+    if twin.threshold is None:
+        return None
+    q = oracle.fmt6(twin.threshold)
+    parts = twin.prompt.split("\n\n")
+    asked = [i for i, p in enumerate(parts) if p.startswith("Question: ")]
+    if len(asked) != 1 or parts[asked[0]].count(q) != 1:
+        return None
+    parts[asked[0]] = parts[asked[0]].replace(q, UNSTATED_SYMBOL)
+    return "\n\n".join(parts)
+
+
+def check_voids(report: Any, root: Path, items: list[Item], oracles: dict[str, oracle.OracleFamily]) -> None:
+    by_id = {it.item_id: it for it in items}
+    voids = [it for it in items if it.void is not None]
+    twin_bad, visual_bad, textual_bad = [], [], []
+    n_visual = n_textual = 0
+    sheets: dict[str, set[str]] = defaultdict(set)  # family -> occluded sheet paths
+    for it in voids:
+        twin = by_id.get(it.twin_id or "")
+        if (twin is None or twin.void is not None or twin.variant is not None or twin.injection
+                or twin.family_id != it.family_id or twin.request != it.request or twin.resolved is not True):
+            twin_bad.append(f"{it.item_id}: twin {it.twin_id!r} is not a sufficient main item of its request")
+            continue
+        if it.void == "occluded":
+            n_visual += 1
+            sheets[it.family_id].update(it.images)
+            if it.prompt != twin.prompt or it.options != twin.options or it.images == twin.images:
+                visual_bad.append(it.item_id)
+        else:
+            n_textual += 1
+            expected = _unstated(twin)
+            if (expected is None or it.prompt != expected or it.images != twin.images or it.options != twin.options):
+                textual_bad.append(it.item_id)
+    report.add("Voids name a sufficient twin of the main set", f"{_n(len(voids) - len(twin_bad))}/{_n(len(voids))}",
+               bool(voids) and not twin_bad, "; ".join(twin_bad[:3]) or "no void items")
+    report.add("Visual voids differ from their twin only in the image", f"{_n(n_visual - len(visual_bad))}/{_n(n_visual)}",
+               not visual_bad, f"{len(visual_bad)} differ otherwise (first {visual_bad[0]})" if visual_bad else "")
+    report.add("Textual voids differ from their twin only in the threshold",
+               f"{_n(n_textual - len(textual_bad))}/{_n(n_textual)}", not textual_bad,
+               f"{len(textual_bad)} differ otherwise (first {textual_bad[0]})" if textual_bad else "")
+    if not sheets:
+        return
+    marker = np.array(STYLES["a"].marker, dtype=np.uint8)
+    marked, n_sheets, identical, n_families = [], 0, 0, 0
+    for fid, paths in sorted(sheets.items()):
+        decoded = {}
+        for rel in sorted(paths):
+            pixels = _pixels(root / rel)
+            n_sheets += 1
+            if np.all(pixels == marker, axis=-1).any():
+                marked.append(rel)
+            decoded[rel] = pixels
+        n_families += 1
+        first = next(iter(decoded.values()))
+        identical += len(decoded) == 2 and all(np.array_equal(first, p) for p in decoded.values())
+    report.add("Occluded sheets show no marker", f"{_n(n_sheets - len(marked))}/{_n(n_sheets)}", not marked,
+               f"marker pixels on {len(marked)} (first {marked[0]})" if marked else "")
+    report.add("Occluded sheets are identical across histories", f"{_n(identical)}/{_n(n_families)}",
+               identical == n_families, "families whose two occluded sheets differ (the void would carry information)")
+    report.numbers.update(void_items=len(voids), occluded_sheets=n_sheets,
+                          identical_occluded=[identical, n_families])
+
+
+__all__ = ["check_voids"]

@@ -1,0 +1,168 @@
+"""Scores of the void block (`bench.voids`; seed 002, sections 3.4 and 5.2): abstention on each void
+type, its sufficient twins beside it, the textual-vs-visual gap, and PECS per (system, void type).
+
+Per void type (`voids.<type>` in scores.json), over the items that have records:
+
+- `abs_rec`: the share of the type's void answer requests answered "undetermined" (AbsRec);
+- `twin_acc`, `twin_false_abs`: the twins' (the matched sufficient answer requests) share answered
+  correctly, and answered "undetermined" (Acc and FalseAbs of PECS);
+- `pecs`: twin_acc x max(0, abs_rec - twin_false_abs), on the same resamples;
+- occluded selections only: `select_min_cost` (the void's reference action chosen), `select_stop`
+  (stopping on a void: answering from a sheet that shows nothing) and `twin_select_stop` (stopping on
+  its sufficient twin, what a calibrated model does), and `stop_gap` = twin_select_stop -
+  select_stop, paired.
+
+`gap.textual_minus_visual` is AbsRec(unstated) - AbsRec(occluded), paired: both void types are built
+on the same twins, so each family resample draws both; the interval is the percentile interval of
+the per-resample differences, widened where a rate saturates (`bench.level_differences`,
+`paired_difference`). The seed reports the ratio (its "about 4x"); a ratio of rates has no
+interval when the visual rate can be 0, so we report the difference and print the ratio of the
+point values beside it only where both are above 0. Per system the same gap is in `by_system`.
+Coverage where the truth is known (benchmarks/coverage_void_gap.py): 93.3-96.1% at 30 and 144
+families; 4.7% false verdicts at a true gap of 0.
+
+`pecs` holds PECS with the seed's datasets: one dataset per (system, void type), the controls being
+the type's twins in that system (`bench.pecs`: per-dataset Acc, AbsRec, FalseAbs, J, PECS and the
+naive product, the equal-weight mean with its projection bound, zero-boundary counts; pooled over
+every void and twin). Invalid replies stay in every denominator (never correct, never abstaining).
+All intervals are family-bootstrap intervals from the main score's resamples (same families, same
+seed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from evprobe.bench import pecs
+from evprobe.bench.level_differences import paired_difference
+from evprobe.bench.tally import Key, Tally
+from evprobe.bench.voids import VOID_TYPES
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap, Resampled
+
+if TYPE_CHECKING:
+    from evprobe.bench.items import Item
+
+ABSTAIN = pecs.ABSTAIN
+SECTION = "voids"
+DATASET = "system and void type: the controls of a dataset are that void type's sufficient twins in that system"
+NO_VOID_ANSWERS = "no void answer records"
+NO_VOID_SELECTS = "no occluded select records"
+PER_TYPE = ("abs_rec", "twin_acc", "twin_false_abs")
+SELECT = ("select_min_cost", "select_stop", "twin_select_stop")
+
+
+def _pecs_key(system: str | None, void: str, part: str) -> Key:
+    name = {"acc": "twin_acc", "abs_rec": "abs_rec", "false_abs": "twin_false_abs"}[part]
+    return (SECTION, void, name) if system is None else (SECTION, "by_system", system, void, name)
+
+
+def tally_voids(tally: Tally, voids: Iterable[Item], items: Mapping[str, Item], decoded: Mapping[str, str | None],
+                family_of: Callable[[str], int]) -> None:
+    """Tally every void measure. voids: the void items; items: every item by id (the twins among
+    them); decoded: the decoded reply of every item with a record (None: invalid)."""
+    answers: dict[str, list[tuple[Item, Item]]] = {v: [] for v in VOID_TYPES}
+    selects: list[tuple[Item, Item]] = []
+    for it in voids:
+        twin = items[it.twin_id]  # type: ignore[index]
+        if it.item_id not in decoded or twin.item_id not in decoded:
+            continue  # a pair is scored when both members have records
+        (selects if it.request == "select" else answers[it.void]).append((it, twin))  # type: ignore[index]
+    for void, pairs in answers.items():
+        if not pairs:
+            for name in PER_TYPE:
+                tally.skip((SECTION, void, name), NO_VOID_ANSWERS)
+            continue
+        for system in (None, *dict.fromkeys(it.system for it, _ in pairs)):
+            mine = [(v, t) for v, t in pairs if system is None or v.system == system]
+            f = [family_of(v.family_id) for v, _ in mine]
+            tally.rate(_pecs_key(system, void, "abs_rec"), zip(f, (decoded[v.item_id] == ABSTAIN for v, _ in mine)))
+            tally.rate(_pecs_key(system, void, "acc"), zip(f, (decoded[t.item_id] == t.reference_answer for _, t in mine)))
+            tally.rate(_pecs_key(system, void, "false_abs"), zip(f, (decoded[t.item_id] == ABSTAIN for _, t in mine)))
+    pooled = [pair for pairs in answers.values() for pair in pairs]
+    if pooled:
+        f = [family_of(v.family_id) for v, _ in pooled]
+        tally.rate((SECTION, "pooled", "abs_rec"), zip(f, (decoded[v.item_id] == ABSTAIN for v, _ in pooled)))
+        tally.rate((SECTION, "pooled", "acc"), zip(f, (decoded[t.item_id] == t.reference_answer for _, t in pooled)))
+        tally.rate((SECTION, "pooled", "false_abs"), zip(f, (decoded[t.item_id] == ABSTAIN for _, t in pooled)))
+    if not selects:
+        for name in SELECT:
+            tally.skip((SECTION, "occluded", name), NO_VOID_SELECTS)
+        return
+    f = [family_of(v.family_id) for v, _ in selects]
+    tally.rate((SECTION, "occluded", "select_min_cost"),
+               zip(f, (decoded[v.item_id] == v.reference_action for v, _ in selects)))
+    tally.rate((SECTION, "occluded", "select_stop"), zip(f, (decoded[v.item_id] == "stop" for v, _ in selects)))
+    tally.rate((SECTION, "occluded", "twin_select_stop"), zip(f, (decoded[t.item_id] == "stop" for _, t in selects)))
+
+
+def score_voids(items: Mapping[str, Item], voids: Iterable[Item], decoded: Mapping[str, str | None],
+                families: Sequence[str], *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """The void section (module docstring) from decoded replies, on a `FamilyBootstrap` of `families`
+    (the main score's: the same families and seed give the same resamples)."""
+    voids = list(voids)
+    families = list(families)
+    family_of = {f: i for i, f in enumerate(families)}
+    tally = Tally(FamilyBootstrap(families, n_boot, seed))
+    tally_voids(tally, voids, items, decoded, family_of.__getitem__)
+    resampled, est = tally.resolve()
+    return section(resampled, est, voids)
+
+
+def section(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], voids: Iterable[Item]) -> dict[str, Any]:
+    """The `voids` section of scores.json from the tallied measures (module docstring)."""
+    present = [v for v in VOID_TYPES if any(it.void == v for it in voids)]
+    out: dict[str, Any] = {"types": {v: VOID_TYPES[v] for v in present}}
+    for void in present:
+        block = {name: est[(SECTION, void, name)] for name in PER_TYPE if (SECTION, void, name) in est}
+        parts = [resampled.get(_pecs_key(None, void, p)) for p in pecs.PARTS]
+        if all(p is not None for p in parts):
+            acc, abs_rec, false_abs = parts
+            block["pecs"] = pecs.pecs_estimate(parts, acc.n + abs_rec.n)  # type: ignore[arg-type, union-attr]
+        if void == "occluded":
+            block.update({name: est[(SECTION, void, name)] for name in SELECT if (SECTION, void, name) in est})
+            twin, void_stop = (resampled.get((SECTION, void, k)) for k in ("twin_select_stop", "select_stop"))
+            if twin is not None and void_stop is not None:
+                block["stop_gap"] = paired_difference(twin, void_stop)
+        out[void] = block
+    out["gap"] = _gap(resampled, None)
+    systems = list(dict.fromkeys(k[2] for k in resampled if k[:2] == (SECTION, "by_system")))
+    out["by_system"] = {s: {**{v: {name: est[(SECTION, "by_system", s, v, name)] for name in PER_TYPE
+                                   if (SECTION, "by_system", s, v, name) in est} for v in present},
+                            "gap": _gap(resampled, s)} for s in systems}
+    out["pecs"] = _pecs_datasets(resampled, est, systems, present)
+    return out
+
+
+def _gap(resampled: Mapping[Key, Resampled], system: str | None) -> dict[str, Any]:
+    """AbsRec(unstated) - AbsRec(occluded), paired; the ratio of the point values where both are above 0."""
+    textual, visual = (resampled.get(_pecs_key(system, v, "abs_rec")) for v in ("unstated", "occluded"))
+    if textual is None or visual is None:
+        return {"textual_minus_visual": Estimate.empty("needs answer records of both void types")}
+    out: dict[str, Any] = {"textual_minus_visual": paired_difference(textual, visual)}
+    if textual.value > 0 and visual.value > 0:
+        out["ratio_of_points"] = float(textual.value / visual.value)
+    return out
+
+
+def _pecs_datasets(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], systems: list[str],
+                   present: list[str]) -> dict[str, Any]:
+    """bench.pecs' per-dataset section with datasets (system, void type), pooled over every void pair."""
+    keyed: dict[Key, Resampled] = {}
+    estimates: dict[Key, Estimate] = {}
+    for s in systems:
+        for v in present:
+            for p in pecs.PARTS:
+                src = _pecs_key(s, v, p)
+                if src in resampled:
+                    keyed[(pecs.SECTION, "datasets", f"{s} {v}", p)] = resampled[src]
+                    estimates[(pecs.SECTION, "datasets", f"{s} {v}", p)] = est[src]
+    if not keyed:
+        return {"dataset": DATASET, "reason": NO_VOID_ANSWERS}
+    for p in pecs.PARTS:  # pooled: every void type's pairs (a twin counted once per void type it anchors)
+        keyed[(pecs.POOLED[p],)] = resampled[(SECTION, "pooled", p)]
+    found = pecs.estimates(keyed, estimates)
+    return {"pecs": found["pecs"], **found[pecs.SECTION], "dataset": DATASET}
+
+
+__all__ = ["SECTION", "score_voids", "section", "tally_voids"]
