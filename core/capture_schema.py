@@ -58,8 +58,9 @@ INDEX_ITEM_TYPES: dict[str, str] = {
 # Item fields written only when they differ from their default (bench.items.OMIT_WHEN_DEFAULT), so a
 # capture of the main set, and one written before the field existed, have the same lines; a reader
 # takes a missing one as its default (the information-injection level: 0, the standard prompt).
-INDEX_OPTIONAL_ITEM_TYPES: dict[str, str] = {"injection": "count"}
-INDEX_OPTIONAL_DEFAULTS: dict[str, object] = {"injection": 0}
+# The void fields (bench.voids): a void item's type and its sufficient twin's item id.
+INDEX_OPTIONAL_ITEM_TYPES: dict[str, str] = {"injection": "count", "void": "str?", "twin_id": "str?"}
+INDEX_OPTIONAL_DEFAULTS: dict[str, object] = {"injection": 0, "void": None, "twin_id": None}
 INDEX_TYPES: dict[str, str] = {
     "row": "count", "item_id": "id", **INDEX_ITEM_TYPES, **INDEX_OPTIONAL_ITEM_TYPES,
     "text_span": "str", "n_tokens": "count", "n_image_tokens": "count", "n_text_tokens": "count",

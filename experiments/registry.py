@@ -146,6 +146,8 @@ for _e in (
     Experiment("ladder", "evprobe.experiments.ladder:add_ladder_parser",
                report=ReportPart("Information-injection ladder", "ladder.md", 70)),
     Experiment("parity", "evprobe.experiments.parity:add_parity_parser"),
+    Experiment("void-transfer", "evprobe.experiments.void_transfer:add_void_transfer_parser",
+               report=ReportPart("Probes and steering across void types", "void_transfer.md", 58)),
 ):
     register(_e)
 del _e

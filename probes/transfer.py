@@ -14,6 +14,10 @@ Conditions (`conditions(kind)`), each a set of labelled rows:
   on one half can be steered on the other, in distribution;
 - `request`: the request type (`select`, `answer_initial`, ...; variants by their names);
 - `regime`: the capture a row came from (pool captures of several prompt regimes);
+- `void`: the void type (bench.voids: `occluded`, visual; `unstated`, textual): a type's void rows
+  whose twin was captured too, with those twins' rows (index field `twin_id`), so each condition holds both classes of
+  `resolved` and differs from the other only in the kind of void; the twins are shared, so cells run
+  over the family folds (capture with `--requests answer_initial,voids`);
 - any other index field: one condition per value.
 
 Train and test families are always disjoint. When two conditions share no family (system ->
@@ -52,7 +56,7 @@ from evprobe.probes.nested import FoldChoice, NestedResult, nested_estimate
 from evprobe.probes.splits import family_folds
 from evprobe.probes.sweep import SweepConfig, candidate_indices
 
-KINDS = ("system", "initial", "pairs", "half", "request", "regime")
+KINDS = ("system", "initial", "pairs", "half", "request", "regime", "void")
 MAX_CONDITIONS = 12
 
 
@@ -96,6 +100,16 @@ def conditions(captures: CaptureSet, labelset: LabelSet, kind: str, seed: int = 
         image = np.array([r.get("threshold_level") == lv and r.get("history") is not None for r, lv in zip(rows, level)])
         thresh = np.array([r.get("history") == h and r.get("threshold_level") is not None for r, h in zip(rows, hist)])
         out = [Condition("image_pairs", image), Condition("threshold_pairs", thresh)]
+    elif kind == "void":
+        present = {r["item_id"] for r in rows}
+        paired = [r.get("void") is not None and r.get("twin_id") in present for r in rows]  # a void whose twin is here
+        types = sorted({r["void"] for r, p in zip(rows, paired) if p})
+        twins = {t: {r["twin_id"] for r, p in zip(rows, paired) if p and r["void"] == t} for t in types}
+        out = [Condition(t, np.array([p and r["void"] == t or r["item_id"] in twins[t] for r, p in zip(rows, paired)]))
+               for t in types]
+        if len(out) < 2:
+            raise CaptureError(f"transfer by void finds {len(out)} void type(s) among the labelled rows; capture a "
+                               "benchmark generated with --voids occluded,unstated with --requests answer_initial,voids")
     else:
         if kind == "initial":
             values = [None if r.get("initial_property") is None else

@@ -103,12 +103,14 @@ def _experiment_class(stem: str) -> type:
     from evprobe.experiments.gating import GatingConfig
     from evprobe.experiments.layer_sweep import LayerSweepConfig
     from evprobe.experiments.patching.job import PatchingConfig
+    from evprobe.experiments.void_transfer import VoidTransferConfig
 
     kinds = {
         "dose_response": DoseResponseConfig,
         "patching": PatchingConfig,
         "layer_sweep": LayerSweepConfig,
         "gating": GatingConfig,
+        "void_transfer": VoidTransferConfig,
     }
     for prefix, cls in kinds.items():
         if stem == prefix or stem.startswith(prefix + "_"):

@@ -100,3 +100,53 @@ def test_halves_are_disjoint_balanced_and_hold_every_system() -> None:
     assert halves != _halves(system_of, seed=4)  # the seed draws another split
     small = {f"{s}-{k:03d}": s for s in ("sliding", "bouncing", "spring") for k in range(2)}
     assert sorted(_halves(small, 20260905).values()) == ["half_a"] * 3 + ["half_b"] * 3
+
+
+def _void_capture(path: Path, shared: bool) -> Path:
+    """40 families, each 2 sufficient twins, their 2 occluded and 2 unstated voids (bench.voids' shape).
+    Occluded voids move along u; unstated voids along u too (`shared`) or along v, orthogonal to u."""
+    rng = np.random.default_rng(7)
+    u, v = np.linalg.qr(rng.standard_normal((16, 2)))[0].T
+    rows, shift = [], []
+    for f in range(40):
+        fam = f"{('sliding', 'bouncing')[f % 2]}-{f:03d}"
+        for h in (0, 1):
+            twin = f"{fam}.answer_initial.h{h}.low"
+            rows.append({"item_id": twin, "family_id": fam, "system": fam.split("-")[0], "resolved": True})
+            shift.append(np.zeros(16))
+            for void, along in (("occluded", u), ("unstated", u if shared else v)):
+                rows.append({"item_id": f"{twin}.void-{void}", "family_id": fam, "system": fam.split("-")[0],
+                             "resolved": False, "void": void, "twin_id": twin})
+                shift.append(3.0 * along)
+    acts = rng.standard_normal((len(rows), 1, 1, 16)).astype(np.float32)
+    acts[:, 0, 0] += np.array(shift)
+    return write_capture(path, acts.astype(np.float16), rows, positions=["last"])
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_void_transfer_pairs_each_type_with_its_twins_and_follows_the_planted_geometry(tmp_path: Path, shared: bool) -> None:
+    cs = load_captures([_void_capture(tmp_path / "acts", shared)])
+    ls = labels(cs, "resolved")
+    conds = {c.name: c for c in conditions(cs, ls, "void")}
+    assert list(conds) == ["occluded", "unstated"]
+    rows = [cs.index[r] for r in ls.rows]
+    for name, c in conds.items():  # 80 voids of the type and the 80 twins they name
+        picked = [r for r, m in zip(rows, c.mask) if m]
+        assert len(picked) == 160 and sum(r["resolved"] for r in picked) == 80
+        assert {r.get("void") for r in picked} == {name, None}
+    res = transfer(cs, ls, "void", SweepConfig(probe="massmean", **FAST))
+    assert all(c.scheme == "folds" for c in res.cells)  # the twins are shared: family folds, never disjoint
+    _, matrix = res.matrix()
+    assert matrix[0, 0] > 0.9 and matrix[1, 1] > 0.9
+    if shared:
+        assert matrix[0, 1] > 0.9 and matrix[1, 0] > 0.9
+    else:  # orthogonal void directions: chance across types
+        for a, b in (("occluded", "unstated"), ("unstated", "occluded")):
+            est = res.cell(a, b).best.auroc
+            assert abs(est.value - 0.5) < 0.15 and est.ci[0] < 0.55
+
+
+def test_void_transfer_without_pairs_says_how_to_capture_them(systems: Path) -> None:
+    cs = load_captures([systems])
+    with pytest.raises(CaptureError, match="--voids occluded,unstated with --requests answer_initial,voids"):
+        conditions(cs, labels(cs, "resolved"), "void")

@@ -1,0 +1,294 @@
+"""`evprobe void-transfer`: probes and steering across void types (seed 002, sections 5.4-5.5, Tables
+3 and 22-24): a direction fitted on one void type, read and steered on the other.
+
+    evprobe void-transfer --config void_transfer_tiny [--layers 1,2] [--alphas=-1,0,1] ...
+
+Needs a benchmark generated with `--voids occluded,unstated` (bench.voids): every void is matched with
+its sufficient twin, so a type's pairs differ only in that kind of void (visual: the sheet occluded;
+textual: the threshold unstated). Steps:
+
+1. capture the answer requests and the voids at every layer, position `last`
+   (`evprobe capture --requests answer_initial,voids`) into `out/acts`;
+2. probes: a `resolved` sweep with the transfer matrix by void type (probes.transfer, kind `void`:
+   each type's voids with their twins; cells over the family folds, the layer and position chosen
+   on the training type only) into `out/sweep`;
+3. split the families (per system, half fitting, half held out: experiments.gating.plan.split_families)
+   and fit one mass-mean `resolved` direction per void type and steered layer on the fitting
+   families' pairs (probes.directions, `--by void`) into `out/directions`;
+4. steering, every source -> target path (4 with two void types, the diagonal included): the
+   source type's direction, negated to point toward abstaining (experiments.steering_conventions),
+   added at every prompt position of the held-out families' target voids over the dose grid, with
+   `n_random` random directions of the same raw norm as the null; the readout is the log-odds of the
+   "undetermined" letter against the best other answer, and the abstention rate; the layer and dose
+   are cross-fitted to *suppress* abstention on the voids (goal: lower those log-odds), with the rank
+   test against the null (experiments.own_data.dose_response.steering_dose_response: the own-data
+   function, so the statistics are the dose-response pipeline's). The twins are shared by the void
+   types, so *inducing* abstention on them (the seed's "control abstention") is one run per source;
+5. `void_transfer.json` and `void_transfer.md`: one table, a row per path: the probe's transfer AUROC
+   (nested, interval, n) and the suppression effect (abstention in points, log-odds in nats, each with
+   its interval and n; the setting each half chose; the null's p and verdict), and one row per source
+   for inducing abstention on the twins.
+
+Doses are multiples of the layer's mean residual norm over the steered prompts' positions, unsteered
+(+ = toward abstaining). Every interval is a family bootstrap over the held-out families.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate
+from evprobe.core.errors import ConfigError, InputError
+from evprobe.core.estimate_text import estimate_text
+from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.flags import setting
+from evprobe.core.lock import folder_lock
+from evprobe.experiments.config import (
+    ModelConfig,
+    add_experiment_parser,
+    as_dict,
+    experiment_config,
+    load_config,
+    load_model_config,
+    resolve_config,
+)
+
+POSITION = "last"
+JSON_FILE = "void_transfer.json"
+MD_FILE = "void_transfer.md"
+FORMAT = "evprobe-void-transfer/1"
+GROUPS = ("twin", "void")
+
+
+@dataclass(frozen=True)
+class VoidTransferConfig:
+    """One cross-void experiment (configs/experiments/void_transfer*.yaml); every field is also a flag."""
+
+    model: str | ModelConfig = setting(help="model config name or YAML, tiny:<arch> or hub id (or an inline mapping)")
+    bench: str = setting(help="benchmark folder generated with --voids occluded,unstated")
+    out: str = setting(help="output folder")
+    layers: tuple[int, ...] = setting((1, 2), "decoder layers steered (each its own direction per void type)")
+    alphas: tuple[float, ...] = setting((-1.0, -0.5, 0.0, 0.5, 1.0), "doses in multiples of the layer's mean residual "
+                                        "norm (+ = toward abstaining); write --alphas=-1,0,1 when the first is negative")
+    n_random: int = setting(50, "random directions of the null, per path")
+    split_seed: int = setting(0, "seed of the family split (half fitting, half held out, per system)")
+    folds: int = setting(5, "folds of the probe sweep and transfer matrix (capped at the families)")
+    batch_size: int = setting(8, "prompts per forward")
+    n_boot: int = setting(DEFAULT_N_BOOT, "family bootstrap resamples")
+    seed: int = setting(DEFAULT_SEED, "bootstrap, fold and null seed")
+
+    def __post_init__(self) -> None:
+        if not self.layers or any(isinstance(x, bool) or x < 0 for x in self.layers):
+            raise ValueError(f"key 'layers' must hold decoder layers >= 0, e.g. [1, 2], got {list(self.layers)}")
+        if not any(a != 0 for a in self.alphas) or not all(np.isfinite(self.alphas)):
+            raise ValueError(f"key 'alphas' must hold finite doses with a nonzero one, e.g. [-1, 0, 1], got "
+                             f"{list(self.alphas)}")
+        for key in ("n_random", "folds", "batch_size", "n_boot"):
+            low = {"n_random": 0, "folds": 2}.get(key, 1)
+            if getattr(self, key) < low:
+                raise ValueError(f"key {key!r} must be {low} or more, got {getattr(self, key)}")
+
+
+def load_void_transfer_config(ref: str | Path, overrides: dict[str, Any] | None = None) -> VoidTransferConfig:
+    return load_config(VoidTransferConfig, resolve_config(ref, "experiments"), overrides)
+
+
+@dataclass(frozen=True)
+class VoidTransferReport:
+    """What a finished run wrote: one row per source -> target path (void_transfer.json's `paths`)."""
+
+    paths: tuple[dict[str, Any], ...]
+    files: tuple[str, ...]
+
+
+def _pairs(items: list[Any]) -> dict[str, list[tuple[Any, Any]]]:
+    """Void type -> (void, twin) answer-request pairs of the benchmark."""
+    by_id = {it.item_id: it for it in items}
+    out: dict[str, list[tuple[Any, Any]]] = {}
+    for it in items:
+        if it.void is not None and it.request == "answer_initial":
+            out.setdefault(it.void, []).append((it, by_id[it.twin_id]))
+    return out
+
+
+def _check(config: VoidTransferConfig) -> tuple[ModelConfig, Path, dict[str, list[tuple[Any, Any]]], list[str], list[str]]:
+    """Everything checkable before a model loads: the model config, the benchmark, its voids, the layers, the split."""
+    from evprobe.bench.manifest import META_FILE, read_items
+    from evprobe.experiments.gating.plan import split_families
+
+    model = load_model_config(config.model)
+    bench = Path(config.bench)
+    if not (bench / META_FILE).is_file():
+        raise ConfigError(f"benchmark {bench} not found (no {META_FILE}); generate it with `evprobe generate --out "
+                          f"{bench} --voids occluded,unstated`")
+    items = read_items(bench)
+    pairs = _pairs(items)
+    if len(pairs) < 2:
+        raise ConfigError(f"{bench} holds {len(pairs)} void type(s) with answer requests; regenerate it with "
+                          "`evprobe generate --voids occluded,unstated`")
+    if model.is_tiny:
+        from evprobe.hooks.tiny import N_LAYERS
+
+        bad = [x for x in config.layers if x >= N_LAYERS]
+        if bad:
+            raise ConfigError(f"layer {bad[0]} is out of range: {model.model} has {N_LAYERS} decoder layers")
+    fit, held = split_families([v for p in pairs.values() for v, _ in p], config.split_seed)
+    if len(fit) < 2 or len(held) < 2:
+        raise ConfigError(f"{bench} has too few families to split (fitting {len(fit)}, held out {len(held)}); "
+                          "generate at least 2 families per system")
+    return model, bench, pairs, fit, held
+
+
+def void_transfer(config: VoidTransferConfig, *, progress: bool = True) -> VoidTransferReport:
+    """Run the experiment (module docstring) and write its files; returns the path table."""
+    model, bench, pairs, fit, held = _check(config)
+    out = Path(config.out)
+    with folder_lock(out, "evprobe void-transfer"):
+        return _run(config, model, bench, pairs, fit, held, out, progress)
+
+
+def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dict[str, list[tuple[Any, Any]]],
+         fit: list[str], held: list[str], out: Path, progress: bool) -> VoidTransferReport:
+    from evprobe.bench.manifest import load_item_images
+    from evprobe.bench.protocols import build_prompt
+    from evprobe.experiments.capture.config import CaptureConfig
+    from evprobe.experiments.capture.job import capture
+    from evprobe.experiments.config import load_model
+    from evprobe.experiments.own_data.dose_response import steering_dose_response
+    from evprobe.experiments.steering_conventions import measure_sign
+    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.directions import fit_directions, write_directions
+    from evprobe.probes.runs import sweep_to_folder
+    from evprobe.probes.sweep import SweepConfig
+    from evprobe.probes.transfer import conditions
+
+    acts = out / "acts"
+    capture(CaptureConfig(model=model, bench=str(bench), out=str(acts), requests=("answer_initial", "voids"),
+                          layers="all", positions=(POSITION,), batch_size=config.batch_size), progress=progress)
+    cs = load_captures([acts])
+    sweep_config = SweepConfig(folds=config.folds, n_boot=config.n_boot, seed=config.seed)
+    run = sweep_to_folder(cs, "resolved", out / "sweep", sweep_config, transfer=("void",),
+                          progress="void sweep" if progress else None)
+    transfer = run.transfers["void"]
+    ls = labels(cs, "resolved")
+    fitting = ls.subset(np.isin(ls.families.astype(str), fit), reason="held-out family (void-transfer split)")
+    directions = fit_directions(cs, fitting, list(config.layers), POSITION, "massmean",
+                                conditions=[(f"void={c.name}", c.mask) for c in conditions(cs, fitting, "void")])
+    write_directions(out / "directions", directions)
+    toward_abstain = {(d.provenance["condition"].removeprefix("void="), d.provenance["layer"]):
+                      measure_sign(d.provenance, d.name) * d.vector.astype(np.float64) for d in directions}
+    handle = load_model(model)
+
+    def steer(pairs_of: list[tuple[Any, Any]], group: str, source: str, goal: int) -> Any:
+        """The source direction over the doses on the held-out pairs' `group` members (own-data dose-response)."""
+        chosen = [v if group == "void" else t for v, t in pairs_of if v.family_id in held]
+        vectors = {layer: toward_abstain[(source, layer)] for layer in config.layers if (source, layer) in toward_abstain}
+        if not vectors:
+            raise InputError(f"no {source} direction at layers {list(config.layers)} (identical class means)")
+        return steering_dose_response(
+            handle, [build_prompt(it, "direct") for it in chosen], [load_item_images(bench, it.images) for it in chosen],
+            direction=vectors, candidates=sorted(chosen[0].options),
+            target=[next(k for k, a in it.options.items() if a == "undetermined") for it in chosen],
+            families=[it.family_id for it in chosen], alphas=config.alphas, goal=goal, n_random=config.n_random,
+            n_boot=config.n_boot, seed=config.seed, split_seed=config.split_seed, batch_size=config.batch_size)
+
+    # the twins are shared by the void types: inducing abstention on them depends on the source alone
+    any_pairs = next(iter(pairs.values()))
+    induce = {source: _effect(steer(any_pairs, "twin", source, +1)) for source in sorted(pairs)}
+    rows = []
+    for target, target_pairs in sorted(pairs.items()):
+        for source in sorted(pairs):
+            cell = transfer.cell(source, target)
+            probe = (cell.best.auroc if cell.best is not None else Estimate.empty(cell.reason or "no probe fit"))
+            rows.append({"source": source, "target": target, "probe_auroc": probe.to_json(),
+                         "suppress_on_voids": _effect(steer(target_pairs, "void", source, -1)),
+                         "induce_on_twins": induce[source]})
+    meta = {"format": FORMAT, "config": _jsonable(config), "fit_families": fit, "heldout_families": held,
+            "n_random": config.n_random, "position": POSITION}
+    atomic_write_json(out / JSON_FILE, {**meta, "paths": rows})
+    atomic_write_bytes(out / MD_FILE, markdown(rows, meta).encode("utf-8"))
+    return VoidTransferReport(paths=tuple(rows), files=(JSON_FILE, MD_FILE, "sweep/", "directions/", "acts/"))
+
+
+def _jsonable(config: VoidTransferConfig) -> dict[str, Any]:
+    return json.loads(json.dumps(as_dict(config), default=str))
+
+
+def _est(row: Any) -> dict[str, Any]:
+    """A crossfit frame row's estimate as JSON (core.bootstrap's: an identical one has no interval)."""
+    if bool(row["identical"]):
+        return Estimate.identical_units(float(row["value"]), int(row["n"])).to_json()
+    return Estimate(float(row["value"]), (float(row["lo"]), float(row["hi"])), int(row["n"])).to_json()
+
+
+def _effect(result: Any) -> dict[str, Any]:
+    """The cross-fitted effect of one steering run (its `all` group): abstention rate and log-odds
+    changes, the setting each half chose, and the rank test against the null on the log-odds."""
+    cf = result.crossfit.set_index("measure")
+    goal = cf.loc["log_odds_change"]
+    return {"abstention_change": _est(cf.loc["chose_change"]), "log_odds_change": _est(goal),
+            "chosen": [str(goal["chosen_on_A"]), str(goal["chosen_on_B"])], "p_null": float(goal["p_goal"]),
+            "specific": bool(goal["specific"]), "n_random": int(goal["null_n_directions"])}
+
+
+def _cell(effect: dict[str, Any]) -> list[str]:
+    verdict = "specific" if effect["specific"] else "not specific"
+    return [estimate_text(effect["abstention_change"], 1, scale=100.0, sign=True),
+            estimate_text(effect["log_odds_change"], 2, sign=True), "; ".join(effect["chosen"]),
+            f"{effect['p_null']:.3f} ({verdict})"]
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = ["# Probes and steering across void types (seed 002, Tables 3 and 22-24)", "",
+             f"- directions: mass-mean `resolved` at position {meta['position']}, one per void type and layer, fitted "
+             f"on {len(meta['fit_families'])} families; steered on the other {len(meta['heldout_families'])}",
+             "- probe AUROC: trained on the source type's pairs, tested on the target type's (the layer chosen on the "
+             "source only; family folds)",
+             "- suppress: the source direction toward answering on the target's voids (goal: lower the "
+             "\"undetermined\" log-odds); induce: toward abstaining on the twins (shared by both void types, so it "
+             "depends on the source alone). Each effect is taken at the layer and dose one half of the families "
+             "chose, scored on the other (both halves shown), against alpha = 0, beside "
+             f"{meta['n_random']} random directions of the same norm (one-sided rank test; specific when p <= 0.05)",
+             "", "| source -> target | probe AUROC | suppress on voids: abstention (points) | log-odds (nats) | chosen | "
+             "null p |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['source']} -> {r['target']} | {estimate_text(r['probe_auroc'], 3)} | "
+                     + " | ".join(_cell(r["suppress_on_voids"])) + " |")
+    lines += ["", "| source -> twins | induce: abstention (points) | log-odds (nats) | chosen | null p |",
+              "|---|---|---|---|---|"]
+    for source, effect in dict.fromkeys((r["source"], json.dumps(r["induce_on_twins"])) for r in rows):
+        lines.append(f"| {source} | " + " | ".join(_cell(json.loads(effect))) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def add_void_transfer_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    return add_experiment_parser(
+        sub, "void-transfer", VoidTransferConfig, run_void_transfer, example="void_transfer_tiny",
+        help="probes and steering across void types: directions fitted on one void type, read and steered on the other",
+        description="Capture the answer requests and the voids (a benchmark generated with --voids), sweep resolved "
+        "with the transfer matrix by void type, fit one direction per void type on half the families and steer the "
+        "other half's pairs of every void type with it, beside a random-direction null: void_transfer.json, "
+        "void_transfer.md. Flags override the config.",
+    )
+
+
+def run_void_transfer(args: argparse.Namespace) -> int:
+    config = experiment_config(VoidTransferConfig, args)
+    report = void_transfer(config, progress=not args.quiet)
+    for r in report.paths:
+        e = r["suppress_on_voids"]
+        print(f"{r['source']} -> {r['target']}: probe AUROC {estimate_text(r['probe_auroc'], 3)}; on the voids' "
+              f"abstention {estimate_text(e['abstention_change'], 1, scale=100.0, sign=True)} points, null p "
+              f"{e['p_null']:.3f}")
+    print(f"wrote {', '.join(report.files)} in {config.out}")
+    return 0
+
+
+__all__ = ["VoidTransferConfig", "VoidTransferReport", "add_void_transfer_parser", "load_void_transfer_config",
+           "markdown", "void_transfer"]

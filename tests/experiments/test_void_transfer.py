@@ -1,0 +1,80 @@
+"""`evprobe void-transfer` (experiments.void_transfer): the cross-void table on a real model (the
+organism, whose numbers on voids are not a known answer: it never learned them), its files, and the
+bad inputs it refuses before any model loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evprobe.bench.generate import GenerateConfig, generate
+from evprobe.experiments.cli import main
+
+FLAGS = ["--model", "organism", "--n-random", "5", "--alphas=-1,1", "--layers", "2", "--n-boot", "100"]
+
+
+@pytest.fixture(scope="module")
+def void_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("vt") / "bench"
+    generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0, voids=("occluded", "unstated")),
+             progress=False)
+    return out
+
+
+def _estimates(tree):
+    if isinstance(tree, dict) and "value" in tree and "n" in tree:
+        yield tree
+    elif isinstance(tree, dict):
+        for v in tree.values():
+            yield from _estimates(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from _estimates(v)
+
+
+def test_every_path_gets_a_probe_and_a_steering_row(void_bench: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "vt"
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out", str(out),
+                 "--quiet", *FLAGS]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "void_transfer.json").read_text())
+    paths = [(r["source"], r["target"]) for r in result["paths"]]
+    assert paths == [("occluded", "occluded"), ("unstated", "occluded"), ("occluded", "unstated"),
+                     ("unstated", "unstated")]
+    assert "occluded -> unstated: probe AUROC" in printed
+    for r in result["paths"]:
+        assert r["probe_auroc"]["n"] == 24  # 12 voids of the target type and their 12 twins
+        assert r["suppress_on_voids"]["n_random"] == 5 and r["suppress_on_voids"]["abstention_change"]["n"] == 6
+        # the twins are shared by the void types: inducing on them is the source's, whatever the target
+        same = [q for q in result["paths"] if q["source"] == r["source"]]
+        assert all(q["induce_on_twins"] == r["induce_on_twins"] for q in same)
+    for e in _estimates(result["paths"]):  # an interval is never a point: identical estimates say so
+        lo, hi = e["ci"]
+        assert (lo is None and hi is None and e.get("identical")) or lo < hi or e["value"] in (0.0, 1.0), e
+    assert set(result["fit_families"]).isdisjoint(result["heldout_families"])
+    directions = json.loads((out / "directions" / "directions.json").read_text())["directions"]
+    assert sorted(d["condition"] for d in directions) == ["void=occluded", "void=unstated"]
+    assert all(set(d["items"]) and all(i.split(".")[0] in result["fit_families"] for i in d["items"])
+               for d in directions)  # fitted on the fitting families only
+    md = (out / "void_transfer.md").read_text()
+    assert "| occluded -> unstated |" in md and "| source -> twins |" in md
+    assert (out / "sweep" / "transfer-void.md").is_file()
+
+
+def test_a_benchmark_without_voids_is_refused_before_a_model_loads(tmp_path: Path, capsys) -> None:
+    bench = tmp_path / "bench"
+    generate(bench, GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
+    out = tmp_path / "vt"
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(bench), "--out", str(out),
+                 *FLAGS]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--voids occluded,unstated" in err
+    assert not out.exists()
+
+
+def test_a_layer_the_tiny_model_lacks_is_refused_in_one_line(void_bench: Path, tmp_path: Path, capsys) -> None:
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out",
+                 str(tmp_path / "vt"), "--layers", "9"]) == 2
+    assert "layer 9 is out of range" in capsys.readouterr().err
