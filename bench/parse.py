@@ -275,7 +275,7 @@ def _is_article(text: str, pos: int) -> bool:
     return not _VOWEL_SOUND.match(word) and word not in _NOT_AFTER_ARTICLE
 
 
-def _spans(item: Item, text: str) -> tuple[list[_Span], str | None]:
+def _spans(item: Item, text: str, letters: bool = True) -> tuple[list[_Span], str | None]:
     """Option references, negation cues and hedges in `text`, in order; and for numeric requests
     a misread that overrides the references: "non_finite", "ambiguous_comma", "malformed_number"
     or "wrong_unit" (numbers were written, but each with a unit of another kind), else None."""
@@ -344,7 +344,7 @@ def _spans(item: Item, text: str) -> tuple[list[_Span], str | None]:
                     keep(_Span(n.start, n.end, "number", key))
         if misread is None and malformed:
             misread = "malformed_number"
-    if item.request not in NUMBER_REQUESTS:
+    if item.request not in NUMBER_REQUESTS and letters:  # letters=False: a reply to a prompt that showed none
         for m in _LETTER.finditer(text):
             letter, pos = m.group(1), m.start(1)
             if _EQUALS.match(text, m.end()) or not free(pos, m.end()):
@@ -441,11 +441,11 @@ def _key(ref: _Span) -> str | float:
     return ref.value if ref.value is not None else ref.key
 
 
-def _read(item: Item, text: str) -> _Reading | str:
+def _read(item: Item, text: str, letters: bool = True) -> _Reading | str:
     """The one option `text` points to, or the reason why there is none."""
     text = text.replace("’", "'").replace("‘", "'").replace("−", "-")  # same length: spans hold
     ruler = item.request in NUMBER_REQUESTS
-    spans, misread = _spans(item, text)
+    spans, misread = _spans(item, text, letters)
     refs = [s for s in spans if s.kind in ("letter", "name", "number")]
     if misread in ("non_finite", "ambiguous_comma", "malformed_number"):
         return misread
@@ -481,9 +481,9 @@ def _parsed(item: Item, reading: _Reading, route: str) -> Parsed:
     return Parsed(True, route, choice=letter, value=float(value))
 
 
-def _final(item: Item, token: str, route: str, unreadable: str) -> Parsed:
+def _final(item: Item, token: str, route: str, unreadable: str, letters: bool = True) -> Parsed:
     """Read a final answer (an ANSWER line or a json `final_answer`): no fallback to the working."""
-    got = _read(item, token)
+    got = _read(item, token, letters)
     if isinstance(got, str):
         return invalid(unreadable if got in ("no_option", "no_number") else got)
     return _parsed(item, got, route)
@@ -521,8 +521,9 @@ def _answer_line(text: str) -> str | None:
     return last
 
 
-def parse_reply(item: Item, reply: str, regime: str = "standard") -> Parsed:
-    """Read one reply to `item`; see the module docstring for the order and the rules."""
+def parse_reply(item: Item, reply: str, regime: str = "standard", *, letters: bool = True) -> Parsed:
+    """Read one reply to `item`; see the module docstring for the order and the rules. `letters=False`
+    (the free protocol, whose prompts show no option letters): only names count, never a letter."""
     text = reply.strip()
     if not text:
         return invalid("empty")
@@ -535,11 +536,11 @@ def parse_reply(item: Item, reply: str, regime: str = "standard") -> Parsed:
             except (ValueError, RecursionError):  # bad JSON, an integer too long for int(), nesting too deep
                 obj = None
             if isinstance(obj, dict) and "final_answer" in obj:
-                return _final(item, str(obj["final_answer"]), "json", "json_final_answer_unreadable")
+                return _final(item, str(obj["final_answer"]), "json", "json_final_answer_unreadable", letters)
     line = _answer_line(text)
     if line is not None:
-        return _final(item, line, "answer_line", "answer_line_unreadable")
-    got = _read(item, text)
+        return _final(item, line, "answer_line", "answer_line_unreadable", letters)
+    got = _read(item, text, letters)
     if isinstance(got, str):
         return invalid(got)
     if item.request in NUMBER_REQUESTS:

@@ -114,6 +114,12 @@ def _combined(fn: Any, parts: Sequence[Resampled], n: int, *, pecs: bool = False
     return Estimate(est.value, (None, None), n, reason=why)
 
 
+def combined_estimate(fn: Any, parts: Sequence[Resampled], n: int) -> Estimate:
+    """`FamilyBootstrap.combine`, but a value every resample reproduces gets no interval and says why
+    (`_combined`): a derived score or a difference of them is never printed with a zero-width interval."""
+    return _combined(fn, parts, n)
+
+
 def pecs_estimate(parts: Sequence[Resampled], n: int) -> Estimate:
     """PECS from its resampled parts (Acc, AbsRec, FalseAbs, in `PARTS` order): a value every resample
     reproduces gets no interval and says why (`_combined`)."""

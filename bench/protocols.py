@@ -2,7 +2,12 @@
 
 Protocols (seed 000, section 4 and B.2): `direct` asks for the option code within 16 new tokens;
 `brief` appends the seed's reasoning request (at most two short sentences, then a final
-`ANSWER: <option>` line) and allows 256 tokens.
+`ANSWER: <option>` line) and allows 256 tokens. `free` (seed 002, section 4.2: free-form replies)
+asks the answer requests only, with no option letters: the menu and its instruction are replaced by
+`FREE_QUESTION`, so abstaining is the model's own idea, and the reply is read by its words alone
+(`bench.parse.parse_reply(..., letters=False)`: "yes", "no", "cannot be determined", "the evidence
+does not settle it", ...; hedged, negated or conflicting words are invalid, kept in every
+denominator); 96 tokens.
 
 Regimes (seed 002, appendix C, adapted to this benchmark): `standard` adds nothing; `guided`
 tells the model not to guess when the evidence is insufficient; `json` asks for a JSON object with
@@ -27,6 +32,7 @@ class Protocol:
 PROTOCOLS: dict[str, Protocol] = {
     "direct": Protocol("direct", 16),
     "brief": Protocol("brief", 256),
+    "free": Protocol("free", 96),
 }
 REGIMES: tuple[str, ...] = ("standard", "guided", "json")
 JSON_MAX_NEW_TOKENS = 256  # a JSON object with a reason does not fit in 16 tokens
@@ -51,6 +57,9 @@ JSON_SUFFIX = (
     "Do NOT include any text before or after the JSON."
 )
 ANSWER_REQUESTS = ("answer_initial", "answer_after_test", "both_given")
+MENU_OPENING = "What is the answer to the question, given the evidence?"  # bench.prompts' answer menu
+FREE_QUESTION = "What is the answer to the question, given the evidence? Reply in one or two sentences."
+GUIDED_FREE = "If the evidence is not enough to determine the answer, do not guess: say so."
 NUMBER_REQUESTS = ("read_ruler", *NUMERIC_REQUESTS)  # replies are numbers: slot "<number>"
 
 
@@ -71,17 +80,32 @@ def max_new_tokens(protocol: str, regime: str) -> int:
     return max(limit, JSON_MAX_NEW_TOKENS) if regime == "json" else limit
 
 
+def free_prompt(item: Item) -> str:
+    """An answer request's prompt with its option menu and instruction replaced by FREE_QUESTION."""
+    from evprobe.bench.prompts import ANSWER_INSTRUCTION
+
+    if item.request not in ANSWER_REQUESTS:
+        raise ValueError(f"the free protocol asks answer requests only ({', '.join(ANSWER_REQUESTS)}); "
+                         f"{item.item_id} is a {item.variant or item.request} item")
+    parts = item.prompt.split("\n\n")
+    if len(parts) < 3 or parts[-1] != ANSWER_INSTRUCTION or not parts[-2].startswith(MENU_OPENING + "\n"):
+        raise ValueError(f"{item.item_id}: its prompt does not end with the answer menu and its instruction")
+    return "\n\n".join([*parts[:-2], FREE_QUESTION])
+
+
 def build_prompt(item: Item, protocol: str, regime: str = "standard") -> str:
     """The full user text for one call: the item's prompt, the regime's text, the protocol's."""
     get_protocol(protocol)
     check_regime(regime)
     slot = "<number>" if item.request in NUMBER_REQUESTS else "<option letter>"
     parts = [item.prompt]
+    if protocol == "free":
+        parts, slot = [free_prompt(item)], "<your answer in words>"
     if regime == "guided":
         if item.request == "select":
             parts.append(GUIDED["select"])
         elif item.request in ANSWER_REQUESTS:
-            parts.append(GUIDED["answer"])
+            parts.append(GUIDED_FREE if protocol == "free" else GUIDED["answer"])
     if regime == "json":
         parts.append(JSON_SUFFIX.format(slot=slot))  # JSON replaces the ANSWER line
     elif protocol == "brief":
@@ -97,6 +121,13 @@ def prompt_template_sha256(protocol: str, regime: str) -> str:
     this fails loudly (the stand-in has no other) rather than pin too little."""
     from types import SimpleNamespace
 
+    if protocol == "free":  # answer requests only, their menu replaced: the stand-in carries one to replace
+        from evprobe.bench.prompts import ANSWER_INSTRUCTION
+
+        menu = f"{{prompt}}\n\n{MENU_OPENING}\n{{menu}}\n\n{ANSWER_INSTRUCTION}"
+        stand_ins = [SimpleNamespace(request=r, prompt=menu, item_id=r, variant=None) for r in ANSWER_REQUESTS]
+        parts = [f"{it.request}\n{build_prompt(it, protocol, regime)}" for it in stand_ins]  # type: ignore[arg-type]
+        return hashlib.sha256("\n\0\n".join(parts).encode("utf-8")).hexdigest()
     stand_ins = [SimpleNamespace(request=request, prompt="{prompt}") for request in REQUESTS]
     parts = [f"{it.request}\n{build_prompt(it, protocol, regime)}" for it in stand_ins]  # type: ignore[arg-type]
     # The numeric estimates (an opt-in block) are wrapped exactly as read_ruler is, so read_ruler's

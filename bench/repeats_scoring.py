@@ -76,7 +76,7 @@ from evprobe.bench.manifest import read_items, read_meta
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.repeats import is_runs_folder, read_runs
-from evprobe.bench.score_report import COSTS, LABELS, PLAIN, at, difference_cell, headline_cell, points
+from evprobe.bench.score_report import COSTS, LABELS, PLAIN, at, difference_cell, headline_cell
 from evprobe.bench.scoring import HEADLINE, Bench, score
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled
 from evprobe.core.errors import InputError
@@ -224,7 +224,7 @@ def pooled_estimates(parts: Mapping[str, Resampled], cost: tuple[float, float],
         est[COST] = Estimate(lower + span * e.value, (None if lo is None else lower + span * lo,
                                                       None if hi is None else lower + span * hi), e.n)
     acc, rec, false = (parts[p] for p in PECS_PARTS)
-    est["pecs"] = FamilyBootstrap.combine(_pecs_value, [acc, rec, false], acc.n + rec.n)
+    est["pecs"] = pecs.pecs_estimate([acc, rec, false], acc.n + rec.n)  # never a zero-width interval
     out = {}
     for name in HEADLINE:
         why = reasons.get(name) or (reasons.get("pecs_acc") if name == "pecs" else None)
@@ -250,8 +250,8 @@ def paired_differences(a: Mapping[str, Resampled], b: Mapping[str, Resampled], c
                          d.n // b_runs)
         out[name] = d
     pa, pb = [a[p] for p in PECS_PARTS], [b[p] for p in PECS_PARTS]
-    out["pecs"] = FamilyBootstrap.combine(lambda *x: _pecs_value(*x[:3]) - _pecs_value(*x[3:]), [*pb, *pa],
-                                          (pb[0].n + pb[1].n) // b_runs)
+    out["pecs"] = pecs.combined_estimate(lambda *x: _pecs_value(*x[:3]) - _pecs_value(*x[3:]), [*pb, *pa],
+                                         (pb[0].n + pb[1].n) // b_runs)  # never a zero-width interval
     return {name: out[name] for name in HEADLINE}
 
 

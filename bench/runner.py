@@ -213,6 +213,14 @@ class RunJob(Job):
         self.bench_meta = read_meta(self.bench)  # validated; a missing or bad bench.json is one line
         self.all_items = read_items(self.bench)
         self.items = select_items(self.all_items, config.requests, config.limit, config.injection)
+        if config.protocol == "free":  # answer requests only (bench.protocols): refused before any work
+            from evprobe.bench.protocols import ANSWER_REQUESTS
+
+            other = next((it for it in self.items if it.request not in ANSWER_REQUESTS), None)
+            if other is not None:
+                raise InputError(f"--protocol free asks answer requests only, and {other.item_id} is a "
+                                 f"{other.variant or other.request} item; select them with --requests "
+                                 f"{','.join(ANSWER_REQUESTS)}")
         if config.model.model.startswith(POLICY_PREFIX):
             name = config.model.model[len(POLICY_PREFIX):]
             if name not in POLICIES:
@@ -319,7 +327,10 @@ class RunJob(Job):
             families = {f.family_id: f for f in read_families(self.bench)}
             policy = make_policy(c.model.model[len(POLICY_PREFIX):], self.bench, families,
                                  Prices(**self.bench_meta["prices"]), c.seed)
-            self.reply_batch = lambda batch, prepared=None: [Reply(policy(it)) for it in batch]
+            if c.protocol == "free":  # a letter means nothing where none was shown: the policy says its answer
+                self.reply_batch = lambda batch, prepared=None: [Reply(_in_words(it, policy(it))) for it in batch]
+            else:
+                self.reply_batch = lambda batch, prepared=None: [Reply(policy(it)) for it in batch]
             return
         from evprobe.bench.backends import open_backend
 
@@ -493,10 +504,19 @@ def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
             raise InputError(f"--usd-per-mtok takes two non-negative prices, IN,OUT, got {c.usd_per_mtok!r}")
 
 
+FREE_WORDS = {"yes": "Yes.", "no": "No.", "undetermined": "The evidence does not settle the answer."}
+
+
+def _in_words(item: Item, reply: str) -> str:
+    """A scripted policy's option letter as the sentence it stands for (the free protocol)."""
+    return FREE_WORDS[item.options[reply]] if item.options and reply in item.options else reply
+
+
 def _record(config: RunConfig, item: Item, reply: Reply, seconds: float) -> Record:
     text, n_prompt, n_new = reply.text, reply.n_prompt_tokens, reply.n_new_tokens
     # A backend that returned no readable reply: kept, invalid, with its words (never parsed).
-    parsed = Parsed(False, "invalid:backend") if reply.error is not None else parse_reply(item, text, config.regime)
+    parsed = (Parsed(False, "invalid:backend") if reply.error is not None
+              else parse_reply(item, text, config.regime, letters=config.protocol != "free"))
     return Record(
         item_id=item.item_id,
         model=config.source,

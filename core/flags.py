@@ -48,7 +48,8 @@ HELP = {
     "shard": "only shard K/N (0-based; whole families, sorted ids round robin); combine the N folders with "
              "`evprobe merge`. Under torchrun the rank picks the shard",
     "regime": "prompt regime: standard, guided or json",
-    "protocol": "direct (short reply) or brief (a few sentences, then the answer line)",
+    "protocol": "direct (short reply), brief (a few sentences, then the answer line) or free (answer requests "
+                "only: no option letters, a reply in words)",
 }
 
 

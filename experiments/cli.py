@@ -205,6 +205,38 @@ def _run_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_judge_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "judge",
+        help="judge a free-protocol run's replies with a panel of served LLM judges (Fleiss' kappa, audit sample)",
+        description="Ask each judge (an OpenAI-compatible server) to classify every answer reply of RUN (evprobe run "
+        "--protocol free) as yes / no / cannot be determined / unclear; the panel's strict majority is its "
+        "decision. Writes RUN/judged/: judgments.jsonl, records.jsonl and scores.json (the panel-judged records "
+        "scored), judge.json and judge.md (Fleiss' kappa with a family-bootstrap interval, agreement, the rule-"
+        "and panel-judged scores side by side) and audit.csv (a stratified sample for a human audit).",
+    )
+    p.add_argument("run_dir", metavar="RUN", type=Path, help="run folder written by `evprobe run --protocol free`")
+    p.add_argument("--judge", action="append", required=True, metavar="MODEL@URL",
+                   help="a judge: the model a server serves and its base URL (repeat; two or more, three as the seed)")
+    p.add_argument("--per-stratum", type=positive_int, default=5,
+                   help="replies per (request, rule reading, panel decision) cell in audit.csv")
+    p.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight per judge")
+    p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples of whole families")
+    p.add_argument("--seed", type=int, default=20260905, help="bootstrap and audit-sample seed")
+    p.set_defaults(run=_run_judge)
+
+
+def _run_judge(args: argparse.Namespace) -> int:
+    from evprobe.bench.judges import Judge, judge_run
+
+    judges = [Judge.parse(spec) for spec in args.judge]
+    s = judge_run(args.run_dir, judges, per_stratum=args.per_stratum, concurrency=args.concurrency,
+                  n_boot=args.n_boot, seed=args.seed)
+    print(f"{s.n_replies} replies judged by {len(judges)} judges; Fleiss' kappa {s.kappa.text(3)}")
+    print(f"wrote {', '.join(s.files)} in {s.out}")
+    return 0
+
+
 def add_score_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "score",

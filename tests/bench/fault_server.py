@@ -6,6 +6,7 @@ for `bench.backends.openai`: `GET /v1/models`, `GET /health`, `POST /v1/chat/com
 
 PLAN.json:
   reply: the text every good answer holds (default "A")
+  replies: {digest: text} the text of the good answers to chosen requests (others: `reply`)
   models: the model ids /v1/models lists (default ["fault-model"])
   key_env: an environment variable of this process holding the only key accepted (none: no key)
   delay_s: how long a "delay" answer waits before answering (default 2)
@@ -102,7 +103,7 @@ class Handler(BaseHTTPRequestHandler):
                   seed=body.get("seed"), logprobs=body.get("logprobs"))
         if not ok:
             return self._send(401, {"error": {"message": "Incorrect API key provided"}})
-        good = self._answer(body, fault)
+        good = self._answer(body, fault, key)
         if fault in ("ok", "nologprobs") or fault == "refuse_logprobs" and not body.get("logprobs"):
             return self._send(200, good)
         if fault == "refuse_logprobs":
@@ -137,8 +138,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(400, {"error": {"message": f"bad request from {self.headers.get('Authorization')}"}})
         raise ValueError(f"unknown fault {fault!r}")
 
-    def _answer(self, body: dict[str, Any], fault: str) -> dict[str, Any]:
-        reply = self.plan.get("reply", "A")
+    def _answer(self, body: dict[str, Any], fault: str, key: str) -> dict[str, Any]:
+        reply = self.plan.get("replies", {}).get(key, self.plan.get("reply", "A"))
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": reply},
                                   "finish_reason": "stop"}
         if body.get("logprobs") and fault != "nologprobs":

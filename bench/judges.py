@@ -1,0 +1,305 @@
+"""A panel of LLM judges for free-form replies (seed 002, section 4.2 and appendix D): `evprobe judge RUN`.
+
+A run under the free protocol (`bench.protocols`) is already judged once by rule: the parser reads
+its words and leaves invalid what it cannot decide. This module asks a panel of served models
+(OpenAI-compatible servers, through the openai backend: bounded concurrency, retries, a request
+cache) to classify each answer reply as it was written:
+
+    A. it answers yes   B. it answers no   C. it says the answer cannot be determined (abstains)
+    D. none of these clearly (hedges, gives both, answers something else)
+
+A judge's reply is read as one of the letters A-D (`judge_decision`: the letter alone, optionally
+bracketed or followed by a period or its words); anything else is no decision. The panel's
+decision is the answer (yes, no, undetermined) that a strict majority of the judges gives; a
+split panel, a majority for D, or too few decisions leave the reply undecided, which is scored as
+an invalid reply (kept in every denominator, never correct, never an abstention).
+
+Outputs, in RUN/judged/: `judgments.jsonl` (per reply: the rule's reading, each judge's decision and
+the panel's), `records.jsonl` (the run's records with the panel's decisions as answers), `scores.json`
+(those records scored by `bench.scoring.score`, the same families and seed as the run's own scores),
+`judge.json` and `judge.md` (Fleiss' kappa over the replies every judge decided, with a family-
+bootstrap interval; unanimity; each pair's agreement; the panel against the rule; the rule-judged and
+the panel-judged answer scores side by side) and `audit.csv`, a stratified sample for a human audit:
+up to `per_stratum` replies of each (request, rule reading, panel decision) cell, seeded, with an
+empty `human` column.
+
+Fleiss' kappa (Fleiss 1971) is written out here (`fleiss_kappa`, a few lines) rather than taken from
+statsmodels, which evprobe does not otherwise need; a test checks it on the published example.
+Its interval resamples families (`FamilyBootstrap`): kappa is a function of per-family sums (the
+agreement P_i and the category counts), so every resample recomputes it from its families. Coverage
+where the truth is known (benchmarks/coverage_fleiss_kappa.py): 92.3-95.2%.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evprobe.bench.items import Item
+from evprobe.bench.protocols import ANSWER_REQUESTS, build_prompt
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
+from evprobe.core.errors import InputError
+from evprobe.core.files import atomic_write_bytes, atomic_write_json
+
+DECISIONS = {"A": "yes", "B": "no", "C": "undetermined", "D": "unclear"}
+CATEGORIES = tuple(DECISIONS.values())
+JUDGE_PROMPT = (
+    "You are grading how a reply answers a question. Do not solve the question yourself; only say what the "
+    "reply says.\n\nThe question, as it was asked:\n<<<\n{question}\n>>>\n\nThe reply:\n<<<\n{reply}\n>>>\n\n"
+    "Which describes the reply?\nA. It answers yes.\nB. It answers no.\nC. It says the answer cannot be "
+    "determined from the evidence (it abstains).\nD. None of these clearly (it hedges, gives both answers, or "
+    "answers something else).\n\nReply with the letter only."
+)
+_DECISION = re.compile(r"^\W*([ABCD])\b[\s.):\]]*", re.I)
+JUDGED = "judged"
+
+
+@dataclass(frozen=True)
+class Judge:
+    """One served judge: the model name the server serves and its base URL."""
+
+    model: str
+    base_url: str
+
+    @property
+    def name(self) -> str:
+        return self.model
+
+    @classmethod
+    def parse(cls, spec: str) -> Judge:
+        """`MODEL@URL`, e.g. `qwen2.5-7b@http://127.0.0.1:8000/v1`."""
+        model, sep, url = spec.rpartition("@")
+        if not sep or not model or not url.startswith(("http://", "https://")):
+            raise InputError(f"--judge {spec!r}: write MODEL@URL, e.g. judge-a@http://127.0.0.1:8000/v1")
+        return cls(model, url)
+
+
+def judge_decision(reply: str) -> str | None:
+    """A judge's reply as a decision (DECISIONS' values), or None when it gives none of the letters."""
+    m = _DECISION.match(reply.strip())
+    return DECISIONS[m.group(1).upper()] if m else None
+
+
+def panel_decision(decisions: list[str | None]) -> str | None:
+    """The answer a strict majority of the panel gives (yes, no, undetermined), else None."""
+    counts = Counter(d for d in decisions if d is not None)
+    if not counts:
+        return None
+    best, n = counts.most_common(1)[0]
+    return best if n * 2 > len(decisions) and best != "unclear" else None
+
+
+def fleiss_kappa(table: np.ndarray) -> float:
+    """Fleiss' kappa of an (N subjects, k categories) table of rater counts, every row summing to n >= 2."""
+    table = np.asarray(table, dtype=float)
+    n = table.sum(axis=1)
+    if table.ndim != 2 or len(table) == 0 or np.any(n != n[0]) or n[0] < 2:
+        raise ValueError("Fleiss' kappa needs subjects rated by the same number (2 or more) of raters")
+    p_j = table.sum(axis=0) / table.sum()
+    p_i = ((table ** 2).sum(axis=1) - n) / (n * (n - 1))
+    p_e = float((p_j ** 2).sum())
+    return float("nan") if p_e == 1.0 else float((p_i.mean() - p_e) / (1.0 - p_e))
+
+
+def kappa_estimate(table: np.ndarray, families: list[str], n_boot: int, seed: int) -> Estimate:
+    """Fleiss' kappa with a family-bootstrap percentile interval (module docstring)."""
+    table = np.asarray(table, dtype=float)
+    if len(table) == 0:
+        return Estimate.empty("no reply decided by every judge")
+    boot = FamilyBootstrap(sorted(set(families)), n_boot, seed)
+    fidx = boot.family_index(families)
+    n = table.sum(axis=1)[0]
+    agree = ((table ** 2).sum(axis=1) - n) / (n * (n - 1))  # (N,) P_i
+    ones = np.ones(len(table))
+    parts = boot.resample_many(np.stack([boot.per_family(fidx, agree), *[boot.per_family(fidx, table[:, j] / n)
+                                                                         for j in range(table.shape[1])]], axis=1),
+                               np.stack([boot.per_family(fidx, ones)] * (1 + table.shape[1]), axis=1))
+
+    def kappa(p_bar: Any, *p_j: Any) -> Any:
+        p_e = sum(p ** 2 for p in p_j)
+        return (p_bar - p_e) / (1.0 - p_e)
+
+    est = FamilyBootstrap.combine(kappa, parts, len(table))
+    if est.value is not None and est.ci[0] is not None and est.ci[0] == est.ci[1]:
+        return Estimate(est.value, (None, None), est.n, reason="the same on every family resample")
+    return est
+
+
+def _ask(judge: Judge, prompts: list[tuple[str, str]], out: Path, concurrency: int) -> dict[str, str | None]:
+    """key -> the judge's decision, through the openai backend (its retries, cache and limits)."""
+    from evprobe.bench.backends.base import ModelPrompt
+    from evprobe.bench.backends.openai import open_backend
+    from evprobe.bench.runner import RunConfig
+
+    config = RunConfig(model=judge.model, bench=str(out), out=str(out), backend="openai", base_url=judge.base_url,
+                       concurrency=concurrency, http_cache=str(out / "http-cache" / _safe(judge.model)))
+    backend = open_backend(config)
+    try:
+        replies = backend([ModelPrompt(key=key, text=text) for key, text in prompts])
+    finally:
+        backend.close()
+    return {key: (None if r.error else judge_decision(r.text)) for (key, _), r in zip(prompts, replies, strict=True)}
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+@dataclass(frozen=True)
+class JudgeSummary:
+    """What `judge_run` wrote: the folder, the replies judged, kappa and the panel-judged scores."""
+
+    out: Path
+    n_replies: int
+    kappa: Estimate
+    files: tuple[str, ...]
+
+
+def judge_run(run_dir: str | Path, judges: list[Judge], *, per_stratum: int = 5, concurrency: int = 4,
+              n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> JudgeSummary:
+    """Judge a free-protocol run's answer replies with the panel (module docstring); writes RUN/judged/."""
+    from evprobe.bench.manifest import read_items
+    from evprobe.bench.records import RUN_META_FILE, load_records
+
+    run = Path(run_dir)
+    if len(judges) < 2 or len({j.name for j in judges}) != len(judges):
+        raise InputError("give two or more distinct judges (--judge MODEL@URL, repeated); agreement needs two raters")
+    meta_path = run / RUN_META_FILE
+    if not meta_path.is_file():
+        raise InputError(f"{run}: no {RUN_META_FILE}; judge a run folder written by `evprobe run --protocol free`")
+    meta = json.loads(meta_path.read_text())
+    protocol = meta.get("protocol") or meta.get("config", {}).get("protocol")
+    if protocol != "free":
+        raise InputError(f"{run} is a {protocol!r} run; the panel judges free-form replies (evprobe run --protocol free)")
+    items = {it.item_id: it for it in read_items(meta["bench"])}
+    records = load_records(run / "records.jsonl")
+    answered = [(items[k], r) for k, r in records.items() if items[k].request in ANSWER_REQUESTS and r.error is None]
+    if not answered:
+        raise InputError(f"{run}: no answer replies to judge")
+    regime = meta.get("regime", "standard")
+    prompts = [(it.item_id, JUDGE_PROMPT.format(question=build_prompt(it, "free", regime), reply=r.reply))
+               for it, r in answered]
+    out = run / JUDGED
+    out.mkdir(exist_ok=True)
+    decided = {j.name: _ask(j, prompts, out, concurrency) for j in judges}
+    rows, judged_records = [], []
+    for it, r in answered:
+        each = [decided[j.name][it.item_id] for j in judges]
+        panel = panel_decision(each)
+        rows.append({"item_id": it.item_id, "family_id": it.family_id, "request": it.request,
+                     "rule": r.answer if r.valid else None, "judges": dict(zip([j.name for j in judges], each)),
+                     "panel": panel})
+        judged_records.append(_as_judged(it, r, panel))
+    return _write(out, run, rows, judged_records, [it for it, _ in answered], judges, per_stratum, n_boot, seed)
+
+
+def _as_judged(item: Item, record: Any, panel: str | None) -> Any:
+    from dataclasses import replace
+
+    if panel is None:
+        return replace(record, valid=False, route="invalid:panel_undecided", choice=None, answer=None)
+    letter = next(k for k, v in (item.options or {}).items() if v == panel)
+    return replace(record, valid=True, route="panel", choice=letter, answer=panel)
+
+
+def _write(out: Path, run: Path, rows: list[dict[str, Any]], judged_records: list[Any], items: list[Item],
+           judges: list[Judge], per_stratum: int, n_boot: int, seed: int) -> JudgeSummary:
+    from evprobe.bench.manifest import read_items
+    from evprobe.bench.records import load_records
+    from evprobe.bench.scoring import score
+
+    names = [j.name for j in judges]
+    full = [r for r in rows if all(r["judges"][n] is not None for n in names)]
+    table = np.array([[sum(r["judges"][n] == c for n in names) for c in CATEGORIES] for r in full], dtype=float)
+    kappa = kappa_estimate(table.reshape(-1, len(CATEGORIES)), [r["family_id"] for r in full], n_boot, seed)
+    pairs = {f"{a} / {b}": _share([r for r in rows if r["judges"][a] is not None and r["judges"][b] is not None],
+                                  lambda r: r["judges"][a] == r["judges"][b]) for i, a in enumerate(names)
+             for b in names[i + 1:]}
+    every = read_items(json.loads((run / "run.json").read_text())["bench"])
+    rule_scores = score(every, load_records(run / "records.jsonl").values(), n_boot=n_boot, seed=seed)
+    panel_scores = score(every, judged_records, n_boot=n_boot, seed=seed)
+    result = {
+        "judges": [{"model": j.model, "base_url": j.base_url} for j in judges], "prompt": JUDGE_PROMPT,
+        "n_replies": len(rows), "n_decided_by_all": len(full),
+        "no_decision": {n: sum(r["judges"][n] is None for r in rows) for n in names},
+        "fleiss_kappa": kappa.to_json(), "unanimous": _share(full, lambda r: len(set(r["judges"].values())) == 1),
+        "pairwise_agreement": pairs,
+        "panel_undecided": sum(r["panel"] is None for r in rows),
+        "rule_vs_panel": _share([r for r in rows if r["panel"] is not None], lambda r: r["rule"] == r["panel"]),
+        "confusion": {f"{a}|{b}": n for (a, b), n in sorted(Counter((str(r["rule"]), str(r["panel"])) for r in rows)
+                                                             .items())},
+        "scores": {name: {k: s.get(k) for k in ("pecs", "pecs_acc", "pecs_abs_rec", "pecs_false_abs")}
+                   for name, s in (("rule", rule_scores), ("panel", panel_scores))},
+        "n_boot": n_boot, "seed": seed,
+    }
+    atomic_write_bytes(out / "judgments.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
+    atomic_write_bytes(out / "records.jsonl", "".join(json.dumps(r.to_json()) + "\n" for r in judged_records)
+                       .encode("utf-8"))
+    atomic_write_json(out / "scores.json", panel_scores)
+    atomic_write_json(out / "judge.json", result)
+    atomic_write_bytes(out / "judge.md", markdown(result).encode("utf-8"))
+    atomic_write_bytes(out / "audit.csv", _audit(rows, {it.item_id: it for it in items}, names, per_stratum, seed))
+    files = ("judgments.jsonl", "records.jsonl", "scores.json", "judge.json", "judge.md", "audit.csv")
+    return JudgeSummary(out, len(rows), kappa, files)
+
+
+def _share(rows: list[dict[str, Any]], hit: Any) -> dict[str, Any]:
+    """A plain share with its count (agreement among the replies given; no interval: a description)."""
+    n = len(rows)
+    return {"value": (sum(bool(hit(r)) for r in rows) / n) if n else None, "n": n}
+
+
+def _audit(rows: list[dict[str, Any]], items: dict[str, Item], names: list[str], per_stratum: int, seed: int) -> bytes:
+    """Up to `per_stratum` replies of each (request, rule, panel) cell, seeded; a blank `human` column."""
+    rng = np.random.default_rng(seed)
+    strata: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        strata.setdefault((r["request"], str(r["rule"]), str(r["panel"])), []).append(r)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["stratum", "item_id", "reply_to", "rule", *names, "panel", "human"])
+    for key in sorted(strata):
+        members = strata[key]
+        for i in sorted(rng.choice(len(members), size=min(per_stratum, len(members)), replace=False)):
+            r = members[i]
+            w.writerow(["|".join(key), r["item_id"], items[r["item_id"]].request, r["rule"],
+                        *[r["judges"][n] for n in names], r["panel"], ""])
+    return buf.getvalue().encode("utf-8")
+
+
+def markdown(result: dict[str, Any]) -> str:
+    from evprobe.bench.score_cells import pct, plain
+
+    def share(s: dict[str, Any]) -> str:
+        return "NA (n=0)" if s["value"] is None else f"{100 * s['value']:.1f}% (n={s['n']})"
+
+    lines = ["# Free-form replies judged by a panel (seed 002, section 4.2 and appendix D)", "",
+             f"- judges: {', '.join(j['model'] for j in result['judges'])}; {result['n_replies']} answer replies, "
+             f"{result['n_decided_by_all']} decided by every judge; no decision: "
+             + ", ".join(f"{k} {v}" for k, v in result["no_decision"].items()),
+             f"- Fleiss' kappa (A-D, replies decided by every judge; family-bootstrap interval): "
+             f"{plain(result['fleiss_kappa'])}; unanimous {share(result['unanimous'])}",
+             "- pairwise agreement: " + "; ".join(f"{k} {share(v)}" for k, v in result["pairwise_agreement"].items()),
+             f"- panel undecided (split, or a majority for D): {result['panel_undecided']} (scored invalid); the rule's "
+             f"reading equals the panel's on {share(result['rule_vs_panel'])} of the decided replies", "",
+             "| measure | judged by rule (the parser) | judged by the panel |", "|---|---|---|"]
+    rule, panel = result["scores"]["rule"], result["scores"]["panel"]
+    for key, label, cell in (("pecs", "PECS", plain), ("pecs_acc", "Acc (controls correct)", pct),
+                             ("pecs_abs_rec", "AbsRec (voids abstained)", pct),
+                             ("pecs_false_abs", "FalseAbs (controls abstained)", pct)):
+        lines.append(f"| {label} | {cell(rule.get(key))} | {cell(panel.get(key))} |")
+    lines += ["", "Rule reading | panel decision (counts): "
+              + ", ".join(f"{k} {v}" for k, v in result["confusion"].items())]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CATEGORIES", "DECISIONS", "JUDGE_PROMPT", "Judge", "JudgeSummary", "fleiss_kappa", "judge_decision",
+           "judge_run", "kappa_estimate", "markdown", "panel_decision"]
