@@ -299,6 +299,8 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
                 ),
             )
         )
+    if s.get("by_sub_scenario"):
+        parts.append(_sub_scenario_section(s["by_sub_scenario"]))
     parts.append(
         section_text(
             "PECS (seed 002, section 3.4)",
@@ -496,6 +498,18 @@ def _injection_section(injection: dict[str, Any]) -> str:
         "own intervals overlapping is not a test).",
         text,
     )
+
+
+def _sub_scenario_section(cells: dict[str, Any]) -> str:
+    """Per sub-scenario (bench.sub_scenarios): a system with the property its initial test measured."""
+    rows = [[name, str(c["decisions"]), pct(c["min_cost_choice"]), pct(c["acc"]), pct(c["false_abs"]),
+             pct(c["abs_rec"]), plain(c["pecs"])] for name, c in cells.items()]
+    return section_text(
+        "Per sub-scenario (seed 002, appendix K)",
+        "A sub-scenario is a system with the property its initial test measured. Acc and FalseAbs over the "
+        "answer requests the evidence settles, AbsRec over the others (answer_initial and answer_after_test).",
+        table_text(["sub-scenario", "decisions", "min-cost choice (%)", "Acc (%)", "FalseAbs (%)", "AbsRec (%)",
+                    "PECS"], rows))
 
 
 def _pecs_datasets_section(section: dict[str, Any], s: dict[str, Any]) -> str:

@@ -48,7 +48,7 @@ from evprobe.core.bootstrap import (
     Estimate,
     FamilyBootstrap,
 )
-from evprobe.bench import pecs, void_scoring
+from evprobe.bench import pecs, sub_scenarios, void_scoring
 from evprobe.bench.tally import Key, Tally
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
@@ -435,6 +435,7 @@ def _score_set(
     _validity_measures(tally, bench, replies)
     for system in dict.fromkeys(d.system for d in bench.decisions):
         _system_measures(tally, bench, replies, present, system)
+    cells = sub_scenarios.tally_cells(tally, bench, replies, present)
     numeric_items, numeric_records = numeric
     numeric_counts = numeric_measures(
         tally.rate, tally.mean, tally.skip, [*items, *numeric_items],
@@ -455,6 +456,7 @@ def _score_set(
     out["choices"] = {**out.get("choices", {}), **_choice_counts(bench, replies)}
     out["hidden_alternatives"]["pairs"] = sum(1 for _ in _hidden_pairs(bench))
     out["variants"] = _variants(bench, replies, boot)
+    out[sub_scenarios.SECTION] = sub_scenarios.section(resampled, est, cells)
     if numeric_counts:
         out.setdefault("numeric", {})["counts"] = numeric_counts
     out["coverage"] = _coverage(bench, replies)
