@@ -1,6 +1,8 @@
 """The reply parser: one reading of a reply, or an honest `invalid` with the reason.
 
-Where the reading comes from (seed 000, B.2, with its misreads fixed):
+Where the reading comes from (seed 000, B.2, with its misreads fixed), after a thinking model's
+`<think>...</think>` block, which is reasoning, not the reply (`bench.doubt` reads it; a reply cut off
+inside the block is `invalid:unfinished_reasoning`):
 
 1. json regime: the object's `final_answer`, when there is one (route `json`).
 2. The last `ANSWER:` line (route `answer_line`). It is final: the working above it is never read
@@ -525,6 +527,11 @@ def parse_reply(item: Item, reply: str, regime: str = "standard", *, letters: bo
     """Read one reply to `item`; see the module docstring for the order and the rules. `letters=False`
     (the free protocol, whose prompts show no option letters): only names count, never a letter."""
     text = reply.strip()
+    lowered = text.lower()
+    if "</think>" in lowered:  # a thinking model's reasoning block: the reply is what follows it (bench.doubt)
+        text = text[lowered.rfind("</think>") + len("</think>"):].strip()
+    elif "<think>" in lowered:
+        return invalid("unfinished_reasoning")  # cut off inside its reasoning: no reply was given
     if not text:
         return invalid("empty")
     if regime == "json":

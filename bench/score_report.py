@@ -301,6 +301,8 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
         )
     if s.get("by_sub_scenario"):
         parts.append(_sub_scenario_section(s["by_sub_scenario"]))
+    if s.get("reasoning"):
+        parts.append(_reasoning_section(s["reasoning"]))
     parts.append(
         section_text(
             "PECS (seed 002, section 3.4)",
@@ -510,6 +512,25 @@ def _sub_scenario_section(cells: dict[str, Any]) -> str:
         "answer requests the evidence settles, AbsRec over the others (answer_initial and answer_after_test).",
         table_text(["sub-scenario", "decisions", "min-cost choice (%)", "Acc (%)", "FalseAbs (%)", "AbsRec (%)",
                     "PECS"], rows))
+
+
+REASONING_LABELS = {
+    "traced": "answer replies with a reasoning trace",
+    "doubt_on_voids": "traces doubting, on voids (unresolved)",
+    "doubt_on_controls": "traces doubting, on controls (resolved)",
+    "converted": "doubting void replies that abstain",
+    "overridden": "doubting void replies that answer yes or no anyway",
+}
+
+
+def _reasoning_section(block: dict[str, Any]) -> str:
+    """Doubt in the reasoning traces and what became of it (bench.doubt)."""
+    return section_text(
+        "Doubt in reasoning (seed 002, section 5.3)",
+        "A trace is the reasoning before the final answer (a <think> block, or the working above the ANSWER "
+        "line); it doubts when it says the evidence is uncertain or insufficient. Invalid final answers stay in "
+        "the denominators.",
+        table_text(["measure", "rate (%)"], [[label, pct(block.get(name))] for name, label in REASONING_LABELS.items()]))
 
 
 def _pecs_datasets_section(section: dict[str, Any], s: dict[str, Any]) -> str:

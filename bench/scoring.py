@@ -48,7 +48,7 @@ from evprobe.core.bootstrap import (
     Estimate,
     FamilyBootstrap,
 )
-from evprobe.bench import pecs, sub_scenarios, void_scoring
+from evprobe.bench import doubt, pecs, sub_scenarios, void_scoring
 from evprobe.bench.tally import Key, Tally
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
@@ -436,6 +436,7 @@ def _score_set(
     for system in dict.fromkeys(d.system for d in bench.decisions):
         _system_measures(tally, bench, replies, present, system)
     cells = sub_scenarios.tally_cells(tally, bench, replies, present)
+    doubt.tally_doubt(tally, bench, replies)  # only where replies carry reasoning traces
     numeric_items, numeric_records = numeric
     numeric_counts = numeric_measures(
         tally.rate, tally.mean, tally.skip, [*items, *numeric_items],

@@ -71,6 +71,7 @@ from evprobe.experiments.cli import main
 from evprobe.experiments.config import CONFIGS_DIR, ConfigError, ModelConfig, load_config, resolve_model
 from evprobe.experiments.dose_response.config import DoseResponseConfig
 from evprobe.experiments.gating import GatingConfig
+from evprobe.experiments.void_transfer import VoidTransferConfig
 from evprobe.experiments.layer_sweep import LayerSweepConfig
 from evprobe.experiments.patching.job import PatchingConfig
 from evprobe.probes import load_capture
@@ -725,7 +726,7 @@ def test_capture_folder_mutations(capture: tuple[Path, list[str]], name: str, da
 # ---------------------------------------------------------------- experiment configs
 
 CONFIG_CLASSES = {"dose_response": DoseResponseConfig, "gating": GatingConfig, "layer_sweep": LayerSweepConfig,
-                  "patching": PatchingConfig}
+                  "patching": PatchingConfig, "void_transfer": VoidTransferConfig}
 CONFIG_FILES = sorted(p.name for p in (CONFIGS_DIR / "experiments").glob("*.yaml"))
 
 
@@ -734,7 +735,7 @@ def _config_class(name: str) -> type:
 
 
 def test_every_experiment_config_is_fuzzed() -> None:
-    assert len(CONFIG_FILES) == 8
+    assert len(CONFIG_FILES) == 9
     for name in CONFIG_FILES:
         assert dataclasses.is_dataclass(load_config(_config_class(name), CONFIGS_DIR / "experiments" / name))
 
