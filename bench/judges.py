@@ -277,9 +277,10 @@ def _audit(rows: list[dict[str, Any]], items: dict[str, Item], names: list[str],
 
 def markdown(result: dict[str, Any]) -> str:
     from evprobe.bench.score_cells import pct, plain
+    from evprobe.core.estimate_text import missing_text
 
     def share(s: dict[str, Any]) -> str:
-        return "NA (n=0)" if s["value"] is None else f"{100 * s['value']:.1f}% (n={s['n']})"
+        return missing_text("no replies to compare") if s["value"] is None else f"{100 * s['value']:.1f}% (n={s['n']})"
 
     lines = ["# Free-form replies judged by a panel (seed 002, section 4.2 and appendix D)", "",
              f"- judges: {', '.join(j['model'] for j in result['judges'])}; {result['n_replies']} answer replies, "

@@ -124,7 +124,7 @@ for _e in (
     Experiment("run", f"{_CLI}:add_run_parser", job="evprobe.bench.runner:RunJob"),
     Experiment("score", f"{_CLI}:add_score_parser", report=ReportPart("Behaviour", "scores.md", 20)),
     Experiment("compare", f"{_CLI}:add_compare_parser"),
-    Experiment("judge", f"{_CLI}:add_judge_parser", report=ReportPart("Free-form replies judged", "judge.md", 22)),
+    Experiment("judge", f"{_CLI}:add_judge_parser", report=ReportPart("Free-form replies judged", "judge.md", 75)),
     Experiment("capture", "evprobe.experiments.capture.job:add_capture_parser",
                job="evprobe.experiments.capture.job:CaptureJob"),
     Experiment("merge", "evprobe.experiments.merge:add_merge_parser"),
