@@ -61,6 +61,11 @@ def test_every_path_gets_a_probe_and_a_steering_row(void_bench: Path, tmp_path: 
     md = (out / "void_transfer.md").read_text()
     assert "| occluded -> unstated |" in md and "| source -> twins |" in md
     assert (out / "sweep" / "transfer-void.md").is_file()
+    # a rerun into the same folder continues the capture and recomputes the rest: the same table
+    before = (out / "void_transfer.json").read_bytes()
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out", str(out),
+                 "--quiet", *FLAGS]) == 0
+    assert (out / "void_transfer.json").read_bytes() == before
 
 
 def test_a_benchmark_without_voids_is_refused_before_a_model_loads(tmp_path: Path, capsys) -> None:
