@@ -20,13 +20,17 @@ import os
 from dataclasses import dataclass, fields
 import functools
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from evprobe.core.errors import ConfigError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
+
+# hooks.handle.PROMPT_FORMATS, spelled here because bench imports hooks only inside functions
+# (tests/bench/test_runner_speed.py checks they agree); a Literal gives the flag its choices.
+PromptFormat = Literal["chat", "raw"]
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -66,7 +70,7 @@ class ModelConfig:
     trust_remote_code: bool = False
     revision: str | None = None
     answer_prefix: str | None = None
-    prompt_format: str | None = None
+    prompt_format: PromptFormat | None = None
     notes: str = ""
 
     # The keys every model-driving command has a flag for (--dtype, ...), overriding the model config's.
