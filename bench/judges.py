@@ -139,18 +139,15 @@ def _ask(judge: Judge, prompts: list[tuple[str, str]], out: Path, concurrency: i
     from evprobe.bench.backends.openai import open_backend
     from evprobe.bench.runner import RunConfig
 
+    # one request cache for the panel: its key holds the served model, so judges never share an answer
     config = RunConfig(model=judge.model, bench=str(out), out=str(out), backend="openai", base_url=judge.base_url,
-                       concurrency=concurrency, http_cache=str(out / "http-cache" / _safe(judge.model)))
+                       concurrency=concurrency, http_cache=str(out / "http-cache"))
     backend = open_backend(config)
     try:
         replies = backend([ModelPrompt(key=key, text=text) for key, text in prompts])
     finally:
         backend.close()
     return {key: (None if r.error else judge_decision(r.text)) for (key, _), r in zip(prompts, replies, strict=True)}
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
 @dataclass(frozen=True)
@@ -179,7 +176,8 @@ def judge_run(run_dir: str | Path, judges: list[Judge], *, per_stratum: int = 5,
     protocol = meta.get("protocol") or meta.get("config", {}).get("protocol")
     if protocol != "free":
         raise InputError(f"{run} is a {protocol!r} run; the panel judges free-form replies (evprobe run --protocol free)")
-    items = {it.item_id: it for it in read_items(meta["bench"])}
+    every = read_items(meta["bench"])
+    items = {it.item_id: it for it in every}
     records = load_records(run / "records.jsonl")
     answered = [(items[k], r) for k, r in records.items() if items[k].request in ANSWER_REQUESTS and r.error is None]
     if not answered:
@@ -198,7 +196,7 @@ def judge_run(run_dir: str | Path, judges: list[Judge], *, per_stratum: int = 5,
                      "rule": r.answer if r.valid else None, "judges": dict(zip([j.name for j in judges], each)),
                      "panel": panel})
         judged_records.append(_as_judged(it, r, panel))
-    return _write(out, run, rows, judged_records, [it for it, _ in answered], judges, per_stratum, n_boot, seed)
+    return _write(out, rows, every, records, judged_records, judges, per_stratum, n_boot, seed)
 
 
 def _as_judged(item: Item, record: Any, panel: str | None) -> Any:
@@ -210,10 +208,10 @@ def _as_judged(item: Item, record: Any, panel: str | None) -> Any:
     return replace(record, valid=True, route="panel", choice=letter, answer=panel)
 
 
-def _write(out: Path, run: Path, rows: list[dict[str, Any]], judged_records: list[Any], items: list[Item],
-           judges: list[Judge], per_stratum: int, n_boot: int, seed: int) -> JudgeSummary:
-    from evprobe.bench.manifest import read_items
-    from evprobe.bench.records import load_records
+def _write(out: Path, rows: list[dict[str, Any]], every: list[Item], records: dict[str, Any],
+           judged_records: list[Any], judges: list[Judge], per_stratum: int, n_boot: int, seed: int) -> JudgeSummary:
+    """judge.json / .md, the judged records and scores, and audit.csv. every: the benchmark's items;
+    records: the run's own (rule-judged) records."""
     from evprobe.bench.scoring import score
 
     names = [j.name for j in judges]
@@ -223,8 +221,7 @@ def _write(out: Path, run: Path, rows: list[dict[str, Any]], judged_records: lis
     pairs = {f"{a} / {b}": _share([r for r in rows if r["judges"][a] is not None and r["judges"][b] is not None],
                                   lambda r: r["judges"][a] == r["judges"][b]) for i, a in enumerate(names)
              for b in names[i + 1:]}
-    every = read_items(json.loads((run / "run.json").read_text())["bench"])
-    rule_scores = score(every, load_records(run / "records.jsonl").values(), n_boot=n_boot, seed=seed)
+    rule_scores = score(every, records.values(), n_boot=n_boot, seed=seed)
     panel_scores = score(every, judged_records, n_boot=n_boot, seed=seed)
     result = {
         "judges": [{"model": j.model, "base_url": j.base_url} for j in judges], "prompt": JUDGE_PROMPT,
@@ -246,7 +243,7 @@ def _write(out: Path, run: Path, rows: list[dict[str, Any]], judged_records: lis
     atomic_write_json(out / "scores.json", panel_scores)
     atomic_write_json(out / "judge.json", result)
     atomic_write_bytes(out / "judge.md", markdown(result).encode("utf-8"))
-    atomic_write_bytes(out / "audit.csv", _audit(rows, {it.item_id: it for it in items}, names, per_stratum, seed))
+    atomic_write_bytes(out / "audit.csv", _audit(rows, names, per_stratum, seed))
     files = ("judgments.jsonl", "records.jsonl", "scores.json", "judge.json", "judge.md", "audit.csv")
     return JudgeSummary(out, len(rows), kappa, files)
 
@@ -257,7 +254,7 @@ def _share(rows: list[dict[str, Any]], hit: Any) -> dict[str, Any]:
     return {"value": (sum(bool(hit(r)) for r in rows) / n) if n else None, "n": n}
 
 
-def _audit(rows: list[dict[str, Any]], items: dict[str, Item], names: list[str], per_stratum: int, seed: int) -> bytes:
+def _audit(rows: list[dict[str, Any]], names: list[str], per_stratum: int, seed: int) -> bytes:
     """Up to `per_stratum` replies of each (request, rule, panel) cell, seeded; a blank `human` column."""
     rng = np.random.default_rng(seed)
     strata: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -270,7 +267,7 @@ def _audit(rows: list[dict[str, Any]], items: dict[str, Item], names: list[str],
         members = strata[key]
         for i in sorted(rng.choice(len(members), size=min(per_stratum, len(members)), replace=False)):
             r = members[i]
-            w.writerow(["|".join(key), r["item_id"], items[r["item_id"]].request, r["rule"],
+            w.writerow(["|".join(key), r["item_id"], r["request"], r["rule"],
                         *[r["judges"][n] for n in names], r["panel"], ""])
     return buf.getvalue().encode("utf-8")
 
