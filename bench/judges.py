@@ -188,7 +188,9 @@ def judge_run(run_dir: str | Path, judges: list[Judge], *, per_stratum: int = 5,
     out = run / JUDGED
     out.mkdir(exist_ok=True)
     decided = {j.name: _ask(j, prompts, out, concurrency) for j in judges}
-    rows, judged_records = [], []
+    # a reply the backend never gave (`error`) has nothing to judge: it stays as it is, invalid, in
+    # the denominators of both scorings
+    rows, judged_records = [], [r for r in records.values() if r.error is not None]
     for it, r in answered:
         each = [decided[j.name][it.item_id] for j in judges]
         panel = panel_decision(each)

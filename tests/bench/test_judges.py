@@ -161,3 +161,22 @@ def test_a_real_served_model_can_sit_on_the_panel(free_run: Path, tiny_text_fold
     assert result["no_decision"][str(tiny_text_folder)] == result["n_replies"] == 108
     assert result["n_decided_by_all"] == 0 and result["fleiss_kappa"]["reason"] == "no reply decided by every judge"
     assert result["panel_undecided"] == 0 and result["rule_vs_panel"]["value"] == 1.0  # 2 of 3 agree
+
+
+def test_a_reply_the_backend_never_gave_stays_invalid_in_both_scorings(free_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(free_run, run, ignore=shutil.ignore_patterns("judged"))
+    rows = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+    lost = next(r for r in rows if r["request"] == "answer_initial")
+    lost.update(reply="", valid=False, route="invalid:backend", choice=None, answer=None, error="HTTP 500: gave up")
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    right = _planned(free_run, lambda it, rec: LETTER[rec.answer])
+    assert _judge(run, tmp_path, [right, right], name="lost") == 0
+    result = json.loads((run / "judged" / "judge.json").read_text())
+    assert result["n_replies"] == len(rows) - 1  # nothing to judge in it
+    judged = load_records(run / "judged" / "records.jsonl")
+    assert len(judged) == len(rows) and not judged[lost["item_id"]].valid
+    for name in ("pecs_acc", "pecs_abs_rec", "pecs_false_abs"):  # the same denominators, the lost reply in them
+        assert result["scores"]["panel"][name]["n"] == result["scores"]["rule"][name]["n"]
