@@ -36,7 +36,7 @@ intervals are never points) keep theirs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,6 +64,17 @@ def pecs_value(acc: Any, abs_rec: Any, false_abs: Any) -> Any:
     return acc * np.maximum(0.0, abs_rec - false_abs)
 
 
+def rate_parts(tally: Tally, keys: Mapping[str, Key], controls: Iterable[tuple[int, str | None, str | None]],
+               voids: Iterable[tuple[int, str | None]]) -> None:
+    """Tally the three parts under `keys` (PARTS -> key): Acc and FalseAbs over `controls` (family,
+    answer, reference answer), AbsRec over `voids` (family, answer); an invalid answer (None) is
+    never correct and never an abstention, and stays in the denominator."""
+    controls = list(controls)
+    tally.rate(keys["acc"], ((f, a == ref) for f, a, ref in controls))
+    tally.rate(keys["false_abs"], ((f, a == ABSTAIN) for f, a, _ in controls))
+    tally.rate(keys["abs_rec"], ((f, a == ABSTAIN) for f, a in voids))
+
+
 def tally_parts(tally: Tally, bench: Bench, replies: Replies, present: dict[str, bool]) -> None:
     """Acc, FalseAbs (controls) and AbsRec (voids) over answer_initial and answer_after_test records,
     pooled and per system."""
@@ -83,11 +94,8 @@ def tally_parts(tally: Tally, bench: Bench, replies: Replies, present: dict[str,
     systems = list(dict.fromkeys(it.system for _, it, _ in (*controls, *voids)))
     for system in (None, *systems):  # None: pooled over the systems
         key = {p: (POOLED[p],) if system is None else (SECTION, "datasets", system, p) for p in PARTS}
-        c = [u for u in controls if system is None or u[1].system == system]
-        v = [u for u in voids if system is None or u[1].system == system]
-        tally.rate(key["acc"], ((f, a == it.reference_answer) for f, it, a in c))
-        tally.rate(key["false_abs"], ((f, a == ABSTAIN) for f, _, a in c))
-        tally.rate(key["abs_rec"], ((f, a == ABSTAIN) for f, _, a in v))
+        rate_parts(tally, key, ((f, a, it.reference_answer) for f, it, a in controls if system in (None, it.system)),
+                   ((f, a) for f, it, a in voids if system in (None, it.system)))
 
 
 SAME = "the same on every family resample"

@@ -61,11 +61,8 @@ def tally_cells(tally: Tally, bench: Bench, replies: Replies, present: dict[str,
             for m in ("acc", "false_abs", "abs_rec"):
                 tally.skip(key[m], NO_ANSWERS)
             continue
-        controls = [(f, it, a) for f, it, a in answers[cell] if it.resolved]
-        voids = [(f, it, a) for f, it, a in answers[cell] if not it.resolved]
-        tally.rate(key["acc"], ((f, a == it.reference_answer) for f, it, a in controls))
-        tally.rate(key["false_abs"], ((f, a == pecs.ABSTAIN) for f, _, a in controls))
-        tally.rate(key["abs_rec"], ((f, a == pecs.ABSTAIN) for f, _, a in voids))
+        pecs.rate_parts(tally, key, ((f, a, it.reference_answer) for f, it, a in answers[cell] if it.resolved),
+                        ((f, a) for f, it, a in answers[cell] if not it.resolved))
     return {cell: len(decisions) for cell, decisions in cells.items()}
 
 

@@ -43,7 +43,6 @@ from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, Famil
 if TYPE_CHECKING:
     from evprobe.bench.items import Item
 
-ABSTAIN = pecs.ABSTAIN
 SECTION = "voids"
 DATASET = "system and void type: the controls of a dataset are that void type's sufficient twins in that system"
 NO_VOID_ANSWERS = "no void answer records"
@@ -55,6 +54,13 @@ SELECT = ("select_min_cost", "select_stop", "twin_select_stop")
 def _pecs_key(system: str | None, void: str, part: str) -> Key:
     name = {"acc": "twin_acc", "abs_rec": "abs_rec", "false_abs": "twin_false_abs"}[part]
     return (SECTION, void, name) if system is None else (SECTION, "by_system", system, void, name)
+
+
+def _rate_pairs(tally: Tally, keys: Mapping[str, Key], pairs: list[tuple[Item, Item]],
+                decoded: Mapping[str, str | None], family_of: Callable[[str], int]) -> None:
+    """PECS' parts over (void, twin) pairs: the twins are the controls, the voids the voids."""
+    pecs.rate_parts(tally, keys, ((family_of(t.family_id), decoded[t.item_id], t.reference_answer) for _, t in pairs),
+                    ((family_of(v.family_id), decoded[v.item_id]) for v, _ in pairs))
 
 
 def tally_voids(tally: Tally, voids: Iterable[Item], items: Mapping[str, Item], decoded: Mapping[str, str | None],
@@ -74,17 +80,11 @@ def tally_voids(tally: Tally, voids: Iterable[Item], items: Mapping[str, Item], 
                 tally.skip((SECTION, void, name), NO_VOID_ANSWERS)
             continue
         for system in (None, *dict.fromkeys(it.system for it, _ in pairs)):
-            mine = [(v, t) for v, t in pairs if system is None or v.system == system]
-            f = [family_of(v.family_id) for v, _ in mine]
-            tally.rate(_pecs_key(system, void, "abs_rec"), zip(f, (decoded[v.item_id] == ABSTAIN for v, _ in mine)))
-            tally.rate(_pecs_key(system, void, "acc"), zip(f, (decoded[t.item_id] == t.reference_answer for _, t in mine)))
-            tally.rate(_pecs_key(system, void, "false_abs"), zip(f, (decoded[t.item_id] == ABSTAIN for _, t in mine)))
+            _rate_pairs(tally, {p: _pecs_key(system, void, p) for p in pecs.PARTS},
+                        [(v, t) for v, t in pairs if system in (None, v.system)], decoded, family_of)
     pooled = [pair for pairs in answers.values() for pair in pairs]
     if pooled:
-        f = [family_of(v.family_id) for v, _ in pooled]
-        tally.rate((SECTION, "pooled", "abs_rec"), zip(f, (decoded[v.item_id] == ABSTAIN for v, _ in pooled)))
-        tally.rate((SECTION, "pooled", "acc"), zip(f, (decoded[t.item_id] == t.reference_answer for _, t in pooled)))
-        tally.rate((SECTION, "pooled", "false_abs"), zip(f, (decoded[t.item_id] == ABSTAIN for _, t in pooled)))
+        _rate_pairs(tally, {p: (SECTION, "pooled", p) for p in pecs.PARTS}, pooled, decoded, family_of)
     if not selects:
         for name in SELECT:
             tally.skip((SECTION, "occluded", name), NO_VOID_SELECTS)
