@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.bench import oracle
+from evprobe.bench.detect import marker_pixel_count
 from evprobe.bench.items import Item
 from evprobe.bench.render import STYLES
 from evprobe.bench.voids import UNSTATED_SYMBOL
@@ -35,11 +36,12 @@ def _n(x: int) -> str:
     return f"{x:,}"
 
 
-def _pixels(path: Path) -> np.ndarray:
+def _sheet(path: Path) -> Any:
+    """The sheet at `path` as an RGB image, read once."""
     from PIL import Image
 
     with Image.open(io.BytesIO(path.read_bytes())) as img:
-        return np.asarray(img.convert("RGB"))
+        return img.convert("RGB")
 
 
 def _unstated(twin: Item) -> str | None:
@@ -87,16 +89,15 @@ def check_voids(report: Any, root: Path, items: list[Item], oracles: dict[str, o
                f"{len(textual_bad)} differ otherwise (first {textual_bad[0]})" if textual_bad else "")
     if not sheets:
         return
-    marker = np.array(STYLES["a"].marker, dtype=np.uint8)
     marked, n_sheets, identical, n_families = [], 0, 0, 0
     for fid, paths in sorted(sheets.items()):
         decoded = {}
         for rel in sorted(paths):
-            pixels = _pixels(root / rel)
+            sheet = _sheet(root / rel)
             n_sheets += 1
-            if np.all(pixels == marker, axis=-1).any():
+            if marker_pixel_count(sheet, STYLES["a"]):  # the detector's own colour match
                 marked.append(rel)
-            decoded[rel] = pixels
+            decoded[rel] = np.asarray(sheet)
         n_families += 1
         first = next(iter(decoded.values()))
         identical += len(decoded) == 2 and all(np.array_equal(first, p) for p in decoded.values())
