@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.bench import pecs
 from evprobe.bench.items import Item
 from evprobe.bench.protocols import ANSWER_REQUESTS, build_prompt
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
@@ -127,10 +128,7 @@ def kappa_estimate(table: np.ndarray, families: list[str], n_boot: int, seed: in
         p_e = sum(p ** 2 for p in p_j)
         return (p_bar - p_e) / (1.0 - p_e)
 
-    est = FamilyBootstrap.combine(kappa, parts, len(table))
-    if est.value is not None and est.ci[0] is not None and est.ci[0] == est.ci[1]:
-        return Estimate(est.value, (None, None), est.n, reason="the same on every family resample")
-    return est
+    return pecs.combined_estimate(kappa, parts, len(table))  # a value every resample gives: no interval, and why
 
 
 def _ask(judge: Judge, prompts: list[tuple[str, str]], out: Path, concurrency: int) -> dict[str, str | None]:
