@@ -34,7 +34,7 @@ import json
 import os
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -313,6 +313,19 @@ def load_model_config(ref: str | Path | ModelConfig, overrides: Mapping[str, Any
     return load_config(ModelConfig, {"name": name, "model": text}, overrides, where=f"model {text!r}")
 
 
+def check_tiny_layers(model: ModelConfig, layers: Sequence[int]) -> None:
+    """For a tiny model (whose layer count is known without loading it), refuse a layer it lacks in one
+    line, before anything loads; other models are checked once loaded."""
+    if not model.is_tiny:
+        return
+    from evprobe.hooks.tiny import N_LAYERS
+
+    bad = [x for x in layers if x >= N_LAYERS]
+    if bad:
+        raise ConfigError(f"layer {bad[0]} is out of range: {model.model} has {N_LAYERS} decoder layers; "
+                          f"use 0 .. {N_LAYERS - 1}")
+
+
 # ---------------------------------------------------------------- finding config files
 
 
@@ -573,6 +586,7 @@ __all__ = [
     "ConfigError",
     "ModelConfig",
     "as_dict",
+    "check_tiny_layers",
     "check_loading_keys",
     "check_positive",
     "config_names",

@@ -58,6 +58,7 @@ from evprobe.experiments.config import (
     ModelConfig,
     add_experiment_parser,
     as_dict,
+    check_tiny_layers,
     experiment_config,
     load_config,
     load_model_config,
@@ -221,13 +222,8 @@ def make_plan(config: LayerSweepConfig) -> Plan:
         raise ConfigError(f"no items of {bench} match requests {', '.join(config.requests)}")
     if "image_mean" in config.positions and any(not it.images for it in items):
         raise ConfigError("position image_mean needs images; drop it or the image-less requests")
-    if model.is_tiny and config.layers != "all":
-        from evprobe.hooks.tiny import N_LAYERS
-
-        bad = [x for x in config.layers if x >= N_LAYERS]
-        if bad:
-            raise ConfigError(f"layer {bad[0]} is out of range: {model.model} has {N_LAYERS} decoder layers; "
-                              f"use 0 .. {N_LAYERS - 1}")
+    if config.layers != "all":
+        check_tiny_layers(model, config.layers)
     return Plan(config=config, model=model, bench=bench, out=Path(config.out), n_items=len(items))
 
 

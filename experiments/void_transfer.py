@@ -53,6 +53,7 @@ from evprobe.experiments.config import (
     ModelConfig,
     add_experiment_parser,
     as_dict,
+    check_tiny_layers,
     experiment_config,
     load_config,
     load_model_config,
@@ -132,12 +133,7 @@ def _check(config: VoidTransferConfig) -> tuple[ModelConfig, Path, dict[str, lis
     if len(pairs) < 2:
         raise ConfigError(f"{bench} holds {len(pairs)} void type(s) with answer requests; regenerate it with "
                           "`evprobe generate --voids occluded,unstated`")
-    if model.is_tiny:
-        from evprobe.hooks.tiny import N_LAYERS
-
-        bad = [x for x in config.layers if x >= N_LAYERS]
-        if bad:
-            raise ConfigError(f"layer {bad[0]} is out of range: {model.model} has {N_LAYERS} decoder layers")
+    check_tiny_layers(model, config.layers)
     fit, held = split_families([v for p in pairs.values() for v, _ in p], config.split_seed)
     if len(fit) < 2 or len(held) < 2:
         raise ConfigError(f"{bench} has too few families to split (fitting {len(fit)}, held out {len(held)}); "

@@ -18,7 +18,7 @@ from evprobe.core.files import atomic_write_json
 from evprobe.core.json_files import optional_json_object
 from evprobe.bench.manifest import read_items
 from evprobe.core.shard import Shard, shard_of_ids
-from evprobe.experiments.config import ConfigError, ModelConfig, load_model_config
+from evprobe.experiments.config import ConfigError, ModelConfig, check_tiny_layers, load_model_config
 from evprobe.experiments.steering_conventions import alpha_key, measure_sign
 from evprobe.experiments.gating.config import GatingConfig, POSITION, REGIMES
 
@@ -81,12 +81,8 @@ def make_plan(config: GatingConfig) -> Plan:
     items = select_items(read_items(bench), list(config.requests), None)
     if not items:
         raise ConfigError(f"no items of {bench} match requests {', '.join(config.requests)}")
-    if model.is_tiny and config.layer != "best":
-        from evprobe.hooks.tiny import N_LAYERS
-
-        if config.layer >= N_LAYERS:
-            raise ConfigError(f"layer {config.layer} is out of range: {model.model} has {N_LAYERS} decoder layers; "
-                              f"use 0 .. {N_LAYERS - 1}")
+    if config.layer != "best":
+        check_tiny_layers(model, [config.layer])
     fit, held = split_families(items, config.split_seed)
     if not fit or not held:
         raise ConfigError(f"{bench} has too few families to split (fitting {len(fit)}, held out {len(held)}); "
