@@ -74,35 +74,44 @@ def calibrate(system: str, candidates: dict[str, list[float]]) -> dict[str, dict
     return cal
 
 
+def sheet_instants(system: str, calibration: dict[str, dict[str, Any]], sheet: str) -> tuple[float, ...]:
+    """The four instants a sheet's panels show: times (s), or the stiffness test's loads (N)."""
+    if sheet == "free_fall":
+        return tuple(calibration["free_fall"]["times"])
+    if sheet.startswith("mass"):
+        return tuple(calibration["test_mass"]["times"])
+    c = calibration["test_other"]
+    return tuple(c["loads"] if system == "spring" else c["times"])
+
+
+def reading_at(
+    system: str, calibration: dict[str, dict[str, Any]], sheet: str, value: float | None, instant: float
+) -> float:
+    """The marked position (m, unrounded) at one instant (a time in s, or a load in N for the
+    stiffness test) when the measured property has `value`; a sheet's panels are four instants."""
+    if sheet == "free_fall":
+        c = calibration["free_fall"]
+        return c["release_height"] - 0.5 * G * instant * instant
+    assert value is not None
+    if sheet.startswith("mass"):
+        c = calibration["test_mass"]
+        return c["force"] * instant * instant / (2.0 * value)
+    c = calibration["test_other"]
+    if system == "sliding":
+        v0, decel = c["launch_speed"], value * G
+        s = min(instant, v0 / decel)  # the block rests at v0^2 / (2 mu g) after v0 / decel
+        return v0 * s - 0.5 * decel * s * s
+    if system == "bouncing":
+        v_up = value * math.sqrt(2.0 * G * c["drop_height"])
+        return max(0.0, v_up * instant - 0.5 * G * instant * instant)
+    return instant / value
+
+
 def readings(
     system: str, calibration: dict[str, dict[str, Any]], sheet: str, value: float | None
 ) -> tuple[float, float, float, float]:
     """Marked positions (m) on `sheet` when the measured property has `value`."""
-    if sheet == "free_fall":
-        c = calibration["free_fall"]
-        return _four(c["release_height"] - 0.5 * G * t * t for t in c["times"])
-    assert value is not None
-    if sheet.startswith("mass"):
-        c = calibration["test_mass"]
-        return _four(c["force"] * t * t / (2.0 * value) for t in c["times"])
-    c = calibration["test_other"]
-    if system == "sliding":
-        v0, decel = c["launch_speed"], value * G
-        t_stop = v0 / decel  # the block rests at v0^2 / (2 mu g) after this
-
-        def coast(t: float) -> float:
-            s = min(t, t_stop)
-            return v0 * s - 0.5 * decel * s * s
-
-        return _four(coast(t) for t in c["times"])
-    if system == "bouncing":
-        v_up = value * math.sqrt(2.0 * G * c["drop_height"])
-
-        def height(t: float) -> float:
-            return max(0.0, v_up * t - 0.5 * G * t * t)
-
-        return _four(height(t) for t in c["times"])
-    return _four(load / value for load in c["loads"])
+    return _four(reading_at(system, calibration, sheet, value, t) for t in sheet_instants(system, calibration, sheet))
 
 
 def _four(values: Any) -> tuple[float, float, float, float]:

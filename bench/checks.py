@@ -44,6 +44,8 @@ from typing import Any
 from evprobe.bench import oracle
 from evprobe.bench.checks_blocks import check_levels, check_numeric
 from evprobe.bench.checks_voids import check_voids
+from evprobe.bench.checks_clips import check_clips, clip_sheet
+from evprobe.bench.clips import ClipSpec, benchmark_clip, render_clip
 from evprobe.bench.calibration import sheet_spec
 from evprobe.bench.detect import DetectionError, detect_sheet, marker_pixel_positions
 from evprobe.bench.family import Family
@@ -125,7 +127,7 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     prices = _prices(root)
     meta = read_meta(root)
     blocks = {"numeric": bool(meta.get("numeric")), "levels": list(meta.get("injection_levels") or []),
-              "voids": list(meta.get("voids") or [])}
+              "voids": list(meta.get("voids") or []), "clip": benchmark_clip(meta)}
     report = CheckReport()
     stale = stale_manifests(root)  # the manifests are read unverified above, to compare every field
     report.add("Manifests match the hashes in bench.json", f"{2 - len(stale)}/2", not stale, "; ".join(stale))
@@ -145,7 +147,9 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     report.numbers.update(histories=len(histories), decisions=len(base_select))
     _check_pairs(report, base_select)
     digests = _check_hidden_images(report, root, oracles, items)
-    _check_pixels(report, root, oracles, digests)
+    _check_pixels(report, root, oracles, digests, blocks["clip"])
+    if blocks["clip"] is not None:
+        check_clips(report, root, oracles, blocks["clip"], MAX_DETECTOR_ERROR_PCT)
     if blocks["levels"]:
         check_levels(report, items, oracles, blocks["levels"])
     if blocks["numeric"]:
@@ -153,7 +157,7 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     if blocks["voids"]:
         check_voids(report, root, every_item, oracles)
     if rerender:
-        _check_rerender(report, root, families)
+        _check_rerender(report, root, families, blocks["clip"])
     return report
 
 
@@ -294,7 +298,7 @@ def _check_items(
     for fam in oracles.values():
         try:
             expected.update(oracle.expected_items(fam, prices, numeric=blocks["numeric"], levels=blocks["levels"],
-                                                  voids=blocks["voids"]))
+                                                  voids=blocks["voids"], clip=blocks["clip"] is not None))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InputError(
                 f"families.jsonl: family {fam.family_id}: unusable menus or calibration ({err!r}); regenerate"
@@ -482,8 +486,10 @@ def _check_hidden_images(
 
 
 def _check_pixels(
-    report: CheckReport, root: Path, oracles: dict[str, oracle.OracleFamily], digests: dict[str, str]
+    report: CheckReport, root: Path, oracles: dict[str, oracle.OracleFamily], digests: dict[str, str],
+    clip: ClipSpec | None = None,
 ) -> None:
+    """The pixel rows; on a clip benchmark each clip is read as the sheet its panel frames make."""
     from PIL import Image
 
     worst, worst_where = 0.0, ""
@@ -496,7 +502,7 @@ def _check_pixels(
         centres: dict[tuple[str, str], list[tuple[float, float]]] = {}
         read: dict[str, list[float]] = {}
         for sheet, style, value in oracle.sheets(fam):
-            rel = oracle.image_of(fam, sheet, style)
+            rel = oracle.image_of(fam, sheet, style, clip=clip is not None)
             path = root / rel
             if not path.is_file():
                 raise InputError(f"{path}: image of family {fam.family_id} not found; regenerate")
@@ -509,8 +515,16 @@ def _check_pixels(
                     f"families.jsonl: family {fam.family_id}: field 'calibration' unusable for {sheet} ({err!r})"
                 ) from None
             orientation = oracle.ORIENTATION[kind]
-            with Image.open(path) as im:
-                image = im.convert("RGB")
+            if clip is None:
+                with Image.open(path) as im:
+                    image = im.convert("RGB")
+            else:
+                try:
+                    image = clip_sheet(path, clip)
+                except ValueError as err:  # its own row says which (bench.checks_clips)
+                    report.failures.append(str(err))
+                    worst, worst_where = math.inf, rel
+                    continue
             n_images += 1
             try:
                 got = detect_sheet(image, orientation=orientation, ruler_length=ruler, style=STYLES[style])
@@ -581,19 +595,22 @@ def _check_pixels(
     )
 
 
-def _check_rerender(report: CheckReport, root: Path, families: list[Family]) -> None:
+def _check_rerender(report: CheckReport, root: Path, families: list[Family], clip: ClipSpec | None = None) -> None:
     """Reproducibility only: the renderer, run again here, writes the same bytes (it says nothing
-    about the labels, which the oracle rows check)."""
+    about the labels, which the oracle rows check); on a clip benchmark, the clips."""
     bad, n = [], 0
     for f in families:
         sheets = [(s, "a") for s in ("mass_0", "mass_1", "other_0", "other_1", "free_fall")]
         if f.in_subset:
             sheets += [(f"{f.initial}_{h}", "b") for h in (0, 1)]
         for sheet, style in sheets:
-            rel = f"images/{f.family_id}/{sheet}{'' if style == 'a' else '.' + style}.png"
+            rel = f"images/{f.family_id}/{sheet}{'' if style == 'a' else '.' + style}{'' if clip is None else '.clip'}.png"
             n += 1
-            spec = sheet_spec(f.system, f.candidates, f.calibration, sheet)
-            if render_sheet(spec, STYLES[style]) != (root / rel).read_bytes():
+            if clip is not None:
+                fresh = render_clip(f.system, f.candidates, f.calibration, sheet, clip, style)
+            else:
+                fresh = render_sheet(sheet_spec(f.system, f.candidates, f.calibration, sheet), STYLES[style])
+            if fresh != (root / rel).read_bytes():
                 bad.append(rel)
     report.add(
         "Images re-rendered byte for byte",

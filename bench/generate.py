@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.bench.calibration import SHEETS, sheet_spec
+from evprobe.bench.clips import NOT_ON_CLIPS, ClipSpec, render_clip
 from evprobe.bench.family import Family, sample_families, select_subset
 from evprobe.bench.injection import INJECTION_LEVELS, injected_items
 from evprobe.bench.items import Item, family_items, image_path
@@ -92,6 +93,9 @@ class GenerateConfig:
     injection_levels: tuple[int, ...] = ()
     # Void items matched with sufficient twins (seed 002, `bench.voids`): "occluded", "unstated".
     voids: tuple[str, ...] = ()
+    # Evidence in motion (seed 002, `bench.clips`): every sheet replaced by a clip cut this way;
+    # None (the default) keeps the sheets. bench.json records it only when present.
+    clip: ClipSpec | None = None
 
     @classmethod
     def pilot(cls, **overrides: Any) -> GenerateConfig:
@@ -121,6 +125,11 @@ class GenerateConfig:
             check_voids(self.voids)
         except ValueError as err:
             raise InputError(str(err)) from None
+        if self.clip is not None:
+            for name, flag in NOT_ON_CLIPS.items():
+                if getattr(self, name):
+                    raise InputError(f"{flag} is not built on clips (its prompts describe sheets); drop it, or "
+                                     "generate it in a benchmark without --evidence clip")
 
 
 def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
@@ -132,7 +141,8 @@ def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
         families = select_subset(families, config.subset_seed, config.subset_per_cell)
     except ValueError as err:
         raise InputError(str(err)) from None
-    per_family = [family_items(f, config.prices) for f in families]
+    clip_frames = None if config.clip is None else config.clip.frames
+    per_family = [family_items(f, config.prices, clip_frames) for f in families]
     items = [it for block in per_family for it in block]
     levels = tuple(sorted(config.injection_levels))
     for level in levels:  # one block per level, each in the main items' order
@@ -160,15 +170,20 @@ def _occluded(f: Family) -> list[str]:
 
 
 def sheet_paths(families: list[Family]) -> set[str]:
-    """The relative path of every image generate may write for `families` (with or without voids):
-    what `--force` may remove."""
-    return ({image_path(f.family_id, sheet, style) for f in families for sheet, style in _sheets(f)}
+    """The relative path of every image generate may write for `families` (with or without voids, sheets
+    or clips): what `--force` may remove."""
+    return ({image_path(f.family_id, sheet, style, clip=clip) for f in families for sheet, style in _sheets(f)
+             for clip in (False, True)}
             | {occluded_path(f.family_id, sheet) for f in families for sheet in _occluded(f)})
 
 
-def sheet_jobs(families: list[Family], occluded: bool = False) -> list[tuple[str, Any, str]]:
+def sheet_jobs(families: list[Family], occluded: bool = False, clip: ClipSpec | None = None) -> list[tuple[str, Any, str]]:
     """(relative path, spec, style) of every sheet (`_sheets`), then, with `occluded`, of the occluded
-    sheets (style "occluded": style a's drawing under the occluder)."""
+    sheets (style "occluded": style a's drawing under the occluder). With `clip`, each sheet's clip
+    instead (spec: (family, sheet, clip))."""
+    if clip is not None:
+        return [(image_path(f.family_id, sheet, style, clip=True), (f, sheet, clip), style)
+                for f in families for sheet, style in _sheets(f)]
     jobs = [(image_path(f.family_id, sheet, style), sheet_spec(f.system, f.candidates, f.calibration, sheet), style)
             for f in families for sheet, style in _sheets(f)]
     if occluded:
@@ -179,6 +194,9 @@ def sheet_jobs(families: list[Family], occluded: bool = False) -> list[tuple[str
 
 def _render_job(job: tuple[str, Any, str]) -> tuple[str, bytes]:
     rel, spec, style = job
+    if isinstance(spec, tuple):  # a clip (sheet_jobs)
+        f, sheet, clip = spec
+        return rel, render_clip(f.system, f.candidates, f.calibration, sheet, clip, style)
     if style == "occluded":
         return rel, occlude(render_sheet(spec, STYLES["a"]))
     return rel, render_sheet(spec, STYLES[style])
@@ -213,7 +231,7 @@ def _generate(out: Path, config: GenerateConfig, force: bool, workers: int, prog
     _check_replaceable(out, force)
     started = time.perf_counter()
     families, items = build(config)
-    jobs = sheet_jobs(families, occluded="occluded" in config.voids)
+    jobs = sheet_jobs(families, occluded="occluded" in config.voids, clip=config.clip)
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
     tmp, lock = _make_temporary(out)
@@ -245,6 +263,8 @@ def _generate(out: Path, config: GenerateConfig, force: bool, workers: int, prog
             meta["injection_levels"] = sorted(config.injection_levels)
         if config.voids:
             meta["voids"] = list(check_voids(config.voids))
+        if config.clip is not None:
+            meta["evidence"] = {"kind": "clip", **config.clip.to_json()}
         atomic_write_json(tmp / META_FILE, meta)
         _check_replaceable(out, force)  # again: something may have been put there meanwhile
         _swap_into_place(tmp, out)

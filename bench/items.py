@@ -123,10 +123,11 @@ def item_units(items: Sequence[Item]) -> list[Unit]:
     return [Unit(it.item_id, it.family_id, len(it.images), it) for it in items]
 
 
-def image_path(family_id: str, sheet: str, style: str = "a") -> str:
-    """Where a sheet lives inside the benchmark folder (style a has no suffix)."""
+def image_path(family_id: str, sheet: str, style: str = "a", *, clip: bool = False) -> str:
+    """Where a sheet, or with `clip` its clip (`bench.clips`), lives inside the benchmark folder
+    (style a has no style suffix)."""
     suffix = "" if style == "a" else f".{style}"
-    return f"images/{family_id}/{sheet}{suffix}.png"
+    return f"images/{family_id}/{sheet}{suffix}{'.clip' if clip else ''}.png"
 
 
 def test_sheets(test: str, w: World) -> list[str]:
@@ -143,11 +144,13 @@ def _letter(options: dict[str, str], value: str) -> str:
     return next(letter for letter, v in options.items() if v == value)
 
 
-def family_items(family: Family, prices: Prices = Prices()) -> list[Item]:
-    """All items of one family, base requests first, then its variants if it is in the subset."""
+def family_items(family: Family, prices: Prices = Prices(), clip_frames: int | None = None) -> list[Item]:
+    """All items of one family, base requests first, then its variants if it is in the subset.
+    `clip_frames`: the evidence is clips of that many frames (`bench.clips`), not sheets."""
     f, fid = family, family.family_id
     outcomes = f.outcomes()
-    prompts = PromptBuilder(f, "a", prices)
+    prompts = PromptBuilder(f, "a", prices, clip_frames)
+    clip = clip_frames is not None
     initial_test = "test_mass" if f.initial == "mass" else "test_other"
     items: list[Item] = []
 
@@ -181,7 +184,7 @@ def family_items(family: Family, prices: Prices = Prices()) -> list[Item]:
 
     for h in (0, 1):
         hist = history_of(f.initial, h)
-        first = image_path(fid, f"{f.initial}_{h}")
+        first = image_path(fid, f"{f.initial}_{h}", clip=clip)
         for level in LEVELS:
             q = f.thresholds[level]
             decision = dict(
@@ -231,7 +234,7 @@ def family_items(family: Family, prices: Prices = Prices()) -> list[Item]:
                         hidden_world=world_name(w),
                         prompt=prompts.answer_after(level, test),
                         options=dict(f.answer_options),
-                        images=[first] + [image_path(fid, s) for s in test_sheets(test, w)],
+                        images=[first] + [image_path(fid, s, clip=clip) for s in test_sheets(test, w)],
                         image_pair_id=f"{fid}.answer_after_test.{level}.{test}.u{unmeasured}",
                         threshold_pair_id=(
                             f"{fid}.answer_after_test.h{h}.{test}.{world_name(w)}"
@@ -267,7 +270,7 @@ def family_items(family: Family, prices: Prices = Prices()) -> list[Item]:
             history=h,
             test=initial_test,
             prompt=prompts.read_ruler(initial_test),
-            images=[image_path(fid, sheet)],
+            images=[image_path(fid, sheet, clip=clip)],
             image_pair_id=f"{fid}.read_ruler",
             reference_value=marks[-1],
         )
@@ -278,24 +281,25 @@ def family_items(family: Family, prices: Prices = Prices()) -> list[Item]:
             test=initial_test,
             prompt=prompts.recover_property(initial_test),
             options={k: fmt(f.value(f.initial, idx)) for k, idx in f.recover_options.items()},
-            images=[image_path(fid, sheet)],
+            images=[image_path(fid, sheet, clip=clip)],
             image_pair_id=f"{fid}.recover_property",
             reference_option=next(k for k, idx in f.recover_options.items() if idx == h),
             reference_value=f.value(f.initial, h),
         )
     if f.in_subset:
-        items.extend(variant_items(f, prices))
+        items.extend(variant_items(f, prices, clip_frames))
     return items
 
 
-def variant_items(family: Family, prices: Prices = Prices()) -> list[Item]:
-    """The six selection variants of one subset family (seed 000, appendix H)."""
+def variant_items(family: Family, prices: Prices = Prices(), clip_frames: int | None = None) -> list[Item]:
+    """The six selection variants of one subset family (seed 000, appendix H); `clip_frames` as in
+    `family_items`."""
     f, fid = family, family.family_id
     outcomes = f.outcomes()
     out: list[Item] = []
     for variant in VARIANTS:
         style = "b" if variant == "changed_rendering" else "a"
-        prompts = PromptBuilder(f, style, prices)
+        prompts = PromptBuilder(f, style, prices, clip_frames)
         options = f.reworded_options if variant == "reworded" else f.options
         for h in (0, 1):
             sheet = f"{f.initial}_{h}"
@@ -304,11 +308,11 @@ def variant_items(family: Family, prices: Prices = Prices()) -> list[Item]:
                 images: list[str] = []
             else:
                 hist = history_of(f.initial, h)
-                images = [image_path(fid, sheet, style)]
+                images = [image_path(fid, sheet, style, clip=clip_frames is not None)]
             text = None
             if variant == "text_readings":
                 spec = sheet_spec(f.system, f.candidates, f.calibration, sheet)
-                text = readings_text(f.system, f.calibration, spec.readings, spec.kind)
+                text = readings_text(f.system, f.calibration, spec.readings, spec.kind, clip_frames)
             for level in LEVELS:
                 q = f.thresholds[level]
                 action = reference_action(hist, q, outcomes, prices)

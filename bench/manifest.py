@@ -226,7 +226,11 @@ def load_item_images(bench_dir: str | Path, rels: Iterable[str]) -> list[Any]:
     Decoding is cached on that digest too (the last `_DECODED_SIZE` sheets): the main set's 9,216
     items show 864 sheets, items of a family come together, and PNG decoding was 55 of the
     organism's 88 s run. Every call returns its own copies, so a caller that edits an image
-    changes no other caller's."""
+    changes no other caller's.
+
+    A clip (an animated PNG, `bench.clips`) gives its frames in order, each an image: every model
+    reads a clip as frames (the seed's "frames as images"). A frame's SOURCE_INFO is the file's
+    digest with ":<frame number>" appended."""
     return load_images(resolve_image(bench_dir, rel) for rel in rels)
 
 
@@ -240,22 +244,32 @@ def load_images(paths: Iterable[Path]) -> list[Any]:
     for path in paths:
         data = Path(path).read_bytes()
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
-        rgb = _DECODED.get(digest)
-        if rgb is None:
+        frames = _DECODED.get(digest)
+        if frames is None:
+            frames = []
             with Image.open(io.BytesIO(data)) as im:
-                rgb = im.convert("RGB")
-            rgb.info[SOURCE_INFO] = digest
-            _DECODED[digest] = rgb
-            if len(_DECODED) > _DECODED_SIZE:
+                n = getattr(im, "n_frames", 1)
+                for k in range(n):
+                    im.seek(k)
+                    rgb = im.convert("RGB")
+                    rgb.info[SOURCE_INFO] = digest if n == 1 else f"{digest}:{k + 1}"
+                    frames.append(rgb)
+            _DECODED[digest] = frames
+            while sum(_pixels(v) for v in _DECODED.values()) > _DECODED_SIZE * _SHEET_PIXELS and len(_DECODED) > 1:
                 _DECODED.popitem(last=False)
         else:
             _DECODED.move_to_end(digest)
-        out.append(rgb.copy())  # copy() keeps info, so the digest travels with it
+        out += [rgb.copy() for rgb in frames]  # copy() keeps info, so the digest travels with it
     return out
 
 
-_DECODED_SIZE = 48  # 672 x 672 RGB sheets: about 65 MB
-_DECODED: OrderedDict[str, Any] = OrderedDict()  # least recently used first
+def _pixels(frames: list[Any]) -> int:
+    return sum(f.width * f.height for f in frames)
+
+
+_SHEET_PIXELS = 672 * 672
+_DECODED_SIZE = 48  # in sheets' worth of pixels (672 x 672 RGB): about 65 MB; a 32-frame clip counts 8
+_DECODED: OrderedDict[str, list[Any]] = OrderedDict()  # least recently used first
 
 
 SOURCE_INFO = "evprobe_source"  # key in PIL's Image.info: the digest of the file's bytes

@@ -245,25 +245,44 @@ def sheet_kind(system: str, sheet: str) -> str:
 def readings(system: str, cal: Mapping[str, Any], sheet: str, value: float | None) -> list[float]:
     """The four marked positions (m) of a sheet when the measured property has `value`."""
     kind = sheet_kind(system, sheet)
+    test = "free_fall" if kind == "free_fall" else "test_mass" if kind == "mass" else "test_other"
+    panels = cal[test]["loads"] if kind == "extension" else cal[test]["times"]
+    return [position(system, cal, sheet, value, x) for x in panels]
+
+
+def position(system: str, cal: Mapping[str, Any], sheet: str, value: float | None, x: float) -> float:
+    """The marked position (m) at time `x` (s), or under load `x` (N) for the stiffness test."""
+    kind = sheet_kind(system, sheet)
     if kind == "free_fall":
-        c = cal["free_fall"]
-        return [c["release_height"] - 0.5 * G * t * t for t in c["times"]]
+        return cal["free_fall"]["release_height"] - 0.5 * G * x * x
     assert value is not None
     if kind == "mass":
-        c = cal["test_mass"]
-        return [c["force"] * t * t / (2.0 * value) for t in c["times"]]
+        return cal["test_mass"]["force"] * x * x / (2.0 * value)
     c = cal["test_other"]
     if kind == "coasting":
         v0, decel = c["launch_speed"], value * G
-        out = []
-        for t in c["times"]:
-            s = min(t, v0 / decel)  # at rest after v0 / (mu g)
-            out.append(v0 * s - 0.5 * decel * s * s)
-        return out
+        s = min(x, v0 / decel)  # at rest after v0 / (mu g)
+        return v0 * s - 0.5 * decel * s * s
     if kind == "rebound":
         up = value * math.sqrt(2.0 * G * c["drop_height"])
-        return [max(0.0, up * t - 0.5 * G * t * t) for t in c["times"]]
-    return [load / value for load in c["loads"]]
+        return max(0.0, up * x - 0.5 * G * x * x)
+    return x / value
+
+
+def clip_instants(system: str, cal: Mapping[str, Any], sheet: str, frames: int) -> list[float]:
+    """The time (or load) of each frame 1..`frames` of a sheet's clip (README, "Clips"): frame
+    k * frames / 4 is the sheet's panel k, and the frames before it step evenly from the panel before
+    (from 0 before the first)."""
+    kind = sheet_kind(system, sheet)
+    test = "free_fall" if kind == "free_fall" else "test_mass" if kind == "mass" else "test_other"
+    panels = [0.0] + list(cal[test]["loads"] if kind == "extension" else cal[test]["times"])
+    per = frames // 4
+    out = []
+    for k in range(1, frames + 1):
+        segment, step = divmod(k - 1, per)
+        lo, hi = panels[segment], panels[segment + 1]
+        out.append(hi if step == per - 1 else lo + (hi - lo) * (step + 1) / per)
+    return out
 
 
 def ruler_length(system: str, cal: Mapping[str, Any], sheet: str) -> float:
@@ -359,8 +378,8 @@ def _letter(menu: Mapping[str, Any], value: Any) -> str | None:
     return letters[0] if len(letters) == 1 else None
 
 
-def _image(fid: str, sheet: str, style: str = "a") -> str:
-    return f"images/{fid}/{sheet}{'' if style == 'a' else '.' + style}.png"
+def _image(fid: str, sheet: str, style: str = "a", clip: bool = False) -> str:
+    return f"images/{fid}/{sheet}{'' if style == 'a' else '.' + style}{'.clip' if clip else ''}.png"
 
 
 def _test_sheets(test: str, w: tuple[int, int]) -> list[str]:
@@ -379,8 +398,10 @@ def expected_items(
     numeric: bool = False,
     levels: Iterable[int] = (),
     voids: Iterable[str] = (),
+    clip: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Item id -> the expected value of every field but the prompt and the pair ids.
+    """Item id -> the expected value of every field but the prompt and the pair ids. With `clip`
+    (a clip benchmark), every sheet is shown as its clip, images/<family>/<sheet>[.b].clip.png.
 
     `threshold` is the oracle's unrounded q (compare with `agree`), `reference_value` of the ruler
     probe is the oracle's reading (compare with `agree`); every other field is exact. A reference
@@ -493,6 +514,9 @@ def expected_items(
         for level in levels:  # the estimates climb the ladder too (same values; no decision ids)
             for item_id, row in estimates.items():
                 out[f"{item_id}.L{level}"] = {**row, "injection": level}
+    if clip:
+        for row in out.values():
+            row["images"] = [rel.removesuffix(".png") + ".clip.png" for rel in row["images"]]
     return out
 
 
@@ -518,8 +542,8 @@ def sheets(fam: OracleFamily) -> list[tuple[str, str, float | None]]:
     return out
 
 
-def image_of(fam: OracleFamily, sheet: str, style: str) -> str:
-    return _image(fam.family_id, sheet, style)
+def image_of(fam: OracleFamily, sheet: str, style: str, clip: bool = False) -> str:
+    return _image(fam.family_id, sheet, style, clip)
 
 
 def tells_apart(action: str, w1: tuple[int, int], w2: tuple[int, int]) -> bool:

@@ -39,6 +39,7 @@ import numpy as np
 
 from evprobe.bench import oracle
 from evprobe.bench.calibration import readings, sheet_spec, sheet_value
+from evprobe.bench.clips import sheet_view
 from evprobe.bench.detect import detect_sheet, marker_pixel_count
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
@@ -67,13 +68,13 @@ _DETECTED: dict[tuple, tuple[float, ...]] = {}
 
 
 def _detect_file(path: Path, orientation: str, ruler_length: float, style: str) -> tuple[float, ...]:
-    """Detector readings of one file, cached per process; the key includes the file's size and
-    modification time, so a changed file is read again."""
+    """Detector readings of one file (a clip: of its panel frames, `clips.sheet_view`), cached per
+    process; the key includes the file's size and modification time, so a changed file is read again."""
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, orientation, ruler_length, style)
     if key not in _DETECTED:
         _DETECTED[key] = detect_sheet(
-            path.read_bytes(), orientation=orientation, ruler_length=ruler_length, style=STYLES[style]
+            sheet_view(path.read_bytes()), orientation=orientation, ruler_length=ruler_length, style=STYLES[style]
         )
     return _DETECTED[key]
 
@@ -83,7 +84,7 @@ def _marked(path: Path, style: str) -> bool:
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, style)
     if key not in _MARKED:
-        _MARKED[key] = marker_pixel_count(path.read_bytes(), STYLES[style]) > 0
+        _MARKED[key] = marker_pixel_count(sheet_view(path.read_bytes()), STYLES[style]) > 0
     return _MARKED[key]
 
 

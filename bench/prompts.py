@@ -137,6 +137,22 @@ class PromptBuilder:
     family: Family
     style: str = "a"
     prices: Prices = Prices()
+    # Frames of a clip benchmark's evidence (`bench.clips`); None: sheets. Only the words that name
+    # the evidence change with it.
+    clip_frames: int | None = None
+
+    @property
+    def noun(self) -> str:
+        """What the evidence is called: "sheet" or "clip"."""
+        return "sheet" if self.clip_frames is None else "clip"
+
+    def _shows(self, line: str) -> str:
+        """A test-menu line with "the panels show" said of a clip's four panel frames."""
+        n = self.clip_frames
+        if n is None:
+            return line
+        q = n // 4
+        return line.replace("the panels show", f"frames {q}, {2 * q}, {3 * q} and {n} of its clip show", 1)
 
     # ---- shared blocks -------------------------------------------------------------------
     def setup(self) -> str:
@@ -170,8 +186,13 @@ class PromptBuilder:
         f = self.family
         cal, obj = f.calibration, get_system(f.system).object_name
         mass = cal["test_mass"]
+        if self.clip_frames is None:
+            head = "Each gives a sheet of four panels; every panel has a "
+        else:
+            head = (f"Each gives a clip of {self.clip_frames} frames, the motion slowed down (each frame is "
+                    "labelled with its time or load); every frame has a ")
         lines = [
-            "Measurements that can be made. Each gives a sheet of four panels; every panel has a "
+            f"Measurements that can be made. {head}"
             f"ruler in metres, and a {self.marker()} dot with a line to the ruler marks the "
             "measured position.",
             f"- Mass test: the {obj} is pushed from rest by a constant force of {fmt(mass['force'])} N "
@@ -203,21 +224,21 @@ class PromptBuilder:
             f"above the floor; the panels show its height at t = {_list(fall['times'])} s, "
             "before it reaches the floor."
         )
-        lines.append(f"- Combined report: the sheets of both the mass test and the {f.other} test.")
-        return "\n".join(lines)
+        lines.append(f"- Combined report: the {self.noun}s of both the mass test and the {f.other} test.")
+        return "\n".join(self._shows(line) for line in lines)
 
     def evidence_initial(self) -> str:
         name = test_name("test_mass" if self.family.initial == "mass" else "test_other", self.family.other)
-        return f"Evidence so far: the attached sheet shows the result of the {name}, already performed."
+        return f"Evidence so far: the attached {self.noun} shows the result of the {name}, already performed."
 
     def evidence_after(self, test: str) -> str:
         f = self.family
         first = test_name("test_mass" if f.initial == "mass" else "test_other", f.other)
         if test == "combined_report":
-            then = f"the next two sheets show the combined report: the mass test, then the {f.other} test"
+            then = f"the next two {self.noun}s show the combined report: the mass test, then the {f.other} test"
         else:
-            then = f"the next sheet shows the {test_name(test, f.other)}, just performed"
-        return f"Evidence: the first attached sheet shows the {first}, already performed; {then}."
+            then = f"the next {self.noun} shows the {test_name(test, f.other)}, just performed"
+        return f"Evidence: the first attached {self.noun} shows the {first}, already performed; {then}."
 
     def option_menu(self, options: dict[str, str], reworded: bool = False) -> str:
         other = self.family.other
@@ -297,11 +318,15 @@ class PromptBuilder:
 
     def read_ruler(self, test: str) -> str:
         name = test_name(test, self.family.other)
+        if self.clip_frames is None:
+            parts, last = "four panels, each", "the last panel (bottom right)"
+        else:
+            parts, last = f"{self.clip_frames} frames, each", "the last frame"
         return (
-            f"The attached sheet shows the result of a {name}: four panels, each with a ruler in "
+            f"The attached {self.noun} shows the result of a {name}: {parts} with a ruler in "
             f"metres, where a {self.marker()} dot with a line to the ruler marks the measured "
-            "position.\n\nWhat is the ruler reading at the marked position in the last panel "
-            "(bottom right)? Reply with the number in metres only."
+            f"position.\n\nWhat is the ruler reading at the marked position in {last}? "
+            "Reply with the number in metres only."
         )
 
     def recover_property(self, test: str) -> str:
@@ -315,15 +340,17 @@ class PromptBuilder:
         parts = [
             self.setup(),
             self.tests(),
-            f"The attached sheet shows the result of the {test_name(test, f.other)}.",
+            f"The attached {self.noun} shows the result of the {test_name(test, f.other)}.",
             f"Which value of the {prop} does this measurement show?\n" + "\n".join(rows),
             ANSWER_INSTRUCTION,
         ]
         return "\n\n".join(parts)
 
 
-def readings_text(system: str, calibration: dict, marks: tuple[float, ...], sheet_kind: str) -> str:
-    """The text-readings variant: each panel's timestamp or load and its marked reading."""
+def readings_text(system: str, calibration: dict, marks: tuple[float, ...], sheet_kind: str,
+                  clip_frames: int | None = None) -> str:
+    """The text-readings variant: each panel's timestamp or load and its marked reading (of a clip:
+    its four panel frames', `bench.clips`)."""
     if sheet_kind == "extension":
         keys = [f"load {fmt(x)} N" for x in calibration["test_other"]["loads"]]
         what = "extension"
@@ -332,8 +359,12 @@ def readings_text(system: str, calibration: dict, marks: tuple[float, ...], shee
         cal = calibration[test]
         keys = [f"t = {fmt(t)} s" for t in cal["times"]]
         what = "height above the floor" if sheet_kind in ("rebound", "free_fall") else "position"
-    rows = [f"- panel {i + 1} ({k}): {what} {fmt(v)} m" for i, (k, v) in enumerate(zip(keys, marks))]
-    return "Readings from the sheet:\n" + "\n".join(rows)
+    if clip_frames is None:
+        rows = [f"- panel {i + 1} ({k}): {what} {fmt(v)} m" for i, (k, v) in enumerate(zip(keys, marks))]
+        return "Readings from the sheet:\n" + "\n".join(rows)
+    q = clip_frames // 4
+    rows = [f"- frame {q * (i + 1)} ({k}): {what} {fmt(v)} m" for i, (k, v) in enumerate(zip(keys, marks))]
+    return "Readings from the clip:\n" + "\n".join(rows)
 
 
 def _list(values: list[float]) -> str:

@@ -430,17 +430,22 @@ def _draw_marker(img: Image.Image, draw: ImageDraw.ImageDraw, dot: tuple[int, in
 def render_image(spec: SheetSpec, style: Style = STYLE_A) -> Image.Image:
     """The sheet as a 672 x 672 RGB image."""
     sheet = Image.new("RGB", (SIZE, SIZE), style.background)
-    base = _panel_base(spec.kind, spec.ruler_length, spec.title, style)
-    layout = layout_for(spec.orientation)
-    label_font = _font(LABEL_SIZE)
     for i, (reading, label) in enumerate(zip(spec.readings, spec.panel_labels, strict=True)):
-        panel = base.copy()
-        draw = ImageDraw.Draw(panel)
-        draw.text((PANEL / 2, 27), label, fill=style.ink, font=label_font, anchor="mt")
-        dot = _draw_panel_dynamic(draw, spec, reading, style)
-        _draw_marker(panel, draw, dot, layout, style)
-        sheet.paste(panel, panel_origin(i))
+        sheet.paste(render_panel(spec, reading, label, style), panel_origin(i))
     return sheet
+
+
+def render_panel(spec: SheetSpec, reading: float, label: str, style: Style = STYLE_A) -> Image.Image:
+    """One PANEL x PANEL panel of `spec`'s drawing (its kind, object, title and ruler) with the object
+    at `reading` metres and `label` (a time or load) under the title: a sheet's panel, or a clip's frame."""
+    if not 0.0 <= reading <= spec.ruler_length:
+        raise ValueError(f"reading {reading} m lies outside the {spec.ruler_length} m ruler")
+    panel = _panel_base(spec.kind, spec.ruler_length, spec.title, style).copy()
+    draw = ImageDraw.Draw(panel)
+    draw.text((PANEL / 2, 27), label, fill=style.ink, font=_font(LABEL_SIZE), anchor="mt")
+    dot = _draw_panel_dynamic(draw, spec, reading, style)
+    _draw_marker(panel, draw, dot, layout_for(spec.orientation), style)
+    return panel
 
 
 def render_sheet(spec: SheetSpec, style: Style = STYLE_A) -> bytes:

@@ -342,6 +342,15 @@ class RunJob(Job):
             raise InputError(f"--model {c.source} is a text-only model and {len(with_images)} selected items have images "
                              f"(first: {with_images[0].item_id}); select text-only items (--requests both_given) "
                              "or run a vision-language model")
+        check_context = getattr(backend, "check_context", None)
+        if check_context is not None and self.items:
+            # The item with the most images (a clip counts its frames), then the longest prompt.
+            longest = max(self.items, key=lambda it: (len(it.images), len(it.prompt)))
+            try:
+                check_context(self.model_prompts([longest])[0])
+            except InputError:
+                backend.close()
+                raise
 
         def reply_batch(batch: list[Item], prepared: Any = None) -> list[Reply]:
             return backend(self.model_prompts(batch), prepared)

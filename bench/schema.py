@@ -40,6 +40,7 @@ from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
 from evprobe.bench.render import STYLES
 from evprobe.bench.systems import SYSTEM_NAMES, SYSTEMS
 from evprobe.bench.voids import VOID_REQUESTS, VOID_TYPES
+from evprobe.bench.clips import ClipSpec
 from evprobe.bench.worlds import WORLDS, world_name
 from evprobe.core.errors import shown
 
@@ -206,6 +207,16 @@ PricesRow = create_model(
 )
 
 
+class EvidenceRow(BaseModel):
+    """bench.json's `evidence` of a clip benchmark (`bench.clips.ClipSpec`)."""
+
+    model_config = STRICT
+
+    kind: Literal["clip"]
+    frames: Annotated[int, Field(ge=4)]
+    fps: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
 class BenchMeta(BaseModel):
     """bench.json (see `bench.generate.generate`)."""
 
@@ -230,6 +241,7 @@ class BenchMeta(BaseModel):
     numeric: Literal[True] = Field(default=None)  # type: ignore[assignment]
     injection_levels: Annotated[list[Literal[1, 2, 3]], Field(min_length=1)] = Field(default=None)  # type: ignore[assignment]
     voids: Annotated[list[Void], Field(min_length=1)] = Field(default=None)  # type: ignore[valid-type]
+    evidence: EvidenceRow = Field(default=None)  # type: ignore[assignment]
 
 
 def _stores_only(cls: type) -> bool:
@@ -361,6 +373,11 @@ def meta_problem(meta: BenchMeta) -> tuple[str, str] | None:
         return "injection_levels", f"field 'injection_levels' must name each level once, got {shown(meta.injection_levels)}"
     if meta.voids is not None and len(set(meta.voids)) != len(meta.voids):
         return "voids", f"field 'voids' must name each void type once, got {shown(meta.voids)}"
+    if meta.evidence is not None:
+        try:
+            ClipSpec(meta.evidence.frames, meta.evidence.fps)
+        except ValueError as err:
+            return "evidence", f"field 'evidence': {err}".replace("--frames", "frames").replace("--fps", "fps")
     if meta.n_families != meta.families_per_system * len(meta.systems):
         return "n_families", (f"field 'n_families' must be families_per_system x number of systems "
                               f"({meta.families_per_system} x {len(meta.systems)}), got {meta.n_families}")

@@ -102,6 +102,13 @@ def add_generate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--voids", default="", metavar="TYPES",
                    help="add void items matched with their sufficient twins (seed 002): occluded (visual), "
                         "unstated (textual), e.g. occluded,unstated")
+    p.add_argument("--evidence", choices=("sheet", "clip"), default="sheet",
+                   help="show each measurement as a still sheet of four panels (default) or as a clip of its motion "
+                        "(seed 002; an animated PNG per measurement)")
+    p.add_argument("--frames", type=positive_int, default=None,
+                   help="frames per clip, a multiple of 4 (default 32, the seed's); with --evidence clip")
+    p.add_argument("--fps", type=float, default=None, help="frames per second a clip plays at (default 2, the "
+                   "seed's); with --evidence clip")
     p.add_argument("--force", action="store_true", help="replace the benchmark already in --out (never any other non-empty folder)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_generate)
@@ -130,6 +137,15 @@ def _run_generate(args: argparse.Namespace) -> int:
     except ValueError:
         raise InputError(f"--injection takes comma-separated levels among 1, 2, 3, got {args.injection!r}") from None
     overrides["voids"] = tuple(x.strip() for x in args.voids.split(",") if x.strip())
+    if args.evidence == "clip":
+        from evprobe.bench.clips import SEED_FPS, SEED_FRAMES, ClipSpec
+
+        try:
+            overrides["clip"] = ClipSpec(args.frames or SEED_FRAMES, SEED_FPS if args.fps is None else args.fps)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+    elif args.frames is not None or args.fps is not None:
+        raise InputError("--frames and --fps cut clips; add --evidence clip")
     config = GenerateConfig.pilot(**overrides) if args.pilot else GenerateConfig(**overrides)
     meta = generate(args.out, config, force=args.force, workers=args.workers, progress=not args.quiet)
     print(main_summary(meta, args.out))

@@ -95,7 +95,7 @@ def _check_names(values: Sequence[str], known: Sequence[str], what: str, string_
 
 def check_positions(positions: Sequence[str]) -> list[str]:
     """Position specs as text, validated: at least one, no repeats, each a NAMED span (POSITIONS),
-    `token:I` or `marker:TEXT[:first|last|mean]` (hooks.positions.parse_position).
+    `token:I`, `frame:K` or `marker:TEXT[:first|last|mean]` (hooks.positions.parse_position).
 
     The CLI capture job stores these strings (acts.npy's position axis, meta.json's rules); the
     library API takes Token / Marker objects too (hooks.positions.check_positions)."""
@@ -105,7 +105,7 @@ def check_positions(positions: Sequence[str]) -> list[str]:
         raise TypeError("positions must be a list of names, not a string")
     names = list(positions)
     if not names:
-        raise ValueError(f"no positions given; choose from {', '.join(POSITIONS)}, token:I or marker:TEXT")
+        raise ValueError(f"no positions given; choose from {', '.join(POSITIONS)}, token:I, frame:K or marker:TEXT")
     parsed = [parse_position(name) for name in names]  # a bad spec fails here, naming it
     if len(set(parsed)) != len(parsed):
         raise ValueError(f"positions {names} repeat one; give each once")
@@ -307,7 +307,8 @@ def capture_batch(
     enc = build_inputs(handle, list(prompts), list(images))
     n_images = [len(i) for i in images]
     spans = batch_spans(handle, enc, list(prompts), n_images, text_markers, first_row=first_row)
-    indices = row_indices(handle, enc, list(prompts), n_images, spans, positions, first_row=first_row)
+    indices = row_indices(handle, enc, list(prompts), n_images, spans, positions, first_row=first_row,
+                          image_sizes=[[im.size for im in row] for row in images])
     plan = position_plan(indices, handle.device)
     got = trace_sites(handle, enc, layers, components, lambda out: reduce_at(out, plan))  # each (batch, n_pos, d)
     # Each layer's means to the CPU first: under a device_map the layers may sit on different GPUs.
@@ -378,7 +379,8 @@ def capture_layers(
 
     layers: decoder layer indices (any order; the output keeps it).
     positions: names from POSITIONS, token indices (int or Token; negative from the row's end,
-        padding not counted) and Marker(text, "mean" | "first" | "last"), in any mix and order.
+        padding not counted), Marker(text, "mean" | "first" | "last") and Frame(k) (the k-th image's
+        tokens: a clip's frame), in any mix and order.
     text_markers: per row, the substring of its prompt that `text_mean` (and Marker(None, ...))
         uses (None = the whole prompt text); None = no markers for any row.
     batch_size: rows per forward pass; None = all rows at once. A row gives the same values

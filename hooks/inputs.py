@@ -148,6 +148,17 @@ def takes_images(processor: Any) -> bool:
     return not isinstance(processor, PreTrainedTokenizerBase)
 
 
+def context_length(model: Any) -> int | None:
+    """The language model's context in tokens (its config's `max_position_embeddings`, of the text
+    config for a vision-language model), or None when the config does not say."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    value = getattr(text, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
 def to_model(handle: Handle, enc: BatchFeature) -> BatchFeature:
     """Move tensors to the model device; floating tensors (pixels) to the model dtype."""
     import torch

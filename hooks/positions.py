@@ -17,6 +17,13 @@ that token's vector). Kinds:
                                         text=None uses each row's own text marker (capture's
                                         `text_markers`), or its whole prompt text when it has none,
                                         so Marker(None, "mean") == "text_mean".
+    Frame(k)                            the image-feature tokens of the row's k-th image (0 is the
+                                        first; negative from the last), their mean: a clip fed as
+                                        frames has one image per frame, in order, so Frame(k) is
+                                        frame k + 1. The row's feature tokens (`image_mean`'s) are
+                                        split evenly among its images, so every image of the row
+                                        must have one size (a clip's frames do; `image_sizes` lets
+                                        row_indices refuse a row that mixes sizes).
 
 Every token of a row (no reduction) is `hooks.token_capture.capture_tokens`, not a position here: its
 result is ragged (one array per row), not a (rows, positions, d_model) block.
@@ -71,12 +78,23 @@ class Marker:
             raise ValueError(f"Marker text must be a non-empty string or None, got {self.text!r}")
 
 
-Position = str | Token | Marker
+@dataclass(frozen=True)
+class Frame:
+    """The image-feature tokens of each row's `index`-th image (negative from the last), averaged."""
+
+    index: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, (int, np.integer)):
+            raise TypeError(f"Frame index must be an integer, got {self.index!r}")
 
 
-def check_positions(positions: Sequence[str | int | Token | Marker]) -> list[Position]:
+Position = str | Token | Marker | Frame
+
+
+def check_positions(positions: Sequence[str | int | Token | Marker | Frame]) -> list[Position]:
     """Validated positions, bare ints made `Token`s: at least one, each known, none repeated."""
-    if isinstance(positions, (str, int, Token, Marker)):
+    if isinstance(positions, (str, int, Token, Marker, Frame)):
         raise TypeError("positions must be a list (e.g. ['last'] or [-1, Marker('red')]), not a single value")
     out: list[Position] = []
     for p in positions:
@@ -86,8 +104,8 @@ def check_positions(positions: Sequence[str | int | Token | Marker]) -> list[Pos
             if p not in NAMED:
                 raise ValueError(f"unknown position {p!r}; choose from {', '.join(NAMED)}, or give a token index "
                                  "(int / Token) or a Marker")
-        elif not isinstance(p, (Token, Marker)):
-            raise TypeError(f"position {p!r} is not a name, an int, a Token or a Marker")
+        elif not isinstance(p, (Token, Marker, Frame)):
+            raise TypeError(f"position {p!r} is not a name, an int, a Token, a Marker or a Frame")
         out.append(p)
     if not out:
         raise ValueError(f"no positions given; choose from {', '.join(NAMED)}, a token index or a Marker")
@@ -98,7 +116,8 @@ def check_positions(positions: Sequence[str | int | Token | Marker]) -> list[Pos
 
 def parse_position(spec: str) -> Position:
     """A position written as text (the CLI capture job's `--positions`): a NAMED span, `token:I`
-    (Token(I); negative from the row's end) or `marker:TEXT` / `marker:TEXT:first|last|mean`
+    (Token(I); negative from the row's end), `frame:K` (Frame(K): the row's K-th image's tokens) or
+    `marker:TEXT` / `marker:TEXT:first|last|mean`
     (Marker(TEXT, reduce); the default reduction is mean). The text is the folder's position name,
     so it must not hold a comma (the flag's separator)."""
     if not isinstance(spec, str):
@@ -111,6 +130,11 @@ def parse_position(spec: str) -> Position:
             return Token(int(rest))
         except ValueError:
             raise ValueError(f"position {spec!r}: token:I needs an integer index, e.g. token:-3") from None
+    if kind == "frame":
+        try:
+            return Frame(int(rest))
+        except ValueError:
+            raise ValueError(f"position {spec!r}: frame:K needs an integer image index, e.g. frame:0 or frame:-1") from None
     if kind == "marker":
         text, reduce = rest, "mean"
         head, sep2, tail = rest.rpartition(":")
@@ -119,7 +143,8 @@ def parse_position(spec: str) -> Position:
         if not text.strip():
             raise ValueError(f"position {spec!r}: marker:TEXT needs the text to find, e.g. marker:Question:last")
         return Marker(text, reduce)  # type: ignore[arg-type]
-    raise ValueError(f"unknown position {spec!r}; choose from {', '.join(NAMED)}, token:I or marker:TEXT[:first|last|mean]")
+    raise ValueError(f"unknown position {spec!r}; choose from {', '.join(NAMED)}, token:I, frame:K or "
+                     "marker:TEXT[:first|last|mean]")
 
 
 def position_rule(spec: str) -> str:
@@ -127,6 +152,9 @@ def position_rule(spec: str) -> str:
     p = parse_position(spec)
     if isinstance(p, Token):
         return (f"the real token at index {p.index} of the row (padding not counted; negative from the end)")
+    if isinstance(p, Frame):
+        return (f"the mean over the image-feature tokens of the row's image {p.index} (0 first, negative from the "
+                "last; a clip's frames are its images)")
     if isinstance(p, Marker):
         return (f"the {p.reduce if p.reduce != 'mean' else 'mean over the'} token(s) overlapping the first "
                 f"occurrence of {p.text!r} in the prompt text (an item without it is an error)")
@@ -139,6 +167,8 @@ def position_label(p: Position) -> str:
         return p
     if isinstance(p, Token):
         return f"token[{p.index}]"
+    if isinstance(p, Frame):
+        return f"frame[{p.index}]"
     return f"marker[{p.reduce}]:{'<row text marker>' if p.text is None else p.text}"
 
 
@@ -151,9 +181,12 @@ def row_indices(
     positions: list[Position],
     *,
     first_row: int = 0,
+    image_sizes: Sequence[Sequence[tuple[int, int]]] | None = None,
 ) -> list[list[tuple[int, ...]]]:
     """Per position, per row: the padded-row indices capture reduces over (never empty).
 
+    image_sizes: per row, each image's (width, height); given, a Frame position refuses a row whose
+        images differ in size (their tokens could not be split evenly).
     Raises ValueError naming the row and the position when a row has no such token(s).
     """
     mask = enc["attention_mask"].cpu()
@@ -163,6 +196,9 @@ def row_indices(
         rows = []
         for r, s in enumerate(spans):
             try:
+                if isinstance(p, Frame) and image_sizes is not None and len(set(image_sizes[r])) > 1:
+                    raise ValueError(f"its images differ in size ({sorted(set(image_sizes[r]))}), so their tokens "
+                                     "cannot be told apart by an even split")
                 got = _indices(handle, enc, prompts, n_images, r, s, real[r], p)
             except ValueError as err:
                 raise ValueError(f"row {first_row + r}: position {position_label(p)!r}: {err}") from None
@@ -181,6 +217,8 @@ def _indices(handle, enc, prompts, n_images, r: int, s: Spans, real: list[int], 
         return s.image
     if p == "text_mean":
         return s.text
+    if isinstance(p, Frame):
+        return frame_tokens(s.image, n_images[r], p.index)
     if isinstance(p, Token):
         if not -len(real) <= p.index < len(real):
             raise ValueError(f"token index {p.index} is out of range: the row has {len(real)} tokens")
@@ -193,3 +231,14 @@ def _indices(handle, enc, prompts, n_images, r: int, s: Spans, real: list[int], 
     if p.reduce == "last":
         return span[-1:]
     return span
+
+
+def frame_tokens(image: tuple[int, ...], n_images: int, index: int) -> tuple[int, ...]:
+    """The `index`-th of `n_images` equal consecutive groups of a row's image-feature tokens."""
+    if not -n_images <= index < n_images:
+        raise ValueError(f"image index {index} is out of range: the row has {n_images} images")
+    if len(image) % n_images:
+        raise ValueError(f"its {len(image)} image tokens do not split evenly among its {n_images} images")
+    per = len(image) // n_images
+    k = index % n_images
+    return image[k * per:(k + 1) * per]

@@ -80,7 +80,9 @@ def capture_sites(
             enc = build_inputs(handle, p, im)
             n_images = [len(i) for i in im]
             spans = batch_spans(handle, enc, p, n_images, markers, first_row=start)
-            plan = position_plan(row_indices(handle, enc, p, n_images, spans, positions, first_row=start), handle.device)
+            sizes = [[i.size for i in row] for row in im]
+            plan = position_plan(row_indices(handle, enc, p, n_images, spans, positions, first_row=start,
+                                             image_sizes=sizes), handle.device)
             ops = [Read(s, reduce=lambda value: reduce_at(value, plan)) for s in text]  # each (batch, n_pos, width)
             with torch.no_grad(), intervene(handle, ops, stop_after_reads=True) as run:
                 run.forward(handle.model, no_cache_kwargs(handle, enc))

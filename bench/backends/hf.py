@@ -50,6 +50,31 @@ class HFBackend:
 
         self.takes_images = takes_images(handle.processor)
 
+    def check_context(self, prompt: ModelPrompt) -> None:
+        """Refuse, before any model call, a prompt whose tokens (its images' or clip frames' included)
+        and reply do not fit the model's context (`hooks.inputs.context_length`)."""
+        from evprobe.hooks.inputs import context_length
+
+        limit = context_length(self.handle.model)
+        if limit is None:
+            return
+        from evprobe.hooks.inputs import encode_inputs
+
+        images = self.prepare_images(prompt)
+        n = int(encode_inputs(self.handle, [prompt.text], [images], for_generation=True)["input_ids"].shape[1])
+        if n + self.limit > limit:
+            raise InputError(
+                f"item {prompt.key}: its prompt is {n} tokens ({len(images)} images or clip "
+                f"frames included) and its reply up to {self.limit}, beyond the {limit}-token context of "
+                f"--model {self.config.source}; generate clips with fewer --frames, select items with fewer "
+                "images (--requests), or run a model with a longer context")
+
+    def prepare_images(self, prompt: ModelPrompt) -> list[Any]:
+        """The images the model reads for a prompt (a clip: its frames)."""
+        from evprobe.bench.manifest import load_images
+
+        return load_images(prompt.images)
+
     def prepare(self, prompts: list[ModelPrompt]) -> Any:
         """The batch's processor output, on the CPU."""
         from evprobe.hooks.inputs import encode_inputs

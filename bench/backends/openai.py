@@ -93,6 +93,19 @@ REFUSED = "HTTP "  # how a record's error begins when the server refused its req
 START_SERVER = "start it (e.g. `vllm serve MODEL --port 8000` or `transformers serve MODEL --port 8000`)"
 
 
+def _images(paths: tuple[Path, ...]) -> list[tuple[bytes, str]]:
+    """(bytes, MIME type) of each image sent; a clip (`bench.clips`) is sent as its frames, one
+    still PNG each, in order, as the hf backend feeds them."""
+    from evprobe.bench.clips import frame_pngs
+
+    out = []
+    for path in paths:
+        data = path.read_bytes()
+        frames = frame_pngs(data) if path.suffix.lower() == ".png" else None
+        out += [(data, MIME.get(path.suffix.lower(), "image/png"))] if frames is None else [(f, "image/png") for f in frames]
+    return out
+
+
 def open_backend(config: RunConfig, handle: Any = None) -> OpenAIBackend:
     if handle is not None:  # the runner refuses it first; a direct caller gets the same line
         raise InputError("a model in memory runs on the hf backend, not openai")
@@ -219,7 +232,7 @@ class OpenAIBackend:
 
     def _reply(self, prompt: ModelPrompt) -> tuple[Reply, bool]:
         """The prompt's reply and whether a request was sent for it (False: from the cache)."""
-        images = [(p.read_bytes(), MIME.get(p.suffix.lower(), "image/png")) for p in prompt.images]
+        images = _images(prompt.images)
         logprobs = prompt.letters is not None
         reply = self._ask(prompt, images, logprobs)
         if isinstance(reply, _Refused) and logprobs and "logprob" in reply.words.lower():

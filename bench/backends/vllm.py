@@ -222,11 +222,12 @@ class VLLMBackend:
         renderer = SimpleNamespace(processor=processor, answer_prefix="", prompt_format=self.prompt_format)
         out = []
         for p in prompts:
-            text = render_prompts(renderer, [p.text], [p.images], for_generation=True)[0]  # type: ignore[arg-type]
-            if p.images:
-                from evprobe.bench.manifest import load_images
+            from evprobe.bench.manifest import load_images
 
-                out.append({"prompt": text, "multi_modal_data": {"image": load_images(p.images)}})
+            images = load_images(p.images)  # a clip is its frames (bench.clips), one placeholder each
+            text = render_prompts(renderer, [p.text], [images], for_generation=True)[0]  # type: ignore[arg-type]
+            if images:
+                out.append({"prompt": text, "multi_modal_data": {"image": images}})
             else:
                 # the hf backend's processor call on this one row (its rows are these, left-padded)
                 out.append({"prompt_token_ids": list(processor(text=[text])["input_ids"][0])})

@@ -5,7 +5,8 @@
                     [--component resid_post|resid_pre|attn_out|mlp_out]
                     [--regime standard|guided|json] [--protocol direct|brief] [--limit N]
 
-Positions: the named spans, `token:I` (the I-th real token; -3 is the third from the end) and
+Positions: the named spans, `token:I` (the I-th real token; -3 is the third from the end),
+`frame:K` (the mean over the K-th image's feature tokens: on a clip benchmark, a frame) and
 `marker:TEXT[:first|last|mean]` (the tokens of a substring of the prompt, e.g.
 `marker:Question:last`); each is the name of its slot on the positions axis.
 

@@ -57,7 +57,8 @@ class CaptureConfig:
     injection: tuple[int, ...] = setting(INJECTION_DEFAULT, HELP_INJECTION + " (one sweep should hold one level)")
     layers: str | tuple[int, ...] = setting("all", "all, or comma-separated decoder layer indices, e.g. 0,4,8")
     positions: tuple[str, ...] = setting(("last",), "comma-separated: last, image_mean, text_mean, token:I (the I-th "
-                                         "real token, negative from the end) or marker:TEXT[:first|last|mean] (a "
+                                         "real token, negative from the end), frame:K (the K-th image's tokens: a clip's "
+                                         "frame) or marker:TEXT[:first|last|mean] (a "
                                          "substring's tokens; no comma in TEXT)")
     component: str = setting("resid_post", "what is read at each layer: resid_post (the residual stream after the "
                              "layer), resid_pre (before it), attn_out (attention output) or mlp_out (MLP output)")

@@ -270,7 +270,8 @@ class CaptureJob(Job):
                 enc = build_inputs(handle, prompts, images)
                 n_images = [len(i) for i in images]
                 spans = batch_spans(handle, enc, prompts, n_images, markers)
-                row_indices(handle, enc, prompts, n_images, spans, positions)
+                row_indices(handle, enc, prompts, n_images, spans, positions,
+                            image_sizes=[[im.size for im in row] for row in images])
             except ValueError as err:
                 text = str(err)
                 if text.startswith("row "):  # name the item rather than the batch row

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,3 +20,21 @@ def rewrite_items(bench: Path, edit: Callable[[list[dict[str, Any]]], None]) -> 
     meta = json.loads((bench / "bench.json").read_text())
     meta["items_sha256"] = hashlib.sha256(data).hexdigest()
     (bench / "bench.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def copy_bench(src: Path, tmp_path: Path) -> Path:
+    """A copy of a generated benchmark under tmp_path, without its checks.json, to break on purpose."""
+    dst = tmp_path / "bench"
+    shutil.copytree(src, dst)
+    (dst / "checks.json").unlink(missing_ok=True)
+    return dst
+
+
+def check_rows(bench: Path, capsys: Any) -> tuple[int, set[str], str]:
+    """`evprobe check BENCH`: its exit code, the rows that failed and what it printed."""
+    from evprobe.experiments.cli import main
+
+    code = main(["check", str(bench)])
+    out = capsys.readouterr().out
+    checks = json.loads((bench / "checks.json").read_text())
+    return code, {c["check"] for c in checks["checks"] if not c["passed"]}, out

@@ -24,7 +24,7 @@ from evprobe.bench.voids import VOID_TYPES, check_voids
 from evprobe.core.errors import InputError
 from evprobe.experiments.cli import main
 
-from tests.bench.edits import rewrite_items
+from tests.bench.edits import check_rows, copy_bench, rewrite_items
 from tests.bench.test_scoring import invalid, record
 
 CONFIG = GenerateConfig(families_per_system=2, subset_per_cell=0, voids=("occluded", "unstated"))
@@ -40,20 +40,6 @@ def void_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def items() -> list[Item]:
     return build(GenerateConfig(voids=("occluded", "unstated")))[1]  # the main set with voids, in memory
-
-
-def _copy(src: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "bench"
-    shutil.copytree(src, dst)
-    (dst / "checks.json").unlink(missing_ok=True)
-    return dst
-
-
-def _failed(bench: Path, capsys: pytest.CaptureFixture) -> tuple[int, set[str], str]:
-    code = main(["check", str(bench)])
-    out = capsys.readouterr().out
-    checks = json.loads((bench / "checks.json").read_text())
-    return code, {c["check"] for c in checks["checks"] if not c["passed"]}, out
 
 
 # -- generation ---------------------------------------------------------------------------------------
@@ -114,8 +100,8 @@ VOID_ROWS = ("Voids name a sufficient twin of the main set", "Visual voids diffe
 
 
 def test_check_passes_the_void_block_with_its_rows(void_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    bench = _copy(void_bench, tmp_path)
-    code, failed, out = _failed(bench, capsys)
+    bench = copy_bench(void_bench, tmp_path)
+    code, failed, out = check_rows(bench, capsys)
     assert code == 0 and not failed
     for row in VOID_ROWS:
         assert row in out
@@ -173,18 +159,18 @@ PLANTED = [
 @pytest.mark.parametrize("what, plant, rows", PLANTED, ids=[p[0] for p in PLANTED])
 def test_each_planted_fault_fails_its_rows(void_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                            what: str, plant, rows: set[str]) -> None:
-    bench = _copy(void_bench, tmp_path)
+    bench = copy_bench(void_bench, tmp_path)
     plant(bench)
-    code, failed, _ = _failed(bench, capsys)
+    code, failed, _ = check_rows(bench, capsys)
     assert code == 1 and failed == rows, what
 
 
 def test_an_occluded_sheet_that_shows_its_marker_fails_both_pixel_rows(void_bench: Path, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture) -> None:
-    bench = _copy(void_bench, tmp_path)
+    bench = copy_bench(void_bench, tmp_path)
     occluded = sorted(bench.glob("images/*/*.occluded.png"))[0]
     shutil.copyfile(occluded.with_name(occluded.name.replace(".occluded", "")), occluded)  # the sheet uncovered
-    code, failed, out = _failed(bench, capsys)
+    code, failed, out = check_rows(bench, capsys)
     assert code == 1 and failed == {"Occluded sheets show no marker", "Occluded sheets are identical across histories"}
     assert occluded.relative_to(bench).as_posix() in out
 
