@@ -234,14 +234,16 @@ def load_item_images(bench_dir: str | Path, rels: Iterable[str]) -> list[Any]:
     return load_images(resolve_image(bench_dir, rel) for rel in rels)
 
 
-def load_images(paths: Iterable[Path]) -> list[Any]:
-    """`load_item_images` on paths already resolved (a backend's `ModelPrompt.images`)."""
+def load_images(paths: Iterable[Path], *, clips_as_video: bool = False) -> list[Any]:
+    """`load_item_images` on paths already resolved (a backend's `ModelPrompt.images`). With
+    `clips_as_video`, each clip's frames are marked as one video (`core.video.mark_video`, keyed by
+    the file's place and digest, at the clip's rate), for a model that reads video."""
     import io
 
     from PIL import Image
 
     out = []
-    for path in paths:
+    for place, path in enumerate(paths):
         data = Path(path).read_bytes()
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         frames = _DECODED.get(digest)
@@ -253,13 +255,21 @@ def load_images(paths: Iterable[Path]) -> list[Any]:
                     im.seek(k)
                     rgb = im.convert("RGB")
                     rgb.info[SOURCE_INFO] = digest if n == 1 else f"{digest}:{k + 1}"
+                    if n > 1:  # a clip: its rate, from the frame's display time
+                        rgb.info[_FPS] = 1000.0 / float(im.info.get("duration") or 1000.0)
                     frames.append(rgb)
             _DECODED[digest] = frames
             while sum(_pixels(v) for v in _DECODED.values()) > _DECODED_SIZE * _SHEET_PIXELS and len(_DECODED) > 1:
                 _DECODED.popitem(last=False)
         else:
             _DECODED.move_to_end(digest)
-        out += [rgb.copy() for rgb in frames]  # copy() keeps info, so the digest travels with it
+        copies = [rgb.copy() for rgb in frames]  # copy() keeps info, so the digest travels with it
+        if clips_as_video and len(copies) > 1:
+            from evprobe.core.video import mark_video
+
+            # keyed by place too: the same clip shown twice in a row (a test repeated) is two videos
+            mark_video(copies, f"{place}:{digest}", copies[0].info[_FPS])
+        out += copies
     return out
 
 
@@ -267,6 +277,7 @@ def _pixels(frames: list[Any]) -> int:
     return sum(f.width * f.height for f in frames)
 
 
+_FPS = "evprobe_fps"  # key in a clip frame's Image.info: the clip's frames per second
 _SHEET_PIXELS = 672 * 672
 _DECODED_SIZE = 48  # in sheets' worth of pixels (672 x 672 RGB): about 65 MB; a 32-frame clip counts 8
 _DECODED: OrderedDict[str, list[Any]] = OrderedDict()  # least recently used first

@@ -48,6 +48,7 @@ INJECTION_DEFAULT: tuple[int, ...] = (0,)
 DecodeCache = Literal["dynamic", "static", "compiled"]
 VisionAttention = Literal["stock", "packed"]
 BackendName = Literal["hf", "vllm", "openai"]  # bench.backends.BACKENDS (tests/bench/test_backends.py checks they agree)
+VideoInput = Literal["frames", "native"]  # how clips reach the model (bench.clips, core.video)
 # Settings that exist for one backend only: setting one for another backend is refused.
 BACKEND_ONLY: dict[str, tuple[str, ...]] = {
     "hf": ("decode_cache", "vision_attention", "device_map", "max_memory", "offload_folder", "attn_implementation",
@@ -113,6 +114,9 @@ class RunConfig:
     gpu_memory_utilization: float | None = setting(
         None, "vllm backend: share of accelerator memory (of RAM on CPU) the engine reserves; default vLLM's")
     max_model_len: int | None = setting(None, "vllm backend: context length of the engine (default: the model's)")
+    video_input: VideoInput = setting("frames", "how a clip benchmark's clips reach the model: frames (one image a "
+                                                "frame, any model) or native (one video through the model's video "
+                                                "processor; hf backend, a model with a video path)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_model_config(self.model))  # a bare model string: its defaults
@@ -270,7 +274,8 @@ class RunJob(Job):
                "backend": None if c.backend == "hf" else c.backend,
                "temperature": None if c.temperature == 0 else float(c.temperature),
                "top_p": None if c.temperature == 0 or c.top_p == 1 else float(c.top_p),
-               "option_logprobs": True if c.option_logprobs else None}
+               "option_logprobs": True if c.option_logprobs else None,
+               "video_input": None if c.video_input == "frames" else c.video_input}
         if self.backend is not None:  # after open(): what only the loaded model or the server tells
             out.update(self.backend.pins())
         return out
@@ -334,6 +339,13 @@ class RunJob(Job):
             return
         from evprobe.bench.backends import open_backend
 
+        if c.video_input == "native":  # before the model loads: what the flags alone refuse
+            if c.backend != "hf":
+                raise InputError(f"--video-input native is built for the hf backend; use --video-input frames with "
+                                 f"--backend {c.backend}")
+            if self.bench_meta.get("evidence") is None:
+                raise InputError(f"--video-input native: {self.bench} shows sheets, not clips; generate a clip "
+                                 "benchmark (evprobe generate --evidence clip) or drop the flag")
         self.backend = open_backend(c, self.handle)
         backend = self.backend
         with_images = [it for it in self.items if it.images]
@@ -342,6 +354,14 @@ class RunJob(Job):
             raise InputError(f"--model {c.source} is a text-only model and {len(with_images)} selected items have images "
                              f"(first: {with_images[0].item_id}); select text-only items (--requests both_given) "
                              "or run a vision-language model")
+        if c.video_input == "native":
+            from evprobe.hooks.inputs import takes_videos
+
+            if not takes_videos(backend.processor):
+                backend.close()
+                raise InputError(f"--video-input native: --model {c.source} has no video path (an image-only model, "
+                                 "or a video processor that needs torchvision, which is not installed); use "
+                                 "--video-input frames")
         check_context = getattr(backend, "check_context", None)
         if check_context is not None and self.items:
             # The item with the most images (a clip counts its frames), then the longest prompt.

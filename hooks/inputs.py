@@ -6,6 +6,10 @@ template and an assistant generation prompt. With "raw" (a base model, or asked 
 text is the prompt string itself, after one image placeholder per image (the processor's
 `image_token`) when it has images. Either way, for readouts of the answer, the handle's answer
 prefix follows (Handle.answer_prefix). Images are optional: `images=None` is no image on any row.
+Video: frames marked as one video (`core.video.mark_video`) are read as ONE video by a processor with a
+video path (a video placeholder in the turn, the frames in the processor's `videos=`), after the row's
+still images; a processor without one refuses them in one line (`takes_videos`). Unmarked frames are
+images.
 All rows go through ONE processor call with left padding,
 so row i of every tensor belongs to prompt i and the last position of every row
 is its last real token.
@@ -23,10 +27,22 @@ if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
 
 
-def user_message(prompt: str, n_images: int) -> list[dict]:
-    """A one-turn conversation: images first, then the text."""
-    content = [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": prompt}]
+def user_message(prompt: str, n_images: int, n_videos: int = 0) -> list[dict]:
+    """A one-turn conversation: images first, then videos, then the text."""
+    content = ([{"type": "image"} for _ in range(n_images)] + [{"type": "video"} for _ in range(n_videos)]
+               + [{"type": "text", "text": prompt}])
     return [{"role": "user", "content": content}]
+
+
+def visual_counts(row: Sequence[Any]) -> tuple[int, int]:
+    """(images, videos) of a row as the model reads it (`core.video.visuals`: a run of frames marked as
+    one video is one video); a still image after a video is refused, since the turn puts images first."""
+    from evprobe.core.video import visuals
+
+    kinds = [v.kind for v in visuals(row)]
+    if "image" in kinds[kinds.index("video") + 1:] if "video" in kinds else False:
+        raise ValueError("a row's still images must come before its videos (the turn shows images, then videos)")
+    return kinds.count("image"), kinds.count("video")
 
 
 def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]], *,
@@ -35,23 +51,28 @@ def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequ
     answer prefix unless for_generation. processor: whose chat template (default the handle's)."""
     processor = handle.processor if processor is None else processor
     tail = "" if for_generation else handle.answer_prefix
+    counts = [visual_counts(imgs) for imgs in images]
     if getattr(handle, "prompt_format", "chat") == "raw":
-        return [raw_text(processor, p, len(imgs)) + tail for p, imgs in zip(prompts, images, strict=True)]
-    return [processor.apply_chat_template(user_message(p, len(imgs)), add_generation_prompt=True, tokenize=False)
-            + tail for p, imgs in zip(prompts, images, strict=True)]
+        return [raw_text(processor, p, n, v) + tail for p, (n, v) in zip(prompts, counts, strict=True)]
+    return [processor.apply_chat_template(user_message(p, n, v), add_generation_prompt=True, tokenize=False)
+            + tail for p, (n, v) in zip(prompts, counts, strict=True)]
 
 
-def raw_text(processor: Any, prompt: str, n_images: int) -> str:
-    """A raw row: one image placeholder per image (the processor's `image_token`), then the prompt.
-    No role header, no generation prompt: a base model continues the string."""
-    if n_images == 0:
-        return prompt
-    token = getattr(processor, "image_token", None) or getattr(getattr(processor, "tokenizer", None),
-                                                               "image_token", None)
-    if not token:
-        raise ValueError(f"prompt_format='raw' with images needs the processor's image placeholder "
-                         f"(`image_token`), which {type(processor).__name__} lacks; use prompt_format='chat'")
-    return token * n_images + prompt
+def raw_text(processor: Any, prompt: str, n_images: int, n_videos: int = 0) -> str:
+    """A raw row: one image placeholder per image (the processor's `image_token`), one video placeholder
+    per video (`video_token`), then the prompt. No role header, no generation prompt: a base model
+    continues the string."""
+    out = ""
+    for kind, n in (("image", n_images), ("video", n_videos)):
+        if n == 0:
+            continue
+        token = getattr(processor, f"{kind}_token", None) or getattr(getattr(processor, "tokenizer", None),
+                                                                     f"{kind}_token", None)
+        if not token:
+            raise ValueError(f"prompt_format='raw' with {kind}s needs the processor's {kind} placeholder "
+                             f"(`{kind}_token`), which {type(processor).__name__} lacks; use prompt_format='chat'")
+        out += token * n
+    return out + prompt
 
 
 def image_rows(prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] | None) -> Sequence[Sequence]:
@@ -89,7 +110,8 @@ def build_inputs(
     """Model inputs for a batch of (prompt, images) rows, on the model's device.
 
     prompts: one string per row.
-    images: one list of PIL images per row (may be empty); None = no images on any row.
+    images: one list of PIL images per row (may be empty); None = no images on any row. Frames
+        marked as one video (`core.video.mark_video`) are read as a video (module docstring).
     position_ids: also return the position ids generation would use, derived
         from the attention mask (so a plain forward or trace on left-padded rows
         sees the same positions as the same row alone; Qwen's 3D M-RoPE ids
@@ -128,17 +150,31 @@ def encode_inputs(
     # Images as one sub-list per row (empty for a text-only row). All eight tiny
     # archs accept this layout; Gemma 3 refuses a flat list (it reads all the
     # images as one row's).
-    rows = [list(imgs) for imgs in images]
-    if any(rows) and not takes_images(processor):  # a tokenizer would drop them without a word
+    from evprobe.core.video import visuals
+
+    grouped = [visuals(imgs) for imgs in images]
+    rows = [[v.frames[0] for v in row if v.kind == "image"] for row in grouped]
+    videos = [list(v.frames) for row in grouped for v in row if v.kind == "video"]
+    if (any(rows) or videos) and not takes_images(processor):  # a tokenizer would drop them without a word
         raise ValueError(f"this model's processor ({type(processor).__name__}) is a tokenizer and takes no images; "
                          "give every row an empty image list (or images=None), or load a vision-language model")
+    if videos and not takes_videos(processor):
+        raise ValueError(f"this model's processor ({type(processor).__name__}) has no video path, so it cannot read "
+                         "frames marked as a video; pass the frames unmarked (as images)")
     texts = render_prompts(handle, prompts, images, for_generation=for_generation, processor=processor)
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
     kwargs = dict(text=texts, padding=True, padding_side="left", return_tensors="pt")
     if any(rows):
         kwargs["images"] = rows
+    if videos:
+        kwargs["videos"] = videos  # every row's videos in order: the processor fills placeholders in text order
     return processor(**kwargs)
+
+
+def takes_videos(processor: Any) -> bool:
+    """Whether the processor has a video path: a video processor and a video placeholder token."""
+    return getattr(processor, "video_processor", None) is not None and bool(getattr(processor, "video_token", None))
 
 
 def takes_images(processor: Any) -> bool:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from evprobe.hooks.spans import Spans, token_spans
+from evprobe.hooks.spans import Spans, image_token_ids, token_spans
 
 if TYPE_CHECKING:
     from transformers import BatchFeature
@@ -218,6 +218,11 @@ def _indices(handle, enc, prompts, n_images, r: int, s: Spans, real: list[int], 
     if p == "text_mean":
         return s.text
     if isinstance(p, Frame):
+        video = image_token_ids(handle).video
+        share = int(getattr(getattr(handle.processor, "video_processor", None), "temporal_patch_size", 1) or 1)
+        if share > 1 and video & set(enc["input_ids"][r].tolist()):
+            raise ValueError(f"its video's frames share tokens ({share} frames a temporal patch), so no token is one "
+                             "frame's; read the frames as images, or use image_mean")
         return frame_tokens(s.image, n_images[r], p.index)
     if isinstance(p, Token):
         if not -len(real) <= p.index < len(real):

@@ -11,7 +11,10 @@ Two problems on a CPU machine without torchvision:
   (PixtralImageProcessorPil) and write one `[IMG]` per merged patch, an
   `[IMG_BREAK]` after each row and `[IMG_END]` in place of the last break.
 
-All classes here are listed in LOCAL_PROCESSORS so that `load()` can find them by
+`PilVideoProcessor` is a video path without torchvision: each frame through a PIL image processor
+(the tiny LLaVA-NeXT-Video reads frames marked as a video through it).
+
+All processor classes here are listed in LOCAL_PROCESSORS so that `load()` can find them by
 the `processor_class` name saved in processor_config.json (AutoProcessor cannot).
 """
 
@@ -46,7 +49,8 @@ class NoVideoLlavaNextVideoProcessor(LlavaNextVideoProcessor):
     """LlavaNextVideoProcessor for images only (no video processor, so no torchvision).
 
     The benchmark shows still measurement sheets; LLaVA-NeXT-Video reads them through its
-    image path (anyres tiles), as the seed 002 replication did with frames as images.
+    image path (anyres tiles). Given a `video_frames` (PilVideoProcessor), it reads frames marked as
+    a video (hooks.inputs) through its video path too, as the seed 002 replication fed it 32 frames.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class NoVideoLlavaNextVideoProcessor(LlavaNextVideoProcessor):
         image_token="<image>",
         video_token="<video>",
         num_additional_image_tokens=0,
+        video_frames=None,
         **kwargs,
     ):
         # The parent passes (video_processor, image_processor, tokenizer) positionally, which
@@ -72,6 +77,9 @@ class NoVideoLlavaNextVideoProcessor(LlavaNextVideoProcessor):
         self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
         self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
         ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+        # Not named video_processor: ProcessorMixin would then count it among the saved attributes.
+        if video_frames is not None:  # frames marked as a video are read as one (hooks.inputs)
+            self.video_processor = video_frames
 
 
 class NoVideoSmolVLMProcessor(SmolVLMProcessor):
@@ -155,6 +163,27 @@ class TinyPixtralProcessor(ProcessorMixin):
     @property
     def model_input_names(self):
         return self.tokenizer.model_input_names + self.image_processor.model_input_names + ["image_sizes"]
+
+
+class PilVideoProcessor:
+    """A video processor without torchvision: every frame of every video through a PIL image processor
+    (resize, centre crop, rescale, normalize: what LLaVA-NeXT-Video's video processor does to each
+    frame), stacked as `pixel_values_videos` (videos, frames, channels, height, width). Videos of one
+    call must have one frame count (they are stacked). Not saved with the processor (it is not one of
+    its attributes): a processor loaded from disk has no video path unless it is given one again."""
+
+    def __init__(self, image_processor) -> None:
+        self.image_processor = image_processor
+
+    def __call__(self, videos, return_tensors=None, **kwargs):
+        from transformers.feature_extraction_utils import BatchFeature
+        from transformers.video_utils import make_batched_videos
+
+        stacked = [self.image_processor(images=list(frames), return_tensors="np")["pixel_values"]  # (frames, C, H, W)
+                   for frames in make_batched_videos(videos)]
+        if len({v.shape for v in stacked}) > 1:
+            raise ValueError(f"videos of one call must have one frame count and size, got {sorted({v.shape for v in stacked})}")
+        return BatchFeature({"pixel_values_videos": np.stack(stacked)}, tensor_type=return_tensors)
 
 
 # processor_class name (as saved in processor_config.json) -> class.

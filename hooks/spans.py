@@ -12,7 +12,8 @@ layer output's sequence axis directly):
 - `image`: every position whose input embedding the model replaces with vision features: the
   tokens equal to the model's image-placeholder id, read from the config (`image_token_id`,
   else `image_token_index`), else from the tokenizer's / processor's `image_token`. All images
-  of the row together, in order. Per tiny/real architecture:
+  of the row together, in order, and a video's frames (the config's `video_token_id` /
+  `video_token_index`) where frames are read as a video (hooks.inputs). Per tiny/real architecture:
     qwen2_5_vl, qwen3_vl   <|image_pad|> (not <|vision_start|>, <|vision_end|>)
     idefics3, smolvlm      <image> of every tile and the global view (not
                            <fake_token_around_image>, <row_i_col_j>, <global-img>, newlines)
@@ -91,6 +92,7 @@ class ImageTokens:
 
     features: frozenset[int]
     markers: frozenset[int]
+    video: frozenset[int] = frozenset()  # the video-feature placeholder (a video's frames), where the model has one
 
     @property
     def feature(self) -> int | None:
@@ -107,12 +109,7 @@ def _image_token_ids(config: Any, tokenizer: Any, processor: Any) -> ImageTokens
     declared = getattr(processor, "image_feature_token_ids", None)
     if declared is not None:
         return ImageTokens(features=frozenset(int(i) for i in declared), markers=frozenset())
-    feature = None
-    for name in ("image_token_id", "image_token_index"):
-        value = getattr(config, name, None)
-        if isinstance(value, int):
-            feature = value
-            break
+    feature = _config_id(config, "image")
     if feature is None:
         token = getattr(tokenizer, "image_token", None) or getattr(processor, "image_token", None)
         if isinstance(token, str):
@@ -127,7 +124,18 @@ def _image_token_ids(config: Any, tokenizer: Any, processor: Any) -> ImageTokens
             markers.add(int(token_id))
     markers.discard(feature)  # type: ignore[arg-type]
     features = frozenset() if feature is None else frozenset({feature})
-    return ImageTokens(features=features, markers=frozenset(markers))
+    video = _config_id(config, "video")
+    return ImageTokens(features=features, markers=frozenset(markers),
+                       video=frozenset() if video is None else frozenset({video}))
+
+
+def _config_id(config: Any, kind: str) -> int | None:
+    """The config's `<kind>_token_id` (or `<kind>_token_index`), kind "image" or "video"."""
+    for name in (f"{kind}_token_id", f"{kind}_token_index"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
 
 
 def render_row(handle: Handle, prompt_text: str, n_images: int) -> str:
@@ -191,7 +199,7 @@ def token_spans(
     real_ids = [ids[i] for i in real]
 
     tokens = tokens or image_token_ids(handle)
-    image = tuple(i for i in real if ids[i] in tokens.features)
+    image = tuple(i for i in real if ids[i] in tokens.features or ids[i] in tokens.video)
     image_markers = tuple(i for i in real if ids[i] in tokens.markers)
 
     if not handle.keeps_prompt_text:
@@ -223,7 +231,7 @@ def token_spans(
     shared = 0
     while shared < min(len(r_ids), len(real_ids)) and r_ids[-1 - shared] == real_ids[-1 - shared]:
         shared += 1
-    skip = set(handle.tokenizer.all_special_ids) | set(tokens.features) | set(tokens.markers)
+    skip = set(handle.tokenizer.all_special_ids) | set(tokens.features) | set(tokens.markers) | set(tokens.video)
     hits = [k for k, (s, e) in enumerate(offsets) if s < c1 and e > c0 and e > s and r_ids[k] not in skip]
     if not hits:
         raise ValueError(f"{what} covers no tokens")

@@ -21,7 +21,7 @@ Image sizes used by the tiny processors (any input size is resized down):
 | llava_next  | 56x56 base + anyres tiles of 56 on pinpoints up to 112x112 | 16 + up to 64 + row newlines |
 | gemma3      | 56x56 (patch 14, pooled to 2x2)       | 4 (+ boi/eoi and newlines)    |
 | mistral3    | longest edge 64 (patch 8, merge 2)    | 16 + row breaks for a square  |
-| llava_next_video | as llava_next (images through the image path; no video processor) | as llava_next |
+| llava_next_video | as llava_next; a video's frames: 56x56 centre crops (PilVideoProcessor) | as llava_next; 4 a video frame (pooled 2x2) |
 """
 
 from __future__ import annotations
@@ -68,13 +68,15 @@ def chat_template(
     assistant_end: str,
     image: str,
     system: str | None = None,
+    video: str | None = None,
 ) -> str:
     """A minimal Jinja chat template.
 
     Renders each message as <role prefix> <content> <role suffix>; content is a
     string or a list of {"type": "image"} / {"type": "text", "text": ...} parts
     rendered in order (an image part becomes the placeholder the processor
-    expands). `add_generation_prompt` appends the assistant prefix.
+    expands; with `video`, a {"type": "video"} part becomes that placeholder).
+    `add_generation_prompt` appends the assistant prefix.
     """
     system = user if system is None else system
     # Jinja string literals: escape backslashes/quotes, keep newlines as \n escapes.
@@ -88,7 +90,8 @@ def chat_template(
         "{% if m['content'] is string %}{{ m['content'] }}"
         "{% else %}{% for c in m['content'] %}"
         "{% if c['type'] == 'image' %}{{ " + q(image) + " }}"
-        "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
+        + ("" if video is None else "{% elif c['type'] == 'video' %}{{ " + q(video) + " }}")
+        + "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
         "{% endfor %}{% endif %}"
         "{% if m['role'] == 'assistant' %}{{ " + q(assistant_end) + " }}"
         "{% else %}{{ " + q(user_end) + " }}{% endif %}"
@@ -267,6 +270,10 @@ _LLAVA_TEMPLATE = chat_template(
     bos="<s>", user="USER: ", user_end=" ", system="", assistant="ASSISTANT:", assistant_end="</s>",
     image="<image>\n",
 )
+_LLAVA_VIDEO_TEMPLATE = chat_template(
+    bos="<s>", user="USER: ", user_end=" ", system="", assistant="ASSISTANT:", assistant_end="</s>",
+    image="<image>\n", video="<video>\n",
+)
 _LLAVA_IMAGE = 56  # CLIP tower input, patch 14 -> 4x4 = 16 patches (+ CLS)
 _LLAVA_PATCH = 14
 
@@ -288,7 +295,8 @@ def _llava_parts(video: bool = False):
                          vision_feature_layer=-2, vision_feature_select_strategy="default",
                          image_seq_length=(_LLAVA_IMAGE // _LLAVA_PATCH) ** 2, tie_word_embeddings=False)
     processor_kwargs = dict(patch_size=_LLAVA_PATCH, vision_feature_select_strategy="default",
-                            num_additional_image_tokens=1, chat_template=_LLAVA_TEMPLATE)
+                            num_additional_image_tokens=1,
+                            chat_template=_LLAVA_VIDEO_TEMPLATE if video else _LLAVA_TEMPLATE)
     return tok, config_kwargs, processor_kwargs
 
 
@@ -330,7 +338,9 @@ def _build_llava_next_video():
         LlavaNextImageProcessorPil,
     )
 
-    from evprobe.hooks.processors import NoVideoLlavaNextVideoProcessor
+    from transformers.models.llava.image_processing_pil_llava import LlavaImageProcessorPil
+
+    from evprobe.hooks.processors import NoVideoLlavaNextVideoProcessor, PilVideoProcessor
 
     tok, config_kwargs, processor_kwargs = _llava_parts(video=True)
     s = _LLAVA_IMAGE
@@ -343,7 +353,11 @@ def _build_llava_next_video():
     )
     image_processor = LlavaNextImageProcessorPil(size={"shortest_edge": s}, crop_size={"height": s, "width": s},
                                                  image_grid_pinpoints=pinpoints)
-    processor = NoVideoLlavaNextVideoProcessor(image_processor, tok, **processor_kwargs)
+    # Its video path: each frame resized and centre-cropped to the tower's input, as the stock
+    # LlavaNextVideoVideoProcessor does (that one needs torchvision).
+    video_processor = PilVideoProcessor(LlavaImageProcessorPil(size={"shortest_edge": s}, crop_size={"height": s, "width": s}))
+    processor = NoVideoLlavaNextVideoProcessor(image_processor, tok, video_frames=video_processor,
+                                               **processor_kwargs)
     return LlavaNextVideoForConditionalGeneration, config, processor
 
 

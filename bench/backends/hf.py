@@ -73,14 +73,13 @@ class HFBackend:
         """The images the model reads for a prompt (a clip: its frames)."""
         from evprobe.bench.manifest import load_images
 
-        return load_images(prompt.images)
+        return load_images(prompt.images, clips_as_video=self.config.video_input == "native")
 
     def prepare(self, prompts: list[ModelPrompt]) -> Any:
         """The batch's processor output, on the CPU."""
         from evprobe.hooks.inputs import encode_inputs
-        from evprobe.bench.manifest import load_images
 
-        images = [load_images(p.images) for p in prompts]
+        images = [self.prepare_images(p) for p in prompts]
         return encode_inputs(self.handle, [p.text for p in prompts], images, for_generation=True,
                              processor=self.processor)
 

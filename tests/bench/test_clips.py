@@ -268,3 +268,35 @@ def test_a_tiny_model_runs_on_clips_and_a_prompt_past_its_context_is_refused_fir
     err = capsys.readouterr().err
     assert "beyond the 4096-token context of --model tiny:qwen2_5_vl; generate clips with fewer --frames" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r2").exists()
+
+
+def test_a_video_model_reads_clips_as_videos_and_the_refusals_come_first(
+        clip_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    base = ["run", "--model", "tiny:llava_next_video", "--bench", str(clip_bench), "--requests", "answer_after_test",
+            "--limit", "6", "--quiet"]
+    assert main(base + ["--out", str(tmp_path / "v4"), "--video-input", "native", "--batch-size", "3"]) == 0
+    assert main(base + ["--out", str(tmp_path / "v1"), "--video-input", "native", "--batch-size", "1"]) == 0
+    assert main(base + ["--out", str(tmp_path / "f"), "--batch-size", "3"]) == 0
+    read = {name: [json.loads(line) for line in (tmp_path / name / "records.jsonl").read_text().splitlines()]
+            for name in ("v4", "v1", "f")}
+    assert [r["reply"] for r in read["v4"]] == [r["reply"] for r in read["v1"]]  # batched = single
+    # a clip of 8 frames: 8 x 4 pooled video tokens, against 8 anyres images as frames
+    assert all(v["n_prompt_tokens"] < f["n_prompt_tokens"] for v, f in zip(read["v4"], read["f"]))
+    assert json.loads((tmp_path / "v4" / "run.json").read_text())["video_input"] == "native"
+    assert json.loads((tmp_path / "f" / "run.json").read_text())["video_input"] is None
+    capsys.readouterr()
+    refusals = [
+        (["--model", "tiny:qwen2_5_vl"], "--model tiny:qwen2_5_vl has no video path"),
+        (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"], "built for the hf backend"),
+    ]
+    for flags, words in refusals:
+        out = tmp_path / "refused"
+        assert main(base + ["--out", str(out), "--video-input", "native"] + flags) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1 and not out.exists()
+    sheets = tmp_path / "sheets"
+    generate(sheets, GenerateConfig(families_per_system=1, subset_per_cell=0), progress=False)
+    assert main(["run", "--model", "tiny:llava_next_video", "--bench", str(sheets), "--out", str(tmp_path / "s"),
+                 "--video-input", "native", "--quiet"]) == 2
+    assert "shows sheets, not clips" in capsys.readouterr().err
