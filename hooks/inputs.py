@@ -169,6 +169,9 @@ def encode_inputs(
         kwargs["images"] = rows
     if videos:
         kwargs["videos"] = videos  # every row's videos in order: the processor fills placeholders in text order
+        # each video's rate and length (Qwen-VL times its temporal positions by it)
+        kwargs["video_metadata"] = [{"fps": v.fps, "total_num_frames": len(v.frames)}
+                                    for row in grouped for v in row if v.kind == "video"]
     return processor(**kwargs)
 
 

@@ -11,8 +11,9 @@ Two problems on a CPU machine without torchvision:
   (PixtralImageProcessorPil) and write one `[IMG]` per merged patch, an
   `[IMG_BREAK]` after each row and `[IMG_END]` in place of the last break.
 
-`PilVideoProcessor` is a video path without torchvision: each frame through a PIL image processor
-(the tiny LLaVA-NeXT-Video reads frames marked as a video through it).
+`PilVideoProcessor` and `QwenPilVideoProcessor` are video paths without torchvision: each frame
+through the model's PIL image processor (the tiny LLaVA-NeXT-Video and Qwen2.5-VL read frames marked
+as a video through them).
 
 All processor classes here are listed in LOCAL_PROCESSORS so that `load()` can find them by
 the `processor_class` name saved in processor_config.json (AutoProcessor cannot).
@@ -32,10 +33,14 @@ from transformers.processing_utils import MultiModalData, ProcessorMixin
 
 
 class NoVideoQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
-    """Qwen2_5_VLProcessor for images only (no video processor, so no torchvision)."""
+    """Qwen2_5_VLProcessor without the stock video processor (it needs torchvision); given
+    `video_frames` (QwenPilVideoProcessor), it reads frames marked as a video through it."""
 
-    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, video_frames=None, **kwargs):
         super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+        # Not named video_processor: ProcessorMixin would then count it among the saved attributes.
+        if video_frames is not None:
+            self.video_processor = video_frames
 
 
 class NoVideoQwen3VLProcessor(Qwen3VLProcessor):
@@ -184,6 +189,52 @@ class PilVideoProcessor:
         if len({v.shape for v in stacked}) > 1:
             raise ValueError(f"videos of one call must have one frame count and size, got {sorted({v.shape for v in stacked})}")
         return BatchFeature({"pixel_values_videos": np.stack(stacked)}, tensor_type=return_tensors)
+
+
+class QwenPilVideoProcessor:
+    """Qwen2-VL's video processing without torchvision: every frame resized, rescaled and normalized by
+    the model's PIL image processor (its `size`, mean and std), then each pair of consecutive frames
+    made one temporal patch (`temporal_patch_size` 2; an odd count repeats the last frame), laid out as
+    Qwen2VLVideoProcessor.patchify lays them out: `pixel_values_videos` (patches, C * 2 * P * P),
+    `video_grid_thw` (videos, 3) and `video_metadata` (each video's rate, for the temporal positions).
+    A video of two equal frames gives exactly the image path's patches of that frame (tested). Not
+    saved with the processor (see PilVideoProcessor)."""
+
+    def __init__(self, image_processor) -> None:
+        self.image_processor = image_processor
+        self.patch_size = int(image_processor.patch_size)
+        self.merge_size = int(image_processor.merge_size)
+        self.temporal_patch_size = int(image_processor.temporal_patch_size)
+
+    def __call__(self, videos, return_tensors=None, video_metadata=None, **kwargs):
+        from transformers.feature_extraction_utils import BatchFeature
+        from transformers.video_utils import VideoMetadata, make_batched_videos
+
+        batched = make_batched_videos(videos)
+        metadata = list(video_metadata) if video_metadata is not None else [None] * len(batched)
+        flat, grids, metas = [], [], []
+        for frames, meta in zip(batched, metadata, strict=True):
+            frames = list(frames)
+            frames += frames[-1:] * (-len(frames) % self.temporal_patch_size)
+            # each frame alone: (grid_h * grid_w, C * 1 * P * P), rows in the merge order, and its grid
+            one = self.image_processor(images=frames, temporal_patch_size=1, return_tensors="np")
+            grid = one["image_grid_thw"]  # (frames, 3): 1, grid_h, grid_w each
+            if len({tuple(g) for g in grid.tolist()}) > 1:
+                raise ValueError("a video's frames must have one size")
+            _, grid_h, grid_w = (int(v) for v in grid[0])
+            n, c, p, tp = grid_h * grid_w, 3, self.patch_size, self.temporal_patch_size
+            per_frame = one["pixel_values"].reshape(len(frames), n, c, 1, p, p)
+            grid_t = len(frames) // tp
+            # (grid_t, tp, n, C, 1, P, P) -> (grid_t, n, C, tp, P, P): a patch's channels, then its frames
+            pairs = per_frame.reshape(grid_t, tp, n, c, p, p).transpose(0, 2, 3, 1, 4, 5)
+            flat.append(pairs.reshape(grid_t * n, c * tp * p * p))
+            grids.append([grid_t, grid_h, grid_w])
+            fps = None if meta is None else (meta.get("fps") if isinstance(meta, dict) else meta.fps)
+            metas.append(VideoMetadata(total_num_frames=len(frames), fps=fps))
+        data = {"pixel_values_videos": np.concatenate(flat), "video_grid_thw": np.array(grids, dtype=np.int64)}
+        out = BatchFeature(data, tensor_type=return_tensors)
+        out["video_metadata"] = metas
+        return out
 
 
 # processor_class name (as saved in processor_config.json) -> class.

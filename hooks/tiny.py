@@ -22,6 +22,10 @@ Image sizes used by the tiny processors (any input size is resized down):
 | gemma3      | 56x56 (patch 14, pooled to 2x2)       | 4 (+ boi/eoi and newlines)    |
 | mistral3    | longest edge 64 (patch 8, merge 2)    | 16 + row breaks for a square  |
 | llava_next_video | as llava_next; a video's frames: 56x56 centre crops (PilVideoProcessor) | as llava_next; 4 a video frame (pooled 2x2) |
+
+Frames marked as a video (core.video) are read as one by llava_next_video (above) and qwen2_5_vl
+(QwenPilVideoProcessor: frames sized as images, paired into temporal patches: 16 tokens per two
+frames of a square clip); the other archs have no video path and refuse them.
 """
 
 from __future__ import annotations
@@ -126,7 +130,7 @@ _QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start
 _QWEN_TEMPLATE = chat_template(
     bos="", user="<|im_start|>user\n", user_end="<|im_end|>\n", system="<|im_start|>system\n",
     assistant="<|im_start|>assistant\n", assistant_end="<|im_end|>\n",
-    image="<|vision_start|><|image_pad|><|vision_end|>",
+    image="<|vision_start|><|image_pad|><|vision_end|>", video="<|vision_start|><|video_pad|><|vision_end|>",
 )
 
 
@@ -153,7 +157,7 @@ def _build_qwen2_5_vl():
         Qwen2VLImageProcessorPil,
     )
 
-    from evprobe.hooks.processors import NoVideoQwen2_5_VLProcessor
+    from evprobe.hooks.processors import NoVideoQwen2_5_VLProcessor, QwenPilVideoProcessor
 
     tok = _qwen_tokenizer()
     # M-RoPE splits head_dim / 2 = 8 rotary frequencies over (time, height, width).
@@ -166,7 +170,10 @@ def _build_qwen2_5_vl():
                               **_qwen_token_ids(tok))
     image_processor = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=112 * 112, patch_size=14,
                                                merge_size=2, temporal_patch_size=2)
-    processor = NoVideoQwen2_5_VLProcessor(image_processor, tok, chat_template=_QWEN_TEMPLATE)
+    # Its video path: each frame as the image path sizes it, consecutive frames paired into temporal
+    # patches, as the stock Qwen2VLVideoProcessor does (that one needs torchvision).
+    processor = NoVideoQwen2_5_VLProcessor(image_processor, tok, chat_template=_QWEN_TEMPLATE,
+                                           video_frames=QwenPilVideoProcessor(image_processor))
     return Qwen2_5_VLForConditionalGeneration, config, processor
 
 

@@ -287,7 +287,7 @@ def test_a_video_model_reads_clips_as_videos_and_the_refusals_come_first(
     assert json.loads((tmp_path / "f" / "run.json").read_text())["video_input"] is None
     capsys.readouterr()
     refusals = [
-        (["--model", "tiny:qwen2_5_vl"], "--model tiny:qwen2_5_vl has no video path"),
+        (["--model", "tiny:llava"], "--model tiny:llava has no video path"),
         (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1"], "built for the hf backend"),
     ]
     for flags, words in refusals:

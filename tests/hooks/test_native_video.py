@@ -1,6 +1,6 @@
 """Frames read as one video (core.video.mark_video, hooks.inputs): the tiny LLaVA-NeXT-Video's video path
-(PilVideoProcessor: each frame through the PIL image processor, as the stock video processor does), on
-real forwards. Batched equals one row at a time; each frame has its own tokens, so Frame(k) reads frame k
+(PilVideoProcessor: each frame through the PIL image processor, as the stock video processor does) and
+the tiny Qwen2.5-VL's (QwenPilVideoProcessor: frames paired into temporal patches), on real forwards. Batched equals one row at a time; each frame has its own tokens, so Frame(k) reads frame k
 (repainting frame k leaves the earlier frames' reads exactly as they were); a model without a video path
 refuses marked frames in one line."""
 
@@ -90,8 +90,34 @@ def test_generation_reads_the_video(handles) -> None:
     assert len(out) == 2
 
 
-def test_a_model_without_a_video_path_refuses_marked_frames(handles) -> None:
+def test_qwen_pairs_frames_into_temporal_patches_timed_by_the_rate(handles) -> None:
     h = get(handles, "qwen2_5_vl")
+    assert takes_videos(h.processor)
+    rows = [mark_video(clip(1), "a", 2.0), mark_video(clip(2), "b", 4.0)]
+    enc = build_inputs(h, PROMPTS, rows)
+    assert enc["video_grid_thw"].tolist() == [[N // 2, 6, 6], [N // 2, 6, 6]]  # 72 px -> 84 -> 6x6 patches
+    # 2 frames a temporal patch: seconds per patch = 2 / fps
+    assert enc["second_per_grid_ts"].tolist() == [1.0, 0.5]
+    video_id = next(iter(image_token_ids(h).video))
+    assert [(enc["input_ids"][r] == video_id).sum().item() for r in range(2)] == [N // 2 * 9] * 2
+    got = capture_layers(h, PROMPTS, rows, layers=[0, h.n_layers - 1], positions=["image_mean", "last"])
+    for r in range(2):
+        one = capture_layers(h, PROMPTS[r:r + 1], rows[r:r + 1], layers=[0, h.n_layers - 1],
+                             positions=["image_mean", "last"])
+        np.testing.assert_allclose(got[r], one[0], rtol=1e-4, atol=1e-5)
+    # known answer: a video of two equal frames is the image path's patches of that frame, exactly
+    frame = clip(3, 1)[0]
+    video = h.processor.video_processor(videos=[[frame, frame]], return_tensors="pt")
+    image = h.processor.image_processor(images=[frame], return_tensors="pt")
+    assert torch.equal(video["pixel_values_videos"], image["pixel_values"])
+    assert video["video_grid_thw"].tolist() == image["image_grid_thw"].tolist()
+    # no token is one frame's: frame:K is refused, naming why
+    with pytest.raises(ValueError, match=r"frames share tokens \(2 frames a temporal patch\)"):
+        capture_layers(h, PROMPTS[:1], rows[:1], layers=[0], positions=[Frame(0)])
+
+
+def test_a_model_without_a_video_path_refuses_marked_frames(handles) -> None:
+    h = get(handles, "llava")
     assert not takes_videos(h.processor)
     with pytest.raises(ValueError, match="has no video path, so it cannot read frames marked as a video"):
         build_inputs(h, PROMPTS[:1], [mark_video(clip(1), "a", 2.0)])
