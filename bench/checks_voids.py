@@ -8,7 +8,8 @@ void a void and a matched pair a matched pair, from the items, the oracle and th
   variant, level 0, no void) of the same family and request whose evidence settles the question.
 - "Visual voids differ from their twin only in the image": the prompt and menu byte for byte the
   twin's, the image another.
-- "Occluded sheets show no marker": not one pixel of the marker colour on any occluded sheet.
+- "Occluded sheets show no marker": not one pixel of the marker colour on any occluded sheet (of a
+  clip benchmark: on any frame of any occluded clip).
 - "Occluded sheets are identical across histories": a family's two occluded initial sheets decode
   to the same pixels, so the sheet cannot tell the worlds apart (the void carries no information).
 - "Textual voids differ from their twin only in the threshold": the twin's prompt prints its
@@ -18,7 +19,6 @@ void a void and a matched pair a matched pair, from the items, the oracle and th
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.bench import oracle
+from evprobe.bench.clips import as_sheet, read_frames
 from evprobe.bench.detect import marker_pixel_count
 from evprobe.bench.items import Item
 from evprobe.bench.render import STYLES
@@ -36,12 +37,13 @@ def _n(x: int) -> str:
     return f"{x:,}"
 
 
-def _sheet(path: Path) -> Any:
-    """The sheet at `path` as an RGB image, read once."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(path.read_bytes())) as img:
-        return img.convert("RGB")
+def _sheets(path: Path) -> list[Any]:
+    """The sheet at `path` as RGB images, read once: a still sheet as itself, a clip (`bench.clips`) as
+    its frames four at a time laid out as sheets, so both rows see every frame."""
+    frames = read_frames(path.read_bytes())
+    if len(frames) == 1:
+        return frames
+    return [as_sheet(frames[i:i + 4]) for i in range(0, len(frames), 4)]
 
 
 def _unstated(twin: Item) -> str | None:
@@ -93,11 +95,11 @@ def check_voids(report: Any, root: Path, items: list[Item], oracles: dict[str, o
     for fid, paths in sorted(sheets.items()):
         decoded = {}
         for rel in sorted(paths):
-            sheet = _sheet(root / rel)
+            shown = _sheets(root / rel)
             n_sheets += 1
-            if marker_pixel_count(sheet, STYLES["a"]):  # the detector's own colour match
+            if any(marker_pixel_count(sheet, STYLES["a"]) for sheet in shown):  # the detector's own colour match
                 marked.append(rel)
-            decoded[rel] = np.asarray(sheet)
+            decoded[rel] = np.stack([np.asarray(sheet) for sheet in shown])
         n_families += 1
         first = next(iter(decoded.values()))
         identical += len(decoded) == 2 and all(np.array_equal(first, p) for p in decoded.values())

@@ -22,9 +22,10 @@ Choices the seed leaves open (it renders MuJoCo scenes; these worlds have closed
   frames always differ (their labels do), so no encoder merges two. `read_frames` decodes one and
   refuses a file whose frame count or rate is not the benchmark's.
 
-Which items: every item of the main set (base requests and variants) with its sheets replaced by clips.
-The opt-in blocks whose prompts describe sheets in their own words (numeric estimates, injection levels,
-voids) are not built on clips: asking for one with `--evidence clip` is refused in one line.
+Which items: every item of the main set (base requests and variants) with its sheets replaced by clips,
+and the voids (`bench.voids`: the occluded void shows the initial clip with every frame occluded). The
+opt-in blocks whose prompts describe sheets in their own words (numeric estimates, injection levels) are
+not built on clips: asking for one with `--evidence clip` is refused in one line.
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ MAX_FRAMES = 256
 NOT_ON_CLIPS: dict[str, str] = {
     "numeric": "--numeric",
     "injection_levels": "--injection-levels",
-    "voids": "--voids",
 }
 
 

@@ -53,7 +53,7 @@ from evprobe.core.progress import Progress
 from evprobe.bench.reference import Prices
 from evprobe.bench.render import STYLES, render_sheet
 from evprobe.bench.systems import SYSTEM_NAMES, get_system
-from evprobe.bench.voids import check_voids, occlude, occluded_path, void_items
+from evprobe.bench.voids import check_voids, occlude, occlude_clip, occluded_path, void_items
 
 try:
     import fcntl
@@ -154,7 +154,7 @@ def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
             items += [it for f, block in zip(families, numeric) for it in injected_items(f, block, (level,))]
     if config.voids:  # last: the blocks above keep the places they had without voids
         items += [it for f, block in zip(families, per_family) for it in void_items(f, block, config.voids,
-                                                                                      config.prices)]
+                                                                                      config.prices, clip_frames is not None)]
     return families, items
 
 
@@ -174,7 +174,7 @@ def sheet_paths(families: list[Family]) -> set[str]:
     or clips): what `--force` may remove."""
     return ({image_path(f.family_id, sheet, style, clip=clip) for f in families for sheet, style in _sheets(f)
              for clip in (False, True)}
-            | {occluded_path(f.family_id, sheet) for f in families for sheet in _occluded(f)})
+            | {occluded_path(f.family_id, sheet, clip) for f in families for sheet in _occluded(f) for clip in (False, True)})
 
 
 def sheet_jobs(families: list[Family], occluded: bool = False, clip: ClipSpec | None = None) -> list[tuple[str, Any, str]]:
@@ -182,8 +182,12 @@ def sheet_jobs(families: list[Family], occluded: bool = False, clip: ClipSpec | 
     sheets (style "occluded": style a's drawing under the occluder). With `clip`, each sheet's clip
     instead (spec: (family, sheet, clip))."""
     if clip is not None:
-        return [(image_path(f.family_id, sheet, style, clip=True), (f, sheet, clip), style)
+        jobs = [(image_path(f.family_id, sheet, style, clip=True), (f, sheet, clip), style)
                 for f in families for sheet, style in _sheets(f)]
+        if occluded:
+            jobs += [(occluded_path(f.family_id, sheet, True), (f, sheet, clip), "occluded")
+                     for f in families for sheet in _occluded(f)]
+        return jobs
     jobs = [(image_path(f.family_id, sheet, style), sheet_spec(f.system, f.candidates, f.calibration, sheet), style)
             for f in families for sheet, style in _sheets(f)]
     if occluded:
@@ -196,6 +200,8 @@ def _render_job(job: tuple[str, Any, str]) -> tuple[str, bytes]:
     rel, spec, style = job
     if isinstance(spec, tuple):  # a clip (sheet_jobs)
         f, sheet, clip = spec
+        if style == "occluded":
+            return rel, occlude_clip(render_clip(f.system, f.candidates, f.calibration, sheet, clip, "a"), clip)
         return rel, render_clip(f.system, f.candidates, f.calibration, sheet, clip, style)
     if style == "occluded":
         return rel, occlude(render_sheet(spec, STYLES["a"]))

@@ -4,8 +4,8 @@ each matched with a *sufficient twin* so that only the void differs. An opt-in b
 
 Void types (`VOID_TYPES`, each with its modality):
 
-- `occluded` (visual): the initial sheet with every panel's measurement hidden behind an opaque grey
-  occluder (`occlude`: everything below the panel's title and time / load label, so the object,
+- `occluded` (visual): the initial sheet (on a clip benchmark, `bench.clips`, every frame of the initial
+  clip) with every panel's measurement hidden behind an opaque grey occluder (`occlude`: everything below the panel's title and time / load label, so the object,
   the marker and the ruler are all covered). The prompt is the twin's byte for byte; only the image
   differs. The two histories' occluded sheets are pixel-identical (`evprobe check` verifies it, and
   that the detector finds no marker), so the sheet carries no information: all four worlds remain,
@@ -40,6 +40,7 @@ from dataclasses import replace
 
 from PIL import Image, ImageDraw
 
+from evprobe.bench.clips import ClipSpec, encode_clip, read_frames
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
 from evprobe.bench.prompts import PromptBuilder
@@ -65,9 +66,9 @@ def void_suffix(void: str) -> str:
     return f".void-{void}"
 
 
-def occluded_path(family_id: str, sheet: str) -> str:
-    """Where an occluded sheet lives inside the benchmark folder."""
-    return f"images/{family_id}/{sheet}.occluded.png"
+def occluded_path(family_id: str, sheet: str, clip: bool = False) -> str:
+    """Where an occluded sheet (with `clip`, an occluded clip) lives inside the benchmark folder."""
+    return f"images/{family_id}/{sheet}.occluded{'.clip' if clip else ''}.png"
 
 
 def check_voids(voids: tuple[str, ...]) -> tuple[str, ...]:
@@ -90,13 +91,26 @@ def occlude(png: bytes) -> bytes:
         raise ValueError(f"a sheet is {SIZE}x{SIZE} pixels, this image is {img.size[0]}x{img.size[1]}")
     draw = ImageDraw.Draw(img)
     for i in range(4):
-        x0, y0 = panel_origin(i)
-        # inside the panel's 1-px frame: (x0 + 1 .. x0 + PANEL - 2) x (y0 + OCCLUDER_TOP .. y0 + PANEL - 2)
-        draw.rectangle([x0 + 1, y0 + OCCLUDER_TOP, x0 + PANEL - 2, y0 + PANEL - 2], fill=OCCLUDER,
-                       outline=OCCLUDER_EDGE, width=2)
+        _cover(draw, *panel_origin(i))
     buf = io.BytesIO()
     img.save(buf, "PNG", optimize=False, compress_level=6)
     return buf.getvalue()
+
+
+def occlude_clip(data: bytes, clip: ClipSpec) -> bytes:
+    """A rendered clip (`bench.clips`) with every frame covered as a sheet's panel is (`occlude`):
+    the motion hidden from its first frame to its last, each frame's label shown as it is."""
+    frames = read_frames(data, clip)
+    for frame in frames:
+        _cover(ImageDraw.Draw(frame), 0, 0)
+    return encode_clip(frames, clip)
+
+
+def _cover(draw: ImageDraw.ImageDraw, x0: int, y0: int) -> None:
+    """The occluder over one panel whose top-left pixel is (x0, y0): inside its 1-px frame,
+    (x0 + 1 .. x0 + PANEL - 2) x (y0 + OCCLUDER_TOP .. y0 + PANEL - 2)."""
+    draw.rectangle([x0 + 1, y0 + OCCLUDER_TOP, x0 + PANEL - 2, y0 + PANEL - 2], fill=OCCLUDER,
+                   outline=OCCLUDER_EDGE, width=2)
 
 
 def unstated_prompt(family: Family, twin: Item, prices: Prices = Prices()) -> str:
@@ -110,9 +124,11 @@ def unstated_prompt(family: Family, twin: Item, prices: Prices = Prices()) -> st
     return twin.prompt.replace(stated, "Question: " + prompts.question(level, threshold_text=UNSTATED_SYMBOL))
 
 
-def void_items(family: Family, block: list[Item], voids: tuple[str, ...], prices: Prices = Prices()) -> list[Item]:
+def void_items(family: Family, block: list[Item], voids: tuple[str, ...], prices: Prices = Prices(),
+               clip: bool = False) -> list[Item]:
     """The void items of one family (module docstring), built from its main items `block`, in
-    `block`'s order per void type."""
+    `block`'s order per void type; with `clip`, a clip benchmark's (the occluded void shows the
+    initial clip occluded, `occlude_clip`)."""
     outcomes = family.outcomes()
     nothing: frozenset = frozenset()  # an occluded sheet shows nothing: every world remains
     out: list[Item] = []
@@ -134,7 +150,7 @@ def void_items(family: Family, block: list[Item], voids: tuple[str, ...], prices
                 assert not resolved(nothing, q, outcomes)
                 value = action if twin.request == "select" else answer
                 sheet = f"{family.initial}_{twin.history}"
-                out.append(replace(twin, **common, images=[occluded_path(family.family_id, sheet)],
+                out.append(replace(twin, **common, images=[occluded_path(family.family_id, sheet, clip)],
                                    reference_action=action, reference_answer=answer,
                                    reference_option=next(k for k, v in options.items() if v == value)))
             else:
@@ -152,6 +168,7 @@ __all__ = [
     "VOID_TYPES",
     "check_voids",
     "occlude",
+    "occlude_clip",
     "occluded_path",
     "unstated_prompt",
     "void_items",

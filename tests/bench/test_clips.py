@@ -35,7 +35,7 @@ from evprobe.experiments.cli import main
 from tests.bench.edits import check_rows, copy_bench
 
 CLIP = ClipSpec(frames=8, fps=2.0)
-CONFIG = GenerateConfig(families_per_system=2, subset_per_cell=1, clip=CLIP)
+CONFIG = GenerateConfig(families_per_system=2, subset_per_cell=1, clip=CLIP, voids=("occluded", "unstated"))
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_clip_items_are_the_sheet_items_with_clips_and_their_words() -> None:
 
 def test_options_that_need_clips_or_are_not_built_on_them_are_refused(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture) -> None:
-    for block in (dict(numeric=True), dict(injection_levels=(1,)), dict(voids=("unstated",))):
+    for block in (dict(numeric=True), dict(injection_levels=(1,))):
         with pytest.raises(InputError, match="is not built on clips"):
             build(GenerateConfig(families_per_system=1, subset_per_cell=0, clip=ClipSpec(), **block))
     base = ["generate", "--out", str(tmp_path / "x"), "--families-per-system", "1", "--quiet"]
@@ -128,8 +128,8 @@ def test_options_that_need_clips_or_are_not_built_on_them_are_refused(tmp_path: 
     assert "--frames and --fps cut clips; add --evidence clip" in capsys.readouterr().err
     assert main(base + ["--evidence", "clip", "--frames", "6"]) == 2
     assert "--frames must be a multiple of 4" in capsys.readouterr().err
-    assert main(base + ["--evidence", "clip", "--voids", "occluded"]) == 2
-    assert "--voids is not built on clips" in capsys.readouterr().err
+    assert main(base + ["--evidence", "clip", "--numeric"]) == 2
+    assert "--numeric is not built on clips" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 
@@ -159,6 +159,7 @@ def test_check_passes_a_clip_benchmark_with_its_rows(clip_bench: Path, tmp_path:
         assert row in out
     numbers = json.loads((bench / "checks.json").read_text())
     assert numbers["clips_checked"] == 6 * 5 + 6 * 2 and numbers["clip_frames_read"] == 8 * numbers["clips_checked"]
+    assert numbers["occluded_sheets"] == 12 and numbers["identical_occluded"] == [6, 6]  # void rows on clips
     assert main(["check", str(bench), "--rerender"]) == 0
     assert "Images re-rendered byte for byte" in capsys.readouterr().out
 
@@ -209,6 +210,28 @@ def test_each_planted_fault_fails_its_rows(clip_bench: Path, tmp_path: Path, cap
     assert code == 1 and failed == rows, what
 
 
+def test_an_occluded_clip_that_shows_its_marker_in_one_frame_fails_both_void_rows(
+        clip_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bench = copy_bench(clip_bench, tmp_path)
+    occluded = sorted(bench.glob("images/*/*.occluded.clip.png"))[0]
+    frames = read_frames(occluded)
+    frames[5] = read_frames(occluded.with_name(occluded.name.replace(".occluded", "")))[5]  # frame 6 uncovered
+    occluded.write_bytes(encode_clip(frames, CLIP))
+    code, failed, out = check_rows(bench, capsys)
+    assert code == 1 and failed == {"Occluded sheets show no marker", "Occluded sheets are identical across histories"}
+    assert occluded.relative_to(bench).as_posix() in out
+
+
+def test_voids_on_clips_are_the_sheet_voids_with_occluded_clips() -> None:
+    sheets = build(GenerateConfig(voids=("occluded", "unstated")))[1]
+    clips = build(GenerateConfig(voids=("occluded", "unstated"), clip=ClipSpec()))[1]
+    assert len(sheets) == len(clips) == 10080
+    for a, b in zip(sheets[9216:], clips[9216:]):
+        ja, jb = a.to_json(), b.to_json()
+        assert {k for k in ja if ja[k] != jb[k]} <= {"prompt", "images"}, a.item_id
+        assert b.images == [rel.removesuffix(".png") + ".clip.png" for rel in a.images]
+
+
 def test_a_bench_json_that_names_other_clips_fails_every_clip(clip_bench: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture) -> None:
     bench = copy_bench(clip_bench, tmp_path)
@@ -232,7 +255,8 @@ def test_the_exact_reader_reads_clips_as_it_reads_sheets(clip_bench: Path, tmp_p
     assert main(["run", "--model", "policy:exact-reader", "--bench", str(clip_bench), "--out", str(out), "--quiet"]) == 0
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     items = {it.item_id: it for it in read_items(clip_bench)}
-    assert len(records) == len(items)
+    assert len(records) == len(items) and sum(it.void is not None for it in items.values()) == 36
+    # every void abstained on (an occluded clip shows no marker in any frame), every twin answered
     for r in records:
         it = items[r["item_id"]]
         if it.reference_option is not None:
