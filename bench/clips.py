@@ -4,8 +4,8 @@
 same measurement in the same world: the block pushed along the track or coasting to rest, the ball's
 rise after the bounce, the load growing on the spring, the free fall. Every matched pair, reference
 action and metric carries over unchanged, because a clip is a function of the same disclosed values and
-the same world as the sheet it replaces (`items.image_path(..., clip=True)`), and its prompts differ from the sheet's only in the words that
-name the evidence (`bench.prompts`).
+the same world as the sheet it replaces (`items.image_path(..., clip=True)`), and its prompts differ
+from the sheet's only in the words that name the evidence (`bench.prompts`).
 
 Choices the seed leaves open (it renders MuJoCo scenes; these worlds have closed-form motion):
 
@@ -13,10 +13,10 @@ Choices the seed leaves open (it renders MuJoCo scenes; these worlds have closed
   the frame's time (or load) label, the ruler, the object at its position at that instant and the
   marker dot. Frames are numbered 1..N.
 - Instants: the four panels of the sheet are frames N/4, N/2, 3N/4 and N, exactly (same instant, same
-  reading, same pixels: `evprobe check` compares them), so N must be a multiple of 4; the frames
-  between them are evenly spaced in time (or load) from 0, linearly between the sheet's instants. The
-  clip is the motion slowed down: `fps` is the rate a viewer plays it at, not the physical rate, and
-  the label on each frame gives the physical time.
+  reading, same pixels: `evprobe check` reads them as the sheet, `bench.checks_clips`), so N must be a
+  multiple of 4; the frames between them are evenly spaced in time (or load) from 0, linearly between
+  the sheet's instants. The clip is the motion slowed down: `fps` is the rate a viewer plays it at, not
+  the physical rate, and the label on each frame gives the physical time.
 - Format: one animated PNG per clip (`images/<family>/<sheet>[.b].clip.png`), lossless (the marker's
   colour stays exact) and readable with Pillow alone, each frame shown for 1000 / fps ms. Consecutive
   frames always differ (their labels do), so no encoder merges two. `read_frames` decodes one and
@@ -26,6 +26,10 @@ Which items: every item of the main set (base requests and variants) with its sh
 and the voids (`bench.voids`: the occluded void shows the initial clip with every frame occluded). The
 opt-in blocks whose prompts describe sheets in their own words (numeric estimates, injection levels) are
 not built on clips: asking for one with `--evidence clip` is refused in one line.
+
+How models read a clip: as its frames, one image each (`manifest.load_item_images`), or, asked for
+(`evprobe run --video-input native`), as one video through the model's video processor
+(`core.video.mark_video`, `hooks.inputs`).
 """
 
 from __future__ import annotations
