@@ -44,8 +44,8 @@ from typing import Any
 from evprobe.bench import oracle
 from evprobe.bench.checks_blocks import check_levels, check_numeric
 from evprobe.bench.checks_voids import check_voids
-from evprobe.bench.checks_clips import check_clips, clip_sheet
-from evprobe.bench.clips import ClipSpec, benchmark_clip, render_clip
+from evprobe.bench.checks_clips import ClipRows
+from evprobe.bench.clips import ClipSpec, benchmark_clip, panel_sheet, read_frames, render_clip
 from evprobe.bench.calibration import sheet_spec
 from evprobe.bench.detect import DetectionError, detect_sheet, marker_pixel_positions
 from evprobe.bench.family import Family
@@ -148,8 +148,6 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     _check_pairs(report, base_select)
     digests = _check_hidden_images(report, root, oracles, items)
     _check_pixels(report, root, oracles, digests, blocks["clip"])
-    if blocks["clip"] is not None:
-        check_clips(report, root, oracles, blocks["clip"], MAX_DETECTOR_ERROR_PCT)
     if blocks["levels"]:
         check_levels(report, items, oracles, blocks["levels"])
     if blocks["numeric"]:
@@ -489,9 +487,11 @@ def _check_pixels(
     report: CheckReport, root: Path, oracles: dict[str, oracle.OracleFamily], digests: dict[str, str],
     clip: ClipSpec | None = None,
 ) -> None:
-    """The pixel rows; on a clip benchmark each clip is read as the sheet its panel frames make."""
+    """The pixel rows; on a clip benchmark each clip is read as the sheet its panel frames make, and its
+    frames, decoded once, go to the clip rows (`bench.checks_clips`), added after these."""
     from PIL import Image
 
+    clip_rows = None if clip is None else ClipRows(clip, MAX_DETECTOR_ERROR_PCT)
     worst, worst_where = 0.0, ""
     separation, sep_where = math.inf, ""
     along, along_where = math.inf, ""
@@ -519,12 +519,16 @@ def _check_pixels(
                 with Image.open(path) as im:
                     image = im.convert("RGB")
             else:
+                assert clip_rows is not None
                 try:
-                    image = clip_sheet(path, clip)
-                except ValueError as err:  # its own row says which (bench.checks_clips)
+                    frames = read_frames(path, clip)
+                except ValueError as err:  # the clip rows say which (bench.checks_clips)
                     report.failures.append(str(err))
+                    clip_rows.bad(str(err))
                     worst, worst_where = math.inf, rel
                     continue
+                image = panel_sheet(frames)
+                clip_rows.read(fam, sheet, style, value, rel, frames)
             n_images += 1
             try:
                 got = detect_sheet(image, orientation=orientation, ruler_length=ruler, style=STYLES[style])
@@ -593,6 +597,8 @@ def _check_pixels(
         required_separation_px=REQUIRED_SEPARATION_PX,
         distinct_images=len(set(digests.values())),
     )
+    if clip_rows is not None:
+        clip_rows.add_to(report)
 
 
 def _check_rerender(report: CheckReport, root: Path, families: list[Family], clip: ClipSpec | None = None) -> None:
