@@ -238,9 +238,7 @@ def load_images(paths: Iterable[Path], *, clips_as_video: bool = False) -> list[
     """`load_item_images` on paths already resolved (a backend's `ModelPrompt.images`). With
     `clips_as_video`, each clip's frames are marked as one video (`core.video.mark_video`, keyed by
     the file's place and digest, at the clip's rate), for a model that reads video."""
-    import io
-
-    from PIL import Image
+    from evprobe.bench.clips import read_frames
 
     out = []
     for place, path in enumerate(paths):
@@ -248,16 +246,9 @@ def load_images(paths: Iterable[Path], *, clips_as_video: bool = False) -> list[
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         frames = _DECODED.get(digest)
         if frames is None:
-            frames = []
-            with Image.open(io.BytesIO(data)) as im:
-                n = getattr(im, "n_frames", 1)
-                for k in range(n):
-                    im.seek(k)
-                    rgb = im.convert("RGB")
-                    rgb.info[SOURCE_INFO] = digest if n == 1 else f"{digest}:{k + 1}"
-                    if n > 1:  # a clip: its rate, from the frame's display time
-                        rgb.info[_FPS] = 1000.0 / float(im.info.get("duration") or 1000.0)
-                    frames.append(rgb)
+            frames = read_frames(data)  # a still image is one frame
+            for k, rgb in enumerate(frames, 1):
+                rgb.info[SOURCE_INFO] = digest if len(frames) == 1 else f"{digest}:{k}"
             _DECODED[digest] = frames
             while sum(_pixels(v) for v in _DECODED.values()) > _DECODED_SIZE * _SHEET_PIXELS and len(_DECODED) > 1:
                 _DECODED.popitem(last=False)
@@ -267,8 +258,9 @@ def load_images(paths: Iterable[Path], *, clips_as_video: bool = False) -> list[
         if clips_as_video and len(copies) > 1:
             from evprobe.core.video import mark_video
 
-            # keyed by place too: the same clip shown twice in a row (a test repeated) is two videos
-            mark_video(copies, f"{place}:{digest}", copies[0].info[_FPS])
+            # keyed by place too: the same clip shown twice in a row (a test repeated) is two videos;
+            # its rate from a frame's display time (ms)
+            mark_video(copies, f"{place}:{digest}", 1000.0 / float(copies[0].info.get("duration") or 1000.0))
         out += copies
     return out
 
@@ -277,7 +269,6 @@ def _pixels(frames: list[Any]) -> int:
     return sum(f.width * f.height for f in frames)
 
 
-_FPS = "evprobe_fps"  # key in a clip frame's Image.info: the clip's frames per second
 _SHEET_PIXELS = 672 * 672
 _DECODED_SIZE = 48  # in sheets' worth of pixels (672 x 672 RGB): about 65 MB; a 32-frame clip counts 8
 _DECODED: OrderedDict[str, list[Any]] = OrderedDict()  # least recently used first

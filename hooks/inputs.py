@@ -40,7 +40,7 @@ def visual_counts(row: Sequence[Any]) -> tuple[int, int]:
     from evprobe.core.video import visuals
 
     kinds = [v.kind for v in visuals(row)]
-    if "image" in kinds[kinds.index("video") + 1:] if "video" in kinds else False:
+    if "video" in kinds and "image" in kinds[kinds.index("video"):]:
         raise ValueError("a row's still images must come before its videos (the turn shows images, then videos)")
     return kinds.count("image"), kinds.count("video")
 

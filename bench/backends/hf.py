@@ -53,13 +53,11 @@ class HFBackend:
     def check_context(self, prompt: ModelPrompt) -> None:
         """Refuse, before any model call, a prompt whose tokens (its images' or clip frames' included)
         and reply do not fit the model's context (`hooks.inputs.context_length`)."""
-        from evprobe.hooks.inputs import context_length
+        from evprobe.hooks.inputs import context_length, encode_inputs
 
         limit = context_length(self.handle.model)
         if limit is None:
             return
-        from evprobe.hooks.inputs import encode_inputs
-
         images = self.prepare_images(prompt)
         n = int(encode_inputs(self.handle, [prompt.text], [images], for_generation=True)["input_ids"].shape[1])
         if n + self.limit > limit:
