@@ -81,10 +81,13 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
         assert re.search(NEGATIVE_ZERO, text) is None, (path, re.search(NEGATIVE_ZERO, text))
     # what the main job writes stays what it wrote before a refactor (issue 27): every file, modulo
     # its own path and wall-clock fields (tests/quickstart_digest.py says how to refresh it)
-    from tests.quickstart_digest import DIGEST_FILE, differences, digest
+    from tests.quickstart_digest import DIGEST_FILE, check
 
-    changed = differences(digest(outputs, "out/quickstart"), json.loads(DIGEST_FILE.read_text()))
+    changed, not_compared, kind = check(outputs, "out/quickstart")
     assert changed == [], f"{len(changed)} quickstart outputs differ from {DIGEST_FILE.name}: {changed[:10]}"
+    if not_compared:  # a kind of CPU with no recorded values for them: compared on no value measured elsewhere
+        print(f"{len(not_compared)} per-kind quickstart outputs not compared on this kind of CPU ({kind.key}: "
+              f"{kind.label}); record them with `python -m tests.quickstart_digest out/quickstart --add-machine`")
 
 
 def test_every_documented_flag_exists() -> None:
