@@ -217,7 +217,7 @@ def _resolve_under(root: Path, rel: str, where: str) -> Path:
     return full
 
 
-def load_item_images(bench_dir: str | Path, rels: Iterable[str]) -> list[Any]:
+def load_item_images(bench_dir: str | Path, rels: Iterable[str], *, clips_as_video: bool = False) -> list[Any]:
     """The RGB PIL images of an item's `images` paths (each checked by `resolve_image`). Each
     image's `info` carries SOURCE_INFO: the blake2b-128 digest of its file's bytes, which readers
     that cache per sheet (the organism's eye) key on (the bytes, not a path or mtime: a rewritten
@@ -230,8 +230,9 @@ def load_item_images(bench_dir: str | Path, rels: Iterable[str]) -> list[Any]:
 
     A clip (an animated PNG, `bench.clips`) gives its frames in order, each an image: every model
     reads a clip as frames (the seed's "frames as images"). A frame's SOURCE_INFO is the file's
-    digest with ":<frame number>" appended."""
-    return load_images(resolve_image(bench_dir, rel) for rel in rels)
+    digest with ":<frame number>" appended. With `clips_as_video`, a clip's frames are marked as one
+    video (`load_images`)."""
+    return load_images((resolve_image(bench_dir, rel) for rel in rels), clips_as_video=clips_as_video)
 
 
 def load_images(paths: Iterable[Path], *, clips_as_video: bool = False) -> list[Any]:

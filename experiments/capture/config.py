@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evprobe.bench.model_config import ModelConfig, as_model_config
-from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT
+from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, VideoInput
 from evprobe.core.capture_schema import INDEX_OPTIONAL_DEFAULTS
 from evprobe.core.errors import InputError
 from evprobe.core.flags import HELP, setting
@@ -67,6 +67,9 @@ class CaptureConfig:
     limit: int | None = setting(None, "only the first N selected items")
     batch_size: int = setting(8, "items per forward pass")
     shard: str | None = setting(None, HELP["shard"])
+    video_input: VideoInput = setting("frames", "how a clip benchmark's clips reach the model: frames (one image a "
+                                                "frame, any model) or native (one video through the model's video "
+                                                "processor, a model with a video path)")
 
     def __post_init__(self) -> None:
         # The settings that need no benchmark, checked when the config is made (before a model file
@@ -79,6 +82,8 @@ class CaptureConfig:
             raise InputError(f"--batch-size must be a positive integer, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit must be a positive integer, got {self.limit}")
+        if self.video_input not in ("frames", "native"):
+            raise InputError(f"--video-input must be frames or native, got {self.video_input!r}")
 
 
 def question_marker(prompt: str) -> str | None:

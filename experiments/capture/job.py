@@ -115,6 +115,10 @@ class CaptureJob(Job):
             raise InputError(f"{self.bench / META_FILE} not found; generate the benchmark with "
                              f"`evprobe generate --out {self.bench}`")
         self.bench_meta = read_bench_meta(self.bench)
+        self.as_video = config.video_input == "native"
+        if self.as_video and self.bench_meta.get("evidence") is None:  # before the model loads
+            raise InputError(f"--video-input native: {self.bench} shows sheets, not clips; generate a clip benchmark "
+                             "(evprobe generate --evidence clip) or drop the flag")
         self.all_items = read_items(self.bench)
         self.selected = select_items(self.all_items, config.requests, config.limit, config.injection)
         if not self.selected:
@@ -168,6 +172,7 @@ class CaptureJob(Job):
             "answer_prefix": c.model.answer_prefix,
             # resid_post pinned as None: a folder written before components existed resumes as it was
             "component": None if c.component == "resid_post" else c.component,
+            "video_input": None if c.video_input == "frames" else c.video_input,  # likewise
         }
         layers = self._layers()  # a layer out of range fails here, before the model loads
         if layers is not None:
@@ -218,6 +223,13 @@ class CaptureJob(Job):
 
     def open(self) -> None:
         self.handle = load_model(self.config.model)
+        if self.as_video:
+            from evprobe.hooks.inputs import takes_videos
+
+            if not takes_videos(self.handle.processor):
+                raise InputError(f"--video-input native: {self.config.model.source} has no video path (an image-only "
+                                 "model, or a video processor that needs torchvision, which is not installed); use "
+                                 "--video-input frames")
         self.check_readable()
 
     def check_markers(self) -> None:
@@ -264,7 +276,7 @@ class CaptureJob(Job):
             seen.add(units[0].group)
             batch = [u.value for u in units]
             prompts = [build_prompt(it, c.protocol, c.regime) for it in batch]
-            images = [load_item_images(self.bench, it.images) for it in batch]
+            images = [load_item_images(self.bench, it.images, clips_as_video=self.as_video) for it in batch]
             markers = [question_marker(it.prompt) if handle.keeps_prompt_text else None for it in batch]
             try:
                 enc = build_inputs(handle, prompts, images)
@@ -328,7 +340,7 @@ def _capture_items(handle: Handle, bench: Path, items: list[Item], config: Captu
     from evprobe.hooks.positions import parse_position
 
     prompts = [build_prompt(it, config.protocol, config.regime) for it in items]
-    images = [load_item_images(bench, it.images) for it in items]
+    images = [load_item_images(bench, it.images, clips_as_video=config.video_input == "native") for it in items]
     # A model that reads facts instead of the prompt's words (the organism) has no question text;
     # its text span is every fact token except the sheet values (hooks.spans).
     markers = [question_marker(it.prompt) if handle.keeps_prompt_text else None for it in items]

@@ -324,3 +324,37 @@ def test_a_video_model_reads_clips_as_videos_and_the_refusals_come_first(
     assert main(["run", "--model", "tiny:llava_next_video", "--bench", str(sheets), "--out", str(tmp_path / "s"),
                  "--video-input", "native", "--quiet"]) == 2
     assert "shows sheets, not clips" in capsys.readouterr().err
+
+
+def test_capture_reads_clips_as_videos_batched_equal_to_single(
+        clip_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`evprobe capture --video-input native`: each clip one video (the tiny LLaVA-NeXT-Video's video
+    path), frame:K its K-th frame's tokens; a batch of 3 reads what 3 single rows read; pinned in
+    meta.json; the refusals come before any model call."""
+    import numpy as np
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    base = ["capture", "--model", "tiny:llava_next_video", "--bench", str(clip_bench), "--requests", "answer_after_test",
+            "--limit", "3", "--layers", "0,1", "--positions", "last,image_mean,frame:1", "--quiet"]
+    assert main(base + ["--out", str(tmp_path / "v3"), "--video-input", "native", "--batch-size", "3"]) == 0
+    assert main(base + ["--out", str(tmp_path / "v1"), "--video-input", "native", "--batch-size", "1"]) == 0
+    assert main(base + ["--out", str(tmp_path / "f"), "--batch-size", "3"]) == 0
+    acts = {name: np.load(tmp_path / name / "acts.npy") for name in ("v3", "v1", "f")}
+    assert acts["v3"].shape == (3, 2, 3, acts["v3"].shape[-1])
+    np.testing.assert_allclose(acts["v3"].astype(np.float32), acts["v1"].astype(np.float32), rtol=1e-2, atol=1e-2)
+    assert not np.allclose(acts["v3"][:, 1], acts["f"][:, 1])  # a video is not the frames as images
+    index = [json.loads(line) for line in (tmp_path / "v3" / "index.jsonl").read_text().splitlines()]
+    framed = [json.loads(line) for line in (tmp_path / "f" / "index.jsonl").read_text().splitlines()]
+    assert all(v["n_tokens"] < f["n_tokens"] for v, f in zip(index, framed))  # 4 pooled tokens a frame
+    assert json.loads((tmp_path / "v3" / "meta.json").read_text())["video_input"] == "native"
+    assert json.loads((tmp_path / "f" / "meta.json").read_text())["video_input"] is None
+    capsys.readouterr()
+    out = tmp_path / "refused"
+    assert main(base + ["--out", str(out), "--video-input", "native", "--model", "tiny:llava"]) == 2
+    err = capsys.readouterr().err
+    assert "tiny:llava has no video path" in err and len(err.strip().splitlines()) == 1 and not (out / "acts.npy").exists()
+    sheets = tmp_path / "sheets"
+    generate(sheets, GenerateConfig(families_per_system=1, subset_per_cell=0), progress=False)
+    assert main(["capture", "--model", "tiny:llava_next_video", "--bench", str(sheets), "--out", str(out),
+                 "--video-input", "native", "--quiet"]) == 2
+    assert "shows sheets, not clips" in capsys.readouterr().err
