@@ -50,6 +50,7 @@ def _run_train(args: argparse.Namespace) -> int:
     print(
         f"trained {cfg.steps} steps in {result['seconds']:.0f} s; validation ({result['n']} fresh "
         f"decisions): accuracy {result['accuracy']:.3f}, both-correct pairs {result['pairs_both_correct']:.3f}; "
+        f"voids ({result['voids']['n']}): accuracy {result['voids']['accuracy']:.3f}; "
         f"model in {args.out / 'checkpoint'}"
     )
     return 0

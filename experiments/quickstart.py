@@ -37,6 +37,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -112,9 +113,12 @@ def quickstart(
     dose_layers: tuple[int, ...] | None = None,
     alphas: tuple[float, ...] | None = None,
     controls: bool = True,
+    voids: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run the whole pipeline into `out`; returns the timings and the report path.
 
+    voids: the void block's types (bench.voids), generated, run and scored with the main set (never
+    captured, steered or patched); on the organism the known-answer checks add their rows.
     n_random (random directions per steered layer x dose, and as many relabelled ones; default 50 for the
     organism, 2 for others),
     permutations and refits (the sweep's; refits default probes.sweep's), dose_layers and alphas (the
@@ -135,13 +139,13 @@ def quickstart(
     # folder (OUT/bench, OUT/run, ...): other files, never waited on, so they cannot deadlock (core.lock).
     with folder_lock(out, "evprobe quickstart"):
         return _quickstart(out, model, cfg, families_per_system, pairs, n_boot, progress, n_random, permutations,
-                           refits, dose_layers, alphas, controls)
+                           refits, dose_layers, alphas, controls, voids)
 
 
 def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs: int, n_boot: int,
                 progress: bool, n_random: int | None, permutations: int, refits: int | None,
                 dose_layers: tuple[int, ...] | None, alphas: tuple[float, ...] | None,
-                controls: bool) -> dict[str, Any]:
+                controls: bool, voids: tuple[str, ...]) -> dict[str, Any]:
     """`quickstart`'s steps, with OUT's lock held."""
     organism = cfg.model == "organism"
     bench, run_dir, acts = out / "bench", out / "run", out / "acts"
@@ -152,6 +156,7 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
     # The organism's set is the main set itself (its seed, its variant subset): held out from training.
     gen = (GenerateConfig() if organism and families_per_system == 48
            else GenerateConfig(families_per_system=families_per_system, subset_per_cell=0))
+    gen = replace(gen, voids=voids)  # opt-in: run and scored with the rest, never captured or steered
     if not _bench_ready(bench, gen):
         generate(bench, gen, force=True, progress=progress)
     timings["generate"] = time.perf_counter() - t
@@ -257,12 +262,25 @@ def add_quickstart_parser(sub: argparse._SubParsersAction) -> None:
                    help="benchmark size (default: 48, the main set, for the organism; 2 for other models)")
     p.add_argument("--pairs", type=int, default=None, help="image pairs to patch (default: 64 organism, 4 others)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--voids", type=_void_list, default=(),
+                   help="add the void block (occluded,unstated; bench.voids): run and scored beside the main set, and "
+                   "on the organism checked against its known answer (it abstains on every void)")
     p.set_defaults(run=_run)
 
 
+def _void_list(text: str) -> tuple[str, ...]:
+    from evprobe.bench.voids import check_voids
+
+    try:
+        return check_voids(tuple(v.strip() for v in text.split(",") if v.strip()))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _run(args: argparse.Namespace) -> int:
+    # progress: --no-progress turns it off process-wide
     result = quickstart(args.out, model=args.model, families_per_system=args.families_per_system,
-                        pairs=args.pairs, n_boot=args.n_boot, progress=True)  # --no-progress turns it off process-wide
+                        pairs=args.pairs, n_boot=args.n_boot, progress=True, voids=args.voids)
     total = sum(result["seconds"].values())
     if result["known_answer"] is not None:
         for c in result["known_answer"]["checks"]:

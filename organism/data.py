@@ -19,6 +19,17 @@ nearest to its reading in log10 (`nearest`: the label follows). The benchmark's 
 so far off; these teach the rule "a reading shows its nearest candidate" everywhere near the
 candidates, so that a reading made of one sheet's block token and another's offset token (a
 partial patch of the image span, `organism.causal`) has a defined answer.
+
+Voids (`bench.voids`; seed 002's visual and textual voids): in `void_share` of examples the
+evidence or the question cannot settle the answer, drawn like the rest but with one thing taken
+away, and labelled from what is left (`void_example`):
+- `occluded`: the initially measured property's sheet is shown but cannot be read (the reader writes
+  `unread`, as for an occluded sheet whose marker the eye cannot find); a selection is labelled with
+  the cheapest action that settles the answer in all four worlds (at a threshold outside every
+  outcome that is `stop`: the answer is fixed without evidence), an answer request with the
+  answer that holds in every world left (undetermined unless the threshold is outside them all);
+- `unstated`: the question's threshold is never given (no q token; the prompt's symbol `q`): an
+  answer request, labelled undetermined whatever the sheets show.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ class DataConfig:
     both_known_share: float = 0.5  # of answer requests, those with both properties known
     spread_share: float = 0.3  # share of sheets read far from their candidate (see the docstring)
     spread: float = 0.35  # decades: half-width of those readings' offset
+    void_share: float = 0.1  # share of void examples (the module docstring), half of each type
 
 
 def nearest(family: Family, prop: str, value: float) -> int:
@@ -115,7 +127,60 @@ def _draw_q(rng: np.random.Generator, family: Family, left: list[float], config:
     return float(10 ** rng.uniform(np.log10(lo), np.log10(hi)))
 
 
+VOID_TYPES = ("occluded", "unstated")  # as bench.voids.VOID_TYPES names them
+
+
+def void_example(family: Family, void: str, task: str, q: float, order: list[str],
+                 readings: list[tuple[str, float | None]], prices: Prices = Prices()) -> tuple[Facts, str]:
+    """The facts and the answer letter of a void request (module docstring).
+
+    task: "select" (occluded only: `order` lists ACTIONS) or "answer" (`order` lists ANSWERS);
+    readings: (property word, value) per attached sheet in order, the first the initial test's;
+    for `occluded` its value must be None (the sheet shows nothing), a second is another
+    property's known reading (answer requests only)."""
+    if void not in VOID_TYPES:
+        raise ValueError(f"void must be one of {', '.join(VOID_TYPES)}, got {void!r}")
+    if void == "occluded" and readings[0][1] is not None:
+        raise ValueError("an occluded sheet has no reading: its value must be None")
+    if void == "unstated" and task != "answer":
+        raise ValueError("an unstated threshold has no settling action: only answer requests are voids of it")
+    words = {"mass": "mass", family.other: "other"}
+    known = frozenset((words[p], nearest(family, words[p], v)) for p, v in readings if v is not None)
+    outcomes = family.outcomes()
+    if task == "select":
+        options = tuple((LETTERS[i], ACTION_WORDS[a], prices.of(a)) for i, a in enumerate(order))
+        value = reference_action(known, q, outcomes, prices)
+    else:
+        options = tuple((LETTERS[i], a, None) for i, a in enumerate(order))
+        value = "undetermined" if void == "unstated" else reference_answer(known, q, outcomes)
+    facts = _facts(family, None if void == "unstated" else q, tuple(readings), options, task)
+    return facts, LETTERS[order.index(value)]
+
+
+def _sample_void(rng: np.random.Generator, family: Family, config: DataConfig) -> tuple[Facts, str]:
+    void = VOID_TYPES[int(rng.integers(len(VOID_TYPES)))]
+    task = "select" if void == "occluded" and rng.random() < 0.5 else "answer"
+    initial = family.initial
+    word = "mass" if initial == "mass" else family.other
+    first = (word, None if void == "occluded" else _reading(rng, family, initial, int(rng.integers(2)), config))
+    readings = [first]
+    if task == "answer" and rng.random() < config.both_known_share:
+        second = "other" if initial == "mass" else "mass"
+        readings.append(("mass" if second == "mass" else family.other,
+                         _reading(rng, family, second, int(rng.integers(2)), config)))
+    outcomes = family.outcomes()
+    if rng.random() < config.constructed_share:
+        q = family.thresholds["low" if rng.random() < 0.5 else "high"]
+    else:
+        q = _draw_q(rng, family, list(outcomes.values()), config)
+    pool = ACTIONS if task == "select" else ANSWERS
+    order = [pool[int(i)] for i in rng.permutation(len(pool))]
+    return void_example(family, void, task, q, order, readings)
+
+
 def sample_example(rng: np.random.Generator, family: Family, config: DataConfig) -> tuple[Facts, str]:
+    if rng.random() < config.void_share:
+        return _sample_void(rng, family, config)
     if rng.random() < config.answer_share:
         return _sample_answer(rng, family, config)
     history = int(rng.integers(2))

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evprobe.bench.family import Family
-from evprobe.bench.reference import ACTIONS
+from evprobe.bench.reference import ACTIONS, ANSWERS
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes
-from evprobe.organism.data import DataConfig, draw_family, sample_example, select_example
+from evprobe.organism.data import DataConfig, draw_family, sample_example, select_example, void_example
 from evprobe.organism.facts import Facts
 from evprobe.organism.vocab import ANSWER_PREFIX, OPTION_WORDS, token_ids
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from evprobe.organism.model import ModelConfig, Organism
 
 _VAL_STREAM = 7_777_001  # an extra seed word: validation families never meet training ones
+_VOID_VAL_STREAM = 7_777_002  # the void validation's families: apart from both
 
 
 def _model_config() -> ModelConfig:
@@ -139,6 +140,28 @@ def validation_set(cfg: TrainConfig) -> list[tuple[Facts, str, str]]:
                 value = family.value(family.initial, history)
                 facts, letter = select_example(family, history, family.thresholds[level], order, value)
                 out.append((facts, letter, f"{k}.{level}"))
+    return out
+
+
+def void_validation_set(cfg: TrainConfig) -> list[tuple[Facts, str, str]]:
+    """(facts, target letter, void type) of the voids the benchmark builds (bench.voids), on fresh
+    families at their constructed thresholds: per family and threshold an occluded selection, an
+    occluded initial answer and an unstated initial answer (each history's exact reading)."""
+    rng = np.random.default_rng([cfg.seed, _VOID_VAL_STREAM])
+    out = []
+    for k in range(cfg.val_families):
+        family: Family = draw_family(rng, k)
+        word = "mass" if family.initial == "mass" else family.other
+        actions = [ACTIONS[int(i)] for i in rng.permutation(len(ACTIONS))]
+        answers = [ANSWERS[int(i)] for i in rng.permutation(len(ANSWERS))]
+        for level, history in (("low", 0), ("high", 1)):
+            q = family.thresholds[level]
+            for task, order in (("select", actions), ("answer", answers)):
+                facts, letter = void_example(family, "occluded", task, q, order, [(word, None)])
+                out.append((facts, letter, "occluded"))
+            reading = [(word, family.value(family.initial, history))]
+            facts, letter = void_example(family, "unstated", "answer", q, answers, reading)
+            out.append((facts, letter, "unstated"))
     return out
 
 
@@ -308,7 +331,7 @@ def _train(cfg: TrainConfig, out: Path, log, stop_after: int | None) -> dict:  #
             raise _bad_state(state_path, f"does not fit this model ({(str(err).splitlines() or [type(err).__name__])[0]})") from None
         step, seconds = state["step"], state["seconds"]
         log(f"resuming at step {step} ({seconds:.0f} s trained)")
-    val = validation_set(cfg)
+    val, void_val = validation_set(cfg), void_validation_set(cfg)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=-100)
     model.train()
     start, window = time.perf_counter() - seconds, []
@@ -329,7 +352,7 @@ def _train(cfg: TrainConfig, out: Path, log, stop_after: int | None) -> dict:  #
         step += 1
         window.append(loss.item())
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            metrics = evaluate(model, val)
+            metrics = {**evaluate(model, val), "void_accuracy": evaluate(model, void_val)["accuracy"]}
             row = {"step": step, "loss": float(np.mean(window)), "seconds": round(time.perf_counter() - start, 1),
                    **{f"val_{k}": v for k, v in metrics.items()}}
             window = []
@@ -342,6 +365,8 @@ def _train(cfg: TrainConfig, out: Path, log, stop_after: int | None) -> dict:  #
                 return {"stopped_at": step}
     seconds = time.perf_counter() - start
     final = evaluate(model, val)
+    voids = evaluate(model, void_val)
+    final["voids"] = {"accuracy": voids["accuracy"], "n": voids["n"]}
     from evprobe.organism.checkpoint import write_checkpoint
 
     write_checkpoint(model.export(), out / "checkpoint", {

@@ -64,6 +64,18 @@ def small_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def small_void_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """small_bench's families with the void block (bench.voids: occluded, unstated), generated once per
+    session; read-only."""
+    from evprobe.bench.generate import GenerateConfig, generate
+
+    out = tmp_path_factory.mktemp("small_voids") / "bench"
+    generate(out, GenerateConfig(families_per_system=2, subset_per_cell=0, voids=("occluded", "unstated")),
+             progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_text_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny text-only Llama (hooks.tiny_text) saved once per session; read-only. Every backend
     loads it: transformers in this process, vLLM, and the servers the backend tests start."""

@@ -18,10 +18,14 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
 
 - behaviour: minimum-cost choice >= 0.95 and both-correct image pairs >= 0.90 (scores.json), on every
   select decision and every image pair of the bench. Catches: image-pair members swapped.
+- voids, when the bench has them (`evprobe quickstart --voids`; experiments.known_answer.voids):
+  AbsRec, twin accuracy and the occluded selections' minimum-cost choice >= 0.95 per void type, on
+  every void item. Catches: voids labelled sufficient, an organism that never learned voids.
 - planted profile (sweep.json and the capture): before layer k every position is at chance (AUROC
   within 0.05 of 0.5 or its interval covering 0.5; far below 0.5 fails too) and the last position's
   state is identical within families (the same at every image pair and threshold pair); from layer k
-  on, it differs within every pair; at (m, last) the grouped-CV AUROC is >= 0.90 with its interval's
+  on, it differs within every pair but at most 10% (FLAT_SHARE: pairs within float16's step of each other
+  read as identical in the capture); at (m, last) the grouped-CV AUROC is >= 0.90 with its interval's
   low end >= 0.80, on every labelled row of the capture. The nested estimate (layer and position
   chosen without test labels) is shown beside it, never the test-fold maximum. And each system x
   initial-test group at (m, last) agrees with the others (experiments.known_answer.capture): its
@@ -88,6 +92,7 @@ from evprobe.experiments.known_answer.counts import Expectations, Expected, n_pr
 from evprobe.experiments.known_answer.rows import check_row
 from evprobe.experiments.known_answer.span import image_span_check, span_outcomes
 from evprobe.experiments.known_answer.steering import generated_check, steering_checks, steered_expected
+from evprobe.experiments.known_answer.voids import void_checks
 
 MIN_COST_FLOOR = 0.95
 PAIRS_FLOOR = 0.90
@@ -97,6 +102,13 @@ CHANCE = 0.55  # an AUROC at most this, or whose interval reaches 0.5, is at cha
 IIA_HIGH, IIA_LOW = 0.95, 0.05
 EXACT_NATS = 1e-4  # "no change at all", allowing float noise between batched forwards
 LEAK_EFFECT = 0.05  # a shuffled-label AUROC this far from 0.5 is leakage that matters
+# From layer k the last position reads the others, but the capture is float16: a pair whose states
+# differ by less than float16's step reads as identical (answer requests of some sliding image pairs
+# at L1, whose float32 states differ by at most 1.8e-5 to 4.6e-5 where float16's step is 0.002 to
+# 0.008: 4 of 1,152 pairs on the main set, 2 of 192 on the mutation tests' 8-family set). A fault that
+# moves the boundary (the layers off by one, a capture that ignores the layer) makes every pair of a
+# layer identical; at most 10% identical separates the two by an order of magnitude either way.
+FLAT_SHARE = 0.10
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -154,7 +166,7 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected:
     title = "planted layer profile"
     k, m = plant["attention_free_layers"], plant["aux_layer"]
     target = (f"L0-L{k - 1}: every position at chance, the last position identical within every pair; "
-              f"L{k}+: the last position differs within every pair; L{m}/last AUROC >= {DECODE_FLOOR:.2f}, interval above "
+              f"L{k}+: the last position differs within all but {FLAT_SHARE:.0%} of the pairs; L{m}/last AUROC >= {DECODE_FLOOR:.2f}, interval above "
               f"{DECODE_LOW_END:.2f}, on {expected.text if expected else 'every labelled row'}; each system x "
               f"initial-test group at L{m}/last: cosine >= {GROUP_COSINE:.2f} between its class-mean difference and the "
               f"other groups' pooled one, and a probe trained on the other groups scores it at AUROC >= "
@@ -180,13 +192,19 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected:
             parts.append(f"{name} {_auroc_text(r)}")
         if not ok:
             problems.append(name)
-    flat = []
+    flat, faint = [], []
     for r in (r for r in after if r["position"] == "last"):
         same, total = _pairs(r)
-        if total == 0 or same > 0:
+        if total == 0 or same > FLAT_SHARE * total:
             flat.append(f"L{r['layer']}/last ({same} of {total} pairs identical)")
+        elif same:
+            faint.append(f"L{r['layer']} {same} of {total}")
     problems += flat
-    parts.append(f"L{k}+/last differ in every pair" if not flat else f"identical pairs at {', '.join(flat)}")
+    if flat:
+        parts.append(f"identical pairs at {', '.join(flat)}")
+    else:
+        parts.append(f"L{k}+/last differ in every pair" + (
+            f" but {', '.join(faint)} (identical in the float16 capture)" if faint else ""))
     value, (lo, _) = planted.get("auroc"), planted.get("ci") or [None, None]
     decoded = value is not None and value >= DECODE_FLOOR and lo is not None and lo >= DECODE_LOW_END
     if not decoded:
@@ -342,7 +360,7 @@ def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[
     steered = steered_expected(dose, plant, out / "directions", expect)
     steer, per_layer = steering_checks(dose, plant, steered)
     behaviour = {"min_cost_choice": expect.selections(), "both_correct_image_pairs": expect.image_pairs()}
-    checks = (behaviour_checks(scores, behaviour)
+    checks = (behaviour_checks(scores, behaviour) + void_checks(scores, expect.voids())
               + [profile_check(sweep, plant, captured, group_readings(out / "acts", plant, expect)),
                  transfer_check(out / "acts", plant, expect.captured_by(lambda it: it.system)),
                  direction_check(out / "acts", out / "directions", plant, expect), leakage_check(sweep, captured)]

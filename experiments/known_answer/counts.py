@@ -8,7 +8,8 @@ sample. On the main set half the families still give the planted row an exact lo
 a bar on the interval alone does not see the loss.
 
 - `Expectations(out).selections()`: every base selection of the bench (behaviour: minimum-cost
-  choice; its denominator is the decisions with a select record); `image_pairs()` likewise.
+  choice; its denominator is the decisions with a select record); `image_pairs()` likewise;
+  `voids()` the void items per type and request (experiments.known_answer.voids).
 - `captured()`, `captured_by(key)`: the capture's labelled rows, i.e. the bench items of its request
   types (its meta's requests, injection and limit; never its shard) whose label is known, and the
   families they come from (the sweep, the transfer cells, the planted profile's groups).
@@ -97,6 +98,14 @@ class Expectations:
         if self.items is None:
             return None
         return Expected.of("select decisions", self._select(("select",)))
+
+    def voids(self) -> dict[tuple[str, str], Expected]:
+        """Per (void type, request) the bench's void items (bench.voids); empty without voids."""
+        groups: dict[tuple[str, str], list[Item]] = {}
+        for it in self.items or ():
+            if it.void is not None:
+                groups.setdefault((it.void, it.request), []).append(it)
+        return {key: Expected.of(f"{key[0]} voids ({key[1]})", rows) for key, rows in groups.items()}
 
     def image_pairs(self) -> Expected | None:
         from evprobe.experiments.patching.job import image_pairs

@@ -92,7 +92,10 @@ def test_a_group_with_its_label_flipped_points_against_the_others(folder: Path, 
     assert all(g["cosine"]["value"] >= GROUP_COSINE for name, g in groups.items() if name != "sliding/mass")
     sweep = json.loads((folder / "acts" / "probes" / "resolved" / "sweep.json").read_text())
     check = profile_check(sweep, plant, expect.captured(), list(groups.values()))
-    assert check["passed"] is False and "FAILS at sliding/mass (cosine -0." in check["measured"]
+    # the other groups' class means still agree (above); their probes, trained on pools that hold the
+    # flipped group, may score lower, so the group is named among the failures, not necessarily first
+    assert check["passed"] is False and "FAILS at " in check["measured"]
+    assert "sliding/mass (cosine -0." in check["measured"].split("FAILS at ", 1)[1]
 
 
 def test_every_mass_initial_family_flipped_fails_groups_of_both_kinds(folder: Path, plant: dict[str, int]) -> None:

@@ -72,7 +72,8 @@ def test_the_planted_direction_is_specific_and_a_random_one_is_not(organism_item
     assert head["chosen_on_A"].startswith("L3 alpha -") and head["chosen_on_B"].startswith("L3 alpha -")
     probe = planted.effects.set_index(["direction", "layer", "alpha", "group", "measure"])
     stop_rate = probe.loc[("probe", 3, -1.0, "unresolved", "chose_change")]
-    assert stop_rate["lo"] > 0.3  # the unresolved items come to stop
+    # the unresolved items come to stop (every one of them, with no interval, where all units moved alike)
+    assert stop_rate["value"] > 0.3 and (stop_rate["identical"] or stop_rate["lo"] > 0.3)
     random = np.random.default_rng(7).normal(size=handle.d_model)
     other = _run(handle, data, {3: random}, **kw).crossfit.set_index(["group", "measure"])
     assert not other.loc[("unresolved", "log_odds_change")]["specific"]

@@ -23,6 +23,36 @@ def test_quickstart_rejects_a_bad_model_before_doing_anything(tmp_path: Path, ca
     assert not out.exists()
 
 
+@pytest.mark.parametrize("voids, message", [("sensitivity", "not built for these worlds"),
+                                             ("occluded,occluded", "names a void type twice"),
+                                             ("hidden", "takes void types among occluded, unstated")])
+def test_quickstart_refuses_a_bad_void_list_before_doing_anything(tmp_path: Path, capsys, voids: str,
+                                                                  message: str) -> None:
+    out = tmp_path / "qs"
+    assert main(["quickstart", "--out", str(out), "--voids", voids]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_quickstart_voids_reach_the_benchmark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--voids is generated with the benchmark (the organism's known-answer rows then read them:
+    tests/experiments/test_known_answer_voids.py); stopped after the benchmark is written."""
+    from evprobe.bench.manifest import read_meta
+    from evprobe.experiments import quickstart as qs
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(qs, "run", stop)
+    with pytest.raises(Stop):
+        qs.quickstart(tmp_path / "qs", model="tiny:llava", families_per_system=2, progress=False,
+                      voids=("occluded", "unstated"))
+    assert read_meta(tmp_path / "qs" / "bench")["voids"] == ["occluded", "unstated"]
+
+
 def test_report_needs_something_to_report(tmp_path: Path, capsys) -> None:
     assert main(["report", str(tmp_path)]) == 2
     assert "found none of known_answer.md, scores.md, sweep.md" in capsys.readouterr().err

@@ -451,3 +451,64 @@ def test_rewriting_a_checkpoint_replaces_only_a_checkpoint_of_its_own_files(tmp_
         write_checkpoint(exported, other, {"note": "x"})
     assert (other / "chapter.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "thesis"]  # no temporary left
+
+
+def test_reader_gives_the_training_facts_on_every_void_item(small_void_bench: Path) -> None:
+    """Void items (bench.voids) read as training draws them (organism.data.void_example): an occluded
+    sheet is `unread`, an unstated threshold leaves no q token, and the training label is the item's
+    reference option; only a readable sheet's value may differ, by at most one bin."""
+    from evprobe.organism.data import void_example
+
+    fams = {f.family_id: f for f in read_families(small_void_bench)}
+    voids = [it for it in read_items(small_void_bench) if it.void is not None]
+    assert len(voids) == 36 and {(it.void, it.request) for it in voids} == {
+        ("occluded", "select"), ("occluded", "answer_initial"), ("unstated", "answer_initial")}
+    by_id = {it.item_id: it for it in read_items(small_void_bench)}
+    for it in voids:
+        f = fams[it.family_id]
+        facts = read_facts(it.prompt, load_item_images(small_void_bench, it.images))
+        word = "mass" if f.initial == "mass" else f.other
+        twin = by_id[it.twin_id]
+        value = None if it.void == "occluded" else f.value(f.initial, twin.history)
+        order = [it.options[k] for k in sorted(it.options)]
+        task = "select" if it.request == "select" else "answer"
+        want, letter = void_example(f, it.void, task, twin.threshold, order, [(word, value)])
+        assert letter == it.reference_option, it.item_id
+        got_t, want_t = _merge_readings(facts.tokens()), _merge_readings(want.tokens())
+        assert ("unread" in got_t) == (it.void == "occluded") and not any(t.startswith("<q:") for t in got_t) == (
+            it.void == "unstated")
+        assert len(got_t) == len(want_t)
+        for a, b in zip(got_t, want_t):
+            if a != b:
+                assert a.startswith("<seen_") and a.split(":")[0] == b.split(":")[0], (a, b)
+
+
+def test_void_examples_are_labelled_from_what_the_void_leaves() -> None:
+    from evprobe.bench.reference import ACTIONS, ANSWERS
+    from evprobe.organism.data import draw_family, void_example
+
+    rng = np.random.default_rng(3)
+    family = draw_family(rng, 0)
+    word = "mass" if family.initial == "mass" else family.other
+    outcomes = sorted(family.outcomes().values())
+    answers, actions = list(ANSWERS), list(ACTIONS)
+    # a threshold between the outcomes: nothing known settles nothing; the cheapest settling action
+    q = family.thresholds["low"]
+    facts, letter = void_example(family, "occluded", "answer", q, answers, [(word, None)])
+    assert answers[LETTERS_INDEX[letter]] == "undetermined" and "unread" in facts.tokens()
+    facts, letter = void_example(family, "occluded", "select", q, actions, [(word, None)])
+    assert actions[LETTERS_INDEX[letter]] == "combined_report"
+    # a threshold below every outcome settles the answer with no evidence at all: stop, "yes"
+    low = outcomes[0] / 2
+    _, letter = void_example(family, "occluded", "select", low, actions, [(word, None)])
+    assert actions[LETTERS_INDEX[letter]] == "stop"
+    # an unstated threshold is undetermined whatever is read, and writes no q token
+    facts, letter = void_example(family, "unstated", "answer", low, answers, [(word, family.value(family.initial, 0))])
+    assert answers[LETTERS_INDEX[letter]] == "undetermined" and not any(t.startswith("<q:") for t in facts.tokens())
+    with pytest.raises(ValueError, match="no settling action"):
+        void_example(family, "unstated", "select", q, actions, [(word, 1.0)])
+    with pytest.raises(ValueError, match="must be None"):
+        void_example(family, "occluded", "answer", q, answers, [(word, 1.0)])
+
+
+LETTERS_INDEX = {letter: i for i, letter in enumerate("ABCDE")}
