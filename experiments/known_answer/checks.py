@@ -20,7 +20,7 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   select decision and every image pair of the bench. Catches: image-pair members swapped.
 - voids, when the bench has them (`evprobe quickstart --voids`; experiments.known_answer.voids):
   AbsRec, twin accuracy and the occluded selections' minimum-cost choice >= 0.95 per void type, on
-  every void item. Catches: voids labelled sufficient, an organism that never learned voids.
+  every void item. Catches: voids labelled sufficient, half the void records missing.
 - planted profile (sweep.json and the capture): before layer k every position is at chance (AUROC
   within 0.05 of 0.5 or its interval covering 0.5; far below 0.5 fails too) and the last position's
   state is identical within families (the same at every image pair and threshold pair); from layer k

@@ -8,7 +8,9 @@ chooses the void's reference action (the combined report at the default prices: 
 that settles the answer in all four worlds). Each row states the n it expects, counted from the bench
 (experiments.known_answer.counts), and fails on fewer or more. Catches (tests/experiments/
 test_known_answer_voids.py): voids labelled sufficient (the occluded selections' reference is then the
-twin's), an organism that never learned voids, and records of half the voids missing.
+twin's) and records of half the families' voids missing. The organism before its void training failed
+three rows (AbsRec on both types, the occluded selections), measured once, not kept as a test: its
+checkpoint is replaced.
 """
 
 from __future__ import annotations
