@@ -93,6 +93,27 @@ def benchmark_clip(meta: dict[str, Any]) -> ClipSpec | None:
     return None if evidence is None else ClipSpec(int(evidence["frames"]), float(evidence["fps"]))
 
 
+def check_clips_as_video(bench: str | Path, meta: dict[str, Any]) -> None:
+    """`--video-input native` on benchmark `bench` (its bench.json `meta`): refused in one line on a
+    benchmark of sheets, before a model loads (`evprobe run` and `evprobe capture`)."""
+    from evprobe.core.errors import InputError
+
+    if benchmark_clip(meta) is None:
+        raise InputError(f"--video-input native: {bench} shows sheets, not clips; generate a clip benchmark "
+                         "(evprobe generate --evidence clip) or drop the flag")
+
+
+def check_video_path(processor: Any, source: str) -> None:
+    """`--video-input native` with a loaded model: refused in one line when its processor has no
+    video path (hooks.inputs.takes_videos), before any forward."""
+    from evprobe.core.errors import InputError
+    from evprobe.hooks.inputs import takes_videos
+
+    if not takes_videos(processor):
+        raise InputError(f"--video-input native: --model {source} has no video path (an image-only model, or a "
+                         "video processor that needs torchvision, which is not installed); use --video-input frames")
+
+
 def frame_instants(instants: tuple[float, ...], frames: int) -> list[float]:
     """The instant of frames 1..`frames`: the sheet's four `instants` at frames N/4 .. N, and evenly
     spaced from 0 between them (unrounded, except the panel frames, which are the instants as stored)."""
@@ -199,6 +220,8 @@ def sheet_view(data: bytes) -> bytes | Image.Image:
 
 
 __all__ = [
+    "check_clips_as_video",
+    "check_video_path",
     "EVIDENCE_KINDS",
     "MAX_FRAMES",
     "NOT_ON_CLIPS",

@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from evprobe.bench.clips import check_clips_as_video, check_video_path
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item_units
 from evprobe.bench.model_config import ModelConfig, as_model_config, model_from_record
 from evprobe.bench.manifest import load_item_images, read_families, read_items, read_meta, resolve_image
@@ -343,9 +344,7 @@ class RunJob(Job):
             if c.backend != "hf":
                 raise InputError(f"--video-input native is built for the hf backend; use --video-input frames with "
                                  f"--backend {c.backend}")
-            if self.bench_meta.get("evidence") is None:
-                raise InputError(f"--video-input native: {self.bench} shows sheets, not clips; generate a clip "
-                                 "benchmark (evprobe generate --evidence clip) or drop the flag")
+            check_clips_as_video(self.bench, self.bench_meta)
         self.backend = open_backend(c, self.handle)
         backend = self.backend
         with_images = [it for it in self.items if it.images]
@@ -355,13 +354,11 @@ class RunJob(Job):
                              f"(first: {with_images[0].item_id}); select text-only items (--requests both_given) "
                              "or run a vision-language model")
         if c.video_input == "native":
-            from evprobe.hooks.inputs import takes_videos
-
-            if not takes_videos(backend.processor):
+            try:
+                check_video_path(backend.processor, c.source)
+            except InputError:
                 backend.close()
-                raise InputError(f"--video-input native: --model {c.source} has no video path (an image-only model, "
-                                 "or a video processor that needs torchvision, which is not installed); use "
-                                 "--video-input frames")
+                raise
         check_context = getattr(backend, "check_context", None)
         if check_context is not None and self.items:
             # The item with the most images (a clip counts its frames), then the longest prompt.

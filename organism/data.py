@@ -41,6 +41,7 @@ import numpy as np
 from evprobe.bench.family import Family, make_family
 from evprobe.bench.reference import ACTIONS, ANSWERS, Prices, reference_action, reference_answer
 from evprobe.bench.systems import SYSTEM_NAMES, get_system
+from evprobe.bench.voids import VOID_TYPES
 from evprobe.bench.worlds import compatible, history_of
 from evprobe.organism.facts import ACTION_WORDS, Facts
 from evprobe.organism.vocab import LETTERS
@@ -62,6 +63,11 @@ class DataConfig:
 def nearest(family: Family, prop: str, value: float) -> int:
     """Index of `prop`'s candidate nearest to `value` in log10 ("mass" or "other")."""
     return int(np.argmin([abs(np.log10(value / family.value(prop, i))) for i in range(2)]))
+
+
+def property_word(family: Family, coordinate: str) -> str:
+    """How the facts name a world coordinate ("mass" or "other"): "mass" or the other property's name."""
+    return "mass" if coordinate == "mass" else family.other
 
 
 def _reading(rng: np.random.Generator, family: Family, prop: str, index: int, config: DataConfig) -> float:
@@ -95,8 +101,7 @@ def select_example(
 ) -> tuple[Facts, str]:
     """The facts of a selection request and the letter of its reference action."""
     options = tuple((LETTERS[i], ACTION_WORDS[a], prices.of(a)) for i, a in enumerate(order))
-    seen_prop = "mass" if family.initial == "mass" else family.other
-    facts = _facts(family, q, ((seen_prop, value),), options, "select")
+    facts = _facts(family, q, ((property_word(family, family.initial), value),), options, "select")
     hist = history_of(family.initial, history)
     action = reference_action(hist, q, family.outcomes(), prices)
     return facts, LETTERS[order.index(action)]
@@ -112,8 +117,7 @@ def answer_example(
     or), which gives the gradient a direction that the selection alone does not (prototype
     note); with one known it is the selection's question in another answer format.
     """
-    words = {"mass": "mass", "other": family.other}
-    facts = _facts(family, q, tuple((words[p], v) for (p, _), v in zip(seen, values)),
+    facts = _facts(family, q, tuple((property_word(family, p), v) for (p, _), v in zip(seen, values)),
                    tuple((LETTERS[i], a, None) for i, a in enumerate(order)), "answer")
     answer = reference_answer(frozenset(seen), q, family.outcomes())
     return facts, LETTERS[order.index(answer)]
@@ -127,7 +131,7 @@ def _draw_q(rng: np.random.Generator, family: Family, left: list[float], config:
     return float(10 ** rng.uniform(np.log10(lo), np.log10(hi)))
 
 
-VOID_TYPES = ("occluded", "unstated")  # as bench.voids.VOID_TYPES names them
+VOID_KINDS = tuple(VOID_TYPES)  # bench.voids' void types, in its order (the draw below indexes them)
 
 
 def void_example(family: Family, void: str, task: str, q: float, order: list[str],
@@ -138,8 +142,8 @@ def void_example(family: Family, void: str, task: str, q: float, order: list[str
     readings: (property word, value) per attached sheet in order, the first the initial test's;
     for `occluded` its value must be None (the sheet shows nothing), a second is another
     property's known reading (answer requests only)."""
-    if void not in VOID_TYPES:
-        raise ValueError(f"void must be one of {', '.join(VOID_TYPES)}, got {void!r}")
+    if void not in VOID_KINDS:
+        raise ValueError(f"void must be one of {', '.join(VOID_KINDS)}, got {void!r}")
     if void == "occluded" and readings[0][1] is not None:
         raise ValueError("an occluded sheet has no reading: its value must be None")
     if void == "unstated" and task != "answer":
@@ -158,16 +162,14 @@ def void_example(family: Family, void: str, task: str, q: float, order: list[str
 
 
 def _sample_void(rng: np.random.Generator, family: Family, config: DataConfig) -> tuple[Facts, str]:
-    void = VOID_TYPES[int(rng.integers(len(VOID_TYPES)))]
+    void = VOID_KINDS[int(rng.integers(len(VOID_KINDS)))]
     task = "select" if void == "occluded" and rng.random() < 0.5 else "answer"
     initial = family.initial
-    word = "mass" if initial == "mass" else family.other
-    first = (word, None if void == "occluded" else _reading(rng, family, initial, int(rng.integers(2)), config))
-    readings = [first]
+    first = None if void == "occluded" else _reading(rng, family, initial, int(rng.integers(2)), config)
+    readings = [(property_word(family, initial), first)]
     if task == "answer" and rng.random() < config.both_known_share:
         second = "other" if initial == "mass" else "mass"
-        readings.append(("mass" if second == "mass" else family.other,
-                         _reading(rng, family, second, int(rng.integers(2)), config)))
+        readings.append((property_word(family, second), _reading(rng, family, second, int(rng.integers(2)), config)))
     outcomes = family.outcomes()
     if rng.random() < config.constructed_share:
         q = family.thresholds["low" if rng.random() < 0.5 else "high"]

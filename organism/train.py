@@ -32,7 +32,8 @@ from evprobe.bench.family import Family
 from evprobe.bench.reference import ACTIONS, ANSWERS
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes
-from evprobe.organism.data import DataConfig, draw_family, sample_example, select_example, void_example
+from evprobe.organism.data import (DataConfig, draw_family, property_word, sample_example, select_example,
+                                   void_example)
 from evprobe.organism.facts import Facts
 from evprobe.organism.vocab import ANSWER_PREFIX, OPTION_WORDS, token_ids
 
@@ -151,7 +152,7 @@ def void_validation_set(cfg: TrainConfig) -> list[tuple[Facts, str, str]]:
     out = []
     for k in range(cfg.val_families):
         family: Family = draw_family(rng, k)
-        word = "mass" if family.initial == "mass" else family.other
+        word = property_word(family, family.initial)
         actions = [ACTIONS[int(i)] for i in rng.permutation(len(ACTIONS))]
         answers = [ANSWERS[int(i)] for i in rng.permutation(len(ANSWERS))]
         for level, history in (("low", 0), ("high", 1)):

@@ -198,9 +198,10 @@ def differences(found: dict[str, str], expected: dict[str, Entry], kind: str = "
 def rewritten(found: dict[str, str], expected: dict[str, Entry], kind: str) -> dict[str, Entry]:
     """--write: a file whose digest is still accepted keeps its entry (and every kind's value); a
     changed per-kind file gets {kind: what was found}, a changed or new other file what was found."""
-    if unmeasured(expected, kind):
-        raise SystemExit(f"this kind of CPU ({kind}) has no values recorded for {len(unmeasured(expected, kind))} "
-                         "per-kind files: add them with --add-machine on unchanged main first")
+    missing = unmeasured(expected, kind)
+    if missing:
+        raise SystemExit(f"this kind of CPU ({kind}) has no values recorded for {len(missing)} per-kind files: add "
+                         "them with --add-machine on unchanged main first")
     out: dict[str, Entry] = {}
     for p, d in found.items():
         old = expected.get(p)
@@ -255,19 +256,20 @@ def _write_digest(recorded: dict[str, Any], files: dict[str, Entry], kind: Machi
 
 if __name__ == "__main__":
     folder = Path(sys.argv[1])
-    found = digest(folder, sys.argv[1])
-    recorded, kind = read_digest(), machine_kind()
     if "--kind" in sys.argv:
+        kind = machine_kind()
         print(kind.key, kind.label)
-    elif "--add-machine" in sys.argv:
-        _write_digest(recorded, with_machine(found, recorded["files"], kind.key, recorded["written_on"]), kind,
-                      recorded["written_on"])
-    elif "--write" in sys.argv:
-        _write_digest(recorded, rewritten(found, recorded["files"], kind.key), kind, kind.key)
+    elif "--add-machine" in sys.argv or "--write" in sys.argv:
+        recorded, kind = read_digest(), machine_kind()
+        found = digest(folder, sys.argv[1])
+        if "--add-machine" in sys.argv:
+            _write_digest(recorded, with_machine(found, recorded["files"], kind.key, recorded["written_on"]), kind,
+                          recorded["written_on"])
+        else:
+            _write_digest(recorded, rewritten(found, recorded["files"], kind.key), kind, kind.key)
     else:
-        diff = differences(found, recorded["files"], kind.key)
-        skipped = unmeasured(recorded["files"], kind.key)
-        print("\n".join(diff) or f"all {len(found) - len(skipped)} compared files as recorded")
+        diff, skipped, kind = check(folder, sys.argv[1])
+        print("\n".join(diff) or f"every compared file as recorded ({len(skipped)} not compared)")
         if skipped:
             print(f"{len(skipped)} per-kind files not compared: no values recorded for this kind ({kind.key}: {kind.label})")
         sys.exit(1 if diff else 0)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evprobe.bench.items import Item, item_units
+from evprobe.bench.clips import check_clips_as_video, check_video_path
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.manifest import read_meta as read_bench_meta
 from evprobe.bench.model_config import load_model, model_from_record
@@ -116,9 +117,8 @@ class CaptureJob(Job):
                              f"`evprobe generate --out {self.bench}`")
         self.bench_meta = read_bench_meta(self.bench)
         self.as_video = config.video_input == "native"
-        if self.as_video and self.bench_meta.get("evidence") is None:  # before the model loads
-            raise InputError(f"--video-input native: {self.bench} shows sheets, not clips; generate a clip benchmark "
-                             "(evprobe generate --evidence clip) or drop the flag")
+        if self.as_video:  # before the model loads
+            check_clips_as_video(self.bench, self.bench_meta)
         self.all_items = read_items(self.bench)
         self.selected = select_items(self.all_items, config.requests, config.limit, config.injection)
         if not self.selected:
@@ -224,12 +224,7 @@ class CaptureJob(Job):
     def open(self) -> None:
         self.handle = load_model(self.config.model)
         if self.as_video:
-            from evprobe.hooks.inputs import takes_videos
-
-            if not takes_videos(self.handle.processor):
-                raise InputError(f"--video-input native: {self.config.model.source} has no video path (an image-only "
-                                 "model, or a video processor that needs torchvision, which is not installed); use "
-                                 "--video-input frames")
+            check_video_path(self.handle.processor, self.config.model.source)
         self.check_readable()
 
     def check_markers(self) -> None:
