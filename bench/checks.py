@@ -44,7 +44,7 @@ from typing import Any
 from evprobe.bench import oracle
 from evprobe.bench.checks_blocks import check_levels, check_numeric
 from evprobe.bench.checks_voids import check_voids
-from evprobe.bench.checks_clips import ClipRows
+from evprobe.bench.checks_clips import ClipRows, check_clip_words
 from evprobe.bench.clips import ClipSpec, benchmark_clip, panel_sheet, read_frames, render_clip
 from evprobe.bench.calibration import sheet_spec
 from evprobe.bench.detect import DetectionError, detect_sheet, marker_pixel_positions
@@ -148,6 +148,8 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     _check_pairs(report, base_select)
     digests = _check_hidden_images(report, root, oracles, items)
     _check_pixels(report, root, oracles, digests, blocks["clip"])
+    if blocks["clip"] is not None:
+        check_clip_words(report, every_item)
     if blocks["levels"]:
         check_levels(report, items, oracles, blocks["levels"])
     if blocks["numeric"]:

@@ -34,7 +34,8 @@ from typing import Any
 from evprobe.bench import oracle
 from evprobe.bench.items import Item
 
-_READING_LINE = re.compile(r"^(?:Readings from the .*:|- panel \d \(.*\): .* m)$", re.M)
+# A readings line: a sheet's panel or a clip's panel frame (bench.prompts.readings_text).
+_READING_LINE = re.compile(r"^(?:Readings from the .*:|- panel \d \(.*\): .* m|- frame \d+ \(.*\): .* m)$", re.M)
 GUIDANCE = "Where to look:"
 
 
@@ -60,7 +61,7 @@ def check_levels(report: Any, items: list[Item], oracles: dict[str, oracle.Oracl
         n_extend += 1
         base = by_id.get(it.item_id.removesuffix(f".L{it.injection}"))
         stripped = _without_readings(_without_guidance(it.prompt))
-        lines = sum(1 for line in it.prompt.split("\n") if line.startswith("- panel "))
+        lines = sum(1 for line in it.prompt.split("\n") if line.startswith(("- panel ", "- frame ")))
         want_lines = 4 * len(it.images) if it.injection >= 3 else 0
         if base is None or base.injection or stripped != base.prompt or lines != want_lines or GUIDANCE not in it.prompt:
             extend_bad.append(it.item_id)

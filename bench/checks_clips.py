@@ -11,11 +11,18 @@ for two rows of their own:
   at a time, laid out as a sheet) against the oracle's position at that frame's instant
   (`oracle.clip_instants`, `oracle.position`); fails when any frame is further than the detector's
   bound from it (a frame out of order, a clip of another sheet, a motion the calibration does not give).
+
+and one row on the prompts (`check_clip_words`):
+
+- Clip prompts name no sheet or panel: every prompt of a clip benchmark (main items, variants, voids,
+  numeric estimates, injection levels) speaks of clips and frames; a prompt left in the sheet's words
+  would describe evidence the model is not shown.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 from evprobe.bench import oracle
@@ -27,6 +34,9 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from evprobe.bench.checks import CheckReport
+    from evprobe.bench.items import Item
+
+SHEET_WORDS = re.compile(r"\b(?:sheet|panel)s?\b", re.I)
 
 
 class ClipRows:
@@ -87,4 +97,15 @@ class ClipRows:
                               max_clip_frame_error_pct=worst)
 
 
-__all__ = ["ClipRows"]
+def check_clip_words(report: CheckReport, items: list[Item]) -> None:
+    """The prompt row of a clip benchmark (module docstring)."""
+    bad = [it.item_id for it in items if SHEET_WORDS.search(it.prompt)]
+    report.add(
+        "Clip prompts name no sheet or panel",
+        f"{len(items) - len(bad):,}/{len(items):,}",
+        not bad and len(items) > 0,
+        f"{len(bad)} prompts say sheet or panel, first {bad[:3]}" if bad else "no items",
+    )
+
+
+__all__ = ["SHEET_WORDS", "ClipRows", "check_clip_words"]

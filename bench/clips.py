@@ -23,9 +23,11 @@ Choices the seed leaves open (it renders MuJoCo scenes; these worlds have closed
   refuses a file whose frame count or rate is not the benchmark's.
 
 Which items: every item of the main set (base requests and variants) with its sheets replaced by clips,
-and the voids (`bench.voids`: the occluded void shows the initial clip with every frame occluded). The
-opt-in blocks whose prompts describe sheets in their own words (numeric estimates, injection levels) are
-not built on clips: asking for one with `--evidence clip` is refused in one line.
+the voids (`bench.voids`: the occluded void shows the initial clip with every frame occluded), and the
+opt-in blocks: the numeric estimates (`bench.numeric`) and the injection levels (`bench.injection`),
+whose prompts name clips and their frames where the sheet's name sheets and panels. The guidance of
+levels 1-2 points at the clip's last frame (the sheet's last panel, same instant and reading), and
+level 3 prints the four panel frames' readings, as the text_readings variant does on clips.
 
 How models read a clip: as its frames, one image each (`manifest.load_item_images`), or, asked for
 (`evprobe run --video-input native`), as one video through the model's video processor
@@ -50,11 +52,6 @@ EVIDENCE_KINDS: tuple[str, ...] = ("sheet", "clip")
 SEED_FRAMES = 32  # seed 002, appendix A: the replication models read 32 frames at 2 FPS
 SEED_FPS = 2.0
 MAX_FRAMES = 256
-# Opt-in blocks not built on clips (module docstring), by GenerateConfig field.
-NOT_ON_CLIPS: dict[str, str] = {
-    "numeric": "--numeric",
-    "injection_levels": "--injection-levels",
-}
 
 
 @dataclass(frozen=True)
@@ -224,7 +221,6 @@ __all__ = [
     "check_video_path",
     "EVIDENCE_KINDS",
     "MAX_FRAMES",
-    "NOT_ON_CLIPS",
     "SEED_FPS",
     "SEED_FRAMES",
     "ClipSpec",

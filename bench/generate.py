@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.bench.calibration import SHEETS, sheet_spec
-from evprobe.bench.clips import NOT_ON_CLIPS, ClipSpec, render_clip
+from evprobe.bench.clips import ClipSpec, render_clip
 from evprobe.bench.family import Family, sample_families, select_subset
 from evprobe.bench.injection import INJECTION_LEVELS, injected_items
 from evprobe.bench.items import Item, family_items, image_path
@@ -125,11 +125,6 @@ class GenerateConfig:
             check_voids(self.voids)
         except ValueError as err:
             raise InputError(str(err)) from None
-        if self.clip is not None:
-            for name, flag in NOT_ON_CLIPS.items():
-                if getattr(self, name):
-                    raise InputError(f"{flag} is not built on clips (its prompts describe sheets); drop it, or "
-                                     "generate it in a benchmark without --evidence clip")
 
 
 def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
@@ -146,12 +141,12 @@ def build(config: GenerateConfig) -> tuple[list[Family], list[Item]]:
     items = [it for block in per_family for it in block]
     levels = tuple(sorted(config.injection_levels))
     for level in levels:  # one block per level, each in the main items' order
-        items += [it for f, block in zip(families, per_family) for it in injected_items(f, block, (level,))]
+        items += [it for f, block in zip(families, per_family) for it in injected_items(f, block, (level,), clip_frames)]
     if config.numeric:
-        numeric = [numeric_items(f) for f in families]
+        numeric = [numeric_items(f, clip_frames) for f in families]
         items += [it for block in numeric for it in block]
         for level in levels:  # the estimates' levels after them (seed 003 traces them across the ladder)
-            items += [it for f, block in zip(families, numeric) for it in injected_items(f, block, (level,))]
+            items += [it for f, block in zip(families, numeric) for it in injected_items(f, block, (level,), clip_frames)]
     if config.voids:  # last: the blocks above keep the places they had without voids
         items += [it for f, block in zip(families, per_family) for it in void_items(f, block, config.voids,
                                                                                       config.prices, clip_frames is not None)]

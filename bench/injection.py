@@ -67,7 +67,8 @@ INJECTED_REQUESTS: tuple[str, ...] = ("select", "answer_initial", "answer_after_
 NUMERIC_INJECTED: tuple[str, ...] = ("estimate_property", "estimate_outcome")  # no candidates in their prompts
 # The paragraph a level's guidance follows (and level 3's readings extend): the evidence of a decision
 # prompt, the sheet paragraph of a numeric estimate (bench.numeric).
-_ANCHORS: tuple[str, ...] = ("Evidence", "The attached sheet", "The first attached sheet")
+_ANCHORS: tuple[str, ...] = ("Evidence", "The attached sheet", "The first attached sheet", "The attached clip",
+                             "The first attached clip")
 GUIDANCE_OPENING = "Where to look:"
 _ORDINALS = ("first", "second", "third")
 _COORDINATE = {
@@ -86,24 +87,36 @@ def level_suffix(level: int) -> str:
 
 
 def _sheet_of(rel: str) -> str:
-    """images/<family>/<sheet>.png -> <sheet> (level items show style-a sheets only)."""
-    return PurePosixPath(rel).stem
+    """images/<family>/<sheet>[.clip].png -> <sheet> (level items show style-a sheets or their clips only)."""
+    return PurePosixPath(rel).name.split(".", 1)[0]
 
 
-def guidance(family: Family, images: list[str], level: int, style: str = "a", numeric: bool = False) -> str:
+def _last(clip_frames: int | None) -> tuple[str, str]:
+    """(what the evidence is called, its last panel or frame as the guidance names it)."""
+    if clip_frames is None:
+        return "sheet", "last panel (bottom right)"
+    return "clip", f"last frame (frame {clip_frames})"
+
+
+def guidance(family: Family, images: list[str], level: int, style: str = "a", numeric: bool = False,
+             clip_frames: int | None = None) -> str:
     """The "Where to look" paragraph of `level` (1 or more) for a prompt showing `images`.
     numeric: the prompt is a numeric estimate's, which prints no candidate values, so level 2
-    says the reading determines the property rather than which candidate holds."""
+    says the reading determines the property rather than which candidate holds.
+    clip_frames: the images are clips of that many frames (`bench.clips`), read at their last frame,
+    which is the sheet's last panel."""
     f, marker = family, STYLES[style].marker_name
     obj = {"sliding": "block", "bouncing": "ball", "spring": "cart"}[f.system]
+    noun, last = _last(clip_frames)
     many = len(images) > 1
     where = (
-        f"{GUIDANCE_OPENING} {'every attached sheet. In the last panel (bottom right) of each' if many else 'the attached sheet. In its last panel (bottom right)'}, "
+        f"{GUIDANCE_OPENING} {f'every attached {noun}. In the {last} of each' if many else f'the attached {noun}. In its {last}'}, "
         f"look at the ruler and at the {marker} dot with its line to the ruler."
     )
     if level < 2:
         return where
     lines = [where]
+    last_short = "last panel" if clip_frames is None else "last frame"
     for i, rel in enumerate(images):
         spec = sheet_spec(f.system, f.candidates, f.calibration, _sheet_of(rel))
         test = test_name(_TEST_OF_KIND[spec.kind], f.other)
@@ -115,9 +128,9 @@ def guidance(family: Family, images: list[str], level: int, style: str = "a", nu
             prop = "mass" if spec.kind == "mass" else f.other
             tells = (f"with the calibration above, this reading determines the {prop}" if numeric
                      else f"this reading tells which candidate value of the {prop} holds")
-        sheet = f"the {_ORDINALS[i]} sheet ({test})" if many else f"the sheet ({test})"
+        sheet = f"the {_ORDINALS[i]} {noun} ({test})" if many else f"the {noun} ({test})"
         lines.append(
-            f"What to read: on {sheet}, the ruler reading at the {marker} dot in the last panel is "
+            f"What to read: on {sheet}, the ruler reading at the {marker} dot in the {last_short} is "
             f"{coordinate} at {key}; {tells}."
         )
     return "\n".join(lines)
@@ -131,36 +144,45 @@ def _last_key(family: Family, kind: str) -> str:
     return f"t = {fmt(cal['times'][-1])} s"
 
 
-def readings_block(family: Family, images: list[str]) -> str:
+def readings_block(family: Family, images: list[str], clip_frames: int | None = None) -> str:
     """Level 3's numbers: every panel's reading of every attached sheet (the text_readings block;
-    with several sheets, one block per sheet, named by its order and test)."""
+    with several sheets, one block per sheet, named by its order and test). Of clips: each clip's
+    four panel frames, as the text_readings variant prints them on clips."""
     f, many, blocks = family, len(images) > 1, []
+    noun = _last(clip_frames)[0]
     for i, rel in enumerate(images):
         spec = sheet_spec(f.system, f.candidates, f.calibration, _sheet_of(rel))
-        text = readings_text(f.system, f.calibration, spec.readings, spec.kind)
+        text = readings_text(f.system, f.calibration, spec.readings, spec.kind, clip_frames)
         if many:
             test = test_name(_TEST_OF_KIND[spec.kind], f.other)
-            text = text.replace("Readings from the sheet:", f"Readings from the {_ORDINALS[i]} sheet ({test}):", 1)
+            text = text.replace(f"Readings from the {noun}:", f"Readings from the {_ORDINALS[i]} {noun} ({test}):", 1)
         blocks.append(text)
     return "\n".join(blocks)
 
 
-def level_prompt(family: Family, base: Item, level: int) -> str:
+def level_prompt(family: Family, base: Item, level: int, clip_frames: int | None = None) -> str:
     """`base`'s prompt (level 0) at `level`: the readings appended to the evidence paragraph
-    (level 3) and the guidance paragraph inserted after it (levels 1-3); nothing else changes."""
+    (level 3) and the guidance paragraph inserted after it (levels 1-3); nothing else changes.
+    clip_frames: the base item shows clips of that many frames (`bench.clips`)."""
     if level == 0:
         return base.prompt
     if base.request not in INJECTED_REQUESTS or base.variant is not None or not base.images:
         raise ValueError(f"injection levels apply to base {', '.join(INJECTED_REQUESTS)} items, not {base.item_id}")
+    clips = [rel.endswith(".clip.png") for rel in base.images]
+    if any(clips) != all(clips) or all(clips) != (clip_frames is not None):
+        shows = "clips" if all(clips) else "sheets" if not any(clips) else "sheets and clips"
+        raise ValueError(f"{base.item_id} shows {shows} but clip_frames is {clip_frames}; give the clips' frame "
+                         "count for clips, None for sheets")
     parts = base.prompt.split("\n\n")
     at = next(i for i, p in enumerate(parts) if p.startswith(_ANCHORS))
     if level >= 3:
-        parts[at] += "\n" + readings_block(family, base.images)
-    parts.insert(at + 1, guidance(family, base.images, level, base.style, numeric=base.request in NUMERIC_INJECTED))
+        parts[at] += "\n" + readings_block(family, base.images, clip_frames)
+    parts.insert(at + 1, guidance(family, base.images, level, base.style, numeric=base.request in NUMERIC_INJECTED,
+                                  clip_frames=clip_frames))
     return "\n\n".join(parts)
 
 
-def level_item(family: Family, base: Item, level: int) -> Item:
+def level_item(family: Family, base: Item, level: int, clip_frames: int | None = None) -> Item:
     """The level-`level` copy of a level-0 item: same labels, images and options; its prompt,
     ids and `injection` changed (module docstring)."""
     sfx = level_suffix(level)
@@ -174,13 +196,14 @@ def level_item(family: Family, base: Item, level: int) -> Item:
         decision_id=tag(base.decision_id),
         image_pair_id=tag(base.image_pair_id),
         threshold_pair_id=tag(base.threshold_pair_id),
-        prompt=level_prompt(family, base, level),
+        prompt=level_prompt(family, base, level, clip_frames),
         injection=level,
     )
 
 
-def injected_items(family: Family, base_items: list[Item], levels: tuple[int, ...]) -> list[Item]:
+def injected_items(family: Family, base_items: list[Item], levels: tuple[int, ...],
+                   clip_frames: int | None = None) -> list[Item]:
     """The level items of one family for each level in `levels` (0 excluded: those are the base
-    items themselves), level by level, in the base items' order."""
+    items themselves), level by level, in the base items' order; `clip_frames` as level_prompt's."""
     eligible = [it for it in base_items if it.variant is None and it.request in INJECTED_REQUESTS]
-    return [level_item(family, it, level) for level in levels if level != 0 for it in eligible]
+    return [level_item(family, it, level, clip_frames) for level in levels if level != 0 for it in eligible]

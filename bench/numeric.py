@@ -107,40 +107,46 @@ def _preamble(f: Family) -> str:
 
 
 def _sheet_note(prompts: PromptBuilder) -> str:
-    return (
-        f"Each sheet has four panels; every panel has a ruler in metres, and a {prompts.marker()} dot "
-        "with a line to the ruler marks the measured position."
-    )
+    """What the evidence is and where its reading is marked (of a clip: its frames, `bench.clips`)."""
+    if prompts.clip_frames is None:
+        parts = "Each sheet has four panels; every panel has"
+    else:
+        parts = (f"Each clip has {prompts.clip_frames} frames, the motion slowed down (each frame is labelled "
+                 "with its time or load); every frame has")
+    return f"{parts} a ruler in metres, and a {prompts.marker()} dot with a line to the ruler marks the measured position."
 
 
-def property_prompt(f: Family, action: str) -> str:
-    prompts = PromptBuilder(f)
+def property_prompt(f: Family, action: str, clip_frames: int | None = None) -> str:
+    """`clip_frames`: the evidence is clips of that many frames (`bench.clips`), not sheets."""
+    prompts = PromptBuilder(f, clip_frames=clip_frames)
     prop = "mass" if action == "test_mass" else f.other
     obj = get_system(f.system).object_name
     return "\n\n".join([
         _preamble(f),
         "The measurement:\n" + _test_line(prompts, action),
-        f"The attached sheet shows the result of the {test_name(action, f.other)}. " + _sheet_note(prompts),
+        f"The attached {prompts.noun} shows the result of the {test_name(action, f.other)}. " + _sheet_note(prompts),
         _PROPERTY_QUESTION[prop].format(obj=obj),
     ])
 
 
-def outcome_prompt(f: Family) -> str:
-    prompts = PromptBuilder(f)
+def outcome_prompt(f: Family, clip_frames: int | None = None) -> str:
+    prompts = PromptBuilder(f, clip_frames=clip_frames)
     question = _OUTCOME_QUESTION[f.system].format(
         J=fmt(f.constants.get("J", 0.0)), h=fmt(f.constants.get("h", 0.0))
     )
     return "\n\n".join([
         _preamble(f),
         "The measurements:\n" + _test_line(prompts, "test_mass") + "\n" + _test_line(prompts, "test_other"),
-        f"The first attached sheet shows the result of the mass test, the second the result of the "
+        f"The first attached {prompts.noun} shows the result of the mass test, the second the result of the "
         f"{f.other} test. " + _sheet_note(prompts),
         question,
     ])
 
 
-def numeric_items(family: Family) -> list[Item]:
-    """The 8 numeric items of one family (module docstring)."""
+def numeric_items(family: Family, clip_frames: int | None = None) -> list[Item]:
+    """The 8 numeric items of one family (module docstring); `clip_frames`: each sheet shown as its clip
+    of that many frames, in the clip's words (`bench.clips`)."""
+    clip = clip_frames is not None
     f, fid = family, family.family_id
     outcomes = f.outcomes()
     blank = dict(
@@ -151,7 +157,7 @@ def numeric_items(family: Family) -> list[Item]:
         reference_value=None, style="a",
     )
     out: list[Item] = []
-    prompts = {action: property_prompt(f, action) for action in ("test_mass", "test_other")}
+    prompts = {action: property_prompt(f, action, clip_frames) for action in ("test_mass", "test_other")}
     for sheet in PROPERTY_SHEETS:
         prop, _, index = sheet.partition("_")
         action = "test_mass" if prop == "mass" else "test_other"
@@ -162,11 +168,11 @@ def numeric_items(family: Family) -> list[Item]:
             "history": int(index),
             "test": action,
             "prompt": prompts[action],
-            "images": [image_path(fid, sheet)],
+            "images": [image_path(fid, sheet, clip=clip)],
             "image_pair_id": f"{fid}.estimate_property.{prop}",
             "reference_value": f.value(prop, int(index)),
         }))
-    prompt = outcome_prompt(f)
+    prompt = outcome_prompt(f, clip_frames)
     for w in WORLDS:
         out.append(Item(**{
             **blank,
@@ -175,7 +181,7 @@ def numeric_items(family: Family) -> list[Item]:
             "test": "combined_report",
             "hidden_world": world_name(w),
             "prompt": prompt,
-            "images": [image_path(fid, s) for s in test_sheets("combined_report", w)],
+            "images": [image_path(fid, s, clip=clip) for s in test_sheets("combined_report", w)],
             "image_pair_id": f"{fid}.estimate_outcome",
             "reference_value": round_sig(outcomes[w]),
         }))

@@ -11,7 +11,8 @@ level's items: level 0 in the main measures, level L under `injection.levels.L.n
   in the denominator. Proportions (`Tally.rate`): family-bootstrap percentile interval hulled
   with a cluster Clopper-Pearson interval, never zero width.
 - `mean_log_error`: the mean of |ln(estimate / reference)| over the valid replies with a positive
-  estimate (`Tally.mean`, percentile interval); `log_error_excluded` counts the replies it leaves
+  estimate (`Tally.mean`, percentile interval; 0 in every reply, as when every estimate is exact,
+  is marked identical in every unit and has none); `log_error_excluded` counts the replies it leaves
   out, by reason (invalid, non-positive), so n and the excluded add up to the records.
 - `validity`: the share of records the parser accepted.
 - `by`: the same threshold accuracies per measured property (estimate_property: mass, friction,

@@ -13,9 +13,10 @@ from typing import Any
 from evprobe.core.estimate_text import estimate_text
 
 
-def fmt_estimate(est: dict[str, Any] | None, scale: float, digits: int, sign: bool = False) -> str:
-    """An estimate's JSON as text, scaled (core.estimate_text, the one formatter)."""
-    return estimate_text(est, digits, scale=scale, sign=sign)  # the one formatter (core.estimate_text)
+def fmt_estimate(est: dict[str, Any] | None, scale: float, digits: int, sign: bool = False, units: str = "units") -> str:
+    """An estimate's JSON as text, scaled (core.estimate_text, the one formatter); `units` names what
+    an estimate identical in every unit counts."""
+    return estimate_text(est, digits, scale=scale, sign=sign, units=units)  # the one formatter (core.estimate_text)
 
 
 def pct(est: dict[str, Any] | None) -> str:
@@ -33,9 +34,9 @@ def points(est: dict[str, Any] | None) -> str:
     return fmt_estimate(est, 100.0, 1, sign=True)
 
 
-def plain(est: dict[str, Any] | None) -> str:
+def plain(est: dict[str, Any] | None, units: str = "units") -> str:
     """A score printed as a number with three decimals (PECS): `0.292 [0.250, 0.331] (n=5184)`."""
-    return fmt_estimate(est, 1.0, 3)
+    return fmt_estimate(est, 1.0, 3, units=units)
 
 
 def table_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -461,7 +461,7 @@ def _numeric_section(numeric: dict[str, Any]) -> str:
         excluded = counts.get(request, {}).get("log_error_excluded", {})
         left = ", ".join(f"{k} {v}" for k, v in excluded.items() if v) or "none"
         rows.append([_label(request), *[pct(block.get(k)) for k in ACC_KEYS],
-                     plain(block.get("mean_log_error")) + f" (left out: {left})", pct(block.get("validity"))])
+                     plain(block.get("mean_log_error"), "replies") + f" (left out: {left})", pct(block.get("validity"))])
         for group, sub in block.get("by", {}).items():
             rows.append([f"  {group}", *[pct(sub.get(k)) for k in ACC_KEYS], "", ""])
     return section_text(

@@ -400,9 +400,12 @@ def score(
 
 def _void_section(index: dict[str, Item], voids: list[Item], records: list[Record], families: tuple[str, ...],
                   n_boot: int, seed: int) -> dict[str, Any]:
-    """The void block's section (bench.void_scoring) from the decoded replies of every record."""
+    """The void block's section (bench.void_scoring) from the decoded replies of every record but the
+    numeric estimates' (no void or twin is one; their numbers are bench.numeric_scoring's)."""
     decoded: dict[str, str | None] = {}
     for rec in records:
+        if index[rec.item_id].request in NUMERIC_REQUESTS:
+            continue
         if rec.item_id in decoded:
             raise ValueError(f"two records for item {rec.item_id!r}; keep one record per item")
         decoded[rec.item_id] = _decode(index[rec.item_id], rec)

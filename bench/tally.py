@@ -24,6 +24,7 @@ class Tally:
         self.reasons: dict[Key, str] = {}
         self.bounds: dict[Key, tuple[float, float]] = {}  # bounded means: (lower, span) to undo the rescaling
         self.fixed: set[Key] = set()  # values fixed by design (core.bootstrap): no sampling interval
+        self.identical: set[Key] = set()  # means whose every unit is the same value (core.bootstrap): no interval
 
     def rate(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
         """A proportion from (family index, unit value) pairs, unit values 0/1 (or a unit's mean of
@@ -32,8 +33,14 @@ class Tally:
         self._add(key, units, binary=True)
 
     def mean(self, key: Key, units: Iterable[tuple[int, float]]) -> None:
-        """A mean of unit values that are not shares (costs): the plain percentile interval."""
-        self._add(key, units, binary=False)
+        """A mean of unbounded unit values (a log error): the plain percentile interval. When every
+        unit has the same value (every estimate exact: a log error of 0 in each) no resample can
+        differ, and the percentile interval would be a point: it is reported as identical in every
+        unit (`Estimate.identical_units`), with no interval."""
+        pairs = list(units)
+        if pairs and all(v == pairs[0][1] for _, v in pairs):
+            self.identical.add(key)
+        self._add(key, pairs, binary=False)
 
     def bounded_mean(self, key: Key, units: Iterable[tuple[int, float]], lower: float, upper: float) -> None:
         """A mean of unit values known to lie in [lower, upper] (a cost lies between the cheapest
@@ -105,6 +112,8 @@ class Tally:
             resampled[key] = Resampled(lower + span * r.value, lower + span * r.draws, r.n)
         for key in self.fixed:
             estimates[key] = Estimate.by_design(resampled[key].value, resampled[key].n)
+        for key in self.identical:
+            estimates[key] = Estimate.identical_units(resampled[key].value, resampled[key].n)
         estimates.update({key: Estimate.empty(reason) for key, reason in self.reasons.items()})
         return resampled, estimates
 

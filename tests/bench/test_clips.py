@@ -29,7 +29,6 @@ from evprobe.bench.family import sample_families, select_subset
 from evprobe.bench.generate import GenerateConfig, build, generate
 from evprobe.bench.manifest import load_item_images, read_items
 from evprobe.bench.render import PANEL, STYLES, render_image
-from evprobe.core.errors import InputError
 from evprobe.experiments.cli import main
 
 from tests.bench.edits import check_rows, copy_bench
@@ -118,19 +117,13 @@ def test_clip_items_are_the_sheet_items_with_clips_and_their_words() -> None:
     assert "Each gives a clip of 32 frames" in tests and "frames 8, 16, 24 and 32 of its clip show" in tests
 
 
-def test_options_that_need_clips_or_are_not_built_on_them_are_refused(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture) -> None:
-    for block in (dict(numeric=True), dict(injection_levels=(1,))):
-        with pytest.raises(InputError, match="is not built on clips"):
-            build(GenerateConfig(families_per_system=1, subset_per_cell=0, clip=ClipSpec(), **block))
+def test_options_that_need_clips_or_cut_them_wrong_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     base = ["generate", "--out", str(tmp_path / "x"), "--families-per-system", "1", "--quiet"]
     assert main(base + ["--frames", "8"]) == 2
     assert "--frames and --fps cut clips; add --evidence clip" in capsys.readouterr().err
     assert main(base + ["--evidence", "clip", "--frames", "6"]) == 2
     assert "--frames must be a multiple of 4" in capsys.readouterr().err
-    assert main(base + ["--evidence", "clip", "--numeric"]) == 2
-    assert "--numeric is not built on clips" in capsys.readouterr().err
-    assert not (tmp_path / "x").exists()
+    assert not (tmp_path / "x").exists()  # the opt-in blocks on clips: tests/bench/test_clip_blocks.py
 
 
 def test_the_cli_writes_clips_and_bench_json_records_them(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.bench.edits import rewrite_items
 
+from evprobe.bench.clips import ClipSpec
 from evprobe.bench.family import Family
 from evprobe.bench.generate import GenerateConfig, build, generate
 from evprobe.bench.injection import GUIDANCE_OPENING, INJECTED_REQUESTS
@@ -63,8 +64,11 @@ def test_each_level_renders_as_level_0_plus_its_own_lines(ladder) -> None:
     assert set(seen) == {(r, level) for r in INJECTED_REQUESTS for level in (1, 2, 3)}
 
 
-def test_level_3_is_the_text_readings_variant_plus_the_pointer(ladder) -> None:
-    families, items = ladder
+@pytest.mark.parametrize("clip_frames", [None, 8], ids=["sheets", "clips"])
+def test_level_3_is_the_text_readings_variant_plus_the_pointer(ladder, clip_frames: int | None) -> None:
+    """On clips too (bench.clips): the variant's frame readings, the pointer to the last frame."""
+    families, items = ladder if clip_frames is None else build(
+        GenerateConfig(families_per_system=4, subset_per_cell=1, injection_levels=(3,), clip=ClipSpec(frames=clip_frames)))
     variant = {it.item_id.removesuffix(".text_readings"): it for it in items if it.variant == "text_readings"}
     checked = 0
     for it in items:
@@ -76,8 +80,9 @@ def test_level_3_is_the_text_readings_variant_plus_the_pointer(ladder) -> None:
     f = next(f for f in families if not f.in_subset)  # and the same block for families outside the subset
     it = next(i for i in items if i.family_id == f.family_id and i.injection == 3 and i.request == "select")
     spec = sheet_spec(f.system, f.candidates, f.calibration, f"{f.initial}_{it.history}")
-    block = readings_text(f.system, f.calibration, spec.readings, spec.kind)
-    expected = PromptBuilder(f).select(it.threshold_level, variant="text_readings", readings_text=block)
+    block = readings_text(f.system, f.calibration, spec.readings, spec.kind, clip_frames)
+    expected = PromptBuilder(f, clip_frames=clip_frames).select(it.threshold_level, variant="text_readings",
+                                                                readings_text=block)
     assert "\n\n".join(p for p in it.prompt.split("\n\n") if not p.startswith(GUIDANCE_OPENING)) == expected
 
 

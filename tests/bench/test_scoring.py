@@ -15,6 +15,7 @@ from evprobe.bench.records import Record
 from evprobe.bench.score_report import compare_markdown, scores_markdown
 from evprobe.bench.scoring import HEADLINE, Tally, score
 from evprobe.core.bootstrap import FamilyBootstrap
+from evprobe.core.estimate_text import estimate_text
 
 REQUIRED = (
     "min_cost_choice",
@@ -493,10 +494,14 @@ def test_a_rate_takes_shares_and_a_mean_takes_costs() -> None:
     with pytest.raises(ValueError, match="not a share"):
         tally.rate(("cost_as_rate",), [(0, 2.0), (1, 0.0)])
     tally.rate(("rate",), [(0, True), (0, True), (1, True), (1, True)])
-    tally.mean(("cost",), [(0, 2.0), (1, 2.0)])
+    tally.mean(("same",), [(0, 2.0), (1, 2.0)])
+    tally.mean(("varies",), [(0, 2.0), (1, 3.0)])
     _, est = tally.resolve()
     assert est[("rate",)].value == 1.0 and est[("rate",)].ci == pytest.approx((0.025**0.5, 1.0))
-    assert est[("cost",)].ci == (2.0, 2.0)  # a cost that does not vary keeps its percentiles
+    # a mean whose every unit is the same value has no interval: marked, never printed as [2, 2]
+    assert est[("same",)].identical and est[("same",)].to_json()["identical_units"] is True
+    assert estimate_text(est[("same",)]) == "2.000 (identical in all 2 units)"
+    assert not est[("varies",)].identical and est[("varies",)].ci[0] < est[("varies",)].ci[1]
 
 
 def estimates(tree: dict, path: tuple[str, ...] = ()):
@@ -515,28 +520,30 @@ FIXED = {("policies", rule, "mean_cost") for rule in
 
 def test_no_interval_of_a_perfect_run_is_a_point_unless_fixed_by_design(ref_scores: dict) -> None:
     """Every zero-width interval of the reference run is a value fixed by design (core.bootstrap):
-    the costs of the rules that read no replies. One sample measure still keeps its percentile
-    interval and prints a point at a perfect run (listed so that the list can only shrink): the
-    numeric block's mean log error (0 when every estimate is exact). PECS and its per-dataset parts
-    (products and differences of rates at 1 x (1 - 0)) print no interval and say why (bench.pecs)."""
-    known_points = {"mean_log_error"}
-    fixed, points = set(), set()
+    the costs of the rules that read no replies. The numeric block's mean log error, 0 in every
+    reply when every estimate is exact, is marked identical in every unit and prints no interval
+    (bench.tally). PECS and its per-dataset parts (products and differences of rates at 1 x (1 - 0))
+    print no interval and say why (bench.pecs)."""
+    fixed, points, identical = set(), set(), set()
     for key, est in estimates(ref_scores):
         if est["value"] is None:
             continue
         if est.get("fixed_by_design"):
             fixed.add(key)
+        elif est.get("identical_units"):
+            identical.add(key)
         elif est["ci"][0] is None:
             assert est["reason"], key  # no interval only with why (bench.pecs)
         elif est["ci"][1] <= est["ci"][0]:
             points.add(key)
     assert fixed == FIXED
-    assert points and all(known_points & set(key) for key in points), points
+    assert not points, points
+    assert identical and all(key[-1] == "mean_log_error" for key in identical), identical
     text = scores_markdown(ref_scores, "reference")
     assert "| Random test | 75.0 [" in text and "1.25 (fixed by design, n=576)" in text
     assert "[1.25, 1.25]" not in text and "[0.00, 0.00]" not in text and "[2.00, 2.00]" not in text
-    printed = {m.group(0) for m in re.finditer(POINT, text)}
-    assert printed <= {"[0.000, 0.000]"}, printed  # the mean log error only
+    assert not list(re.finditer(POINT, text))
+    assert "| 0.000 (identical in all 288 replies) (left out: none) |" in text  # the mean log error
     assert "1.000 (the same on every family resample, n=5184)" in text
 
 
