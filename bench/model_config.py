@@ -31,6 +31,7 @@ ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3
 # hooks.handle.PROMPT_FORMATS, spelled here because bench imports hooks only inside functions
 # (tests/bench/test_runner_speed.py checks they agree); a Literal gives the flag its choices.
 PromptFormat = Literal["chat", "raw"]
+Thinking = Literal["on", "off"]  # hooks.inputs.THINKING, likewise
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -54,6 +55,9 @@ class ModelConfig:
         organism's "ANSWER:"), else none.
     prompt_format: "chat" or "raw" (hooks.Handle.prompt_format); None = chat when the tokenizer
         has a chat template, else raw (a base model).
+    thinking: "on" or "off": the chat template's thinking switch (`enable_thinking`, as Qwen3's
+        templates take; hooks.Handle.thinking), for reasoning on/off pairs; None = the template's
+        default. A template without the switch is refused before the model loads.
     notes: free text (why a setting is what it is).
     """
 
@@ -71,11 +75,12 @@ class ModelConfig:
     revision: str | None = None
     answer_prefix: str | None = None
     prompt_format: PromptFormat | None = None
+    thinking: Thinking | None = None
     notes: str = ""
 
     # The keys every model-driving command has a flag for (--dtype, ...), overriding the model config's.
     FLAGS: ClassVar[tuple[str, ...]] = ("revision", "dtype", "attn_implementation", "trust_remote_code",
-                                        "answer_prefix", "prompt_format", "device_map", "max_memory",
+                                        "answer_prefix", "prompt_format", "thinking", "device_map", "max_memory",
                                         "offload_folder")
 
     def __post_init__(self) -> None:
@@ -149,13 +154,21 @@ def model_from_record(config: dict[str, Any]) -> dict[str, Any]:
 
 def check_loading_keys(config: Any) -> None:
     """The model-loading keys (dtype, attn_implementation, device_map, max_memory, offload_folder,
-    prompt_format), checked at config time, before a model file is hashed or loaded."""
+    prompt_format, thinking), checked at config time, before a model file is hashed or loaded."""
     from evprobe.hooks.handle import PROMPT_FORMATS
+    from evprobe.hooks.inputs import THINKING
 
     prompt_format = getattr(config, "prompt_format", None)
     if prompt_format is not None and prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"key 'prompt_format' is {prompt_format!r}; choose from {', '.join(PROMPT_FORMATS)} "
                          "or null (chat when the tokenizer has a chat template, else raw)")
+    thinking = getattr(config, "thinking", None)
+    if thinking is not None and thinking not in THINKING:
+        raise ValueError(f"key 'thinking' is {thinking!r}; choose from {', '.join(THINKING)} or null (the chat "
+                         "template's default)")
+    if thinking is not None and prompt_format == "raw":
+        raise ValueError("keys 'thinking' and 'prompt_format: raw' do not go together: the thinking switch is the "
+                         "chat template's, and a raw prompt has none; drop one")
     dtype = getattr(config, "dtype", "auto")
     if dtype not in DTYPES:
         raise ValueError(f"key 'dtype' is {dtype!r}; choose from {', '.join(DTYPES)}")
@@ -202,7 +215,7 @@ def load_model(cfg: ModelConfig, source: str | None = None):
 
     return hooks.load(source or cfg.source, dtype=cfg.dtype, **placement_of(cfg),
                       trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
-                      answer_prefix=cfg.answer_prefix, prompt_format=cfg.prompt_format)
+                      answer_prefix=cfg.answer_prefix, prompt_format=cfg.prompt_format, thinking=cfg.thinking)
 
 
 def model_keys() -> tuple[str, ...]:

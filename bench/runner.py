@@ -276,7 +276,8 @@ class RunJob(Job):
                "temperature": None if c.temperature == 0 else float(c.temperature),
                "top_p": None if c.temperature == 0 or c.top_p == 1 else float(c.top_p),
                "option_logprobs": True if c.option_logprobs else None,
-               "video_input": None if c.video_input == "frames" else c.video_input}
+               "video_input": None if c.video_input == "frames" else c.video_input,
+               "thinking": m.thinking}  # None when unset (the template's default), likewise
         if self.backend is not None:  # after open(): what only the loaded model or the server tells
             out.update(self.backend.pins())
         return out

@@ -45,6 +45,8 @@ HELP = {
                      "model's own (the organism's ANSWER:), else none",
     "prompt_format": "chat (one user turn through the model's chat template) or raw (the prompt string itself, "
                      "for a base model); default: chat when the tokenizer has a chat template, else raw",
+    "thinking": "on or off: the chat template's thinking switch (enable_thinking, as Qwen3's templates take), "
+                "for reasoning on/off pairs; default: the template's own. Refused for a template without it",
     "shard": "only shard K/N (0-based; whole families, sorted ids round robin); combine the N folders with "
              "`evprobe merge`. Under torchrun the rank picks the shard",
     "regime": "prompt regime: standard, guided or json",

@@ -124,13 +124,15 @@ def model_fingerprint(model: str, handle: Handle | None = None) -> dict[str, Any
 def loaded_fingerprint(handle: Handle) -> dict[str, Any]:
     """What only the loaded model tells: `model_revision`, `model_dtype`, `chat_template_sha256`,
     `answer_prefix` (what every answer readout appends: Handle.answer_prefix) and, for a raw
-    prompt format, `prompt_format` (Handle.prompt_format)."""
+    prompt format, `prompt_format` (Handle.prompt_format); with the thinking switch set, `thinking`."""
     out = {"model_revision": getattr(handle.model.config, "_commit_hash", None),
            "model_dtype": str(handle.dtype).removeprefix("torch."),
            "chat_template_sha256": chat_template_sha256(handle),
            "answer_prefix": handle.answer_prefix or None}  # None when none: older folders resume
     if handle.prompt_format != "chat":  # absent for chat: a folder written before the setting resumes
         out["prompt_format"] = handle.prompt_format
+    if getattr(handle, "thinking", None) is not None:  # absent when unset (the template's default), likewise
+        out["thinking"] = handle.thinking  # type: ignore[union-attr]
     return out
 
 

@@ -45,6 +45,10 @@ class Handle:
         "raw" = the string itself (a base model's continuation; images, if any, as the
         processor's image placeholders before it). `load` / `wrap` choose "chat" when the
         processor or tokenizer has a chat template and "raw" when it has none, unless told.
+    thinking: the chat template's thinking switch (seed 002's reasoning on/off pairs): "on" or "off"
+        is passed to the template as `enable_thinking` (True / False), as Qwen3's templates read it;
+        None passes nothing, so the template's own default holds. Only a chat template that reads
+        `enable_thinking` takes it (`resolve_thinking`).
     """
 
     # repr shows model_id and arch only (the module trees are long).
@@ -56,15 +60,17 @@ class Handle:
     layers: nn.ModuleList = field(repr=False)
     answer_prefix: str = ""
     prompt_format: str = "chat"
+    thinking: str | None = None
     _nn: Any = field(default=None, repr=False)
     sites: SiteMap | None = field(default=None, repr=False)
 
     @classmethod
     def from_parts(cls, model: PreTrainedModel, processor: ProcessorMixin, *, model_id: str,
                    answer_prefix: str | None = None, prompt_format: str | None = None,
-                   adapter: Adapter | str | None = None) -> Handle:
+                   thinking: str | None = None, adapter: Adapter | str | None = None) -> Handle:
         """answer_prefix None: the processor's `answer_prefix` attribute, else none ("").
         prompt_format None: "chat" when there is a chat template, else "raw" (PROMPT_FORMATS).
+        thinking: "on", "off" or None (the template's default): `resolve_thinking`.
         adapter: where the model's sites live (hooks.sites.Adapter, or a registered adapter's name);
         None = the adapter registered for its model_type, else found from its structure."""
         from evprobe.hooks.sites import site_map
@@ -81,6 +87,8 @@ class Handle:
         tokenizer.padding_side = "left"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
+        fmt = resolve_prompt_format(processor, tokenizer, prompt_format, model_id)
+        thinking = resolve_thinking(processor, tokenizer, thinking, fmt, model_id)
         model.eval()
         sites = site_map(model, adapter)
         return cls(
@@ -92,7 +100,8 @@ class Handle:
             layers=sites.layers,
             sites=sites,
             answer_prefix=_answer_prefix(processor, answer_prefix),
-            prompt_format=resolve_prompt_format(processor, tokenizer, prompt_format, model_id),
+            prompt_format=fmt,
+            thinking=thinking,
         )
 
     @property
@@ -172,6 +181,16 @@ class Handle:
             return self
         other = copy.copy(self)
         other.prompt_format = resolve_prompt_format(self.processor, self.tokenizer, prompt_format, self.model_id)
+        resolve_thinking(self.processor, self.tokenizer, self.thinking, other.prompt_format, self.model_id)
+        return other
+
+    def with_thinking(self, thinking: str | None) -> Handle:
+        """This handle with the chat template's thinking switch set ("on" | "off"): a shallow copy
+        sharing the model, as `with_answer_prefix`; None: self unchanged (`resolve_thinking`)."""
+        if thinking is None:
+            return self
+        other = copy.copy(self)
+        other.thinking = resolve_thinking(self.processor, self.tokenizer, thinking, self.prompt_format, self.model_id)
         return other
 
     def with_adapter(self, adapter: Adapter | str) -> Handle:
@@ -183,9 +202,10 @@ class Handle:
         other.layers = other.sites.layers
         return other
 
-    def with_options(self, *, answer_prefix: str | None = None, prompt_format: str | None = None) -> Handle:
-        """`with_answer_prefix` then `with_prompt_format` (None leaves a setting as it is)."""
-        return self.with_answer_prefix(answer_prefix).with_prompt_format(prompt_format)
+    def with_options(self, *, answer_prefix: str | None = None, prompt_format: str | None = None,
+                     thinking: str | None = None) -> Handle:
+        """`with_answer_prefix`, `with_prompt_format`, then `with_thinking` (None leaves a setting as it is)."""
+        return self.with_answer_prefix(answer_prefix).with_prompt_format(prompt_format).with_thinking(thinking)
 
     @property
     def nn_layers(self):
@@ -216,6 +236,25 @@ def resolve_prompt_format(processor: Any, tokenizer: Any, given: str | None, mod
     if given == "chat" and not chat:
         raise ValueError(f"{model_id}: prompt_format='chat' but its tokenizer has no chat template (a base "
                          "model); use prompt_format='raw' (the prompt string as the model's text)")
+    return given
+
+
+def resolve_thinking(processor: Any, tokenizer: Any, given: str | None, prompt_format: str, model_id: str) -> str | None:
+    """`given` when the chat template can take it, else a one-line ValueError: a value other than
+    THINKING, a raw prompt (no template renders it), or a template that never reads enable_thinking
+    (the switch would change nothing, and a run would be labelled with a setting it did not have)."""
+    if given is None:
+        return None
+    if given not in THINKING:
+        raise ValueError(f"thinking must be one of {', '.join(THINKING)}, or None (the template's default); got {given!r}")
+    if prompt_format != "chat":
+        raise ValueError(f"{model_id}: thinking needs prompt_format='chat' (the chat template takes the switch); "
+                         "a raw prompt has no template: drop thinking")
+    template = chat_template_of(processor, tokenizer)
+    texts = template.values() if isinstance(template, dict) else [template or ""]
+    if not any(THINKING_SWITCH in str(t) for t in texts):
+        raise ValueError(f"{model_id}: its chat template has no thinking switch (it never reads {THINKING_SWITCH}); "
+                         "drop thinking, or use a model whose template has one (e.g. Qwen3's)")
     return given
 
 
@@ -285,5 +324,6 @@ def _module_path(root: nn.Module, target: nn.Module) -> str:
 # The functions that take a Handle, importable from here as well.
 from evprobe.hooks.generation import Generation, generate, next_token_logprobs
 from evprobe.hooks.inputs import build_inputs
+from evprobe.hooks.inputs import THINKING, THINKING_SWITCH  # resolve_thinking's (the rendering is hooks.inputs')
 
 __all__ = ["Generation", "Handle", "build_inputs", "generate", "next_token_logprobs"]

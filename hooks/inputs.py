@@ -54,8 +54,18 @@ def render_prompts(handle: Handle, prompts: Sequence[str], images: Sequence[Sequ
     counts = [visual_counts(imgs) for imgs in images]
     if getattr(handle, "prompt_format", "chat") == "raw":
         return [raw_text(processor, p, n, v) + tail for p, (n, v) in zip(prompts, counts, strict=True)]
-    return [processor.apply_chat_template(user_message(p, n, v), add_generation_prompt=True, tokenize=False)
+    extra = template_kwargs(getattr(handle, "thinking", None))  # the thinking switch, when set (Handle.thinking)
+    return [processor.apply_chat_template(user_message(p, n, v), add_generation_prompt=True, tokenize=False, **extra)
             + tail for p, (n, v) in zip(prompts, counts, strict=True)]
+
+
+THINKING: tuple[str, ...] = ("on", "off")  # Handle.thinking's values (None: the template's default)
+THINKING_SWITCH = "enable_thinking"  # the template variable Qwen3's chat templates read
+
+
+def template_kwargs(thinking: str | None) -> dict[str, bool]:
+    """What the chat template is given beyond the turn: `enable_thinking` when the switch is set."""
+    return {} if thinking is None else {THINKING_SWITCH: thinking == "on"}
 
 
 def raw_text(processor: Any, prompt: str, n_images: int, n_videos: int = 0) -> str:

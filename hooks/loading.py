@@ -20,7 +20,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from evprobe.hooks.handle import Handle, resolve_prompt_format
+from evprobe.hooks.handle import Handle, resolve_prompt_format, resolve_thinking
 
 if TYPE_CHECKING:
     from evprobe.hooks.sites import Adapter
@@ -172,6 +172,7 @@ def load(
     offload_folder: str | None = None,
     answer_prefix: str | None = None,
     prompt_format: str | None = None,
+    thinking: str | None = None,
     adapter: Adapter | str | None = None,
 ) -> Handle:
     """Load a vision-language model (or a text-only causal LM) and its processor into a Handle.
@@ -190,6 +191,8 @@ def load(
     prompt_format: "chat" (the chat template) or "raw" (the prompt string itself: a base model);
         None = "chat" when the processor or tokenizer has a chat template, else "raw"
         (Handle.prompt_format).
+    thinking: "on" / "off": the chat template's thinking switch (`enable_thinking`, Handle.thinking);
+        None = the template's default. A template without the switch is refused before the weights load.
     adapter: where the model's sites live, for an architecture the toolkit does not know
         (hooks.sites.Adapter, or a registered adapter's name); None = the adapter registered for
         its model_type, else the automatic detection (docs: Adding a site).
@@ -217,7 +220,7 @@ def load(
             handle.model.set_attn_implementation(attn_implementation)
         if adapter is not None:
             handle = handle.with_adapter(adapter)
-        return handle.with_options(answer_prefix=answer_prefix, prompt_format=prompt_format)
+        return handle.with_options(answer_prefix=answer_prefix, prompt_format=prompt_format, thinking=thinking)
 
     name, model = model, resolve_model(model)
     if (os.path.isabs(model) or model.startswith(".")) and not os.path.isdir(model):
@@ -245,11 +248,13 @@ def load(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     processor = _load_processor(model, trust_remote_code=trust_remote_code)
-    # a prompt format the tokenizer cannot render is refused before the weights load
-    resolve_prompt_format(processor, getattr(processor, "tokenizer", processor), prompt_format, name)
+    # a prompt format or thinking switch the tokenizer cannot render is refused before the weights load
+    tokenizer = getattr(processor, "tokenizer", processor)
+    fmt = resolve_prompt_format(processor, tokenizer, prompt_format, name)
+    resolve_thinking(processor, tokenizer, thinking, fmt, name)
     hf_model = _model_class(model, trust_remote_code).from_pretrained(model, **kwargs)
     return Handle.from_parts(hf_model, processor, model_id=name, answer_prefix=answer_prefix,
-                             prompt_format=prompt_format, adapter=adapter)
+                             prompt_format=prompt_format, thinking=thinking, adapter=adapter)
 
 
 def _model_class(model: str, trust_remote_code: bool):
@@ -269,7 +274,7 @@ def _causal_lm_types() -> set[str]:
 
 
 def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
-         answer_prefix: str | None = None, prompt_format: str | None = None,
+         answer_prefix: str | None = None, prompt_format: str | None = None, thinking: str | None = None,
          adapter: Adapter | str | None = None) -> Handle:
     """A Handle on a model the researcher already loaded: the same Handle `load` gives.
 
@@ -287,6 +292,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
     answer_prefix: as for `load` (Handle.answer_prefix).
     prompt_format: as for `load` (Handle.prompt_format): a base model's tokenizer has no chat
         template, so its prompts go in raw unless told otherwise.
+    thinking: as for `load` (Handle.thinking).
     adapter: as for `load`: where the sites of an architecture the toolkit does not know live.
 
     What it changes on the caller's objects, as `load` does: the model is put in eval mode and
@@ -300,7 +306,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
             raise ValueError("wrap got a Handle and a different processor; a Handle already has its processor")
         if adapter is not None:
             model = model.with_adapter(adapter)
-        return model.with_options(answer_prefix=answer_prefix, prompt_format=prompt_format)
+        return model.with_options(answer_prefix=answer_prefix, prompt_format=prompt_format, thinking=thinking)
     module, processor = _unwrap_nnsight(model, processor)
     if not isinstance(module, nn.Module):
         raise TypeError(f"wrap takes a transformers model or an nnsight wrapper of one, got {type(model).__name__}; "
@@ -315,7 +321,7 @@ def wrap(model: Any, processor: Any = None, *, model_id: str | None = None,
                          "its weights were never loaded")
     name = model_id or getattr(module.config, "_name_or_path", "") or type(module).__name__
     return Handle.from_parts(module, processor, model_id=str(name), answer_prefix=answer_prefix,
-                             prompt_format=prompt_format, adapter=adapter)
+                             prompt_format=prompt_format, thinking=thinking, adapter=adapter)
 
 
 def _unwrap_nnsight(model: Any, processor: Any) -> tuple[Any, Any]:

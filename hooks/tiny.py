@@ -73,6 +73,7 @@ def chat_template(
     image: str,
     system: str | None = None,
     video: str | None = None,
+    thinking_switch: bool = False,
 ) -> str:
     """A minimal Jinja chat template.
 
@@ -80,7 +81,9 @@ def chat_template(
     string or a list of {"type": "image"} / {"type": "text", "text": ...} parts
     rendered in order (an image part becomes the placeholder the processor
     expands; with `video`, a {"type": "video"} part becomes that placeholder).
-    `add_generation_prompt` appends the assistant prefix.
+    `add_generation_prompt` appends the assistant prefix. With `thinking_switch`, Qwen3's switch:
+    `enable_thinking=False` opens the reply with an empty reasoning block (THINK_OFF), and the
+    template's default (the variable undefined) is thinking.
     """
     system = user if system is None else system
     # Jinja string literals: escape backslashes/quotes, keep newlines as \n escapes.
@@ -100,8 +103,14 @@ def chat_template(
         "{% if m['role'] == 'assistant' %}{{ " + q(assistant_end) + " }}"
         "{% else %}{{ " + q(user_end) + " }}{% endif %}"
         "{% endfor %}"
-        "{% if add_generation_prompt %}{{ " + q(assistant) + " }}{% endif %}"
+        "{% if add_generation_prompt %}{{ " + q(assistant) + " }}"
+        + ("{% if enable_thinking is defined and enable_thinking is false %}{{ " + q(THINK_OFF) + " }}{% endif %}"
+           if thinking_switch else "")
+        + "{% endif %}"
     )
+
+
+THINK_OFF = "<think>\n\n</think>\n\n"  # what Qwen3's templates write when thinking is switched off
 
 
 def _llama_like_text(vocab_size: int, tok, **extra: Any) -> dict[str, Any]:

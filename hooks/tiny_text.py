@@ -22,9 +22,10 @@ INIT_STD = 0.2
 _SPECIALS = ["<s>", "</s>", "<pad>", "<unk>", "[INST]", "[/INST]"]
 
 
-def save_tiny_text_model(folder: str | Path, *, seed: int = 0) -> Path:
+def save_tiny_text_model(folder: str | Path, *, seed: int = 0, thinking_switch: bool = False) -> Path:
     """Build the tiny text Llama (random weights from `seed`) and save it with its tokenizer and
-    chat template in `folder` (created; float32 safetensors). Returns the folder."""
+    chat template in `folder` (created; float32 safetensors). Returns the folder. `thinking_switch`:
+    a template with Qwen3's enable_thinking switch (hooks.tiny.chat_template)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -34,7 +35,7 @@ def save_tiny_text_model(folder: str | Path, *, seed: int = 0) -> Path:
     tok = build_tokenizer(special_tokens=_SPECIALS,
                           named=dict(unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"))
     tok.chat_template = chat_template(bos="<s>", user="[INST] ", user_end=" [/INST]", assistant="",
-                                       assistant_end="</s>", image="")
+                                       assistant_end="</s>", image="", thinking_switch=thinking_switch)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=D_MODEL, intermediate_size=D_MLP,
                          num_hidden_layers=N_LAYERS, num_attention_heads=N_HEADS, num_key_value_heads=N_HEADS,
                          head_dim=HEAD_DIM, max_position_embeddings=2048, bos_token_id=tok.bos_token_id,

@@ -10,7 +10,10 @@ renders its own chat template and decodes its own text: replies agree with the h
 same weights where its template, preprocessing and detokenizer do (tests/bench/
 test_backend_openai.py: `transformers serve` on a tiny LLaVA, images included, gives the same text
 and token counts; vLLM's server gives the same tokens, but its incremental detokenizer leaves out
-byte tokens that form no UTF-8, where transformers writes U+FFFD).
+byte tokens that form no UTF-8, where transformers writes U+FFFD). A run's `--thinking on|off` goes
+as the request's `chat_template_kwargs` ({"enable_thinking": ...}), which vLLM's server and
+`transformers serve` pass to the template (tested on `transformers serve`: each setting gets the hf
+backend's token counts for that setting); a server that ignores the key answers as its default.
 
 - Startup (before any record is written): `GET {base_url}/models` must answer and list the served
   model (`--served-model`, default `--model`); an unreachable URL, a model it does not serve, a key
@@ -132,6 +135,10 @@ class OpenAIBackend:
         self.url = config.base_url.rstrip("/")
         self.model = config.served_model or config.source
         self.top_logprobs = config.top_logprobs
+        from evprobe.hooks.inputs import template_kwargs
+
+        # the thinking switch, sent as the request's chat_template_kwargs: the server renders the turn
+        self.template_kwargs = template_kwargs(config.model.thinking)
         self.key_env = config.api_key_env
         self.secret = _api_key(config.api_key_env, self.url)
         self.limit = max_new_tokens(config.protocol, config.regime)
@@ -285,6 +292,8 @@ class OpenAIBackend:
             common.update(top_p=float(s.top_p), seed=s.call_seed([prompt.key]))
         if logprobs:
             common.update(logprobs=True, top_logprobs=self.top_logprobs)
+        if self.template_kwargs:  # the server's chat template takes the switch (vLLM, transformers serve)
+            common["chat_template_kwargs"] = self.template_kwargs
         body = {**common, "messages": message([f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
                                                for data, mime in images])}
         keyed = {**common, "messages": message([f"{mime};sha256:{hashlib.sha256(data).hexdigest()}"

@@ -205,11 +205,12 @@ class VLLMBackend:
         self.limit = max_new_tokens(config.protocol, config.regime)
         self.sampling = Sampling(config.temperature, config.top_p, config.seed)
         self.takes_images = engine.takes_images
-        from evprobe.hooks.handle import resolve_prompt_format
+        from evprobe.hooks.handle import resolve_prompt_format, resolve_thinking
 
         processor = engine.processor
-        self.prompt_format = resolve_prompt_format(processor, getattr(processor, "tokenizer", processor),
-                                                   config.model.prompt_format, config.source)
+        tokenizer = getattr(processor, "tokenizer", processor)
+        self.prompt_format = resolve_prompt_format(processor, tokenizer, config.model.prompt_format, config.source)
+        self.thinking = resolve_thinking(processor, tokenizer, config.model.thinking, self.prompt_format, config.source)
         self.resources = Resources(extra={"engine_start_s": round(engine.start_s, 3)})
 
     def prepare(self, prompts: list[ModelPrompt]) -> list[dict[str, Any]]:
@@ -219,7 +220,8 @@ class VLLMBackend:
 
         processor = self.engine.processor
         # the hf backend's rendering (chat turn or raw string), through the one function it uses
-        renderer = SimpleNamespace(processor=processor, answer_prefix="", prompt_format=self.prompt_format)
+        renderer = SimpleNamespace(processor=processor, answer_prefix="", prompt_format=self.prompt_format,
+                                   thinking=self.thinking)
         out = []
         for p in prompts:
             from evprobe.bench.manifest import load_images
@@ -296,7 +298,8 @@ class VLLMBackend:
                 "chat_template_sha256": chat_template_sha256(
                     SimpleNamespace(processor=e.processor, tokenizer=e.tokenizer)),  # type: ignore[arg-type]
                 "answer_prefix": getattr(e.processor, "answer_prefix", None) or None,
-                **({"prompt_format": self.prompt_format} if self.prompt_format != "chat" else {})}
+                **({"prompt_format": self.prompt_format} if self.prompt_format != "chat" else {}),
+                **({"thinking": self.thinking} if self.thinking is not None else {})}
 
     def close(self) -> None:
         self.engine.close()

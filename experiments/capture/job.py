@@ -170,6 +170,7 @@ class CaptureJob(Job):
             "n_items": len(self.items), "images_sha256": self.images_sha256,
             "attn_implementation": c.model.attn_implementation, "requested_dtype": c.model.dtype, **self.input_pins,
             "answer_prefix": c.model.answer_prefix,
+            "thinking": c.model.thinking,  # None when unset: a folder written before the setting resumes
             # resid_post pinned as None: a folder written before components existed resumes as it was
             "component": None if c.component == "resid_post" else c.component,
             "video_input": None if c.video_input == "frames" else c.video_input,  # likewise

@@ -389,6 +389,41 @@ def test_transformers_serve_replies_as_the_hf_backend(small_bench: Path, tiny_ll
         assert h.option_logprobs is not None and h.logprobs_missing is None
 
 
+def test_the_thinking_switch_reaches_the_servers_template(small_bench: Path, tmp_path: Path) -> None:
+    """`--thinking off` sent as the request's chat_template_kwargs to a real `transformers serve` on the
+    tiny text Llama whose template has the switch: each setting gets the hf backend's replies and prompt
+    token counts for that setting, and off's prompts are longer by the empty reasoning block."""
+    from evprobe.bench.model_config import ModelConfig
+    from evprobe.hooks.tiny import THINK_OFF
+    from evprobe.hooks.tiny_text import save_tiny_text_model
+    from transformers import AutoTokenizer
+
+    folder = save_tiny_text_model(tmp_path / "model", thinking_switch=True)
+    port = _free_port()
+    command = [*_needs_transformers_serve(), "serve", str(folder), "--host", "127.0.0.1", "--port", str(port),
+               "--device", "cpu"]
+    records = {}
+    with serving(command, port, tmp_path / "serve.log", 60, {**os.environ, "HF_HUB_OFFLINE": "1"}) as url:
+        for thinking in ("on", "off"):
+            kw = dict(model=ModelConfig.of(str(folder), thinking=thinking), bench=str(small_bench),
+                      requests=("both_given",), limit=3)
+            run(RunConfig(out=str(tmp_path / f"served-{thinking}"), backend="openai", base_url=url, **kw),
+                progress=False)
+            run(RunConfig(out=str(tmp_path / f"hf-{thinking}"), **kw), progress=False)
+            records[thinking] = [load_records(tmp_path / f"{side}-{thinking}" / "records.jsonl")
+                                 for side in ("served", "hf")]
+    extra = len(AutoTokenizer.from_pretrained(folder)(THINK_OFF, add_special_tokens=False)["input_ids"])
+    for thinking, (mine, theirs) in records.items():
+        assert mine.keys() == theirs.keys() and len(mine) == 3
+        for key, r in mine.items():
+            h = theirs[key]
+            assert r.error is None and (r.reply, r.n_prompt_tokens, r.n_new_tokens) == (
+                h.reply, h.n_prompt_tokens, h.n_new_tokens), (thinking, key)
+            if thinking == "off":
+                assert r.n_prompt_tokens == records["on"][0][key].n_prompt_tokens + extra
+    assert json.loads((tmp_path / "served-off" / "run.json").read_text())["thinking"] == "off"
+
+
 def test_vllm_serve_replies_and_option_logprobs_as_the_hf_backend(small_bench: Path, tiny_text_folder: Path,
                                                                   vllm_python: Path, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:

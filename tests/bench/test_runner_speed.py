@@ -36,13 +36,15 @@ def default_records(small_bench: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_the_runner_spells_the_choices_hooks_accepts() -> None:
-    from evprobe.bench.model_config import PromptFormat
+    from evprobe.bench.model_config import PromptFormat, Thinking
     from evprobe.hooks.generation import DECODE_CACHES
     from evprobe.hooks.handle import PROMPT_FORMATS
+    from evprobe.hooks.inputs import THINKING
     from evprobe.hooks.vision_attention import VISION_ATTENTIONS
 
     assert get_args(DecodeCache) == DECODE_CACHES and get_args(VisionAttention) == VISION_ATTENTIONS
     assert get_args(PromptFormat) == PROMPT_FORMATS  # the --prompt-format choices are the handle's
+    assert get_args(Thinking) == THINKING  # and the --thinking choices
 
 
 @pytest.mark.parametrize("settings", [
