@@ -4,6 +4,13 @@ It reads only what the model is shown: numbers and menu rows from the prompt tex
 benchmark's own wording, both phrasings), and each attached sheet through `organism.eye` with
 the calibration the prompt states. Anything it cannot find is left out of the facts (a prompt
 with no setup, such as the ruler-reading probe, gives a nearly empty sequence), never guessed.
+
+Clips (`bench.clips`, read as frames): a prompt that says its evidence is clips of N frames
+("Each gives a clip of N frames") shows N images per clip, in order; the reader takes each run
+of N frames as one clip and reads the sheet its panel frames make (N/4, N/2, 3N/4, N: the frames
+the prompt's test lines name, `clips.panel_sheet`), so a clip gives the facts its sheet gives. When
+the frames are not a whole number of clips, which clip is short cannot be known, so every clip is
+read as unread evidence, never guessed.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ _LIST = re.compile(rf"{_NUM}")
 _TEST_KIND = {"mass": "mass", "friction": "coasting", "restitution": "rebound", "stiffness": "extension",
               "free-fall": "free_fall"}
 _TEST_NAME = re.compile(r"\b(mass|friction|restitution|stiffness|free-fall) test\b")
+_CLIP_FRAMES = re.compile(r"Each gives a clip of (\d+) frames")
 
 
 def _numbers(text: str) -> list[float]:
@@ -99,6 +107,22 @@ def _task(prompt: str) -> str:
     return "task"
 
 
+def _sheets(prompt: str, images: Sequence) -> list:
+    """The evidence the images show, one entry per sheet: the images themselves, or for clips of N
+    frames (the tests paragraph says so) the sheet each run of N frames makes (module docstring);
+    None for every clip when the frames are not a whole number of clips."""
+    tests = _paragraph(prompt, "Measurements that can be made") or ""
+    clip = _CLIP_FRAMES.search(tests)
+    if clip is None:
+        return list(images)
+    from evprobe.bench.clips import panel_sheet
+
+    n = int(clip.group(1))
+    if n < 4 or n % 4 or len(images) % n:
+        return [None] * -(-len(images) // max(n, 1))  # which clip is short cannot be known: every one unread
+    return [panel_sheet(list(images[i:i + n])) for i in range(0, len(images), n)]
+
+
 def read_facts(prompt: str, images: Sequence) -> Facts | None:
     """The facts of one request; None when the prompt states no system (nothing to reason on)."""
     system = next((s for opening, s in _SYSTEM_OPENINGS.items() if prompt.startswith(opening)), None)
@@ -118,15 +142,16 @@ def read_facts(prompt: str, images: Sequence) -> Facts | None:
     marker = _MARKER.search(prompt)
     style = next((s for s in STYLES.values() if marker and s.marker_name == marker.group(1)), None)
     cal = calibration(prompt)
-    evidence = _paragraph(prompt, "Evidence") or _paragraph(prompt, "The attached sheet") or ""
+    evidence = _paragraph(prompt, "Evidence") or _paragraph(prompt, "The attached sheet") \
+        or _paragraph(prompt, "The attached clip") or ""
     names = _TEST_NAME.findall(evidence)
     seen = []
-    for k, image in enumerate(images):
+    for k, image in enumerate(_sheets(prompt, images)):
         name = names[k] if k < len(names) else None
         kind = _TEST_KIND.get(name or "")
         prop = {"mass": "mass", "free-fall": "g"}.get(name or "", OTHER_WORDS[system])
         value = None
-        if kind in cal and style is not None:
+        if kind in cal and style is not None and image is not None:
             try:
                 value = read_sheet(image, kind, cal[kind], g, style)
             except DetectionError:
