@@ -84,6 +84,11 @@ def check_voids(voids: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v for v in VOID_TYPES if v in voids)  # a fixed order, whatever the flag's
 
 
+def parse_voids(text: str) -> tuple[str, ...]:
+    """The `--voids` flag (comma-separated types, blanks ignored) as check_voids' tuple; ValueError as it."""
+    return check_voids(tuple(v.strip() for v in text.split(",") if v.strip()))
+
+
 def occlude(png: bytes) -> bytes:
     """A rendered sheet with each panel below its label band covered by the occluder (PNG bytes)."""
     img = Image.open(io.BytesIO(png)).convert("RGB")
@@ -170,6 +175,7 @@ __all__ = [
     "occlude",
     "occlude_clip",
     "occluded_path",
+    "parse_voids",
     "unstated_prompt",
     "void_items",
     "void_suffix",

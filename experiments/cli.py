@@ -117,6 +117,7 @@ def add_generate_parser(sub: argparse._SubParsersAction) -> None:
 def _run_generate(args: argparse.Namespace) -> int:
     from evprobe.bench.generate import GenerateConfig, generate, main_summary
     from evprobe.bench.reference import Prices
+    from evprobe.bench.voids import parse_voids
     from evprobe.core.errors import InputError
 
     overrides = {
@@ -136,7 +137,10 @@ def _run_generate(args: argparse.Namespace) -> int:
         overrides["injection_levels"] = tuple(int(x) for x in args.injection.split(",") if x.strip())
     except ValueError:
         raise InputError(f"--injection takes comma-separated levels among 1, 2, 3, got {args.injection!r}") from None
-    overrides["voids"] = tuple(x.strip() for x in args.voids.split(",") if x.strip())
+    try:
+        overrides["voids"] = parse_voids(args.voids)  # the one parser of the flag (quickstart's too)
+    except ValueError as err:
+        raise InputError(str(err)) from None
     if args.evidence == "clip":
         from evprobe.bench.clips import SEED_FPS, SEED_FRAMES, ClipSpec
 

@@ -269,10 +269,10 @@ def add_quickstart_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _void_list(text: str) -> tuple[str, ...]:
-    from evprobe.bench.voids import check_voids
+    from evprobe.bench.voids import parse_voids
 
     try:
-        return check_voids(tuple(v.strip() for v in text.split(",") if v.strip()))
+        return parse_voids(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

@@ -90,6 +90,15 @@ def test_the_cli_writes_the_block_and_bench_json_records_it(tmp_path: Path, caps
     assert main(["generate", "--out", str(tmp_path / "c"), "--families-per-system", "1", "--voids", "sensitivity",
                  "--quiet"]) == 2
     assert "not built for these worlds" in capsys.readouterr().err
+    # one parser of the flag (bench.voids.parse_voids, quickstart's too): either order, one benchmark
+    for name, flag in (("d", "unstated, occluded"), ("e", "occluded,unstated")):
+        assert main(["generate", "--out", str(tmp_path / name), "--families-per-system", "1", "--subset-per-cell", "0",
+                     "--voids", flag, "--quiet"]) == 0
+    assert (tmp_path / "d" / "items.jsonl").read_bytes() == (tmp_path / "e" / "items.jsonl").read_bytes()
+    assert json.loads((tmp_path / "d" / "bench.json").read_text())["voids"] == ["occluded", "unstated"]
+    assert main(["generate", "--out", str(tmp_path / "f"), "--families-per-system", "1", "--voids", "occluded,occluded",
+                 "--quiet"]) == 2
+    assert "names a void type twice" in capsys.readouterr().err
 
 
 # -- evprobe check --------------------------------------------------------------------------------------
