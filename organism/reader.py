@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from evprobe.bench.detect import DetectionError
 from evprobe.bench.render import STYLES
@@ -115,12 +116,25 @@ def _sheets(prompt: str, images: Sequence) -> list:
     clip = _CLIP_FRAMES.search(tests)
     if clip is None:
         return list(images)
-    from evprobe.bench.clips import panel_sheet
-
     n = int(clip.group(1))
     if n < 4 or n % 4 or len(images) % n:
         return [None] * -(-len(images) // max(n, 1))  # which clip is short cannot be known: every one unread
-    return [panel_sheet(list(images[i:i + n])) for i in range(0, len(images), n)]
+    return [_panel_sheet(list(images[i:i + n])) for i in range(0, len(images), n)]
+
+
+def _panel_sheet(frames: list) -> Any:
+    """clips.panel_sheet of one clip's frames, keyed for the eye's cache (organism.eye.read_sheet) as
+    the clip file's panels when the frames are that file's 1..N in order (SOURCE_INFO "<digest>:<k>",
+    bench.manifest.load_images); frames of anything else get no key, so they are read afresh."""
+    from evprobe.bench.clips import panel_sheet
+    from evprobe.bench.manifest import SOURCE_INFO
+
+    sheet = panel_sheet(frames)
+    sources = [str(getattr(f, "info", {}).get(SOURCE_INFO, "")) for f in frames]
+    digest = sources[0].rpartition(":")[0]
+    if digest and sources == [f"{digest}:{k}" for k in range(1, len(frames) + 1)]:
+        sheet.info[SOURCE_INFO] = f"{digest}:panels"
+    return sheet
 
 
 def read_facts(prompt: str, images: Sequence) -> Facts | None:
