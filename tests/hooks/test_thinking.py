@@ -51,6 +51,8 @@ def test_a_template_without_the_switch_and_a_bad_value_are_refused_in_one_line(t
         evprobe.load(str(thinking_folder), thinking="yes")
     with pytest.raises(ValueError, match="key 'thinking' is 'yes'; choose from on, off"):
         ModelConfig.of("tiny:llava", thinking="yes")
+    with pytest.raises(ValueError, match="keys 'thinking' and 'prompt_format: raw' do not go together"):
+        ModelConfig.of(str(thinking_folder), thinking="off", prompt_format="raw")  # at config time, before loading
 
 
 def test_a_run_pins_its_setting_and_refuses_the_other_on_resume(thinking_folder: Path, small_bench: Path,
