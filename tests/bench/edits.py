@@ -22,6 +22,19 @@ def rewrite_items(bench: Path, edit: Callable[[list[dict[str, Any]]], None]) -> 
     (bench / "bench.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
+def wrong_last_reading(rows: list[dict[str, Any]], line: str) -> None:
+    """Both members of a level-3 threshold pair (so the pair rows hold) print a wrong reading on their
+    first readings line starting with `line` ("- panel 4" on sheets, "- frame 8" on clips of 8)."""
+    did = next(r for r in rows if r.get("injection") == 3 and r["request"] == "select")["decision_id"]
+    stem = did.rsplit(".", 2)[0]  # <family>.h<h>
+    for r in rows:
+        if r.get("injection") == 3 and r["request"] == "select" and r["decision_id"].startswith(stem + "."):
+            lines = r["prompt"].split("\n")
+            i = next(k for k, x in enumerate(lines) if x.startswith(line))
+            lines[i] = lines[i].rsplit(" ", 2)[0] + " 0.123456 m"
+            r["prompt"] = "\n".join(lines)
+
+
 def copy_bench(src: Path, tmp_path: Path) -> Path:
     """A copy of a generated benchmark under tmp_path, without its checks.json, to break on purpose."""
     dst = tmp_path / "bench"

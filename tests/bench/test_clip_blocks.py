@@ -20,7 +20,7 @@ from evprobe.bench.runner import RunConfig, run
 from evprobe.bench.void_scoring import SECTION as VOIDS
 from evprobe.experiments.scoring_io import score_run
 
-from tests.bench.edits import check_rows, copy_bench, rewrite_items
+from tests.bench.edits import check_rows, copy_bench, rewrite_items, wrong_last_reading
 
 CLIP = ClipSpec(frames=8, fps=2.0)
 BLOCKS = dict(families_per_system=2, subset_per_cell=1, numeric=True, injection_levels=(1, 2, 3))
@@ -102,15 +102,8 @@ def _in_sheet_words(rows: list[dict]) -> None:
 
 
 def _wrong_frame_reading(rows: list[dict]) -> None:
-    """Both members of a level-3 threshold pair (so the pair rows hold) print a wrong last-frame reading."""
-    did = next(r for r in rows if r.get("injection") == 3 and r["request"] == "select")["decision_id"]
-    stem = did.rsplit(".", 2)[0]  # <family>.h<h>
-    for r in rows:
-        if r.get("injection") == 3 and r["request"] == "select" and r["decision_id"].startswith(stem + "."):
-            lines = r["prompt"].split("\n")
-            i = next(k for k, x in enumerate(lines) if x.startswith("- frame 8"))
-            lines[i] = lines[i].rsplit(" ", 2)[0] + " 0.123456 m"
-            r["prompt"] = "\n".join(lines)
+    """A wrong last-frame reading in both members of a level-3 threshold pair."""
+    wrong_last_reading(rows, "- frame 8")
 
 
 def _readings_dropped(rows: list[dict]) -> None:

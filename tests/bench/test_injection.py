@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.bench.edits import rewrite_items
+from tests.bench.edits import rewrite_items, wrong_last_reading
 
 from evprobe.bench.clips import ClipSpec
 from evprobe.bench.family import Family
@@ -171,17 +171,7 @@ def test_check_catches_wrong_level_3_readings(ladder_bench: Path, tmp_path: Path
     bad = tmp_path / "bad"
     shutil.copytree(ladder_bench, bad)
 
-    def wrong(rows: list[dict]) -> None:  # both members of a threshold pair, so only the values row fails
-        did = next(r for r in rows if r.get("injection") == 3 and r["request"] == "select")["decision_id"]
-        stem = did.rsplit(".", 2)[0]  # <family>.h<h>
-        for r in rows:
-            if r.get("injection") == 3 and r["request"] == "select" and r["decision_id"].startswith(stem + "."):
-                lines = r["prompt"].split("\n")
-                i = next(k for k, x in enumerate(lines) if x.startswith("- panel 4"))
-                lines[i] = lines[i].rsplit(" ", 2)[0] + " 0.123456 m"
-                r["prompt"] = "\n".join(lines)
-
-    rewrite_items(bad, wrong)
+    rewrite_items(bad, lambda rows: wrong_last_reading(rows, "- panel 4"))
     failed = _failed(bad, capsys)
     assert "Level 3 readings are the oracle's" in failed
 
