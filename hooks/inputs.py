@@ -179,10 +179,20 @@ def encode_inputs(
         kwargs["images"] = rows
     if videos:
         kwargs["videos"] = videos  # every row's videos in order: the processor fills placeholders in text order
-        # each video's rate and length (Qwen-VL times its temporal positions by it)
-        kwargs["video_metadata"] = [{"fps": v.fps, "total_num_frames": len(v.frames)}
-                                    for row in grouped for v in row if v.kind == "video"]
+        # Each video's rate, length and frame indices: Qwen-VL times its temporal positions by the rate,
+        # SmolVLM writes each frame's timestamp (index / rate) into the prompt.
+        kwargs["video_metadata"] = [video_metadata(v) for row in grouped for v in row if v.kind == "video"]
+        # Every frame given is read: a stock video processor that samples by rate (Qwen3-VL's, at 2 fps)
+        # would otherwise drop frames of a faster clip, the last (decisive) one among them.
+        kwargs["do_sample_frames"] = False
     return processor(**kwargs)
+
+
+def video_metadata(video: Any) -> dict[str, Any]:
+    """What a video processor is told of one video (`core.video.Visual`): its frames are the whole
+    video, played at its rate (transformers' VideoMetadata fields)."""
+    n = len(video.frames)
+    return {"fps": video.fps, "total_num_frames": n, "frames_indices": list(range(n)), "duration": n / video.fps}
 
 
 def takes_videos(processor: Any) -> bool:

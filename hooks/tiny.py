@@ -25,7 +25,9 @@ Image sizes used by the tiny processors (any input size is resized down):
 
 Frames marked as a video (core.video) are read as one by llava_next_video (above) and qwen2_5_vl
 (QwenPilVideoProcessor: frames sized as images, paired into temporal patches: 16 tokens per two
-frames of a square clip); the other archs have no video path and refuse them.
+frames of a square clip); the other archs have no video path and refuse them. The same models saved
+with transformers' own video processors (Qwen3-VL and SmolVLM2 among them; torchvision needed):
+hooks.tiny_video.
 """
 
 from __future__ import annotations
@@ -218,6 +220,11 @@ _IDEFICS_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<pad>", "<fake_tok
 _IDEFICS_TEMPLATE = chat_template(
     bos="<|begin_of_text|>", user="User:", user_end="<end_of_utterance>\n", system="System:",
     assistant="Assistant:", assistant_end="<end_of_utterance>\n", image="<image>",
+)
+# The same turn with SmolVLM's video placeholder (hooks.tiny_video: the stock processor's video path).
+SMOLVLM_VIDEO_TEMPLATE = chat_template(
+    bos="<|begin_of_text|>", user="User:", user_end="<end_of_utterance>\n", system="System:",
+    assistant="Assistant:", assistant_end="<end_of_utterance>\n", image="<image>", video="<video>",
 )
 # Vision tile 32x32 px, patch 8 -> 4x4 patches, pixel shuffle 2 -> 2x2 = 4 tokens per tile.
 _IDEFICS_TILE = 32

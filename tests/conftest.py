@@ -84,10 +84,18 @@ def tiny_text_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_text_model(tmp_path_factory.mktemp("tiny_text") / "model")
 
 
-def _vllm_python() -> Path | None:
-    named = os.environ.get("EVPROBE_VLLM_PYTHON")
-    path = Path(named) if named else Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+def _env_python(variable: str, venv: str) -> Path | None:
+    """The Python that `variable` names, else the repository's `venv`'s, or None when neither exists."""
+    named = os.environ.get(variable)
+    path = Path(named) if named else Path(__file__).resolve().parents[1] / venv / "bin" / "python"
     return path if path.is_file() else None
+
+
+def _required(message: str) -> None:
+    """Skip without an optional environment; fail under CI, which installs it."""
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -95,10 +103,18 @@ def vllm_python() -> Path:
     """The Python of the environment that holds vLLM and evprobe (`.ci/run` makes `.venv-vllm`;
     EVPROBE_VLLM_PYTHON names another): vLLM pins a transformers older than this environment's, so
     it lives in its own. Skips without one, and fails under CI, which installs it."""
-    path = _vllm_python()
+    path = _env_python("EVPROBE_VLLM_PYTHON", ".venv-vllm")
     if path is None:
-        message = "no vLLM environment (.venv-vllm or EVPROBE_VLLM_PYTHON); .ci/run installs it"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        _required("no vLLM environment (.venv-vllm or EVPROBE_VLLM_PYTHON); .ci/run installs it")
+    return path
+
+
+@pytest.fixture(scope="session")
+def video_python() -> Path:
+    """The Python of the environment with torchvision (`.ci/run` makes `.venv-video`; EVPROBE_VIDEO_PYTHON
+    names another), where transformers' own video processors run: the index's torchvision is built for
+    another torch than this environment's CPU build. Skips without one, and fails under CI."""
+    path = _env_python("EVPROBE_VIDEO_PYTHON", ".venv-video")
+    if path is None:
+        _required("no video environment (.venv-video or EVPROBE_VIDEO_PYTHON); .ci/run installs it")
     return path

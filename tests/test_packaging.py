@@ -32,7 +32,7 @@ PARTS = ("core", "bench", "hooks", "probes", "experiments", "organism")
 SCANNED = (*PARTS, "evprobe", "tests", "benchmarks")
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors", "organism.json",
                     "processor_config.json", "tokenizer.json", "tokenizer_config.json")
-# Not copied into the build tree (at its top level): the venvs (.venv, and .venv-vllm that .ci/run
+# Not copied into the build tree (at its top level): the venvs (.venv, and .venv-vllm and .venv-video that .ci/run
 # makes: 3.8 GB, which took 90 s to copy), git, and what builds and runs write.
 _TOP_IGNORED = {".git", "build", "dist", "out", "runs", ".pytest_cache", ".hypothesis", ".ruff_cache"}
 
