@@ -10,7 +10,8 @@ Clips (`bench.clips`, read as frames): a prompt that says its evidence is clips 
 of N frames as one clip and reads the sheet its panel frames make (N/4, N/2, 3N/4, N: the frames
 the prompt's test lines name, `clips.panel_sheet`), so a clip gives the facts its sheet gives. When
 the frames are not a whole number of clips, which clip is short cannot be known, so every clip is
-read as unread evidence, never guessed.
+read as unread evidence, never guessed. Clips read as videos (`evprobe run --video-input native`: the
+processor's video path, organism.processor) are one clip each, read the same way (`clip_sheets`).
 """
 
 from __future__ import annotations
@@ -122,6 +123,17 @@ def _sheets(prompt: str, images: Sequence) -> list:
     return [_panel_sheet(list(images[i:i + n])) for i in range(0, len(images), n)]
 
 
+def clip_sheets(prompt: str, videos: Sequence[Sequence]) -> list:
+    """The evidence of clips read as videos (hooks.inputs: one video per clip, frames in order): the
+    sheet each video's panel frames make, or None (unread) for a video whose frame count is not the N
+    the prompt states (each video is one clip, so a short one is known, unlike frames read as images),
+    and for every video when the prompt states no clip length."""
+    clip = _CLIP_FRAMES.search(_paragraph(prompt, "Measurements that can be made") or "")
+    n = None if clip is None else int(clip.group(1))
+    return [_panel_sheet(list(v)) if n is not None and n >= 4 and n % 4 == 0 and len(v) == n else None
+            for v in videos]
+
+
 def _panel_sheet(frames: list) -> Any:
     """clips.panel_sheet of one clip's frames, keyed for the eye's cache (organism.eye.read_sheet) as
     the clip file's panels when the frames are that file's 1..N in order (SOURCE_INFO "<digest>:<k>",
@@ -137,8 +149,12 @@ def _panel_sheet(frames: list) -> Any:
     return sheet
 
 
-def read_facts(prompt: str, images: Sequence) -> Facts | None:
-    """The facts of one request; None when the prompt states no system (nothing to reason on)."""
+def read_facts(prompt: str, images: Sequence, *, videos: Sequence[Sequence] = ()) -> Facts | None:
+    """The facts of one request; None when the prompt states no system (nothing to reason on).
+    videos: the clips read as videos (`clip_sheets`); a request shows its evidence one way, so a row
+    with videos has no images."""
+    if videos and images:
+        raise ValueError("the organism reads a row's evidence as images or as videos, not both")
     system = next((s for opening, s in _SYSTEM_OPENINGS.items() if prompt.startswith(opening)), None)
     if system is None:
         return None
@@ -160,7 +176,7 @@ def read_facts(prompt: str, images: Sequence) -> Facts | None:
         or _paragraph(prompt, "The attached clip") or ""
     names = _TEST_NAME.findall(evidence)
     seen = []
-    for k, image in enumerate(_sheets(prompt, images)):
+    for k, image in enumerate(clip_sheets(prompt, videos) if videos else _sheets(prompt, images)):
         name = names[k] if k < len(names) else None
         kind = _TEST_KIND.get(name or "")
         prop = {"mass": "mass", "free-fall": "g"}.get(name or "", OTHER_WORDS[system])
