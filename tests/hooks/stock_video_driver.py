@@ -98,6 +98,30 @@ def _qwen3_sampling(folder: Path) -> dict[str, Any]:
             "temporal_patch": int(handle.processor.video_processor.temporal_patch_size)}
 
 
+def _frame_runs(folder: Path, bench: Path) -> dict[str, Any]:
+    """SmolVLM2 writes each frame as its own run of image tokens (after "Frame from mm:ss:"): the
+    positions `frame:K` reads (hooks.positions: the K-th equal share of the row's image tokens) beside
+    those runs, on the first row (the answer_after_test item's two clips)."""
+    from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.loading import load
+    from evprobe.hooks.positions import Frame, row_indices
+    from evprobe.hooks.spans import batch_spans
+
+    handle = load(str(folder))
+    prompts, videos = _rows(bench)
+    enc = build_inputs(handle, prompts[:1], videos[:1])
+    n = [len(videos[0])]
+    spans = batch_spans(handle, enc, prompts[:1], n)
+    frames = [list(row_indices(handle, enc, prompts[:1], n, spans, [Frame(k)])[0][0]) for k in range(n[0])]
+    runs: list[list[int]] = []
+    for i in spans[0].image:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return {"frames": frames, "runs": runs}
+
+
 def main(out: Path, bench: Path) -> None:
     from evprobe.hooks.inputs import takes_videos
     from evprobe.hooks.loading import load
@@ -128,6 +152,8 @@ def main(out: Path, bench: Path) -> None:
             info["parity"] = _parity(arch, folder, bench)
         if arch == "qwen3_vl":
             info["sampling"] = _qwen3_sampling(folder)
+        if arch == "smolvlm":
+            info["frame_runs"] = _frame_runs(folder, bench)
         result["archs"][arch] = info
     import torch
     import torchvision

@@ -94,6 +94,13 @@ def test_capture_reads_stock_video_batched_equal_to_single(driven: tuple[Path, d
     assert not np.allclose(acts["v3"][:, :, 1], acts["f"][:, :, 1])  # a video is not its frames as images
 
 
+def test_frame_k_reads_the_tokens_smolvlm_wrote_for_frame_k(driven: tuple[Path, dict]) -> None:
+    """SmolVLM2's processor writes each frame as its own run of image tokens: `frame:K` (an equal share
+    of the row's image tokens) is exactly the K-th run, for every frame of a row of two clips."""
+    runs = driven[1]["archs"]["smolvlm"]["frame_runs"]
+    assert len(runs["runs"]) == 16 and runs["frames"] == runs["runs"]
+
+
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
 def test_a_frame_position_on_temporal_patches_is_refused_in_one_line(driven: tuple[Path, dict], arch: str) -> None:
     refused = driven[1]["archs"][arch]["frame_refused"]
