@@ -13,6 +13,8 @@ every name is imported on first use.
         positions: "last" / "image_mean" / "text_mean", token indices (int, evprobe.Token; negative
         from the end), evprobe.Marker(text, "mean" | "first" | "last"); component= "resid_post"
         (default), "attn_out", "mlp_out"; evprobe.capture_components(..., components=[...]) one pass
+        evprobe.Frame(k) the k-th image's (or a video's k-th frame's) tokens
+    evprobe.mark_video(frames, key, fps)  frames a model with a video path reads as ONE video (any row's images)
     evprobe.capture_tokens(handle, prompts, images, layers=) -> TokenActs (one array per row)
     evprobe.capture_sites(handle, prompts, images, sites=["attn_head.L3.H2", ...], positions=) -> {site: array}
     evprobe.intervene(handle, [Read(site), Add(site, delta), Ablate, Replace, Patch])  the one intervention
@@ -65,6 +67,8 @@ _API: dict[str, tuple[str, str]] = {
     "pair_patching": ("evprobe.experiments.own_data.patching", "pair_patching"),
     "probe_layers": ("evprobe.experiments.own_data.layer_sweep", "probe_layers"),
     "Token": ("evprobe.hooks.positions", "Token"),
+    "Frame": ("evprobe.hooks.positions", "Frame"),
+    "mark_video": ("evprobe.core.video", "mark_video"),
     "Marker": ("evprobe.hooks.positions", "Marker"),
     "Steering": ("evprobe.hooks.steer", "Steering"),
     "steer": ("evprobe.hooks.steer", "steer"),

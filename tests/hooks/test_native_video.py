@@ -121,3 +121,29 @@ def test_a_model_without_a_video_path_refuses_marked_frames(handles) -> None:
     assert not takes_videos(h.processor)
     with pytest.raises(ValueError, match="has no video path, so it cannot read frames marked as a video"):
         build_inputs(h, PROMPTS[:1], [mark_video(clip(1), "a", 2.0)])
+
+
+def test_the_own_model_pages_video_example_runs_as_written(handles, tmp_path, monkeypatch) -> None:
+    """docs/howto/own-model.md, "Clips as video": its block on 32 frames written to clip/, with the tiny
+    LLaVA-NeXT-Video as `handle`: the 32 frames are one video, and Frame(-1) reads the last frame
+    (what Frame(31) reads)."""
+    import re
+    from pathlib import Path
+
+    import evprobe
+
+    page = (Path(__file__).parents[2] / "docs" / "howto" / "own-model.md").read_text()
+    section = page.split("## Clips as video", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "clip").mkdir()
+    for k, frame in enumerate(clip(0, 32), start=1):
+        frame.save(tmp_path / "clip" / f"{k:02d}.png")
+    handle = get(handles, "llava_next_video")
+    namespace = {"evprobe": evprobe, "Image": Image, "handle": handle}
+    exec(compile(block, "docs/howto/own-model.md", "exec"), namespace)  # noqa: S102 (the repository's own page)
+    assert namespace["logp"].shape == (1, 2) and namespace["acts"].shape == (1, 1, 3, handle.d_model)
+    assert visuals(namespace["clip"])[0].kind == "video" and len(visuals(namespace["clip"])) == 1
+    last = capture_layers(handle, ["Does the block pass the 2 m mark?"], [namespace["clip"]], layers=[2],
+                          positions=[Frame(31)])
+    np.testing.assert_array_equal(namespace["acts"][:, :, 2], last[:, :, 0])
