@@ -183,7 +183,7 @@ def encode_inputs(
         # SmolVLM writes each frame's timestamp (index / rate) into the prompt.
         kwargs["video_metadata"] = [video_metadata(v) for row in grouped for v in row if v.kind == "video"]
         # Every frame given is read: a stock video processor that samples by rate (Qwen3-VL's, at 2 fps)
-        # would otherwise drop frames of a faster clip, the last (decisive) one among them.
+        # would otherwise drop frames of a faster clip, possibly the decisive last one.
         kwargs["do_sample_frames"] = False
     return processor(**kwargs)
 

@@ -12,6 +12,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 from pathlib import Path  # noqa: E402
+from typing import NoReturn  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -91,7 +92,7 @@ def _env_python(variable: str, venv: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def _required(message: str) -> None:
+def _required(message: str) -> NoReturn:
     """Skip without an optional environment; fail under CI, which installs it."""
     if os.environ.get("CI"):
         pytest.fail(message)
