@@ -109,15 +109,19 @@ def _task(prompt: str) -> str:
     return "task"
 
 
+def _clip_length(prompt: str) -> int | None:
+    """N of a prompt whose evidence is clips of N frames (its tests paragraph says so), else None."""
+    clip = _CLIP_FRAMES.search(_paragraph(prompt, "Measurements that can be made") or "")
+    return None if clip is None else int(clip.group(1))
+
+
 def _sheets(prompt: str, images: Sequence) -> list:
     """The evidence the images show, one entry per sheet: the images themselves, or for clips of N
     frames (the tests paragraph says so) the sheet each run of N frames makes (module docstring);
     None for every clip when the frames are not a whole number of clips."""
-    tests = _paragraph(prompt, "Measurements that can be made") or ""
-    clip = _CLIP_FRAMES.search(tests)
-    if clip is None:
+    n = _clip_length(prompt)
+    if n is None:
         return list(images)
-    n = int(clip.group(1))
     if n < 4 or n % 4 or len(images) % n:
         return [None] * -(-len(images) // max(n, 1))  # which clip is short cannot be known: every one unread
     return [_panel_sheet(list(images[i:i + n])) for i in range(0, len(images), n)]
@@ -128,8 +132,7 @@ def clip_sheets(prompt: str, videos: Sequence[Sequence]) -> list:
     sheet each video's panel frames make, or None (unread) for a video whose frame count is not the N
     the prompt states (each video is one clip, so a short one is known, unlike frames read as images),
     and for every video when the prompt states no clip length."""
-    clip = _CLIP_FRAMES.search(_paragraph(prompt, "Measurements that can be made") or "")
-    n = None if clip is None else int(clip.group(1))
+    n = _clip_length(prompt)
     return [_panel_sheet(list(v)) if n is not None and n >= 4 and n % 4 == 0 and len(v) == n else None
             for v in videos]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,17 @@ def copy_bench(src: Path, tmp_path: Path) -> Path:
     shutil.copytree(src, dst)
     (dst / "checks.json").unlink(missing_ok=True)
     return dst
+
+
+def check_passes(source: Path, tmp_path: Path, capsys: Any, rows: Iterable[str]) -> Path:
+    """`evprobe check` on a copy of `source` (copy_bench): exit 0, no row failed, and each of `rows`
+    printed. Returns the copy (its checks.json holds the numbers)."""
+    bench = copy_bench(source, tmp_path)
+    code, failed, out = check_rows(bench, capsys)
+    assert code == 0 and not failed
+    for row in rows:
+        assert row in out
+    return bench
 
 
 def check_rows(bench: Path, capsys: Any) -> tuple[int, set[str], str]:

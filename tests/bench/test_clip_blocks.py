@@ -20,7 +20,7 @@ from evprobe.bench.runner import RunConfig, run
 from evprobe.bench.void_scoring import SECTION as VOIDS
 from evprobe.experiments.scoring_io import score_run
 
-from tests.bench.edits import check_rows, copy_bench, rewrite_items, wrong_last_reading
+from tests.bench.edits import check_passes, check_rows, copy_bench, rewrite_items, wrong_last_reading
 
 CLIP = ClipSpec(frames=8, fps=2.0)
 BLOCKS = dict(families_per_system=2, subset_per_cell=1, numeric=True, injection_levels=(1, 2, 3))
@@ -87,11 +87,7 @@ def clip_blocks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_check_passes_the_blocks_on_clips(clip_blocks: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    bench = copy_bench(clip_blocks, tmp_path)
-    code, failed, out = check_rows(bench, capsys)
-    assert code == 0 and not failed
-    for row in BLOCK_ROWS:
-        assert row in out
+    check_passes(clip_blocks, tmp_path, capsys, BLOCK_ROWS)
 
 
 def _in_sheet_words(rows: list[dict]) -> None:

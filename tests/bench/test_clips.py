@@ -31,7 +31,7 @@ from evprobe.bench.manifest import load_item_images, read_items
 from evprobe.bench.render import PANEL, STYLES, render_image
 from evprobe.experiments.cli import main
 
-from tests.bench.edits import check_rows, copy_bench
+from tests.bench.edits import check_passes, check_rows, copy_bench
 
 CLIP = ClipSpec(frames=8, fps=2.0)
 CONFIG = GenerateConfig(families_per_system=2, subset_per_cell=1, clip=CLIP, voids=("occluded", "unstated"))
@@ -145,11 +145,7 @@ CLIP_ROWS = ("Clips: frames, size and rate", "Clip frames follow the motion")
 
 def test_check_passes_a_clip_benchmark_with_its_rows(clip_bench: Path, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture) -> None:
-    bench = copy_bench(clip_bench, tmp_path)
-    code, failed, out = check_rows(bench, capsys)
-    assert code == 0 and not failed
-    for row in CLIP_ROWS:
-        assert row in out
+    bench = check_passes(clip_bench, tmp_path, capsys, CLIP_ROWS)
     numbers = json.loads((bench / "checks.json").read_text())
     assert numbers["clips_checked"] == 6 * 5 + 6 * 2 and numbers["clip_frames_read"] == 8 * numbers["clips_checked"]
     assert numbers["occluded_sheets"] == 12 and numbers["identical_occluded"] == [6, 6]  # void rows on clips

@@ -24,7 +24,7 @@ from evprobe.bench.voids import VOID_TYPES, check_voids
 from evprobe.core.errors import InputError
 from evprobe.experiments.cli import main
 
-from tests.bench.edits import check_rows, copy_bench, rewrite_items
+from tests.bench.edits import check_passes, check_rows, copy_bench, rewrite_items
 from tests.bench.test_scoring import invalid, record
 
 CONFIG = GenerateConfig(families_per_system=2, subset_per_cell=0, voids=("occluded", "unstated"))
@@ -109,11 +109,7 @@ VOID_ROWS = ("Voids name a sufficient twin of the main set", "Visual voids diffe
 
 
 def test_check_passes_the_void_block_with_its_rows(void_bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    bench = copy_bench(void_bench, tmp_path)
-    code, failed, out = check_rows(bench, capsys)
-    assert code == 0 and not failed
-    for row in VOID_ROWS:
-        assert row in out
+    bench = check_passes(void_bench, tmp_path, capsys, VOID_ROWS)
     checks = json.loads((bench / "checks.json").read_text())
     assert checks["void_items"] == 36 and checks["identical_occluded"] == [6, 6]
 

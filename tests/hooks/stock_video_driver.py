@@ -62,7 +62,7 @@ def _parity(arch: str, folder: Path, bench: Path) -> dict[str, Any]:
     tiny = importlib.import_module("evprobe.hooks.tiny").tiny
     prompts, videos = _rows(bench)
     mine, enc_mine = _last_logprobs(tiny(arch), prompts, videos)
-    stock, enc_stock = _last_logprobs(load(str(folder)), prompts, _rows(bench)[1])
+    stock, enc_stock = _last_logprobs(load(str(folder)), prompts, videos)
     same_ids = torch.equal(enc_mine["input_ids"], enc_stock["input_ids"])
     pixels = enc_mine["pixel_values_videos"].float(), enc_stock["pixel_values_videos"].float()
     return {"same_input_ids": bool(same_ids), "n_tokens": int(enc_mine["input_ids"].shape[1]),
