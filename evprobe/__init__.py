@@ -24,6 +24,8 @@ every name is imported on first use.
     evprobe.steering_dose_response(handle, prompts, images, direction=, candidates=, target=, families=)
         the pipeline's dose-response on your own prompts: random-direction null, cross-fitted choice,
         family-bootstrap intervals; tidy DataFrames and a plot
+    evprobe.paired_effects(frame, baseline=, measures=)  your own per-item readouts (any model, engine or
+        API) -> each condition's estimate and paired change with the pipeline's family-bootstrap intervals
     evprobe.pair_patching(handle, pairs, families=, candidates=, answers=, sites=)  pair patching on your
         own aligned pairs, both ways, with the pipeline's measures and intervals
     evprobe.probe_layers(handle, prompts, images, labels=, families=, out=)  capture + the probe sweep
@@ -65,6 +67,7 @@ _API: dict[str, tuple[str, str]] = {
     "build_inputs": ("evprobe.hooks.inputs", "build_inputs"),
     "steering_dose_response": ("evprobe.experiments.own_data.dose_response", "steering_dose_response"),
     "pair_patching": ("evprobe.experiments.own_data.patching", "pair_patching"),
+    "paired_effects": ("evprobe.experiments.own_data.effects", "paired_effects"),
     "probe_layers": ("evprobe.experiments.own_data.layer_sweep", "probe_layers"),
     "Token": ("evprobe.hooks.positions", "Token"),
     "Frame": ("evprobe.hooks.positions", "Frame"),

@@ -66,7 +66,10 @@ Conventions (the report repeats them):
   stop, never correct) and their share is reported.
 - **Intervals.** core.bootstrap.FamilyBootstrap over the families of the selected items (one
   resample matrix for every number of a run, so differences to alpha = 0 are paired); per-system
-  rows use the same resamples. Every number is printed with its interval and n (items).
+  rows use the same resamples. Every curve number comes from experiments.own_data.effects, the
+  estimator of `steering_dose_response` and `evprobe.paired_effects` (rates hulled with a cluster
+  interval, changes of rates widened where a rate saturates, a cell whose units all equal marked
+  identical). Every number is printed with its interval and n (items).
 
 Sharding: `--shard K/N` steers only the target items of shard K's families (core.shard; after
 the held-out filter and `limit`, so the N shards together hold exactly the unsharded selection);

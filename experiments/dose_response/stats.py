@@ -5,13 +5,12 @@ ablation, the cross-fitted headline (experiments.dose_response.crossfit) and the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap, percentile_interval
-from evprobe.core.proportion import check_shares, cluster_interval, hull, saturated_change
+from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.dose_response.controls import controls_record
 from evprobe.experiments.dose_response.crossfit import crossfit
@@ -20,6 +19,7 @@ from evprobe.experiments.dose_response.plan import Plan
 from evprobe.experiments.dose_response.relabel import relabel_record
 from evprobe.experiments.dose_response.specificity import SPECIFIC_P
 from evprobe.experiments.dose_response.text import ablation_sentence, paragraphs
+from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, spans_of
 
 GROUPS = ("resolved", "unresolved", "all")
 MEASURES: dict[str, tuple[str, ...]] = {
@@ -72,47 +72,11 @@ def _est(value: float, lo: float, hi: float, n: int) -> dict[str, Any]:
 Stats = dict[tuple[str, str, str, str], tuple[dict[str, Any], dict[str, Any]]]  # (key, group, system, measure)
 
 
-def _sums(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
-          boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-family sums (F, C) of one condition's cells, ordered (group, system) x measure: the
-    numerators (defined item values) and denominators (items where the measure is defined)."""
-    V = _values(readout, rows)  # (items, measures)
-    nums, dens = [], []
-    for m in masks.values():
-        for j in range(V.shape[1]):
-            defined = m & ~np.isnan(V[:, j])
-            nums.append(boot.per_family(fam, np.where(defined, V[:, j], 0.0)))
-            dens.append(boot.per_family(fam, defined.astype(float)))
-    return np.stack(nums, axis=1), np.stack(dens, axis=1)
-
-
-@dataclass(frozen=True, eq=False)
-class Cells:
-    """One condition's cells, ordered (group, system) x measure, from one pass over its rows:
-    observed ratios (C,), resampled ratios (B, C) (NaN where a resample's denominator is 0), n (C,)
-    and the cluster interval (lo, hi) of the cells that are proportions (NaN for log-odds)."""
-
-    observed: np.ndarray
-    draws: np.ndarray
-    n: np.ndarray
-    cluster: tuple[np.ndarray, np.ndarray]
-
-
 def _cells(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
            boot: FamilyBootstrap, fam: np.ndarray) -> Cells:
-    """Same ratio estimator as FamilyBootstrap.resample_many, on the bootstrap's one resample
-    matrix; the cluster interval as core.proportion (FamilyBootstrap's binary=True)."""
-    NUM, DEN = _sums(readout, rows, masks, boot, fam)  # (F, C) per-family sums
-    top, bottom = NUM.sum(0), DEN.sum(0)
-    draws_num, draws_den = boot.counts @ NUM, boot.counts @ DEN  # (B, C)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        observed = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
-        draws = np.where(draws_den > 0, draws_num / np.where(draws_den > 0, draws_den, 1.0), np.nan)
-    share = np.array([m not in NOT_PROPORTIONS for _ in masks for m in MEASURES[readout]])  # (C,)
-    check_shares(NUM[:, share], DEN[:, share])
-    lo, hi = np.full(len(share), np.nan), np.full(len(share), np.nan)
-    lo[share], hi[share] = cluster_interval(NUM[:, share], DEN[:, share])
-    return Cells(observed, draws, bottom.round().astype(int), (lo, hi))
+    """One condition's cells, ordered (group, system) x measure (experiments.own_data.effects.cells,
+    the estimator steering_dose_response uses too)."""
+    return cells(_values(readout, rows), masks, boot, fam, [m not in NOT_PROPORTIONS for m in MEASURES[readout]])
 
 
 def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
@@ -120,18 +84,6 @@ def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str
     """(observed (C,), draws (B, C), n (C,)) of one condition's cells (see Cells)."""
     c = _cells(readout, rows, masks, boot, fam)
     return c.observed, c.draws, c.n
-
-
-def spans_of(cur: Cells, base: Cells) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(lo, hi) of a condition's cells and (dlo, dhi) of their paired change against the base,
-    each (C,): family-bootstrap percentiles; for proportions hulled with the cluster interval and,
-    where a rate is saturated, the change widened by core.proportion.saturated_change, so no rate
-    and no change of rates prints a zero-width interval."""
-    lo, hi = hull(percentile_interval(cur.draws), cur.cluster)
-    share = np.isfinite(cur.cluster[0]) & np.isfinite(base.cluster[0])  # proportion cells
-    dlo, dhi = percentile_interval(cur.draws - base.draws)
-    wlo, whi = saturated_change((dlo, dhi), cur.observed, cur.cluster, base.observed, base.cluster)
-    return lo, hi, np.where(share, wlo, dlo), np.where(share, whi, dhi)
 
 
 def intervals(readout: str, rows: list[dict[str, Any]], base_rows: list[dict[str, Any]],
@@ -147,7 +99,7 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]]
 
     One condition at a time keeps memory at O(B x cells) however large the grid; the baseline's
     cells are computed once and pair each change with alpha = 0 on the same resamples."""
-    cells = [(g, s, m) for (g, s) in masks for m in MEASURES[readout]]
+    cell_names = [(g, s, m) for (g, s) in masks for m in MEASURES[readout]]
 
     def rows(key: str) -> list[dict[str, Any]]:
         return [done[(it.item_id, key)] for it in plan.items]
@@ -155,14 +107,12 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]]
     base = _cells(readout, rows("base"), masks, boot, fam)
     stats: Stats = {}
     for key in row_keys:
-        cur = _cells(readout, rows(key), masks, boot, fam)
-        lo, hi, dlo, dhi = spans_of(cur, base)
-        for c, (group, system, measure) in enumerate(cells):
-            value = _est(cur.observed[c], lo[c], hi[c], cur.n[c])
+        values, changes = cell_estimates(_cells(readout, rows(key), masks, boot, fam), base)
+        for c, (group, system, measure) in enumerate(cell_names):
+            value = values[c].to_json()
             # alpha = 0 against itself is 0 by definition, whatever the sample: fixed by design
             # (core.bootstrap), printed without an interval rather than as [0, 0] or a MOVER width
-            change = (_fixed_zero(cur.n[c]) if key == "base" and value["value"] is not None else
-                      _est(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c]))
+            change = _fixed_zero(values[c].n) if key == "base" and value["value"] is not None else changes[c].to_json()
             stats[(key, group, system, measure)] = (value, change)
     return stats
 

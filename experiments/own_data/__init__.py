@@ -5,9 +5,12 @@ plots.
     evprobe.steering_dose_response(handle, prompts, images, direction=d, candidates=["A", "B"], target="A",
                                    families=families, alphas=(-1, 0, 1))   -> DoseResponseResult
     evprobe.pair_patching(handle, pairs, families=..., candidates=..., answers=...)  -> PairPatchingResult
+    evprobe.paired_effects(frame, baseline="unsteered", measures=["log_odds"])  -> DataFrame
 
-Each reads a model through hooks (the intervention core) and resamples whole families
-(core.bootstrap); the benchmark's `evprobe patching` computes its rows and tables with the same
-functions (experiments/patching/job.py), and `evprobe dose-response` shares the null statistics and the
-cross-fitted choice (experiments.dose_response.null, experiments.dose_response.specificity).
+Each resamples whole families (core.bootstrap), and each but paired_effects reads a model through
+hooks (the intervention core); the benchmark's `evprobe patching` computes its rows and tables with the same
+functions (experiments/patching/job.py), and `evprobe dose-response` builds its curves with the same
+estimator (experiments.own_data.effects, which `evprobe.paired_effects` offers for readouts from
+anywhere) and shares the null statistics and the cross-fitted choice (experiments.dose_response.null,
+experiments.dose_response.specificity).
 """

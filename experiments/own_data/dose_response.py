@@ -15,8 +15,12 @@ handle's answer prefix). Per item, `log_odds` = log p(target) - max log p(other 
 unsaturated), and `chose` = 1 when the target ranks first (ties to the earlier candidate). Effects
 are paired changes against alpha = 0 (the unsteered model, no hooks at all), averaged per group
 (`all`, and each label of `groups`), with a family bootstrap (core.bootstrap: whole families
-resampled, one resample matrix for every number, so changes are paired). The choice's rate is a
-proportion (a cluster interval that is never a point).
+resampled, one resample matrix for every number, so changes are paired). Every estimate and
+interval comes from experiments.own_data.effects, the estimator `evprobe dose-response` builds
+its curves with: the choice's rate is a proportion (hulled with a cluster interval, never a
+point; its change widened where a rate saturates), and a cell whose units all moved alike is
+marked identical. On the same items, direction, doses and seeds the two give the same effects,
+null places and intervals, number for number (tests/experiments/test_own_dose_response.py).
 
 Doses: alpha in multiples of the mean residual norm at the layer over the positions the vector is
 added at (`units="norm"`, the pipeline's unit), measured unsteered on these prompts
@@ -34,7 +38,7 @@ p = (1 + #{null directions at least as far toward the goal}) / (K + 1), "specifi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +50,7 @@ from evprobe.core.errors import InputError
 from evprobe.experiments.dose_response.crossfit import split_halves
 from evprobe.experiments.dose_response.null import null_stats
 from evprobe.experiments.dose_response.specificity import choose_settings, group_means, scored_at, specificity_stats
+from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -176,6 +181,7 @@ def steering_dose_response(
     controls: Mapping[str, Any] | None = None,
     n_boot: int = 2000,
     seed: int = 20260905,
+    random_seed: int | None = None,
     split_seed: int = 0,
     batch_size: int = 8,
     max_rows: int = 256,
@@ -192,6 +198,8 @@ def steering_dose_response(
     groups: one label per prompt (e.g. "enough" / "not enough"), each read on its own beside "all".
     controls: {name: vector} other directions read like the probe at every layer (e.g. a
         direction of another feature), at the same raw doses.
+    seed: the family bootstrap's, and the random directions' unless `random_seed` is given (the
+        pipeline seeds them apart: its `seed` and `random_seed`).
     """
     import pandas as pd
 
@@ -235,7 +243,8 @@ def steering_dose_response(
 
     # -- readouts: alpha = 0 once (no hooks), then every direction x dose in large forwards
     base = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size), t)  # (n, 2)
-    rand = random_directions(handle.d_model, n_random, seed) if n_random else np.zeros((0, handle.d_model))
+    rand_seed = seed if random_seed is None else random_seed
+    rand = random_directions(handle.d_model, n_random, rand_seed) if n_random else np.zeros((0, handle.d_model))
     names = ["probe", *extra]
     values: dict[int, np.ndarray] = {}   # layer -> (A, D, n, 2): the named directions
     nulls: dict[int, np.ndarray] = {}    # layer -> (A, K, n, 2): the random ones
@@ -258,24 +267,20 @@ def steering_dose_response(
     boot = FamilyBootstrap(sorted(set(fam)), n_boot, seed)
     fidx = boot.family_index(list(fam))
     effects, null_rows, item_rows = [], [], []
+    cell_of = [(g, measure) for g in masks for measure in MEASURES]  # the cells' order (experiments.own_data.effects)
 
-    def estimate(per_item: np.ndarray, mask: np.ndarray, binary: bool) -> Any:
-        """per_item (n,) -> the family-bootstrap Estimate of its mean over `mask`; units all equal
-        (a change of exactly 0 everywhere) have nothing to resample: marked identical, no interval."""
-        picked = per_item[mask]
-        if len(picked) and not binary and np.ptp(picked) == 0.0:
-            return Estimate.identical_units(float(picked[0]), len(picked))
-        num = boot.per_family(fidx[mask], per_item[mask])[:, None]
-        den = boot.per_family(fidx[mask], np.ones(int(mask.sum())))[:, None]
-        return boot.rates(num, den, binary=binary)[0]
+    def read(per_item: np.ndarray) -> Cells:
+        """(n, 2) log-odds and choices -> their cells per group (the choice is a proportion)."""
+        return cells(per_item, masks, boot, fidx, [measure == "chose" for measure in MEASURES])
 
-    def add(name: str, layer_: int | None, alpha: float, group: str, measure: str, e: Any) -> None:
+    base_cells = read(base)
+
+    def add(name: str, layer_: int | None, alpha: float, group: str, measure: str, e: Estimate) -> None:
         effects.append({"direction": name, "layer": layer_, "alpha": alpha, "group": group, "measure": measure,
                         **_interval(e)})
 
-    for g, mask in masks.items():
-        for m, measure in enumerate(MEASURES):
-            add("unsteered", None, 0.0, g, measure, estimate(base[:, m], mask, binary=measure == "chose"))
+    for (g, measure), e in zip(cell_of, cell_estimates(base_cells, base_cells)[0], strict=True):
+        add("unsteered", None, 0.0, g, measure, e)
     for layer_ in sorted(vectors):
         for ai, alpha in enumerate(steps):
             for di, name in enumerate(names):
@@ -283,11 +288,10 @@ def steering_dose_response(
                 for i in range(len(prompts)):
                     item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": name,
                                       "layer": layer_, "alpha": alpha, "log_odds": vals[i, 0], "chose": vals[i, 1]})
-                for g, mask in masks.items():
-                    for m, measure in enumerate(MEASURES):
-                        add(name, layer_, alpha, g, measure, estimate(vals[:, m], mask, binary=measure == "chose"))
-                        add(name, layer_, alpha, g, f"{measure}_change", estimate(vals[:, m] - base[:, m], mask,
-                                                                                  binary=False))
+                steered, changes = cell_estimates(read(vals), base_cells)
+                for c, (g, measure) in enumerate(cell_of):
+                    add(name, layer_, alpha, g, measure, steered[c])
+                    add(name, layer_, alpha, g, f"{measure}_change", changes[c])
             for g, mask in masks.items():
                 for m, measure in enumerate(MEASURES):
                     probe = float(np.mean(values[layer_][ai, 0][mask, m] - base[mask, m]))
@@ -297,7 +301,8 @@ def steering_dose_response(
     for i in range(len(prompts)):
         item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "unsteered", "layer": None,
                           "alpha": 0.0, "log_odds": base[i, 0], "chose": base[i, 1]})
-    crossfit = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed, boot, fidx, estimate)
+    crossfit = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed,
+                         lambda scored: cell_estimates(read(scored), base_cells)[1])
     return DoseResponseResult(effects=pd.DataFrame(effects), null=pd.DataFrame(null_rows),
                               crossfit=pd.DataFrame(crossfit), items=pd.DataFrame(item_rows), units=unit, goal=goal,
                               goal_group=goal_group)
@@ -305,8 +310,9 @@ def steering_dose_response(
 
 def _crossfit(values: dict[int, np.ndarray], nulls: dict[int, np.ndarray], base: np.ndarray, steps: list[float],
               fam: np.ndarray, masks: dict[str, np.ndarray], goal: int, goal_group: str, split_seed: int,
-              boot: FamilyBootstrap, fidx: np.ndarray, estimate: Any) -> list[dict[str, Any]]:
-    """The cross-fitted effect of the probe and of each null direction (module docstring)."""
+              changes_of: Callable[[np.ndarray], list[Estimate]]) -> list[dict[str, Any]]:
+    """The cross-fitted effect of the probe and of each null direction (module docstring).
+    changes_of: per-item readouts (n, 2) -> the Estimates of their paired changes, cells group x measure."""
     half_of = split_halves({"all": sorted(set(fam))}, split_seed)
     half = np.array([half_of[f] for f in fam])
     cands = [(layer_, alpha) for layer_ in sorted(values) for alpha in steps]
@@ -323,10 +329,10 @@ def _crossfit(values: dict[int, np.ndarray], nulls: dict[int, np.ndarray], base:
     scored = scored_at(stack, choices, half, HALVES)  # (n, 1 + K, M)
     rows = []
     chosen = {h: cands[int(choices[h][0])] for h in HALVES}
+    changes = iter(changes_of(scored[:, 0, :]))  # cells in group x measure order
     for g, mask in masks.items():
         for m, measure in enumerate(MEASURES):
-            change = scored[:, 0, m] - base[:, m]
-            e = estimate(change, mask, binary=False)
+            e = next(changes)
             null_effects = group_means(scored[:, 1:, :], mask)[:, m] - base[mask, m].mean()
             stats = specificity_stats(float(e.value) if e.value is not None else None, null_effects, -goal, goals=1) \
                 if g == goal_group and measure == "log_odds" else null_stats(e.value, null_effects)

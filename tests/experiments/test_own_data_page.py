@@ -32,3 +32,7 @@ def test_the_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     result = namespace["result"]
     assert set(result.crossfit["group"]) == {"all", "enough", "not enough"}
     assert len(namespace["patched"].rows) == 8  # 4 pairs, both ways
+    effects = namespace["effects"]  # paired_effects on the page's own steered readouts
+    assert set(effects["condition"]) == {"unsteered", "L3 +0.5"}
+    assert set(effects.query("condition == 'L3 +0.5'")["measure"]) == {"log_odds", "chose_A", "log_odds_change",
+                                                                          "chose_A_change"}

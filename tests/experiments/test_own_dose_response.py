@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import evprobe
@@ -61,6 +62,80 @@ def test_it_reproduces_the_pipeline_item_for_item(organism_items) -> None:
     compared = [abs(lo - pipeline[(i, a)]) for i, a, lo in got if (i, a) in pipeline]
     assert len(compared) == len(got) == 3 * len(chosen) > 0
     assert max(compared) <= 1e-6
+
+
+def test_its_effects_and_null_places_are_the_pipelines_number_for_number(organism_items, small_quickstart) -> None:
+    """The same items, directions, doses and seeds: every curve point of `evprobe dose-response`
+    (value, interval, n; its paired change) and the probe's place among the random directions equal
+    steering_dose_response's. The command builds its curves with the estimator the function uses
+    (experiments.own_data.effects) and reads the same random directions."""
+    handle, data, rows, chosen, direction, meta = organism_items
+    out, _ = small_quickstart
+    report = json.loads((out / "dose_response" / "dose_response.json").read_text())
+    config = meta["config"]
+    sign = -1.0 if report["meta"]["flipped"] else 1.0
+    vectors = {int(layer): sign * evprobe.read_directions(out / "directions")[d["name"]].vector
+               for layer, d in meta["layer_directions"].items()}
+    result = _run(handle, data, vectors, alphas=config["alphas"], n_random=config["n_random"],
+                  n_boot=config["n_boot"], seed=config["seed"], random_seed=config["random_seed"],
+                  mean_norm={int(k): u["unit_norm"] for k, u in meta["alpha_units"].items()})
+    assert config["positions"] == "last" and len(result.units) == len(vectors) >= 1
+    own = {(r.direction, None if r.layer != r.layer else int(r.layer), float(r.alpha), r.group, r.measure): r
+           for r in result.effects.itertuples()}
+    names = {"stop_rate": "chose", "log_odds": "log_odds"}
+    compared = 0
+    for row in report["rows"]:
+        if row["readout"] != "logprobs" or row["system"] != "all" or row["measure"] not in names:
+            continue
+        if row["kind"] == "baseline":
+            where = ("unsteered", None, 0.0)
+        elif row["kind"] == "probe" and row["alpha"] != 0:
+            where = ("probe", row["layer"], float(row["alpha"]))
+        else:
+            continue
+        for theirs, suffix in ((row, ""), (row["delta_vs_0"], "_change")):
+            if row["kind"] == "baseline" and suffix:
+                continue  # alpha 0 against itself: fixed by design in the report, not an estimate
+            key = (*where, row["group"], names[row["measure"]] + suffix)
+            mine = own[key]
+            assert mine.n == theirs["n"], key
+            assert mine.value == pytest.approx(theirs["value"], abs=1e-6), key
+            assert [None if x != x else x for x in (mine.lo, mine.hi)] == pytest.approx(theirs["ci"], abs=1e-6), key
+            compared += 1
+    n_doses = len([a for a in config["alphas"] if a != 0])
+    assert compared == 3 * 2 * (1 + 2 * n_doses * len(vectors))  # groups x measures x (base + steered and change)
+    null = result.null.set_index(["layer", "alpha", "group", "measure"])
+    placed = 0
+    for band in report["null_band"]:
+        if band["readout"] != "logprobs" or band["system"] != "all" or band["measure"] not in names \
+                or band["alpha"] == 0:
+            continue
+        mine = null.loc[(band["layer"], band["alpha"], band["group"], names[band["measure"]] + "_change")]
+        assert mine["n_directions"] == band["n_directions"] == config["n_random"]
+        for field in ("percentile", "p_null"):
+            assert mine[field] == pytest.approx(band[field], abs=1e-9), (band["layer"], band["alpha"], field)
+        assert (mine["lo"], mine["hi"]) == pytest.approx((band["effect_lo"], band["effect_hi"]), abs=1e-6)
+        placed += 1
+    assert placed == 3 * 2 * n_doses * len(vectors)
+
+
+def test_paired_effects_recomputes_the_effects_from_the_item_table(organism_items) -> None:
+    """evprobe.paired_effects on the result's own per-item table gives its effects frame: a user who
+    reads a model elsewhere (an engine, an API) gets the same statistics from a table of readouts."""
+    handle, data, rows, chosen, direction, meta = organism_items
+    result = _run(handle, data, {3: -direction.vector}, alphas=(-0.75, 0.625), n_random=0, n_boot=200)
+    def condition(frame: pd.DataFrame) -> list[str]:
+        return [f"{d} L{int(layer)} {a:+g}" if d != "unsteered" else d
+                for d, layer, a in zip(frame.direction, frame.layer, frame.alpha, strict=True)]
+
+    again = evprobe.paired_effects(result.items.assign(condition=condition(result.items)), baseline="unsteered",
+                                   measures=["log_odds", "chose"], proportions=["chose"], group="group", n_boot=200)
+    mine = result.effects.assign(condition=condition(result.effects))
+    cols = ["condition", "group", "measure", "value", "lo", "hi", "n", "identical"]
+    a = mine[cols].sort_values(cols[:3]).reset_index(drop=True)
+    b = again[cols].sort_values(cols[:3]).reset_index(drop=True)
+    assert len(a) == len(b) == 3 * (2 + 2 * 4) > 0  # groups x (unsteered's 2 + two doses' 4 numbers)
+    pd.testing.assert_frame_equal(a, b, check_dtype=False)
 
 
 def test_the_planted_direction_is_specific_and_a_random_one_is_not(organism_items) -> None:

@@ -1,0 +1,224 @@
+"""Paired effects with family-bootstrap intervals: the one estimator of dose-response numbers, for
+`evprobe dose-response` (experiments.dose_response.stats builds every curve row with it) and for
+`steering_dose_response` on your own prompts.
+
+Input per condition: values (items, M), one column per measure, NaN where a measure is undefined
+for an item (it leaves that measure's denominator, as an item without the property's test does).
+A cell is one group of items (a boolean mask) x one measure:
+
+- estimate: sum of the defined values / their count (a ratio, so a group's mean or rate);
+- interval: the family bootstrap (core.bootstrap: whole families resampled, one resample matrix for
+  every condition, so a change against the baseline is paired), 95% percentile; for proportions
+  (measures whose values are 0 or 1) hulled with the cluster Clopper-Pearson interval
+  (core.proportion), so a rate is never a point;
+- paired change against the baseline's cell: the percentile interval of the paired draws; for
+  proportions widened where a rate saturates (core.proportion.saturated_change);
+- where every unit of a cell that is not a proportion has the same value (a change of exactly 0 in
+  every item, say), nothing varies to resample: the Estimate is marked `identical`, with no interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap, percentile_interval
+from evprobe.core.errors import InputError
+from evprobe.core.proportion import check_shares, cluster_interval, hull, saturated_change
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True, eq=False)
+class Cells:
+    """One condition's cells, ordered mask x measure (C = masks x M), from one pass over its values:
+    observed ratios (C,), resampled ratios (B, C) (NaN where a resample's denominator is 0), n (C,),
+    the cluster interval (lo, hi) of the proportion cells (NaN for the others), whether each cell is
+    a proportion (C,), and the per-item values and masks they came from (paired changes read them)."""
+
+    observed: np.ndarray
+    draws: np.ndarray
+    n: np.ndarray
+    cluster: tuple[np.ndarray, np.ndarray]
+    share: np.ndarray
+    values: np.ndarray
+    masks: tuple[np.ndarray, ...]
+
+
+def cells(values: np.ndarray, masks: Mapping[object, np.ndarray] | Sequence[np.ndarray], boot: FamilyBootstrap,
+          fam: np.ndarray, proportions: Sequence[bool]) -> Cells:
+    """The cells of one condition. values: (items, M) float, NaN = undefined; masks: (items,) bool
+    each; fam: each item's family index in `boot` (items,); proportions: (M,) one flag per measure."""
+    V = np.asarray(values, dtype=float)  # (items, M)
+    ms = tuple(masks.values()) if isinstance(masks, Mapping) else tuple(masks)
+    nums, dens = [], []
+    for m in ms:
+        for j in range(V.shape[1]):
+            defined = m & ~np.isnan(V[:, j])
+            nums.append(boot.per_family(fam, np.where(defined, V[:, j], 0.0)))
+            dens.append(boot.per_family(fam, defined.astype(float)))
+    NUM, DEN = np.stack(nums, axis=1), np.stack(dens, axis=1)  # (F, C) per-family sums
+    top, bottom = NUM.sum(0), DEN.sum(0)
+    draws_num, draws_den = boot.counts @ NUM, boot.counts @ DEN  # (B, C)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        observed = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
+        draws = np.where(draws_den > 0, draws_num / np.where(draws_den > 0, draws_den, 1.0), np.nan)
+    share = np.array([bool(p) for _ in ms for p in proportions])  # (C,)
+    check_shares(NUM[:, share], DEN[:, share])
+    lo, hi = np.full(len(share), np.nan), np.full(len(share), np.nan)
+    lo[share], hi[share] = cluster_interval(NUM[:, share], DEN[:, share])
+    return Cells(observed, draws, bottom.round().astype(int), (lo, hi), share, V, ms)
+
+
+def spans_of(cur: Cells, base: Cells) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi) of a condition's cells and (dlo, dhi) of their paired change against the base, each
+    (C,) (module docstring): no rate and no change of rates gets a zero-width interval."""
+    lo, hi = hull(percentile_interval(cur.draws), cur.cluster)
+    share = np.isfinite(cur.cluster[0]) & np.isfinite(base.cluster[0])  # proportion cells
+    dlo, dhi = percentile_interval(cur.draws - base.draws)
+    wlo, whi = saturated_change((dlo, dhi), cur.observed, cur.cluster, base.observed, base.cluster)
+    return lo, hi, np.where(share, wlo, dlo), np.where(share, whi, dhi)
+
+
+def _same_units(V: np.ndarray, masks: tuple[np.ndarray, ...]) -> np.ndarray:
+    """(C,) whether each cell's defined unit values are all equal (and there is at least one)."""
+    out = []
+    for m in masks:
+        for j in range(V.shape[1]):
+            x = V[m, j]
+            x = x[~np.isnan(x)]
+            out.append(len(x) > 0 and float(np.ptp(x)) == 0.0)
+    return np.array(out, dtype=bool)
+
+
+def _estimate(value: float, lo: float, hi: float, n: int, identical: bool) -> Estimate:
+    if np.isnan(value):
+        return Estimate.empty()
+    if identical:
+        return Estimate.identical_units(float(value), int(n))
+    return Estimate(float(value), (None if np.isnan(lo) else float(lo), None if np.isnan(hi) else float(hi)), int(n))
+
+
+def cell_estimates(cur: Cells, base: Cells) -> tuple[list[Estimate], list[Estimate]]:
+    """Per cell of `cur`: its Estimate and the Estimate of its paired change against `base` (the
+    same items, masks and bootstrap), in cell order (module docstring)."""
+    if cur.values.shape != base.values.shape:
+        raise ValueError(f"a paired change needs the same items and measures: {cur.values.shape} vs "
+                         f"{base.values.shape}")
+    lo, hi, dlo, dhi = spans_of(cur, base)
+    same = _same_units(cur.values, cur.masks) & ~cur.share
+    same_change = _same_units(cur.values - base.values, cur.masks) & ~cur.share
+    values = [_estimate(cur.observed[c], lo[c], hi[c], cur.n[c], same[c]) for c in range(len(lo))]
+    changes = [_estimate(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c], same_change[c])
+               for c in range(len(lo))]
+    return values, changes
+
+
+def _one_per_item(frame: pd.DataFrame, item: str, field: str) -> dict[Any, Any]:
+    """item -> its `field`, refused where an item has two values (a family or group must not change
+    with the condition: pairs are whole items)."""
+    seen: dict[Any, Any] = {}
+    for key, value in zip(frame[item], frame[field], strict=True):
+        if seen.setdefault(key, value) != value:
+            raise InputError(f"item {key!r} has {field} {seen[key]!r} in one row and {value!r} in another; "
+                             f"give each item one {field} in every condition")
+    return seen
+
+
+def paired_effects(
+    frame: pd.DataFrame,
+    *,
+    baseline: Hashable,
+    measures: Sequence[str],
+    proportions: Sequence[str] = (),
+    condition: str = "condition",
+    item: str = "item",
+    family: str = "family",
+    group: str | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+) -> pd.DataFrame:
+    """Your own per-item readouts, from any model, engine or API, with the pipeline's statistics
+    (module docstring): per condition, group and measure the estimate, and its paired change
+    against `baseline`.
+
+    frame: one row per item x condition (a tidy table: `condition`, `item`, `family`, optionally
+        `group`, and one column per measure; NaN where a measure is undefined for an item). Every
+        condition must hold exactly the baseline's items: changes are paired item by item.
+    proportions: the measures whose values are 0 or 1 (a choice, a stop): a cluster interval keeps
+        them from ever being a point.
+    Returns one row per number: condition, group (`all` and each label of `group`), measure (and
+    `<measure>_change` for every condition but the baseline), value, lo, hi, n, identical.
+    """
+    import pandas as pd
+
+    need = [condition, item, family, *([group] if group else []), *measures]
+    absent = [c for c in need if c not in frame.columns]
+    if absent:
+        raise InputError(f"no column {', '.join(map(repr, absent))} in the frame; its columns: "
+                         f"{', '.join(map(str, frame.columns))} (name them with condition=, item=, family=, group=)")
+    if not measures or len(set(measures)) != len(measures):
+        raise InputError(f"give at least one measure, each once: got {list(measures)}")
+    odd = [m for m in proportions if m not in measures]
+    if odd:
+        raise InputError(f"proportion {odd[0]!r} is not one of the measures {list(measures)}")
+    conditions = list(dict.fromkeys(frame[condition]))
+    if baseline not in conditions:
+        raise InputError(f"baseline {baseline!r} is not a condition; the frame's conditions: "
+                         f"{', '.join(map(repr, conditions[:10]))}")
+    fam_of = _one_per_item(frame, item, family)
+    group_of = _one_per_item(frame, item, group) if group else {}
+    items = list(frame.loc[frame[condition] == baseline, item])
+    if len(set(items)) != len(items):
+        raise InputError(f"the baseline holds an item twice ({next(i for i in items if items.count(i) > 1)!r}); "
+                         "give one row per item and condition")
+    if len({fam_of[i] for i in items}) < 2:
+        raise InputError("a family bootstrap needs at least 2 families")
+    flags = [m in proportions for m in measures]
+    per: dict[Hashable, np.ndarray] = {}
+    for c in conditions:
+        sub = frame[frame[condition] == c]
+        got = list(sub[item])
+        if len(set(got)) != len(got) or set(got) != set(items):
+            extra, lost = set(got) - set(items), set(items) - set(got)
+            what = (f"item {sorted(lost, key=str)[0]!r} is missing" if lost else
+                    f"item {sorted(extra, key=str)[0]!r} is not in the baseline" if extra else "an item appears twice")
+            raise InputError(f"condition {c!r}: {what}; every condition needs exactly the baseline's "
+                             f"{len(items)} items, once each (changes are paired item by item)")
+        try:
+            V = sub.set_index(item).loc[items, list(measures)].to_numpy(dtype=float)  # (items, M)
+        except (TypeError, ValueError) as err:
+            raise InputError(f"condition {c!r}: the measures {list(measures)} must be numbers ({err})") from None
+        for j, m in enumerate(measures):
+            bad = flags[j] & ~np.isnan(V[:, j]) & ~np.isin(V[:, j], (0.0, 1.0))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise InputError(f"condition {c!r}, item {items[i]!r}: proportion {m!r} is {float(V[i, j])!r}; "
+                                 "a proportion's values are 0, 1 or NaN (or leave it out of proportions=)")
+        per[c] = V
+    fam = [fam_of[i] for i in items]
+    boot = FamilyBootstrap(sorted(set(fam), key=str), n_boot, seed)
+    fidx = boot.family_index(fam)
+    labels = np.array([str(group_of[i]) for i in items] if group else ["all"] * len(items), dtype=object)
+    names = ["all"] + (sorted(set(labels)) if group else [])
+    masks = {g: np.ones(len(items), bool) if g == "all" else labels == g for g in names}
+    order = [(g, m) for g in names for m in measures]  # the cells' order
+    base = cells(per[baseline], masks, boot, fidx, flags)
+    rows = []
+    for c in conditions:
+        values, changes = cell_estimates(cells(per[c], masks, boot, fidx, flags), base)
+        for k, (g, m) in enumerate(order):
+            for e, name in ((values[k], m), (changes[k], f"{m}_change")):
+                if c == baseline and name != m:
+                    continue  # the baseline against itself: 0 by design, not an estimate
+                lo, hi = (None, None) if e.identical else e.ci
+                rows.append({"condition": c, "group": g, "measure": name, "value": e.value, "lo": lo, "hi": hi,
+                             "n": e.n, "identical": e.identical})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["Cells", "cell_estimates", "cells", "paired_effects", "spans_of"]
