@@ -28,6 +28,8 @@ added at (`units="norm"`, the pipeline's unit), measured unsteered on these prom
 Null: `n_random` seeded Gaussian unit directions (hooks.steer.random_directions) at the same raw
 doses; per setting, the probe's percentile, z and two-sided p among their effects
 (experiments.dose_response.null.null_stats; the band is their central 95% from 40 directions on).
+Ablation (`ablation=True`): the direction projected out of each layer's output (hooks.ablate), no
+dose, read and estimated like a dose (direction "ablation"), as `evprobe dose-response` reads it.
 Cross-fitted: the families are split into two seeded halves; on each half the layer x dose that
 moves the `goal_group`'s log-odds furthest toward `goal` (+1 raises the target's log-odds, -1
 lowers it; ties to the smaller |alpha|, then the lower layer) is chosen and the other half is read
@@ -63,8 +65,9 @@ HALVES = ("A", "B")
 class DoseResponseResult:
     """What `steering_dose_response` measured (module docstring). Frames are tidy: one row per number.
 
-    effects: per direction ("probe", each control), layer, alpha, group and measure (`log_odds`,
-        `chose`, and their paired changes `log_odds_change`, `chose_change`): value, lo, hi, n.
+    effects: per direction ("unsteered"; "probe" and each control at each dose; "ablation", alpha
+        NaN, when asked), layer, alpha, group and measure (`log_odds`, `chose`, and their paired
+        changes `log_odds_change`, `chose_change`): value, lo, hi, n, identical.
     null: per layer, alpha (not 0), group and change measure: the random directions' effects
         (n_directions, mean, sd, lo, hi: their central 95%) and the probe's place among them.
     crossfit: per group and change measure, the cross-fitted effect (value, lo, hi, n), each half's
@@ -72,7 +75,8 @@ class DoseResponseResult:
         null_hi: their central 95%; null_mean, null_sd, null_n_directions) and the probe's place
         among them (percentile, z, p_null; on the goal group's log-odds the one-sided rank test:
         p_goal, beaten, threshold, specific).
-    items: per item, direction ("probe", controls), layer and alpha: log_odds and chose.
+    items: per item, direction ("unsteered", "probe", controls, "ablation"), layer and alpha: log_odds
+        and chose (a table `evprobe.paired_effects` reads).
     units: per layer, the raw size of alpha = 1 and how it was measured.
     """
 
@@ -179,6 +183,7 @@ def steering_dose_response(
     positions: Any = "all",
     n_random: int = 50,
     controls: Mapping[str, Any] | None = None,
+    ablation: bool = False,
     n_boot: int = 2000,
     seed: int = 20260905,
     random_seed: int | None = None,
@@ -198,11 +203,15 @@ def steering_dose_response(
     groups: one label per prompt (e.g. "enough" / "not enough"), each read on its own beside "all".
     controls: {name: vector} other directions read like the probe at every layer (e.g. a
         direction of another feature), at the same raw doses.
+    ablation: also read each layer with the direction projected out of its output (hooks.ablate:
+        every position and step), which has no dose: direction "ablation", alpha NaN, its readouts
+        and paired changes against the unsteered model (is the direction used at that layer?).
     seed: the family bootstrap's, and the random directions' unless `random_seed` is given (the
         pipeline seeds them apart: its `seed` and `random_seed`).
     """
     import pandas as pd
 
+    from evprobe.hooks.ablate import ablate
     from evprobe.hooks.generation import next_token_logprobs
     from evprobe.hooks.inputs import build_inputs, image_rows
     from evprobe.hooks.steer import check_direction_model, random_directions, unit_direction
@@ -275,7 +284,7 @@ def steering_dose_response(
 
     base_cells = read(base)
 
-    def add(name: str, layer_: int | None, alpha: float, group: str, measure: str, e: Estimate) -> None:
+    def add(name: str, layer_: int | None, alpha: float | None, group: str, measure: str, e: Estimate) -> None:
         effects.append({"direction": name, "layer": layer_, "alpha": alpha, "group": group, "measure": measure,
                         **_interval(e)})
 
@@ -298,6 +307,17 @@ def steering_dose_response(
                     k_effects = (nulls[layer_][ai][:, mask, m] - base[mask, m]).mean(axis=1) if len(rand) else np.zeros(0)
                     null_rows.append({"layer": layer_, "alpha": alpha, "group": g, "measure": f"{measure}_change",
                                       **null_stats(probe, k_effects)})
+    for layer_, v in sorted(vectors.items()) if ablation else ():
+        with ablate(handle, v, layers=[layer_]):
+            kept = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size),
+                             t)  # (n, 2)
+        for i in range(len(prompts)):
+            item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "ablation",
+                              "layer": layer_, "alpha": None, "log_odds": kept[i, 0], "chose": kept[i, 1]})
+        values_at, changes = cell_estimates(read(kept), base_cells)
+        for c, (g, measure) in enumerate(cell_of):
+            add("ablation", layer_, None, g, measure, values_at[c])
+            add("ablation", layer_, None, g, f"{measure}_change", changes[c])
     for i in range(len(prompts)):
         item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "unsteered", "layer": None,
                           "alpha": 0.0, "log_odds": base[i, 0], "chose": base[i, 1]})

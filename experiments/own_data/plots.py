@@ -13,7 +13,8 @@ from evprobe.experiments.dose_response.formatting import band_name
 
 def dose_curves(result: Any, path: Path, measure: str = "log_odds_change") -> Path:
     """One panel per group: the probe's (and each control's) `measure` against alpha, a line per
-    layer with its interval, and the random directions' band per layer (central 95%)."""
+    layer with its interval, the random directions' band per layer (central 95%), and the
+    ablation's level (dashed, with its interval) where it was read."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,7 +22,8 @@ def dose_curves(result: Any, path: Path, measure: str = "log_odds_change") -> Pa
 
     effects, null = result.effects, result.null
     groups = list(dict.fromkeys(effects["group"]))
-    rows = effects[(effects["measure"] == measure) & effects["layer"].notna()]
+    rows = effects[(effects["measure"] == measure) & effects["layer"].notna() & (effects["direction"] != "ablation")]
+    ablated = effects[(effects["measure"] == measure) & (effects["direction"] == "ablation")]
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, group in zip(axes[0], groups):
@@ -47,6 +49,11 @@ def dose_curves(result: Any, path: Path, measure: str = "log_odds_change") -> Pa
                 ax.errorbar(x[order], y[order], yerr=[y[order] - lo[order], hi[order] - y[order]], color=color,
                             marker="o" if di == 0 else "s", linestyle="-" if di == 0 else ":", capsize=2,
                             label=f"L{int(layer)} {name}")
+            for a in ablated[(ablated["layer"] == layer) & (ablated["group"] == group)].itertuples():
+                # no dose: a level line with its interval across the plot
+                ax.axhline(a.value, color=color, linestyle="--", linewidth=1.0, label=f"L{int(layer)} ablation")
+                if a.lo == a.lo and a.hi == a.hi:
+                    ax.axhspan(a.lo, a.hi, color=color, alpha=0.07)
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_xlabel("alpha (" + ("multiples of the mean residual norm" if any(
             u["measured"] != "raw units" for u in result.units.values()) else "raw units") + ")")

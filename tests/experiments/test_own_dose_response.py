@@ -78,10 +78,10 @@ def test_its_effects_and_null_places_are_the_pipelines_number_for_number(organis
                for layer, d in meta["layer_directions"].items()}
     result = _run(handle, data, vectors, alphas=config["alphas"], n_random=config["n_random"],
                   n_boot=config["n_boot"], seed=config["seed"], random_seed=config["random_seed"],
-                  mean_norm={int(k): u["unit_norm"] for k, u in meta["alpha_units"].items()})
+                  mean_norm={int(k): u["unit_norm"] for k, u in meta["alpha_units"].items()}, ablation=True)
     assert config["positions"] == "last" and len(result.units) == len(vectors) >= 1
-    own = {(r.direction, None if r.layer != r.layer else int(r.layer), float(r.alpha), r.group, r.measure): r
-           for r in result.effects.itertuples()}
+    own = {(r.direction, None if r.layer != r.layer else int(r.layer), None if r.alpha != r.alpha else float(r.alpha),
+            r.group, r.measure): r for r in result.effects.itertuples()}  # NaN (no layer, no dose) as None
     names = {"stop_rate": "chose", "log_odds": "log_odds"}
     compared = 0
     for row in report["rows"]:
@@ -117,6 +117,15 @@ def test_its_effects_and_null_places_are_the_pipelines_number_for_number(organis
         assert (mine["lo"], mine["hi"]) == pytest.approx((band["effect_lo"], band["effect_hi"]), abs=1e-6)
         placed += 1
     assert placed == 3 * 2 * n_doses * len(vectors)
+    # the ablation: the direction projected out of each layer, no dose
+    ablated = [e for e in report["ablation"] if e["readout"] == "logprobs"]
+    assert config["ablation"] and len(ablated) == 3 * len(vectors)
+    for entry in ablated:
+        for field, measure in (("stop_rate", "chose"), ("change", "chose_change"),
+                               ("log_odds_change", "log_odds_change")):
+            mine, theirs = own[("ablation", entry["layer"], None, entry["group"], measure)], entry[field]
+            assert mine.n == theirs["n"] and mine.value == pytest.approx(theirs["value"], abs=1e-6), field
+            assert [mine.lo, mine.hi] == pytest.approx(theirs["ci"], abs=1e-6), (entry["layer"], field)
 
 
 def test_paired_effects_recomputes_the_effects_from_the_item_table(organism_items) -> None:
@@ -156,9 +165,10 @@ def test_the_planted_direction_is_specific_and_a_random_one_is_not(organism_item
 
 def test_the_frames_and_the_figure(organism_items, tmp_path: Path) -> None:
     handle, data, rows, chosen, direction, meta = organism_items
-    result = _run(handle, data, direction, alphas=(-0.5, 0.5), n_random=4, n_boot=100,
+    result = _run(handle, data, direction, alphas=(-0.5, 0.5), n_random=4, n_boot=100, ablation=True,
                   controls={"random control": np.random.default_rng(1).normal(size=handle.d_model)})
-    assert set(result.effects["direction"]) == {"unsteered", "probe", "random control"}
+    assert set(result.effects["direction"]) == {"unsteered", "probe", "random control", "ablation"}
+    assert result.effects.query("direction == 'ablation'")["alpha"].isna().all()
     assert set(result.effects["measure"]) == {"log_odds", "chose", "log_odds_change", "chose_change"}
     assert set(result.null["measure"]) == {"log_odds_change", "chose_change"}
     assert (result.null["n_directions"] == 4).all()
