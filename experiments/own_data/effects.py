@@ -180,8 +180,7 @@ def paired_effects(
         raise InputError("a family bootstrap needs at least 2 families")
     flags = [m in proportions for m in measures]
     per: dict[Hashable, np.ndarray] = {}
-    for c in conditions:
-        sub = frame[frame[condition] == c]
+    for c, sub in frame.groupby(condition, sort=False):  # one pass; conditions in order of appearance
         got = list(sub[item])
         if len(set(got)) != len(got) or set(got) != set(items):
             extra, lost = set(got) - set(items), set(items) - set(got)
