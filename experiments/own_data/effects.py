@@ -1,6 +1,7 @@
 """Paired effects with family-bootstrap intervals: the one estimator of dose-response numbers, for
-`evprobe dose-response` (experiments.dose_response.stats builds every curve row with it) and for
-`steering_dose_response` on your own prompts.
+`evprobe dose-response` (experiments.dose_response.stats builds every curve row with it), for
+`steering_dose_response` on your own prompts, and for `evprobe.paired_effects` on per-item
+readouts from anywhere (a tidy table; `paired_effects` below).
 
 Input per condition: values (items, M), one column per measure, NaN where a measure is undefined
 for an item (it leaves that measure's denominator, as an item without the property's test does).
@@ -156,6 +157,9 @@ def paired_effects(
     """
     import pandas as pd
 
+    for name, given in (("measures", measures), ("proportions", proportions)):
+        if isinstance(given, str):
+            raise InputError(f"{name} must be a list of column names, e.g. {name}=[{given!r}], not a string")
     need = [condition, item, family, *([group] if group else []), *measures]
     absent = [c for c in need if c not in frame.columns]
     if absent:

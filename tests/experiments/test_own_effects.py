@@ -107,6 +107,8 @@ def test_bad_tables_are_one_line_naming_what_to_fix() -> None:
         (frame.assign(family="one"), {}, "at least 2 families"),
         (frame, dict(proportions=["stop"]), "proportion 'stop' is not one of the measures"),
         (frame.assign(log_odds="high"), {}, "the measures .* must be numbers"),
+        (frame, dict(measures="log_odds"), "measures must be a list of column names, e.g. measures=\\['log_odds'\\]"),
+        (frame, dict(proportions="chose"), "proportions must be a list of column names"),
     ]
     for table, change, message in cases:
         with pytest.raises(InputError, match=message) as err:
