@@ -4,7 +4,6 @@ ablation, the cross-fitted headline (experiments.dose_response.crossfit) and the
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +18,7 @@ from evprobe.experiments.dose_response.plan import Plan
 from evprobe.experiments.dose_response.relabel import relabel_record
 from evprobe.experiments.dose_response.specificity import SPECIFIC_P
 from evprobe.experiments.dose_response.text import ablation_sentence, paragraphs
-from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, spans_of
+from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, estimate_of, spans_of
 
 GROUPS = ("resolved", "unresolved", "all")
 MEASURES: dict[str, tuple[str, ...]] = {
@@ -63,10 +62,8 @@ def _curve_conditions(plan: Plan) -> list[tuple[int | None, str, float | None, s
 
 
 def _est(value: float, lo: float, hi: float, n: int) -> dict[str, Any]:
-    if math.isnan(value):
-        return {"value": None, "ci": [None, None], "n": 0}
-    none = (lambda x: None if math.isnan(x) else float(x))
-    return {"value": float(value), "ci": [none(lo), none(hi)], "n": int(n)}
+    """A cell's numbers as JSON (experiments.own_data.effects.estimate_of), for null, controls and crossfit."""
+    return estimate_of(value, lo, hi, n).to_json()
 
 
 Stats = dict[tuple[str, str, str, str], tuple[dict[str, Any], dict[str, Any]]]  # (key, group, system, measure)

@@ -52,7 +52,7 @@ from evprobe.core.errors import InputError
 from evprobe.experiments.dose_response.crossfit import split_halves
 from evprobe.experiments.dose_response.null import null_stats
 from evprobe.experiments.dose_response.specificity import choose_settings, group_means, scored_at, specificity_stats
-from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells
+from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, estimate_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,12 +94,6 @@ class DoseResponseResult:
         from evprobe.experiments.own_data.plots import dose_curves
 
         return dose_curves(self, Path(path), measure)
-
-
-def _interval(e: Any) -> dict[str, Any]:
-    """An Estimate as frame columns: value, lo, hi, n, identical (every unit equal: no interval)."""
-    lo, hi = (None, None) if e.identical else e.ci
-    return {"value": e.value, "lo": lo, "hi": hi, "n": e.n, "identical": e.identical}
 
 
 def _readouts(logp: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -286,7 +280,7 @@ def steering_dose_response(
 
     def add(name: str, layer_: int | None, alpha: float | None, group: str, measure: str, e: Estimate) -> None:
         effects.append({"direction": name, "layer": layer_, "alpha": alpha, "group": group, "measure": measure,
-                        **_interval(e)})
+                        **estimate_columns(e)})
 
     for (g, measure), e in zip(cell_of, cell_estimates(base_cells, base_cells)[0], strict=True):
         add("unsteered", None, 0.0, g, measure, e)
@@ -359,7 +353,7 @@ def _crossfit(values: dict[int, np.ndarray], nulls: dict[int, np.ndarray], base:
             stats.pop("effects", None)
             stats.pop("probe_effect", None)
             band = {f"null_{k}": stats.pop(k) for k in ("n_directions", "mean", "sd", "lo", "hi")}
-            rows.append({"group": g, "measure": f"{measure}_change", **_interval(e), **band,
+            rows.append({"group": g, "measure": f"{measure}_change", **estimate_columns(e), **band,
                          "chosen_on_A": f"L{chosen['A'][0]} alpha {chosen['A'][1]:+g}",
                          "chosen_on_B": f"L{chosen['B'][0]} alpha {chosen['B'][1]:+g}", **stats})
     return rows

@@ -96,7 +96,8 @@ def _same_units(V: np.ndarray, masks: tuple[np.ndarray, ...]) -> np.ndarray:
     return np.array(out, dtype=bool)
 
 
-def _estimate(value: float, lo: float, hi: float, n: int, identical: bool) -> Estimate:
+def estimate_of(value: float, lo: float, hi: float, n: int, identical: bool = False) -> Estimate:
+    """A cell's numbers as an Estimate: NaN value -> empty, NaN bound -> None (no bound)."""
     if np.isnan(value):
         return Estimate.empty()
     if identical:
@@ -113,10 +114,16 @@ def cell_estimates(cur: Cells, base: Cells) -> tuple[list[Estimate], list[Estima
     lo, hi, dlo, dhi = spans_of(cur, base)
     same = _same_units(cur.values, cur.masks) & ~cur.share
     same_change = _same_units(cur.values - base.values, cur.masks) & ~cur.share
-    values = [_estimate(cur.observed[c], lo[c], hi[c], cur.n[c], same[c]) for c in range(len(lo))]
-    changes = [_estimate(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c], same_change[c])
+    values = [estimate_of(cur.observed[c], lo[c], hi[c], cur.n[c], same[c]) for c in range(len(lo))]
+    changes = [estimate_of(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c], same_change[c])
                for c in range(len(lo))]
     return values, changes
+
+
+def estimate_columns(e: Estimate) -> dict[str, Any]:
+    """An Estimate as a tidy frame's columns: value, lo, hi, n, identical (identical: no interval)."""
+    lo, hi = (None, None) if e.identical else e.ci
+    return {"value": e.value, "lo": lo, "hi": hi, "n": e.n, "identical": e.identical}
 
 
 def _one_per_item(frame: pd.DataFrame, item: str, field: str) -> dict[Any, Any]:
@@ -176,10 +183,7 @@ def paired_effects(
                          f"{', '.join(map(repr, conditions[:10]))}")
     fam_of = _one_per_item(frame, item, family)
     group_of = _one_per_item(frame, item, group) if group else {}
-    items = list(frame.loc[frame[condition] == baseline, item])
-    if len(set(items)) != len(items):
-        raise InputError(f"the baseline holds an item twice ({next(i for i in items if items.count(i) > 1)!r}); "
-                         "give one row per item and condition")
+    items = list(frame.loc[frame[condition] == baseline, item])  # an item twice: refused below, as anywhere
     if len({fam_of[i] for i in items}) < 2:
         raise InputError("a family bootstrap needs at least 2 families")
     flags = [m in proportions for m in measures]
@@ -218,10 +222,8 @@ def paired_effects(
             for e, name in ((values[k], m), (changes[k], f"{m}_change")):
                 if c == baseline and name != m:
                     continue  # the baseline against itself: 0 by design, not an estimate
-                lo, hi = (None, None) if e.identical else e.ci
-                rows.append({"condition": c, "group": g, "measure": name, "value": e.value, "lo": lo, "hi": hi,
-                             "n": e.n, "identical": e.identical})
+                rows.append({"condition": c, "group": g, "measure": name, **estimate_columns(e)})
     return pd.DataFrame(rows)
 
 
-__all__ = ["Cells", "cell_estimates", "cells", "paired_effects", "spans_of"]
+__all__ = ["Cells", "cell_estimates", "cells", "estimate_columns", "estimate_of", "paired_effects", "spans_of"]

@@ -101,6 +101,7 @@ def test_bad_tables_are_one_line_naming_what_to_fix() -> None:
         (frame[~((frame.condition == "steered") & (frame.item == "f3-1"))], {},
          "condition 'steered': item 'f3-1' is missing"),
         (pd.concat([frame, frame.iloc[[1]]]), {}, "condition 'steered': an item appears twice"),
+        (pd.concat([frame, frame.iloc[[0]]]), {}, "condition 'base': an item appears twice"),
         (frame.assign(chose=frame.chose * 0.5), {}, "proportion 'chose' is 0.5"),
         (frame.assign(family=np.where(frame.condition == "base", frame.family, "x")), {},
          "item 'f0-0' has family 'f0' in one row and 'x' in another"),
