@@ -86,6 +86,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from evprobe.core import cluster_t
+
 LEVEL = 95.0
 METHOD = (
     "proportions (binary=True): hull of the family-bootstrap percentile interval and a cluster "
@@ -146,14 +148,10 @@ def effective_size(num: np.ndarray, den: np.ndarray, level: float = LEVEL) -> np
     """n_eff (M,) of M proportions from per-family sums (F, M); NaN where a measure has no unit."""
     num, den = np.atleast_2d(np.asarray(num, float).T).T, np.atleast_2d(np.asarray(den, float).T).T
     n = den.sum(axis=0)  # (M,)
-    ok = n > 0
-    safe_n = np.where(ok, n, 1.0)
-    p = np.where(ok, num.sum(axis=0) / safe_n, np.nan)
-    n_fam = (den > 0).sum(axis=0)  # families with units of the measure (M,)
-    resid = num - np.where(ok, p, 0.0) * den  # (F, M); 0 for families without units
-    v = n_fam / np.maximum(n_fam - 1, 1) * (resid**2).sum(axis=0) / safe_n**2
+    p, e, held = cluster_t.residuals(num, den)  # the cluster t interval's variance: one estimator
+    v, n_fam = cluster_t.variance(e, held)  # NaN with one family: then the boundary size is used
     out = size_from_variance(p, v, n, n, n_fam, boundary_size(den), level)
-    return np.where(ok, out, np.nan)
+    return np.where(n > 0, out, np.nan)
 
 
 def beta_interval(p: np.ndarray, n_eff: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
@@ -215,7 +213,8 @@ def hull(
 
 def saturated_change(
     change: tuple[np.ndarray, np.ndarray], p1: np.ndarray, ci1: tuple[np.ndarray, np.ndarray],
-    p0: np.ndarray, ci0: tuple[np.ndarray, np.ndarray],
+    p0: np.ndarray, ci0: tuple[np.ndarray, np.ndarray], *, sparse: np.ndarray | None = None,
+    r: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A paired change p1 - p0 of two proportions whose interval never collapses.
 
@@ -226,11 +225,28 @@ def saturated_change(
     d - sqrt((p1 - l1)^2 + (u0 - p0)^2), d + sqrt((u1 - p1)^2 + (p0 - l0)^2). MOVER ignores the
     pairing; pairs of one item are positively correlated, so ignoring it can only widen the
     interval. Elsewhere the paired bootstrap interval stands. All arrays (M,); NaN stays NaN.
+
+    `sparse` (M,) marks further changes to widen the same way: `experiments.own_data.effects` marks
+    those where a rate has fewer than 5 units of its rarer outcome, where the normal approximation
+    behind a percentile or t interval fails (a rate near 100% at 72 families covered 91.8% without
+    it; benchmarks/coverage_paired_effects.py). There the MOVER interval for correlated estimates
+    (Zou & Donner 2008, Statistics in Medicine 27:1693-1702) uses `r` (M,), the correlation of the
+    two estimates, d - sqrt(a^2 + b^2 - 2 r a b) with a = p1 - l1, b = u0 - p0 (the upper end
+    alike), so the pairing is credited where it is measured. Where a rate sits at 0 or 1 or the
+    paired interval is a point, r is taken as 0 as above: nothing measures the pairing there.
     """
+    point = change[0] == change[1]
+    edge = np.isin(p1, (0.0, 1.0)) | np.isin(p0, (0.0, 1.0)) | point
+    corr = np.zeros_like(np.asarray(p1, float)) if r is None else np.where(edge, 0.0, np.clip(np.nan_to_num(r), -1.0, 1.0))
     d = p1 - p0
-    lo = d - np.sqrt((p1 - ci1[0]) ** 2 + (ci0[1] - p0) ** 2)
-    hi = d + np.sqrt((ci1[1] - p1) ** 2 + (p0 - ci0[0]) ** 2)
-    edge = np.isin(p1, (0.0, 1.0)) | np.isin(p0, (0.0, 1.0)) | (change[0] == change[1])
+
+    def reach(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.sqrt(np.maximum(a**2 + b**2 - 2.0 * corr * a * b, 0.0))
+
+    lo = d - reach(p1 - ci1[0], ci0[1] - p0)
+    hi = d + reach(ci1[1] - p1, p0 - ci0[0])
+    if sparse is not None:
+        edge = edge | np.asarray(sparse, bool)
     return (np.where(edge, np.fmin(change[0], lo), change[0]), np.where(edge, np.fmax(change[1], hi), change[1]))
 
 
