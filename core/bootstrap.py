@@ -41,6 +41,13 @@ tested on every resample (tests/bench/test_scoring.py).
 Nothing observed on the sample is ever marked fixed: a rate whose every resample agrees gets the
 proportion interval above, a probe AUROC the rule of probes.metrics.
 
+Family counts. An interval computed on families rests on their number, not on the number of units:
+576 decisions in 144 families are 144 independent draws. A producer that knows the families holding
+a measure's units (`Resampled.held`, counted by `families_of`) passes the count on,
+`Estimate.in_families(count)`, and every printer says it beside n, `(n=576 in 144 families)`, with a
+warning below 8 families (core.estimate_text). The count is carried, never guessed: an estimate
+whose producer does not give it prints n alone.
+
 Values identical in every unit. An observed mean of unbounded unit values (log-odds changes) whose
 every unit has the same value, as a deterministic model's exact zero (patching a position no later
 computation reads), has no spread for a resample to show, and without a bound on its units no
@@ -54,7 +61,7 @@ from __future__ import annotations
 import operator
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any
 
@@ -93,6 +100,7 @@ class Estimate:
     reason: str | None = None
     fixed: bool = False
     identical: bool = False  # every unit the same observed value (module docstring): no interval
+    n_families: int | None = None  # families holding the n units: the interval's effective n (issue 52)
 
     @classmethod
     def empty(cls, reason: str | None = None) -> Estimate:
@@ -109,6 +117,14 @@ class Estimate:
         """An observed mean whose n unbounded units all equal `value` (module docstring)."""
         return cls(float(value), (float(value), float(value)), n, identical=True)
 
+    def in_families(self, count: int | None) -> Estimate:
+        """This estimate with the number of families its interval was computed on (the clusters:
+        `0.812 [0.744, 0.871] (n=576 in 144 families)`); None leaves it unsaid, and a missing value
+        (an empty denominator) has no interval to count families for."""
+        if self.value is None:
+            return self
+        return replace(self, n_families=None if count is None else int(count))
+
     def text(self, digits: int = 3, **how: Any) -> str:
         """`0.812 [0.744, 0.871] (n=144)`, or `NA (why)`: core.estimate_text, the one formatter."""
         return estimate_text(self, digits, **how)
@@ -119,6 +135,8 @@ class Estimate:
             out["fixed_by_design"] = True
         if self.identical:
             out["identical_units"] = True
+        if self.n_families is not None:
+            out["n_families"] = self.n_families
         if self.reason is not None:
             out["reason"] = self.reason
         return out
@@ -132,12 +150,23 @@ class Resampled:
     Combine several with `FamilyBootstrap.combine` to get paired differences or products.
     `shares` holds the per-family (num, den), each (F,), of a proportion (binary=True): its estimate
     then also carries the cluster interval of `core.proportion`; None for every other measure.
+    `held` (F,) marks the families holding a unit of the measure (`families_of` counts them for a
+    printed `n=576 in 144 families`); None where not known.
     """
 
     value: float
     draws: np.ndarray  # shape (B,)
     n: int
     shares: tuple[np.ndarray, np.ndarray] | None = None
+    held: np.ndarray | None = None
+
+
+def families_of(*parts: Resampled) -> int | None:
+    """The number of families holding a unit of any of `parts` (measures of one bootstrap): what an
+    interval computed from them rests on. None where a part does not say (`Resampled.held`)."""
+    if not parts or any(p.held is None for p in parts):
+        return None
+    return int(np.logical_or.reduce([p.held for p in parts]).sum())
 
 
 def percentile_interval(draws: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
@@ -246,6 +275,7 @@ class FamilyBootstrap:
                 draws[:, m],
                 int(round(bottom[m])),
                 (num[:, m], den[:, m]) if flags[m] else None,
+                den[:, m] > 0,
             )
             for m in range(num.shape[1])
         ]

@@ -5,6 +5,11 @@ a `core.bootstrap.Estimate` or its JSON (`{"value", "ci", "n", ...}`):
 
 - a value with its interval: `VALUE [LO, HI] (n=N)`, numbers through `core.decimals.fixed` (zero is
   never negative), after `scale` (100 for percent) with `digits` decimals and an optional sign;
+- an interval computed on families (clusters) says how many: `(n=576 in 144 families)` (the estimate's
+  `n_families`), since the interval's effective n is the number of families, not of units; with
+  fewer than `FEW_FAMILIES` (8) it adds a warning, `(n=20 in only 5 families: the interval may be too
+  narrow)`, also where the line leaves out n (`(only 5 families: ...)`): intervals are held to their
+  coverage from 8 families up (`benchmarks/coverage_paired_effects.py`);
 - a value fixed by design (no sampling interval): `VALUE (fixed by design, n=N)`;
 - every unit identical (no spread to resample): `VALUE (identical in all N UNITS)`;
 - an interval that could not be computed: `VALUE [NA, NA] (n=N)`, or `VALUE (REASON, n=N)` when the
@@ -25,6 +30,11 @@ from evprobe.core.decimals import fixed
 
 MISSING = "NA"
 FIXED_TEXT = "fixed by design"  # printed in place of a fixed value's interval (core.bootstrap)
+# Below this many families an interval rests on too few clusters for its coverage to be relied on:
+# issue 52 asks every interval to cover from 8 families up, where benchmarks/coverage_paired_effects.py
+# measures it; below, a family's oddity moves the interval and the t approximation leans on normality.
+FEW_FAMILIES = 8
+FEW_FAMILIES_TEXT = "the interval may be too narrow"
 
 
 def missing_text(reason: str | None = None) -> str:
@@ -60,8 +70,21 @@ def estimate_text(e: Any, digits: int = 3, *, scale: float = 1.0, sign: bool = F
         return f"{value} (identical in all {count} {units})"
     if (lo is None or hi is None) and d.get("reason"):
         return f"{value} ({d['reason']}" + (f", n={count})" if n and count is not None else ")")
-    interval = f"[{MISSING}, {MISSING}]" if lo is None or hi is None else f"[{num(lo)}, {num(hi)}]"
-    return f"{value} {interval}" + (f" (n={count})" if n and count is not None else "")
+    if lo is None or hi is None:
+        return f"{value} [{MISSING}, {MISSING}]" + (f" (n={count})" if n and count is not None else "")
+    return f"{value} [{num(lo)}, {num(hi)}]" + _count_text(count if n else None, d.get("n_families"))
 
 
-__all__ = ["FIXED_TEXT", "MISSING", "estimate_text", "missing_text"]
+def _count_text(count: int | None, families: int | None) -> str:
+    """` (n=576 in 144 families)`, ` (n=20 in only 5 families: WARNING)`, ` (only 5 families: WARNING)`
+    where n is left out, or ` (n=576)` where the families are not known (module docstring)."""
+    few = families is not None and families < FEW_FAMILIES
+    where = "" if families is None else (f"only {families} " if few else f"{families} ") + (
+        "family" if families == 1 else "families")
+    warning = f": {FEW_FAMILIES_TEXT}" if few else ""
+    if count is None:
+        return f" ({where}{warning})" if few else ""
+    return f" (n={count}" + (f" in {where}" if where else "") + f"{warning})"
+
+
+__all__ = ["FEW_FAMILIES", "FEW_FAMILIES_TEXT", "FIXED_TEXT", "MISSING", "estimate_text", "missing_text"]

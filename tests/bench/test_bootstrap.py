@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evprobe.core.bootstrap import DEFAULT_SEED, Estimate, FamilyBootstrap, percentile_interval
+from evprobe.core.bootstrap import DEFAULT_SEED, Estimate, FamilyBootstrap, Resampled, percentile_interval
 
 FAMILIES = [f"fam-{i:03d}" for i in range(144)]
 
@@ -168,3 +168,19 @@ def test_estimate_json() -> None:
         "n": 0,
         "reason": "no select records",
     }
+
+
+def test_family_counts_of_measures_and_of_their_differences() -> None:
+    """`Resampled.held` marks the families holding a unit of a measure; `families_of` counts those of
+    any of several (a paired difference rests on the families of either measure). A missing value
+    takes no count."""
+    from evprobe.core.bootstrap import families_of
+
+    boot = FamilyBootstrap([f"f{i}" for i in range(6)], 50, 1)
+    num = np.array([[1, 0], [1, 1], [0, 0], [1, 0], [0, 1], [0, 0]], float)
+    den = np.array([[2, 0], [1, 1], [0, 0], [1, 0], [0, 2], [0, 0]], float)
+    a, b = boot.resample_many(num, den)
+    assert a.held.tolist() == [True, True, False, True, False, False] and families_of(a) == 3
+    assert families_of(b) == 2 and families_of(a, b) == 4  # f1 in both counts once
+    assert families_of(a, Resampled(0.5, a.draws, 4)) is None  # a part that does not say: no count
+    assert Estimate.empty("no units").in_families(3).to_json() == Estimate.empty("no units").to_json()
