@@ -8,12 +8,20 @@ for an item (it leaves that measure's denominator, as an item without the proper
 A cell is one group of items (a boolean mask) x one measure:
 
 - estimate: sum of the defined values / their count (a ratio, so a group's mean or rate);
-- interval: the family bootstrap (core.bootstrap: whole families resampled, one resample matrix for
-  every condition, so a change against the baseline is paired), 95% percentile; for proportions
-  (measures whose values are 0 or 1) hulled with the cluster Clopper-Pearson interval
-  (core.proportion), so a rate is never a point;
-- paired change against the baseline's cell: the percentile interval of the paired draws; for
-  proportions widened where a rate saturates (core.proportion.saturated_change);
+- interval: the hull of the family bootstrap's 95% percentile interval (core.bootstrap: whole
+  families resampled, one resample matrix for every condition, so a change against the baseline is
+  paired) and the cluster t interval (core.cluster_t: the linearised standard error over families,
+  t on F - 1 degrees of freedom), since the percentile interval alone covered about 88% at 8
+  families (issue 52; the coverage of the hull and its width cost: benchmarks/coverage_paired_effects.py);
+  for proportions (measures whose values are 0 or 1) hulled also with the cluster Clopper-Pearson
+  interval (core.proportion), so a rate is never a point;
+- paired change against the baseline's cell: the hull of the percentile interval of the paired
+  draws and the cluster t interval of the change; for proportions widened to a MOVER interval
+  (core.proportion.saturated_change) where a rate saturates or has fewer than 5 units of its rarer
+  outcome (`FEW_EVENTS`; there the MOVER interval credits the pairing by the measured correlation);
+- every Estimate carries the number of families its interval was computed on (`n_families`: the
+  families holding a defined value of the cell, for a change of either condition's), printed
+  `(n=576 in 144 families)`, with a warning below 8 (core.estimate_text);
 - where every unit of a cell that is not a proportion has the same value (a change of exactly 0 in
   every item, say), nothing varies to resample: the Estimate is marked `identical`, with no interval.
 """
@@ -26,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.core import bootstrap, cluster_t
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap, percentile_interval
 from evprobe.core.errors import InputError
 from evprobe.core.proportion import check_shares, cluster_interval, hull, saturated_change
@@ -33,13 +42,25 @@ from evprobe.core.proportion import check_shares, cluster_interval, hull, satura
 if TYPE_CHECKING:
     import pandas as pd
 
+# A change of rates where either rate has fewer units of its rarer outcome than this is also widened
+# to the correlated MOVER interval (core.proportion.saturated_change): with so few events the normal
+# approximation behind the percentile and t intervals fails (the textbook n p >= 5 rule); measured in
+# benchmarks/coverage_paired_effects.py (a rate near 100% at 72 families: 91.8% without it).
+FEW_EVENTS = 5
+INTERVAL_METHOD = (  # what a report's meta says of these intervals (bootstrap.INTERVAL_METHOD's and more)
+    f"{bootstrap.INTERVAL_METHOD}; every estimate and paired change hulled with the {cluster_t.METHOD}; "
+    f"a change of rates where a rate has fewer than {FEW_EVENTS} units of its rarer outcome widened to "
+    "the MOVER interval for correlated estimates"
+)
+
 
 @dataclass(frozen=True, eq=False)
 class Cells:
     """One condition's cells, ordered mask x measure (C = masks x M), from one pass over its values:
     observed ratios (C,), resampled ratios (B, C) (NaN where a resample's denominator is 0), n (C,),
     the cluster interval (lo, hi) of the proportion cells (NaN for the others), whether each cell is
-    a proportion (C,), and the per-item values and masks they came from (paired changes read them)."""
+    a proportion (C,), the per-item values and masks they came from (paired changes read them), and
+    the per-family sums (F, C) of the defined values and their count (the cluster t interval's)."""
 
     observed: np.ndarray
     draws: np.ndarray
@@ -48,6 +69,13 @@ class Cells:
     share: np.ndarray
     values: np.ndarray
     masks: tuple[np.ndarray, ...]
+    num: np.ndarray
+    den: np.ndarray
+
+    @property
+    def n_families(self) -> np.ndarray:
+        """(C,) the families holding a defined value of each cell: its interval's effective n."""
+        return cluster_t.family_count(self.den)
 
 
 def cells(values: np.ndarray, masks: Mapping[object, np.ndarray] | Sequence[np.ndarray], boot: FamilyBootstrap,
@@ -72,17 +100,27 @@ def cells(values: np.ndarray, masks: Mapping[object, np.ndarray] | Sequence[np.n
     check_shares(NUM[:, share], DEN[:, share])
     lo, hi = np.full(len(share), np.nan), np.full(len(share), np.nan)
     lo[share], hi[share] = cluster_interval(NUM[:, share], DEN[:, share])
-    return Cells(observed, draws, bottom.round().astype(int), (lo, hi), share, V, ms)
+    return Cells(observed, draws, bottom.round().astype(int), (lo, hi), share, V, ms, NUM, DEN)
 
 
 def spans_of(cur: Cells, base: Cells) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi) of a condition's cells and (dlo, dhi) of their paired change against the base, each
-    (C,) (module docstring): no rate and no change of rates gets a zero-width interval."""
-    lo, hi = hull(percentile_interval(cur.draws), cur.cluster)
+    (C,) (module docstring): the percentile interval hulled with the cluster t interval (and a rate's
+    with its Clopper-Pearson one); no rate and no change of rates gets a zero-width interval."""
+    lo, hi = hull(hull(percentile_interval(cur.draws), cluster_t.ratio_interval(cur.num, cur.den)), cur.cluster)
     share = np.isfinite(cur.cluster[0]) & np.isfinite(base.cluster[0])  # proportion cells
-    dlo, dhi = percentile_interval(cur.draws - base.draws)
-    wlo, whi = saturated_change((dlo, dhi), cur.observed, cur.cluster, base.observed, base.cluster)
+    dlo, dhi = hull(percentile_interval(cur.draws - base.draws),
+                    cluster_t.change_interval(cur.num, cur.den, base.num, base.den))
+    sparse = (_rarer(cur) < FEW_EVENTS) | (_rarer(base) < FEW_EVENTS)
+    wlo, whi = saturated_change((dlo, dhi), cur.observed, cur.cluster, base.observed, base.cluster, sparse=sparse,
+                                r=cluster_t.correlation(cur.num, cur.den, base.num, base.den))
     return lo, hi, np.where(share, wlo, dlo), np.where(share, whi, dhi)
+
+
+def _rarer(c: Cells) -> np.ndarray:
+    """(C,) units of each cell's rarer outcome, min(sum of values, units - sum): for proportions."""
+    top, bottom = c.num.sum(axis=0), c.den.sum(axis=0)
+    return np.minimum(top, bottom - top)
 
 
 def _same_units(V: np.ndarray, masks: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -96,13 +134,23 @@ def _same_units(V: np.ndarray, masks: tuple[np.ndarray, ...]) -> np.ndarray:
     return np.array(out, dtype=bool)
 
 
-def estimate_of(value: float, lo: float, hi: float, n: int, identical: bool = False) -> Estimate:
-    """A cell's numbers as an Estimate: NaN value -> empty, NaN bound -> None (no bound)."""
+def estimate_of(value: float, lo: float, hi: float, n: int, identical: bool = False,
+                n_families: int | None = None) -> Estimate:
+    """A cell's numbers as an Estimate: NaN value -> empty, NaN bound -> None (no bound);
+    `n_families`, the families the interval was computed on (`Cells.n_families`, `change_families`),
+    is carried for the printers (`(n=576 in 144 families)`); None leaves it unsaid."""
     if np.isnan(value):
         return Estimate.empty()
     if identical:
-        return Estimate.identical_units(float(value), int(n))
-    return Estimate(float(value), (None if np.isnan(lo) else float(lo), None if np.isnan(hi) else float(hi)), int(n))
+        return Estimate.identical_units(float(value), int(n)).in_families(n_families)
+    return Estimate(float(value), (None if np.isnan(lo) else float(lo), None if np.isnan(hi) else float(hi)),
+                    int(n)).in_families(n_families)
+
+
+def change_families(cur: Cells, base: Cells) -> np.ndarray:
+    """(C,) the families a paired change of each cell is computed on: those holding a defined value
+    of the cell in either condition."""
+    return ((cur.den > 0) | (base.den > 0)).sum(axis=0)
 
 
 def cell_estimates(cur: Cells, base: Cells) -> tuple[list[Estimate], list[Estimate]]:
@@ -114,16 +162,18 @@ def cell_estimates(cur: Cells, base: Cells) -> tuple[list[Estimate], list[Estima
     lo, hi, dlo, dhi = spans_of(cur, base)
     same = _same_units(cur.values, cur.masks) & ~cur.share
     same_change = _same_units(cur.values - base.values, cur.masks) & ~cur.share
-    values = [estimate_of(cur.observed[c], lo[c], hi[c], cur.n[c], same[c]) for c in range(len(lo))]
-    changes = [estimate_of(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c], same_change[c])
-               for c in range(len(lo))]
+    fam, dfam = cur.n_families, change_families(cur, base)
+    values = [estimate_of(cur.observed[c], lo[c], hi[c], cur.n[c], same[c], int(fam[c])) for c in range(len(lo))]
+    changes = [estimate_of(cur.observed[c] - base.observed[c], dlo[c], dhi[c], cur.n[c], same_change[c],
+                           int(dfam[c])) for c in range(len(lo))]
     return values, changes
 
 
 def estimate_columns(e: Estimate) -> dict[str, Any]:
-    """An Estimate as a tidy frame's columns: value, lo, hi, n, identical (identical: no interval)."""
+    """An Estimate as a tidy frame's columns: value, lo, hi, n, n_families, identical (identical: no
+    interval; n_families: the families the interval was computed on, None where not given)."""
     lo, hi = (None, None) if e.identical else e.ci
-    return {"value": e.value, "lo": lo, "hi": hi, "n": e.n, "identical": e.identical}
+    return {"value": e.value, "lo": lo, "hi": hi, "n": e.n, "n_families": e.n_families, "identical": e.identical}
 
 
 def _one_per_item(frame: pd.DataFrame, item: str, field: str) -> dict[Any, Any]:
@@ -160,7 +210,8 @@ def paired_effects(
     proportions: the measures whose values are 0 or 1 (a choice, a stop): a cluster interval keeps
         them from ever being a point.
     Returns one row per number: condition, group (`all` and each label of `group`), measure (and
-    `<measure>_change` for every condition but the baseline), value, lo, hi, n, identical.
+    `<measure>_change` for every condition but the baseline), value, lo, hi, n, n_families (the
+    families the interval was computed on; below 8 its coverage was not measured), identical.
     """
     import pandas as pd
 
@@ -226,4 +277,5 @@ def paired_effects(
     return pd.DataFrame(rows)
 
 
-__all__ = ["Cells", "cell_estimates", "cells", "estimate_columns", "estimate_of", "paired_effects", "spans_of"]
+__all__ = ["FEW_EVENTS", "INTERVAL_METHOD", "Cells", "cell_estimates", "cells", "change_families", "estimate_columns", "estimate_of", "paired_effects",
+           "spans_of"]
