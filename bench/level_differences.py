@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evprobe.core.bootstrap import Estimate, Resampled, percentile_interval
+from evprobe.core.bootstrap import Estimate, Resampled, families_of, percentile_interval
 from evprobe.core.proportion import cluster_interval, saturated_change
 
 # The headline proportions differenced (name in scores.json -> the measure's key in the tally).
@@ -43,7 +43,8 @@ METHOD = (
 
 
 def paired_difference(a: Resampled, b: Resampled) -> Estimate:
-    """a - b of two proportions resampled on the same family draws; n is a's denominator."""
+    """a - b of two proportions resampled on the same family draws; n is a's denominator, the
+    families those holding a unit of either."""
     if np.isnan(a.value) or np.isnan(b.value):
         return Estimate.empty("no value at one of the two levels")
     lo, hi = percentile_interval(a.draws - b.draws)  # (1,) each; NaN draws (empty resamples) ignored
@@ -52,7 +53,7 @@ def paired_difference(a: Resampled, b: Resampled) -> Estimate:
         lo, hi = saturated_change((lo, hi), p1, cluster_interval(*a.shares), p0, cluster_interval(*b.shares))
     if np.isnan(lo[0]):
         return Estimate.empty("no resample defines both levels")
-    return Estimate(float(a.value - b.value), (float(lo[0]), float(hi[0])), a.n)
+    return Estimate(float(a.value - b.value), (float(lo[0]), float(hi[0])), a.n).in_families(families_of(a, b))
 
 
 def level_differences(

@@ -37,11 +37,12 @@ intervals are never points) keep theirs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evprobe.core.bootstrap import LEVEL, Estimate, FamilyBootstrap, Resampled, percentile_interval
+from evprobe.core.bootstrap import LEVEL, Estimate, FamilyBootstrap, Resampled, families_of, percentile_interval
 from evprobe.core.decimals import fixed
 
 if TYPE_CHECKING:
@@ -105,8 +106,9 @@ AT_ZERO = "J <= 0 on every family resample"
 def _combined(fn: Any, parts: Sequence[Resampled], n: int, *, pecs: bool = False) -> Estimate:
     """`FamilyBootstrap.combine`, but a value that every resample reproduces (each part at its bound:
     a perfect run's J and PECS, or a PECS clamped to 0) gets no interval and says why, instead of a
-    zero-width one."""
-    est = FamilyBootstrap.combine(fn, parts, n)
+    zero-width one. It carries the number of families holding a unit of any part (`n=5184 in 144
+    families`)."""
+    est = FamilyBootstrap.combine(fn, parts, n).in_families(families_of(*parts))
     if est.value is None or est.ci[0] is None or est.ci[0] != est.ci[1]:
         return est
     with np.errstate(invalid="ignore"):
@@ -119,7 +121,7 @@ def _combined(fn: Any, parts: Sequence[Resampled], n: int, *, pecs: bool = False
         j = abs_rec.draws - false_abs.draws
         if abs_rec.value - false_abs.value <= 0.0 and np.all(j[~np.isnan(j)] <= 0.0):
             why = AT_ZERO
-    return Estimate(est.value, (None, None), n, reason=why)
+    return replace(est, ci=(None, None), reason=why)
 
 
 def combined_estimate(fn: Any, parts: Sequence[Resampled], n: int) -> Estimate:
@@ -178,7 +180,7 @@ def estimates(resampled: dict[Key, Resampled], est: dict[Key, Estimate]) -> dict
         coords = np.stack([d for i, s in enumerate(defined) for d in (per[s][0].draws, j_draws[i])], axis=1)
         lower = percentile_interval(coords, level=100.0 - 2.0 * tail)[0]  # (2k,): Acc, J per dataset
         projected = float(np.mean([max(0.0, lower[2 * i]) * max(0.0, lower[2 * i + 1]) for i in range(k)]))
-        return Estimate(est.value, (min(est.ci[0], projected), est.ci[1]), est.n)
+        return replace(est, ci=(min(est.ci[0], projected), est.ci[1]))
 
     zero = [s for s in defined if per[s][1].value - per[s][2].value <= 0.0]
     section = {

@@ -101,7 +101,8 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
             f"Intervals: {meta.get('n_boot')} family bootstrap resamples, seed {meta.get('seed')}, "
             f"{meta.get('n_families')} families; pointwise 95% percentile intervals, for rates "
             "the hull with a cluster Clopper-Pearson interval at the effective sample size (never "
-            "zero width at 0% or 100%). "
+            "zero width at 0% or 100%); `n=576 in 144 families` counts a number's units and the "
+            "families its interval rests on (the effective n). "
             f"{meta.get('n_records')} records on {meta.get('n_items')} items.\n"
         )
 

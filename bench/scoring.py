@@ -1,8 +1,10 @@
 """Score a run: every measure of seed 000 (Tables 3, 7, 11-49) and PECS (seed 002, section 3.4).
 
 `score(items, records)` joins records to items by `item_id` and returns a JSON-ready dict in which
-every number is `{"value": x, "ci": [lo, hi], "n": n}` (see `core.bootstrap`): rates are fractions
-in [0, 1], costs are in assigned units, n counts the units in the denominator, and all intervals of
+every number is `{"value": x, "ci": [lo, hi], "n": n, "n_families": f}` (see `core.bootstrap`): rates
+are fractions in [0, 1], costs are in assigned units, n counts the units in the denominator and
+n_families the families holding them, on which the interval rests (printed `(n=576 in 144
+families)`; a per-system row counts its system's families; a value fixed by design has none), and all intervals of
 one call come from one matrix of family resamples (the variant section from one matrix over the
 variant subset), so differences and products are paired. Every rate of 0/1 units (choices,
 pairs, answers, validity, a policy's success) is a proportion (`Tally.rate`, `binary=True`): its

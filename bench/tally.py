@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
-from evprobe.core.bootstrap import Estimate, FamilyBootstrap, Resampled
+from evprobe.core.bootstrap import Estimate, FamilyBootstrap, Resampled, families_of
 
 Key = tuple[str, ...]  # a measure's place in the output, e.g. ("policies", "model", "correct")
 
@@ -95,6 +96,9 @@ class Tally:
         self.reasons[key] = reason
 
     def resolve(self) -> tuple[dict[Key, Resampled], dict[Key, Estimate]]:
+        """Every measure's resamples and its Estimate, which carries the number of families holding
+        its units (`n=576 in 144 families`: the interval's effective n, issue 52); a value fixed by
+        design has no interval and no count."""
         if self.keys:
             parts = self.boot.resample_many(
                 np.stack(self.num, axis=1), np.stack(self.den, axis=1), self.binary
@@ -102,18 +106,20 @@ class Tally:
         else:
             parts = []
         resampled = dict(zip(self.keys, parts, strict=True))
-        estimates = dict(zip(self.keys, self.boot.estimates(parts), strict=True))
+        estimates = {key: e.in_families(families_of(part))
+                     for key, e, part in zip(self.keys, self.boot.estimates(parts), parts, strict=True)}
         for key, (lower, span) in self.bounds.items():  # bounded means back on their own scale
             e, r = estimates[key], resampled[key]
             if e.value is not None:
                 lo, hi = e.ci
-                estimates[key] = Estimate(lower + span * e.value, (None if lo is None else lower + span * lo,
-                                                                   None if hi is None else lower + span * hi), e.n)
-            resampled[key] = Resampled(lower + span * r.value, lower + span * r.draws, r.n)
+                estimates[key] = replace(e, value=lower + span * e.value, ci=(None if lo is None else lower + span * lo,
+                                                                             None if hi is None else lower + span * hi))
+            resampled[key] = Resampled(lower + span * r.value, lower + span * r.draws, r.n, held=r.held)
         for key in self.fixed:
             estimates[key] = Estimate.by_design(resampled[key].value, resampled[key].n)
         for key in self.identical:
-            estimates[key] = Estimate.identical_units(resampled[key].value, resampled[key].n)
+            estimates[key] = Estimate.identical_units(resampled[key].value, resampled[key].n).in_families(
+                families_of(resampled[key]))
         estimates.update({key: Estimate.empty(reason) for key, reason in self.reasons.items()})
         return resampled, estimates
 

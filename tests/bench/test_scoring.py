@@ -140,7 +140,8 @@ def ref_scores(items: list[Item]) -> dict:
 def test_reference_scores_perfectly(ref_scores: dict) -> None:
     s = ref_scores
     for key in REQUIRED:
-        assert set(s[key]) - {"reason"} == {"value", "ci", "n"}, key
+        assert set(s[key]) - {"reason"} == {"value", "ci", "n", "n_families"}, key
+        assert s[key]["n_families"] == 144, key  # every measure's interval rests on the 144 families
     for key in (
         "min_cost_choice",
         "stop_if_enough",
@@ -159,7 +160,8 @@ def test_reference_scores_perfectly(ref_scores: dict) -> None:
     # 576/576 over 144 families of 4: every family one unit, Clopper-Pearson 144/144
     assert s["min_cost_choice"]["ci"][0] == pytest.approx(0.025 ** (1 / 144), abs=1e-12)
     # a product of rates at their bounds, 1 x (1 - 0) on every resample: no interval, and why (bench.pecs)
-    assert s["pecs"] == {"value": 1.0, "ci": [None, None], "n": 5184, "reason": "the same on every family resample"}
+    assert s["pecs"] == {"value": 1.0, "ci": [None, None], "n": 5184, "n_families": 144,
+                         "reason": "the same on every family resample"}
     assert s["same_choice_image_pairs"]["value"] == 0.0  # the reference always switches
     # a cost mean is bounded (0 to the dearest price): never a point, even where every family agrees
     assert s["mean_cost"]["value"] == 0.5 and s["mean_cost"]["n"] == 576
@@ -443,6 +445,27 @@ def test_variant_differences_are_paired(items: list[Item]) -> None:
     assert v["no_initial_test"]["min_cost_choice"]["value"] == 1.0
 
 
+def test_every_interval_says_how_many_families_it_rests_on(ref_scores: dict) -> None:
+    """Issue 52 item 5: a per-system row rests on its system's families, a variant and its paired
+    difference on the 72 subset families, PECS on every family holding its parts; a value fixed by
+    design has no interval and no count. scores.md prints each beside n."""
+    s = ref_scores
+    systems = s["by_system"]
+    assert len(systems) >= 2
+    assert sum(row["min_cost_choice"]["n_families"] for row in systems.values()) == 144
+    assert all(row["min_cost_choice"]["n_families"] < 144 for row in systems.values())
+    v = s["variants"]
+    assert v["variant_base"]["min_cost_choice"]["n_families"] == 72
+    assert v["text_readings"]["difference"]["n_families"] == 72
+    assert s["pecs_acc"]["n_families"] == 144
+    fixed = s["policies"]["always_stop"]["mean_cost"]
+    assert fixed.get("fixed_by_design") and "n_families" not in fixed
+    system, row = next(iter(systems.items()))
+    text = scores_markdown(s, "reference")
+    assert f"(n={row['min_cost_choice']['n']} in {row['min_cost_choice']['n_families']} families)" in text
+    assert "(n=288 in 72 families)" in text  # the variants table
+
+
 def test_variant_repeat_uses_the_matched_base_test(items: list[Item]) -> None:
     records = [
         record(it, action=repeat_test(it)) if it.variant is not None else reference(it)
@@ -473,7 +496,7 @@ def test_markdown_prints_percentages_with_intervals_and_n(
 ) -> None:
     text = scores_markdown(ref_scores, "reference")
     assert text.startswith("# reference")
-    assert "| Minimum cost choice | 100.0 [97.5, 100.0] (n=576) |" in text
+    assert "| Minimum cost choice | 100.0 [97.5, 100.0] (n=576 in 144 families) |" in text
     assert "| Mean cost | 0.50 [0.4" in text and "[0.50, 0.50]" not in text  # a bounded mean: never a point
     for section in ("Pairs", "Policy comparison", "Repricing", "Variants", "Per system", "PECS"):
         assert f"## {section}" in text
@@ -483,7 +506,7 @@ def test_markdown_prints_percentages_with_intervals_and_n(
     header, _rule, *rows = headline.splitlines()
     assert header == "| measure | reference | stop |" and len(rows) == len(HEADLINE)
     assert pecs_block.startswith("PECS per dataset") and "| PECS: equal-weight mean |" in pecs_block
-    assert re.search(r"\| Mean cost \| 0\.50 \[0\.4\d, 0\.5\d\] \(n=576\) \| 0\.00 .*\|", table)
+    assert re.search(r"\| Mean cost \| 0\.50 \[0\.4\d, 0\.5\d\] \(n=576 in 144 families\) \| 0\.00 .*\|", table)
 
 
 # -- rates and means -------------------------------------------------------------------------------

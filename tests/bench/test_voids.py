@@ -246,7 +246,7 @@ def test_planted_void_behaviour_is_scored_with_its_known_answers(items: list[Ite
     assert {k: v for k, v in scores.items() if k != "voids"} == main_only  # the main measures are untouched
     v = scores["voids"]
     n = 288
-    assert v["unstated"]["abs_rec"] == {"value": 1.0, "ci": v["unstated"]["abs_rec"]["ci"], "n": n}
+    assert v["unstated"]["abs_rec"] == {"value": 1.0, "ci": v["unstated"]["abs_rec"]["ci"], "n": n, "n_families": 144}
     assert v["unstated"]["abs_rec"]["ci"][0] < 1.0  # a proportion's interval: never a point
     assert v["occluded"]["abs_rec"]["value"] == 0.0 and v["occluded"]["abs_rec"]["n"] == n  # invalid: in the denominator
     assert v["occluded"]["select_stop"]["value"] == pytest.approx(
