@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,8 @@ from evprobe.bench.reference import Prices
 from evprobe.bench.repeats import is_runs_folder, read_runs
 from evprobe.bench.score_report import COSTS, LABELS, PLAIN, at, difference_cell, headline_cell
 from evprobe.bench.scoring import HEADLINE, Bench, score
-from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled
+from evprobe.core.bootstrap import (DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled,
+                                    families_of)
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.lock import folder_lock
@@ -216,13 +217,14 @@ def pooled_estimates(parts: Mapping[str, Resampled], cost: tuple[float, float],
                      reasons: Mapping[str, str] | None = None) -> dict[str, Estimate]:
     """Every headline measure's pooled estimate, in HEADLINE's order."""
     reasons = reasons or {}
-    est = dict(zip(MEASURES, FamilyBootstrap.estimates([parts[m] for m in MEASURES]), strict=True))
+    est = {m: e.in_families(families_of(parts[m]))  # the families the interval rests on (issue 52)
+           for m, e in zip(MEASURES, FamilyBootstrap.estimates([parts[m] for m in MEASURES]), strict=True)}
     lower, span = cost
     e = est[COST]
     if e.value is not None:
         lo, hi = e.ci
-        est[COST] = Estimate(lower + span * e.value, (None if lo is None else lower + span * lo,
-                                                      None if hi is None else lower + span * hi), e.n)
+        est[COST] = replace(e, value=lower + span * e.value, ci=(None if lo is None else lower + span * lo,
+                                                                 None if hi is None else lower + span * hi))
     acc, rec, false = (parts[p] for p in PECS_PARTS)
     est["pecs"] = pecs.pecs_estimate([acc, rec, false], acc.n + rec.n)  # never a zero-width interval
     out = {}
@@ -246,8 +248,8 @@ def paired_differences(a: Mapping[str, Resampled], b: Mapping[str, Resampled], c
         scale = span if name == COST else 1.0
         if d.value is not None:
             lo, hi = d.ci
-            d = Estimate(scale * d.value, (None if lo is None else scale * lo, None if hi is None else scale * hi),
-                         d.n // b_runs)
+            d = replace(d, value=scale * d.value, ci=(None if lo is None else scale * lo,
+                                                      None if hi is None else scale * hi), n=d.n // b_runs)
         out[name] = d
     pa, pb = [a[p] for p in PECS_PARTS], [b[p] for p in PECS_PARTS]
     out["pecs"] = pecs.combined_estimate(lambda *x: _pecs_value(*x[:3]) - _pecs_value(*x[3:]), [*pb, *pa],
