@@ -108,5 +108,5 @@ def family_count(den: np.ndarray) -> np.ndarray:
     return (_columns(den) > 0).sum(axis=0)
 
 
-__all__ = ["LEVEL", "METHOD", "change_interval", "correlation", "family_count", "ratio_interval", "residuals", "t_interval",
-           "variance"]
+__all__ = ["LEVEL", "METHOD", "change_interval", "correlation", "family_count", "ratio_interval", "residuals",
+           "t_interval", "variance"]

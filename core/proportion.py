@@ -237,7 +237,8 @@ def saturated_change(
     """
     point = change[0] == change[1]
     edge = np.isin(p1, (0.0, 1.0)) | np.isin(p0, (0.0, 1.0)) | point
-    corr = np.zeros_like(np.asarray(p1, float)) if r is None else np.where(edge, 0.0, np.clip(np.nan_to_num(r), -1.0, 1.0))
+    given = np.zeros_like(np.asarray(p1, float)) if r is None else np.clip(np.nan_to_num(r), -1.0, 1.0)
+    corr = np.where(edge, 0.0, given)  # nothing measures the pairing at a saturated rate or a point
     d = p1 - p0
 
     def reach(a: np.ndarray, b: np.ndarray) -> np.ndarray:

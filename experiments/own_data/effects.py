@@ -277,5 +277,5 @@ def paired_effects(
     return pd.DataFrame(rows)
 
 
-__all__ = ["FEW_EVENTS", "INTERVAL_METHOD", "Cells", "cell_estimates", "cells", "change_families", "estimate_columns", "estimate_of", "paired_effects",
-           "spans_of"]
+__all__ = ["FEW_EVENTS", "INTERVAL_METHOD", "Cells", "cell_estimates", "cells", "change_families", "estimate_columns",
+           "estimate_of", "paired_effects", "spans_of"]
