@@ -67,9 +67,10 @@ class Fitter(ABC):
 
 
 class LogisticFitter(Fitter):
-    """`LogisticProbe`'s fast path. Labels named `control:*` or `leakage:*` (the sweep's control tasks
-    and leakage shuffles) are solved together on the shared Gram matrix (probes.multilabel) when the
-    kernel solver applies; every other label runs its own Newton solve."""
+    """`LogisticProbe`'s fast path. Labels named with a `probes.multilabel.BATCHED` prefix (the sweep's
+    control tasks, leakage shuffles, chance permutations and design factors) are solved together
+    (probes.multilabel: on the shared Gram matrix when m < d, in the primal otherwise); every other
+    label runs its own Newton solve."""
 
     name = "logistic"
 
@@ -80,7 +81,7 @@ class LogisticFitter(Fitter):
         self.newton_steps = 0
 
     def fit_score(self, X, train, ys, key=None):
-        from evprobe.probes.multilabel import BATCHED, kernel_logistic_many
+        from evprobe.probes.multilabel import BATCHED, kernel_logistic_many, primal_logistic_many
 
         Xt = X[train]  # (m, d)
         mean, scale = standardize_fit(Xt)
@@ -88,7 +89,7 @@ class LogisticFitter(Fitter):
         m, d = Z.shape
         kernel = m < d
         K = (Z @ Z.T).astype(np.float64) if kernel else None  # (m, m): the one m^2 d product, shared by every label
-        many = [n for n in ys if n.startswith(BATCHED)] if kernel else []
+        many = [n for n in ys if n.startswith(BATCHED)]
         mean64 = mean.astype(np.float64)
         out: dict[str, np.ndarray] = {}
         for name, y in ys.items():
@@ -121,12 +122,15 @@ class LogisticFitter(Fitter):
             if usable.any():
                 names = [n for n, u in zip(many, usable, strict=True) if u]
                 warm = self._warm.get((key, tuple(names))) if key is not None else None
-                A0, B0 = warm if warm is not None and warm[0].shape == (m, len(names)) else (None, None)
-                A, B, steps = kernel_logistic_many(K, Y[:, usable], self.C, A0, B0, tol=self.tol)
+                rows = m if kernel else d  # alpha (m, L) in the kernel case, W (d, L) in the primal
+                A0, B0 = warm if warm is not None and warm[0].shape == (rows, len(names)) else (None, None)
+                solve = kernel_logistic_many if kernel else primal_logistic_many
+                A, B, steps = solve(K if kernel else Z, Y[:, usable], self.C, A0, B0, tol=self.tol)
                 self.newton_steps += int(steps.sum())
                 if key is not None:
                     self._warm[(key, tuple(names))] = (A, B)
-                V = (Z.T @ A.astype(Z.dtype)) / scale[:, None]  # (d, L) read directions, residual basis
+                W = Z.T @ A.astype(Z.dtype) if kernel else A.astype(Z.dtype)  # (d, L) standardised-space weights
+                V = W / scale[:, None]  # (d, L) read directions, residual basis
                 S = (X @ V).astype(np.float64) + (B - mean64 @ V.astype(np.float64))  # (n, L)
                 for name, col in zip(names, S.T, strict=True):
                     out[name] = col

@@ -20,23 +20,61 @@ reference, as are the engine's exact solves, and within 6e-6 (warm start) to 5e-
 of those; a 1e-10 tolerance took 1.8 times as long). Tests compare the optimum and the scores
 with `kernel_logistic`. Labels drop out of the batch as they converge.
 
-The engine's `LogisticFitter` (probes.engine) sends the labels named `control:*` and `leakage:*`
-through it (the target goes through its own per-label solve). Warm starts across layers work as for
-one label, one (alpha (m, L), b (L,)) per training set. With m >= d (the primal case) every label
-takes the per-label path.
+With m >= d (the primal case: the organism's 64 dimensions, ~920 training rows) `primal_logistic_many`
+does the same for `probes.solvers.primal_logistic`: same objective, Newton system, Armijo search and
+stopping rule, for all labels at once. Each label's (d+1) x (d+1) Hessian C Za^T D_l Za + diag(1, .., 1, 0)
+(Za = [Z, 1]) comes from one float32 product D^T Q of the labels' weights with the rows' outer products
+Q (m, (d+1)(d+2)/2, upper triangles), built once per training set (at most `PRIMAL_Q_BYTES`; beyond that,
+one product per label), and is solved exactly (batched LAPACK). Measured on the organism's capture (m = 920, d = 64):
+100 labels per fold in 0.22 s one at a time (3.2 Newton steps each), in ~0.08 s batched.
+
+The engine's `LogisticFitter` (probes.engine) sends the labels named with a `BATCHED` prefix through
+them: control tasks, leakage shuffles, the chance test's permutations (probes.chance) and the design
+factors (probes.factors); the target goes through its own per-label solve. Warm starts across layers
+work as for one label, one (alpha (m, L), b (L,)) or (W (d, L), b (L,)) per training set.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 
 import numpy as np
 
 from evprobe.probes.solvers import log1pexp as _log1pexp
 from evprobe.probes.solvers import sigmoid as _sigmoid
 
-BATCHED = ("control:", "leakage:")  # label-name prefixes solved together: control tasks, leakage shuffles
+# label-name prefixes solved together: control tasks, leakage shuffles, chance permutations, design factors
+BATCHED = ("control:", "leakage:", "chance:", "factor:")
+PRIMAL_Q_BYTES = 64 * 2**20  # the primal solver's outer products Q (m, (d+1)(d+2)/2) float32, at most this
 CG_TOL = 1e-5  # relative residual; see the module docstring
 CG_MAX = 1000
+
+
+def _intercepts(Y: np.ndarray, b0: np.ndarray | None) -> np.ndarray:
+    """(L,) starting intercepts: b0, or each label's log-odds of its positive share (as the one-label solvers)."""
+    if b0 is not None:
+        return np.array(b0, dtype=np.float64)
+    p = np.clip(Y.mean(axis=0), 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def _armijo(obj: np.ndarray, slope: np.ndarray, done: np.ndarray,
+            value: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Armijo backtracking per label, as the one-label solvers do: (step sizes t (l,), objectives there (l,)).
+    `value(j, t_j)` is the objective of labels j after steps of size t_j; labels `done` do not move."""
+    t = np.ones(len(obj))
+    new = obj.copy()
+    searching = ~done
+    for _ in range(40):
+        j = np.flatnonzero(searching)
+        if not len(j):
+            break
+        val = value(j, t[j])
+        ok = val <= obj[j] + 1e-4 * t[j] * slope[j]
+        new[j[ok]] = val[ok]
+        searching[j[ok]] = False
+        t[j[~ok]] *= 0.5
+    return t, new
 
 
 def _objective(Y: np.ndarray, A: np.ndarray, b: np.ndarray, KA: np.ndarray, C: float) -> np.ndarray:
@@ -86,11 +124,7 @@ def kernel_logistic_many(
     Y = np.asarray(Y, dtype=np.float64)
     m, L = Y.shape
     A = np.zeros((m, L)) if A0 is None else np.array(A0, dtype=np.float64)
-    if b0 is None:
-        p = np.clip(Y.mean(axis=0), 1e-6, 1 - 1e-6)
-        b = np.log(p / (1 - p))
-    else:
-        b = np.array(b0, dtype=np.float64)
+    b = _intercepts(Y, b0)
     KA = K @ A
     obj = _objective(Y, A, b, KA, C)
     kdiag = np.diag(K)[:, None]
@@ -117,20 +151,12 @@ def kernel_logistic_many(
         steps[active] = it
         done = -slope / 2 <= tol * np.maximum(1.0, np.abs(obj[active]))
         aKa, aKd, dKd = (np.einsum("ml,ml->l", u, v) for u, v in ((Aa, KAa), (Aa, KdA), (dA, KdA)))
-        t = np.ones(len(active))
-        new = obj[active].copy()
-        searching = ~done
-        for _ in range(40):  # Armijo backtracking, per label
-            j = np.flatnonzero(searching)
-            if not len(j):
-                break
-            mn = marg[:, j] + t[j] * (KdA[:, j] + db[j])
-            val = C * np.sum(_log1pexp(mn) - Ya[:, j] * mn, axis=0) + 0.5 * (aKa[j] + 2 * t[j] * aKd[j]
-                                                                            + t[j] ** 2 * dKd[j])
-            ok = val <= obj[active][j] + 1e-4 * t[j] * slope[j]
-            new[j[ok]] = val[ok]
-            searching[j[ok]] = False
-            t[j[~ok]] *= 0.5
+
+        def value(j: np.ndarray, tj: np.ndarray) -> np.ndarray:
+            mn = marg[:, j] + tj * (KdA[:, j] + db[j])
+            return C * np.sum(_log1pexp(mn) - Ya[:, j] * mn, axis=0) + 0.5 * (aKa[j] + 2 * tj * aKd[j] + tj**2 * dKd[j])
+
+        t, new = _armijo(obj[active], slope, done, value)
         move = ~done
         g = active[move]
         A[:, g] = Aa[:, move] + t[move] * dA[:, move]
@@ -139,3 +165,87 @@ def kernel_logistic_many(
         obj[g] = new[move]
         active = g
     return A, b, steps
+
+
+def _hessians(Za: np.ndarray, Q: np.ndarray | None, D: np.ndarray, C: float) -> np.ndarray:
+    """(L, d+1, d+1) Hessians C Za^T diag(D_l) Za + diag(1, .., 1, 0) of the primal objective for the
+    weights D (m, L); Q (m, (d+1)(d+2)/2) float32 are the upper triangles of the rows' outer products, or
+    None (one product per label)."""
+    m, e = Za.shape
+    if Q is not None:
+        i, j = np.triu_indices(e)
+        upper = (D.astype(np.float32).T @ Q).astype(np.float64)  # (L, e(e+1)/2): the one shared product
+        H = np.empty((D.shape[1], e, e))
+        H[:, i, j] = upper
+        H[:, j, i] = upper
+    else:
+        H = np.stack([Za.T @ (Za * D[:, j : j + 1]) for j in range(D.shape[1])])
+    H *= C
+    idx = np.arange(e - 1)
+    H[:, idx, idx] += 1.0  # the penalty |w|^2 / 2; the intercept is unpenalised
+    return H
+
+
+def _solve(H: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """Solve H_l x_l = G_l for every label (H (L, e, e), G (L, e)); least squares where H_l is singular
+    (a saturated fit whose intercept block vanishes), as `primal_logistic` does."""
+    try:
+        return np.linalg.solve(H, G[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:
+        return np.stack([np.linalg.lstsq(h, g, rcond=None)[0] for h, g in zip(H, G, strict=True)])
+
+
+def primal_logistic_many(
+    Z: np.ndarray,
+    Y: np.ndarray,
+    C: float = 1.0,
+    W0: np.ndarray | None = None,
+    b0: np.ndarray | None = None,
+    tol: float = 1e-10,
+    max_iter: int = 100,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`primal_logistic` for the columns of Y (m, L) at once: (W (d, L), b (L,), steps (L,)) (module
+    docstring). Z (m, d) are the standardised training rows."""
+    Z = np.asarray(Z, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    m, d = Z.shape
+    L = Y.shape[1]
+    W = np.zeros((d, L)) if W0 is None else np.array(W0, dtype=np.float64)
+    b = _intercepts(Y, b0)
+    Za = np.concatenate([Z, np.ones((m, 1))], axis=1)  # (m, d+1)
+    Q = None
+    if m * (d + 1) * (d + 2) * 2 <= PRIMAL_Q_BYTES:
+        i, j = np.triu_indices(d + 1)
+        Z32 = Za.astype(np.float32)
+        Q = Z32[:, i] * Z32[:, j]  # (m, (d+1)(d+2)/2): the upper triangles of the rows' outer products
+    M = Z @ W + b  # (m, L) margins
+    obj = C * np.sum(_log1pexp(M) - Y * M, axis=0) + 0.5 * np.einsum("dl,dl->l", W, W)
+    steps = np.zeros(L, dtype=np.int64)
+    active = np.arange(L)
+    for it in range(1, max_iter + 1):
+        if not len(active):
+            break
+        Ya, Wa, Ma, ba = Y[:, active], W[:, active], M[:, active], b[active]
+        p = _sigmoid(Ma)
+        r = p - Ya
+        G = np.concatenate([C * (Z.T @ r) + Wa, C * r.sum(axis=0)[None, :]], axis=0)  # (d+1, l) gradients
+        step = -_solve(_hessians(Za, Q, p * (1.0 - p), C), G.T).T  # (d+1, l) Newton steps
+        slope = np.einsum("el,el->l", G, step)
+        steps[active] = it
+        done = -slope / 2 <= tol * np.maximum(1.0, np.abs(obj[active]))
+        dW, db = step[:d], step[d]
+        dM = Z @ dW + db  # (m, l)
+
+        def value(j: np.ndarray, tj: np.ndarray) -> np.ndarray:
+            mn, wn = Ma[:, j] + tj * dM[:, j], Wa[:, j] + tj * dW[:, j]
+            return C * np.sum(_log1pexp(mn) - Ya[:, j] * mn, axis=0) + 0.5 * np.einsum("dl,dl->l", wn, wn)
+
+        t, new = _armijo(obj[active], slope, done, value)
+        move = ~done
+        g = active[move]
+        W[:, g] = Wa[:, move] + t[move] * dW[:, move]
+        b[g] = ba[move] + t[move] * db[move]
+        M[:, g] = Ma[:, move] + t[move] * dM[:, move]
+        obj[g] = new[move]
+        active = g
+    return W, b, steps
