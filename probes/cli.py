@@ -31,6 +31,7 @@ from typing import Any
 from evprobe.core.argtypes import int_list, nonnegative_int, positive_float, positive_int, str_list
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED
 from evprobe.probes.captures import NONFINITE_POLICIES
+from evprobe.probes.chance import DEFAULT_CHANCE_PERMUTATIONS
 from evprobe.probes.control_tasks import CELL_FIELDS, DEFAULT_CONTROL_TASKS
 from evprobe.probes.registry import SHARED_KNOBS, ProbeSpec, parameters, probe_names
 from evprobe.probes.runs import (
@@ -116,6 +117,10 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                         "(0: fixed-model intervals, which undercover)")
     p.add_argument("--permutations", type=nonnegative_int, default=0,
                    help="label permutations (within families) for the nested estimate's p-value (0: no test)")
+    p.add_argument("--chance-permutations", type=nonnegative_int, default=DEFAULT_CHANCE_PERMUTATIONS,
+                   help="label permutations (within families) of every row's pipeline for the test against chance: "
+                        "a row is called decodable only where it rejects (step-down maxT over the rows, 5%%; "
+                        "0: no test, no row called decodable)")
     p.add_argument("--jobs", type=positive_int, default=None, help="threads over layers (default: all CPUs)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: ACTS/probes/LABEL=POSITIVE.PROBE)")
     p.add_argument("--quiet", action="store_true", help="no progress line")

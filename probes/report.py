@@ -17,7 +17,9 @@ import numpy as np
 
 from evprobe.core.bootstrap import Estimate
 from evprobe.core.estimate_text import estimate_text, missing_text
+from evprobe.probes.chance import ChanceTest
 from evprobe.probes.control_tasks import CELL_FIELDS, ControlSummary, fmt_selectivity
+from evprobe.probes.factors import FactorComparison, fmt_factors
 from evprobe.probes.summary import sweep_paragraph
 from evprobe.probes.sweep import SweepResult
 from evprobe.probes.transfer import TransferResult
@@ -52,6 +54,29 @@ CELL_NOTE_OWN = (
     "computable from the prompt's type. A representation that carries the cell decodes every function of the cell; "
     "the control tasks measure that, and selectivity is what '{label}' has beyond it."
 )
+CHANCE_NOTE = (
+    "Decodable (the `chance p` column): the label permuted {how} {P} times (drawn once, the same at every row), the "
+    "row's whole pipeline (same probe, folds and scoring) refitted on each; p = (1 + #{{permuted AUROC >= "
+    "observed}}) / (1 + P), then adjusted over the {G} tested layer/positions by Westfall and Young's step-down maxT "
+    "(family-wise error 5%). **Decodable** = adjusted p <= 0.05, the only way a row is called decodable. The AUROC "
+    "interval is for the procedure's expected held-out AUROC (what the same pipeline would score on new families): "
+    "it says how large the AUROC is, not whether the label is readable at all, and a narrow interval above 0.5 is no "
+    "test (benchmarks/coverage_chance.py measures both rules' false calls)."
+)
+NO_CHANCE_NOTE = (
+    "No row was tested against chance (--chance-permutations 0), so no row is called decodable: the AUROC interval "
+    "is for the procedure's expected held-out AUROC, not a test."
+)
+FACTORS_NOTE = (
+    "The design's factors (the `vs factors` column): each cell field ({fields}) decoded on the same rows with the "
+    "same probe, folds and scoring as the label (a field with more than two values one value against the rest, "
+    "the factor's AUROC the best value's). The column gives the label minus the closest factor with its interval "
+    "(the paired family bootstrap widened to hold the MOVER interval of the two AUROCs) and whether the label is "
+    "decoded better than every factor (**singled out**). The control tasks ask whether the label is decoded better "
+    "than random functions of the cell; this asks whether it is decoded better than the design's own factors: a "
+    "label at the ceiling beats every random cell function, and so does any factor at the ceiling "
+    "(benchmarks/coverage_factors.py measures the verdict's false calls and power)."
+)
 LEAK_NOTE = (
     "Leakage check: {shuffles} independent shuffles of the labels {kind} (seeded), same probe and folds; the row "
     "shows their mean AUROC. Grouped folds make it 0.5 by construction, so it measures no selectivity: it fires "
@@ -68,6 +93,24 @@ def fmt(e: Estimate | None, digits: int = 3) -> str:
 
 def fmt_controls(c: ControlSummary | None) -> str:
     return missing_text("no control tasks") if c is None else f"{c.mean:.3f} [{c.min:.3f}, {c.max:.3f}]"
+
+
+def fmt_chance(c: ChanceTest | None) -> str:
+    """`0.01 (0.01) **decodable**` or `0.24 (0.49)`: the row's p and adjusted p."""
+    if c is None or c.p_adjusted is None:
+        return missing_text("not tested")
+    return f"{c.p_value:.2g} ({c.p_adjusted:.2g})" + (" **decodable**" if c.decodable else "")
+
+
+def fmt_versus(f: FactorComparison | None) -> str:
+    """The label minus its closest factor, with the interval, and the verdict: `-0.000 [-0.025, +0.025] vs
+    system (ceiling)`, `+0.042 [+0.014, +0.057] vs history: **singled out**`."""
+    if f is None or not f.readings:
+        return missing_text("no factors")
+    closest = min(f.readings, key=lambda r: r.difference)
+    text = (estimate_text({"value": closest.difference, "ci": list(closest.ci)}, 3, sign=True, n=False)
+            + f" vs {closest.field}" + (" (ceiling)" if closest.at_ceiling else ""))
+    return text + (": **singled out**" if f.singled_out else "")
 
 
 def sweep_markdown(result: SweepResult) -> str:
@@ -95,9 +138,14 @@ def sweep_markdown(result: SweepResult) -> str:
         "",
     ]
     lines += ["## What this shows", "", sweep_paragraph(result), ""]
+    tested = [r for r in result.rows if r.chance is not None]
+    lines += [CHANCE_NOTE.format(how=result.chance["permuted"], P=result.chance["permutations"], G=len(tested))
+              if tested and result.chance else NO_CHANCE_NOTE, ""]
     if tasks["k"]:
         k = tasks["k"]
         lines += [CONTROLS_NOTE.format(k=k, cells=tasks["n_cells"], level=(k - 1) / (k + 1), false=1 / (k + 1)), ""]
+    if result.factors is not None and result.factors.factors:
+        lines += [FACTORS_NOTE.format(fields=", ".join(f.field for f in result.factors.factors)), ""]
     if result.leakage is not None:
         lk = result.leakage
         lines += [LEAK_NOTE.format(shuffles=cfg.leakage_shuffles, kind=result.leakage_kind, limit=lk.limit,
@@ -133,6 +181,9 @@ def sweep_markdown(result: SweepResult) -> str:
                        "representation carries the cell rather than computing this label in particular")
             lines += ["", f"At L{b.layer}/{b.position}: control tasks {fmt_controls(row.controls)} (k={row.controls.k}), "
                           f"selectivity {fmt_selectivity(row.selectivity)}: {verdict}."]
+        if row is not None and row.factors is not None and row.factors.readings:
+            lines += ["", f"Beside the design's own factors decoded there on the same rows: '{result.label}' is "
+                          f"{fmt_factors(row.factors)}."]
         if result.naive_best:
             nb = result.naive_best
             lines += ["", f"For comparison, the maximum over layers of the test-fold AUROC (TRAPS-style, optimistic): "
@@ -141,18 +192,19 @@ def sweep_markdown(result: SweepResult) -> str:
         "",
         "## Per layer and position",
         "",
-        "| layer | position | AUROC [95% CI] | accuracy [95% CI] | control tasks mean [min, max] | selectivity "
-        "[interval] | leakage check [95% CI] | within-family variance | n |",
-        "|---:|---|---|---|---|---|---|---:|---:|",
+        "| layer | position | AUROC [95% CI] | chance p (adjusted) | accuracy [95% CI] | control tasks mean [min, max] "
+        "| selectivity [interval] | vs factors | leakage check [95% CI] | within-family variance | n |",
+        "|---:|---|---|---|---|---|---|---|---|---:|---:|",
     ]
     for r in result.rows:
         if r.degenerate:
             lines.append(f"| {r.layer} | {r.position} | **DEGENERATE**: identical within families, 0.5 by "
-                         f"construction | | | | | {r.within_family_variance:.2e} | {result.n} |")
+                         f"construction | | | | | | | {r.within_family_variance:.2e} | {result.n} |")
             continue
         leak = fmt(r.leakage) + (" **LEAK**" if r.leakage_fires else "")
-        lines.append(f"| {r.layer} | {r.position} | {fmt(r.auroc)} | {fmt(r.accuracy)} | {fmt_controls(r.controls)} "
-                     f"| {fmt_selectivity(r.selectivity)} | {leak} | {r.within_family_variance:.3f} | {r.auroc.n} |")
+        lines.append(f"| {r.layer} | {r.position} | {fmt(r.auroc)} | {fmt_chance(r.chance)} | {fmt(r.accuracy)} "
+                     f"| {fmt_controls(r.controls)} | {fmt_selectivity(r.selectivity)} | {fmt_versus(r.factors)} | {leak} "
+                     f"| {r.within_family_variance:.3f} | {r.auroc.n} |")
     if result.baselines:
         names = {"history": "initial history alone", "threshold": "threshold level alone",
                  "history_threshold": "history and threshold level (joint one-hot)"}

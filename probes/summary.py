@@ -2,11 +2,18 @@
 
 Rules, per position, over the scored (non-degenerate) rows in layer order:
 
-- decodable: the AUROC interval lies above 0.5; the paragraph names the first such layer and
-  its AUROC with interval and n;
+- decodable: the row's test against chance rejects (probes.chance: within-family permutations of
+  the whole per-layer pipeline, step-down maxT adjusted p <= 0.05 over the sweep's rows); the
+  paragraph names the first such layer with its AUROC, interval and n, and its p-values. The AUROC
+  interval is for the procedure's expected held-out AUROC and is never read as a test: without the
+  test (`--chance-permutations 0`) no layer is called decodable and the paragraph says so;
 - selective: decoded better than every control task (the selectivity interval, AUROC - mean
-  AUROC of the control tasks against their range, lies above 0); named likewise. Decodable but not selective layers are said to carry the prompt's cell rather
-  than this label in particular (Hewitt and Liang's reading of control tasks);
+  AUROC of the control tasks against their range, lies above 0), which the text words as "decoded
+  better than every random function of the cell"; named likewise, with, beside it, how the label
+  compares with the design's own factors decoded on the same rows (probes.factors), so a label
+  decoded at ceiling is not read as singled out when the factors are at ceiling too. Decodable but
+  not selective layers are said to carry the prompt's cell rather than this label in particular
+  (Hewitt and Liang's reading of control tasks);
 - without control tasks (a capture with no cell fields) the paragraph says decodability cannot
   be told apart from carrying the prompt's type.
 
@@ -19,11 +26,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evprobe.probes.control_tasks import fmt_selectivity
+from evprobe.probes.factors import fmt_factors
 from evprobe.probes.sweep import SweepResult, SweepRow
 
 
 def _decodable(r: SweepRow) -> bool:
-    return r.auroc.ci[0] is not None and r.auroc.ci[0] > 0.5
+    return r.decodable is True
+
+
+def _p_text(r: SweepRow) -> str:
+    c = r.chance
+    assert c is not None and c.p_adjusted is not None
+    return f"permutation p = {c.p_value:.2g}, {c.p_adjusted:.2g} adjusted over the sweep's layer/positions"
 
 
 def _layers(rows: Sequence[SweepRow]) -> str:
@@ -37,21 +51,31 @@ def position_sentence(label: str, position: str, rows: Sequence[SweepRow], contr
     scored = [r for r in rows if not r.degenerate and r.auroc.value is not None]
     if not scored:
         return f"At {position}, no layer could be scored (the representation is identical within families)."
+    top = max(scored, key=lambda r: r.auroc.value)
+    if all(r.chance is None for r in scored):
+        return (f"At {position}, '{label}' was not tested against chance (no permutations), so no layer is called "
+                f"decodable; the highest AUROC is L{top.layer} at {top.auroc.text()}, an interval for the "
+                "procedure's expected held-out AUROC, not a test.")
     decodable = [r for r in scored if _decodable(r)]
     if not decodable:
-        top = max(scored, key=lambda r: r.auroc.value)
-        return (f"At {position}, '{label}' is not decodable above chance at any layer (highest: L{top.layer} at "
-                f"AUROC {top.auroc.text()}).")
+        low = min((r for r in scored if r.chance is not None and r.chance.p_adjusted is not None),
+                  key=lambda r: r.chance.p_adjusted)  # type: ignore[union-attr]
+        return (f"At {position}, '{label}' is not decodable at any layer: no layer's permutation test rejects chance "
+                f"(lowest at L{low.layer}: {_p_text(low)}; highest AUROC: L{top.layer} at {top.auroc.text()}).")
     first = decodable[0]
-    text = f"At {position}, '{label}' is decodable from L{first.layer} at AUROC {first.auroc.text()}"
+    text = f"At {position}, '{label}' is decodable from L{first.layer} at AUROC {first.auroc.text()} ({_p_text(first)})"
     if controls_reason is not None or all(r.controls is None for r in decodable):
         return text + "."  # why there are no control tasks: said once, after the positions (sweep_paragraph)
     selective = [r for r in decodable if r.selective]
     carried = [r for r in decodable if r.selective is False]
     if selective:
         s = selective[0]
-        text += (f", beyond the control tasks from L{s.layer} (selectivity {fmt_selectivity(s.selectivity)}; random "
-                 f"functions of the cell reach {s.controls.mean:.3f} on average there)")  # type: ignore[union-attr]
+        text += (f"; it is decoded better than every random function of the cell from L{s.layer} (selectivity "
+                 f"{fmt_selectivity(s.selectivity)}; random functions of the cell reach {s.controls.mean:.3f} on "  # type: ignore[union-attr]
+                 "average there)")
+        factors = fmt_factors(s.factors)
+        if factors:
+            text += f"; beside the design's own factors, decoded there on the same rows with the same probe and folds, it is {factors}"
         if carried:
             text += (f". At {_layers(carried)} the control tasks decode about as well, so those layers carry the "
                      "cell rather than this label in particular")
@@ -71,6 +95,12 @@ def sweep_paragraph(result: SweepResult) -> str:
     positions = list(dict.fromkeys(r.position for r in result.rows))
     parts = [position_sentence(result.label, p, [r for r in result.rows if r.position == p], reason)
              for p in positions]
+    tested = [r for r in result.rows if r.chance is not None and r.chance.p_adjusted is not None]
+    if tested and result.chance:
+        parts.append(f"Decodable means the test against chance rejects: the label permuted {result.chance['permuted']} "
+                     f"({result.chance['permutations']} permutations), the whole per-layer pipeline refitted on each, "
+                     f"step-down maxT over the {len(tested)} tested layer/positions (family-wise error 5%); the "
+                     "AUROC intervals are for the procedure's expected held-out AUROC, not tests.")
     if not tasks.get("k") and any(_decodable(r) for r in result.rows if not r.degenerate and r.auroc.value is not None):
         why = "controls off" if tasks.get("skipped") == "controls off" else "see the warning above"
         parts.append(f"There are no control tasks ({why}), so decodability cannot be told apart from the "

@@ -22,7 +22,12 @@ Per (layer, position), on the labelled rows X (n, d) read from the capture in fl
   (`within_family_variance_robust`, computed where the plain ratio is below 1e-6 and the label
   varies within families, the only rows it can change; null elsewhere); the extreme rows are
   counted per row (`extreme_rows`, with an example item) and named in a warning;
-- inner fits for nested selection (probes.nested; the target only).
+- inner fits for nested selection (probes.nested; the target only);
+- the test against chance (probes.chance; `chance_permutations` = 99 by default): the same probe and
+  folds on P within-family permutations of the label, fitted in one batch with the observed label;
+  per-row p, and "decodable" = step-down maxT adjusted p <= 0.05 over the sweep's rows;
+- the design's own factors (probes.factors; with the controls): each cell field decoded with the same
+  probe and folds, and the label's AUROC compared with each (`factors`).
 
 Once per sweep: input-only baselines (one-hot cell; single-factor details), probes.controls.
 
@@ -38,7 +43,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,10 +52,19 @@ from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED,
 from evprobe.core.renames import renamed
 from evprobe.probes.blocks import BlockReader
 from evprobe.probes.captures import CaptureSet, LabelSet
+from evprobe.probes.chance import (
+    DEFAULT_CHANCE_PERMUTATIONS,
+    OBSERVED,
+    ChanceTest,
+    chance_json,
+    chance_labels,
+    chance_names,
+    scheme,
+)
+from evprobe.probes.chance import adjust as adjust_chance
 from evprobe.probes.control_tasks import (
     CELL_FIELDS,
     DEFAULT_CONTROL_TASKS,
-    ControlSummary,
     ControlTasks,
     Selectivity,
     draw_control_tasks,
@@ -61,30 +75,23 @@ from evprobe.probes.control_tasks import (
 )
 from evprobe.probes.controls import (
     DEGENERATE_RATIO,
-    EXTREME_SDS,
     LeakageCheck,
     cell_baseline,
     identical_pairs,
     input_baselines,
-    leakage_check,
     leakage_labels,
     robust_spread,
     within_family_variance,
 )
 from evprobe.probes.engine import Fitter, cv_scores, map_layers
+from evprobe.probes.factors import Factors, compare_factors, factor_labels
 from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
 from evprobe.probes.inference import RefitIntervals, sweep_refit_intervals
 from evprobe.probes.nested import NestedResult, nested_estimate
 from evprobe.probes.registry import ProbeSpec
 from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
+from evprobe.probes.sweep_row import DEGENERATE_REASON, SweepRow, with_leakage
 from evprobe.probes.sweep_warnings import PAIR_FIELDS, sweep_warnings
-
-DEGENERATE_REASON = (
-    "the representation is identical for all rows of each family (within-family variance ratio {ratio:.2e}, robust "
-    "{robust:.2e}, both < {limit:g}) while the label varies within families: every grouped probe scores 0.5 by "
-    "construction"
-)
-
 
 @renamed(n_splits="folds", n_jobs="jobs")  # the names of --folds and --jobs (core.renames)
 @dataclass(frozen=True)
@@ -104,6 +111,7 @@ class SweepConfig:
     nested: bool = True
     refits: int = DEFAULT_REFITS  # family resamples on which the whole pipeline is refitted for the intervals (0: none)
     permutations: int = 0  # label permutations for the nested estimate's p-value (probes.inference; 0: no test)
+    chance_permutations: int = DEFAULT_CHANCE_PERMUTATIONS  # per-row test against chance (probes.chance; 0: none)
     jobs: int | None = None  # threads over layer chunks; None = the CPUs this process may use
     probe_params: tuple[str, ...] = ()  # "NAME=VALUE" for any parameter the probe's class declares (--probe-params)
 
@@ -119,63 +127,6 @@ class SweepConfig:
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
         if not self.probe_params:
             del out["probe_params"]  # absent unless given, so a sweep.json of the built-in knobs reads as before
-        return out
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    layer: int  # the model's layer number (meta.json "layers")
-    layer_index: int  # its place on the capture's layer axis
-    position: str
-    auroc: Estimate
-    accuracy: Estimate
-    controls: ControlSummary | None  # control tasks (None: skipped, degenerate, or controls off)
-    selectivity: Selectivity  # auroc - controls.mean, interval from the controls' range
-    leakage_shuffles: tuple[float, ...]  # AUROC of each within-family shuffle (empty: not run)
-    within_family_variance: float
-    degenerate: bool
-    identical: dict[str, tuple[int, int]] = field(default_factory=dict)  # pair field -> (identical, pairs)
-    reason: str | None = None
-    # the leakage check's mean AUROC with its interval, z and verdict: set once the sweep has every row
-    leakage: Estimate = Estimate.empty("not run")
-    leakage_z: float | None = None  # (leakage - 0.5) / standard error between shuffles
-    leakage_fires: bool | None = None
-    within_family_variance_robust: float | None = None  # the robust ratio where the plain one is < limit, else None
-    extreme_rows: int = 0  # labelled rows more than EXTREME_SDS robust SDs from the median
-    extreme_example: str | None = None  # the item id of the farthest of them
-
-    @property
-    def selective(self) -> bool | None:
-        """True when the target beats every control task (the selectivity interval lies above 0);
-        None without a verdict (probes.control_tasks.Selectivity)."""
-        return self.selectivity.selective
-
-    def to_json(self) -> dict[str, Any]:
-        z = self.leakage_z
-        out = {
-            "layer": self.layer,
-            "layer_index": self.layer_index,
-            "position": self.position,
-            "auroc": self.auroc.value,
-            "ci": list(self.auroc.ci),
-            "n": self.auroc.n,
-            "accuracy": self.accuracy.value,
-            "accuracy_ci": list(self.accuracy.ci),
-            "control_tasks": None if self.controls is None else self.controls.to_json(),
-            "selectivity": self.selectivity.to_json(),
-            "leakage_auroc": self.leakage.value,
-            "leakage_ci": list(self.leakage.ci),
-            "leakage_z": None if z is None or not np.isfinite(z) else z,
-            "leakage_fires": self.leakage_fires,
-            "leakage_shuffles": list(self.leakage_shuffles),
-            "within_family_variance": self.within_family_variance,
-            "within_family_variance_robust": self.within_family_variance_robust,
-            "extreme_rows": {"n": self.extreme_rows, "example": self.extreme_example, "limit_sds": EXTREME_SDS},
-            "degenerate": self.degenerate,
-            "identical_pairs": {k: list(v) for k, v in self.identical.items()},
-        }
-        if self.reason:
-            out["reason"] = self.reason
         return out
 
 
@@ -214,6 +165,8 @@ class SweepResult:
     seconds: float
     intervals: RefitIntervals | None = None  # None: the fixed-model bootstrap's (see FIXED_MODEL_WARNING)
     sources: str = "regimes"  # what `regimes` names: "regimes", or "captures" (folder names, sources_of)
+    factors: Factors | None = None  # the design's factors decoded beside the label (None: controls off)
+    chance: dict[str, Any] | None = None  # the test against chance, sweep-level (probes.chance.chance_json; None: off)
 
     @property
     def degenerate(self) -> bool:
@@ -232,6 +185,8 @@ class SweepResult:
             "restriction": self.restriction,
             "config": self.config.to_json(),
             "control_tasks": {**self.control_tasks, "method": CONTROL_TASKS_METHOD},
+            "chance_test": self.chance,
+            "factors": None if self.factors is None else self.factors.to_json(),
             "leakage_check": None if self.leakage is None else {
                 "kind": f"labels shuffled {self.leakage_kind} (seeded), same probe, folds and scoring",
                 "shuffles": self.config.leakage_shuffles,
@@ -311,9 +266,15 @@ def sweep(
     baselines = input_baselines(captures, labelset, folds, boot) if config.controls else {}
     cell_base = (cell_baseline(cells, labelset, folds, boot, "no cell fields: see the warning") if tasks is not None
                  else Estimate.empty("controls off"))
+    factors = factor_labels([captures.index[r] for r in labelset.rows], config.cell_fields, y) if config.controls else None
+    # the test against chance: the observed label and its permutations, fitted in one batch (probes.chance)
+    y_chance = dict(zip(chance_names(config.chance_permutations),
+                        chance_labels(y, fam, folds, config.chance_permutations, config.seed), strict=True))
     ys = {"y": y}
     if config.controls:
-        ys |= {**y_leak, **tasks.as_labels()}
+        ys |= {**y_leak, **tasks.as_labels(), **factors.as_labels()}  # type: ignore[union-attr]
+    if y_chance:
+        ys |= {OBSERVED: y, **y_chance}
     control_names = [] if tasks is None else tasks.names()
     layer_idx, pos_idx = candidate_indices(captures, config)
     candidates = [(captures.layers[li], captures.positions[pi]) for li in layer_idx for pi in pos_idx]
@@ -349,8 +310,11 @@ def sweep(
             if control_names:
                 each = [_scored_auroc(res.oof[name], lab) for name, lab in zip(control_names, tasks.labels, strict=True)]
                 summary, sel = selectivity(_scored_auroc(s, y), each, int(np.isfinite(s).sum()))
+            chance = None if not y_chance else ChanceTest(
+                _scored_auroc(res.oof[OBSERVED], y), tuple(_scored_auroc(res.oof[name], lab) for name, lab in y_chance.items()))
+            versus = None if factors is None else compare_factors(s, y, res.oof, factors, fam, boot)
             out.append((SweepRow(layer, li, position, auc, acc, summary, sel, leak, ratio, False, identical,
-                                 **extreme), s, res.inner))
+                                 **extreme, chance=chance, factors=versus), s, res.inner))
         return out
 
     spec = config.spec
@@ -361,6 +325,7 @@ def sweep(
     per_layer = map_layers(captures, labelset.rows, layer_idx, pos_idx, work, make, config.jobs, progress)
     flat = [item for layer_items in per_layer for item in layer_items]
     rows, check = with_leakage([row for row, _, _ in flat])
+    rows = adjust_chance(rows)  # the adjusted p over every tested row (probes.chance)
     n = labelset.n
     oof_all = np.full((len(candidates), n), np.nan)
     inner_all = np.full((len(candidates), config.folds, n), np.nan) if config.nested else None
@@ -403,7 +368,8 @@ def sweep(
         regimes=names, sources=kind, n=n, n_families=len(set(fam)), n_dropped=labelset.dropped,
         restriction=labelset.restriction, leakage_kind=leakage_kind, leakage=check, control_tasks=info,
         rows=tuple(rows), cell_baseline=cell_base, baselines=baselines, best=best, naive_best=naive,
-        warnings=tuple(warnings), seconds=time.perf_counter() - started, intervals=intervals,
+        warnings=tuple(warnings), seconds=time.perf_counter() - started, intervals=intervals, factors=factors,
+        chance=chance_json(len(y_chance), sum(r.chance is not None for r in rows), scheme(y, fam)) if y_chance else None,
     )
 
 
@@ -444,19 +410,6 @@ def _scored_auroc(scores: np.ndarray, y: np.ndarray) -> float:
     """AUROC over the rows with a score (NaN: a fold whose training rows had one class)."""
     ok = np.isfinite(scores)
     return auroc(scores[ok], y[ok]) if ok.any() else float("nan")
-
-
-def with_leakage(rows: list[SweepRow]) -> tuple[list[SweepRow], LeakageCheck | None]:
-    """The rows with the leakage check's estimate, z and verdict filled in (probes.controls)."""
-    scored = [i for i, r in enumerate(rows) if r.leakage_shuffles and all(np.isfinite(r.leakage_shuffles))]
-    if not scored:
-        return rows, None
-    check = leakage_check(np.array([rows[i].leakage_shuffles for i in scored]))  # (R, L)
-    out = list(rows)
-    for j, i in enumerate(scored):
-        est = Estimate(float(check.auroc[j]), (float(check.lo[j]), float(check.hi[j])), rows[i].auroc.n)
-        out[i] = replace(rows[i], leakage=est, leakage_z=float(check.z[j]), leakage_fires=bool(check.fires[j]))
-    return out, check
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:
