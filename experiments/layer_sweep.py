@@ -359,6 +359,9 @@ def best_layers(plan: Plan) -> dict[str, Any]:
                                                                                        "n": row["n"]},
             "selectivity": row.get("selectivity") if row is not None and isinstance(row.get("selectivity"), dict)
             else None,  # a sweep.json written before control tasks has a bare number (another meaning) or none
+            # the row's test against chance and the label against the design's factors (None: an older sweep.json)
+            "chance_test": None if row is None else row.get("chance_test"),
+            "factors": None if row is None else row.get("factors"),
             "cell_baseline": sweep.get("cell_baseline"),
             "baselines": sweep["baselines"],
             "naive_best": sweep.get("naive_best"),
@@ -388,6 +391,23 @@ def _auc(value: float | None, ci: list | tuple | None = None, n: int | None = No
     return estimate_text({"value": value, "ci": ci, "n": n}, 3)  # the one formatter (core.estimate_text)
 
 
+def _chance_cell(test: dict[str, Any] | None) -> str:
+    """`yes (0.01)` / `no (0.49)`: the row's verdict against chance with its adjusted p."""
+    if not test or test.get("p_adjusted") is None:
+        return missing_text("not tested")
+    return f"{'yes' if test.get('decodable') else 'no'} ({test['p_adjusted']:.2g})"
+
+
+def _factors_cell(factors: dict[str, Any] | None) -> str:
+    """`+0.000 [-0.025, +0.025] vs system: not singled out`: the label minus the closest design factor."""
+    readings = (factors or {}).get("factors") or []
+    if not readings:
+        return missing_text("no factors")
+    c = min(readings, key=lambda r: r["difference"])
+    verdict = "singled out" if factors.get("singled_out") else "not singled out"  # type: ignore[union-attr]
+    return f"{estimate_text({'value': c['difference'], 'ci': c['ci']}, 3, sign=True, n=False)} vs {c['field']}: {verdict}"
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# Layer sweep: {result['model_name']} ({result['model']})",
@@ -400,14 +420,19 @@ def markdown(result: dict[str, Any]) -> str:
         ("- Control tasks (Hewitt and Liang): random balanced functions of the prompt's cell (system x initial property "
         "x history x threshold level) fitted like the probe, at the best layer/position: their mean AUROC [min, max] "
         "(k tasks); selectivity = held-out AUROC there - that mean, interval [AUROC - max control, AUROC - min control] "
-        "(95% at k = 39 when the label decodes like one more cell function; selective = beats every control). Baselines: "
+        "(95% at k = 39 when the label decodes like one more cell function; selective = decoded better than every "
+        "random function of the cell). Decodable there: that row's within-family permutation test against chance, "
+        "adjusted over the sweep's layer/positions (step-down maxT; the AUROC interval is no test). Design factors: "
+        "the cell fields decoded on the same rows with the same probe and folds; the label minus the closest one, "
+        "and singled out when the label is decoded better than each. Baselines: "
         "logistic models on the prompt inputs alone, out of fold: the one-hot cell (~1.0 for sufficiency by "
         "construction: it is a function of the cell), and history, threshold level, both (at chance by design)."),
         f"- Intervals: {result['interval_method']}; B={result['n_boot']}, seed {result['seed']}; n = labelled items.",
         "",
-        ("| label | n (families) | nested best | held-out AUROC | control tasks mean [min, max] (k) | selectivity "
-        "| one-hot cell | history only | threshold only | history+threshold | max over test folds (optimistic) |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        ("| label | n (families) | nested best | held-out AUROC | decodable there (p adjusted) | control tasks mean "
+        "[min, max] (k) | selectivity | vs design factors | one-hot cell | history only | threshold only | "
+        "history+threshold | max over test folds (optimistic) |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["labels"]:
         b, ctl, base = r["best"], r["control_tasks"], r["baselines"]
@@ -419,8 +444,10 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("| " + " | ".join([
             r["title"], f"{r['n']} ({r['n_families']})", where,
             missing_text("n=0") if b is None else _auc(b["auroc"], b["ci"], b["n"]),
+            _chance_cell(r.get("chance_test")),
             missing_text() if ctl is None else f"{ctl['mean']:.3f} [{ctl['min']:.3f}, {ctl['max']:.3f}] (k={ctl['k']}, n={ctl['n']})",
             fmt_selectivity(sel),
+            _factors_cell(r.get("factors")),
             estimate_text(r["cell_baseline"], 3),
             *(estimate_text(e, 3) for e in
               (base.get("history"), base.get("threshold"), base.get("history_threshold"))),

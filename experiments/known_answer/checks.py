@@ -26,7 +26,8 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   state is identical within families (the same at every image pair and threshold pair); from layer k
   on, it differs within every pair but at most 10% (FLAT_SHARE: pairs within float16's step of each other
   read as identical in the capture); at (m, last) the grouped-CV AUROC is >= 0.90 with its interval's
-  low end >= 0.80, on every labelled row of the capture. The nested estimate (layer and position
+  low end >= 0.80 and, where the sweep ran its test against chance (probes.chance), that row is
+  decodable by it, on every labelled row of the capture. The nested estimate (layer and position
   chosen without test labels) is shown beside it, never the test-fold maximum. And each system x
   initial-test group at (m, last) agrees with the others (experiments.known_answer.capture): its
   class-mean difference at cosine >= 0.70 with the other groups' pooled one, and a probe trained on
@@ -167,7 +168,8 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected:
     k, m = plant["attention_free_layers"], plant["aux_layer"]
     target = (f"L0-L{k - 1}: every position at chance, the last position identical within every pair; "
               f"L{k}+: the last position differs within all but {FLAT_SHARE:.0%} of the pairs; L{m}/last AUROC >= {DECODE_FLOOR:.2f}, interval above "
-              f"{DECODE_LOW_END:.2f}, on {expected.text if expected else 'every labelled row'}; each system x "
+              f"{DECODE_LOW_END:.2f} and decodable by the sweep's permutation test where it ran, on "
+              f"{expected.text if expected else 'every labelled row'}; each system x "
               f"initial-test group at L{m}/last: cosine >= {GROUP_COSINE:.2f} between its class-mean difference and the "
               f"other groups' pooled one, and a probe trained on the other groups scores it at AUROC >= "
               f"{DECODE_FLOOR:.2f}, each group on every family of the bench it holds")
@@ -208,7 +210,11 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected:
     value, (lo, _) = planted.get("auroc"), planted.get("ci") or [None, None]
     decoded = value is not None and value >= DECODE_FLOOR and lo is not None and lo >= DECODE_LOW_END
     if not decoded:
-        problems.append(f"L{m}/last not decodable")
+        problems.append(f"L{m}/last below the decoding floor")
+    # where the sweep ran its test against chance (probes.chance), the planted row must pass it as well:
+    # "decodable" is that test's verdict, never the interval's
+    if (planted.get("chance_test") or {}).get("decodable") is False:
+        problems.append(f"L{m}/last not decodable by the sweep's permutation test")
     parts.append(f"L{m}/last {_auroc_text(planted)}")
     best = sweep.get("best") or {}
     if best.get("layer") is not None:

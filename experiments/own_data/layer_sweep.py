@@ -4,7 +4,8 @@ family folds, refit intervals, control tasks, the leakage check, the nested choi
 position), returning a tidy DataFrame and the same figure.
 
     result = probe_layers(handle, prompts, images, labels=enough, families=families, out="out/mine")
-    result.frame          # one row per layer x position: auroc, ci, n, accuracy, selectivity, ...
+    result.frame          # one row per layer x position: auroc, ci, n, accuracy, chance_test (decodable),
+                          # selectivity, factors (the label against your --cell-fields), ...
     result.sweep.best     # the nested estimate (layer and position chosen without test labels)
     result.figure         # out/mine/sweep/sweep.png
 """
@@ -54,8 +55,10 @@ def probe_layers(
 
     labels: one bool per prompt; families: one id per prompt (the unit folds and resamples keep
     whole). out: a folder; the capture goes to out/acts and the sweep to out/sweep. extra: per
-    prompt, more index fields (e.g. the cells a control task permutes within: SweepConfig.cell_fields).
-    config: a probes.sweep.SweepConfig (default: its defaults)."""
+    prompt, more index fields (e.g. the cells a control task permutes within: SweepConfig.cell_fields; the
+    sweep also decodes each of those fields beside the label, probes.factors). config: a
+    probes.sweep.SweepConfig (default: its defaults; a row is called decodable only where its
+    permutation test against chance rejects, probes.chance)."""
     from evprobe.core.frames import to_dataframe
     from evprobe.hooks.capture import capture_layers
     from evprobe.hooks.positions import position_label

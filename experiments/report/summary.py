@@ -80,7 +80,9 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
     """(measure, estimate with interval and n, what it is) rows of the headline table."""
     from evprobe.bench.score_report import pct, plain, points
     from evprobe.experiments.dose_response.formatting import crossfit_setting, fmt_estimate
+    from evprobe.probes.chance import chance_reading
     from evprobe.probes.control_tasks import fmt_selectivity
+    from evprobe.probes.factors import FACTORS_MEANS
 
     rows = []
     if scores:
@@ -93,11 +95,20 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
     if best.get("layer") is not None:
         e = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n")}
         rows.append((f"probe AUROC, {sweep.get('label', 'label')} (nested)", plain(e),
-                     f"layer {best['layer']}, position {best['position']}, chosen without test labels"))
-        sel = _row_at(sweep, best["layer"], best["position"]).get("selectivity")
+                     f"layer {best['layer']}, position {best['position']}, chosen without test labels; "
+                     + chance_reading(best, _row_at(sweep, best["layer"], best["position"]))))
+        row = _row_at(sweep, best["layer"], best["position"])
+        sel = row.get("selectivity")
         if sel:
             rows.append(("selectivity (AUROC minus control tasks)", fmt_selectivity(sel),
                          SELECTIVITY_MEANS.format(times=f"1 time in {sel['k'] + 1}" if sel.get("k") else "rarely")))
+        versus = row.get("factors") or {}
+        if versus.get("factors"):
+            closest = min(versus["factors"], key=lambda r: r["difference"])
+            rows.append((f"AUROC minus the closest design factor ({closest['field']})",
+                         estimate_text({"value": closest["difference"], "ci": closest["ci"], "n": best.get("n")}, 3,
+                                       sign=True),
+                         FACTORS_MEANS.format(verdict="singled out" if versus.get("singled_out") else "not singled out")))
     for h in (dose or {}).get("headline") or []:
         if h.get("readout", "logprobs") != "logprobs":
             continue
@@ -121,7 +132,9 @@ def _row_at(sweep: dict, layer: int, position: str) -> dict[str, Any]:
 def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> list[str]:
     """What the headline numbers show, and what they do not, in a few generated sentences."""
     from evprobe.bench.score_report import pct
+    from evprobe.probes.chance import chance_reading
     from evprobe.probes.control_tasks import fmt_selectivity
+    from evprobe.probes.factors import fmt_factors
 
     out = []
     if scores and (m := scores.get("min_cost_choice")) and m.get("value") is not None:
@@ -131,14 +144,21 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
     if best.get("layer") is not None:
         row = _row_at(sweep, best["layer"], best["position"])
         sel = (row.get("selectivity") or {})
-        lo = (best.get("ci") or [None])[0]
-        strength = ("above chance" if lo is not None and lo > 0.5 else "not distinguishable from chance")
-        text = (f"Probe: {sweep.get('label', 'the label')} is decodable at AUROC "
-                f"{estimate_text({'value': best.get('auroc'), 'ci': best.get('ci'), 'n': best.get('n')}, 3)}, {strength}, at "
-                f"layer {best['layer']} / {best['position']} (nested estimate: chosen on training folds only).")
+        label = sweep.get("label", "the label")
+        text = (f"Probe: {label} is decoded at AUROC "
+                f"{estimate_text({'value': best.get('auroc'), 'ci': best.get('ci'), 'n': best.get('n')}, 3)} at "
+                f"layer {best['layer']} / {best['position']} (nested estimate: chosen on training folds only); "
+                f"{chance_reading(best, row)}.")
         if sel.get("value") is not None:
             text += " Against control tasks its selectivity is " + fmt_selectivity(sel) + "; " + _selectivity_reading(sel)
-        out.append(text)
+        factors = fmt_factors(row.get("factors"))
+        if factors:
+            text += (f" Beside the design's own factors, decoded there on the same rows with the same probe and folds, "
+                     f"it is {factors}.")
+            if not (row.get("factors") or {}).get("singled_out"):
+                text += (f" So the probe shows {label} is readable there, not that the representation is about it "
+                         "rather than about the design's factors.")
+        out.append(text + " Decodability alone does not show the model uses it (the steering below tests that).")
     for h in (dose or {}).get("headline") or []:
         if h.get("readout", "logprobs") != "logprobs":
             continue
@@ -152,7 +172,8 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
 
 
 SELECTIVITY_MEANS = ("interval from the control tasks' own spread; above 0 = decoded better than every random "
-                     "function of the cell, which a label that is one more such function does {times}")
+                     "function of the cell, which a label that is one more such function does {times}; it does not "
+                     "compare the label with the design's own factors (next row)")
 
 
 def _selectivity_reading(sel: dict[str, Any]) -> str:
@@ -161,8 +182,8 @@ def _selectivity_reading(sel: dict[str, Any]) -> str:
         return "too few control tasks for a verdict."
     if sel["selective"]:
         return (f"it is decoded better than every one of the {sel.get('k')} random functions of the cell (a label "
-                f"that is just another cell function does that 1 time in {sel.get('k', 0) + 1}); decodability alone "
-                "does not show the model uses it (the steering below tests that).")
+                f"that is just another cell function does that 1 time in {sel.get('k', 0) + 1}); that compares it "
+                "with random functions of the cell, not with the design's own factors.")
     return "it is not selective: some random function of the cell is decoded as well."
 
 
