@@ -106,7 +106,8 @@ def cells(values: np.ndarray, masks: Mapping[object, np.ndarray] | Sequence[np.n
 def spans_of(cur: Cells, base: Cells) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi) of a condition's cells and (dlo, dhi) of their paired change against the base, each
     (C,) (module docstring): the percentile interval hulled with the cluster t interval (and a rate's
-    with its Clopper-Pearson one); no rate and no change of rates gets a zero-width interval."""
+    with its Clopper-Pearson one), a rate's ends within [0, 1] and a change of rates' within [-1, 1];
+    no rate and no change of rates gets a zero-width interval."""
     lo, hi = hull(hull(percentile_interval(cur.draws), cluster_t.ratio_interval(cur.num, cur.den)), cur.cluster)
     share = np.isfinite(cur.cluster[0]) & np.isfinite(base.cluster[0])  # proportion cells
     dlo, dhi = hull(percentile_interval(cur.draws - base.draws),
@@ -114,7 +115,10 @@ def spans_of(cur: Cells, base: Cells) -> tuple[np.ndarray, np.ndarray, np.ndarra
     sparse = (_rarer(cur) < FEW_EVENTS) | (_rarer(base) < FEW_EVENTS)
     wlo, whi = saturated_change((dlo, dhi), cur.observed, cur.cluster, base.observed, base.cluster, sparse=sparse,
                                 r=cluster_t.correlation(cur.num, cur.den, base.num, base.den))
-    return lo, hi, np.where(share, wlo, dlo), np.where(share, whi, dhi)
+    # a rate lies in [0, 1] and a change of rates in [-1, 1]; the symmetric t interval can reach past
+    # them (97.9 [91.6, 100.3] points), so a proportion's ends are cut there (no truth lies beyond)
+    lo, hi = np.where(cur.share, np.clip(lo, 0.0, 1.0), lo), np.where(cur.share, np.clip(hi, 0.0, 1.0), hi)
+    return lo, hi, np.where(share, np.clip(wlo, -1.0, 1.0), dlo), np.where(share, np.clip(whi, -1.0, 1.0), dhi)
 
 
 def _rarer(c: Cells) -> np.ndarray:

@@ -92,3 +92,20 @@ def test_the_count_prints_and_warns_below_eight_families() -> None:
     steered, changes = cell_estimates(cells(values + 0.5 + 0.1 * values**2, every, boot, fam, [False]), base)
     assert steered[0].n_families == 6 and changes[0].n_families == 6
     assert steered[0].text().endswith("(n=18 in only 6 families: the interval may be too narrow)")
+
+
+def test_rates_and_their_changes_stay_within_their_range() -> None:
+    """Near 100% with few families the symmetric t interval reaches past 1 (97.9 [91.6, 100.3] points
+    on the quickstart); a rate's interval ends within [0, 1] and a change of rates' within [-1, 1],
+    and still has width. Removing the cut fails here: this table's t intervals reach past 1."""
+    steered, base = np.ones((32, 1)), np.zeros((32, 1))
+    steered[[0, 1, 4, 5], 0] = 0.0  # 28 of 32 chose: two misses in each of families 0 and 1
+    base[:8, 0] = 1.0  # 8 of 32 chose before, all of them in families 0 and 1
+    boot = FamilyBootstrap([f"f{i}" for i in range(8)], 400, 3)
+    fam = np.repeat(np.arange(8), 4)
+    every = {"all": np.ones(32, bool)}
+    cur, ref = cells(steered, every, boot, fam, [True]), cells(base, every, boot, fam, [True])
+    lo, hi, dlo, dhi = spans_of(cur, ref)
+    assert cluster_t.ratio_interval(cur.num, cur.den)[1][0] > 1.0  # the t ends leave the range
+    assert cluster_t.change_interval(cur.num, cur.den, ref.num, ref.den)[1][0] > 1.0
+    assert 0.0 <= lo[0] < hi[0] <= 1.0 and -1.0 <= dlo[0] < dhi[0] <= 1.0
