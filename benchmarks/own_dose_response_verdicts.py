@@ -1,16 +1,20 @@
-"""How often evprobe.steering_dose_response calls a direction "specific" when it is not, and when it is.
+"""How often evprobe.steering_dose_response calls a direction "specific" when it is not, and when it is,
+on a real model (the model organism), with both nulls: random directions and label-free directions.
 
 Data with a known answer: the model organism's held-out selections from the reduced quickstart
 (experiments.mutations.SMALL_QUICKSTART, 8 families per system), steered at layer 3 toward stopping,
 the goal read on the unresolved items (goal +1 on the stop letter's log-odds, doses -1 and -0.75).
 
 - truth "specific": the planted direction (the quickstart's stored layer-3 direction, negated so
-  that negative doses steer toward stopping); one run, its verdict and p_goal;
-- truth "not specific": --probes random unit directions, each playing the probe against its own
-  --null random directions (other seeds): the share called specific, with its Clopper-Pearson 95%
-  interval, beside the rank test's bound floor(0.05 (K + 1)) / (K + 1).
+  that negative doses steer toward stopping), its label-free null fitted from the rows it was
+  fitted on (evprobe.direction_rows); one run: the verdict, each null's p_goal and margin;
+- truth "not specific" (the label carries nothing): --probes directions fitted the same way on the
+  same rows with each family's labels kept or flipped at random (a meaningless label: its
+  per-family contrasts point either way), each with its own label-free null from those rows and
+  labels, and its own random null; the share called specific (joint verdict, and each null alone)
+  with its Clopper-Pearson 95% interval, beside the rank test's bound floor(0.05 (K + 1)) / (K + 1).
 
-    python benchmarks/own_dose_response_verdicts.py [--probes 100] [--null 20] [--quickstart DIR]
+    python benchmarks/own_dose_response_verdicts.py [--probes 60] [--null 20] [--quickstart DIR]
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def _data(out: Path):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--probes", type=int, default=100)
+    p.add_argument("--probes", type=int, default=60)
     p.add_argument("--null", type=int, default=20)
     p.add_argument("--quickstart", type=Path, default=None, help="a reduced quickstart folder to reuse")
     args = p.parse_args(argv)
@@ -61,27 +65,43 @@ def main(argv: list[str] | None = None) -> int:
     data = _data(out)
     meta = json.loads((out / "dose_response" / "meta.json").read_text())
     planted = evprobe.read_directions(out / "directions")[meta["layer_directions"]["3"]["name"]]
+    rows = evprobe.direction_rows(planted)
     handle = evprobe.load("organism")
     kw = dict(candidates=list("ABCDE"), positions="last", alphas=(-1.0, -0.75), goal=+1, goal_group="unresolved",
-              n_random=args.null, n_boot=200, **data)
+              n_random=args.null, n_relabel=args.null, n_boot=200, **data)
 
-    def verdict(vector, seed: int):
-        result = evprobe.steering_dose_response(handle, direction={3: vector}, seed=seed, **kw)
-        row = result.crossfit.set_index(["group", "measure"]).loc[("unresolved", "log_odds_change")]
-        return bool(row["specific"]), float(row["p_goal"])
+    def verdict(vector, fit_rows, seed: int):
+        result = evprobe.steering_dose_response(handle, direction={3: vector}, fit_rows={3: fit_rows}, seed=seed,
+                                                random_seed=seed, **kw)
+        cf = result.crossfit
+        head = cf[(cf["group"] == "unresolved") & (cf["measure"] == "log_odds_change")].set_index("null")
+        return result.verdict["specific"], {k: (bool(r["specific"]), float(r["p_goal"]), float(r["margin"]))
+                                            for k, r in head.iterrows()}
 
     t = time.perf_counter()
-    yes, p_goal = verdict(-planted.vector, 20260905)
-    print(f"{len(data['prompts'])} held-out selections of {len(set(data['families']))} families; "
-          f"{args.null} null directions per run")
-    print(f"planted direction (truth: specific): called specific {yes}, p_goal {p_goal:.3f}")
+    yes, nulls = verdict(-planted.vector, rows, 20260905)
+    print(f"{len(data['prompts'])} held-out selections of {len(set(data['families']))} families; the planted "
+          f"direction fitted on {len(rows.labels)} rows of {len(set(rows.families))} families; {args.null} random and "
+          f"{args.null} label-free directions per run")
+    print(f"planted direction (truth: specific): called specific {yes}; "
+          + "; ".join(f"{k}: p_goal {p_:.3f}, margin {m:+.2f} nats" for k, (_, p_, m) in nulls.items()))
     rng = np.random.default_rng(1)
-    calls = [verdict(rng.normal(size=handle.d_model), 1000 + k)[0] for k in range(args.probes)]
-    k = sum(calls)
-    lo, hi = clopper_pearson(k, len(calls))
+    names, inverse = np.unique(rows.families, return_inverse=True)
+    calls = {"joint": [], "random": [], "label-free": []}
+    for k in range(args.probes):
+        flip = rng.integers(0, 2, len(names))[inverse] == 1  # each family's labels kept or flipped
+        meaningless = np.where(flip, 1 - rows.labels, rows.labels)
+        fitted = evprobe.MassMeanProbe().fit(rows.acts, meaningless).direction_
+        joint, by = verdict(fitted, evprobe.FitRows(rows.acts, meaningless, rows.families), 1000 + k)
+        calls["joint"].append(bool(joint))
+        for kind in ("random", "label-free"):
+            calls[kind].append(by[kind][0])
     bound = int(0.05 * (args.null + 1)) / (args.null + 1)
-    print(f"random directions (truth: not specific): called specific {k} of {len(calls)} = {k / len(calls):.3f} "
-          f"[{lo:.3f}, {hi:.3f}] (Clopper-Pearson 95%); the rank test's bound {bound:.3f}")
+    for rule, got in calls.items():
+        n_yes = sum(got)
+        lo, hi = clopper_pearson(n_yes, len(got))
+        print(f"meaningless labels (truth: not specific), {rule}: called specific {n_yes} of {len(got)} = "
+              f"{n_yes / len(got):.3f} [{lo:.3f}, {hi:.3f}] (Clopper-Pearson 95%); the rank test's bound {bound:.3f}")
     print(f"({time.perf_counter() - t:.0f} s)")
     return 0
 

@@ -2,8 +2,8 @@
 
 The installed package is `evprobe`; its parts live in the repository's top-level folders and
 install under it (`bench/` -> `evprobe.bench`, `hooks/` -> `evprobe.hooks`, `probes/` ->
-`evprobe.probes`, `experiments/` -> `evprobe.experiments`, `organism/` -> `evprobe.organism`,
-`core/` -> `evprobe.core`). This module is the short public API; `import evprobe` stays cheap:
+`evprobe.probes`, `analysis/` -> `evprobe.analysis`, `experiments/` -> `evprobe.experiments`,
+`organism/` -> `evprobe.organism`, `core/` -> `evprobe.core`). This module is the short public API; `import evprobe` stays cheap:
 every name is imported on first use.
 
     evprobe.load(model, ...) -> Handle          a Hugging Face VLM (name, folder or model config)
@@ -22,8 +22,12 @@ every name is imported on first use.
         every forward inside, composable; evprobe.Adapter / register_adapter place an architecture's sites
     evprobe.patch_sites(handle, source, target, sites=, position_sets=, candidates=)  activation patching
     evprobe.steering_dose_response(handle, prompts, images, direction=, candidates=, target=, families=)
-        the pipeline's dose-response on your own prompts: random-direction null, cross-fitted choice,
-        family-bootstrap intervals; tidy DataFrames and a plot
+        the pipeline's dose-response on your own prompts: random and label-free null directions (the
+        latter from the rows the direction was fitted on: fit_rows= or its capture), cross-fitted choice,
+        family-bootstrap intervals, a verdict on specificity; tidy DataFrames and a plot
+    evprobe.label_free_directions(acts, labels, families, direction)  the label-free null directions of
+        a steering claim (fitted like the probe once the label carries nothing); evprobe.direction_rows(d)
+        the rows a fitted Direction was fitted on (a FitRows)
     evprobe.paired_effects(frame, baseline=, measures=)  your own per-item readouts (any model, engine or
         API) -> each condition's estimate and paired change with the pipeline's family-bootstrap intervals
     evprobe.pair_patching(handle, pairs, families=, candidates=, answers=, sites=)  pair patching on your
@@ -68,6 +72,9 @@ _API: dict[str, tuple[str, str]] = {
     "steering_dose_response": ("evprobe.experiments.own_data.dose_response", "steering_dose_response"),
     "pair_patching": ("evprobe.experiments.own_data.patching", "pair_patching"),
     "paired_effects": ("evprobe.experiments.own_data.effects", "paired_effects"),
+    "label_free_directions": ("evprobe.analysis.label_null", "label_free_directions"),
+    "direction_rows": ("evprobe.analysis.label_null", "direction_rows"),
+    "FitRows": ("evprobe.analysis.label_null", "FitRows"),
     "probe_layers": ("evprobe.experiments.own_data.layer_sweep", "probe_layers"),
     "Token": ("evprobe.hooks.positions", "Token"),
     "Frame": ("evprobe.hooks.positions", "Frame"),

@@ -78,6 +78,8 @@ class VoidTransferConfig:
     alphas: tuple[float, ...] = setting((-1.0, -0.5, 0.0, 0.5, 1.0), "doses in multiples of the layer's mean residual "
                                         "norm (+ = toward abstaining); write --alphas=-1,0,1 when the first is negative")
     n_random: int = setting(50, "random directions of the null, per path")
+    n_relabel: int = setting(50, "label-free null directions per path (analysis.label_null: fitted like the source's "
+                             "direction on its fit rows once the label carries nothing); 0 = none, and no verdict")
     split_seed: int = setting(0, "seed of the family split (half fitting, half held out, per system)")
     folds: int = setting(5, "folds of the probe sweep and transfer matrix (capped at the families)")
     batch_size: int = setting(8, "prompts per forward")
@@ -90,8 +92,8 @@ class VoidTransferConfig:
         if not any(a != 0 for a in self.alphas) or not all(np.isfinite(self.alphas)):
             raise ValueError(f"key 'alphas' must hold finite doses with a nonzero one, e.g. [-1, 0, 1], got "
                              f"{list(self.alphas)}")
-        for key in ("n_random", "folds", "batch_size", "n_boot"):
-            low = {"n_random": 0, "folds": 2}.get(key, 1)
+        for key in ("n_random", "n_relabel", "folds", "batch_size", "n_boot"):
+            low = {"n_random": 0, "n_relabel": 0, "folds": 2}.get(key, 1)
             if getattr(self, key) < low:
                 raise ValueError(f"key {key!r} must be {low} or more, got {getattr(self, key)}")
 
@@ -157,6 +159,7 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
     from evprobe.experiments.capture.job import capture
     from evprobe.experiments.config import load_model
     from evprobe.experiments.own_data.dose_response import steering_dose_response
+    from evprobe.analysis.label_null import direction_rows
     from evprobe.experiments.steering_conventions import measure_sign
     from evprobe.probes.captures import labels, load_captures
     from evprobe.probes.directions import fit_directions, write_directions
@@ -179,6 +182,9 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
     write_directions(out / "directions", directions)
     toward_abstain = {(d.provenance["condition"].removeprefix("void="), d.provenance["layer"]):
                       measure_sign(d.provenance, d.name) * d.vector.astype(np.float64) for d in directions}
+    # the rows each direction was fitted on (its void type's pairs in the fitting families): the label-free null's
+    fit_rows = {(d.provenance["condition"].removeprefix("void="), d.provenance["layer"]): direction_rows(d)
+                for d in directions} if config.n_relabel else {}
     handle = load_model(model)
 
     def steer(pairs_of: list[tuple[Any, Any]], group: str, source: str, goal: int) -> Any:
@@ -192,6 +198,7 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
             direction=vectors, candidates=sorted(chosen[0].options),
             target=[next(k for k, a in it.options.items() if a == "undetermined") for it in chosen],
             families=[it.family_id for it in chosen], alphas=config.alphas, goal=goal, n_random=config.n_random,
+            n_relabel=config.n_relabel, fit_rows={layer: fit_rows[(source, layer)] for layer in vectors} or None,
             n_boot=config.n_boot, seed=config.seed, split_seed=config.split_seed, batch_size=config.batch_size)
 
     # the twins are shared by the void types: inducing abstention on them depends on the source alone
@@ -206,7 +213,7 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
                          "suppress_on_voids": _effect(steer(target_pairs, "void", source, -1)),
                          "induce_on_twins": induce[source]})
     meta = {"format": FORMAT, "config": _jsonable(config), "fit_families": fit, "heldout_families": held,
-            "n_random": config.n_random, "position": POSITION}
+            "n_random": config.n_random, "n_relabel": config.n_relabel, "position": POSITION}
     atomic_write_json(out / JSON_FILE, {**meta, "paths": rows})
     atomic_write_bytes(out / MD_FILE, markdown(rows, meta).encode("utf-8"))
     return VoidTransferReport(paths=tuple(rows), files=(JSON_FILE, MD_FILE, "sweep/", "directions/", "acts/"))
@@ -225,19 +232,27 @@ def _est(row: Any) -> dict[str, Any]:
 
 def _effect(result: Any) -> dict[str, Any]:
     """The cross-fitted effect of one steering run (its `all` group): abstention rate and log-odds
-    changes, the setting each half chose, and the rank test against the null on the log-odds."""
-    cf = result.crossfit.set_index("measure")
-    goal = cf.loc["log_odds_change"]
-    return {"abstention_change": _est(cf.loc["chose_change"]), "log_odds_change": _est(goal),
-            "chosen": [str(goal["chosen_on_A"]), str(goal["chosen_on_B"])], "p_null": float(goal["p_goal"]),
-            "specific": bool(goal["specific"]), "n_random": int(goal["null_n_directions"])}
+    changes, the setting each half chose, and the rank test against each null on the log-odds (p,
+    margin over the nearest null direction) with the joint verdict (analysis.specificity)."""
+    cf = result.crossfit[result.crossfit["group"] == "all"]
+    goal = cf[cf["measure"] == "log_odds_change"]
+    first = goal.iloc[0]
+    nulls = {str(r["null"]): {"p": float(r["p_goal"]), "margin": float(r["margin"]), "n": int(r["null_n_directions"])}
+             for _, r in goal.iterrows() if r["null"] is not None and r["p_goal"] == r["p_goal"]}
+    return {"abstention_change": _est(cf[cf["measure"] == "chose_change"].iloc[0]), "log_odds_change": _est(first),
+            "chosen": [str(first["chosen_on_A"]), str(first["chosen_on_B"])], "nulls": nulls,
+            "specific": result.verdict["specific"], "verdict": result.verdict["text"],
+            "n_random": (nulls.get("random") or {}).get("n", 0), "n_relabel": (nulls.get("label-free") or {}).get("n", 0)}
 
 
 def _cell(effect: dict[str, Any]) -> list[str]:
-    verdict = "specific" if effect["specific"] else "not specific"
+    def place(kind: str) -> str:
+        n = effect["nulls"].get(kind)
+        return "not run" if n is None else f"{n['p']:.3f} (margin {n['margin']:+.2f})"
+
     return [estimate_text(effect["abstention_change"], 1, scale=100.0, sign=True),
             estimate_text(effect["log_odds_change"], 2, sign=True), "; ".join(effect["chosen"]),
-            f"{effect['p_null']:.3f} ({verdict})"]
+            place("random"), place("label-free"), effect["verdict"]]
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -250,14 +265,17 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
              "\"undetermined\" log-odds); induce: toward abstaining on the twins (shared by both void types, so it "
              "depends on the source alone). Each effect is taken at the layer and dose one half of the families "
              "chose, scored on the other (both halves shown), against alpha = 0, beside "
-             f"{meta['n_random']} random directions of the same norm (one-sided rank test; specific when p <= 0.05)",
+             f"{meta['n_random']} random directions of the same norm and {meta.get('n_relabel', 0)} label-free directions "
+             "(fitted like the source's direction on its fit rows once the label carries nothing), each given the same "
+             "choice (one-sided rank test, p and the margin in nats over the nearest null direction; specific to the "
+             "direction when p <= 0.05 against both)",
              "", "| source -> target | probe AUROC | suppress on voids: abstention (points) | log-odds (nats) | chosen | "
-             "null p |", "|---|---|---|---|---|---|"]
+             "p vs random | p vs label-free | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['source']} -> {r['target']} | {estimate_text(r['probe_auroc'], 3)} | "
                      + " | ".join(_cell(r["suppress_on_voids"])) + " |")
-    lines += ["", "| source -> twins | induce: abstention (points) | log-odds (nats) | chosen | null p |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| source -> twins | induce: abstention (points) | log-odds (nats) | chosen | p vs random | "
+              "p vs label-free | verdict |", "|---|---|---|---|---|---|---|"]
     for source, effect in dict.fromkeys((r["source"], json.dumps(r["induce_on_twins"])) for r in rows):
         lines.append(f"| {source} | " + " | ".join(_cell(json.loads(effect))) + " |")
     return "\n".join(lines) + "\n"
@@ -269,7 +287,7 @@ def add_void_transfer_parser(sub: argparse._SubParsersAction) -> argparse.Argume
         help="probes and steering across void types: directions fitted on one void type, read and steered on the other",
         description="Capture the answer requests and the voids (a benchmark generated with --voids), sweep resolved "
         "with the transfer matrix by void type, fit one direction per void type on half the families and steer the "
-        "other half's pairs of every void type with it, beside a random-direction null: void_transfer.json, "
+        "other half's pairs of every void type with it, beside random and label-free null directions: void_transfer.json, "
         "void_transfer.md. Flags override the config.",
     )
 
@@ -280,8 +298,7 @@ def run_void_transfer(args: argparse.Namespace) -> int:
     for r in report.paths:
         e = r["suppress_on_voids"]
         print(f"{r['source']} -> {r['target']}: probe AUROC {estimate_text(r['probe_auroc'], 3)}; on the voids' "
-              f"abstention {estimate_text(e['abstention_change'], 1, scale=100.0, sign=True)} points, null p "
-              f"{e['p_null']:.3f}")
+              f"abstention {estimate_text(e['abstention_change'], 1, scale=100.0, sign=True)} points; {e['verdict']}")
     print(f"wrote {', '.join(report.files)} in {config.out}")
     return 0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("core", "bench", "hooks", "probes", "experiments", "organism")
+PARTS = ("core", "bench", "hooks", "probes", "analysis", "experiments", "organism")
 CITE = re.compile(rf"(?<![\w./-])(?:evprobe\.)?(?:{'|'.join(PARTS)})(?:\.[A-Za-z_]\w*)+")
 FILE_NAME = re.compile(r"\.(json|jsonl|md|png|py|yaml|npy|safetensors|html|csv|txt|ipynb)$")
 

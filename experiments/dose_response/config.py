@@ -47,10 +47,11 @@ class DoseResponseConfig:
         "--alphas=-1,0,1 when the first is negative")
     n_random: int = setting(DEFAULT_N_RANDOM, "random null directions of the probe's raw norm (0 = none; the "
                             "probe's percentile and z-score among them are reported)")
-    n_relabel: int = setting(DEFAULT_N_RELABEL, "relabelled null directions: fitted like the named one on its fit rows "
-                             "with the label permuted within families, at the probe's raw norm (0 = none; the "
-                             "specificity verdict is made against them, experiments.dose_response.relabel)")
-    random_seed: int = setting(0, "seed of the random directions, the relabellings and the shuffled-label control")
+    n_relabel: int = setting(DEFAULT_N_RELABEL, "label-free null directions: fitted like the named one on its fit rows "
+                             "with the label's line removed and each family's labels kept or flipped at random, at the "
+                             "probe's raw norm (0 = none; the specificity verdict needs them, "
+                             "experiments.dose_response.relabel)")
+    random_seed: int = setting(0, "seed of the random directions, the label-free flips and the shuffled-label control")
     controls: tuple[str, ...] = setting(
         CONTROLS, "specificity controls at the same norm: directions of other labels (history, threshold_level, "
         "any capture index field) and shuffled (the named label, permuted); [] = none")

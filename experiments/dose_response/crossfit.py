@@ -19,7 +19,7 @@ with the family bootstrap of the run (families of both halves; the two choices a
 the interval does not include the variability of the choice), on the targeted and on the
 non-targeted group (the same items' other group at the same setting), and the probe's place among
 the null directions (random, relabelled), each of which went through the same choice and scoring
-(experiments.dose_response.specificity: the specificity verdict). Each half's own scored numbers are
+(analysis.specificity: the rank test per null and the joint verdict, `specific`). Each half's own scored numbers are
 reported too, with which half chose what.
 """
 
@@ -30,14 +30,10 @@ from typing import Any
 import numpy as np
 
 from evprobe.experiments.steering_conventions import alpha_key
-from evprobe.experiments.dose_response.null import null_stats, set_size, set_values
-from evprobe.experiments.dose_response.specificity import (
-    NULL_SETS,
-    USELESS_CEILING,
-    choose_settings,
-    crossfit_effects,
-    specificity_stats,
-)
+from evprobe.analysis.label_null import NEAR_COSINE
+from evprobe.analysis.specificity import NULL_SETS, choose_settings, joint_verdict, null_stats, specificity_stats
+from evprobe.experiments.dose_response.null import set_size, set_values
+from evprobe.experiments.dose_response.specificity import USELESS_CEILING, crossfit_effects
 
 GOALS = (("induce measuring", "resolved", "unresolved", +1), ("induce stopping", "unresolved", "resolved", -1))
 HALVES = ("A", "B")
@@ -75,16 +71,28 @@ def _mean(V: np.ndarray, mask: np.ndarray, j: int) -> float:
 def _choose(cands: list[tuple[int, float]], values: dict[str, np.ndarray], mask: np.ndarray, sign: int,
             measures: tuple[str, ...]) -> dict[str, Any]:
     """The setting chosen on `mask`'s items (module docstring; the rule is
-    experiments.dose_response.specificity.choose_settings, which the null directions go through too)."""
+    analysis.specificity.choose_settings, which the null directions go through too)."""
     js, ju = measures.index("stop_rate"), measures.index("useless_test_rate")
     base = _mean(values["base"], mask, js)
     V = [values[f"L{layer}.probe.{alpha_key(alpha)}"] for layer, alpha in cands]
     shift = np.array([[-sign * (_mean(v, mask, js) - base)] for v in V])  # (C, 1); + = toward the goal
     useless = np.array([[_mean(v, mask, ju)] for v in V])  # (C, 1)
-    chosen, broken = choose_settings(cands, shift, useless)
+    chosen, broken = choose_settings(cands, shift, useless, USELESS_CEILING)
     c = int(chosen[0])
     return {"layer": cands[c][0], "alpha": cands[c][1], "fit_shift_toward_goal": float(shift[c, 0]),
             "fit_useless_rate": float(useless[c, 0]), "broken": bool(broken[0]), "fit_n_items": int(mask.sum())}
+
+
+def near_share(plan: Any, kind: str, layers: set[int]) -> float | None:
+    """The share of the null's directions within |cos| 0.9 of the probe at the layers the halves chose
+    (pooled over those layers' sets); None when the null did not run."""
+    if not set_size(plan, kind):
+        return None
+    if kind == "random":
+        cos = np.concatenate([plan.random @ plan.directions[layer].vector for layer in sorted(layers)])
+    else:
+        cos = np.concatenate([plan.relabel[layer].cosines for layer in sorted(layers)])
+    return float(np.mean(np.abs(cos) >= NEAR_COSINE))
 
 
 def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], values_of: Any, ratios: Any,
@@ -141,6 +149,7 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
             sets = {(layer, a): set_values(readout, items, [done[(it.item_id, f"L{layer}.{kind}.{alpha_key(a)}")]
                                                             for it in items], measures, values_of)
                     for layer, a in cands}  # each (items, K, M)
+            near = near_share(plan, kind, {int(c["layer"]) for c in choices.values()})
             effects = crossfit_effects(cands, values["base"], sets, half, HALVES, groups[target],
                                        {g: groups[g] for g in (target, other)}, sign, measures)
             null[kind] = {}
@@ -151,7 +160,7 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
                     c = cells[(g, "pooled", m)]
                     probe = None if np.isnan(observed[c]) else float(observed[c] - base_obs[c])
                     eff = effects[g][:, measures.index(m)]
-                    null[kind][(g, m)] = (specificity_stats(probe, eff, sign, n_goals) if g == target
+                    null[kind][(g, m)] = (specificity_stats(probe, eff, sign, n_goals, near) if g == target
                                           else {**null_stats(probe, eff), "effects": [float(x) for x in eff]})
 
         def group_block(g: str) -> dict[str, Any]:
@@ -162,6 +171,9 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
                      "useless_rate": cell(g, "pooled", "useless_test_rate", False),
                      "by_half": {h: {"change": cell(g, h, "stop_rate", True)} for h in HALVES},
                      "null": {kind: {m: by.get((g, m)) for m in ("stop_rate", "log_odds")} for kind, by in null.items()}}
+            if g == target:  # "specific to this direction": beyond every null that ran (analysis.specificity)
+                block["specific"] = {m: joint_verdict({kind: by.get((g, m)) for kind, by in null.items()})
+                                     for m in ("stop_rate", "log_odds") if m in measures}
             if "log_odds" in measures:
                 block["log_odds_change"] = cell(g, "pooled", "log_odds", True)
                 for h in HALVES:
@@ -176,4 +188,4 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
     return out, split
 
 
-__all__ = ["GOALS", "HALVES", "USELESS_CEILING", "crossfit", "item_halves", "split_halves"]
+__all__ = ["GOALS", "HALVES", "crossfit", "item_halves", "near_share", "split_halves"]

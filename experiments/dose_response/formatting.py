@@ -17,22 +17,6 @@ def num(x: float, digits: int, sign: bool = False) -> str:
     return fixed(x, digits, sign)
 
 
-# From 40 directions on, the 2.5 and 97.5 percentiles fall inside the sample (at least one direction
-# beyond each edge), so the band is a central 95%; with fewer it is the directions' spread, and is
-# named so (a band of 2 directions is not a "2.5-97.5%" band).
-FULL_BAND = 40
-
-
-def band_name(k: int, what: str = "directions") -> str:
-    """A null band named by how many directions made it: `central 95% of 50 random directions`,
-    `spread of 2 random directions (too few for a 95% band)`, `1 random direction (no band)`."""
-    if k >= FULL_BAND:
-        return f"central 95% of {k} {what}"
-    if k >= 2:
-        return f"spread of {k} {what} (too few for a 95% band)"
-    return f"{k} {what.removesuffix('s')} (no band)"
-
-
 def fmt_estimate(e: dict[str, Any] | None, measure: str, sign: bool = False) -> str:
     """`58.3 [41.7, 75.0] (n=24)` for rates (percent), `+1.23 [0.40, 2.10] (n=24)` for log-odds (nats);
     a value fixed by design `+0.00 (fixed by design, n=24)` (core.estimate_text, the one formatter)."""
@@ -46,4 +30,4 @@ def crossfit_setting(headline: dict[str, Any]) -> str:
     return ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in headline["choices"]}))
 
 
-__all__ = ["FULL_BAND", "band_name", "RATE_MEASURES", "crossfit_setting", "fmt_estimate", "num"]
+__all__ = ["RATE_MEASURES", "crossfit_setting", "fmt_estimate", "num"]

@@ -30,7 +30,7 @@ from evprobe.experiments.dose_response.config import (
 from evprobe.experiments.dose_response.plan import Plan, check_layers, make_plan, run_meta
 from evprobe.experiments.dose_response.readouts import rows_for
 from evprobe.experiments.dose_response.report import fmt_estimate, write_reports
-from evprobe.experiments.dose_response.specificity import NULL_SETS
+from evprobe.analysis.specificity import NULL_SETS
 from evprobe.experiments.dose_response.stats import aggregate
 from evprobe.experiments.dose_response.units import units_for
 

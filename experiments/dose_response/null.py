@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.analysis.specificity import null_stats
 from evprobe.bench.items import Item
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.dose_response.readouts import missing_test, useless_test
@@ -74,29 +75,13 @@ def point_estimates(V: np.ndarray, masks: Masks) -> np.ndarray:
     return np.concatenate(cols, axis=1)
 
 
-def null_stats(probe_effect: float | None, effects: np.ndarray) -> dict[str, Any]:
-    """Percentile, z and p_null of the probe's effect among random effects (K,) (NaN-free)."""
-    e = effects[~np.isnan(effects)]
-    k = len(e)
-    out: dict[str, Any] = {"n_directions": k, "mean": None, "sd": None, "lo": None, "hi": None,
-                           "probe_effect": probe_effect, "percentile": None, "z": None, "p_null": None}
-    if not k:
-        return out
-    mean = float(e.mean())
-    sd = float(e.std(ddof=1)) if k > 1 else 0.0
-    out.update(mean=mean, sd=sd, lo=float(np.percentile(e, 2.5)), hi=float(np.percentile(e, 97.5)))
-    if probe_effect is None:
-        return out
-    p = probe_effect
-    out["percentile"] = float(100.0 * (np.sum(e < p) + 0.5 * np.sum(e == p)) / k)
-    out["z"] = float((p - mean) / sd) if sd > 1e-12 else None
-    out["p_null"] = float((1 + np.sum(np.abs(e - mean) >= abs(p - mean) - 1e-12)) / (k + 1))
-    return out
-
-
 def set_size(plan: Any, kind: str) -> int:
-    """Directions in the plan's null set `kind` (random, relabel) that this readout reads (0: none)."""
-    return plan.config.n_random if kind == "random" else (plan.config.n_relabel if plan.relabel else 0)
+    """Directions in the plan's null set `kind` (random, relabel) that this readout reads (0: none). A
+    label-free set holds fewer than n_relabel when its families allow fewer sign patterns
+    (analysis.label_null), the same number at every layer (make_plan checks)."""
+    if kind == "random":
+        return plan.config.n_random
+    return next(iter(plan.relabel.values())).k if plan.relabel and plan.config.n_relabel else 0
 
 
 def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, measures: tuple[str, ...],
@@ -192,4 +177,4 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
     return out
 
 
-__all__ = ["control_rows", "null_band", "null_stats", "point_estimates", "pseudo_rows", "set_size", "set_values"]
+__all__ = ["control_rows", "null_band", "point_estimates", "pseudo_rows", "set_size", "set_values"]

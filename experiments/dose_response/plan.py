@@ -21,7 +21,8 @@ from evprobe.core.errors import InputError
 from evprobe.experiments.config import ConfigError, ModelConfig, as_dict, load_model_config
 from evprobe.experiments.dose_response.controls import ControlDirection, control_directions, controls_record
 from evprobe.experiments.dose_response.config import FORMAT, LETTERS, DoseResponseConfig
-from evprobe.experiments.dose_response.relabel import RelabelSet, relabel_directions, relabel_record
+from evprobe.analysis.label_null import LabelFreeNull
+from evprobe.experiments.dose_response.relabel import relabel_directions, relabel_record
 from evprobe.experiments.steering_conventions import alpha_key, measure_sign
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class Plan:
     layers: list[int]
     directions: dict[int, LayerDirection]
     random: np.ndarray  # (n_random, d_model) float64 unit rows, the same at every layer
-    relabel: dict[int, RelabelSet]  # per layer, the relabelled null (experiments.dose_response.relabel; {} when off)
+    relabel: dict[int, LabelFreeNull]  # per layer, the label-free null (experiments.dose_response.relabel; {} when off)
     controls: dict[int, list[ControlDirection]]  # per layer, the specificity controls (config order)
     conditions: list[Condition]
     name: str  # the named direction
@@ -279,6 +280,10 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     probe_vectors = {layer: d.vector for layer, d in directions.items()}
     controls = control_directions(config.controls, named, every, chosen, probe_vectors, config.random_seed)
     relabel = relabel_directions(config.n_relabel, named, chosen, probe_vectors, config.random_seed)
+    if len({s.k for s in relabel.values()}) > 1:  # one set size: the rows of every layer read K directions
+        raise ConfigError("the label-free null has " + ", ".join(f"{s.k} directions at L{layer}" for layer, s in
+                          relabel.items()) + ": the layers' directions were fitted on different families; "
+                          "fit them on the same items, or set n_relabel: 0")
     conditions = conditions_for(layers, config.alphas, config.n_random, config.ablation, len(config.controls),
                                 config.n_relabel)
     bench_meta = read_meta(bench)

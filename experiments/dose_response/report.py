@@ -12,9 +12,9 @@ import numpy as np
 from evprobe.core.decimals import fixed
 from evprobe.core.files import atomic_write_bytes
 from evprobe.experiments.steering_conventions import alpha_key
-from evprobe.experiments.dose_response.specificity import NULL_SETS, SPECIFIC_P
 from evprobe.core.estimate_text import missing_text
-from evprobe.experiments.dose_response.formatting import RATE_MEASURES, band_name, fmt_estimate, num
+from evprobe.analysis.specificity import NULL_SETS, SPECIFIC_P, band_name
+from evprobe.experiments.dose_response.formatting import RATE_MEASURES, fmt_estimate, num
 from evprobe.experiments.dose_response.plan import Plan
 from evprobe.experiments.dose_response.stats import GROUPS, MEASURES
 
@@ -34,7 +34,7 @@ ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward measuring)"
 def fmt_band(b: dict[str, Any] | None, measure: str) -> str:
     """`mean 50.0 [band 45.8, 54.2]; probe pct 99, z +6.1 (k=50, n=24)`: the random null at one cell
     (band = 2.5-97.5 percentiles of the k random directions' estimates, their spread when k < 40
-    (experiments.dose_response.formatting.band_name); the probe's place in it)."""
+    (analysis.specificity.band_name); the probe's place in it)."""
     if not b or b.get("mean") is None:
         return missing_text("n=0")
     scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)
@@ -95,10 +95,10 @@ def markdown(result: dict[str, Any]) -> str:
         (f"- Steering: every {'prompt position' if meta['positions'] == 'all' else 'last position'} and "
          f"every generated token of the steered layer; regime {meta['regime']}, direct protocol; readouts "
          f"{', '.join(meta['readouts'])}."),
-        (f"- Null band: {meta['null_band_rule']} (k={meta['n_random']} random, {meta.get('n_relabel', 0)} relabelled, "
+        (f"- Null band: {meta['null_band_rule']} (k={meta['n_random']} random, {meta.get('n_relabel', 0)} label-free, "
          f"seed {meta['random_seed']}); each band drawn here is the "
          + " and the ".join(band_name(k, what) for k, what in ((meta["n_random"], "random directions"),
-                                                                (meta.get("n_relabel", 0), "relabelled directions")) if k)
+                                                                (meta.get("n_relabel", 0), "label-free directions")) if k)
          + ". Ablation: the direction projected out of the layer's output (no dose)."),
         (f"- Intervals: {meta['interval_method']}; B={meta['n_boot']}, seed {meta['seed']}. {meta['n_unit']}; "
          "rates in percent, log-odds in nats, changes paired against alpha = 0 on the same resamples."),
@@ -121,12 +121,13 @@ def markdown(result: dict[str, Any]) -> str:
     if head_rows:
         lines += _table(["readout", "goal", "items", "chosen on half: setting", "stop rate at 0", "stop rate steered",
                          "change (points)", "log-odds change (nats)", "log-odds vs random", "stop rate vs random",
-                         "log-odds vs relabelled", "stop rate vs relabelled"], head_rows)
+                         "log-odds vs label-free", "stop rate vs label-free"], head_rows)
         lines += ["", "Against each null, every one of its directions was given the probe's own cross-fitted choice "
                   "(its best setting on each half, scored on the other); on the targeted group, p = (1 + #null "
-                  f"directions at least as far toward the goal) / (K + 1), **specific** at p <= {SPECIFIC_P:g} / the "
-                  "number of goals (the goals' claims share the 5%; experiments.dose_response.specificity); on the other "
-                  "group the two-sided place."]
+                  f"directions at least as far toward the goal) / (K + 1), beyond that null at p <= {SPECIFIC_P:g} / the "
+                  "number of goals (the goals' claims share the 5%), with the margin over the nearest null direction; "
+                  "**specific** to this direction only beyond both nulls (analysis.specificity); on the other group "
+                  "the two-sided place."]
         split = meta.get("split") or {}
         lines += ["", f"Halves ({split.get('rule')}, seed {split.get('seed')}): "
                   + "; ".join(f"{h}: {len(f)} families" for h, f in (split.get("families") or {}).items()) + "."]
@@ -232,7 +233,7 @@ def plot_curves(result: dict[str, Any], out: Path) -> list[str]:
                         ax.plot(alphas, y, "o-", color="C0", label="probe direction")
                         for key, what, k, style in (
                                 ("null_band", "random null", meta["n_random"], {"color": "0.5", "alpha": 0.3}),
-                                ("relabel_band", "relabelled null", meta.get("n_relabel", 0),
+                                ("relabel_band", "label-free null", meta.get("n_relabel", 0),
                                  {"facecolor": "none", "edgecolor": "C2", "hatch": "///"})):
                             if not k or not with_sets:
                                 continue

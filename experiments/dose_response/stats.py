@@ -13,10 +13,10 @@ from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.dose_response.controls import controls_record
 from evprobe.experiments.dose_response.crossfit import crossfit
-from evprobe.experiments.dose_response.null import control_rows, null_band
+from evprobe.experiments.dose_response.null import control_rows, null_band, set_size
 from evprobe.experiments.dose_response.plan import Plan
 from evprobe.experiments.dose_response.relabel import relabel_record
-from evprobe.experiments.dose_response.specificity import SPECIFIC_P
+from evprobe.analysis.specificity import SPECIFIC_P
 from evprobe.experiments.dose_response.text import ablation_sentence, paragraphs
 from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, estimate_of, spans_of
 
@@ -283,15 +283,16 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
         "excluded_families": plan.excluded,
         "requests": list(plan.config.requests),
         "injection": plan.config.injection,
-        "n_relabel": plan.config.n_relabel if plan.relabel else 0,
+        "n_relabel": set_size(plan, "relabel"),
         "relabel_directions": relabel_record(plan.relabel),
         "null_band_rule": ("n_random seeded random unit directions at the same layer and raw dose; the probe's "
                            "paired effect vs alpha 0 placed among theirs (percentile, z, p_null); band = 2.5-97.5 "
                            "percentiles of their point estimates (experiments.dose_response.null); relabel_band the same for "
-                           "the n_relabel directions fitted on relabelled rows (experiments.dose_response.relabel)"),
-        "specificity_rule": ("headline: every random and relabelled direction gets the probe's cross-fitted choice; "
-                             "p_goal = (1 + #{null effects at least as far toward the goal}) / (K + 1); specific = "
-                             f"p_goal <= {SPECIFIC_P} / the number of goals (experiments.dose_response.specificity)"),
+                           "the n_relabel label-free directions (experiments.dose_response.relabel)"),
+        "specificity_rule": ("headline: every random and label-free direction gets the probe's cross-fitted choice; "
+                             "p_goal = (1 + #{null effects at least as far toward the goal}) / (K + 1); beyond a null = "
+                             f"p_goal <= {SPECIFIC_P} / the number of goals; specific = beyond both nulls "
+                             "(analysis.specificity)"),
         "interval_method": INTERVAL_METHOD,
         "n_boot": plan.config.n_boot,
         "seed": plan.config.seed,

@@ -5,10 +5,11 @@ cross-fitted headline, the random null and the non-targeted group, the controls 
 Rules used in the wording (chosen here, tested in tests/experiments/test_dose_stats_units.py):
 
 - an interval "includes 0" when lo <= 0 <= hi; a change is read as present only when it does not;
-- the headline's specificity: against each null (random directions; directions fitted on relabelled
-  rows), every null direction given the probe's own cross-fitted choice, one-sided rank p <= 0.05 /
-  the number of goals (experiments.dose_response.specificity); with too few directions p cannot get there
-  and the text says so; the non-targeted group's place is two-sided (percentile and p_null);
+- the headline's specificity: against each null (random directions; label-free directions,
+  analysis.label_null), every null direction given the probe's own cross-fitted choice, one-sided rank
+  p <= 0.05 / the number of goals, with the margin over the nearest null direction; "specific to this
+  direction" only beyond both (analysis.specificity); with too few directions p cannot get there and
+  the text says so; the non-targeted group's place is two-sided (percentile and p_null);
 - ablation: "not necessary at this layer" when both the stop-rate and the log-odds intervals include 0;
   "used at this layer" when the log-odds interval excludes 0 (the model's preference moves) and
   "changes choices" when the stop-rate interval excludes 0 too. Not necessary is not "not used":
@@ -21,8 +22,7 @@ from typing import Any
 
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text
-from evprobe.experiments.dose_response.formatting import band_name
-from evprobe.experiments.dose_response.specificity import NULL_SETS, verdict_text
+from evprobe.analysis.specificity import NULL_SETS, band_name, joint_text, verdict_text
 
 def _excludes_zero(e: dict[str, Any] | None) -> bool:
     if not e or e.get("value") is None or e["ci"][0] is None:
@@ -87,13 +87,15 @@ def _headline_paragraph(h: dict[str, Any]) -> str:
              "no change of the targeted group is distinguishable from 0 at the chosen setting"]
     rel, rnd = _null(t, "relabel", measure), _null(t, "random", measure)
     if rel and rel.get("specific") is not None:
-        shows.append("the move is larger than directions fitted the same way on relabelled rows give, so it is "
-                     "specific to this label's direction" if rel["specific"] else
-                     "directions fitted the same way on meaningless labels move it about as far, so the effect is "
-                     "not specific to this label")
+        shows.append("the move is larger than every label-free direction gives (fitted the same way once the label "
+                     "carries nothing)" if rel["specific"] else
+                     "directions these data produce without the label move it about as far")
     if rnd and rnd.get("specific") is not None:
         shows.append("it is larger than a push of the same size in a random direction" if rnd["specific"] else
                      "a random direction of the same size moves it about as far")
+    joint = (t.get("specific") or {}).get(measure)
+    if joint is not None:
+        shows.append(f"so the effect is {joint_text(joint)}")
     other_null = _null(o, "relabel", measure) or _null(o, "random", measure)
     lines.append(f"The {o['group']} items (not targeted) at the same settings: stop rate {_pts(o['change'])}"
                  + (f", log-odds {_nats(o.get('log_odds_change'))}" if o.get("log_odds_change") else "")
@@ -152,7 +154,7 @@ def paragraphs(result: dict[str, Any]) -> list[str]:
         out.append(f"**Headline.** No cross-fitted headline: {why}.")
     for h in result.get("headline", []):
         out.append(_headline_paragraph(h))
-    for key, what in (("n_random", "random directions"), ("n_relabel", "relabelled directions")):
+    for key, what in (("n_random", "random directions"), ("n_relabel", "label-free directions")):
         k = meta.get(key, 0)
         if k and k < 39:  # 1 / (k + 1) > 0.05 / 2: no goal's verdict can be "specific"
             out.append(f"**Null.** Only {k} {what}: p cannot go below {1 / (k + 1):.3f}, so no effect can be called "

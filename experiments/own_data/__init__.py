@@ -11,6 +11,6 @@ Each resamples whole families (core.bootstrap), and each but paired_effects read
 hooks (the intervention core); the benchmark's `evprobe patching` computes its rows and tables with the same
 functions (experiments/patching/job.py), and `evprobe dose-response` builds its curves with the same
 estimator (experiments.own_data.effects, which `evprobe.paired_effects` offers for readouts from
-anywhere) and shares the null statistics and the cross-fitted choice (experiments.dose_response.null,
-experiments.dose_response.specificity).
+anywhere) and shares the null statistics, the label-free null and the cross-fitted rank test
+(analysis.label_null, analysis.specificity).
 """

@@ -1,13 +1,14 @@
 """Dose-response on your own prompts: steer along a direction at a layer over a grid of doses,
-beside random directions of the same norm (the null), with family-bootstrap intervals and a
-cross-fitted choice of layer and dose.
+beside random directions of the same norm and label-free directions (the nulls), with
+family-bootstrap intervals, a cross-fitted choice of layer and dose, and a verdict on specificity.
 
     result = steering_dose_response(handle, prompts, images, direction=d, candidates=["A", "B"], target="A",
                                     families=families, groups=groups, alphas=(-1.0, -0.5, 0.0, 0.5, 1.0),
-                                    goal=+1, n_random=50)
-    result.effects      # DataFrame: direction, layer, alpha, group, measure, value, lo, hi, n
-    result.null         # DataFrame: layer, alpha, group, measure, n_directions, lo, hi, percentile, z, p_null
-    result.crossfit     # DataFrame: the cross-fitted effect and its rank among the null's
+                                    goal=+1, n_random=50, n_relabel=50, fit_rows=(acts, labels, fit_families))
+    result.effects      # DataFrame: direction, layer, alpha, group, measure, value, lo, hi, n, n_families
+    result.null         # DataFrame: null, layer, alpha, group, measure, n_directions, lo, hi, percentile, z, p_null
+    result.crossfit     # DataFrame: the cross-fitted effect and its rank among each null's
+    result.verdict      # {"specific": True | False | None, "text": ...}: beyond both nulls?
     result.plot("curve.png")
 
 Readout: the next-token log-probabilities of `candidates` at the answer position (after the
@@ -25,33 +26,45 @@ null places and intervals, number for number (tests/experiments/test_own_dose_re
 Doses: alpha in multiples of the mean residual norm at the layer over the positions the vector is
 added at (`units="norm"`, the pipeline's unit), measured unsteered on these prompts
 (hooks.steer_rows.residual_norms_at) unless `mean_norm` is given; or raw units (`units="raw"`).
-Null: `n_random` seeded Gaussian unit directions (hooks.steer.random_directions) at the same raw
-doses; per setting, the probe's percentile, z and two-sided p among their effects
-(experiments.dose_response.null.null_stats; the band is their central 95% from 40 directions on).
+Nulls, each read at the same raw doses: `n_random` seeded Gaussian unit directions
+(hooks.steer.random_directions), and `n_relabel` label-free directions (analysis.label_null: fitted
+like the direction on the rows it was fitted on, `fit_rows` or the capture a fitted Direction names,
+once the label carries nothing); per setting, the probe's percentile, z and two-sided p among each
+null's effects (analysis.specificity.null_stats; the band is their central 95% from 40 directions on).
 Ablation (`ablation=True`): the direction projected out of each layer's output (hooks.ablate), no
 dose, read and estimated like a dose (direction "ablation"), as `evprobe dose-response` reads it.
 Cross-fitted: the families are split into two seeded halves; on each half the layer x dose that
 moves the `goal_group`'s log-odds furthest toward `goal` (+1 raises the target's log-odds, -1
 lowers it; ties to the smaller |alpha|, then the lower layer) is chosen and the other half is read
 there, so every item is scored once at a setting chosen without it; every null direction goes
-through the same choice, and the verdict is the pipeline's rank test (experiments.dose_response.specificity:
-p = (1 + #{null directions at least as far toward the goal}) / (K + 1), "specific" when p <= 0.05).
+through the same choice, and the verdict is the pipeline's rank test against each null
+(analysis.specificity: p = (1 + #{null directions at least as far toward the goal}) / (K + 1), beyond
+a null when p <= 0.05, with the margin over its nearest direction); "specific to this direction" only
+beyond both (`verdict`; benchmarks/steering_null_power.py measures its size and power).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.analysis.label_null import NEAR_COSINE, FitRows, LabelFreeNull, direction_rows, fit_rows_null
+from evprobe.analysis.specificity import (
+    NULL_SHORT,
+    crossfit_scores,
+    group_means,
+    joint_text,
+    joint_verdict,
+    null_stats,
+    specificity_stats,
+)
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError
 from evprobe.experiments.dose_response.crossfit import split_halves
-from evprobe.experiments.dose_response.null import null_stats
-from evprobe.experiments.dose_response.specificity import choose_settings, group_means, scored_at, specificity_stats
 from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, estimate_columns
 
 if TYPE_CHECKING:
@@ -68,13 +81,19 @@ class DoseResponseResult:
     effects: per direction ("unsteered"; "probe" and each control at each dose; "ablation", alpha
         NaN, when asked), layer, alpha, group and measure (`log_odds`, `chose`, and their paired
         changes `log_odds_change`, `chose_change`): value, lo, hi, n, identical.
-    null: per layer, alpha (not 0), group and change measure: the random directions' effects
-        (n_directions, mean, sd, lo, hi: their central 95%) and the probe's place among them.
-    crossfit: per group and change measure, the cross-fitted effect (value, lo, hi, n), each half's
-        chosen setting, the null directions' cross-fitted effects after the same choice (null_lo,
-        null_hi: their central 95%; null_mean, null_sd, null_n_directions) and the probe's place
-        among them (percentile, z, p_null; on the goal group's log-odds the one-sided rank test:
-        p_goal, beaten, threshold, specific).
+    null: per null ("random", "label-free"), layer, alpha (not 0), group and change measure: the null
+        directions' effects (n_directions, mean, sd, lo, hi: their central 95%) and the probe's place
+        among them.
+    crossfit: per group, change measure and null, the cross-fitted effect (value, lo, hi, n), each
+        half's chosen setting, the null directions' cross-fitted effects after the same choice
+        (null_lo, null_hi: their central 95%; null_mean, null_sd, null_n_directions) and the probe's
+        place among them (percentile, z, p_null; on the goal group's log-odds the one-sided rank
+        test: p_goal, beaten, threshold, specific, margin over the nearest null direction, and
+        near_share: the share of the null's directions within |cos| 0.9 of the probe).
+    verdict: on the goal group's log-odds, "specific to this direction" = beyond both nulls
+        (analysis.specificity.joint_verdict): specific (True, False or None: no verdict), against,
+        missing, text.
+    notes: what was not run and why (e.g. no label-free null for a bare vector without fit_rows).
     items: per item, direction ("unsteered", "probe", controls, "ablation"), layer and alpha: log_odds
         and chose (a table `evprobe.paired_effects` reads).
     units: per layer, the raw size of alpha = 1 and how it was measured.
@@ -87,6 +106,9 @@ class DoseResponseResult:
     units: dict[int, dict[str, Any]]
     goal: int
     goal_group: str
+    verdict: dict[str, Any] = field(default_factory=dict)
+    label_free: dict[int, LabelFreeNull] = field(default_factory=dict, repr=False)
+    notes: tuple[str, ...] = ()
 
     def plot(self, path: str | Path, measure: str = "log_odds_change") -> Path:
         """One panel per group: the probe's (and controls') change against alpha, one line per layer
@@ -176,6 +198,8 @@ def steering_dose_response(
     mean_norm: float | Mapping[int, float] | None = None,
     positions: Any = "all",
     n_random: int = 50,
+    n_relabel: int = 50,
+    fit_rows: Any = None,
     controls: Mapping[str, Any] | None = None,
     ablation: bool = False,
     n_boot: int = 2000,
@@ -195,6 +219,13 @@ def steering_dose_response(
         whose options are shuffled per item).
     families: one id per prompt, the unit every resample and the cross-fit halves keep whole.
     groups: one label per prompt (e.g. "enough" / "not enough"), each read on its own beside "all".
+    n_relabel, fit_rows: the label-free null (analysis.label_null): n_relabel directions fitted the
+        same way as the direction on the rows it was fitted on, once the label carries nothing.
+        Those rows come from `fit_rows` (a FitRows, or (acts, labels, families): acts (rows, d_model)
+        at the steered layer and the direction's position, 0/1 labels, family ids; a {layer: ...}
+        mapping for several layers), or else from the capture a fitted Direction names in its
+        provenance. Without either there is no label-free null and no specificity verdict
+        (`notes` says so); the random null still runs.
     controls: {name: vector} other directions read like the probe at every layer (e.g. a
         direction of another feature), at the same raw doses.
     ablation: also read each layer with the direction projected out of its output (hooks.ablate:
@@ -212,6 +243,8 @@ def steering_dose_response(
     from evprobe.hooks.steer_rows import option_logprobs_rows, residual_norms_at
 
     fam, steps = _check(prompts, families, groups, alphas, candidates, target, goal, n_random)
+    if isinstance(n_relabel, bool) or not isinstance(n_relabel, (int, np.integer)) or n_relabel < 0:
+        raise InputError(f"n_relabel must be an integer >= 0, got {n_relabel!r}")
     images = image_rows(prompts, images)
     by_layer = _directions(direction, layer)
     for layer_, d in by_layer.items():
@@ -248,14 +281,17 @@ def steering_dose_response(
     base = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size), t)  # (n, 2)
     rand_seed = seed if random_seed is None else random_seed
     rand = random_directions(handle.d_model, n_random, rand_seed) if n_random else np.zeros((0, handle.d_model))
+    label_free, notes = _label_free(by_layer, vectors, fit_rows, n_relabel, rand_seed, handle.d_model)
     names = ["probe", *extra]
     values: dict[int, np.ndarray] = {}   # layer -> (A, D, n, 2): the named directions
-    nulls: dict[int, np.ndarray] = {}    # layer -> (A, K, n, 2): the random ones
+    nulls: dict[str, dict[int, np.ndarray]] = {"random": {}, "label-free": {}}  # kind -> layer -> (A, K, n, 2)
     for layer_, v in vectors.items():
         raw = np.asarray(steps) * unit[layer_]["raw_per_alpha"]  # (A,)
         named = np.stack([v, *extra.values()])  # (D, d)
+        free = label_free[layer_].vectors if layer_ in label_free else np.zeros((0, handle.d_model))
         deltas = np.concatenate([(raw[:, None, None] * named[None]).reshape(-1, handle.d_model),
-                                 (raw[:, None, None] * rand[None]).reshape(-1, handle.d_model)])  # (A*D + A*K, d)
+                                 (raw[:, None, None] * rand[None]).reshape(-1, handle.d_model),
+                                 (raw[:, None, None] * free[None]).reshape(-1, handle.d_model)])  # (A*(D+K+K2), d)
         lp = np.concatenate([
             option_logprobs_rows(handle, list(prompts[s:s + batch_size]), list(images[s:s + batch_size]),
                                  list(candidates), layer_, deltas, positions=positions, max_rows=max_rows,
@@ -263,9 +299,10 @@ def steering_dose_response(
                                                   list(images[s:s + batch_size])))
             for s in range(0, len(prompts), batch_size)], axis=1)  # (rows of deltas, n, C)
         out = _readouts(lp, t)  # (rows, n, 2)
-        a, d_, k = len(steps), len(named), len(rand)
+        a, d_, k, k2 = len(steps), len(named), len(rand), len(free)
         values[layer_] = out[: a * d_].reshape(a, d_, len(prompts), 2)
-        nulls[layer_] = out[a * d_:].reshape(a, k, len(prompts), 2)
+        nulls["random"][layer_] = out[a * d_: a * (d_ + k)].reshape(a, k, len(prompts), 2)
+        nulls["label-free"][layer_] = out[a * (d_ + k):].reshape(a, k2, len(prompts), 2)
 
     boot = FamilyBootstrap(sorted(set(fam)), n_boot, seed)
     fidx = boot.family_index(list(fam))
@@ -295,12 +332,13 @@ def steering_dose_response(
                 for c, (g, measure) in enumerate(cell_of):
                     add(name, layer_, alpha, g, measure, steered[c])
                     add(name, layer_, alpha, g, f"{measure}_change", changes[c])
-            for g, mask in masks.items():
-                for m, measure in enumerate(MEASURES):
-                    probe = float(np.mean(values[layer_][ai, 0][mask, m] - base[mask, m]))
-                    k_effects = (nulls[layer_][ai][:, mask, m] - base[mask, m]).mean(axis=1) if len(rand) else np.zeros(0)
-                    null_rows.append({"layer": layer_, "alpha": alpha, "group": g, "measure": f"{measure}_change",
-                                      **null_stats(probe, k_effects)})
+            for kind, by in nulls.items():
+                for g, mask in masks.items():
+                    for m, measure in enumerate(MEASURES):
+                        probe = float(np.mean(values[layer_][ai, 0][mask, m] - base[mask, m]))
+                        k_effects = (by[layer_][ai][:, mask, m] - base[mask, m]).mean(axis=1)  # (K,)
+                        null_rows.append({"null": kind, "layer": layer_, "alpha": alpha, "group": g,
+                                          "measure": f"{measure}_change", **null_stats(probe, k_effects)})
     for layer_, v in sorted(vectors.items()) if ablation else ():
         with ablate(handle, v, layers=[layer_]):
             kept = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size),
@@ -315,45 +353,111 @@ def steering_dose_response(
     for i in range(len(prompts)):
         item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "unsteered", "layer": None,
                           "alpha": 0.0, "log_odds": base[i, 0], "chose": base[i, 1]})
-    crossfit = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed,
-                         lambda scored: cell_estimates(read(scored), base_cells)[1])
+    near = {"random": _near(rand, vectors), "label-free": _near_free(label_free)}
+    crossfit, verdict = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed,
+                                  lambda scored: cell_estimates(read(scored), base_cells)[1], near)
     return DoseResponseResult(effects=pd.DataFrame(effects), null=pd.DataFrame(null_rows),
                               crossfit=pd.DataFrame(crossfit), items=pd.DataFrame(item_rows), units=unit, goal=goal,
-                              goal_group=goal_group)
+                              goal_group=goal_group, verdict=verdict, label_free=label_free, notes=tuple(notes))
 
 
-def _crossfit(values: dict[int, np.ndarray], nulls: dict[int, np.ndarray], base: np.ndarray, steps: list[float],
-              fam: np.ndarray, masks: dict[str, np.ndarray], goal: int, goal_group: str, split_seed: int,
-              changes_of: Callable[[np.ndarray], list[Estimate]]) -> list[dict[str, Any]]:
-    """The cross-fitted effect of the probe and of each null direction (module docstring).
+def _label_free(by_layer: dict[int, Any], vectors: dict[int, np.ndarray], fit_rows: Any, n: int, seed: int,
+                d_model: int) -> tuple[dict[int, LabelFreeNull], list[str]]:
+    """Per steered layer the label-free null (analysis.label_null) from `fit_rows` or the capture a
+    fitted Direction names; notes say where there is none and why."""
+    if not n:
+        return {}, ["no label-free null (n_relabel=0), so no verdict on specificity"]
+    out, notes = {}, []
+    for layer_ in sorted(vectors):
+        rows = _rows_at(fit_rows, layer_, len(vectors))
+        if rows is None:
+            d = by_layer[layer_]
+            if not (getattr(d, "provenance", None) or {}).get("captures"):
+                notes.append(f"no label-free null at L{layer_}: the direction carries no fit rows; pass fit_rows="
+                             "(acts, labels, families), the rows it was fitted on, for a verdict on specificity")
+                continue
+            rows = direction_rows(d)
+        if np.asarray(rows.acts).ndim != 2 or np.asarray(rows.acts).shape[-1] != d_model:
+            raise InputError(f"fit_rows at L{layer_}: acts must be (rows, d_model = {d_model}), got shape "
+                             f"{np.asarray(rows.acts).shape}")
+        try:
+            out[layer_] = fit_rows_null(rows, vectors[layer_], n=n, seed=seed)
+        except InputError as e:
+            raise InputError(f"fit_rows at L{layer_}: {e}") from None
+    return out, notes
+
+
+def _rows_at(fit_rows: Any, layer_: int, n_layers: int) -> FitRows | None:
+    """The FitRows given for one layer: a FitRows or (acts, labels, families) when one layer is
+    steered, or a {layer: ...} mapping."""
+    if fit_rows is None:
+        return None
+    if isinstance(fit_rows, Mapping):
+        if layer_ not in fit_rows:
+            raise InputError(f"fit_rows has no rows for layer {layer_}; give {{layer: (acts, labels, families)}} for "
+                             f"every steered layer ({sorted(fit_rows)} given)")
+        one = fit_rows[layer_]
+    elif n_layers > 1:
+        raise InputError(f"{n_layers} layers are steered: give fit_rows as {{layer: (acts, labels, families)}}")
+    else:
+        one = fit_rows
+    if isinstance(one, FitRows):
+        return one
+    if not isinstance(one, tuple | list) or len(one) != 3:
+        raise InputError("fit_rows must be (acts, labels, families) or an evprobe FitRows, got "
+                         f"{type(one).__name__}")
+    return FitRows(np.asarray(one[0]), np.asarray(one[1]), np.asarray(one[2], dtype=object))
+
+
+def _near(rand: np.ndarray, vectors: dict[int, np.ndarray]) -> dict[int, float]:
+    """Per layer, the share of the random directions within |cos| 0.9 of the probe."""
+    return {layer_: float(np.mean(np.abs(rand @ v) >= NEAR_COSINE)) if len(rand) else float("nan")
+            for layer_, v in vectors.items()}
+
+
+def _near_free(label_free: dict[int, LabelFreeNull]) -> dict[int, float]:
+    return {layer_: s.near_share() for layer_, s in label_free.items()}
+
+
+def _crossfit(values: dict[int, np.ndarray], nulls: dict[str, dict[int, np.ndarray]], base: np.ndarray,
+              steps: list[float], fam: np.ndarray, masks: dict[str, np.ndarray], goal: int, goal_group: str,
+              split_seed: int, changes_of: Callable[[np.ndarray], list[Estimate]],
+              near: dict[str, dict[int, float]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The cross-fitted effect of the probe and of each null direction (module docstring), rows per
+    group x measure x null, and the joint verdict on the goal group's log-odds.
     changes_of: per-item readouts (n, 2) -> the Estimates of their paired changes, cells group x measure."""
     half_of = split_halves({"all": sorted(set(fam))}, split_seed)
     half = np.array([half_of[f] for f in fam])
     cands = [(layer_, alpha) for layer_ in sorted(values) for alpha in steps]
-    # (C, n, 1 + K, M): the probe first, then the null directions, at every candidate setting
-    stack = np.stack([np.concatenate([values[layer_][steps.index(a), :1], nulls[layer_][steps.index(a)]], axis=0)
+    kinds = [k for k, by in nulls.items() if by and next(iter(by.values())).shape[1]]  # the nulls that ran
+    sizes = [next(iter(nulls[k].values())).shape[1] for k in kinds]
+    # (C, n, 1 + K_random + K_free, M): the probe first, then each null's directions, at every candidate setting
+    stack = np.stack([np.concatenate([values[layer_][steps.index(a), :1],
+                                      *(nulls[k][layer_][steps.index(a)] for k in kinds)], axis=0)
                       .transpose(1, 0, 2) for layer_, a in cands])
-    fit = masks[goal_group]
-    choices = {}
-    for h in HALVES:
-        on = fit & (half == h)
-        per = np.stack([group_means(stack[c], on) for c in range(len(cands))])  # (C, 1 + K, M)
-        shift = goal * (per[:, :, 0] - base[on, 0].mean())
-        choices[h], _ = choose_settings(cands, shift, np.zeros_like(shift))
-    scored = scored_at(stack, choices, half, HALVES)  # (n, 1 + K, M)
-    rows = []
+    # each direction's best setting on one half (log-odds moved furthest toward the goal), scored on the other
+    scored, choices, _ = crossfit_scores(cands, stack, base, half, HALVES, masks[goal_group], 0, goal)
     chosen = {h: cands[int(choices[h][0])] for h in HALVES}
+    rows, goal_stats = [], {}
     changes = iter(changes_of(scored[:, 0, :]))  # cells in group x measure order
     for g, mask in masks.items():
         for m, measure in enumerate(MEASURES):
             e = next(changes)
-            null_effects = group_means(scored[:, 1:, :], mask)[:, m] - base[mask, m].mean()
-            stats = specificity_stats(float(e.value) if e.value is not None else None, null_effects, -goal, goals=1) \
-                if g == goal_group and measure == "log_odds" else null_stats(e.value, null_effects)
-            stats.pop("effects", None)
-            stats.pop("probe_effect", None)
-            band = {f"null_{k}": stats.pop(k) for k in ("n_directions", "mean", "sd", "lo", "hi")}
-            rows.append({"group": g, "measure": f"{measure}_change", **estimate_columns(e), **band,
-                         "chosen_on_A": f"L{chosen['A'][0]} alpha {chosen['A'][1]:+g}",
-                         "chosen_on_B": f"L{chosen['B'][0]} alpha {chosen['B'][1]:+g}", **stats})
-    return rows
+            every = group_means(scored[:, 1:, :], mask)[:, m] - base[mask, m].mean()  # (K_all,)
+            for j, kind in enumerate(kinds or [None]):
+                null_effects = every[sum(sizes[:j]): sum(sizes[:j + 1])] if kind else np.zeros(0)
+                share = max(near[kind][c[0]] for c in chosen.values()) if kind else None
+                probe = float(e.value) if e.value is not None else None
+                stats = specificity_stats(probe, null_effects, -goal, goals=1, near_share=share) \
+                    if g == goal_group and measure == "log_odds" else null_stats(e.value, null_effects)
+                if g == goal_group and measure == "log_odds" and kind:
+                    goal_stats[kind] = dict(stats)
+                stats.pop("effects", None)
+                stats.pop("probe_effect", None)
+                band = {f"null_{k}": stats.pop(k) for k in ("n_directions", "mean", "sd", "lo", "hi")}
+                rows.append({"group": g, "measure": f"{measure}_change", "null": kind, **estimate_columns(e), **band,
+                             "chosen_on_A": f"L{chosen['A'][0]} alpha {chosen['A'][1]:+g}",
+                             "chosen_on_B": f"L{chosen['B'][0]} alpha {chosen['B'][1]:+g}", **stats})
+    verdict = joint_verdict({"random": goal_stats.get("random"), "relabel": goal_stats.get("label-free")})
+    return rows, {**verdict, "missing": [NULL_SHORT[k] for k in verdict["missing"]],
+                  "against": [NULL_SHORT[k] for k in verdict["against"]], "text": joint_text(verdict)}

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.experiments.dose_response.formatting import band_name
+from evprobe.analysis.specificity import band_name
 
 
 def dose_curves(result: Any, path: Path, measure: str = "log_odds_change") -> Path:

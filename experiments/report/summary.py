@@ -189,15 +189,18 @@ def _selectivity_reading(sel: dict[str, Any]) -> str:
 
 def _against_nulls(target: dict[str, Any]) -> str:
     """Where the cross-fitted effect sits against each null, every null direction given the same
-    cross-fitted choice (experiments.dose_response.specificity: its rule and measured false-verdict rate): the
-    relabelled directions (the claim about this label) first, the isotropic band as its own statement."""
-    from evprobe.experiments.dose_response.specificity import NULL_SETS, verdict_text
+    cross-fitted choice (analysis.specificity: its rule; benchmarks/steering_null_power.py its size and
+    power): the label-free directions first, the isotropic band as its own statement, then the claim
+    both together allow ("specific to this direction" only beyond both)."""
+    from evprobe.analysis.specificity import NULL_SETS, joint_text, verdict_text
 
     nulls = target.get("null") or {}
     if not any((nulls.get(kind) or {}).get("log_odds") for kind in NULL_SETS):
         return "no null directions were run, so nothing says the direction is special."
     parts = [verdict_text((nulls.get(kind) or {}).get("log_odds"), kind, "nats") for kind in ("relabel", "random")]
-    return f"it lies {parts[0]}; and {parts[1]}."
+    joint = (target.get("specific") or {}).get("log_odds")
+    claim = f" So the effect is {joint_text(joint)}." if joint else ""
+    return f"it lies {parts[0]}; and {parts[1]}.{claim}"
 
 
 def summary_png(sweep: dict | None, dose: dict | None, path: Path) -> Path | None:
@@ -279,7 +282,7 @@ def _band_size(dose: dict, key: str) -> int:
 
 
 def _dose_panel(ax, dose: dict, layer: int) -> None:
-    from evprobe.experiments.dose_response.formatting import band_name
+    from evprobe.analysis.specificity import band_name
 
     rows = [r for r in dose["rows"] if r["readout"] == "logprobs" and r["system"] == "all"
             and r["measure"] == "log_odds" and (r["kind"] == "baseline" or (r["kind"] == "probe" and r["layer"] == layer))]
@@ -292,17 +295,20 @@ def _dose_panel(ax, dose: dict, layer: int) -> None:
         los = [d["value"] - d["ci"][0] for _, d in pts]
         his = [d["ci"][1] - d["value"] for _, d in pts]
         ax.errorbar(xs, vs, yerr=[los, his], fmt="o-", color=f"C{i}", capsize=3, label=f"probe, {group} items")
+    # the random band shaded, the label-free band hatched (no fill, an opaque hatch in the group's colour:
+    # a hatch inherits the patch's alpha, so alpha 0 drew nothing and left the legend without a swatch)
     for key, what, style in (("null_band", "random directions", {"alpha": 0.15}),
-                             ("relabel_band", "relabelled directions", {"alpha": 0.0, "hatch": "///"})):
+                             ("relabel_band", "label-free directions", {"hatch": "///", "facecolor": "none",
+                                                                         "lw": 0.0})):
         for i, group in enumerate(("resolved", "unresolved")):
             band = [(b["alpha"], b["effect_lo"], b["effect_hi"]) for b in dose.get(key, [])
                     if b["readout"] == "logprobs" and b["layer"] == layer and b["system"] == "all"
                     and b["measure"] == "log_odds" and b["group"] == group]
             if band:
                 pairs = sorted([(0.0, 0.0, 0.0), *band])  # alpha = 0 is the unsteered model: no spread
+                colour = {"edgecolor": f"C{i}"} if "hatch" in style else {"color": f"C{i}"}
                 ax.fill_between([a for a, _, _ in pairs], [lo for _, lo, _ in pairs], [hi for _, _, hi in pairs],
-                                color=f"C{i}", edgecolor=f"C{i}", **style,
-                                label=f"{group}: {band_name(_band_size(dose, key), what)}")
+                                **colour, **style, label=f"{group}: {band_name(_band_size(dose, key), what)}")
     ax.axhline(0.0, ls=":", color="C7")
     ax.set(xlabel="alpha (mean residual norms; + toward measuring)", ylabel="change in stop log-odds (nats)",
            title=f"steering at layer {layer} (cross-fitted choice)")
@@ -334,7 +340,8 @@ def summary_markdown(roots: list[Path], out: Path, title: str, banner: str | Non
                   "the random-direction band](summary.png)", "",
                   "*Left: a probe worth reading rises above the control tasks and chance; the star is the honest "
                   "estimate. Right: the probe's dose-response against the shaded band of random directions of the "
-                  "same size and the hatched band of directions fitted on relabelled rows (one of each per group, in "
+                  "same size and the hatched band of label-free directions (fitted like the probe once the label carries "
+                  "nothing; one of each per group, in "
                   "its colour); the verdicts below compare the cross-fitted effect with those directions given the "
                   "same cross-fitted choice.*", ""]
         dropped = [f"Not scored in the left panel (drawn as x at chance): L{layer} at {sweep['best']['position']}: "

@@ -108,10 +108,13 @@ def test_plan_holds_out_the_fitted_families_and_flips_the_sign(setup) -> None:
                     "L2.relabel.-1", "L2.controls.-1", "L2.probe.+1", "L2.random.+1", "L2.relabel.+1",
                     "L2.controls.+1", "L2.ablate"]
     assert plan.random.shape == (3, plan.d_model)
-    for layer, rel in plan.relabel.items():  # fitted like the direction, on its rows, label permuted in families
-        assert rel.vectors.shape == (3, plan.d_model) and np.allclose(np.linalg.norm(rel.vectors, axis=1), 1)
+    for layer, rel in plan.relabel.items():  # label-free: fitted like the direction on its rows (analysis.label_null)
+        # 2 fit families allow 2 non-constant flip patterns, (+, -) and (-, +): fewer than the 3 asked, said so
+        assert rel.vectors.shape == (2, plan.d_model) and np.allclose(np.linalg.norm(rel.vectors, axis=1), 1)
+        assert "all 2 sign patterns of 2 families" in rel.source
         assert np.allclose(rel.cosines, rel.vectors @ plan.directions[layer].vector)
-    assert not np.allclose(plan.relabel[1].vectors[0], plan.relabel[1].vectors[1])
+        assert np.allclose(rel.cosines, 0.0, atol=1e-9)  # mass-mean on rows without the label's line
+    assert np.allclose(plan.relabel[1].vectors[0], -plan.relabel[1].vectors[1])  # the two patterns: +-one direction
     assert [c.name for c in plan.controls[1]] == ["history", "threshold_level", "shuffled"]
     # other systems or families as targets; in-sample on request
     assert {it.system for it in make_plan(config(setup, "p", systems=("spring",))).items} == {"spring"}
@@ -203,8 +206,23 @@ def test_aggregates_carry_intervals_and_n(first) -> None:
     want, want_delta = boot.estimate(parts["L1.probe.+1"]), boot.difference(parts["L1.probe.+1"], parts["base"])
     got = next(r for r in result["rows"] if (r["kind"], r["layer"], r["alpha"], r["group"], r["measure"])
                == ("probe", 1, 1.0, "all", "log_odds"))
-    assert got["value"] == pytest.approx(want.value) and got["ci"] == pytest.approx(list(want.ci))
-    assert got["delta_vs_0"]["ci"] == pytest.approx(list(want_delta.ci)) and got["n"] == want.n == 8
+    # the interval is the hull of that percentile interval and the cluster t interval over the families
+    # (t on F - 1 degrees of freedom, the linearised standard error of the ratio; core.cluster_t), here by hand
+    from scipy.stats import t as student
+
+    def sums(key: str) -> np.ndarray:
+        return boot.per_family(fam, np.array([rows[(it.item_id, key)]["lp"]["log_odds"] for it in items]))
+
+    def hull_t(value: float, e: np.ndarray, pct: tuple) -> list[float]:
+        half = student.ppf(0.975, len(e) - 1) * np.sqrt(len(e) / (len(e) - 1) * np.sum(e ** 2))
+        return [min(pct[0], value - half), max(pct[1], value + half)]
+
+    y1, y0, n_f = sums("L1.probe.+1"), sums("base"), ones
+    r1, r0 = y1.sum() / n_f.sum(), y0.sum() / n_f.sum()
+    e1, e0 = (y1 - r1 * n_f) / n_f.sum(), (y0 - r0 * n_f) / n_f.sum()
+    assert got["value"] == pytest.approx(want.value) and got["ci"] == pytest.approx(hull_t(r1, e1, want.ci))
+    assert got["delta_vs_0"]["ci"] == pytest.approx(hull_t(r1 - r0, e1 - e0, want_delta.ci))
+    assert got["n"] == want.n == 8 and got["n_families"] == 2
     band = result["null_band"]
     assert band and all(b["band_lo"] - 1e-12 <= b["mean"] <= b["band_hi"] + 1e-12 and b["n_directions"] == 3
                         for b in band)
@@ -423,18 +441,21 @@ def test_null_controls_ablation_and_crossfit_are_reported(first) -> None:
         assert [c["chosen_on"] for c in h["choices"]] == ["A", "B"]
         assert [c["scored_on"] for c in h["choices"]] == ["B", "A"]
         assert h["target"]["change"]["n"] == 4
-        for kind in ("random", "relabel"):  # every null direction through the same cross-fitted choice
+        for kind, k in (("random", 3), ("relabel", 2)):  # every null direction through the same cross-fitted choice
             null = h["target"]["null"][kind]["log_odds"]
-            assert null["n_directions"] == 3 and len(null["effects"]) == 3 and null["p_goal"] >= 1 / 4
+            assert null["n_directions"] == k and len(null["effects"]) == k and null["p_goal"] >= 1 / (k + 1)
             assert null["specific"] is False  # 3 directions cannot give p <= 0.05
-            assert len(h["other"]["null"][kind]["log_odds"]["effects"]) == 3
-    assert result["meta"]["n_relabel"] == 3 and set(result["meta"]["relabel_directions"]) == {"1", "2"}
+            assert null["margin"] is not None and null["near_share"] is not None
+            assert len(h["other"]["null"][kind]["log_odds"]["effects"]) == k
+        assert h["target"]["specific"]["log_odds"]["specific"] is False  # not beyond both nulls
+        assert h["target"]["specific"]["log_odds"]["against"] == ["random", "relabel"]
+    assert result["meta"]["n_relabel"] == 2 and set(result["meta"]["relabel_directions"]) == {"1", "2"}
     assert {r["layer"] for r in result["relabel_band"]} == {1, 2}
     assert all(c["relabel_p_null"] is not None for c in result["controls"] if c["alpha"] != 0)
     md = (Path(cfg.out) / "dose_response.md").read_text()
     assert "cross-fitted" in md and "What this shows" in md and "Specificity controls" in md
     assert "Only 3 random directions: p cannot go below" in md  # 3 directions: the text says the null is too small
-    assert "Only 3 relabelled directions: p cannot go below" in md and "log-odds vs relabelled" in md
+    assert "Only 2 label-free directions: p cannot go below" in md and "log-odds vs label-free" in md
 
 
 def test_controls_fail_in_one_line_without_captures(setup, tmp_path, no_model_load) -> None:
@@ -449,7 +470,7 @@ def test_controls_fail_in_one_line_without_captures(setup, tmp_path, no_model_lo
     with pytest.raises(ConfigError, match=r"cannot fit it from the captures.*controls: \[\]") as err:
         make_plan(config(setup, "c", directions=str(dirs)))
     assert "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match=r"relabelled null: cannot read the rows .* n_relabel: 0") as err:
+    with pytest.raises(ConfigError, match=r"label-free null at layer \d: cannot read the rows .* n_relabel: 0") as err:
         make_plan(config(setup, "c", directions=str(dirs), controls=()))  # the relabelled null needs them too
     assert "\n" not in str(err.value)
     plan = make_plan(config(setup, "c", directions=str(dirs), controls=(), n_relabel=0))
@@ -457,16 +478,17 @@ def test_controls_fail_in_one_line_without_captures(setup, tmp_path, no_model_lo
     assert not any(c.kind == "relabel" for c in plan.conditions)
 
 
-def test_the_false_verdict_benchmark_runs_on_a_finished_folder(first, capsys) -> None:
-    """benchmarks/steering_null_verdicts.py (the README quotes it on the quickstart): each null
-    direction plays the probe; with 3 directions none can be called specific."""
+def test_the_power_benchmark_runs_and_prints_every_rule(capsys) -> None:
+    """benchmarks/steering_null_power.py (the docs quote its full run): size and power by simulation,
+    the printed rule beside each null alone and the within-family null it replaced."""
     import runpy
 
-    cfg, _ = first
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "steering_null_verdicts.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "steering_null_power.py"
     main = runpy.run_path(str(script))["main"]
-    assert main(["--folder", cfg.out]) == 0
+    assert main(["--reps", "2", "--families", "8", "--designs", "pairs", "--reads", "linear"]) == 0
     out = capsys.readouterr().out
-    for kind in ("random", "relabel"):
-        assert f"{kind} | either goal (log-odds) | false 'specific' for at least one goal: printed 0 of 3" in out
-    assert "relabelled directions' cosine with the probe" in out
+    assert "joint" in out and "label-free" in out and "within-family" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("linear ")]
+    assert [(r[3], r[4]) for r in rows] == [("reads", s) for s in ("0.25", "1", "2", "4", "8")] + \
+        [("unread", s) for s in ("0.25", "1", "2", "4", "8")] + [("meaningless", "0")]
+    assert all(len(r) == 9 for r in rows)  # a measuring/stopping share for each of the four rules

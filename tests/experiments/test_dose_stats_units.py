@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from evprobe.experiments.dose_response.crossfit import _choose, split_halves
-from evprobe.experiments.dose_response.null import null_stats, point_estimates
+from evprobe.analysis.specificity import null_stats
+from evprobe.experiments.dose_response.null import point_estimates
 from evprobe.experiments.dose_response.text import ablation_sentence
 
 
@@ -86,7 +87,7 @@ def test_dose_plots_show_rates_in_percent_and_log_odds_in_nats() -> None:
 
 
 def test_choose_settings_vectorised_matches_the_probes_rule() -> None:
-    from evprobe.experiments.dose_response.specificity import choose_settings
+    from evprobe.analysis.specificity import choose_settings
 
     cands = [(1, 1.0), (2, 1.0), (2, 0.5)]
     shift = np.array([[1.0, 0.2, np.nan], [0.5, 0.2, 0.1], [0.5, 0.3, 0.1]])  # (C, K)
@@ -122,7 +123,7 @@ def test_crossfit_effects_score_each_direction_at_its_own_choice_on_the_other_ha
 def test_specificity_is_a_rank_test_with_its_promised_false_verdict_rate() -> None:
     """Each of K exchangeable null effects in turn playing the probe against the others: at most
     floor(0.05 K) / K are called specific, and a probe beyond every null direction is."""
-    from evprobe.experiments.dose_response.specificity import specificity_stats, verdict_text
+    from evprobe.analysis.specificity import specificity_stats, verdict_text
 
     rng = np.random.default_rng(3)
     effects = rng.standard_normal(51)
@@ -138,7 +139,8 @@ def test_specificity_is_a_rank_test_with_its_promised_false_verdict_rate() -> No
     assert far["specific"] and far["p_goal"] == pytest.approx(1 / 51) and far["beaten"] == 50
     wrong_way = specificity_stats(+10.0, effects[:50], sign=+1)
     assert wrong_way["specific"] is False and wrong_way["p_goal"] == pytest.approx(1.0)
-    assert "beyond 50 of 50 directions fitted the same way on relabelled rows" in verdict_text(far, "relabel", "nats")
-    assert "specific to this direction" in verdict_text(far, "relabel", "nats")
+    assert "beyond 50 of 50 label-free directions" in verdict_text(far, "relabel", "nats")
+    assert "beyond what these data give once the label carries nothing" in verdict_text(far, "relabel", "nats")
+    assert far["margin"] == pytest.approx(10.0 + effects[:50].min())  # toward = -effect: beyond the nearest by this
     few = specificity_stats(-10.0, effects[:3], sign=+1)
     assert "too few (3) for p <= 0.025, so no verdict" in verdict_text(few, "random", "nats")

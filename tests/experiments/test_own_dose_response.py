@@ -66,9 +66,10 @@ def test_it_reproduces_the_pipeline_item_for_item(organism_items) -> None:
 
 def test_its_effects_and_null_places_are_the_pipelines_number_for_number(organism_items, small_quickstart) -> None:
     """The same items, directions, doses and seeds: every curve point of `evprobe dose-response`
-    (value, interval, n; its paired change) and the probe's place among the random directions equal
-    steering_dose_response's. The command builds its curves with the estimator the function uses
-    (experiments.own_data.effects) and reads the same random directions."""
+    (value, interval, n; its paired change) and the probe's place among the random and among the
+    label-free directions equal steering_dose_response's. The command builds its curves with the
+    estimator the function uses (experiments.own_data.effects), reads the same random directions and
+    fits the same label-free ones (analysis.label_null, from the direction's fit rows)."""
     handle, data, rows, chosen, direction, meta = organism_items
     out, _ = small_quickstart
     report = json.loads((out / "dose_response" / "dose_response.json").read_text())
@@ -78,7 +79,12 @@ def test_its_effects_and_null_places_are_the_pipelines_number_for_number(organis
                for layer, d in meta["layer_directions"].items()}
     result = _run(handle, data, vectors, alphas=config["alphas"], n_random=config["n_random"],
                   n_boot=config["n_boot"], seed=config["seed"], random_seed=config["random_seed"],
-                  mean_norm={int(k): u["unit_norm"] for k, u in meta["alpha_units"].items()}, ablation=True)
+                  mean_norm={int(k): u["unit_norm"] for k, u in meta["alpha_units"].items()}, ablation=True,
+                  n_relabel=report["meta"]["n_relabel"],
+                  fit_rows={int(layer): evprobe.direction_rows(evprobe.read_directions(out / "directions")[d["name"]])
+                            for layer, d in meta["layer_directions"].items()})
+    for layer, free in result.label_free.items():  # the same directions the command steered (same sha256)
+        assert free.sha256 == report["meta"]["relabel_directions"][str(layer)]["sha256"]
     assert config["positions"] == "last" and len(result.units) == len(vectors) >= 1
     own = {(r.direction, None if r.layer != r.layer else int(r.layer), None if r.alpha != r.alpha else float(r.alpha),
             r.group, r.measure): r for r in result.effects.itertuples()}  # NaN (no layer, no dose) as None
@@ -104,19 +110,21 @@ def test_its_effects_and_null_places_are_the_pipelines_number_for_number(organis
             compared += 1
     n_doses = len([a for a in config["alphas"] if a != 0])
     assert compared == 3 * 2 * (1 + 2 * n_doses * len(vectors))  # groups x measures x (base + steered and change)
-    null = result.null.set_index(["layer", "alpha", "group", "measure"])
+    null = result.null.set_index(["null", "layer", "alpha", "group", "measure"])
     placed = 0
-    for band in report["null_band"]:
-        if band["readout"] != "logprobs" or band["system"] != "all" or band["measure"] not in names \
-                or band["alpha"] == 0:
-            continue
-        mine = null.loc[(band["layer"], band["alpha"], band["group"], names[band["measure"]] + "_change")]
-        assert mine["n_directions"] == band["n_directions"] == config["n_random"]
-        for field in ("percentile", "p_null"):
-            assert mine[field] == pytest.approx(band[field], abs=1e-9), (band["layer"], band["alpha"], field)
-        assert (mine["lo"], mine["hi"]) == pytest.approx((band["effect_lo"], band["effect_hi"]), abs=1e-6)
-        placed += 1
-    assert placed == 3 * 2 * n_doses * len(vectors)
+    for key, kind, k in (("null_band", "random", config["n_random"]), ("relabel_band", "label-free",
+                                                                       report["meta"]["n_relabel"])):
+        for band in report[key]:
+            if band["readout"] != "logprobs" or band["system"] != "all" or band["measure"] not in names \
+                    or band["alpha"] == 0:
+                continue
+            mine = null.loc[(kind, band["layer"], band["alpha"], band["group"], names[band["measure"]] + "_change")]
+            assert mine["n_directions"] == band["n_directions"] == k > 0
+            for field in ("percentile", "p_null"):
+                assert mine[field] == pytest.approx(band[field], abs=1e-9), (kind, band["layer"], band["alpha"], field)
+            assert (mine["lo"], mine["hi"]) == pytest.approx((band["effect_lo"], band["effect_hi"]), abs=1e-6)
+            placed += 1
+    assert placed == 2 * 3 * 2 * n_doses * len(vectors)
     # the ablation: the direction projected out of each layer, no dose
     ablated = [e for e in report["ablation"] if e["readout"] == "logprobs"]
     assert config["ablation"] and len(ablated) == 3 * len(vectors)
@@ -149,29 +157,40 @@ def test_paired_effects_recomputes_the_effects_from_the_item_table(organism_item
 
 def test_the_planted_direction_is_specific_and_a_random_one_is_not(organism_items) -> None:
     handle, data, rows, chosen, direction, meta = organism_items
-    kw = dict(alphas=(-1.0, -0.75, 0.0, 0.625), goal=+1, goal_group="unresolved", n_random=20, n_boot=300)
+    kw = dict(alphas=(-1.0, -0.75, 0.0, 0.625), goal=+1, goal_group="unresolved", n_random=40, n_relabel=40,
+              n_boot=300, fit_rows={3: evprobe.direction_rows(direction)})
     planted = _run(handle, data, {3: -direction.vector}, **kw)  # toward measuring; negative doses toward stopping
-    head = planted.crossfit.set_index(["group", "measure"]).loc[("unresolved", "log_odds_change")]
-    assert head["specific"] and head["p_goal"] == pytest.approx(1 / 21) and head["lo"] > 5.0
-    assert head["chosen_on_A"].startswith("L3 alpha -") and head["chosen_on_B"].startswith("L3 alpha -")
+    heads = planted.crossfit.set_index(["group", "measure", "null"])
+    for kind in ("random", "label-free"):  # beyond every direction of both nulls
+        head = heads.loc[("unresolved", "log_odds_change", kind)]
+        assert head["specific"] and head["p_goal"] == pytest.approx(1 / 41) and head["lo"] > 5.0
+        assert head["margin"] > 0 and head["near_share"] == 0.0
+        assert head["chosen_on_A"].startswith("L3 alpha -") and head["chosen_on_B"].startswith("L3 alpha -")
+    assert planted.verdict["specific"] is True and planted.verdict["text"].startswith("specific to this direction")
     probe = planted.effects.set_index(["direction", "layer", "alpha", "group", "measure"])
     stop_rate = probe.loc[("probe", 3, -1.0, "unresolved", "chose_change")]
     # the unresolved items come to stop (every one of them, with no interval, where all units moved alike)
     assert stop_rate["value"] > 0.3 and (stop_rate["identical"] or stop_rate["lo"] > 0.3)
     random = np.random.default_rng(7).normal(size=handle.d_model)
-    other = _run(handle, data, {3: random}, **kw).crossfit.set_index(["group", "measure"])
-    assert not other.loc[("unresolved", "log_odds_change")]["specific"]
+    other = _run(handle, data, {3: random}, **kw)
+    assert other.verdict["specific"] is False and other.verdict["text"] == "not shown to be specific to this direction"
+    # a bare vector without its fit rows gets the random null only, and no verdict on specificity (said so)
+    bare = _run(handle, data, {3: -direction.vector}, **{**kw, "fit_rows": None})
+    assert bare.verdict["specific"] is None and bare.verdict["missing"] == ["label-free directions"]
+    assert any("pass fit_rows=" in note for note in bare.notes)
+    assert set(bare.crossfit["null"]) == {"random"}
 
 
 def test_the_frames_and_the_figure(organism_items, tmp_path: Path) -> None:
     handle, data, rows, chosen, direction, meta = organism_items
-    result = _run(handle, data, direction, alphas=(-0.5, 0.5), n_random=4, n_boot=100, ablation=True,
+    result = _run(handle, data, direction, alphas=(-0.5, 0.5), n_random=4, n_relabel=4, n_boot=100, ablation=True,
                   controls={"random control": np.random.default_rng(1).normal(size=handle.d_model)})
     assert set(result.effects["direction"]) == {"unsteered", "probe", "random control", "ablation"}
     assert result.effects.query("direction == 'ablation'")["alpha"].isna().all()
     assert set(result.effects["measure"]) == {"log_odds", "chose", "log_odds_change", "chose_change"}
     assert set(result.null["measure"]) == {"log_odds_change", "chose_change"}
-    assert (result.null["n_directions"] == 4).all()
+    assert (result.null["n_directions"] == 4).all() and set(result.null["null"]) == {"random", "label-free"}
+    assert set(result.label_free) == {3}  # read from the capture the Direction names
     # an interval is never a point: equal units are marked identical and carry none
     real = result.effects[~result.effects["identical"] & result.effects["value"].notna()]
     assert (real["lo"] < real["hi"]).all() or (real["measure"] == "chose").any()
@@ -193,6 +212,15 @@ def test_bad_input_is_one_line_before_any_forward(organism_items) -> None:
         (dict(direction={9: direction.vector}), "layer 9 is out of range"),
         (dict(direction=direction.vector), "a bare vector needs layer="),
         (dict(goal_group="nobody"), "goal_group 'nobody' is not a group"),
+        (dict(n_relabel=-1), "n_relabel must be an integer >= 0"),
+        (dict(n_relabel=True), "n_relabel must be an integer >= 0"),
+        (dict(direction={3: direction.vector}, fit_rows=(np.zeros((4, 3)), [0, 1, 0, 1], list("aabb"))),
+         "fit_rows at L3: acts must be \\(rows, d_model"),
+        (dict(direction={3: direction.vector}, fit_rows={2: ()}), "fit_rows has no rows for layer 3"),
+        (dict(direction={3: direction.vector}, fit_rows="rows"), "fit_rows must be \\(acts, labels, families\\)"),
+        (dict(direction={3: direction.vector},
+              fit_rows=(np.ones((4, handle.d_model)), [0, 1, 0, 1], ["a"] * 4)),
+         "at least 2 families holding both classes"),
     ]
     for change, message in cases:
         kw = dict(prompts=data["prompts"], images=data["images"], candidates=list("ABCDE"), target=data["target"],

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from evprobe.experiments.dose_response.formatting import FULL_BAND, band_name
+from evprobe.analysis.specificity import FULL_BAND, band_name
 from evprobe.experiments.report.fold import fold_page, page_blocks
 from evprobe.experiments.report.html import _renderer, compact_png
 from evprobe.experiments.report.summary import dropped_layers, summary_png
