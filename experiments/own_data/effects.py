@@ -19,6 +19,7 @@ A cell is one group of items (a boolean mask) x one measure:
   draws and the cluster t interval of the change; for proportions widened to a MOVER interval
   (core.proportion.saturated_change) where a rate saturates or has fewer than 5 units of its rarer
   outcome (`FEW_EVENTS`; there the MOVER interval credits the pairing by the measured correlation);
+  a rate's interval ends within [0, 1], a change of rates' within [-1, 1] (the t interval is symmetric);
 - every Estimate carries the number of families its interval was computed on (`n_families`: the
   families holding a defined value of the cell, for a change of either condition's), printed
   `(n=576 in 144 families)`, with a warning below 8 (core.estimate_text);
@@ -50,7 +51,7 @@ FEW_EVENTS = 5
 INTERVAL_METHOD = (  # what a report's meta says of these intervals (bootstrap.INTERVAL_METHOD's and more)
     f"{bootstrap.INTERVAL_METHOD}; every estimate and paired change hulled with the {cluster_t.METHOD}; "
     f"a change of rates where a rate has fewer than {FEW_EVENTS} units of its rarer outcome widened to "
-    "the MOVER interval for correlated estimates"
+    "the MOVER interval for correlated estimates; a rate's ends cut to [0, 1], a change of rates' to [-1, 1]"
 )
 
 
