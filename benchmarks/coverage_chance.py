@@ -27,7 +27,8 @@ a real capture (every layer/position of it).
 
     python benchmarks/coverage_chance.py [--reps 200] [--families 30,144] [--strengths 0.25,0.5,1.0]
                                          [--settings null-xor,null-random,null-family,planted]
-                                         [--permutations 99] [--capture out/quickstart/acts] [--jobs 2]
+                                         [--permutations 99] [--capture out/quickstart/acts] [--first-rep 0]
+                                         [--jobs 2]
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refits", type=int, default=0, help="refits for the interval of the old rule (0: fixed-model)")
     ap.add_argument("--capture", default=None, help="also run null-random on this capture folder")
     ap.add_argument("--capture-reps", type=int, default=40)
+    ap.add_argument("--first-rep", type=int, default=0, help="seed of the first replicate (more replicates, new data)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
     started = time.perf_counter()
@@ -165,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             for strength in strengths:
                 for f in (int(x) for x in args.families.split(",")):
                     s = Setting(name, f, args.d, args.layers, args.cell, strength, args.permutations, args.refits)
-                    results = list(run(one_replicate, [s] * args.reps, range(args.reps)))
+                    reps = range(args.first_rep, args.first_rep + args.reps)
+                    results = list(run(one_replicate, [s] * args.reps, reps))
                     what = f"{name}{f' {strength:g}' if name == 'planted' else ''}, {f} families"
                     print(summarise(what, results, {SIGNAL_LAYER} if name == "planted" else set()), flush=True)
         if args.capture:

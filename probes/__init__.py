@@ -20,7 +20,10 @@ layer? One concept per module:
   labels, warm starts across layers, layers in threads (`cv_scores`, `map_layers`).
 - `controls`: within-family shuffled labels, input-only baselines, within-family variance.
 - `nested`: the best layer chosen on validation folds only.
-- `sweep`: every layer x position (`sweep` -> `SweepResult`, `SweepConfig`).
+- `chance`: the per-row test against chance behind "decodable" (within-family permutations of the
+  whole per-row pipeline, step-down maxT over the rows); `factors`: the label against the design's
+  own factors (the cell fields decoded beside it).
+- `sweep`: every layer x position (`sweep` -> `SweepResult`, `SweepConfig`; one row: `sweep_row`).
 - `transfer`: train on one condition, test on another (`transfer`, `conditions`).
 - `directions`, `geometry`: named unit directions with provenance for steering; cosine matrices.
 - `report`: sweep.md / sweep.png, transfer-KIND.md / .png. `cli`: `evprobe sweep`, `evprobe directions`.

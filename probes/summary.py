@@ -76,6 +76,10 @@ def position_sentence(label: str, position: str, rows: Sequence[SweepRow], contr
         factors = fmt_factors(s.factors)
         if factors:
             text += f"; beside the design's own factors, decoded there on the same rows with the same probe and folds, it is {factors}"
+        singled = [r for r in decodable if r.factors is not None and r.factors.singled_out]
+        if singled and singled[0] is not s:
+            more = f" (so too at {_layers(singled[1:])})" if len(singled) > 1 else ""
+            text += f"; at L{singled[0].layer} it is {fmt_factors(singled[0].factors)}{more}"
         if carried:
             text += (f". At {_layers(carried)} the control tasks decode about as well, so those layers carry the "
                      "cell rather than this label in particular")
