@@ -75,6 +75,12 @@ def estimate_text(e: Any, digits: int = 3, *, scale: float = 1.0, sign: bool = F
     return f"{value} [{num(lo)}, {num(hi)}]" + _count_text(count if n else None, d.get("n_families"))
 
 
+def count_text(count: int | None, families: int | None) -> str:
+    """`(n=576 in 144 families)` (with the warning below FEW_FAMILIES) for a line or a figure title that
+    states a count apart from its intervals, as estimate_text words it; `(n=576)` where families is None."""
+    return _count_text(count, families).strip()
+
+
 def _count_text(count: int | None, families: int | None) -> str:
     """` (n=576 in 144 families)`, ` (n=20 in only 5 families: WARNING)`, ` (only 5 families: WARNING)`
     where n is left out, or ` (n=576)` where the families are not known (module docstring)."""
@@ -87,4 +93,5 @@ def _count_text(count: int | None, families: int | None) -> str:
     return f" (n={count}" + (f" in {where}" if where else "") + f"{warning})"
 
 
-__all__ = ["FEW_FAMILIES", "FEW_FAMILIES_TEXT", "FIXED_TEXT", "MISSING", "estimate_text", "missing_text"]
+__all__ = ["FEW_FAMILIES", "FEW_FAMILIES_TEXT", "FIXED_TEXT", "MISSING", "count_text", "estimate_text",
+           "missing_text"]

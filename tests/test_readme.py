@@ -45,7 +45,7 @@ def test_the_main_job_runs_as_documented(tmp_path: Path, monkeypatch: pytest.Mon
     assert evprobe == ["evprobe quickstart"]
     assert main(shlex.split(evprobe[0])[1:]) == 0
     tail = capsys.readouterr().out.strip().splitlines()[-5:]
-    assert tail[0].startswith("behaviour: minimum-cost choice") and "(n=576)" in tail[0]
+    assert tail[0].startswith("behaviour: minimum-cost choice") and "(n=576 in 144 families)" in tail[0]
     assert tail[1].startswith("probe: sufficiency decoded at AUROC") and "nested estimate" in tail[1]
     assert tail[2].startswith("steering (induce measuring") and tail[3].startswith("steering (induce stopping")
     assert tail[4] == "report: out/quickstart/report/report.md"

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.decimals import fixed
-from evprobe.core.estimate_text import estimate_text, missing_text
-from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap, Resampled
+from evprobe.core.estimate_text import count_text, estimate_text, missing_text
+from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap, Resampled, families_of
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.gating.config import ALPHA_AXIS, GROUPS, MEASURE, POSITION, REGIMES, REQUEST_KINDS
 from evprobe.experiments.gating.plan import GateDirection, Plan
@@ -19,7 +19,13 @@ from evprobe.experiments.gating.plan import GateDirection, Plan
 
 
 def _est(part: Resampled) -> dict[str, Any]:
-    return FamilyBootstrap.estimate(part).to_json()
+    # the held-out families holding an item of the cell: the interval's effective n (issue 52)
+    return FamilyBootstrap.estimate(part).in_families(families_of(part)).to_json()
+
+
+def _change(part: Resampled, base: Resampled) -> dict[str, Any]:
+    """steered - base on the same resamples, with the families holding an item of either."""
+    return FamilyBootstrap.difference(part, base).in_families(families_of(part, base)).to_json()
 
 
 def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: int, best: dict[str, Any] | None,
@@ -48,8 +54,7 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: in
         for (kind, group), part in by_key[key].items():
             for d in ([direction] if direction else list(REGIMES)):  # the base belongs to both direction rows
                 rows.append({"kind": kind, "group": group, "inference": inference, "direction": d, "alpha": alpha,
-                             "rate": _est(part), "change": FamilyBootstrap.difference(part, base[(kind, group)])
-                             .to_json()})
+                             "rate": _est(part), "change": _change(part, base[(kind, group)])})
     tables = []
     for kind in kinds:
         for a in sorted({abs(x) for x in config.doses}):
@@ -62,7 +67,7 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: in
                         part = by_key[f"{inf}.dir_{d}.{alpha_key(alpha)}"][(kind, group)]
                         base = by_key[f"{inf}.base"][(kind, group)]
                         cells[f"{d}|{inf}"] = {"base": _est(base), "steered": _est(part),
-                                               "change": FamilyBootstrap.difference(part, base).to_json()}
+                                               "change": _change(part, base)}
                 tables.append({"kind": kind, "group": group, "alpha": alpha, "cells": cells})
     return {
         "meta": {
@@ -152,7 +157,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     styles = {("standard", "standard"): ("C0", "-"), ("standard", "guided"): ("C0", "--"),
               ("guided", "standard"): ("C1", "-"), ("guided", "guided"): ("C1", "--")}
     for ax, (kind, group) in zip(axes[0], panels):
-        n = 0
+        n, families = 0, None
         for (d, inf), (color, ls) in styles.items():
             pts = sorted((r for r in result["rows"] if (r["kind"], r["group"], r["direction"], r["inference"])
                           == (kind, group, d, inf)), key=lambda r: r["alpha"])
@@ -161,13 +166,16 @@ def plot(result: dict[str, Any], path: Path) -> Path:
             lo = [np.nan if r["rate"]["ci"][0] is None else 100 * r["rate"]["ci"][0] for r in pts]
             hi = [np.nan if r["rate"]["ci"][1] is None else 100 * r["rate"]["ci"][1] for r in pts]
             n = max([n, *(r["rate"]["n"] for r in pts)])
+            # the bands rest on the families holding the panel's items (the same at every dose)
+            families = max((r["rate"]["n_families"] for r in pts if r["rate"].get("n_families") is not None),
+                           default=families)
             ax.plot(x, y, marker="o", color=color, ls=ls, label=f"direction {d}, inference {inf}")
             ax.fill_between(x, lo, hi, color=color, alpha=0.1)
         ax.axvline(0.0, color="0.8", lw=0.8)
         ax.set_ylim(-3, 103)
         ax.set_xlabel(ALPHA_AXIS, fontsize=8)
         ax.set_ylabel(f"{MEASURE[kind][0]} (% of items)", fontsize=8)
-        ax.set_title(f"{kind} requests, {group} (n={n} items)", fontsize=9)
+        ax.set_title(f"{kind} requests, {group}\nitems {count_text(n, families)}", fontsize=9)
     axes[0][0].legend(fontsize=7, loc="best")
     meta = result["meta"]
     fig.suptitle(f"Prompt gating: {meta['model_name']}, layer {meta['layer']}, {meta['n_families']} held-out families; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evprobe.core.bootstrap import Estimate
-from evprobe.core.estimate_text import FEW_FAMILIES, estimate_text
+from evprobe.core.estimate_text import FEW_FAMILIES, count_text, estimate_text
 
 WARN = "the interval may be too narrow"
 
@@ -45,3 +45,12 @@ def test_the_count_travels_in_json_and_only_when_known() -> None:
     assert "n_families" not in e.to_json()
     assert e.in_families(4).to_json() == {"value": 0.25, "ci": [0.1, 0.4], "n": 8, "n_families": 4}
     assert e.in_families(4).in_families(None).to_json() == e.to_json()
+
+
+def test_a_count_stated_apart_from_its_intervals_reads_alike() -> None:
+    """count_text: a figure title or a line that gives n once, worded as estimate_text words it."""
+    assert count_text(576, 144) == "(n=576 in 144 families)"
+    assert count_text(12, 1) == f"(n=12 in only 1 family: {WARN})"
+    assert count_text(40, None) == "(n=40)"
+    e = Estimate(0.5, (0.4, 0.6), 20).in_families(5)
+    assert estimate_text(e).endswith(" " + count_text(20, 5))

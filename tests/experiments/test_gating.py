@@ -91,6 +91,38 @@ def test_files_and_tables(first: tuple[GatingConfig, dict]) -> None:
         assert {i.split(".")[0] for i in prov["items"]} <= set(meta["fit_families"])
 
 
+def test_every_interval_says_its_families(first: tuple[GatingConfig, dict]) -> None:
+    """Issue 52: each rate and paired change carries the held-out families holding an item of its
+    (kind, group) cell, in gating.json and printed beside n. The 9 items lie in two families, one of
+    them holding a single item, so most cells rest on one family: a count of every held-out family
+    (2), or none, fails."""
+    from evprobe.core.estimate_text import count_text
+    from evprobe.experiments.gating.config import GROUPS, REQUEST_KINDS
+
+    cfg, _ = first
+    targets = make_plan(cfg).targets
+    out = Path(cfg.out)
+    result = json.loads((out / "gating.json").read_text())
+    md = (out / "gating.md").read_text()
+
+    def held(kind: str, group: str) -> int:
+        return len({it.family_id for it in targets
+                    if REQUEST_KINDS[it.request] == kind and bool(it.resolved) == GROUPS[group]})
+
+    counts = {held(t["kind"], t["group"]) for t in result["tables"]}
+    assert counts == {1, 2}  # the fixture gives cells of both sizes, so a constant count cannot pass
+    for t in result["tables"]:
+        want = held(t["kind"], t["group"])
+        for cell in t["cells"].values():
+            for part in ("base", "steered", "change"):
+                assert cell[part]["n_families"] == want, (t["kind"], t["group"], part)
+            for part in ("steered", "change"):
+                assert count_text(cell[part]["n"], want) in md
+    for row in result["rows"]:
+        assert row["rate"]["n_families"] == row["change"]["n_families"] == held(row["kind"], row["group"])
+    assert "in only 1 family: the interval may be too narrow)" in md
+
+
 def test_alpha_zero_is_unsteered(first: tuple[GatingConfig, dict]) -> None:
     cfg, _ = first
     plan = make_plan(cfg)
