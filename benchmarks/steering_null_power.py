@@ -1,26 +1,30 @@
 """Benchmark: size and power of the steering specificity verdict, by simulation on synthetic models
 whose truth is known (analysis.label_null, analysis.specificity).
 
-World (one data set). Rows live in d = 64 dimensions. A family is a matched pair (label only) or a
-2x2 (label x history); families also differ by a system (3 levels), a threshold level (2 levels) and
-a random family mean on 8 directions. An item's row:
+World (one data set). Rows live in d = 64 dimensions (the organism's width). A family is a matched
+pair (label only) or a 2x2 (label x history); families also differ by a system (3 levels), a
+threshold level (2 levels) and a random family mean on 8 directions. An item's row:
 
     x = m0 + mu_f + 2 (sys_f - 1) g_sys + 2 (thr_f - 1/2) g_thr + 2 (h - 1/2) g_hist
-        + s_f (y - 1/2) u + eps,    eps ~ N(0, I),  s_f = s max(0, 1 + 0.3 z_f)
+        + c s_f (y - 1/2) u + eps,    eps ~ N(0, I),  s_f = s max(0, 1 + 0.3 z_f),  c = CONTRAST = 16
 
-(u, the g's and w orthonormal; s the label-contrast strength, varying 30% across families). The
-model's stop log-odds are <x - m0, r> (linear) or <sqrt(d) x / |x| - c, r> (an RMS-normalised read,
-the nonlinearity of a transformer's norm), its choice "stop" when they are > 0. Truths:
+(u, the g's and w orthonormal; s the label-contrast strength, 0.25 to 8, varying 30% across families:
+the organism's label contrast at L3 is about 24 noise sds, s = 1.5 here). The model's stop log-odds
+read the row along r, plus an idiosyncratic random quadratic read (two directions at the same cosine
+with r do not move a real model equally), saturating at +-8 nats; `linear` reads the row as it is,
+`normalised` rescales it to its unsteered norm first (a transformer's norm). Its choice is "stop"
+when the log-odds are > 0. Truths:
 
 - `reads`: r = unit(u + 0.1 (g_sys + g_thr + g_hist)): the model reads the label plus 0.1 of each
   design factor (the audit's synthetic); a verdict "specific" is right (power);
 - `unread`: r = unit(w + 0.1 (g_sys + g_thr + g_hist)), w orthogonal to u: the label is encoded with
   strength s but not read; "specific" is a false verdict (size);
-- `meaningless`: as unread with s = 0: the label is not encoded at all (size).
+- `meaningless`: as unread with s = 0: the label is not encoded at all, so the probe is one more
+  direction of the data's noise (size, where the rank test's bound is exact: 1/51 = 2.0%).
 
 Pipeline (what `evprobe dose-response` does): the probe is the mass-mean direction of F fit
 families; the steered direction points toward the unresolved class (y = 0), +alpha = toward
-measuring; doses alpha in {+-0.125, +-0.25, +-0.5} x the targets' mean row norm; F other families are
+measuring; doses alpha in {+-0.25, +-0.5, +-1} x the targets' mean row norm; F other families are
 steered, split into two halves; 50 random unit directions and 50 label-free directions
 (analysis.label_null, from the fit rows) go through the same cross-fitted choice (the stop rate
 moving furthest toward the goal, analysis.specificity.crossfit_scores) and the verdict is the rank
@@ -32,11 +36,11 @@ stopping on y = 0). Rules compared side by side on the same data sets:
 - `within-family` (before): directions refitted on the label permuted within families (the
   relabelled null this replaced), alone.
 
-Reported per design x families x truth x strength: the share of data sets called specific for each
-goal (size under `unread` and `meaningless`, power under `reads`; Monte Carlo se at 200 data sets
-about 1.5 points near 5%, 2 points near 90%), and the mean |cos| of each null with the probe.
+Reported per read x design x families x truth x strength: the share of data sets called specific
+for each goal (size under `unread` and `meaningless`, power under `reads`; Monte Carlo se at 100
+data sets about 2 points near 5% and 3 near 90%; at 400 (`meaningless`) 0.7 points near 2%).
 
-    python benchmarks/steering_null_power.py [--reps 200] [--families 8,24,72] [--seed 52]
+    python benchmarks/steering_null_power.py [--reps 100] [--size-reps 400] [--families 8,24,72] [--seed 52]
 """
 
 from __future__ import annotations
@@ -186,14 +190,15 @@ def one(rng: np.random.Generator, truth: str, s: float, n_fam: int, design: str,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--size-reps", type=int, default=400, help="data sets per `meaningless` cell (the exact size)")
     ap.add_argument("--families", default="8,24,72", help="families per half (fit, and steered)")
     ap.add_argument("--designs", default="pairs,2x2")
     ap.add_argument("--reads", default="linear,normalised")
     ap.add_argument("--seed", type=int, default=52)
     args = ap.parse_args(argv)
     started = time.perf_counter()
-    print(f"{args.reps} data sets per cell; K = {K} directions per null; 'specific' at p <= 0.025 per goal; "
-          "share called specific, induce measuring / induce stopping")
+    print(f"{args.reps} data sets per cell ({args.size_reps} where the label is meaningless); K = {K} directions "
+          "per null; 'specific' at p <= 0.025 per goal; share called specific, induce measuring / induce stopping")
     print(f"{'read':<10} {'design':<6} {'F':>3} {'truth':<11} {'s':>4}  " + "  ".join(f"{r:>15}" for r in RULES))
     for read_kind in args.reads.split(","):
         for design in args.designs.split(","):
@@ -202,12 +207,13 @@ def main(argv: list[str] | None = None) -> int:
                     for s in strengths:
                         rng = np.random.default_rng([args.seed, n_fam, int(100 * s), len(design), len(truth), len(read_kind)])
                         calls = {(g, r): 0 for g, *_ in GOALS for r in RULES}
-                        for _ in range(args.reps):
+                        reps = args.size_reps if truth == "meaningless" else args.reps
+                        for _ in range(reps):
                             v = one(rng, truth, s, n_fam, design, read_kind == "normalised")
                             for g, *_ in GOALS:
                                 for r in RULES:
                                     calls[(g, r)] += bool(v[g][r])
-                        cells = "  ".join(f"{calls[(GOALS[0][0], r)] / args.reps:>7.3f}/{calls[(GOALS[1][0], r)] / args.reps:<7.3f}"
+                        cells = "  ".join(f"{calls[(GOALS[0][0], r)] / reps:>7.3f}/{calls[(GOALS[1][0], r)] / reps:<7.3f}"
                                           for r in RULES)
                         print(f"{read_kind:<10} {design:<6} {n_fam:>3} {truth:<11} {s:>4g}  {cells}", flush=True)
     print(f"done in {time.perf_counter() - started:.0f} s")

@@ -131,16 +131,16 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
         observed, draws, n = ratios(readout, rows, masks)
         base_rows = [done[(it.item_id, "base")] for it in items]
         base_obs, _, _ = ratios(readout, base_rows, masks)
-        lo, hi, dlo, dhi = spans(readout, rows, base_rows, masks)  # experiments.dose_response.stats.intervals
-        blo, bhi, _, _ = spans(readout, base_rows, base_rows, masks)
+        lo, hi, dlo, dhi, fams, dfams = spans(readout, rows, base_rows, masks)  # experiments.dose_response.stats.intervals
+        blo, bhi, _, _, bfams, _ = spans(readout, base_rows, base_rows, masks)
         M = len(measures)
         cells = {(g, scope, m): c * M + j for c, (g, scope) in enumerate(masks) for j, m in enumerate(measures)}
 
         def cell(g: str, scope: str, m: str, change: bool) -> dict[str, Any]:
             c = cells[(g, scope, m)]
             if change:
-                return est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c])
-            return est(observed[c], lo[c], hi[c], n[c])
+                return est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c], dfams[c])
+            return est(observed[c], lo[c], hi[c], n[c], fams[c])
 
         null: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         for kind in NULL_SETS:
@@ -165,7 +165,7 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
 
         def group_block(g: str) -> dict[str, Any]:
             c0 = cells[(g, "pooled", "stop_rate")]
-            block = {"group": g, "stop_rate_at_0": est(base_obs[c0], blo[c0], bhi[c0], n[c0]),
+            block = {"group": g, "stop_rate_at_0": est(base_obs[c0], blo[c0], bhi[c0], n[c0], bfams[c0]),
                      "stop_rate": cell(g, "pooled", "stop_rate", False),
                      "change": cell(g, "pooled", "stop_rate", True),
                      "useless_rate": cell(g, "pooled", "useless_test_rate", False),

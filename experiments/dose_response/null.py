@@ -155,11 +155,11 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
             for j, name in enumerate(names):
                 rows = [p[j] for p in per_item]
                 observed, draws, n = ratios(readout, rows, masks)
-                lo, hi, dlo, dhi = spans(readout, rows, base_rows, masks)  # experiments.dose_response.stats.intervals
+                lo, hi, dlo, dhi, fams, dfams = spans(readout, rows, base_rows, masks)  # experiments.dose_response.stats.intervals
                 for c, (group, system, measure) in enumerate(cells):
                     if system != "all":
                         continue
-                    change = est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c])
+                    change = est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c], dfams[c])
                     probe_change = stats[(f"L{layer}.probe.{alpha_key(alpha)}", group, system, measure)][1]
                     eff = random_effects.get((layer, float(alpha), group, system, measure))
                     place = (null_stats(change["value"], eff) if eff is not None
@@ -170,7 +170,7 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
                     out.append({
                         "readout": readout, "layer": layer, "alpha": float(alpha), "control": name,
                         "cosine_with_probe": cosines[j], "group": group, "system": system, "measure": measure,
-                        **est(observed[c], lo[c], hi[c], n[c]), "delta_vs_0": change, "probe_delta_vs_0": probe_change,
+                        **est(observed[c], lo[c], hi[c], n[c], fams[c]), "delta_vs_0": change, "probe_delta_vs_0": probe_change,
                         "percentile": place["percentile"], "z": place["z"], "p_null": place["p_null"],
                         "relabel_percentile": rel_place["percentile"], "relabel_p_null": rel_place["p_null"],
                     })

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap
+from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.dose_response.controls import controls_record
 from evprobe.experiments.dose_response.crossfit import crossfit
@@ -18,7 +18,15 @@ from evprobe.experiments.dose_response.plan import Plan
 from evprobe.experiments.dose_response.relabel import relabel_record
 from evprobe.analysis.specificity import SPECIFIC_P
 from evprobe.experiments.dose_response.text import ablation_sentence, paragraphs
-from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, estimate_of, spans_of
+from evprobe.experiments.own_data.effects import (
+    INTERVAL_METHOD,
+    Cells,
+    cell_estimates,
+    cells,
+    change_families,
+    estimate_of,
+    spans_of,
+)
 
 GROUPS = ("resolved", "unresolved", "all")
 MEASURES: dict[str, tuple[str, ...]] = {
@@ -61,9 +69,10 @@ def _curve_conditions(plan: Plan) -> list[tuple[int | None, str, float | None, s
     return out
 
 
-def _est(value: float, lo: float, hi: float, n: int) -> dict[str, Any]:
-    """A cell's numbers as JSON (experiments.own_data.effects.estimate_of), for null, controls and crossfit."""
-    return estimate_of(value, lo, hi, n).to_json()
+def _est(value: float, lo: float, hi: float, n: int, n_families: int) -> dict[str, Any]:
+    """A cell's numbers as JSON (experiments.own_data.effects.estimate_of), for null, controls and crossfit,
+    with the families its interval was computed on."""
+    return estimate_of(value, lo, hi, n, n_families=int(n_families)).to_json()
 
 
 Stats = dict[tuple[str, str, str, str], tuple[dict[str, Any], dict[str, Any]]]  # (key, group, system, measure)
@@ -85,9 +94,12 @@ def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str
 
 def intervals(readout: str, rows: list[dict[str, Any]], base_rows: list[dict[str, Any]],
               masks: dict[tuple[str, str], np.ndarray], boot: FamilyBootstrap, fam: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """spans_of for rows given as records (what dose_null and dose_crossfit pass)."""
-    return spans_of(_cells(readout, rows, masks, boot, fam), _cells(readout, base_rows, masks, boot, fam))
+              ) -> tuple[np.ndarray, ...]:
+    """spans_of for rows given as records (what the null's controls and the crossfit pass), with the
+    families each cell's interval and each change's interval were computed on: (lo, hi, dlo, dhi,
+    families, change families), each (C,)."""
+    cur, base = _cells(readout, rows, masks, boot, fam), _cells(readout, base_rows, masks, boot, fam)
+    return (*spans_of(cur, base), cur.n_families, change_families(cur, base))
 
 
 def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]], row_keys: list[str],
@@ -296,7 +308,7 @@ def _report_meta(plan: Plan, families: list[str], systems: list[str], scopes: li
         "interval_method": INTERVAL_METHOD,
         "n_boot": plan.config.n_boot,
         "seed": plan.config.seed,
-        "n_unit": "n = items in the denominator",
+        "n_unit": "n = items in the denominator, in F families = the families its interval was computed on",
     }
 
 

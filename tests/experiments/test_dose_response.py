@@ -485,7 +485,7 @@ def test_the_power_benchmark_runs_and_prints_every_rule(capsys) -> None:
 
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "steering_null_power.py"
     main = runpy.run_path(str(script))["main"]
-    assert main(["--reps", "2", "--families", "8", "--designs", "pairs", "--reads", "linear"]) == 0
+    assert main(["--reps", "2", "--size-reps", "2", "--families", "8", "--designs", "pairs", "--reads", "linear"]) == 0
     out = capsys.readouterr().out
     assert "joint" in out and "label-free" in out and "within-family" in out
     rows = [line.split() for line in out.splitlines() if line.startswith("linear ")]

@@ -31,6 +31,8 @@ def test_the_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert (tmp_path / "out" / "mine" / "patching.png").stat().st_size > 10_000
     result = namespace["result"]
     assert set(result.crossfit["group"]) == {"all", "enough", "not enough"}
+    assert set(result.crossfit["null"]) == {"random", "label-free"}  # the direction's own fit rows, from its capture
+    assert result.verdict["specific"] in (True, False) and not result.notes
     assert len(namespace["patched"].rows) == 8  # 4 pairs, both ways
     effects = namespace["effects"]  # paired_effects on the page's own steered readouts
     assert set(effects["condition"]) == {"unsteered", "L3 +0.5"}
