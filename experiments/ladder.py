@@ -257,7 +257,8 @@ def _probe_difference(p: LevelPoint, points: list[LevelPoint], reference: int,
     if draws.get(p.level) is None or draws.get(reference) is None:
         return {"vs": reference, "reason": "no refits (--refits 0): no paired difference"}
     value, ci = refit_difference(p.auroc, draws[p.level], p.ci, ref.auroc, draws[reference], ref.ci, p.n_families)
-    return {"vs": reference, "value": value, "ci": list(ci), "n": p.n}
+    # the refits resample the level's families, the same at both levels (checked above)
+    return {"vs": reference, "value": value, "ci": list(ci), "n": p.n, "n_families": p.n_families}
 
 
 def _read_scores(path: str) -> dict[str, Any]:
@@ -286,7 +287,9 @@ def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, r
     head += [f"{k} % (95% CI)" for k in BEHAVIOUR]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in points:
-        auc = _cell({"value": p.auroc, "ci": p.ci, "n": p.n}) if p.reason is None else missing_text(p.reason)
+        # the refit interval resamples the level's families: its effective n (issue 52)
+        auc = (_cell({"value": p.auroc, "ci": p.ci, "n": p.n, "n_families": p.n_families}) if p.reason is None
+               else missing_text(p.reason))
         where = "" if p.layer is None else f"{p.layer}/{p.position}"
         cells = [str(p.level), LEVEL_NAMES.get(p.level, ""), auc, where, str(p.n_families)]
         cells += [_cell(p.behaviour.get(k), pct=True) if p.behaviour else missing_text(NO_SCORES) for k in BEHAVIOUR]

@@ -224,10 +224,14 @@ def _jsonable(config: VoidTransferConfig) -> dict[str, Any]:
 
 
 def _est(row: Any) -> dict[str, Any]:
-    """A crossfit frame row's estimate as JSON (core.bootstrap's: an identical one has no interval)."""
+    """A crossfit frame row's estimate as JSON (core.bootstrap's: an identical one has no interval),
+    with the held-out families its interval rests on (the frame's n_families; a frame holding a None
+    there reads it as NaN)."""
+    families = row.get("n_families")
+    count = None if families is None or families != families else int(families)
     if bool(row["identical"]):
-        return Estimate.identical_units(float(row["value"]), int(row["n"])).to_json()
-    return Estimate(float(row["value"]), (float(row["lo"]), float(row["hi"])), int(row["n"])).to_json()
+        return Estimate.identical_units(float(row["value"]), int(row["n"])).in_families(count).to_json()
+    return Estimate(float(row["value"]), (float(row["lo"]), float(row["hi"])), int(row["n"])).in_families(count).to_json()
 
 
 def _effect(result: Any) -> dict[str, Any]:

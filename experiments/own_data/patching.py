@@ -2,7 +2,7 @@
 
     result = pair_patching(handle, pairs, families=families, candidates=["A", "B"], answers=answers,
                            sites=handle.sites.all("attn_head", [2, 3]), position_sets={"last": [-1]})
-    result.frame         # DataFrame: site, position_set, measure, value, lo, hi, n, identical
+    result.frame         # DataFrame: site, position_set, measure, value, lo, hi, n, n_families, identical
     result.plot("heatmap.png")
 
 A pair is two inputs whose tokens align (the same prompt with two images of the same size, or
@@ -104,7 +104,8 @@ def aggregate(rows: list[dict[str, Any]], layers: list[Any], positions: list[str
     def grid(num: np.ndarray, den: np.ndarray, binary: bool | np.ndarray = False) -> list[list[dict]]:
         flags = np.broadcast_to(np.asarray(binary, dtype=bool), (L, P)).reshape(-1)
         flat = boot.rates(num.reshape(F, -1), np.repeat(den[:, None], L * P, axis=1), binary=flags)
-        return [[flat[i * P + j].to_json() for j in range(P)] for i in range(L)]
+        held = int((den > 0).sum())  # the families holding a pair of the measure: its interval's effective n
+        return [[flat[i * P + j].in_families(held).to_json() for j in range(P)] for i in range(L)]
 
     return {
         "layers": layers,
@@ -113,7 +114,7 @@ def aggregate(rows: list[dict[str, Any]], layers: list[Any], positions: list[str
         "n_families": F,
         # a cell where every pair moved by exactly the same amount (a position no later computation
         # reads: exactly 0) has nothing to resample: printed as identical, not as [0, 0] (core.bootstrap)
-        "mean_change": [[Estimate.identical_units(float(change_lo[i, j]), int(n_rows.sum())).to_json()
+        "mean_change": [[Estimate.identical_units(float(change_lo[i, j]), int(n_rows.sum())).in_families(F).to_json()
                          if rows and change_lo[i, j] == change_hi[i, j] else e for j, e in enumerate(row)]
                         for i, row in enumerate(grid(change, n_rows))],
         # a cell whose every pair recovers between none and all of the gap is a mean of [0, 1] units:
@@ -135,7 +136,7 @@ def aggregate(rows: list[dict[str, Any]], layers: list[Any], positions: list[str
 class PairPatchingResult:
     """What `pair_patching` measured: `rows` (one per pair direction, `patch_row`'s fields plus
     pair, family_id and direction), `summary` (aggregate's estimates per site x set) and `frame`
-    (the same, tidy: site, position_set, measure, value, lo, hi, n, identical)."""
+    (the same, tidy: site, position_set, measure, value, lo, hi, n, n_families, identical)."""
 
     rows: list[dict[str, Any]]
     summary: dict[str, Any]
@@ -210,6 +211,8 @@ def pair_patching(
 
 
 def _columns(e: dict[str, Any]) -> dict[str, Any]:
+    """A cell's JSON as the frame's columns; n_families: the families its interval rests on (issue 52)."""
     identical = bool(e.get("identical_units"))
     lo, hi = (None, None) if identical else (e.get("ci") or [None, None])
-    return {"value": e["value"], "lo": lo, "hi": hi, "n": e["n"], "identical": identical}
+    return {"value": e["value"], "lo": lo, "hi": hi, "n": e["n"], "n_families": e.get("n_families"),
+            "identical": identical}

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.decimals import fixed
+from evprobe.core.estimate_text import count_text
 
 MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no share (of the gap)
 
@@ -36,6 +37,12 @@ def _panel(fig: Any, ax: Any, cells: list[list[dict]], cmap: str, scale: tuple[f
     fig.colorbar(im, ax=ax, fraction=0.05)
 
 
+def _count(cells: list[list[dict]]) -> str:
+    """A panel's `(n=24 in 6 families)`: every cell of a measure counts the same pairs and families."""
+    first = cells[0][0] if cells and cells[0] else {}
+    return count_text(first.get("n"), first.get("n_families"))
+
+
 def heatmap_png(summary: dict[str, Any], path: Path) -> None:
     """Two panels, layer x patched positions: the share of the source-target gap the patch recovers
     and the interchange-intervention accuracy (decoded flips), each cell with its value and 95%
@@ -51,8 +58,7 @@ def heatmap_png(summary: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(2.0 + 2.6 * len(positions), 1.4 + 0.55 * len(layers)), squeeze=False)
     for ax, (key, title, cmap, (lo, hi)) in zip(axes[0], panels):
         cells = summary[key]  # (layers, positions) of estimates
-        n = cells[0][0].get("n") if cells and cells[0] else None
-        _panel(fig, ax, cells, cmap, (lo, hi), positions, layers, "patched positions", f"{title}\n(n={n})",
+        _panel(fig, ax, cells, cmap, (lo, hi), positions, layers, "patched positions", f"{title}\n{_count(cells)}",
                fontsize=(7, 9))
     fig.suptitle(f"Pair patching, {summary['n_rows']} patched pair directions; 95% family-bootstrap intervals",
                  fontsize=9)
@@ -77,9 +83,8 @@ def head_heatmap_png(summary: dict[str, Any], path: Path) -> None:
     for si, name in enumerate(sets):
         for ax, (key, title, cmap, (lo, hi)) in zip(axes[si], panels):
             cells = [[summary[key][i][h * len(sets) + si] for h in range(len(heads))] for i in range(len(layers))]
-            n = cells[0][0].get("n") if cells and cells[0] else None
             _panel(fig, ax, cells, cmap, (lo, hi), [f"H{h}" for h in heads], layers, "attention head",
-                   f"{name}: {title} (n={n})", fontsize=(6, 8))
+                   f"{name}: {title} {_count(cells)}", fontsize=(6, 8))
     fig.suptitle(f"Head patching, {summary['n_rows']} patched pair directions; 95% family-bootstrap intervals",
                  fontsize=9)
     fig.tight_layout()

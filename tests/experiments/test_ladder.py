@@ -14,6 +14,7 @@ import pytest
 from evprobe.bench.generate import GenerateConfig, generate
 from evprobe.bench.runner import RunConfig, run
 from evprobe.core.errors import InputError
+from evprobe.core.estimate_text import count_text
 from evprobe.experiments.cli import main
 from evprobe.experiments.ladder import LadderConfig, behaviour_by_level, ladder
 from evprobe.experiments.scoring_io import score_run
@@ -83,6 +84,19 @@ def test_the_ladder_rises_with_the_planted_signal(tmp_path: Path, scored_run: Pa
     assert points[2]["behaviour_difference"]["min_cost_choice"] == \
         scores["injection"]["differences"]["2"]["min_cost_choice"]
     assert "## Differences from level 0" in table
+    # every interval says the families it rests on (issue 52): the level's 24 families for the probe's
+    # refit intervals and their paired difference, the run's families for its behaviour
+    assert d3["n_families"] == 24
+    lines = table.splitlines()
+    behaviour = points[3]["behaviour"]["min_cost_choice"]
+    assert behaviour["n_families"] == 3  # the scored run's bench: one family per system
+    rows = {level: next(line for line in lines if line.startswith(f"| {level} | {p['name']} |"))
+            for level, p in points.items()}
+    for row in rows.values():
+        assert row.split(" | ")[2].endswith("(n=96 in 24 families)"), row  # the AUROC cell
+    assert count_text(behaviour["n"], 3) in rows[3]
+    difference = next(line for line in lines if line.startswith("| 3 | +"))  # the paired table's row
+    assert difference.split(" | ")[1].endswith("(n=96 in 24 families)"), difference
     # `evprobe report` shows the ladder, and not each level's sweep again under "Probe sweeps"
     assert main(["report", str(tmp_path / "ladder"), "--out", str(tmp_path / "report")]) == 0
     page_one = (tmp_path / "report" / "report.md").read_text()

@@ -53,7 +53,7 @@ def test_aggregate_measures_the_share_of_the_gap() -> None:
     assert s["decoded_flip"][1][0]["value"] == 0.0 and s["mean_change"][0][0]["n"] == 4
     # every pair moved by exactly 3 (layer 0) and 0 (layer 1): identical units, no [3, 3] interval
     assert s["mean_change"][0][0]["identical_units"] and s["mean_change"][1][0] == {
-        "value": 0.0, "ci": [0.0, 0.0], "n": 4, "identical_units": True}
+        "value": 0.0, "ci": [0.0, 0.0], "n": 4, "identical_units": True, "n_families": 3}
     md = patching_markdown({**s, "model": "m"})
     assert "3.000 (identical in all 4 pairs)" in md and "0.000 (identical in all 4 pairs)" in md
     assert "[3.000, 3.000]" not in md and "[0.000, 0.000]" not in md
@@ -108,3 +108,40 @@ def test_a_deterministic_share_of_the_gap_is_not_a_point() -> None:
     assert full["value"] == 1.0 and full["ci"][0] < 1.0 == full["ci"][1]
     assert over["value"] == 1.5 and over["ci"][0] <= 1.5 <= over["ci"][1]
     assert out["decoded_flip"][0][0]["ci"][0] < 1.0
+
+
+def test_every_measure_says_the_families_its_pairs_lie_in() -> None:
+    """Issue 52: a measure's interval rests on the families holding a pair of it, and each measure
+    counts other pairs: every pair changes LD (3 families), only pairs with a gap give a share (f1
+    and f3), only pairs whose top letters differ a flip (f1). The count is in patching.json, in the
+    frame's n_families column and printed beside n; a count of every family, or none, fails."""
+    from evprobe.core.estimate_text import count_text
+    from evprobe.experiments.own_data.patching import _columns
+
+    rows = []
+    for k, (fam, gap, flips) in enumerate([("f1", 3.0, True), ("f1", 3.0, True), ("f2", 0.05, False),
+                                           ("f3", 3.0, False)]):
+        rows.append({"family_id": fam, "ld_source": gap - 1.0, "ld_target": -1.0, "ld_patched": [[0.5 * k]],
+                     "top_source": 0, "top_target": 1 if flips else 0, "top_patched": [[0]], "key": str(k)})
+    s = aggregate(rows, [0], ["last"], n_boot=200, seed=1)
+    md = patching_markdown({**s, "model": "m"})
+    for measure, n, families in (("mean_change", 4, 3), ("share_of_gap", 3, 2), ("decoded_flip", 2, 1)):
+        e = s[measure][0][0]
+        assert (e["n"], e["n_families"]) == (n, families), measure
+        assert _columns(e)["n_families"] == families
+        assert count_text(n, families) in md, measure
+
+
+def test_the_heatmap_panels_say_their_families(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each panel's title states n with the families its cells' intervals rest on (a panel's cells
+    count the same pairs): the share of the gap in 2 families, the flips in 1."""
+    from evprobe.core.estimate_text import count_text
+    from evprobe.experiments.patching import figures
+
+    rows = [{"family_id": fam, "ld_source": 2.0, "ld_target": -1.0, "ld_patched": [[0.5 * k]], "top_source": 0,
+             "top_target": 1 if fam == "f1" else 0, "top_patched": [[0]]} for k, fam in enumerate(["f1", "f1", "f3"])]
+    titles: list[str] = []
+    panel = figures._panel
+    monkeypatch.setattr(figures, "_panel", lambda *a, **k: (titles.append(a[8]), panel(*a, **k)))
+    figures.heatmap_png({**aggregate(rows, [0], ["last"], n_boot=100, seed=1), "n_rows": 3}, tmp_path / "h.png")
+    assert titles[0].endswith(count_text(3, 2)) and titles[1].endswith(count_text(2, 1)), titles

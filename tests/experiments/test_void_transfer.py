@@ -59,6 +59,14 @@ def test_every_path_gets_a_probe_and_a_steering_row(void_bench: Path, tmp_path: 
         lo, hi = e["ci"]
         assert e.get("identical_units") or lo is None or lo < hi or e["value"] in (0.0, 1.0), e
     assert set(result["fit_families"]).isdisjoint(result["heldout_families"])
+    # each steering interval rests on the held-out families (one per system here, each holding voids of
+    # both types and their twins), said in the JSON and beside n where printed (issue 52)
+    held = len(result["heldout_families"])
+    assert held == 3
+    for r in result["paths"]:
+        for effect in (r["suppress_on_voids"], r["induce_on_twins"]):
+            assert effect["abstention_change"]["n_families"] == effect["log_odds_change"]["n_families"] == held
+    assert f"(n=6 in only {held} families: the interval may be too narrow)" in printed
     directions = json.loads((out / "directions" / "directions.json").read_text())["directions"]
     assert sorted(d["condition"] for d in directions) == ["void=occluded", "void=unstated"]
     assert all(set(d["items"]) and all(i.split(".")[0] in result["fit_families"] for i in d["items"])
@@ -88,3 +96,19 @@ def test_a_layer_the_tiny_model_lacks_is_refused_in_one_line(void_bench: Path, t
     assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out",
                  str(tmp_path / "vt"), "--layers", "9"]) == 2
     assert "layer 9 is out of range" in capsys.readouterr().err
+
+
+def test_a_crossfit_row_keeps_its_family_count() -> None:
+    """experiments.void_transfer._est: the frame's n_families goes into the JSON, with or without an
+    interval; a frame that holds no count (None read back as NaN) says none rather than inventing one."""
+    import pandas as pd
+
+    from evprobe.experiments.void_transfer import _est
+
+    frame = pd.DataFrame([{"value": 0.25, "lo": 0.1, "hi": 0.4, "n": 24, "n_families": 12, "identical": False},
+                          {"value": 0.0, "lo": None, "hi": None, "n": 24, "n_families": 5, "identical": True},
+                          {"value": 0.25, "lo": 0.1, "hi": 0.4, "n": 24, "n_families": None, "identical": False}])
+    with_ci, identical, unknown = (_est(row) for _, row in frame.iterrows())
+    assert with_ci == {"value": 0.25, "ci": [0.1, 0.4], "n": 24, "n_families": 12}
+    assert identical["identical_units"] and identical["n_families"] == 5
+    assert "n_families" not in unknown
