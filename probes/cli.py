@@ -174,6 +174,8 @@ def _summary(result: Any) -> str:
         head = (f"{result.label}={result.positive} ({result.probe}, n={result.n}, {result.n_families} families): "
                 f"nested best L{b.layer}/{b.position} AUROC {fmt(b.auroc)}")
         row = next((r for r in result.rows if r.layer == b.layer and r.position == b.position), None)
+        if row is not None and row.chance is not None and row.chance.p_adjusted is not None:
+            head += f", {'decodable' if row.decodable else 'not decodable'} (permutation p adjusted {row.chance.p_adjusted:.2g})"
         if row is not None and row.controls is not None:
             head += f" (control tasks {fmt_controls(row.controls)}, selectivity {fmt_selectivity(row.selectivity)})"
     else:
