@@ -103,9 +103,13 @@ def group_readings(acts: Path | None, plant: dict[str, int], expect: Expectation
             continue
         draws = _cosine_draws(X, y, fam_idx, g, weights)
         lo, hi = percentile_interval(draws[1:, None])
-        row["cosine"] = {"value": float(draws[0]), "ci": [float(lo[0]), float(hi[0])], "n": int(g.sum())}
+        # the cosine reads the group's rows and the others': its resamples draw every family, while the
+        # AUROC scores the group's rows alone, whose families are its interval's effective n (issue 52)
+        row["cosine"] = Estimate(float(draws[0]), (float(lo[0]), float(hi[0])), int(g.sum())).in_families(
+            boot.n_families).to_json()
         probe = make_probe("logistic").fit(X[~g], y[~g])
-        row["auroc"] = auroc_estimate(probe.decision_function(X[g]), y[g], fam[g], boot).to_json()
+        row["auroc"] = auroc_estimate(probe.decision_function(X[g]), y[g], fam[g], boot).in_families(
+            row["families"]).to_json()
         out.append(row)
     # groups the bench holds and the capture lacks: no rows at all
     out += [{"group": name, "n": 0, "families": 0, "expected": e, "cosine": None, "auroc": None}
@@ -167,14 +171,15 @@ def direction_check(acts: Path | None, directions: Path | None, plant: dict[str,
             problems.append(f"{d.name}: no held-out rows at {d.position}")
             continue
         X = cs.block(cs.layer_index(m), ls.rows[keep], [cs.position_index(d.position)])[:, 0].astype(np.float64)
+        held = len(set(fam))  # the held-out families: the interval's effective n, printed beside n
         e = auroc_estimate(X @ d.vector.astype(np.float64), y, fam,
-                           FamilyBootstrap(sorted(set(fam)), n_boot, seed)).to_json()
+                           FamilyBootstrap(sorted(set(fam)), n_boot, seed)).in_families(held).to_json()
         short = d.name.removeprefix(f"{prov['label']}.")
-        parts.append(f"{short} {estimate_text(e)} ({len(set(fam))} families; fitted on {len(fit)} items of "
-                     f"{len(expect.families_of(fit))})")
+        parts.append(f"{short} {estimate_text(e)} (fitted on {len(fit)} items of "
+                     f"{len(expect.families_of(fit))} families)")
         if e["value"] is None or e["value"] < DECODE_FLOOR:
             problems.append(f"{short} (AUROC {estimate_text(e, 3, n=False)})")
-        problems += n_problems([(short, exp, e["n"], len(set(fam)))])
+        problems += n_problems([(short, exp, e["n"], held)])
         if exp is not None:
             expected_text.append(f"{short} {exp.text}")
     measured = f"L{m}: " + "; ".join(parts) + (f"; FAILS at {', '.join(problems)}" if problems else "")

@@ -110,7 +110,8 @@ def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], exp
             fam = boot.family_index([f for f, _, _ in results])
             num = boot.per_family(fam, np.array([ok for _, _, ok in results], dtype=float))[:, None]  # (F, 1)
             den = boot.per_family(fam, np.ones(len(results)))[:, None]
-            est = boot.rates(num, den, binary=True)[0].to_json()
+            # the families holding a pair with a prediction at this part: the interval's effective n
+            est = boot.rates(num, den, binary=True)[0].in_families(int((den > 0).sum())).to_json()
             parts_text.append(f"L{layer} {part} {estimate_text(est)}")
             if est["value"] < SPAN_HIGH:
                 problems.append(f"L{layer} {part}")

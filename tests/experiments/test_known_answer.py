@@ -251,7 +251,7 @@ def test_image_span_check_needs_agreement_and_both_predictions() -> None:
     rest = [("target", True)] * 27 + [("source", True)] * 5
     check = image_span_check(_span(first, rest), PLANT, SPAN)
     assert check["passed"], check
-    assert "L0 image_first 1.000 [" in check["measured"]
+    assert "L0 image_first 1.000 [" in check["measured"] and "] (n=32 in 8 families);" in check["measured"]
     assert ("(32 predicted flips, 32 predicted stays; flips/stays by part: image_first 27/5, image_rest 5/27; 32 pair "
             "directions patched of 8 families)" in check["measured"])
     # the span read out of order: the block patched as the offset, so the answer follows the other part
@@ -262,3 +262,16 @@ def test_image_span_check_needs_agreement_and_both_predictions() -> None:
     assert image_span_check(None, PLANT, SPAN)["passed"] is None
     short = image_span_check({**_span(first, rest), "n_rows": 30}, PLANT, SPAN)  # results.jsonl short of rows
     assert not short["passed"] and "patched: n=30 of 8 families where n=32" in short["measured"]
+
+
+def test_image_span_agreement_says_the_families_of_its_part() -> None:
+    """Each part's agreement rests on the families holding its pairs with a prediction (issue 52), not
+    on every patched family: here the offset's pairs lie in 4 of the 8, and fewer than 8 warns."""
+    from evprobe.experiments.known_answer.span import image_span_check
+
+    first = [("source", True)] * 27 + [("target", True)] * 5
+    rest = {0: [(f"f{i % 4}", who, True) for i, who in enumerate(["target"] * 27 + ["source"] * 5)]}
+    measured = image_span_check({**_span(first, first), "parts": {**_span(first, first)["parts"], "image_rest": rest}},
+                                PLANT, SPAN)["measured"]
+    assert "(n=32 in 8 families); L0 image_rest" in measured
+    assert "(n=32 in only 4 families: the interval may be too narrow)" in measured
