@@ -222,7 +222,10 @@ def from_family_sums(boot: FamilyBootstrap, systems: Sequence[str],
         nums.append(sums[p][0])
         dens.append(sums[p][1])
     resampled = boot.resample_many(np.stack(nums, axis=1), np.stack(dens, axis=1), True)
-    found = estimates(dict(zip(keys, resampled, strict=True)), dict(zip(keys, boot.estimates(resampled), strict=True)))
+    # each part with the families holding its units, as one run's Tally gives them (issue 52)
+    est = {key: e.in_families(families_of(part))
+           for key, e, part in zip(keys, boot.estimates(resampled), resampled, strict=True)}
+    found = estimates(dict(zip(keys, resampled, strict=True)), est)
     return found[SECTION]
 
 

@@ -227,6 +227,8 @@ def test_pecs_per_dataset_of_one_run_pooled_is_the_runs_own(three_runs: Path, sm
         for key, est in block.items():
             assert mine["datasets"][name][key]["value"] == pytest.approx(est["value"], abs=1e-12), (name, key)
             assert mine["datasets"][name][key]["ci"] == pytest.approx(est["ci"], abs=1e-12), (name, key)
+            # and the families each rests on, parts (Acc, AbsRec, FalseAbs) and scores alike (issue 52)
+            assert mine["datasets"][name][key]["n_families"] == est["n_families"] == 2, (name, key)
     assert mine["equal_weight_mean"]["pecs"]["ci"] == pytest.approx(theirs["equal_weight_mean"]["pecs"]["ci"],
                                                                       abs=1e-12)
 
