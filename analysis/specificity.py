@@ -197,13 +197,13 @@ def verdict_text(stats: Mapping[str, Any] | None, kind: str, unit: str) -> str:
 
 
 def joint_text(verdict: Mapping[str, Any]) -> str:
-    """The claim the two nulls together allow, in one clause."""
+    """The claim the two nulls together allow, as one clause (it reads after "so")."""
     if verdict.get("specific") is True:
-        return "specific to this direction: beyond both nulls"
+        return "the effect is specific to this direction: beyond both nulls"
     if verdict.get("specific") is False:
-        return "not shown to be specific to this direction"
-    missing = ", ".join(NULL_SHORT[k] for k in verdict.get("missing") or ())
-    return f"no verdict on specificity ({'no ' + missing if missing else 'too few null directions'})"
+        return "the effect is not shown to be specific to this direction"
+    missing = " or ".join(NULL_SHORT[k] for k in verdict.get("missing") or ())
+    return (f"there is no verdict on specificity ({'no ' + missing + ' were run' if missing else 'too few null directions'})")
 
 
 __all__ = ["FULL_BAND", "NULL_NAMES", "NULL_SETS", "NULL_SHORT", "SPECIFIC_P", "band_name", "choose_settings",

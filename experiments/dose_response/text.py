@@ -22,6 +22,7 @@ from typing import Any
 
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text
+from evprobe.analysis.label_null import NEAR_COSINE
 from evprobe.analysis.specificity import NULL_SETS, band_name, joint_text, verdict_text
 
 def _excludes_zero(e: dict[str, Any] | None) -> bool:
@@ -78,10 +79,14 @@ def _headline_paragraph(h: dict[str, Any]) -> str:
                       f"on half {c['scored_on']}" for c in h["choices"])
     lines = [f"**{h['readout']}, {h['goal']}** (cross-fitted). {picks}."]
     measure, unit = ("log_odds", "nats") if t.get("log_odds_change") else ("stop_rate", "points")
-    against = "; ".join(verdict_text(_null(t, kind, measure), kind, unit) for kind in NULL_SETS)
+    if any(_null(t, kind, measure) for kind in NULL_SETS):
+        against = ("the probe is " + "; ".join(verdict_text(_null(t, kind, measure), kind, unit) for kind in NULL_SETS)
+                   + ".")
+    else:  # e.g. --no-generate-sets: this readout's null directions were not read
+        against = "no null directions were read with this readout."
     lines.append(f"On the scored halves the {t['group']} items' stop rate moves {_pts(t['change'])}"
                  + (f", stop log-odds {_nats(t.get('log_odds_change'))}" if t.get("log_odds_change") else "")
-                 + f". In {'log-odds' if measure == 'log_odds' else 'stop rate'} the probe is {against}.")
+                 + f". In {'log-odds' if measure == 'log_odds' else 'stop rate'} {against}")
     moved = _excludes_zero(t["change"]) or _excludes_zero(t.get("log_odds_change"))
     shows = ["the direction moves the targeted group at a setting chosen on other families" if moved else
              "no change of the targeted group is distinguishable from 0 at the chosen setting"]
@@ -95,7 +100,7 @@ def _headline_paragraph(h: dict[str, Any]) -> str:
                      "a random direction of the same size moves it about as far")
     joint = (t.get("specific") or {}).get(measure)
     if joint is not None:
-        shows.append(f"so the effect is {joint_text(joint)}")
+        shows.append(f"so {joint_text(joint)}")
     other_null = _null(o, "relabel", measure) or _null(o, "random", measure)
     lines.append(f"The {o['group']} items (not targeted) at the same settings: stop rate {_pts(o['change'])}"
                  + (f", log-odds {_nats(o.get('log_odds_change'))}" if o.get("log_odds_change") else "")
@@ -126,12 +131,19 @@ def _controls_paragraph(result: dict[str, Any]) -> list[str]:
             parts = [f"{c['control']} (cosine with the probe {fixed(c['cosine_with_probe'], 2, sign=True)}) {fmt(c['delta_vs_0'])}"
                      for c in here]
             probe = here[0]["probe_delta_vs_0"]
-            bigger = [c["control"] for c in here if c["delta_vs_0"]["value"] is not None and probe["value"] is not None
-                      and abs(c["delta_vs_0"]["value"]) >= 0.5 * abs(probe["value"])]
+            # a "control" within |cos| 0.9 of the probe is nearly the probe itself (a shuffled label keeps the
+            # label's direction when the label dominates the rows): named so, and no evidence either way
+            near = [c["control"] for c in here if abs(c["cosine_with_probe"]) >= NEAR_COSINE]
+            bigger = [c["control"] for c in here if c["control"] not in near and c["delta_vs_0"]["value"] is not None
+                      and probe["value"] is not None and abs(c["delta_vs_0"]["value"]) >= 0.5 * abs(probe["value"])]
+            tried = [c for c in here if c["control"] not in near]
             verdict = ("no control moves it half as far as the probe: the effect is specific to this feature's "
-                       "direction among those tried" if not bigger else
+                       "direction among those tried" if tried and not bigger else
                        f"{', '.join(bigger)} move it at least half as far as the probe: the effect is not specific "
-                       "to this feature")
+                       "to this feature" if bigger else "no control left to compare")
+            if near:
+                verdict += (f" ({', '.join(near)} within |cos| {NEAR_COSINE:g} of the probe: nearly the probe itself, "
+                            "so not a control)")
             out.append(f"**Controls, {h['readout']} L{ch['layer']} alpha {ch['alpha']:+g}, {h['group']} items.** "
                        f"Probe {fmt(probe)}; {'; '.join(parts)}: {verdict}. Only the controls listed were tried.")
     return out

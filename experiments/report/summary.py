@@ -199,7 +199,7 @@ def _against_nulls(target: dict[str, Any]) -> str:
         return "no null directions were run, so nothing says the direction is special."
     parts = [verdict_text((nulls.get(kind) or {}).get("log_odds"), kind, "nats") for kind in ("relabel", "random")]
     joint = (target.get("specific") or {}).get("log_odds")
-    claim = f" So the effect is {joint_text(joint)}." if joint else ""
+    claim = f" So {joint_text(joint)}." if joint else ""
     return f"it lies {parts[0]}; and {parts[1]}.{claim}"
 
 

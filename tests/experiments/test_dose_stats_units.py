@@ -144,3 +144,28 @@ def test_specificity_is_a_rank_test_with_its_promised_false_verdict_rate() -> No
     assert far["margin"] == pytest.approx(10.0 + effects[:50].min())  # toward = -effect: beyond the nearest by this
     few = specificity_stats(-10.0, effects[:3], sign=+1)
     assert "too few (3) for p <= 0.025, so no verdict" in verdict_text(few, "random", "nats")
+
+
+def test_a_control_along_the_probe_is_named_and_left_out_of_the_controls_verdict() -> None:
+    """A shuffled label keeps the label's direction when the label dominates the rows (the organism's
+    shuffled control lay at cosine +0.94): such a "control" is nearly the probe, so it says nothing."""
+    from evprobe.experiments.dose_response.text import _controls_paragraph
+
+    def control(name: str, cosine: float, change: float) -> dict:
+        return {"readout": "logprobs", "layer": 3, "alpha": 0.75, "group": "resolved", "system": "all",
+                "measure": "log_odds", "control": name, "cosine_with_probe": cosine,
+                "delta_vs_0": {"value": change, "ci": [change - 0.5, change + 0.5], "n": 144},
+                "probe_delta_vs_0": {"value": -9.4, "ci": [-9.9, -8.8], "n": 144}}
+
+    def text(controls: list[dict]) -> str:
+        (paragraph,) = _controls_paragraph({"controls": controls, "headline": [
+            {"readout": "logprobs", "group": "resolved", "choices": [{"layer": 3, "alpha": 0.75}]}]})
+        return paragraph
+
+    near = text([control("history", -0.09, -1.45), control("shuffled", 0.94, -8.28)])
+    assert "no control moves it half as far as the probe" in near
+    assert "(shuffled within |cos| 0.9 of the probe: nearly the probe itself, so not a control)" in near
+    far = text([control("history", -0.09, -6.0), control("shuffled", 0.5, -8.28)])
+    assert "history, shuffled move it at least half as far as the probe" in far
+    only = text([control("shuffled", -0.95, -8.28)])
+    assert "no control left to compare" in only

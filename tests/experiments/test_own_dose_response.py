@@ -166,14 +166,14 @@ def test_the_planted_direction_is_specific_and_a_random_one_is_not(organism_item
         assert head["specific"] and head["p_goal"] == pytest.approx(1 / 41) and head["lo"] > 5.0
         assert head["margin"] > 0 and head["near_share"] == 0.0
         assert head["chosen_on_A"].startswith("L3 alpha -") and head["chosen_on_B"].startswith("L3 alpha -")
-    assert planted.verdict["specific"] is True and planted.verdict["text"].startswith("specific to this direction")
+    assert planted.verdict["specific"] is True and planted.verdict["text"].startswith("the effect is specific to this direction")
     probe = planted.effects.set_index(["direction", "layer", "alpha", "group", "measure"])
     stop_rate = probe.loc[("probe", 3, -1.0, "unresolved", "chose_change")]
     # the unresolved items come to stop (every one of them, with no interval, where all units moved alike)
     assert stop_rate["value"] > 0.3 and (stop_rate["identical"] or stop_rate["lo"] > 0.3)
     random = np.random.default_rng(7).normal(size=handle.d_model)
     other = _run(handle, data, {3: random}, **kw)
-    assert other.verdict["specific"] is False and other.verdict["text"] == "not shown to be specific to this direction"
+    assert other.verdict["specific"] is False and other.verdict["text"] == "the effect is not shown to be specific to this direction"
     # a bare vector without its fit rows gets the random null only, and no verdict on specificity (said so)
     bare = _run(handle, data, {3: -direction.vector}, **{**kw, "fit_rows": None})
     assert bare.verdict["specific"] is None and bare.verdict["missing"] == ["label-free directions"]
