@@ -140,8 +140,10 @@ def _sweep_n(sweep: dict[str, Any], expected: Expected | None) -> list[str]:
 
 
 def _auroc_text(e: dict[str, Any]) -> str:
-    """A sweep row's or nested estimate's AUROC (keys auroc, ci, n) through core.estimate_text."""
-    return estimate_text({"value": e.get("auroc"), "ci": e.get("ci"), "n": e.get("n")}, 3)
+    """A sweep row's or nested estimate's AUROC (keys auroc, ci, n, and n_families where the sweep
+    gives it: the families its interval rests on) through core.estimate_text."""
+    return estimate_text({"value": e.get("auroc"), "ci": e.get("ci"), "n": e.get("n"),
+                          "n_families": e.get("n_families")}, 3)
 
 
 def _at_chance(e: dict[str, Any]) -> bool:

@@ -130,6 +130,19 @@ def _sweep() -> dict:
             "leakage_check": {"fires_at_z": 3.1}, "n": 800, "n_families": 100}
 
 
+def test_sweep_aurocs_print_the_families_the_sweep_gives() -> None:
+    """The profile check prints a sweep row's AUROC with the families its interval rests on where the
+    sweep says them (issue 52), and n alone where it does not (a count is never invented)."""
+    plain = profile_check(_sweep(), PLANT, ROWS, _groups())["measured"]
+    assert "(n=800)" in plain and " families)" not in plain.split("sweep n=")[0]
+    counted = _sweep()
+    for r in [*counted["rows"], counted["best"]]:
+        r["n_families"] = 100
+    measured = profile_check(counted, PLANT, ROWS, _groups())["measured"]
+    assert "L3/last 0.910 [0.870, 0.950] (n=800 in 100 families)" in measured  # the planted row
+    assert "L3/last 0.960 [0.940, 0.980] (n=800 in 100 families)" in measured  # the nested estimate
+
+
 def _groups(flip: tuple[str, ...] = ()) -> list[dict]:
     """group_readings' shape: six groups agreeing with the others (cosine 0.95, AUROC 1.0), but `flip`."""
     out = []

@@ -152,3 +152,23 @@ def test_plot_captions_say_what_to_look_for_and_name_the_scope() -> None:
     assert caption("stop_rate.bouncing").endswith("(bouncing only.)")
     assert caption("generate.log_odds").endswith("Readout: the generated reply.")
     assert caption("something_else") == ""  # an unknown plot gets no invented caption
+
+
+def test_the_headline_lines_print_the_families_their_files_give(tmp_path: Path) -> None:
+    """The console's headline numbers say the families each interval rests on where the file gives
+    them (issue 52): the behaviour's from scores.json, the probe's nested estimate from sweep.json's
+    best where the sweep writes it, and n alone where it does not."""
+    from evprobe.experiments.quickstart import headline_lines
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "acts" / "probes" / "resolved").mkdir(parents=True)
+    (tmp_path / "run" / "scores.json").write_text(json.dumps(
+        {"min_cost_choice": {"value": 0.9, "ci": [0.8, 0.95], "n": 576, "n_families": 144}}))
+    best = {"layer": 3, "position": "last", "auroc": 0.96, "ci": [0.94, 0.98], "n": 800}
+    sweep = tmp_path / "acts" / "probes" / "resolved" / "sweep.json"
+    sweep.write_text(json.dumps({"best": best}))
+    behaviour, probe = headline_lines(tmp_path)
+    assert behaviour.endswith("90.0 [80.0, 95.0] (n=576 in 144 families)")
+    assert "0.960 [0.940, 0.980] (n=800)," in probe
+    sweep.write_text(json.dumps({"best": {**best, "n_families": 100}}))
+    assert "0.960 [0.940, 0.980] (n=800 in 100 families)," in headline_lines(tmp_path)[1]
