@@ -217,3 +217,26 @@ def test_parser_registers(tmp_path: Path) -> None:
     cfg = config_from_args(args)
     assert cfg.layer == "best" and cfg.alphas == (-2.0, 0.0, 2.0) and cfg.requests == ("select",)
     assert callable(args.run)
+
+
+def test_the_figure_panels_say_their_families(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each panel's title states its items with the families its bands rest on (gating.json's count),
+    in the printers' wording; a title that dropped the count fails."""
+    import matplotlib.axes
+
+    from evprobe.core.estimate_text import count_text
+    from evprobe.experiments.gating.report import plot
+
+    def rate(n: int, families: int) -> dict:
+        return {"value": 0.5, "ci": [0.3, 0.7], "n": n, "n_families": families}
+
+    rows = [{"kind": kind, "group": "controls", "direction": d, "inference": i, "alpha": a, "rate": rate(n, f)}
+            for kind, n, f in (("answer", 24, 12), ("select", 10, 5)) for d in REGIMES for i in REGIMES
+            for a in (0.0, 1.0)]
+    titles: list[str] = []
+    set_title = matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
+                        lambda self, label, *a, **k: (titles.append(label), set_title(self, label, *a, **k))[1])
+    plot({"rows": rows, "meta": {"model_name": "m", "layer": 2, "n_families": 17}}, tmp_path / "g.png")
+    assert titles == [f"answer requests, controls\nitems {count_text(24, 12)}",
+                      f"select requests, controls\nitems {count_text(10, 5)}"]
