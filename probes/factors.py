@@ -27,6 +27,13 @@ Choices (each tested):
       lo = d - sqrt(a^2 + b^2 - 2 r a b), a = label - label_lo, b = factor_hi - factor (hi alike).
   Where an AUROC is exactly 0 or 1, or the paired interval is a point, r = 0: two AUROCs at 1.0 on
   144 families give [-0.025, +0.025], never a point.
+- Training spread: those intervals hold the fold models fixed, and so miss what refitting on another
+  sample would change; alone they called a factor decoded exactly as well "better" or "worse" 6-8%
+  of the time each (benchmarks/coverage_factors.py, `fixed`). Where the sweep refits (`--refits`,
+  the default), every half-width above (the paired interval's and both AUROCs') is multiplied by the
+  label's refit interval width over its fixed-model width at that row (at least 1; `training_scale`
+  in sweep.json), the factor taken to spread as the label does (same probe, rows and folds). With
+  refits off the fixed-model intervals stand and the sweep's warning says they undercover.
 - Verdict per factor: `better` when the interval lies above 0, `worse` below, `same` otherwise;
   `at_ceiling` when both AUROCs are at least the lower bound of a perfect separation on these
   families (0.975 at 144 families, core.proportion.perfect_lower): there decoding cannot single the
@@ -41,7 +48,7 @@ benchmarks/coverage_factors.py.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -55,12 +62,15 @@ METHOD = (
     "each cell field decoded with the same probe, folds and scoring as the label (two values: one label; more: "
     "each value against the rest, the factor's AUROC the highest); difference = label AUROC - factor AUROC; interval: "
     "the paired family bootstrap's (fold models fixed) widened to hold the MOVER interval of the two AUROCs' own "
-    "95% intervals with their correlation over the same resamples; better = interval above 0; at ceiling = both "
-    "AUROCs at least a perfect separation's lower bound on these families (the label is not singled out)"
+    "95% intervals with their correlation over the same resamples, every half-width times the label's refit over "
+    "fixed-model interval width at the row (training_scale; 1 with refits off); better = interval above 0; at "
+    "ceiling = both AUROCs at least a perfect separation's lower bound on these families (the label is not singled "
+    "out)"
 )
 
 FACTORS_MEANS = ("the design's factors (cell fields) decoded on the same rows, same probe and folds; interval: paired "
-                 "family bootstrap widened to the MOVER interval; {verdict} (above 0 for every factor = singled out)")
+                 "family bootstrap widened to the MOVER interval, scaled by the label's training spread; {verdict} "
+                 "(above 0 for every factor = singled out)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,25 +122,51 @@ def factor_labels(index_rows: Sequence[Mapping[str, Any]], fields: Sequence[str]
 @dataclass(frozen=True)
 class FactorReading:
     """The label against one factor at one row: the factor's AUROC (its chosen value's) with its
-    interval, the difference label - factor with its MOVER interval, and the verdict."""
+    fixed-model interval, and the difference label - factor with what its interval is built from: the
+    paired bootstrap's percentile interval (fold models fixed), the two AUROCs' fixed-model intervals,
+    their correlation r over the same resamples, and `scale`, the training spread (1 with the fold
+    models held fixed; the label's refit-over-fixed interval width where refits ran)."""
 
     field: str
     value: str  # the value decoded against the rest (a two-valued field: its second value)
     auroc: float
     auroc_ci: tuple[float, float]
-    difference: float
-    ci: tuple[float, float]
+    target: float
+    target_ci: tuple[float, float]
+    paired: tuple[float, float]
+    r: float
     at_ceiling: bool
+    scale: float = 1.0
+
+    @property
+    def difference(self) -> float:
+        return self.target - self.auroc
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        """The difference's interval (module docstring): every half-width times `scale`, the paired
+        interval widened to hold the MOVER interval."""
+        s, d = self.scale, self.difference
+        one = lambda x: np.array([float(x)])  # noqa: E731  # (1,) arrays for core.proportion
+
+        def around(v: float, ci: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+            return one(v - s * (v - ci[0])), one(v + s * (ci[1] - v))
+
+        lo, hi = proportion.saturated_change(around(d, self.paired), one(self.target), around(self.target, self.target_ci),
+                                             one(self.auroc), around(self.auroc, self.auroc_ci),
+                                             sparse=np.array([True]), r=one(self.r))
+        return max(-1.0, float(lo[0])), min(1.0, float(hi[0]))
 
     @property
     def verdict(self) -> str:
         """better | worse | same (the interval covers 0)."""
-        return "better" if self.ci[0] > 0 else "worse" if self.ci[1] < 0 else "same"
+        lo, hi = self.ci
+        return "better" if lo > 0 else "worse" if hi < 0 else "same"
 
     def to_json(self) -> dict[str, Any]:
         return {"field": self.field, "value": self.value, "auroc": self.auroc, "auroc_ci": list(self.auroc_ci),
                 "difference": self.difference, "ci": list(self.ci), "verdict": self.verdict,
-                "at_ceiling": self.at_ceiling}
+                "at_ceiling": self.at_ceiling, "training_scale": self.scale}
 
 
 @dataclass(frozen=True)
@@ -146,9 +182,17 @@ class FactorComparison:
         """True when the label is decoded better than every factor; None without factors."""
         return None if not self.readings else all(r.verdict == "better" for r in self.readings)
 
-    def matching(self) -> tuple[FactorReading, ...]:
-        """The factors the label is not decoded better than."""
-        return tuple(r for r in self.readings if r.verdict != "better")
+    def with_training_spread(self, refit_ci: tuple[float | None, float | None]) -> FactorComparison:
+        """The comparison with every half-width scaled by the label's refit interval width over its
+        fixed-model one at this row (at least 1): the training spread the fixed fold models miss, taken to
+        be the factor's too (same probe, rows and folds). Fixed-model intervals alone called a factor
+        decoded as well "worse" 6-8% of the time (benchmarks/coverage_factors.py)."""
+        lo, hi = refit_ci
+        fixed = self.target_ci[1] - self.target_ci[0]
+        if lo is None or hi is None or fixed <= 0:
+            return self
+        scale = max(1.0, (hi - lo) / fixed)
+        return replace(self, readings=tuple(replace(r, scale=scale) for r in self.readings))
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "target_ci": list(self.target_ci), "singled_out": self.singled_out,
@@ -180,18 +224,15 @@ def scored(scores: np.ndarray, y: np.ndarray, families: np.ndarray, boot: Family
     return Scored(auroc(s, yy), (float(ci[0]), float(ci[1])), draws, reading.size)
 
 
-def difference(a: Scored, b: Scored) -> tuple[float, tuple[float, float]]:
-    """(a - b, its interval) (module docstring: the paired percentile interval widened to hold the
-    MOVER interval with the correlation over the same resamples)."""
+def paired(a: Scored, b: Scored) -> tuple[tuple[float, float], float]:
+    """(the paired bootstrap's percentile interval of a - b, the correlation r of a and b) over the same
+    resamples; r = 0 where either does not vary."""
     both = np.isfinite(a.draws) & np.isfinite(b.draws)
     r = 0.0
     if both.sum() > 2 and a.draws[both].std() > 0 and b.draws[both].std() > 0:
         r = float(np.corrcoef(a.draws[both], b.draws[both])[0, 1])
     lo, hi = percentile_interval(a.draws[both] - b.draws[both])
-    one = lambda x: np.array([float(x)])  # noqa: E731  # (1,) arrays for core.proportion
-    wide = proportion.saturated_change((lo, hi), one(a.value), (one(a.ci[0]), one(a.ci[1])), one(b.value),
-                                       (one(b.ci[0]), one(b.ci[1])), sparse=np.array([True]), r=one(r))
-    return a.value - b.value, (max(-1.0, float(wide[0][0])), min(1.0, float(wide[1][0])))
+    return (float(lo[0]), float(hi[0])), r
 
 
 def compare_factors(
@@ -222,9 +263,9 @@ def compare_factors(
         best = scored(masked(factor_scores[name]), lab, fam, boot)  # resampled for that value only
         if best is None:
             continue
-        d, ci = difference(target, best)
+        interval, r = paired(target, best)
         ceiling = float(proportion.perfect_lower(target.size))  # a perfect separation's lower bound here
-        readings.append(FactorReading(f.field, value, best.value, best.ci, d, ci,
+        readings.append(FactorReading(f.field, value, best.value, best.ci, target.value, target.ci, interval, r,
                                       at_ceiling=min(target.value, best.value) >= ceiling))
     return FactorComparison(target.value, target.ci, tuple(readings))
 

@@ -342,6 +342,8 @@ def sweep(
     if config.refits > 0 and refittable:
         rows, best, intervals = with_refit_intervals(captures, labelset, config, folds, boot, rows, best, oof_all,
                                                      inner_all, layer_idx, pos_idx)
+        # the factor comparison's intervals take the training spread the refits measured (probes.factors)
+        rows = [replace(r, factors=r.factors.with_training_spread(r.auroc.ci)) if r.factors else r for r in rows]
     scored = [r for r in rows if r.auroc.value is not None]
     naive = None
     if scored:

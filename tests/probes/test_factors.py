@@ -5,6 +5,7 @@ Each check is paired with the broken input or plausible mutation it catches (nam
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +145,26 @@ def test_controls_off_means_no_factors(tmp_path: Path, rows) -> None:
     cs = load_captures([write_capture(tmp_path / "acts", acts, rows)])
     res = sweep(cs, labels(cs, "resolved"), SweepConfig(**{**FAST, "controls": False}))
     assert res.factors is None and res.rows[0].factors is None and res.to_json()["factors"] is None
+
+
+def test_refits_widen_the_comparison_by_the_label_s_training_spread(tmp_path: Path) -> None:
+    """Fixed fold models miss the training spread (6-8% false verdicts each way, benchmarks/coverage_factors.py):
+    with refits the sweep scales every half-width by the label's refit-over-fixed width (a mutation that skips
+    this leaves the scale at 1)."""
+    rows = reference_rows(48, seed=4)
+    y = np.array([r["resolved"] for r in rows], dtype=float)
+    z = np.array([r["threshold_level"] == "low" for r in rows], dtype=float)
+    rng = np.random.default_rng(5)
+    u, v = np.linalg.qr(rng.standard_normal((16, 2)))[0].T
+    acts = rng.standard_normal((len(rows), 1, 1, 16))
+    acts[:, 0, 0] += 0.6 * np.outer(2 * y - 1, u) + 0.6 * np.outer(2 * z - 1, v)  # mid-range, not at the ceiling
+    cs = load_captures([write_capture(tmp_path / "acts", acts.astype(np.float16), rows)])
+    res = sweep(cs, labels(cs, "resolved"), SweepConfig(**{**FAST, "refits": 20}))
+    (row,) = res.rows
+    scale = (row.auroc.ci[1] - row.auroc.ci[0]) / (row.factors.target_ci[1] - row.factors.target_ci[0])
+    assert scale > 1.05
+    for r in row.factors.readings:
+        assert r.scale == pytest.approx(scale)
+        fixed = replace(r, scale=1.0).ci
+        assert r.ci[0] < fixed[0] and r.ci[1] > fixed[1]  # wider on both sides
+    assert json.loads(json.dumps(res.to_json()))["rows"][0]["factors"]["factors"][0]["training_scale"] == pytest.approx(scale)
