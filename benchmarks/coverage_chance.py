@@ -13,8 +13,8 @@ offset + row noise, redrawn per layer. Settings:
 
 - `null-xor`: the label is the benchmark's sufficiency (history XOR level XOR a per-family flip),
   written nowhere: no linear probe can read it, but it is tied to the cell structure the
-  representation carries (the within-family permutations break that tie: this measures whether
-  it matters);
+  representation carries (only the flip is random; balanced within families, the test complements
+  each family's labels at random);
 - `null-random`: a label drawn at random, two of four rows per family, independent of everything;
 - `null-family`: a label constant within families (half the families, at random): the test
   permutes it among the families of each fold;
@@ -25,10 +25,16 @@ Under the nulls the share of sweeps with any row called decodable is the family-
 promised); per row, the share of rows called decodable. `--capture DIR` also runs `null-random` on
 a real capture (every layer/position of it).
 
+`--row` compares the relabelling schemes instead, at one row (one layer, one position, the same data
+as the sweeps): the share of p <= 0.05 (and <= 0.10) for the `null-xor` and `null-random` labels under
+the scheme the sweep uses for a label balanced within families (each family's labels complemented at
+random) and under uniform within-family permutations, both with the row's own probe and folds.
+
     python benchmarks/coverage_chance.py [--reps 200] [--families 30,144] [--strengths 0.25,0.5,1.0]
                                          [--settings null-xor,null-random,null-family,planted]
                                          [--permutations 99] [--capture out/quickstart/acts] [--first-rep 0]
                                          [--jobs 2]
+    python benchmarks/coverage_chance.py --row [--reps 600] [--families 30] [--settings null-xor,null-random]
 """
 
 from __future__ import annotations
@@ -104,6 +110,32 @@ def one_replicate(s: Setting, rep: int) -> list[tuple[int, bool, bool]]:
     return [(r.layer, bool(r.decodable), r.auroc.ci[0] is not None and r.auroc.ci[0] > 0.5) for r in result.rows]
 
 
+def row_replicate(s: Setting, rep: int) -> dict[str, float]:
+    """The per-row p of one layer/position under each relabelling scheme (`--row`)."""
+    from evprobe.probes.chance import FLIP, OBSERVED, WITHIN, ChanceTest, chance_labels, chance_names
+    from evprobe.probes.engine import LogisticFitter, cv_scores
+    from evprobe.probes.metrics import auroc
+    from evprobe.probes.splits import family_folds
+
+    rng = np.random.default_rng([s.families, s.d, rep, len(s.name), 1])
+    rows = reference_rows(s.families, seed=int(rng.integers(1 << 30)))
+    y = _label(s.name, rows, rng).astype(np.int8)
+    cells = row_cells(rows, CELL_FIELDS)[0]
+    fam = np.array([r["family_id"] for r in rows], dtype=object)
+    _, inv = np.unique(fam, return_inverse=True)
+    mu = rng.standard_normal((int(cells.max()) + 1, s.d)) * s.cell
+    X = (mu[cells] + rng.standard_normal((inv.max() + 1, s.d))[inv] + rng.standard_normal((len(rows), s.d)))
+    folds = family_folds(fam, 5, rep, y)
+    out = {}
+    for how in (FLIP, WITHIN):
+        perms = chance_labels(y, fam, folds, s.permutations, rep, how=how)
+        names = chance_names(s.permutations)
+        res = cv_scores(X.astype(np.float32), LogisticFitter(), folds, {OBSERVED: y, **dict(zip(names, perms))}, key=0)
+        test = ChanceTest(auroc(res.oof[OBSERVED], y), tuple(auroc(res.oof[n], p) for n, p in zip(names, perms)))
+        out["complement" if how == FLIP else "within"] = test.p_value
+    return out
+
+
 def capture_replicate(path: str, permutations: int, rep: int) -> list[tuple[int, bool, bool]]:
     """null-random on a real capture: a random two-of-four label per family (needs families of four select rows)."""
     cs = load_captures([Path(path)])
@@ -155,14 +187,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capture", default=None, help="also run null-random on this capture folder")
     ap.add_argument("--capture-reps", type=int, default=40)
     ap.add_argument("--first-rep", type=int, default=0, help="seed of the first replicate (more replicates, new data)")
+    ap.add_argument("--row", action="store_true", help="compare the relabelling schemes at one row (null settings)")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
     started = time.perf_counter()
-    print(f"P = {args.permutations} permutations, step-down maxT over {args.layers} layers x 2 positions, alpha 0.05",
-          flush=True)
+    print(f"P = {args.permutations} permutations" + (", p of one row" if args.row else
+          f", step-down maxT over {args.layers} layers x 2 positions, alpha 0.05"), flush=True)
     with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else nullcontext() as pool:
         run = pool.map if pool is not None else map  # --jobs 1: in this process
-        for name in [x for x in args.settings.split(",") if x]:
+        for name in [x for x in args.settings.split(",") if x and args.row]:
+            for f in (int(x) for x in args.families.split(",")):
+                s = Setting(name, f, args.d, 1, args.cell, 0.0, args.permutations, 0)
+                ps = list(run(row_replicate, [s] * args.reps, range(args.first_rep, args.first_rep + args.reps)))
+                parts = [f"{name}, {f} families, one row, {len(ps)} replicates"]
+                for scheme in ("complement", "within"):
+                    p = np.array([x[scheme] for x in ps])
+                    parts.append(f"{scheme}: p <= 0.05 {_rate(p <= 0.05)}, p <= 0.10 {_rate(p <= 0.10)}")
+                print(" | ".join(parts), flush=True)
+        for name in [x for x in args.settings.split(",") if x and not args.row]:
             strengths = [float(x) for x in args.strengths.split(",")] if name == "planted" else [0.0]
             for strength in strengths:
                 for f in (int(x) for x in args.families.split(",")):

@@ -20,8 +20,8 @@ layer? One concept per module:
   labels, warm starts across layers, layers in threads (`cv_scores`, `map_layers`).
 - `controls`: within-family shuffled labels, input-only baselines, within-family variance.
 - `nested`: the best layer chosen on validation folds only.
-- `chance`: the per-row test against chance behind "decodable" (within-family permutations of the
-  whole per-row pipeline, step-down maxT over the rows); `factors`: the label against the design's
+- `chance`: the per-row test against chance behind "decodable" (the whole per-row pipeline refitted
+  on relabellings under chance, step-down maxT over the rows); `factors`: the label against the design's
   own factors (the cell fields decoded beside it).
 - `sweep`: every layer x position (`sweep` -> `SweepResult`, `SweepConfig`; one row: `sweep_row`).
 - `transfer`: train on one condition, test on another (`transfer`, `conditions`).

@@ -1,11 +1,12 @@
 """The per-layer test against chance: when a sweep may call a layer "decodable".
 
 Why a test. A row's AUROC interval (refit family bootstrap, probes.inference) is an interval for
-the procedure's *expected* held-out AUROC; it is not a test that the label is readable at all. On
-the organism's capture L1/last printed 0.517 [0.510, 0.524] while the whole per-layer pipeline rerun
-on within-family permuted labels gave p = 0.25 (null 95th percentile 0.538): a narrow interval above
-0.5 is not evidence against chance. So "decodable" is the verdict of this test, and the interval
-keeps its own meaning.
+the procedure's *expected* held-out AUROC; it is not a test that the label is readable at all, and
+how narrow it is says nothing about chance. On the organism's capture L1/last printed 0.517 [0.510,
+0.524] and the sweep page called `resolved` decodable there from the interval alone; the whole
+per-layer pipeline rerun on uniformly within-family permuted labels gave p = 0.25, which is not the
+right null for that label either (below: those permutations are not exact for sufficiency). So
+"decodable" is the verdict of this test, and the interval keeps its own meaning.
 
 The test, per (layer, position) of a sweep:
 
@@ -13,10 +14,19 @@ The test, per (layer, position) of a sweep:
   as the row (the engine fits the observed labels and every permutation in one batch, probes.engine
   / probes.multilabel, so observed and null values come from the same solver);
 - null: the same statistic on `P` relabellings (`chance_labels`, drawn once per sweep and shared by
-  every row, which the multiplicity rule needs). A label that varies within families is permuted
-  uniformly within every family (H0: the representation carries nothing about which rows of a
-  family are positive); each family keeps its count of positives, so its fold (probes.splits deals
-  families by their share of positives) is the same. A label constant within every family (system,
+  every row, which the multiplicity rule needs), chosen by the label's design (`scheme`). A label
+  balanced within every family (as many positive rows as negative ones: sufficiency on the
+  benchmark, two of each family's four decisions) has each family's labels complemented with
+  probability 1/2 (H0: the representation carries nothing about which of a family's two halves is
+  positive). Uniform within-family permutations are not exact there: sufficiency is history XOR
+  threshold level XOR a per-family flip, so given a representation that carries history and level
+  only the flip is random, and a permuted label (history-aligned in a third of the families, level-
+  aligned in another) is not one of the observed label's equally likely values (on such data with no
+  signal, `python benchmarks/coverage_chance.py --row` counts how often each scheme gives p <= 0.05:
+  docs/reference/probes.md quotes it). Other labels that vary within families are
+  permuted uniformly within every family (H0: the rows of a family are exchangeable). Either way
+  each family keeps its count of positives, so its fold (probes.splits deals families by their
+  share of positives) is the same. A label constant within every family (system,
   initial property) is permuted across the families *of the same fold* (H0: nothing about which
   families are positive): relabelling across all families would change the stratified deal, and
   keeping the observed folds for such labels would make the folds' class balance differ between
@@ -52,25 +62,28 @@ PREFIX = "chance:"  # label names of the test in the engine's label dict (probes
 OBSERVED = f"{PREFIX}observed"  # the observed labels, fitted in the same batch as the permutations
 METHOD = (
     "pooled out-of-fold AUROC of the row's probe (same folds, fits and scoring) against the same statistic on "
-    "{P} relabellings drawn once per sweep: labels permuted uniformly within families (a label constant within "
-    "families: family labels permuted among the families of each fold); p = (1 + #{{null >= observed}}) / (1 + P); "
+    "{P} relabellings drawn once per sweep: a label balanced within every family has each family's labels "
+    "complemented at random, another label that varies within families is permuted uniformly within them, a label "
+    "constant within families is permuted among the families of each fold; p = (1 + #{{null >= observed}}) / (1 + P); "
     "decodable = step-down maxT adjusted p (Westfall and Young, over the sweep's scored layer/positions) <= {alpha}"
 )
 
 
+FLIP = "by complementing each family's labels at random (the label is balanced within every family)"
 WITHIN = "within families"
 AMONG = "among the families of each fold (the label is constant within families)"
 
 
 def scheme(y: np.ndarray, families: Sequence[str]) -> str:
-    """How `chance_labels` moves y: WITHIN when y varies within some family, else AMONG."""
-    y = np.asarray(y)
+    """How `chance_labels` moves y (module docstring): FLIP when every family holds as many positive
+    rows as negative ones, AMONG when y is constant within every family, else WITHIN."""
+    y = np.asarray(y, dtype=np.float64)
     _, inverse = np.unique(np.asarray(families, dtype=object), return_inverse=True)
-    lo = np.full(inverse.max() + 1, np.inf)
-    hi = np.full(inverse.max() + 1, -np.inf)
-    np.minimum.at(lo, inverse, y)
-    np.maximum.at(hi, inverse, y)
-    return WITHIN if np.any(lo != hi) else AMONG
+    positives = np.bincount(inverse, weights=y)
+    rows = np.bincount(inverse)
+    if np.all(2 * positives == rows):
+        return FLIP
+    return AMONG if np.all((positives == 0) | (positives == rows)) else WITHIN
 
 
 def chance_names(n_permutations: int) -> list[str]:
@@ -78,15 +91,21 @@ def chance_names(n_permutations: int) -> list[str]:
 
 
 def chance_labels(y: np.ndarray, families: Sequence[str], folds: np.ndarray, n_permutations: int,
-                  seed: int) -> np.ndarray:
-    """(P, n) relabellings of y (n,) under H0 (module docstring): within families when y varies within
-    some family, else family labels permuted among the families of each fold (`folds` (n,))."""
+                  seed: int, how: str | None = None) -> np.ndarray:
+    """(P, n) relabellings of y (n,) under H0 (module docstring, `scheme`): each family's labels
+    complemented with probability 1/2 (FLIP), permuted uniformly within families (WITHIN), or family
+    labels permuted among the families of each fold (`folds` (n,); AMONG). `how` forces a scheme (the
+    benchmark compares them); by default `scheme(y, families)`."""
     rng = np.random.default_rng([seed, 3])  # a stream apart from folds, controls, shuffles and refits
     y = np.asarray(y)
     _, inverse = np.unique(np.asarray(families, dtype=object), return_inverse=True)
     members = [np.flatnonzero(inverse == f) for f in range(inverse.max() + 1)]  # rows of each family
     out = np.empty((n_permutations, len(y)), dtype=y.dtype)
-    if scheme(y, families) == WITHIN:
+    how = how or scheme(y, families)
+    if how == FLIP:
+        flips = rng.integers(0, 2, (n_permutations, len(members)))[:, inverse].astype(bool)  # (P, n)
+        return np.where(flips, 1 - y, y).astype(y.dtype)
+    if how == WITHIN:
         for p in range(n_permutations):
             row = y.copy()
             for idx in members:

@@ -2,8 +2,9 @@
 
 Rules, per position, over the scored (non-degenerate) rows in layer order:
 
-- decodable: the row's test against chance rejects (probes.chance: within-family permutations of
-  the whole per-layer pipeline, step-down maxT adjusted p <= 0.05 over the sweep's rows); the
+- decodable: the row's test against chance rejects (probes.chance: the whole per-layer pipeline
+  refitted on relabellings under chance within families, step-down maxT adjusted p <= 0.05 over
+  the sweep's rows); the
   paragraph names the first such layer with its AUROC, interval and n, and its p-values. The AUROC
   interval is for the procedure's expected held-out AUROC and is never read as a test: without the
   test (`--chance-permutations 0`) no layer is called decodable and the paragraph says so;
@@ -101,8 +102,8 @@ def sweep_paragraph(result: SweepResult) -> str:
              for p in positions]
     tested = [r for r in result.rows if r.chance is not None and r.chance.p_adjusted is not None]
     if tested and result.chance:
-        parts.append(f"Decodable means the test against chance rejects: the label permuted {result.chance['permuted']} "
-                     f"({result.chance['permutations']} permutations), the whole per-layer pipeline refitted on each, "
+        parts.append(f"Decodable means the test against chance rejects: {result.chance['permutations']} relabellings of "
+                     f"the label under chance ({result.chance['permuted']}), the whole per-layer pipeline refitted on each, "
                      f"step-down maxT over the {len(tested)} tested layer/positions (family-wise error 5%); the "
                      "AUROC intervals are for the procedure's expected held-out AUROC, not tests.")
     if not tasks.get("k") and any(_decodable(r) for r in result.rows if not r.degenerate and r.auroc.value is not None):

@@ -24,7 +24,8 @@ Per (layer, position), on the labelled rows X (n, d) read from the capture in fl
   counted per row (`extreme_rows`, with an example item) and named in a warning;
 - inner fits for nested selection (probes.nested; the target only);
 - the test against chance (probes.chance; `chance_permutations` = 99 by default): the same probe and
-  folds on P within-family permutations of the label, fitted in one batch with the observed label;
+  folds on P relabellings of the label under chance (within families, probes.chance), fitted in one
+  batch with the observed label;
   per-row p, and "decodable" = step-down maxT adjusted p <= 0.05 over the sweep's rows;
 - the design's own factors (probes.factors; with the controls): each cell field decoded with the same
   probe and folds, and the label's AUROC compared with each (`factors`).

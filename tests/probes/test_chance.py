@@ -12,7 +12,7 @@ import pytest
 from evprobe.core.bootstrap import Estimate
 from evprobe.probes import multilabel
 from evprobe.probes.captures import labels, load_captures
-from evprobe.probes.chance import AMONG, WITHIN, ChanceTest, adjust, chance_labels, scheme, step_down_maxt
+from evprobe.probes.chance import AMONG, FLIP, WITHIN, ChanceTest, adjust, chance_labels, scheme, step_down_maxt
 from evprobe.probes.control_tasks import Selectivity
 from evprobe.probes.engine import LogisticFitter, cv_scores
 from evprobe.probes.multilabel import primal_logistic_many
@@ -29,8 +29,28 @@ FAST = {"n_boot": 200, "nested": False, "refits": 0, "control_tasks": 0, "leakag
 # -- the relabellings ----------------------------------------------------------------------------
 
 
-def test_within_family_permutations_keep_each_family_s_positives_and_its_fold(rows) -> None:
+def test_a_balanced_label_is_complemented_family_by_family(rows) -> None:
+    """Sufficiency (history XOR level XOR a family flip): each relabelling gives every family either its own
+    labels or their complement, the other value the flip could have had (a mutation permuting rows uniformly
+    within families makes history- or level-aligned labels the observed one could never be)."""
     y = np.array([r["resolved"] for r in rows], dtype=np.int8)
+    fam = np.array([r["family_id"] for r in rows], dtype=object)
+    folds = family_folds(fam, 5, 1, y)
+    perms = chance_labels(y, fam, folds, 20, seed=4)
+    assert scheme(y, fam) == FLIP and perms.shape == (20, len(y))
+    flipped = 0
+    for p in perms:
+        for f in np.unique(fam):
+            same, other = np.array_equal(p[fam == f], y[fam == f]), np.array_equal(p[fam == f], 1 - y[fam == f])
+            assert same or other
+            flipped += other
+        assert np.array_equal(family_folds(fam, 5, 1, p), folds)  # the stratified deal is unchanged
+    assert 0.4 < flipped / (20 * len(np.unique(fam))) < 0.6  # each family complemented half the time
+    assert np.array_equal(chance_labels(y, fam, folds, 20, seed=4), perms)  # seeded
+
+
+def test_within_family_permutations_keep_each_family_s_positives_and_its_fold(rows) -> None:
+    y = np.array([r["history"] == 1 and r["threshold_level"] == "low" for r in rows], dtype=np.int8)  # 1 of 4
     fam = np.array([r["family_id"] for r in rows], dtype=object)
     folds = family_folds(fam, 5, 1, y)
     perms = chance_labels(y, fam, folds, 20, seed=4)
@@ -121,7 +141,7 @@ def test_the_planted_layer_is_decodable_and_the_others_are_not(planted_sweep) ->
     # the observed statistic is the row's AUROC, fitted in the permutations' batch
     assert planted.chance.observed == pytest.approx(planted.auroc.value, abs=1e-3)
     js = res.to_json()
-    assert js["chance_test"]["permuted"] == WITHIN and js["chance_test"]["rows_tested"] == 4
+    assert js["chance_test"]["permuted"] == FLIP and js["chance_test"]["rows_tested"] == 4
     assert js["rows"][2]["chance_test"]["decodable"] is True and js["rows"][0]["chance_test"]["decodable"] is False
     assert "'resolved' is decodable from L2" in sweep_paragraph(res)
     md = sweep_markdown(res)
