@@ -8,13 +8,19 @@ the goal read on the unresolved items (goal +1 on the stop letter's log-odds, do
 - truth "specific": the planted direction (the quickstart's stored layer-3 direction, negated so
   that negative doses steer toward stopping), its label-free null fitted from the rows it was
   fitted on (evprobe.direction_rows); one run: the verdict, each null's p_goal and margin;
-- truth "not specific" (the label carries nothing): --probes directions fitted the same way on the
-  same rows with each family's labels kept or flipped at random (a meaningless label: its
-  per-family contrasts point either way), each with its own label-free null from those rows and
-  labels, and its own random null; the share called specific (joint verdict, and each null alone)
-  with its Clopper-Pearson 95% interval, beside the rank test's bound floor(0.05 (K + 1)) / (K + 1).
+- truth "not specific" (the rows carry nothing of the label): --probes directions fitted the same
+  way on the same rows with the planted label's line removed, on a label whose families are each
+  kept or flipped at random; each with its own label-free null from those rows and that label, and
+  its own random null. The share called specific (joint verdict, and each null alone) with its
+  Clopper-Pearson 95% interval, beside the rank test's bound floor(0.05 (K + 1)) / (K + 1);
+- what the verdict is about (printed, not a false-verdict rate): the same flipped labels on the rows
+  as they are. With 12 families a random flip pattern rarely balances, so such a label still
+  correlates with the planted one and its direction lies along the line the organism reads (the
+  mean |cos| with the planted direction is printed): steering along it really moves the model more
+  than directions the data give without it, and the verdict says so. "Specific" speaks of the
+  direction, not of whether the label it was fitted on is the variable the model uses.
 
-    python benchmarks/own_dose_response_verdicts.py [--probes 60] [--null 20] [--quickstart DIR]
+    python benchmarks/own_dose_response_verdicts.py [--probes 60] [--null 20] [--correlated N] [--quickstart DIR]
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--probes", type=int, default=60)
     p.add_argument("--null", type=int, default=20)
+    p.add_argument("--correlated", type=int, default=None, help="runs on correlated labels (default: --probes)")
     p.add_argument("--quickstart", type=Path, default=None, help="a reduced quickstart folder to reuse")
     args = p.parse_args(argv)
     import numpy as np
@@ -87,21 +94,31 @@ def main(argv: list[str] | None = None) -> int:
           + "; ".join(f"{k}: p_goal {p_:.3f}, margin {m:+.2f} nats" for k, (_, p_, m) in nulls.items()))
     rng = np.random.default_rng(1)
     names, inverse = np.unique(rows.families, return_inverse=True)
-    calls = {"joint": [], "random": [], "label-free": []}
-    for k in range(args.probes):
-        flip = rng.integers(0, 2, len(names))[inverse] == 1  # each family's labels kept or flipped
-        meaningless = np.where(flip, 1 - rows.labels, rows.labels)
-        fitted = evprobe.MassMeanProbe().fit(rows.acts, meaningless).direction_
-        joint, by = verdict(fitted, evprobe.FitRows(rows.acts, meaningless, rows.families), 1000 + k)
-        calls["joint"].append(bool(joint))
-        for kind in ("random", "label-free"):
-            calls[kind].append(by[kind][0])
+    planted_unit = planted.vector / np.linalg.norm(planted.vector)
+    bare = rows.acts - np.outer(rows.acts @ planted_unit, planted_unit)  # the rows without the planted line
     bound = int(0.05 * (args.null + 1)) / (args.null + 1)
-    for rule, got in calls.items():
-        n_yes = sum(got)
-        lo, hi = clopper_pearson(n_yes, len(got))
-        print(f"meaningless labels (truth: not specific), {rule}: called specific {n_yes} of {len(got)} = "
-              f"{n_yes / len(got):.3f} [{lo:.3f}, {hi:.3f}] (Clopper-Pearson 95%); the rank test's bound {bound:.3f}")
+    for truth, acts, runs in (("not specific: the rows carry nothing of the label", bare, args.probes),
+                              ("a label correlated with the planted one, on the rows as they are", rows.acts,
+                               args.probes if args.correlated is None else args.correlated)):
+        if not runs:
+            continue
+        calls: dict[str, list[bool]] = {"joint": [], "random": [], "label-free": []}
+        cosines = []
+        for k in range(runs):
+            flip = rng.integers(0, 2, len(names))[inverse] == 1  # each family's labels kept or flipped
+            label = np.where(flip, 1 - rows.labels, rows.labels)
+            fitted = evprobe.MassMeanProbe().fit(acts, label).direction_
+            cosines.append(abs(float(fitted @ planted_unit)))
+            joint, by = verdict(fitted, evprobe.FitRows(acts, label, rows.families), 1000 + k)
+            calls["joint"].append(bool(joint))
+            for kind in ("random", "label-free"):
+                calls[kind].append(by[kind][0])
+        print(f"{truth} (mean |cos| with the planted direction {np.mean(cosines):.2f}):")
+        for rule, got in calls.items():
+            n_yes = sum(got)
+            lo, hi = clopper_pearson(n_yes, len(got))
+            print(f"  {rule}: called specific {n_yes} of {len(got)} = {n_yes / len(got):.3f} [{lo:.3f}, {hi:.3f}] "
+                  f"(Clopper-Pearson 95%); the rank test's bound {bound:.3f}")
     print(f"({time.perf_counter() - t:.0f} s)")
     return 0
 

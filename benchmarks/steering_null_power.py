@@ -41,6 +41,10 @@ for each goal (size under `unread` and `meaningless`, power under `reads`; Monte
 data sets about 2 points near 5% and 3 near 90%; at 400 (`meaningless`) 0.7 points near 2%).
 
     python benchmarks/steering_null_power.py [--reps 100] [--size-reps 400] [--families 8,24,72] [--seed 52]
+        [--designs pairs,2x2] [--reads linear,normalised] [--truths reads,unread,meaningless]
+
+Each cell is seeded on its own ([seed, F, 100 s, design, truth, read]), so a cell prints the same
+numbers whichever others are run beside it.
 """
 
 from __future__ import annotations
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", default="8,24,72", help="families per half (fit, and steered)")
     ap.add_argument("--designs", default="pairs,2x2")
     ap.add_argument("--reads", default="linear,normalised")
+    ap.add_argument("--truths", default=",".join(STRENGTHS), help="which truths to simulate (reads, unread, meaningless)")
     ap.add_argument("--seed", type=int, default=52)
     args = ap.parse_args(argv)
     started = time.perf_counter()
@@ -203,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     for read_kind in args.reads.split(","):
         for design in args.designs.split(","):
             for n_fam in (int(x) for x in args.families.split(",")):
-                for truth, strengths in STRENGTHS.items():
+                for truth, strengths in ((t, STRENGTHS[t]) for t in args.truths.split(",")):
                     for s in strengths:
                         rng = np.random.default_rng([args.seed, n_fam, int(100 * s), len(design), len(truth), len(read_kind)])
                         calls = {(g, r): 0 for g, *_ in GOALS for r in RULES}

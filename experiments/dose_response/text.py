@@ -106,8 +106,10 @@ def _headline_paragraph(h: dict[str, Any]) -> str:
                  + (f", log-odds {_nats(o.get('log_odds_change'))}" if o.get("log_odds_change") else "")
                  + f", probe at {_place(other_null, unit)}.")
     lines.append("What this shows: " + "; ".join(shows) + ". What it does not show: that the model uses this "
-                 "direction when unsteered (see the ablation), or that the choice of setting is optimal (it was "
-                 "made on half the families and its variability is not in the intervals).")
+                 "direction when unsteered (see the ablation), that the label it was fitted on is the variable the "
+                 "model reads (a label correlated with it gives a direction along the same line, and that direction "
+                 "is specific too), or that the choice of setting is optimal (it was made on half the families and "
+                 "its variability is not in the intervals).")
     return " ".join(lines)
 
 
