@@ -69,9 +69,9 @@ METHOD = (
 )
 
 
-FLIP = "by complementing each family's labels at random (the label is balanced within every family)"
-WITHIN = "within families"
-AMONG = "among the families of each fold (the label is constant within families)"
+FLIP = "each family's labels complemented at random (the label is balanced within every family)"
+WITHIN = "the label permuted uniformly within families"
+AMONG = "family labels permuted among the families of each fold (the label is constant within families)"
 
 
 def scheme(y: np.ndarray, families: Sequence[str]) -> str:
@@ -201,7 +201,7 @@ def chance_reading(best: Mapping[str, Any], row: Mapping[str, Any]) -> str:
     nested = best.get("permutation_test") or {}
     if nested.get("p_value") is not None:
         above = nested["p_value"] <= ALPHA
-        return (f"permutation p = {nested['p_value']:.2g} ({nested.get('permutations')} within-family permutations, "
+        return (f"permutation p = {nested['p_value']:.2g} ({nested.get('permutations')} relabellings under chance, "
                 f"whole pipeline rerun): {'above' if above else 'not distinguishable from'} chance")
     test = row.get("chance_test") or {}
     if test.get("p_adjusted") is not None:

@@ -19,12 +19,14 @@ or every one is at 0.5 exactly) print the cluster interval, at a perfect separat
 with every family one unit ([0.975, 1.000] at 144 families), and a near-perfect estimate with a
 tiny spread (0.99998 +- 0.0001) is not printed narrower than a perfect one.
 
-Test (`permutation_test`). The labels are permuted uniformly within families
-(`permuted_labels`), and the whole pipeline (folds, fits,
-layer choice) reruns on each permutation; p = (1 + #{permuted >= observed}) / (1 + P). Under
-H0, "the representation carries no information about which rows of a family are positive",
-such permutations leave the data's distribution unchanged, so the test is exact at any sample
-size (its size is measured in tests/probes/test_inference.py).
+Test of the nested estimate (`sweep_refit_intervals` with permutations). The labels are relabelled
+under chance as the sweep's per-row test does (probes.chance.chance_labels: a label balanced within
+every family has each family's labels complemented at random, another within-family label is permuted
+uniformly within families, a family-constant one among the families of each fold, so the observed
+folds stay right for every draw), and the whole pipeline (fits, layer choice) reruns on each; p = (1
++ #{relabelled >= observed}) / (1 + P). (Uniform within-family permutations, `permuted_labels`, were
+used before; they are not exact for sufficiency, probes.chance explains why.) `permutation_test` is the
+generic form over uniform within-family permutations (its size is measured in tests/probes/test_refit.py).
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class PermutationTest:
         return {"observed": self.observed, "p_value": self.p_value, "permutations": len(null),
                 "null_mean": float(null.mean()) if len(null) else None,
                 "null_95th": float(np.percentile(null, 95)) if len(null) else None,
-                "method": "labels permuted uniformly within families; full pipeline rerun; "
+                "method": "labels relabelled under chance (probes.chance.chance_labels); full pipeline rerun; "
                           "p = (1 + #{null >= observed}) / (1 + P)"}
 
 
@@ -199,9 +201,11 @@ def sweep_refit_intervals(
     reps = [Replicate(r, y) for r in draw_resamples(y, families, n_refits, seed, n_splits, seed + 1)]
     with_test = permutations > 0 and nested is not None
     if with_test:
-        rng = permutation_rng(seed)
+        from evprobe.probes.chance import chance_labels
+
         same = identity(len(y), folds)
-        reps += [Replicate(same, y)] + [Replicate(same, permuted_labels(y, families, rng)) for _ in range(permutations)]
+        relabelled = chance_labels(y, families, folds, permutations, seed)  # (P, n), as the per-row test
+        reps += [Replicate(same, y)] + [Replicate(same, lab) for lab in relabelled]
     draws = rerun(layer_block, layer_idx, n_positions, reps, n_splits=n_splits, C=C, nested=nested is not None,
                   n_jobs=n_jobs, skip=skip)
     B = n_refits

@@ -55,8 +55,8 @@ CELL_NOTE_OWN = (
     "the control tasks measure that, and selectivity is what '{label}' has beyond it."
 )
 CHANCE_NOTE = (
-    "Decodable (the `chance p` column): {P} relabellings of the label under chance, {how} (drawn once, the same at "
-    "every row), the row's whole pipeline (same probe, folds and scoring) refitted on each; p = (1 + #{{relabelled AUROC >= "
+    "Decodable (the `chance p` column): {P} relabellings of the label under chance, {how}, drawn once and the same "
+    "at every row; the row's whole pipeline (same probe, folds and scoring) refitted on each; p = (1 + #{{relabelled AUROC >= "
     "observed}}) / (1 + P), then adjusted over the {G} tested layer/positions by Westfall and Young's step-down maxT "
     "(family-wise error 5%). **Decodable** = adjusted p <= 0.05, the only way a row is called decodable. The AUROC "
     "interval is for the procedure's expected held-out AUROC (what the same pipeline would score on new families): "

@@ -103,7 +103,7 @@ def sweep_paragraph(result: SweepResult) -> str:
     tested = [r for r in result.rows if r.chance is not None and r.chance.p_adjusted is not None]
     if tested and result.chance:
         parts.append(f"Decodable means the test against chance rejects: {result.chance['permutations']} relabellings of "
-                     f"the label under chance ({result.chance['permuted']}), the whole per-layer pipeline refitted on each, "
+                     f"the label under chance, {result.chance['permuted']}, the whole per-layer pipeline refitted on each, "
                      f"step-down maxT over the {len(tested)} tested layer/positions (family-wise error 5%); the "
                      "AUROC intervals are for the procedure's expected held-out AUROC, not tests.")
     if not tasks.get("k") and any(_decodable(r) for r in result.rows if not r.degenerate and r.auroc.value is not None):
@@ -116,7 +116,7 @@ def sweep_paragraph(result: SweepResult) -> str:
                 f"AUROC {b.auroc.text()}")
         if b.permutation is not None:
             t = b.permutation
-            text += (f", permutation p = {t.p_value:.3g} ({len(t.null)} within-family label permutations, "
+            text += (f", permutation p = {t.p_value:.3g} ({len(t.null)} relabellings under chance, "
                      "whole pipeline rerun)")
         if len({(c.layer, c.position) for c in b.choices}) > 1:
             text += "; the folds chose different layers, so the estimate describes the procedure, not one layer"

@@ -167,7 +167,7 @@ def test_sweep_prints_refit_intervals_and_the_permutation_test(tmp_path) -> None
     js = on.to_json()
     assert js["intervals"]["refits"] == 20 and js["best"]["permutation_test"]["permutations"] == 19
     md = sweep_markdown(on)
-    assert "permutation p = 0.05 (19 within-family label permutations" in md
+    assert "permutation p = 0.05 (19 relabellings under chance" in md
     assert "refit family bootstrap" in md
 
 
