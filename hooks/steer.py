@@ -339,7 +339,9 @@ class Steering:
                 mean_norm, measured_at = float(prov["mean_norm"]), "last"
             base = cls.from_norm_units(direction.vector, prov["layer"], alpha, mean_norm, positions=positions,
                                        schedule=schedule, measured_at=measured_at)
-            s = cls(base.direction, base.layer, base.alpha, base.positions, base.schedule,
+            # the raw vector again, not base.direction: normalising a unit vector twice can move its last
+            # bits, and a direction on its own model must steer exactly as its bare vector does
+            s = cls(direction.vector, base.layer, base.alpha, base.positions, base.schedule,
                     alpha_norm=base.alpha_norm, mean_norm=base.mean_norm, **common)
         else:
             raise ValueError(f"units must be 'norm' (alpha in multiples of the mean residual norm) or 'raw', "

@@ -1,4 +1,4 @@
-"""core.cluster_t: the cluster t interval of a ratio over families and of a paired change, checked
+"""The cluster t (evprobe.core.cluster_t): interval of a ratio over families and of a paired change, checked
 against known answers (with equal families it is the one-sample t interval of the family means) and,
 where the truth is known, by simulation; each check shown failing on the mutation it catches."""
 

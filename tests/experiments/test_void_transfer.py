@@ -99,7 +99,7 @@ def test_a_layer_the_tiny_model_lacks_is_refused_in_one_line(void_bench: Path, t
 
 
 def test_a_crossfit_row_keeps_its_family_count() -> None:
-    """experiments.void_transfer._est: the frame's n_families goes into the JSON, with or without an
+    """The void-transfer JSON (evprobe.experiments.void_transfer._est): the frame's n_families goes into the JSON, with or without an
     interval; a frame that holds no count (None read back as NaN) says none rather than inventing one."""
     import pandas as pd
 
