@@ -353,8 +353,9 @@ def best_layers(plan: Plan) -> dict[str, Any]:
             "n": sweep["n"],
             "n_families": sweep["n_families"],
             "degenerate": sweep["degenerate"],
-            "best": None if best is None else {k: best[k] for k in ("layer", "position", "auroc", "ci", "n",
-                                                                     "accuracy", "accuracy_ci")},
+            "best": None if best is None else {**{k: best[k] for k in ("layer", "position", "auroc", "ci", "n",
+                                                                        "accuracy", "accuracy_ci")},
+                                               "n_families": best.get("n_families")},  # None: an older sweep.json
             "control_tasks": None if row is None or not row.get("control_tasks") else {**row["control_tasks"],
                                                                                        "n": row["n"]},
             "selectivity": row.get("selectivity") if row is not None and isinstance(row.get("selectivity"), dict)
@@ -387,8 +388,9 @@ def best_layers(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _auc(value: float | None, ci: list | tuple | None = None, n: int | None = None) -> str:
-    return estimate_text({"value": value, "ci": ci, "n": n}, 3)  # the one formatter (core.estimate_text)
+def _auc(value: float | None, ci: list | tuple | None = None, n: int | None = None,
+         families: int | None = None) -> str:
+    return estimate_text({"value": value, "ci": ci, "n": n, "n_families": families}, 3)  # the one formatter (core.estimate_text)
 
 
 def _chance_cell(test: dict[str, Any] | None) -> str:
@@ -440,10 +442,10 @@ def markdown(result: dict[str, Any]) -> str:
         where = "DEGENERATE" if r["degenerate"] else ("none" if b is None else f"L{b['layer']} / {b['position']}")
         naive = r["naive_best"]
         naive_text = missing_text() if not naive else (f"L{naive.get('layer')} / {naive.get('position')}: "
-                                             f"{_auc(naive.get('auroc'), naive.get('ci'), naive.get('n'))}")
+                                             f"{_auc(naive.get('auroc'), naive.get('ci'), naive.get('n'), naive.get('n_families'))}")
         lines.append("| " + " | ".join([
             r["title"], f"{r['n']} ({r['n_families']})", where,
-            missing_text("n=0") if b is None else _auc(b["auroc"], b["ci"], b["n"]),
+            missing_text("n=0") if b is None else _auc(b["auroc"], b["ci"], b["n"], b.get("n_families")),
             _chance_cell(r.get("chance_test")),
             missing_text() if ctl is None else f"{ctl['mean']:.3f} [{ctl['min']:.3f}, {ctl['max']:.3f}] (k={ctl['k']}, n={ctl['n']})",
             fmt_selectivity(sel),
@@ -631,7 +633,7 @@ def run_layer_sweep(args: argparse.Namespace) -> int:
           f"reused {', '.join(summary.reused) or '-'}")
     for title, best in summary.best:
         where = "no nested best" if best is None else (
-            f"L{best['layer']}/{best['position']} AUROC {_auc(best['auroc'], best['ci'], best['n'])}")
+            f"L{best['layer']}/{best['position']} AUROC {_auc(best['auroc'], best['ci'], best['n'], best.get('n_families'))}")
         print(f"  {title}: {where}")
     print(f"wrote {', '.join(summary.files)} in {summary.out}")
     return 0

@@ -219,7 +219,7 @@ def auroc_estimate(
     value = auroc(s, yy)
     lo, hi = percentile_interval(auroc_draws(scores, y, families, boot))
     ci = unit_interval((_f(lo[0]), _f(hi[0])), auroc_reading(s, yy, fam))
-    return Estimate(value, ci, int(ok.sum()))
+    return Estimate(value, ci, int(ok.sum())).in_families(len(np.unique(fam)))  # clusters: families
 
 
 def accuracy_estimate(
@@ -236,7 +236,8 @@ def accuracy_estimate(
     num = boot.per_family(fam, correct[ok])
     den = boot.per_family(fam, np.ones(int(ok.sum())))
     est = boot.rate(num, den)  # the percentile interval; the rule adds the cluster reading
-    return Estimate(est.value, unit_interval(est.ci, accuracy_reading(correct[ok], fam)), est.n)
+    return Estimate(est.value, unit_interval(est.ci, accuracy_reading(correct[ok], fam)), est.n).in_families(
+        len(np.unique(fam)))
 
 
 def _f(x: float) -> float | None:

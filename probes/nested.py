@@ -66,6 +66,7 @@ class NestedResult:
             "auroc": self.auroc.value,
             "ci": list(self.auroc.ci),
             "n": self.auroc.n,
+            "n_families": self.auroc.n_families,  # the clusters its intervals were computed on
             "accuracy": self.accuracy.value,
             "accuracy_ci": list(self.accuracy.ci),
             "choices": [c.to_json() for c in self.choices],

@@ -68,6 +68,7 @@ class SweepRow:
             "auroc": self.auroc.value,
             "ci": list(self.auroc.ci),
             "n": self.auroc.n,
+            "n_families": self.auroc.n_families,  # the clusters its intervals were computed on
             "accuracy": self.accuracy.value,
             "accuracy_ci": list(self.accuracy.ci),
             "control_tasks": None if self.controls is None else self.controls.to_json(),

@@ -153,7 +153,8 @@ class TransferCell:
         return {
             "train": self.train, "test": self.test, "scheme": self.scheme, "n_train": self.n_train,
             "n_test": self.n_test,
-            "rows": [{"layer": l, "position": p, "auroc": e.value, "ci": list(e.ci), "n": e.n} for l, p, e in self.rows],
+            "rows": [{"layer": l, "position": p, "auroc": e.value, "ci": list(e.ci), "n": e.n,
+                      "n_families": e.n_families} for l, p, e in self.rows],
             "best": None if self.best is None else self.best.to_json(),
             **({"reason": self.reason} if self.reason else {}),
         }

@@ -161,7 +161,7 @@ def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, dict[str,
     if best is None:
         raise ConfigError(f"the resolved sweep on the fitting families has no nested best layer (degenerate or too "
                           f"few families; see {folder / 'sweep.md'}); give layer: N")
-    return int(best["layer"]), {k: best[k] for k in ("layer", "position", "auroc", "ci", "n")}
+    return int(best["layer"]), {k: best.get(k) for k in ("layer", "position", "auroc", "ci", "n", "n_families")}
 
 
 @dataclass(frozen=True, eq=False)

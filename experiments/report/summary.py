@@ -93,7 +93,7 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
                      "unresolved decisions that bought the missing measurement"))
     best = (sweep or {}).get("best") or {}
     if best.get("layer") is not None:
-        e = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n")}
+        e = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n"), "n_families": best.get("n_families")}
         rows.append((f"probe AUROC, {sweep.get('label', 'label')} (nested)", plain(e),
                      f"layer {best['layer']}, position {best['position']}, chosen without test labels; "
                      + chance_reading(best, _row_at(sweep, best["layer"], best["position"]))))
@@ -106,7 +106,8 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
         if versus.get("factors"):
             closest = min(versus["factors"], key=lambda r: r["difference"])
             rows.append((f"AUROC minus the closest design factor ({closest['field']})",
-                         estimate_text({"value": closest["difference"], "ci": closest["ci"], "n": best.get("n")}, 3,
+                         estimate_text({"value": closest["difference"], "ci": closest["ci"], "n": best.get("n"),
+                                        "n_families": row.get("n_families")}, 3,
                                        sign=True),
                          FACTORS_MEANS.format(verdict="singled out" if versus.get("singled_out") else "not singled out")))
     for h in (dose or {}).get("headline") or []:

@@ -68,6 +68,13 @@ def test_sweep_json_schema(result) -> None:
     assert data["leakage_check"]["shuffles"] == 16 and data["cell_baseline"]["n"] == result.n
     assert len(data["rows"]) == 5 * 2 and data["best"]["layer"] == 8 and len(data["best"]["ci"]) == 2
     assert data["degenerate"] is False
+    # every AUROC interval says the clusters it was computed on (issue 52 item 5): the rows', the nested
+    # best's, the baselines'; the printed pages say "(n=N in F families)"
+    scored = [r for r in data["rows"] if r["auroc"] is not None]
+    assert scored and all(r["n_families"] == data["n_families"] for r in scored)
+    assert data["best"]["n_families"] == data["cell_baseline"]["n_families"] == data["n_families"]
+    from evprobe.probes.report import sweep_markdown
+    assert f"(n={result.n} in {result.n_families} families)" in sweep_markdown(result)
 
 
 def test_leakage_shuffle_is_uncorrelated_and_stays_within_families(rows) -> None:
