@@ -146,8 +146,8 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
         row = _row_at(sweep, best["layer"], best["position"])
         sel = (row.get("selectivity") or {})
         label = sweep.get("label", "the label")
-        text = (f"Probe: {label} is decoded at AUROC "
-                f"{estimate_text({'value': best.get('auroc'), 'ci': best.get('ci'), 'n': best.get('n')}, 3)} at "
+        auc = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n"), "n_families": best.get("n_families")}
+        text = (f"Probe: {label} is decoded at AUROC {estimate_text(auc, 3)} at "
                 f"layer {best['layer']} / {best['position']} (nested estimate: chosen on training folds only); "
                 f"{chance_reading(best, row)}.")
         if sel.get("value") is not None:
