@@ -388,9 +388,11 @@ def best_layers(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _auc(value: float | None, ci: list | tuple | None = None, n: int | None = None,
-         families: int | None = None) -> str:
-    return estimate_text({"value": value, "ci": ci, "n": n, "n_families": families}, 3)  # the one formatter (core.estimate_text)
+def _auc(record: dict[str, Any]) -> str:
+    """A sweep.json row's or best's AUROC through the one formatter (core.estimate_text)."""
+    from evprobe.probes.sweep_row import auroc_json
+
+    return estimate_text(auroc_json(record), 3)
 
 
 def _chance_cell(test: dict[str, Any] | None) -> str:
@@ -442,10 +444,10 @@ def markdown(result: dict[str, Any]) -> str:
         where = "DEGENERATE" if r["degenerate"] else ("none" if b is None else f"L{b['layer']} / {b['position']}")
         naive = r["naive_best"]
         naive_text = missing_text() if not naive else (f"L{naive.get('layer')} / {naive.get('position')}: "
-                                             f"{_auc(naive.get('auroc'), naive.get('ci'), naive.get('n'), naive.get('n_families'))}")
+                                             f"{_auc(naive)}")
         lines.append("| " + " | ".join([
             r["title"], f"{r['n']} ({r['n_families']})", where,
-            missing_text("n=0") if b is None else _auc(b["auroc"], b["ci"], b["n"], b.get("n_families")),
+            missing_text("n=0") if b is None else _auc(b),
             _chance_cell(r.get("chance_test")),
             missing_text() if ctl is None else f"{ctl['mean']:.3f} [{ctl['min']:.3f}, {ctl['max']:.3f}] (k={ctl['k']}, n={ctl['n']})",
             fmt_selectivity(sel),
@@ -633,7 +635,7 @@ def run_layer_sweep(args: argparse.Namespace) -> int:
           f"reused {', '.join(summary.reused) or '-'}")
     for title, best in summary.best:
         where = "no nested best" if best is None else (
-            f"L{best['layer']}/{best['position']} AUROC {_auc(best['auroc'], best['ci'], best['n'], best.get('n_families'))}")
+            f"L{best['layer']}/{best['position']} AUROC {_auc(best)}")
         print(f"  {title}: {where}")
     print(f"wrote {', '.join(summary.files)} in {summary.out}")
     return 0

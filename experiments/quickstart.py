@@ -310,9 +310,10 @@ def headline_lines(out: Path) -> list[str]:
     sweep = load("acts/probes/resolved/sweep.json")
     best = (sweep or {}).get("best") or {}
     if best.get("layer") is not None:
+        from evprobe.probes.sweep_row import auroc_json
+
         # n_families where the sweep gives it: the families the nested estimate's interval rests on
-        e = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n"), "n_families": best.get("n_families")}
-        lines.append(f"probe: sufficiency decoded at AUROC {plain(e)}, nested estimate (layer and position "
+        lines.append(f"probe: sufficiency decoded at AUROC {plain(auroc_json(best))}, nested estimate (layer and position "
                      f"chosen without test labels: L{best['layer']}/{best['position']})")
     dose = load("dose_response/dose_response.json")
     for h in (dose or {}).get("headline") or []:

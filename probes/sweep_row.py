@@ -91,6 +91,12 @@ class SweepRow:
         return out
 
 
+def auroc_json(record: dict[str, Any]) -> dict[str, Any]:
+    """The AUROC of a sweep.json row or best (keys auroc, ci, n, n_families) as an estimate's JSON for
+    core.estimate_text; n_families None where an older sweep.json lacks it (the count left unsaid)."""
+    return {"value": record.get("auroc"), "ci": record.get("ci"), "n": record.get("n"),
+            "n_families": record.get("n_families")}
+
 def with_leakage(rows: list[SweepRow]) -> tuple[list[SweepRow], LeakageCheck | None]:
     """The rows with the leakage check's estimate, z and verdict filled in (probes.controls)."""
     scored = [i for i, r in enumerate(rows) if r.leakage_shuffles and all(np.isfinite(r.leakage_shuffles))]

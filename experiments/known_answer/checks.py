@@ -142,8 +142,9 @@ def _sweep_n(sweep: dict[str, Any], expected: Expected | None) -> list[str]:
 def _auroc_text(e: dict[str, Any]) -> str:
     """A sweep row's or nested estimate's AUROC (keys auroc, ci, n, and n_families where the sweep
     gives it: the families its interval rests on) through core.estimate_text."""
-    return estimate_text({"value": e.get("auroc"), "ci": e.get("ci"), "n": e.get("n"),
-                          "n_families": e.get("n_families")}, 3)
+    from evprobe.probes.sweep_row import auroc_json
+
+    return estimate_text(auroc_json(e), 3)
 
 
 def _at_chance(e: dict[str, Any]) -> bool:

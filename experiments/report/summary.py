@@ -83,6 +83,7 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
     from evprobe.probes.chance import chance_reading
     from evprobe.probes.control_tasks import fmt_selectivity
     from evprobe.probes.factors import FACTORS_MEANS
+    from evprobe.probes.sweep_row import auroc_json
 
     rows = []
     if scores:
@@ -93,8 +94,7 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
                      "unresolved decisions that bought the missing measurement"))
     best = (sweep or {}).get("best") or {}
     if best.get("layer") is not None:
-        e = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n"), "n_families": best.get("n_families")}
-        rows.append((f"probe AUROC, {sweep.get('label', 'label')} (nested)", plain(e),
+        rows.append((f"probe AUROC, {sweep.get('label', 'label')} (nested)", plain(auroc_json(best)),
                      f"layer {best['layer']}, position {best['position']}, chosen without test labels; "
                      + chance_reading(best, _row_at(sweep, best["layer"], best["position"]))))
         row = _row_at(sweep, best["layer"], best["position"])
@@ -136,6 +136,7 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
     from evprobe.probes.chance import chance_reading
     from evprobe.probes.control_tasks import fmt_selectivity
     from evprobe.probes.factors import fmt_factors
+    from evprobe.probes.sweep_row import auroc_json
 
     out = []
     if scores and (m := scores.get("min_cost_choice")) and m.get("value") is not None:
@@ -146,8 +147,7 @@ def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> lis
         row = _row_at(sweep, best["layer"], best["position"])
         sel = (row.get("selectivity") or {})
         label = sweep.get("label", "the label")
-        auc = {"value": best.get("auroc"), "ci": best.get("ci"), "n": best.get("n"), "n_families": best.get("n_families")}
-        text = (f"Probe: {label} is decoded at AUROC {estimate_text(auc, 3)} at "
+        text = (f"Probe: {label} is decoded at AUROC {estimate_text(auroc_json(best), 3)} at "
                 f"layer {best['layer']} / {best['position']} (nested estimate: chosen on training folds only); "
                 f"{chance_reading(best, row)}.")
         if sel.get("value") is not None:
