@@ -350,7 +350,8 @@ def sweep(
     if scored:
         top = max(scored, key=lambda r: r.auroc.value)
         naive = {"layer": top.layer, "position": top.position, "auroc": top.auroc.value, "ci": list(top.auroc.ci),
-                 "n": top.auroc.n, "n_families": top.auroc.n_families, "note": "maximum over layers of test-fold AUROC (TRAPS-style; optimistic)"}
+                 "n": top.auroc.n, "n_families": top.auroc.n_families,
+                 "note": "maximum over layers of test-fold AUROC (TRAPS-style; optimistic)"}
     info = {"k": 0, "requested": config.control_tasks, "n_cells": 0, "cell_fields": list(config.cell_fields),
             "skipped": "controls off"}
     if tasks is not None:

@@ -97,6 +97,7 @@ def auroc_json(record: dict[str, Any]) -> dict[str, Any]:
     return {"value": record.get("auroc"), "ci": record.get("ci"), "n": record.get("n"),
             "n_families": record.get("n_families")}
 
+
 def with_leakage(rows: list[SweepRow]) -> tuple[list[SweepRow], LeakageCheck | None]:
     """The rows with the leakage check's estimate, z and verdict filled in (probes.controls)."""
     scored = [i for i, r in enumerate(rows) if r.leakage_shuffles and all(np.isfinite(r.leakage_shuffles))]
