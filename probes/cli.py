@@ -116,9 +116,12 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help="family resamples on which the whole pipeline is refitted for the AUROC/accuracy intervals "
                         "(0: fixed-model intervals, which undercover)")
     p.add_argument("--permutations", type=nonnegative_int, default=0,
-                   help="label permutations (within families) for the nested estimate's p-value (0: no test)")
+                   help="relabellings under chance (as the per-row test draws them, probes.chance) for the nested "
+                        "estimate's p-value (0: no test)")
     p.add_argument("--chance-permutations", type=nonnegative_int, default=DEFAULT_CHANCE_PERMUTATIONS,
-                   help="label permutations (within families) of every row's pipeline for the test against chance: "
+                   help="relabellings of the label under chance (each family's labels complemented for a label balanced "
+                        "within families, else permuted within families, or among the families of each fold for a "
+                        "family-constant label) refitted through every row's pipeline for the test against chance: "
                         "a row is called decodable only where it rejects (step-down maxT over the rows, 5%%; "
                         "0: no test, no row called decodable)")
     p.add_argument("--jobs", type=positive_int, default=None, help="threads over layers (default: all CPUs)")
