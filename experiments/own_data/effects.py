@@ -37,7 +37,8 @@ import numpy as np
 
 from evprobe.core import bootstrap, cluster_t
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap, percentile_interval
-from evprobe.core.errors import InputError
+from evprobe.core.errors import InputError, shown
+from evprobe.experiments.own_data.inputs import MAX_BOOT, boot_memory, identifiers, integer, readouts
 from evprobe.core.proportion import check_shares, cluster_interval, hull, saturated_change
 
 if TYPE_CHECKING:
@@ -192,6 +193,50 @@ def _one_per_item(frame: pd.DataFrame, item: str, field: str) -> dict[Any, Any]:
     return seen
 
 
+def _names(name: str, given: Any) -> list[Hashable]:
+    """measures= or proportions= as a list of column names (refused: a string, a mapping, a non-iterable)."""
+    example = f"[{given!r}]" if isinstance(given, str) else "['log_odds']"
+    try:
+        if isinstance(given, str | bytes | Mapping):
+            raise TypeError
+        out = list(given)
+        for m in out:
+            hash(m)
+    except TypeError:
+        raise InputError(f"{name} must be a list of column names, e.g. {name}={example}, not "
+                         f"{shown(given, 40)}") from None
+    return out
+
+
+def _columns(frame: pd.DataFrame, keys: dict[str, Any], measures: list[Hashable]) -> None:
+    """Refuse absent, repeated or shared columns: each key column and measure its own single column."""
+    named = list(keys.values())
+    if len(set(named)) != len(named):
+        raise InputError(f"condition=, item=, family= and group= must name different columns, got "
+                         f"{', '.join(f'{k}={v!r}' for k, v in keys.items())}")
+    if not measures or len(set(measures)) != len(measures):
+        raise InputError(f"give at least one measure, each once: got {list(measures)}")
+    shared = next((m for m in measures if m in set(named)), None)
+    if shared is not None:
+        what = next(k for k, v in keys.items() if v == shared)
+        raise InputError(f"measure {shared!r} is also the {what} column; a measure must be a column of its own "
+                         f"(rename it, or name the {what} column with {what}=)")
+    need = [*named, *measures]
+    absent = [c for c in need if c not in frame.columns]
+    if absent:
+        raise InputError(f"no column {', '.join(map(repr, absent))} in the frame; its columns: "
+                         f"{', '.join(map(str, frame.columns))} (name them with condition=, item=, family=, group=)")
+    twice = next((c for c in need if int((frame.columns == c).sum()) > 1), None)
+    if twice is not None:
+        raise InputError(f"the frame has {int((frame.columns == twice).sum())} columns named {twice!r}; give each "
+                         "column one name")
+    for m in measures:
+        kind = frame[m].dtype.kind
+        if kind not in "biufO":
+            raise InputError(f"measure {m!r} holds {frame[m].dtype} values; measures must be numbers (NaN where "
+                             "undefined)")
+
+
 def paired_effects(
     frame: pd.DataFrame,
     *,
@@ -220,19 +265,19 @@ def paired_effects(
     """
     import pandas as pd
 
-    for name, given in (("measures", measures), ("proportions", proportions)):
-        if isinstance(given, str):
-            raise InputError(f"{name} must be a list of column names, e.g. {name}=[{given!r}], not a string")
-    need = [condition, item, family, *([group] if group else []), *measures]
-    absent = [c for c in need if c not in frame.columns]
-    if absent:
-        raise InputError(f"no column {', '.join(map(repr, absent))} in the frame; its columns: "
-                         f"{', '.join(map(str, frame.columns))} (name them with condition=, item=, family=, group=)")
-    if not measures or len(set(measures)) != len(measures):
-        raise InputError(f"give at least one measure, each once: got {list(measures)}")
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(f"frame must be a pandas DataFrame (one row per item x condition), got "
+                         f"{type(frame).__name__}; pass pd.DataFrame(your_table)")
+    measures, proportions = _names("measures", measures), _names("proportions", proportions)
+    keys = {"condition": condition, "item": item, "family": family, **({"group": group} if group is not None else {})}
+    _columns(frame, keys, measures)
     odd = [m for m in proportions if m not in measures]
     if odd:
         raise InputError(f"proportion {odd[0]!r} is not one of the measures {list(measures)}")
+    n_boot = integer("n_boot", n_boot, 1, MAX_BOOT, "the number of family resamples, e.g. 2000")
+    seed = integer("seed", seed, 0, fix="a non-negative integer seeds the resamples")
+    for what, column in keys.items():
+        identifiers(f"column {column!r}", list(frame[column]), "row", f"give every row a {what} id (a string or number)")
     conditions = list(dict.fromkeys(frame[condition]))
     if baseline not in conditions:
         raise InputError(f"baseline {baseline!r} is not a condition; the frame's conditions: "
@@ -242,6 +287,8 @@ def paired_effects(
     items = list(frame.loc[frame[condition] == baseline, item])  # an item twice: refused below, as anywhere
     if len({fam_of[i] for i in items}) < 2:
         raise InputError("a family bootstrap needs at least 2 families")
+    n_groups = 1 + (len({str(group_of[i]) for i in items}) if group else 0)
+    boot_memory(n_boot, len({fam_of[i] for i in items}), n_groups * len(measures))
     flags = [m in proportions for m in measures]
     per: dict[Hashable, np.ndarray] = {}
     for c, sub in frame.groupby(condition, sort=False):  # one pass; conditions in order of appearance
@@ -256,6 +303,7 @@ def paired_effects(
             V = sub.set_index(item).loc[items, list(measures)].to_numpy(dtype=float)  # (items, M)
         except (TypeError, ValueError) as err:
             raise InputError(f"condition {c!r}: the measures {list(measures)} must be numbers ({err})") from None
+        readouts(V, lambda at, c=c: f"condition {c!r}, item {items[at[0]]!r}, measure {measures[at[1]]!r}")
         for j, m in enumerate(measures):
             bad = flags[j] & ~np.isnan(V[:, j]) & ~np.isin(V[:, j], (0.0, 1.0))
             if bad.any():
