@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
 from evprobe.core.errors import InputError
-from evprobe.core.files import key_line, read_json_text
+from evprobe.core.files import key_line
+from evprobe.core.json_files import read_json_text
 
 from evprobe.bench.layout import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
 

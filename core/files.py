@@ -73,21 +73,6 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
 
 
-def read_json_text(path: Path, fix: str, error: type[InputError] = InputError) -> tuple[Any, str]:
-    """A JSON file's value and its text. A byte that is not UTF-8, or text that is not JSON, is one
-    line naming the file, the line and `fix` (raised as `error`, an InputError subclass)."""
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        number = data.count(b"\n", 0, err.start) + 1
-        raise error(f"{path}:{number}: not UTF-8 text (byte 0x{data[err.start]:02x}); {fix}") from None
-    try:
-        return json.loads(text), text
-    except json.JSONDecodeError as err:
-        raise error(f"{path}:{err.lineno}: not valid JSON ({err.msg}); {fix}") from None
-
-
 def key_line(text: str, key: Any) -> int:
     """The line of a JSON object's text on which top-level `key` is written (1 when not found)."""
     if isinstance(key, str) and key:

@@ -72,7 +72,8 @@ import numpy as np
 
 from evprobe.core.capture_schema import index_row_problem, meta_problem
 from evprobe.core.errors import InputError, OneLineWarning, shown
-from evprobe.core.files import key_line, read_complete_lines, read_json_text
+from evprobe.core.files import key_line, read_complete_lines
+from evprobe.core.json_files import read_json_text
 from evprobe.probes.nonfinite import (  # noqa: F401 - NONFINITE_POLICIES, nonfinite_rows: read from here too
     NONFINITE_POLICIES,
     NonFinite,
