@@ -18,6 +18,9 @@ Rules (each is tested in tests/experiments/test_config.py):
   error in one names the command line instead of the file.
 - The dataclass's own `__post_init__` checks (ranges, choices) surface as the same one-line error,
   prefixed with where the value came from.
+- Limits (`core.yaml_files`): a config file is at most 128 KiB, takes no YAML aliases or merge
+  keys (a 500-byte file of nested aliases expands to a billion values), and nests at most 100
+  levels; each is refused in one line naming the file and line before anything is built.
 - Names: `resolve_config(ref, "models")` takes a path to a YAML file, or a bare name found in the
   repository's `configs/<kind>/` folder (located from this package: `<repo>/configs`), with or
   without `.yaml`.
@@ -361,28 +364,11 @@ def resolve_config(ref: str | Path, kind: str) -> Path:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML file's top-level mapping (an empty file is {}); missing file or bad YAML: ConfigError."""
-    import yaml
+    """A YAML file's top-level mapping, read with limits (`core.yaml_files.read_yaml`: size, no
+    aliases, nesting); every fault one ConfigError line. PyYAML is imported on first use."""
+    from evprobe.core.yaml_files import read_yaml as read
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        line = err.object.count(b"\n", 0, err.start) + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x}); "
-                          "save the file as UTF-8") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise ConfigError(f"{path}: not valid YAML ({problem}{where})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of keys to values at the top, got {type(data).__name__}")
-    return data
+    return read(path)
 
 
 # ---------------------------------------------------------------- filling dataclasses
