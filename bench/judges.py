@@ -8,8 +8,10 @@ cache) to classify each answer reply as it was written:
     A. it answers yes   B. it answers no   C. it says the answer cannot be determined (abstains)
     D. none of these clearly (hedges, gives both, answers something else)
 
-A judge's reply is read as one of the letters A-D (`judge_decision`: the letter alone, optionally
-bracketed or followed by a period or its words); anything else is no decision. The panel's
+A judge's reply is read strictly (`bench.judge_reader.read_label`): the letter alone (optionally
+bracketed or followed by a period) or the letter followed by its own option words is a decision;
+anything else (two letters, "A is wrong; the answer is C", other words) is no decision, kept with
+the judge's words (cut, control characters escaped) in judgments.jsonl. The panel's
 decision is the answer (yes, no, undetermined) that a strict majority of the judges gives; a
 split panel, a majority for D, or too few decisions leave the reply undecided, which is scored as
 an invalid reply (kept in every denominator, never correct, never an abstention).
@@ -23,6 +25,15 @@ the panel-judged answer scores side by side) and `audit.csv`, a stratified sampl
 up to `per_stratum` replies of each (request, rule reading, panel decision) cell, seeded, with an
 empty `human` column.
 
+Like every writer, it checks before it asks: run.json (`bench.json_schema.RunMeta`), the benchmark
+(its items hash must be the run's), every record (schema, an item of the benchmark, that item's
+request, an answer request) are each a one-line InputError naming file, line, field and fix, and
+the judges' servers (each lists its model, each key is accepted) are all checked before the first
+judge request. It holds the folder lock (`core.lock`) of RUN (so a run still writing it, or another
+command writing it, refuses the judge, and nothing changes the records under it) and of
+RUN/judged. Keys come only from the environment (`--api-key-env NAME`, as `evprobe run --backend
+openai`); judge.json names the variable, never its value, and a URL's password is left out.
+
 Fleiss' kappa (Fleiss 1971) is written out here (`fleiss_kappa`, a few lines) rather than taken from
 statsmodels, which evprobe does not otherwise need; a test checks it on the published example.
 Its interval resamples families (`FamilyBootstrap`): kappa is a function of per-family sums (the
@@ -35,8 +46,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
+import os
 from collections import Counter
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,48 +57,35 @@ import numpy as np
 
 from evprobe.bench import pecs
 from evprobe.bench.items import Item
-from evprobe.bench.protocols import ANSWER_REQUESTS, build_prompt
+from evprobe.bench.judge_inputs import Judge, checked_inputs, key_envs
+from evprobe.bench.judge_reader import check_options, judge_words, read_label
+from evprobe.bench.protocols import build_prompt
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.lock import folder_lock
 
+JUDGE_OPTIONS = {"A": "It answers yes.", "B": "It answers no.",
+                 "C": "It says the answer cannot be determined from the evidence (it abstains).",
+                 "D": "None of these clearly (it hedges, gives both answers, or answers something else)."}
 DECISIONS = {"A": "yes", "B": "no", "C": "undetermined", "D": "unclear"}
 CATEGORIES = tuple(DECISIONS.values())
 JUDGE_PROMPT = (
     "You are grading how a reply answers a question. Do not solve the question yourself; only say what the "
     "reply says.\n\nThe question, as it was asked:\n<<<\n{question}\n>>>\n\nThe reply:\n<<<\n{reply}\n>>>\n\n"
-    "Which describes the reply?\nA. It answers yes.\nB. It answers no.\nC. It says the answer cannot be "
-    "determined from the evidence (it abstains).\nD. None of these clearly (it hedges, gives both answers, or "
-    "answers something else).\n\nReply with the letter only."
+    "Which describes the reply?\n" + "".join(f"{k}. {v}\n" for k, v in JUDGE_OPTIONS.items())
+    + "\nReply with the letter only."
 )
-_DECISION = re.compile(r"^\W*([ABCD])\b[\s.):\]]*", re.I)
+check_options(JUDGE_OPTIONS)  # no option's words name another letter: two letters never read as one
 JUDGED = "judged"
-
-
-@dataclass(frozen=True)
-class Judge:
-    """One served judge: the model name the server serves and its base URL."""
-
-    model: str
-    base_url: str
-
-    @property
-    def name(self) -> str:
-        return self.model
-
-    @classmethod
-    def parse(cls, spec: str) -> Judge:
-        """`MODEL@URL`, e.g. `qwen2.5-7b@http://127.0.0.1:8000/v1`."""
-        model, sep, url = spec.rpartition("@")
-        if not sep or not model or not url.startswith(("http://", "https://")):
-            raise InputError(f"--judge {spec!r}: write MODEL@URL, e.g. judge-a@http://127.0.0.1:8000/v1")
-        return cls(model, url)
+LOCK_FIX = "wait for it to finish, then judge the run"
 
 
 def judge_decision(reply: str) -> str | None:
-    """A judge's reply as a decision (DECISIONS' values), or None when it gives none of the letters."""
-    m = _DECISION.match(reply.strip())
-    return DECISIONS[m.group(1).upper()] if m else None
+    """A judge's reply as a decision (DECISIONS' values), or None when it gives no one letter
+    (`bench.judge_reader.read_label`)."""
+    label = read_label(reply, JUDGE_OPTIONS)
+    return None if label is None else DECISIONS[label]
 
 
 def panel_decision(decisions: list[str | None]) -> str | None:
@@ -131,21 +130,40 @@ def kappa_estimate(table: np.ndarray, families: list[str], n_boot: int, seed: in
     return pecs.combined_estimate(kappa, parts, len(table))  # a value every resample gives: no interval, and why
 
 
-def _ask(judge: Judge, prompts: list[tuple[str, str]], out: Path, concurrency: int) -> dict[str, str | None]:
-    """key -> the judge's decision, through the openai backend (its retries, cache and limits)."""
-    from evprobe.bench.backends.base import ModelPrompt
+def _open_backends(judges: list[Judge], envs: list[str | None], out: Path, concurrency: int,
+                   stack: ExitStack) -> list[Any]:
+    """One openai backend per judge, each opened (its server lists the model, its key accepted)
+    before any judge is asked: a bad last judge costs no request of the first."""
     from evprobe.bench.backends.openai import open_backend
     from evprobe.bench.runner import RunConfig
 
-    # one request cache for the panel: its key holds the served model, so judges never share an answer
-    config = RunConfig(model=judge.model, bench=str(out), out=str(out), backend="openai", base_url=judge.base_url,
-                       concurrency=concurrency, http_cache=str(out / "http-cache"))
-    backend = open_backend(config)
-    try:
-        replies = backend([ModelPrompt(key=key, text=text) for key, text in prompts])
-    finally:
-        backend.close()
-    return {key: (None if r.error else judge_decision(r.text)) for (key, _), r in zip(prompts, replies, strict=True)}
+    backends = []
+    for judge, env in zip(judges, envs, strict=True):
+        # one request cache for the panel: its key holds the served model, so judges never share an answer
+        config = RunConfig(model=judge.model, bench=str(out), out=str(out), backend="openai", base_url=judge.base_url,
+                           api_key_env=env, concurrency=concurrency, http_cache=str(out / "http-cache"))
+        backends.append(stack.enter_context(closing(open_backend(config))))
+    return backends
+
+
+def _ask(backend: Any, prompts: list[tuple[str, str]], secrets: list[str]) -> dict[str, tuple[str | None, Any]]:
+    """key -> (the judge's decision, None or {"reply" | "error": its words}) for one judge."""
+    from evprobe.bench.backends.base import ModelPrompt
+
+    replies = backend([ModelPrompt(key=key, text=text) for key, text in prompts])
+    out: dict[str, tuple[str | None, Any]] = {}
+    for (key, _), r in zip(prompts, replies, strict=True):
+        decision = None if r.error else judge_decision(r.text)
+        words = None if decision is not None else {"error" if r.error else "reply": _words(r.error or r.text, secrets)}
+        out[key] = decision, words
+    return out
+
+
+def _words(text: str, secrets: list[str]) -> str:
+    """A judge's words as judgments.jsonl keeps them: no key (a server may echo it), cut, escaped."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return judge_words(text)
 
 
 @dataclass(frozen=True)
@@ -158,45 +176,42 @@ class JudgeSummary:
     files: tuple[str, ...]
 
 
-def judge_run(run_dir: str | Path, judges: list[Judge], *, per_stratum: int = 5, concurrency: int = 4,
+def judge_run(run_dir: str | Path, judges: list[Judge], *, bench: str | Path | None = None,
+              api_key_env: list[str] | None = None, per_stratum: int = 5, concurrency: int = 4,
               n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> JudgeSummary:
     """Judge a free-protocol run's answer replies with the panel (module docstring); writes RUN/judged/."""
-    from evprobe.bench.manifest import read_items
-    from evprobe.bench.records import RUN_META_FILE, load_records
-
     run = Path(run_dir)
     if len(judges) < 2 or len({j.name for j in judges}) != len(judges):
         raise InputError("give two or more distinct judges (--judge MODEL@URL, repeated); agreement needs two raters")
-    meta_path = run / RUN_META_FILE
-    if not meta_path.is_file():
-        raise InputError(f"{run}: no {RUN_META_FILE}; judge a run folder written by `evprobe run --protocol free`")
-    meta = json.loads(meta_path.read_text())
-    protocol = meta.get("protocol") or meta.get("config", {}).get("protocol")
-    if protocol != "free":
-        raise InputError(f"{run} is a {protocol!r} run; the panel judges free-form replies (evprobe run --protocol free)")
-    every = read_items(meta["bench"])
-    items = {it.item_id: it for it in every}
-    records = load_records(run / "records.jsonl")
-    answered = [(items[k], r) for k, r in records.items() if items[k].request in ANSWER_REQUESTS and r.error is None]
-    if not answered:
-        raise InputError(f"{run}: no answer replies to judge")
-    regime = meta.get("regime", "standard")
-    prompts = [(it.item_id, JUDGE_PROMPT.format(question=build_prompt(it, "free", regime), reply=r.reply))
-               for it, r in answered]
-    out = run / JUDGED
-    out.mkdir(exist_ok=True)
-    decided = {j.name: _ask(j, prompts, out, concurrency) for j in judges}
-    # a reply the backend never gave (`error`) has nothing to judge: it stays as it is, invalid, in
-    # the denominators of both scorings
-    rows, judged_records = [], [r for r in records.values() if r.error is not None]
-    for it, r in answered:
-        each = [decided[j.name][it.item_id] for j in judges]
-        panel = panel_decision(each)
-        rows.append({"item_id": it.item_id, "family_id": it.family_id, "request": it.request,
-                     "rule": r.answer if r.valid else None, "judges": dict(zip([j.name for j in judges], each)),
-                     "panel": panel})
-        judged_records.append(_as_judged(it, r, panel))
-    return _write(out, rows, every, records, judged_records, judges, per_stratum, n_boot, seed)
+    envs = key_envs(api_key_env, len(judges))
+    from evprobe.bench.json_schema import read_run_meta
+
+    read_run_meta(run)  # a folder that is no run is refused before the lock would make RUN/judged in it
+    with folder_lock(run, "evprobe judge", fix=LOCK_FIX), folder_lock(run / JUDGED, "evprobe judge", fix=LOCK_FIX):
+        meta, every, records = checked_inputs(run, None if bench is None else Path(bench))
+        answered = [(it, records[it.item_id]) for it in every
+                    if it.item_id in records and records[it.item_id].error is None]
+        if not answered:
+            raise InputError(f"{run}: no answer replies to judge")
+        prompts = [(it.item_id, JUDGE_PROMPT.format(question=build_prompt(it, "free", meta.regime), reply=r.reply))
+                   for it, r in answered]
+        out = run / JUDGED
+        secrets = [os.environ[e].strip() for e in set(envs) if e is not None and os.environ.get(e, "").strip()]
+        with ExitStack() as stack:
+            backends = _open_backends(judges, envs, out, concurrency, stack)
+            decided = {j.name: _ask(b, prompts, secrets) for j, b in zip(judges, backends)}
+        # a reply the backend never gave (`error`) has nothing to judge: it stays as it is, invalid, in
+        # the denominators of both scorings
+        rows, judged_records = [], [r for r in records.values() if r.error is not None]
+        for it, r in answered:
+            each = [decided[j.name][it.item_id][0] for j in judges]
+            panel = panel_decision(each)
+            invalid = {j.name: decided[j.name][it.item_id][1] for j in judges if decided[j.name][it.item_id][1]}
+            rows.append({"item_id": it.item_id, "family_id": it.family_id, "request": it.request,
+                         "rule": r.answer if r.valid else None, "judges": dict(zip([j.name for j in judges], each)),
+                         "panel": panel, **({"invalid": invalid} if invalid else {})})
+            judged_records.append(_as_judged(it, r, panel))
+        return _write(out, rows, every, records, judged_records, judges, envs, per_stratum, n_boot, seed)
 
 
 def _as_judged(item: Item, record: Any, panel: str | None) -> Any:
@@ -208,8 +223,8 @@ def _as_judged(item: Item, record: Any, panel: str | None) -> Any:
     return replace(record, valid=True, route="panel", choice=letter, answer=panel)
 
 
-def _write(out: Path, rows: list[dict[str, Any]], every: list[Item], records: dict[str, Any],
-           judged_records: list[Any], judges: list[Judge], per_stratum: int, n_boot: int, seed: int) -> JudgeSummary:
+def _write(out: Path, rows: list[dict[str, Any]], every: list[Item], records: dict[str, Any], judged_records: list[Any],
+           judges: list[Judge], envs: list[str | None], per_stratum: int, n_boot: int, seed: int) -> JudgeSummary:
     """judge.json / .md, the judged records and scores, and audit.csv. every: the benchmark's items;
     records: the run's own (rule-judged) records."""
     from evprobe.bench.scoring import score
@@ -224,7 +239,8 @@ def _write(out: Path, rows: list[dict[str, Any]], every: list[Item], records: di
     rule_scores = score(every, records.values(), n_boot=n_boot, seed=seed)
     panel_scores = score(every, judged_records, n_boot=n_boot, seed=seed)
     result = {
-        "judges": [{"model": j.model, "base_url": j.base_url} for j in judges], "prompt": JUDGE_PROMPT,
+        "judges": [{"model": j.model, "base_url": j.shown_url, "api_key_env": e} for j, e in zip(judges, envs)],
+        "prompt": JUDGE_PROMPT,
         "n_replies": len(rows), "n_decided_by_all": len(full),
         "no_decision": {n: sum(r["judges"][n] is None for r in rows) for n in names},
         "fleiss_kappa": kappa.to_json(), "unanimous": _share(full, lambda r: len(set(r["judges"].values())) == 1),
@@ -299,5 +315,5 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CATEGORIES", "DECISIONS", "JUDGE_PROMPT", "Judge", "JudgeSummary", "fleiss_kappa", "judge_decision",
-           "judge_run", "kappa_estimate", "markdown", "panel_decision"]
+__all__ = ["CATEGORIES", "DECISIONS", "JUDGE_OPTIONS", "JUDGE_PROMPT", "Judge", "JudgeSummary", "fleiss_kappa",
+           "judge_decision", "judge_run", "kappa_estimate", "key_envs", "markdown", "panel_decision"]

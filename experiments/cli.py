@@ -233,11 +233,18 @@ def add_judge_parser(sub: argparse._SubParsersAction) -> None:
         "--protocol free) as yes / no / cannot be determined / unclear; the panel's strict majority is its "
         "decision. Writes RUN/judged/: judgments.jsonl, records.jsonl and scores.json (the panel-judged records "
         "scored), judge.json and judge.md (Fleiss' kappa with a family-bootstrap interval, agreement, the rule-"
-        "and panel-judged scores side by side) and audit.csv (a stratified sample for a human audit).",
+        "and panel-judged scores side by side) and audit.csv (a stratified sample for a human audit). A judge reply "
+        "is a decision only when it is one letter (alone, bracketed, with a period, or followed by its own option "
+        "words); anything else is kept as no decision with the judge's words.",
     )
     p.add_argument("run_dir", metavar="RUN", type=Path, help="run folder written by `evprobe run --protocol free`")
     p.add_argument("--judge", action="append", required=True, metavar="MODEL@URL",
                    help="a judge: the model a server serves and its base URL (repeat; two or more, three as the seed)")
+    p.add_argument("--api-key-env", action="append", metavar="NAME",
+                   help="the environment variable holding the judges' API key (never the key itself; read once, "
+                        "sent as Authorization: Bearer, written nowhere): once for every judge, or once per --judge "
+                        "in the same order; none = no key sent")
+    p.add_argument("--bench", type=Path, default=None, help="benchmark folder (default: the one in RUN/run.json)")
     p.add_argument("--per-stratum", type=positive_int, default=5,
                    help="replies per (request, rule reading, panel decision) cell in audit.csv")
     p.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight per judge")
@@ -250,8 +257,8 @@ def _run_judge(args: argparse.Namespace) -> int:
     from evprobe.bench.judges import Judge, judge_run
 
     judges = [Judge.parse(spec) for spec in args.judge]
-    s = judge_run(args.run_dir, judges, per_stratum=args.per_stratum, concurrency=args.concurrency,
-                  n_boot=args.n_boot, seed=args.seed)
+    s = judge_run(args.run_dir, judges, bench=args.bench, api_key_env=args.api_key_env, per_stratum=args.per_stratum,
+                  concurrency=args.concurrency, n_boot=args.n_boot, seed=args.seed)
     print(f"{s.n_replies} replies judged by {len(judges)} judges; Fleiss' kappa {s.kappa.text(3)}")
     print(f"wrote {', '.join(s.files)} in {s.out}")
     return 0

@@ -35,8 +35,9 @@ def test_fleiss_kappa_is_the_published_value() -> None:
 
 
 @pytest.mark.parametrize("reply, decision", [("A", "yes"), ("(C)", "undetermined"), ("b.", "no"),
-                                             ("D. It hedges.", "unclear"), ("The reply says yes", None),
-                                             ("E", None), ("", None)])
+                                             ("D. None of these clearly.", "unclear"), ("D. It hedges.", None),
+                                             ("The reply says yes", None), ("E", None), ("", None),
+                                             ("A or B", None), ("A is wrong; the answer is C", None)])
 def test_a_judge_reply_is_one_letter_or_no_decision(reply: str, decision: str | None) -> None:
     assert judge_decision(reply) == decision
 
