@@ -50,12 +50,22 @@ CG_TOL = 1e-5  # relative residual; see the module docstring
 CG_MAX = 1000
 
 
-def _intercepts(Y: np.ndarray, b0: np.ndarray | None) -> np.ndarray:
-    """(L,) starting intercepts: b0, or each label's log-odds of its positive share (as the one-label solvers)."""
-    if b0 is not None:
-        return np.array(b0, dtype=np.float64)
+def _intercepts(Y: np.ndarray) -> np.ndarray:
+    """(L,) cold-start intercepts: each label's log-odds of its positive share (as the one-label solvers)."""
     p = np.clip(Y.mean(axis=0), 1e-6, 1 - 1e-6)
     return np.log(p / (1 - p))
+
+
+def _better_start(cold: tuple[np.ndarray, ...], weights0: np.ndarray | None, b0: np.ndarray | None,
+                  start: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """(weights, b, product, objective) to start from, per label: the warm start (weights0, b0) where its
+    objective is no worse than the cold start's `cold`, as the one-label solvers (probes.solvers.log_odds_share)."""
+    if weights0 is None and b0 is None:
+        return cold
+    warm = start(np.zeros_like(cold[0]) if weights0 is None else np.array(weights0, dtype=np.float64),
+                 cold[1] if b0 is None else np.array(b0, dtype=np.float64))
+    keep = warm[-1] <= cold[-1]  # (L,)
+    return tuple(np.where(keep, w, c) for c, w in zip(cold, warm, strict=True))
 
 
 def _armijo(obj: np.ndarray, slope: np.ndarray, done: np.ndarray,
@@ -123,10 +133,12 @@ def kernel_logistic_many(
     K = np.asarray(K, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     m, L = Y.shape
-    A = np.zeros((m, L)) if A0 is None else np.array(A0, dtype=np.float64)
-    b = _intercepts(Y, b0)
-    KA = K @ A
-    obj = _objective(Y, A, b, KA, C)
+
+    def start(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
+        KA = K @ A
+        return A, b, KA, _objective(Y, A, b, KA, C)
+
+    A, b, KA, obj = _better_start(start(np.zeros((m, L)), _intercepts(Y)), A0, b0, start)
     kdiag = np.diag(K)[:, None]
     K32 = K.astype(np.float32)
     steps = np.zeros(L, dtype=np.int64)
@@ -210,16 +222,18 @@ def primal_logistic_many(
     Y = np.asarray(Y, dtype=np.float64)
     m, d = Z.shape
     L = Y.shape[1]
-    W = np.zeros((d, L)) if W0 is None else np.array(W0, dtype=np.float64)
-    b = _intercepts(Y, b0)
     Za = np.concatenate([Z, np.ones((m, 1))], axis=1)  # (m, d+1)
     Q = None
     if m * (d + 1) * (d + 2) * 2 <= PRIMAL_Q_BYTES:
         i, j = np.triu_indices(d + 1)
         Z32 = Za.astype(np.float32)
         Q = Z32[:, i] * Z32[:, j]  # (m, (d+1)(d+2)/2): the upper triangles of the rows' outer products
-    M = Z @ W + b  # (m, L) margins
-    obj = C * np.sum(_log1pexp(M) - Y * M, axis=0) + 0.5 * np.einsum("dl,dl->l", W, W)
+
+    def start(W: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
+        M = Z @ W + b  # (m, L) margins
+        return W, b, M, C * np.sum(_log1pexp(M) - Y * M, axis=0) + 0.5 * np.einsum("dl,dl->l", W, W)
+
+    W, b, M, obj = _better_start(start(np.zeros((d, L)), _intercepts(Y)), W0, b0, start)
     steps = np.zeros(L, dtype=np.int64)
     active = np.arange(L)
     for it in range(1, max_iter + 1):

@@ -48,6 +48,18 @@ def sigmoid(m: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * m))  # stable for large |m|
 
 
+def log_odds_share(y: np.ndarray, weight: np.ndarray | None = None) -> float:
+    """The cold start's intercept: the log-odds of the (weighted) positive share, clipped to 1e-6.
+
+    Every solver starts from it with zero weights, and takes a warm start (another layer's or fold's
+    fit) only where its objective is no worse: a fit carried to a layer it does not suit can put every
+    margin near -90, where sigma' underflows, the Newton system degenerates and the iteration returned
+    NaN (kernel solvers) or stopped at the start (primal), as tests/probes/test_warm_starts.py shows."""
+    wt = np.ones(len(y)) if weight is None else weight
+    p = np.clip(float(wt @ y) / float(wt.sum()), 1e-6, 1 - 1e-6)
+    return float(np.log(p / (1 - p)))
+
+
 def kernel_logistic(
     K: np.ndarray,
     y: np.ndarray,
@@ -80,15 +92,19 @@ def kernel_logistic(
     y = np.asarray(y, dtype=np.float64)
     n = len(y)
     wt = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64)  # (n,)
-    alpha = np.zeros(n) if alpha0 is None else np.array(alpha0, dtype=np.float64)
-    if b0 is None:
-        p = np.clip(float(wt @ y) / float(wt.sum()), 1e-6, 1 - 1e-6)
-        b = float(np.log(p / (1 - p)))
-    else:
-        b = float(b0)
-    Ka = K @ alpha
+
+    def start(alpha: np.ndarray, b: float) -> tuple[np.ndarray, float, np.ndarray, float]:
+        Ka = K @ alpha
+        m = Ka + b
+        return alpha, b, Ka, C * float(wt @ (log1pexp(m) - y * m)) + 0.5 * float(alpha @ Ka)
+
+    alpha, b, Ka, obj = start(np.zeros(n), log_odds_share(y, wt))
+    if alpha0 is not None or b0 is not None:
+        warm = start(np.zeros(n) if alpha0 is None else np.array(alpha0, dtype=np.float64),
+                     log_odds_share(y, wt) if b0 is None else float(b0))
+        if warm[3] <= obj:  # a warm start worse than the cold one is dropped (`log_odds_share`)
+            alpha, b, Ka, obj = warm
     m = Ka + b
-    obj = C * float(wt @ (log1pexp(m) - y * m)) + 0.5 * float(alpha @ Ka)
     rhs = np.empty((n, 2))
     M = np.empty((n, n))
     diag = np.arange(n)
@@ -151,14 +167,17 @@ def primal_logistic(
     y = np.asarray(y, dtype=np.float64)
     wt = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)  # (n,)
     dim = Z.shape[1]
-    w = np.zeros(dim) if w0 is None else np.array(w0, dtype=np.float64)
-    if b0 is None:
-        p = np.clip(float(wt @ y) / float(wt.sum()), 1e-6, 1 - 1e-6)
-        b = float(np.log(p / (1 - p)))
-    else:
-        b = float(b0)
-    m = Z @ w + b
-    obj = C * float(wt @ (log1pexp(m) - y * m)) + 0.5 * float(w @ w)
+
+    def start(w: np.ndarray, b: float) -> tuple[np.ndarray, float, np.ndarray, float]:
+        m = Z @ w + b
+        return w, b, m, C * float(wt @ (log1pexp(m) - y * m)) + 0.5 * float(w @ w)
+
+    w, b, m, obj = start(np.zeros(dim), log_odds_share(y, wt))
+    if w0 is not None or b0 is not None:
+        warm = start(np.zeros(dim) if w0 is None else np.array(w0, dtype=np.float64),
+                     log_odds_share(y, wt) if b0 is None else float(b0))
+        if warm[3] <= obj:  # as in kernel_logistic
+            w, b, m, obj = warm
     it = 0
     for it in range(1, max_iter + 1):
         p = sigmoid(m)
