@@ -47,6 +47,7 @@ from evprobe.bench.checks_voids import check_voids
 from evprobe.bench.checks_clips import ClipRows, check_clip_words
 from evprobe.bench.clips import ClipSpec, benchmark_clip, panel_sheet, read_frames, render_clip
 from evprobe.bench.calibration import sheet_spec
+from evprobe.bench.decode import decode, read_bytes
 from evprobe.bench.detect import DetectionError, detect_sheet, marker_pixel_positions
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
@@ -441,7 +442,8 @@ def _check_hidden_images(
 
     def digest(rel: str) -> str:
         if rel not in digests:
-            digests[rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()
+            with (root / rel).open("rb") as f:  # streamed: a file of any size costs one buffer
+                digests[rel] = hashlib.file_digest(f, "sha256").hexdigest()
         return digests[rel]
 
     groups: dict[tuple[str, str], list[Item]] = defaultdict(list)
@@ -491,8 +493,6 @@ def _check_pixels(
 ) -> None:
     """The pixel rows; on a clip benchmark each clip is read as the sheet its panel frames make, and its
     frames, decoded once, go to the clip rows (`bench.checks_clips`), added after these."""
-    from PIL import Image
-
     clip_rows = None if clip is None else ClipRows(clip, MAX_DETECTOR_ERROR_PCT)
     worst, worst_where = 0.0, ""
     separation, sep_where = math.inf, ""
@@ -517,18 +517,17 @@ def _check_pixels(
                     f"families.jsonl: family {fam.family_id}: field 'calibration' unusable for {sheet} ({err!r})"
                 ) from None
             orientation = oracle.ORIENTATION[kind]
-            if clip is None:
-                with Image.open(path) as im:
-                    image = im.convert("RGB")
-            else:
-                assert clip_rows is not None
-                try:
-                    frames = read_frames(path, clip)
-                except ValueError as err:  # the clip rows say which (bench.checks_clips)
-                    report.failures.append(str(err))
+            try:  # within the pixel budget, its frame count from the header first (bench.decode)
+                frames = read_frames(path, clip) if clip is not None else decode(read_bytes(path), str(path), frames=1)
+            except ValueError as err:  # a failure of the file's rows (the clip rows say which: bench.checks_clips)
+                report.failures.append(str(err))
+                if clip_rows is not None:
                     clip_rows.bad(str(err))
-                    worst, worst_where = math.inf, rel
-                    continue
+                worst, worst_where = math.inf, rel
+                continue
+            if clip_rows is None:
+                image = frames[0]
+            else:
                 image = panel_sheet(frames)
                 clip_rows.read(fam, sheet, style, value, rel, frames)
             n_images += 1

@@ -37,6 +37,7 @@ How models read a clip: as its frames, one image each (`manifest.load_item_image
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,14 +45,17 @@ from typing import Any
 from PIL import Image
 
 from evprobe.bench.calibration import reading_at, sheet_instants, sheet_spec, sheet_value
+from evprobe.bench.decode import decode, read_bytes, read_header
 from evprobe.bench.numbers import fmt, round_sig
 from evprobe.bench.render import PANEL, SIZE, STYLES, panel_origin, render_panel
 from evprobe.bench.systems import get_system
+from evprobe.core.errors import InputError
 
 EVIDENCE_KINDS: tuple[str, ...] = ("sheet", "clip")
 SEED_FRAMES = 32  # seed 002, appendix A: the replication models read 32 frames at 2 FPS
 SEED_FPS = 2.0
 MAX_FRAMES = 256
+FIX = "regenerate the benchmark (evprobe generate --evidence clip) or replace the file"
 
 
 @dataclass(frozen=True)
@@ -93,17 +97,27 @@ def benchmark_clip(meta: dict[str, Any]) -> ClipSpec | None:
 def check_clips_as_video(bench: str | Path, meta: dict[str, Any]) -> None:
     """`--video-input native` on benchmark `bench` (its bench.json `meta`): refused in one line on a
     benchmark of sheets, before a model loads (`evprobe run` and `evprobe capture`)."""
-    from evprobe.core.errors import InputError
-
     if benchmark_clip(meta) is None:
         raise InputError(f"--video-input native: {bench} shows sheets, not clips; generate a clip benchmark "
                          "(evprobe generate --evidence clip) or drop the flag")
 
 
+def check_item_images(bench: str | Path, items: Iterable[Any], meta: dict[str, Any]) -> int:
+    """The preflight of a job that reads `items`' images (`evprobe run`, `evprobe capture`), before a model
+    loads or a request is sent: each image file once, within the pixel budget, at the benchmark's frame
+    count (1 for sheets, bench.json's `evidence` for clips) and whole (`bench.decode.check_files`); the
+    files checked."""
+    from evprobe.bench.decode import check_files
+    from evprobe.bench.manifest import resolve_image
+
+    clip = benchmark_clip(meta)
+    rels = dict.fromkeys(rel for it in items for rel in it.images)  # many items share an image
+    return check_files((resolve_image(bench, rel) for rel in rels), 1 if clip is None else clip.frames)
+
+
 def check_video_path(processor: Any, source: str) -> None:
     """`--video-input native` with a loaded model: refused in one line when its processor has no
     video path (hooks.inputs.takes_videos), before any forward."""
-    from evprobe.core.errors import InputError
     from evprobe.hooks.inputs import takes_videos
 
     if not takes_videos(processor):
@@ -155,35 +169,30 @@ def render_clip(system: str, candidates: dict[str, list[float]], calibration: di
     return encode_clip(clip_frames(system, candidates, calibration, sheet, clip, style), clip)
 
 
-def read_frames(source: str | Path | bytes, clip: ClipSpec | None = None) -> list[Image.Image]:
-    """The frames of an animated PNG as RGB images (a still PNG is one frame). With `clip`, a file whose
-    frame count, size or frame duration is not the clip's is refused, naming the file."""
-    data = source if isinstance(source, bytes) else Path(source).read_bytes()
-    name = "clip" if isinstance(source, bytes) else str(source)
-    frames, durations = [], []
-    with Image.open(io.BytesIO(data)) as im:
-        for k in range(getattr(im, "n_frames", 1)):
-            im.seek(k)
-            frames.append(im.convert("RGB"))
-            durations.append(im.info.get("duration"))
+def read_frames(source: str | Path | bytes, clip: ClipSpec | None = None, *, name: str | None = None) -> list[Image.Image]:
+    """The frames of an animated PNG as RGB images (a still PNG is one frame), decoded within the pixel
+    budget (`bench.decode`), each frame's display time (ms) in its `info`. With `clip`, a file whose frame
+    count (from its header, before decoding), size or frame duration is not the clip's is refused,
+    naming the file (`name`, else the path)."""
+    data = source if isinstance(source, bytes) else read_bytes(Path(source))
+    name = name or ("clip" if isinstance(source, bytes) else str(source))
+    frames = decode(data, name, frames=None if clip is None else clip.frames)
     if clip is not None:
-        if len(frames) != clip.frames:
-            raise ValueError(f"{name}: {len(frames)} frames, but the benchmark's clips have {clip.frames}")
         if any(f.size != (PANEL, PANEL) for f in frames):
-            raise ValueError(f"{name}: a frame is not {PANEL}x{PANEL} pixels")
-        if any(d is None or abs(float(d) - clip.duration_ms) > 0.5 for d in durations):
-            raise ValueError(f"{name}: frames are not shown {clip.duration_ms:g} ms each ({clip.fps:g} fps)")
+            raise InputError(f"{name}: a frame is not {PANEL}x{PANEL} pixels; {FIX}")
+        if any(d is None or abs(float(d) - clip.duration_ms) > 0.5 for d in (f.info.get("duration") for f in frames)):
+            raise InputError(f"{name}: frames are not shown {clip.duration_ms:g} ms each ({clip.fps:g} fps); {FIX}")
     return frames
 
 
-def frame_pngs(data: bytes) -> list[bytes] | None:
+def frame_pngs(data: bytes, name: str = "clip") -> list[bytes] | None:
     """A clip's frames, each as still-PNG bytes (for a server that takes images, not animations), or
-    None for a file that is not a clip."""
-    with Image.open(io.BytesIO(data)) as im:
-        if getattr(im, "n_frames", 1) == 1:
-            return None
+    None for a still image (its header read within the pixel budget, nothing decoded); `name` names the
+    file in a refusal (`read_frames`)."""
+    if read_header(data, name).frames == 1:
+        return None
     out = []
-    for frame in read_frames(data):
+    for frame in read_frames(data, name=name):
         buf = io.BytesIO()
         frame.save(buf, "PNG", optimize=False, compress_level=6)
         out.append(buf.getvalue())
@@ -208,16 +217,16 @@ def panel_sheet(frames: list[Image.Image]) -> Image.Image:
     return as_sheet([frames[n // 4 * k - 1] for k in (1, 2, 3, 4)])
 
 
-def sheet_view(data: bytes) -> bytes | Image.Image:
-    """What a reader of sheets reads in an evidence file: a still sheet as it is, a clip as the sheet
-    its panel frames make (`panel_sheet`)."""
-    with Image.open(io.BytesIO(data)) as im:
-        animated = getattr(im, "n_frames", 1) > 1
-    return panel_sheet(read_frames(data)) if animated else data
+def sheet_view(source: str | Path | bytes, name: str | None = None) -> Image.Image:
+    """What a reader of sheets reads in an evidence file (decoded within the pixel budget, as
+    `read_frames`): a still sheet as it is, a clip as the sheet its panel frames make (`panel_sheet`)."""
+    frames = read_frames(source, name=name)
+    return frames[0] if len(frames) == 1 else panel_sheet(frames)
 
 
 __all__ = [
     "check_clips_as_video",
+    "check_item_images",
     "check_video_path",
     "EVIDENCE_KINDS",
     "MAX_FRAMES",

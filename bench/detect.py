@@ -9,11 +9,10 @@ ruler axis is the measured pixel (the dot and the perpendicular line share that 
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 from PIL import Image
 
+from evprobe.bench.decode import decode
 from evprobe.bench.render import PANEL, SIZE, Style, layout_for, panel_origin, pixel_to_value
 from evprobe.bench.sheets import Orientation, SheetSpec
 
@@ -24,7 +23,7 @@ class DetectionError(ValueError):
 
 def _pixels(image: bytes | Image.Image) -> np.ndarray:
     """The sheet as an (H, W, 3) uint8 array."""
-    img = Image.open(io.BytesIO(image)) if isinstance(image, (bytes, bytearray)) else image
+    img = decode(bytes(image), "sheet")[0] if isinstance(image, (bytes, bytearray)) else image
     if img.mode != "RGB":
         img = img.convert("RGB")
     if img.size != (SIZE, SIZE):

@@ -241,14 +241,15 @@ def load_images(paths: Iterable[Path], *, clips_as_video: bool = False) -> list[
     `clips_as_video`, each clip's frames are marked as one video (`core.video.mark_video`, keyed by
     the file's place and digest, at the clip's rate), for a model that reads video."""
     from evprobe.bench.clips import read_frames
+    from evprobe.bench.decode import read_bytes
 
     out = []
     for place, path in enumerate(paths):
-        data = Path(path).read_bytes()
+        data = read_bytes(Path(path))
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         frames = _DECODED.get(digest)
         if frames is None:
-            frames = read_frames(data)  # a still image is one frame
+            frames = read_frames(data, name=str(path))  # a still image is one frame; within the pixel budget
             for k, rgb in enumerate(frames, 1):
                 rgb.info[SOURCE_INFO] = digest if len(frames) == 1 else f"{digest}:{k}"
             _DECODED[digest] = frames

@@ -74,7 +74,7 @@ def _detect_file(path: Path, orientation: str, ruler_length: float, style: str) 
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, orientation, ruler_length, style)
     if key not in _DETECTED:
         _DETECTED[key] = detect_sheet(
-            sheet_view(path.read_bytes()), orientation=orientation, ruler_length=ruler_length, style=STYLES[style]
+            sheet_view(path), orientation=orientation, ruler_length=ruler_length, style=STYLES[style]
         )
     return _DETECTED[key]
 
@@ -84,7 +84,7 @@ def _marked(path: Path, style: str) -> bool:
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, style)
     if key not in _MARKED:
-        _MARKED[key] = marker_pixel_count(sheet_view(path.read_bytes()), STYLES[style]) > 0
+        _MARKED[key] = marker_pixel_count(sheet_view(path), STYLES[style]) > 0
     return _MARKED[key]
 
 

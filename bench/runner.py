@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from evprobe.bench.clips import check_clips_as_video, check_video_path
+from evprobe.bench.clips import check_clips_as_video, check_item_images, check_video_path
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item_units
 from evprobe.bench.model_config import ModelConfig, as_model_config, model_from_record
 from evprobe.bench.manifest import load_item_images, read_families, read_items, read_meta, resolve_image
@@ -330,6 +330,7 @@ class RunJob(Job):
 
     def open(self) -> None:
         c = self.config
+        check_item_images(self.bench, self.items, self.bench_meta)  # before a policy reads or a model loads
         if c.model.model.startswith(POLICY_PREFIX):
             families = {f.family_id: f for f in read_families(self.bench)}
             policy = make_policy(c.model.model[len(POLICY_PREFIX):], self.bench, families,

@@ -38,9 +38,10 @@ from __future__ import annotations
 import io
 from dataclasses import replace
 
-from PIL import Image, ImageDraw
+from PIL import ImageDraw
 
 from evprobe.bench.clips import ClipSpec, encode_clip, read_frames
+from evprobe.bench.decode import decode
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
 from evprobe.bench.prompts import PromptBuilder
@@ -91,7 +92,7 @@ def parse_voids(text: str) -> tuple[str, ...]:
 
 def occlude(png: bytes) -> bytes:
     """A rendered sheet with each panel below its label band covered by the occluder (PNG bytes)."""
-    img = Image.open(io.BytesIO(png)).convert("RGB")
+    img = decode(png, "sheet")[0]
     if img.size != (SIZE, SIZE):
         raise ValueError(f"a sheet is {SIZE}x{SIZE} pixels, this image is {img.size[0]}x{img.size[1]}")
     draw = ImageDraw.Draw(img)

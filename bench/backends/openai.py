@@ -104,7 +104,7 @@ def _images(paths: tuple[Path, ...]) -> list[tuple[bytes, str]]:
     out = []
     for path in paths:
         data = path.read_bytes()
-        frames = frame_pngs(data) if path.suffix.lower() == ".png" else None
+        frames = frame_pngs(data, str(path)) if path.suffix.lower() == ".png" else None
         out += [(data, MIME.get(path.suffix.lower(), "image/png"))] if frames is None else [(f, "image/png") for f in frames]
     return out
 

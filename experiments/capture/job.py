@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evprobe.bench.items import Item, item_units
-from evprobe.bench.clips import check_clips_as_video, check_video_path
+from evprobe.bench.clips import check_clips_as_video, check_item_images, check_video_path
 from evprobe.bench.manifest import META_FILE, load_item_images, read_items
 from evprobe.bench.manifest import read_meta as read_bench_meta
 from evprobe.bench.model_config import load_model, model_from_record
@@ -223,6 +223,7 @@ class CaptureJob(Job):
         return CaptureRows(folder, [it.item_id for it in self.items] if own else None, selection_of)
 
     def open(self) -> None:
+        check_item_images(self.bench, self.items, self.bench_meta)  # before the model loads
         self.handle = load_model(self.config.model)
         if self.as_video:
             check_video_path(self.handle.processor, self.config.model.source)
