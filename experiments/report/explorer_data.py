@@ -6,14 +6,15 @@ pairs), each member with its sheets, its unsteered reply from the run's records.
 cross-fitted probe margin and its steered outcome at each layer x dose of the dose-response run.
 Inputs are found the way experiments.report.build finds parts (`**/dose_response.md`, `**/patching.md`)
 and then through the paths the results' own meta.json records (`bench`, `directions_folder`, the
-directions' `captures`). Nothing here writes a file.
+directions' `captures`), each row and folder checked first (experiments.report.explorer_rows: a
+damaged row left out with a warning, a folder outside the report's refused). Nothing here writes a file.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import json
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.core.files import read_complete_lines
+from evprobe.core.errors import InputError, OneLineWarning
+from evprobe.experiments.report.explorer_rows import DOSE, ITEM, PATCH, RECORD, checked_meta, checked_rows, contained
 
 THUMB_WIDTH = 160  # px: a sheet's thumbnail width (aspect kept)
 THUMB_COLOURS = 32
@@ -87,14 +89,6 @@ class Explorer:
     position: str | None
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(text) for _, text in read_complete_lines(path)]
-
-
-def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
 def _found(roots: list[Path], name: str) -> list[Path]:
     """Folders holding `name` under the roots, as experiments.report.build finds parts (report folders skipped)."""
     out: list[Path] = []
@@ -112,19 +106,11 @@ def _records(roots: list[Path]) -> dict[tuple[str | None, str], dict[str, Any]]:
     out: dict[tuple[str | None, str], dict[str, Any]] = {}
     for root in roots:
         for path in sorted(Path(root).rglob("records.jsonl")):
-            for row in _jsonl(path):
+            for row in checked_rows(path, RECORD):
                 out.setdefault((row.get("model"), row["item_id"]), row)
     if len({model for model, _ in out}) == 1:
         out.update({(None, item): row for (_, item), row in list(out.items())})
     return out
-
-
-def _recorded(path: str | None, sibling: Path, roots: list[Path]) -> Path | None:
-    """The folder a meta.json records, else the like-named folder beside the results (a copied or moved
-    pipeline); one inside the roots first, since only files inside them may be embedded (_Thumbs)."""
-    found = [c for c in ([Path(path)] if path else []) + [sibling] if c.is_dir()]
-    inside = [c for c in found if any(r.resolve() in c.resolve().parents for r in roots)]
-    return (inside or found or [None])[0]
 
 
 class _Thumbs:
@@ -132,14 +118,12 @@ class _Thumbs:
     the report's roots are read (report.html's rule: a report carries only what its user put in it)."""
 
     def __init__(self, roots: list[Path]) -> None:
-        self.cache: dict[Path, str] = {}
+        self.cache: dict[Path, str | None] = {}
         self.roots = [r.resolve() for r in roots]
 
     def __call__(self, bench: Path, rel: str) -> str | None:
-        from PIL import Image
-
+        from evprobe.bench.clips import sheet_view
         from evprobe.bench.manifest import resolve_image
-        from evprobe.core.errors import InputError
 
         try:
             path = resolve_image(bench, rel)  # refuses paths that leave the benchmark folder
@@ -148,12 +132,16 @@ class _Thumbs:
         if not any(root in path.parents for root in self.roots):
             return None
         if path not in self.cache:
-            with Image.open(path) as im:
-                im = im.convert("RGB")
-                im.thumbnail((THUMB_WIDTH, THUMB_WIDTH * 4))
-                buf = io.BytesIO()
-                # a sheet is a few flat colours: a 32-colour palette keeps it legible at ~1/4 the bytes
-                im.quantize(THUMB_COLOURS).save(buf, format="PNG", optimize=True)
+            try:  # within the pixel budget (bench.decode); a clip shows the sheet its panel frames make
+                im = sheet_view(path)
+            except InputError as err:  # one line naming the file; the member says its sheet is left out
+                warnings.warn(f"{err}; left out of the report's explorer", OneLineWarning, stacklevel=2)
+                self.cache[path] = None
+                return None
+            im.thumbnail((THUMB_WIDTH, THUMB_WIDTH * 4))
+            buf = io.BytesIO()
+            # a sheet is a few flat colours: a 32-colour palette keeps it legible at ~1/4 the bytes
+            im.quantize(THUMB_COLOURS).save(buf, format="PNG", optimize=True)
             self.cache[path] = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
         return self.cache[path]
 
@@ -305,9 +293,11 @@ def read_explorer(roots: list[Path], limit_pairs: int = 48) -> Explorer | None:
     patch_lines: dict[tuple[Path, str], str] = {}  # (resolved bench, source item) -> one line
     patch_folders = _found(roots, "patching.md")
     for folder in patch_folders:
-        recorded = (_json(folder / "meta.json").get("config") or {}).get("bench")
-        bench = _recorded(recorded, folder.parent / "bench", roots)
-        for r in _jsonl(folder / "results.jsonl") if bench is not None else []:
+        meta = checked_meta(folder / "meta.json")
+        recorded = None if meta is None else (meta.get("config") or {}).get("bench")
+        bench = None if meta is None else contained(recorded, folder.parent / "bench", roots,
+                                                     f"{folder / 'meta.json'}: field 'config.bench'")
+        for r in checked_rows(folder / "results.jsonl", PATCH) if bench is not None else []:
             patch_lines[(bench.resolve(), r["source"])] = (
                 f"patching {r['source']} into {r['target']}: logit difference source {r['ld_source']:+.2f}, "
                 f"target {r['ld_target']:+.2f}")
@@ -319,22 +309,27 @@ def read_explorer(roots: list[Path], limit_pairs: int = 48) -> Explorer | None:
     if not any((f / "results.jsonl").is_file() for f, _ in sources):
         sources = [(f, "patching") for f in patch_folders]
     for folder, kind in sources:
-        meta = _json(folder / "meta.json")
-        bench = _recorded(meta.get("bench") or (meta.get("config") or {}).get("bench"), folder.parent / "bench", roots)
+        meta = checked_meta(folder / "meta.json")
+        if meta is None:
+            continue
+        field = "bench" if meta.get("bench") else "config.bench"
+        bench = contained(meta.get("bench") or (meta.get("config") or {}).get("bench"), folder.parent / "bench", roots,
+                          f"{folder / 'meta.json'}: field '{field}'")
         if bench is None or not (bench / "items.jsonl").is_file():
             continue
-        items = {r["item_id"]: r for r in _jsonl(bench / "items.jsonl")}
+        items = {r["item_id"]: r for r in checked_rows(bench / "items.jsonl", ITEM)}
         by_item: dict[str, list[dict[str, Any]]] = defaultdict(list)
         layers: dict[int, str] = {}
         if kind == "dose":
-            for r in _jsonl(folder / "results.jsonl"):
+            for r in checked_rows(folder / "results.jsonl", DOSE):
                 by_item[r["item_id"]].append(r)
             layers = {int(k): v["name"] for k, v in (meta.get("layer_directions") or {}).items()}
             names += [n for n in layers.values() if n not in names]
-            margins = _Margins(_recorded(meta.get("directions_folder"), folder.parent / "directions", roots))
+            margins = _Margins(contained(meta.get("directions_folder"), folder.parent / "directions", roots,
+                                         f"{folder / 'meta.json'}: field 'directions_folder'"))
             position = position or next((margins.dirs[n].position for n in layers.values() if n in margins.dirs), None)
         else:
-            for r in _jsonl(folder / "results.jsonl"):
+            for r in checked_rows(folder / "results.jsonl", PATCH):
                 by_item[r["source"]], by_item[r["target"]] = [], []
             margins = _Margins(None)
         layers_all |= set(layers)

@@ -12,9 +12,14 @@ import json
 import re
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evprobe.core.errors import OneLineWarning
 
 from evprobe.experiments.report.explorer import explorer_section
 from evprobe.experiments.report.explorer_data import read_explorer
@@ -236,10 +241,99 @@ def test_patching_pairs_alone_are_explored(pipeline: Path, tmp_path: Path) -> No
     assert "logit difference source +1.50, target -2.00" in explorer_section([tmp_path])
 
 
-def test_sheets_outside_the_roots_are_left_out(explored: dict, pipeline: Path, tmp_path: Path) -> None:
-    """A dose-response whose bench lies outside the report's folders: no sheet bytes reach the HTML."""
-    shutil.copytree(explored["root"] / "dose_response", tmp_path / "dose_response")
-    shutil.copytree(explored["root"] / "run", tmp_path / "run")
-    section = explorer_section([tmp_path], limit_pairs=2)
-    assert section is not None and "<img" not in section and "data:image" not in section
-    assert "sheet(s) left out: not found inside the report's folders" in section
+def test_a_bench_outside_the_roots_is_refused_and_none_of_its_text_reaches_the_html(explored: dict, pipeline: Path,
+                                                                                    tmp_path: Path) -> None:
+    """The issue's case: a dose-response whose meta names a bench outside the report's folders (here
+    `../outside`, a copy holding a planted item history) embedded that items.jsonl's text."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    shutil.copytree(pipeline / "bench", outside / "bench")
+    rows = _jsonl(outside / "bench" / "items.jsonl")
+    for r in rows:
+        r["history"] = "PLANTED-OUTSIDE"
+    (outside / "bench" / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shutil.copytree(explored["root"] / "dose_response", root / "dose_response")
+    shutil.copytree(explored["root"] / "run", root / "run")
+    meta_path = root / "dose_response" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["bench"] = str(root / ".." / "outside" / "bench")
+    meta_path.write_text(json.dumps(meta))
+    with pytest.warns(OneLineWarning, match=r"meta.json: field 'bench' names .*outside.*, outside the report's folders"):
+        section = explorer_section([root], limit_pairs=2)
+    assert section is None  # its only source's bench is refused: nothing to explore, no text of it
+    # a symlink inside the root leading outside is outside too
+    (root / "bench").symlink_to(outside / "bench")
+    with pytest.warns(OneLineWarning, match="outside the report's folders"):
+        assert explorer_section([root], limit_pairs=2) is None
+
+
+def _damaged(explored: dict, tmp_path: Path, rel: str, edit) -> Path:
+    """A copy of the explored root with the first row of `rel` edited by `edit` (a row -> row)."""
+    root = tmp_path / "root"
+    shutil.copytree(explored["root"], root)
+    rows = _jsonl(root / rel)
+    rows[0] = edit(dict(rows[0]))
+    (root / rel).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+@pytest.mark.parametrize("rel, edit, words", [
+    ("dose_response/results.jsonl", lambda r: {k: v for k, v in r.items() if k != "item_id"},
+     "results.jsonl:1: field 'item_id' is missing; it must be a string"),
+    ("dose_response/results.jsonl", lambda r: {**r, "kind": "probe", "lp": {"choice": "A", "log_odds": "1.5"}},
+     "results.jsonl:1: field 'lp.log_odds' is a string, not a number or null"),
+    ("run/records.jsonl", lambda r: {k: v for k, v in r.items() if k != "item_id"},
+     "records.jsonl:1: field 'item_id' is missing"),
+    ("bench/items.jsonl", lambda r: {**r, "images": "images/a.png"}, "items.jsonl:1: field 'images' is a string"),
+    ("dose_response/meta.json", None, "meta.json: field 'layer_directions' is"),
+])
+def test_a_damaged_row_is_left_out_with_one_line_naming_file_line_and_field(explored: dict, tmp_path: Path, rel: str,
+                                                                            edit, words: str) -> None:
+    if edit is None:  # the meta.json: its folder left out
+        root = tmp_path / "root"
+        shutil.copytree(explored["root"], root)
+        meta = json.loads((root / rel).read_text())
+        (root / rel).write_text(json.dumps({**meta, "layer_directions": {"three": {"name": 3}}}))
+    else:
+        root = _damaged(explored, tmp_path, rel, edit)
+    with pytest.warns(OneLineWarning) as seen:
+        explorer_section([root], limit_pairs=12)
+    lines = [str(w.message) for w in seen if words in str(w.message)]
+    assert len(lines) == 1 and "\n" not in lines[0] and str(root) in lines[0]
+    assert "left out of the report's explorer" in lines[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(["item_id", "kind", "layer", "alpha", "lp", "gen", "lp_set", "direction_index"]),
+       value=st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                              st.sampled_from(["choice", "log_odds", "valid", "reply", "name"]), inner, max_size=3),
+                          max_leaves=6))
+def test_any_value_in_a_dose_row_builds_the_section_or_warns(explored: dict, tmp_path_factory, field: str,
+                                                              value) -> None:
+    """Whatever a results row's field holds, the section is built (the row shown or left out with a
+    warning): never a traceback."""
+    tmp = tmp_path_factory.mktemp("fuzz")
+    root = tmp / "root"
+    shutil.copytree(explored["root"] / "dose_response", root / "dose_response")
+    for name in ("run", "bench", "directions"):
+        (root / name).symlink_to(explored["root"] / name)
+    rows = _jsonl(root / "dose_response" / "results.jsonl")
+    rows = [{**r, field: value} for r in rows]
+    (root / "dose_response" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OneLineWarning)
+        section = explorer_section([root], limit_pairs=2)
+    assert section is None or section.startswith('<section id="explorer">')
+
+
+def test_a_sheet_over_the_pixel_budget_is_left_out_of_the_thumbnails(explored: dict, tmp_path: Path) -> None:
+    from tests.bench.hostile_images import huge_png
+
+    root = tmp_path / "root"
+    shutil.copytree(explored["root"], root)
+    first = read_explorer([root], limit_pairs=1).pairs[0].members[0]
+    item = next(r for r in _jsonl(root / "bench" / "items.jsonl") if r["item_id"] == first.item_id)
+    (root / "bench" / item["images"][0]).write_bytes(huge_png(20000, 20000))
+    with pytest.warns(OneLineWarning, match=r"20000x20000 pixels, over the pixel budget.*left out of the report's explorer"):
+        section = explorer_section([root], limit_pairs=1)
+    assert "sheet(s) left out" in section
