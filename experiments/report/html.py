@@ -89,13 +89,17 @@ def _inline_images(body: str, folder: Path, page: str) -> str:
 def compact_png(raw: bytes) -> bytes:
     """`raw` as a 256-colour palette PNG when that is smaller (the report's plots are flat colours on
     white: about a quarter of the bytes, the same picture to the eye); the part's own PNG file on disk
-    keeps its full colour. Anything Pillow cannot read is kept as it is (the browser test catches a
-    broken image)."""
+    keeps its full colour. Anything Pillow cannot read, or over the pixel budget (bench.decode: its
+    header is read first, so no large plot is decoded here), is kept as it is (the browser test
+    catches a broken image)."""
     import io
 
     from PIL import Image, UnidentifiedImageError
 
+    from evprobe.bench.decode import read_header
+
     try:
+        read_header(raw, "plot")
         with Image.open(io.BytesIO(raw)) as im:
             im.load()
             has_alpha = im.mode in ("RGBA", "LA", "PA") and im.getextrema()[-1][0] < 255
@@ -104,7 +108,7 @@ def compact_png(raw: bytes) -> bytes:
             small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
             buf = io.BytesIO()
             small.save(buf, format="PNG", optimize=True)
-    except (UnidentifiedImageError, OSError, ValueError):
+    except (UnidentifiedImageError, OSError, ValueError):  # InputError (bench.decode) is a ValueError
         return raw
     return buf.getvalue() if len(buf.getvalue()) < len(raw) else raw
 

@@ -13,6 +13,7 @@ from evprobe.analysis.specificity import FULL_BAND, band_name
 from evprobe.experiments.report.fold import fold_page, page_blocks
 from evprobe.experiments.report.html import _renderer, compact_png
 from evprobe.experiments.report.summary import dropped_layers, summary_png
+from tests.bench.hostile_images import huge_png
 
 PAGE = """# Report
 
@@ -137,6 +138,8 @@ def test_compact_png_keeps_transparency_and_what_it_cannot_read() -> None:
     im.save(buf, format="PNG")
     assert compact_png(buf.getvalue()) == buf.getvalue()
     assert compact_png(b"not a png") == b"not a png"
+    huge = huge_png(20000, 20000)  # was a DecompressionBombError traceback in `evprobe report`
+    assert compact_png(huge) == huge
 
 
 @pytest.mark.parametrize(("k", "text"), [
