@@ -6,8 +6,13 @@ line of an append-only log warns with `IncompleteLineWarning` (`core.files.read_
 """
 
 import json
+import re
 import warnings
 from typing import Any
+
+# What must not reach a terminal raw from a file: C0 and C1 controls (ANSI escapes, carriage returns,
+# newlines), zero-width and bidirectional formatting characters, line and paragraph separators
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 class InputError(ValueError):
@@ -30,7 +35,7 @@ class IncompleteLineWarning(OneLineWarning):
 def _format_warning(message, category, filename, lineno, line=None):  # noqa: ANN001, ANN202 - warnings' own signature
     """OneLineWarning as one stderr line (no source line after it); every other warning as before."""
     if isinstance(category, type) and issubclass(category, OneLineWarning):
-        return f"evprobe: warning: {message}\n"
+        return f"evprobe: warning: {printable(str(message))}\n"
     return _PLAIN_FORMAT(message, category, filename, lineno, line)
 
 
@@ -38,6 +43,13 @@ if not getattr(warnings.formatwarning, "_evprobe", False):  # once, however ofte
     _PLAIN_FORMAT = warnings.formatwarning
     _format_warning._evprobe = True  # type: ignore[attr-defined]
     warnings.formatwarning = _format_warning
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters written as escapes (\\x1b, \\n, \\u202e), as `repr` would,
+    and nothing else changed: text read from a file (a lock holder's command, a name) reaches a
+    terminal as text, never as an escape sequence that recolours, moves or hides what follows."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def shown(value: Any, limit: int = 60) -> str:

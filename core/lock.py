@@ -42,6 +42,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 import sys
 import threading
 import warnings
@@ -52,8 +53,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evprobe.core.errors import InputError, OneLineWarning
+from evprobe.core.errors import InputError, OneLineWarning, printable
 from evprobe.core.files import ensure_folder
+from evprobe.core.json_files import MAX_NESTING, nesting
 
 try:
     import fcntl
@@ -66,6 +68,7 @@ NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSY
 FIX = "wait for it to finish, or use another --out"
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # a link planted as the lock file is refused, never followed
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO planted as the lock file must not block the open
 
 
 class FolderLockWarning(OneLineWarning):
@@ -115,21 +118,32 @@ def folder_lock(folder: str | Path, what: str, *, fix: str = FIX) -> Iterator[Pa
 def holder(folder: str | Path) -> dict[str, Any] | None:
     """What `folder`'s lock file says of its holder (pid, host, command, started), or None."""
     try:
-        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | _CLOEXEC)
+        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | _CLOEXEC | _NOFOLLOW | _NONBLOCK)
     except OSError:
         return None
     try:
-        return _read_info(fd)
+        return _read_info(fd) if _regular(fd) else None
     finally:
         os.close(fd)
+
+
+def being_written(folder: str | Path) -> bool:
+    """Whether a writer holds `folder`, judged from its lock file alone: the file is there and names
+    a live process on this host, a process on another host, or no one yet (a writer starting).
+    Read only: no flock is taken, so a writer starting at this instant is never refused for it."""
+    if not os.path.lexists(Path(folder) / LOCK_FILE):
+        return False
+    info = holder(folder)
+    return not info or info.get("host") != socket.gethostname() or _alive(info.get("pid"))
 
 
 def describe(info: dict[str, Any] | None) -> str:
     """`evprobe run (pid 123 on host, started 2026-01-01T12:00:00+00:00)`."""
     if not info:
         return "another process (that is just starting: no pid written yet)"
-    return (f"{info.get('command', '?')} (pid {info.get('pid', '?')} on {info.get('host', '?')}, "
-            f"started {info.get('started', '?')})")
+    # read from a file anyone could write: shown with control characters escaped (no raw ANSI escapes)
+    command, pid, host, started = (printable(str(info.get(k, "?"))) for k in ("command", "pid", "host", "started"))
+    return f"{command} (pid {pid} on {host}, started {started})"
 
 
 # ---------------------------------------------------------------- taking and giving back
@@ -139,13 +153,17 @@ def _acquire(folder: Path, command: str, made: bool, fix: str) -> _Held:
     path = folder / LOCK_FILE
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC | _NOFOLLOW, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC | _NOFOLLOW | _NONBLOCK, 0o644)
         except FileNotFoundError:  # the folder went meanwhile (its last holder made it and removed it, empty)
             made = ensure_folder(folder) or made
             continue
         except OSError as err:
             raise InputError(f"{folder}: cannot create its lock file {LOCK_FILE} ({err.strerror}); "
                              "use an --out you can write to") from None
+        if not _regular(fd):  # a FIFO or device there: reading it was "[Errno 29] Illegal seek"
+            os.close(fd)
+            raise InputError(f"{path}: the lock file is not a regular file ({_kind(path)}); remove it if no "
+                             "evprobe command is running on this folder, or use another --out")
         if fcntl is None:
             return _acquire_soft(folder, fd, command, made, fix, "this system has no flock")
         try:
@@ -209,8 +227,8 @@ def _release(lock: _Held) -> None:
             os.close(lock.fd)
     else:
         try:
-            fd = os.open(lock.path, os.O_RDONLY | _CLOEXEC)
-        except FileNotFoundError:
+            fd = os.open(lock.path, os.O_RDONLY | _CLOEXEC | _NOFOLLOW | _NONBLOCK)
+        except OSError:  # gone, or replaced by a link: not ours to remove
             fd = None
         if fd is not None:
             try:
@@ -256,10 +274,23 @@ def _read_info(fd: int) -> dict[str, Any] | None:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         text = os.read(fd, 65536).decode("utf-8", "replace")
+        if nesting(text) > MAX_NESTING:  # JSON's parser recurses per level: deep brackets were a RecursionError
+            return None
         info, _ = json.JSONDecoder().raw_decode(text.lstrip())
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) else None
+
+
+def _regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _kind(path: Path) -> str:
+    """'a FIFO', 'a socket', 'a device', 'a folder': what stands at `path` instead of a file."""
+    mode = os.stat(path, follow_symlinks=False).st_mode
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a folder" if stat.S_ISDIR(mode) else "a device")
 
 
 def same_file(fd: int, path: Path) -> bool:
@@ -290,4 +321,4 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-__all__ = ["LOCK_FILE", "FolderLockWarning", "describe", "folder_lock", "holder", "same_file"]
+__all__ = ["LOCK_FILE", "FolderLockWarning", "being_written", "describe", "folder_lock", "holder", "same_file"]

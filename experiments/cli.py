@@ -399,7 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except (ValueError, OSError) as err:  # bad input (InputError, missing files): one line, no traceback
-        print(f"evprobe: error: {err}", file=sys.stderr)
+        from evprobe.core.errors import printable  # a message may quote a file: its escapes shown, not obeyed
+
+        print(f"evprobe: error: {printable(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("evprobe: interrupted", file=sys.stderr)
