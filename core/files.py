@@ -1,14 +1,19 @@
 """Files that survive a kill: atomic whole-file writes and append-only JSONL logs.
 
 Writers are atomic: a file appears whole under its final name or not at all. An append-only log
-gets whole lines with one write and an fsync, so a kill leaves at most one torn last line.
+gets whole lines with one write and an fsync, so a kill leaves at most one torn last line. Every
+writer here refuses, in one line, a symbolic link where its file belongs (a dangling
+`OUT/records.jsonl` link was written through, creating a file outside OUT) and a FIFO or device
+(opened without blocking, checked with fstat).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterable
@@ -16,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.core.errors import IncompleteLineWarning, InputError
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def ensure_folder(folder: Path) -> bool:
@@ -48,9 +56,39 @@ def _not_a_folder(folder: Path) -> str:
     return f"{blocker} is a file, not a folder{where}; move it aside or use another --out"
 
 
+def refuse_link(path: Path) -> None:
+    """One InputError line if `path` is a symbolic link (dangling or not): evprobe writes regular
+    files in its output folders, never through a link to a file elsewhere (lstat, not stat)."""
+    if os.path.islink(path):
+        raise InputError(f"{path} is a symbolic link to {os.readlink(path)}; evprobe writes only regular files in "
+                         "its output folders: remove the link, or use another --out")
+
+
+def _open_for_writing(path: Path, flags: int) -> int:
+    """os.open of a file evprobe writes: a link is refused (O_NOFOLLOW), and a FIFO or device too,
+    without blocking (O_NONBLOCK: a FIFO without a reader would hold the open for good)."""
+    refuse_link(path)
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # a link planted between the check and the open
+            refuse_link(path)
+        if err.errno != errno.ENXIO:  # ENXIO: a FIFO with no reader, refused below
+            raise
+        fd = None
+    if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd is not None:
+            os.close(fd)
+        raise InputError(f"{path} is not a regular file; evprobe writes only regular files in its output folders: "
+                         "move it aside, or use another --out")
+    return fd
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same folder and a rename."""
+    """Write `data` to `path` through a temporary file in the same folder and a rename (a link at
+    `path` is refused, not replaced: it was put there by someone)."""
     ensure_folder(path.parent)
+    refuse_link(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are for sharing, like the appended logs
@@ -119,17 +157,21 @@ def warn_incomplete_line(path: Path) -> None:
 
 def cut_torn_tail(path: Path) -> None:
     """Cut an unterminated last line off an append-only log (with an fsync), so the next append
-    starts on a clean line. Only the writer that is about to append calls this."""
-    if not path.is_file():
+    starts on a clean line. Only the writer that is about to append calls this; a link or FIFO
+    there is refused (`refuse_link`, `_open_for_writing`) before anything is computed."""
+    refuse_link(path)
+    if not path.exists():
         return
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with path.open("r+b") as fh:
+    fd = _open_for_writing(path, os.O_RDWR)
+    with os.fdopen(fd, "r+b") as fh:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return
         fh.seek(size - 1)
         if fh.read(1) == b"\n":
             return
-        data = path.read_bytes()
+        fh.seek(0)
+        data = fh.read()
         fh.truncate(data.rfind(b"\n") + 1)
         fh.flush()
         os.fsync(fh.fileno())
@@ -141,7 +183,7 @@ def append_log_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
     if not data:
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = _open_for_writing(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         view = memoryview(data)
         while view:  # os.write may write less than asked

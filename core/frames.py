@@ -35,13 +35,12 @@ and says so in one line when it is missing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from evprobe.core.errors import InputError
-from evprobe.core.files import read_complete_lines
+from evprobe.core.json_files import read_json_lines, read_json_object
 
 ROW_FILES = ("records.jsonl", "results.jsonl")
 SWEEP_COLUMNS = ("label", "positive", "probe", "model")
@@ -104,22 +103,8 @@ def _rows_of_path(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise InputError(f"{path} not found; give a RUN or results folder, a .jsonl file or a sweep.json")
     if path.suffix == ".jsonl":
-        rows = []
-        for number, line in read_complete_lines(path):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{path}:{number}: not valid JSON ({err.msg}); move the file aside") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-        return rows
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: not JSON text ({err}); give a .jsonl file or a sweep.json") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object with 'rows' (a sweep.json)")
+        return [row for _, row in read_json_lines(path, "move the file aside")]
+    data, _ = read_json_object(path, "give a .jsonl file or a sweep.json (a JSON object with 'rows')")
     return rows_of(data)
 
 

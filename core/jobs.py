@@ -26,7 +26,6 @@ Rows go to a JSONL file (`JsonlRows`); a job with its own storage (capture's act
 
 from __future__ import annotations
 
-import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +42,7 @@ from evprobe.core.files import (
     read_complete_lines,
 )
 from evprobe.core.flags import PLACEMENT_KEYS
+from evprobe.core.json_files import optional_json_object, parse_json
 from evprobe.core.job_summary import JobSummary, Session
 from evprobe.core.lock import folder_lock
 from evprobe.core.prefetch import prefetched
@@ -54,6 +54,7 @@ RowKey = tuple[str, str]  # (unit key, condition)
 FORMAT_KEY = "kind"  # every job folder's meta names its job kind; merge dispatches on it
 # Meta keys that differ between the shards of one job by nature (what ran where, and when).
 SHARD_FREE = ("shard", "last_session", "n_selected", "n_records", "bench", "directions_folder", "resources")
+MOVE_ASIDE = "move the folder aside"  # the fix for a job folder's damaged row or meta file
 
 
 @dataclass(frozen=True)
@@ -100,12 +101,12 @@ class JsonlRows(RowStore):
     def done(self, *, warn: bool = True) -> dict[RowKey, Row]:
         out: dict[RowKey, Row] = {}
         for number, line in read_complete_lines(self.path, warn=warn):
+            row = parse_json(line, self.path, MOVE_ASIDE, line=number)  # bounded: a 3,000-deep line is one line
             try:
-                row = json.loads(line)
                 key = self.key_of(row)
                 hash(key)  # a list or object where a key field belongs: TypeError, a bad line
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
-                raise InputError(f"{self.path}:{number}: not a {self.what} ({err}); move the folder aside") from None
+            except (KeyError, TypeError, AttributeError) as err:
+                raise InputError(f"{self.path}:{number}: not a {self.what} ({err}); {MOVE_ASIDE}") from None
             problem = self.check(row) if self.check is not None else None
             if problem:
                 raise InputError(f"{self.path}:{number}: {problem}; move the folder aside (or fix the line)")
@@ -117,7 +118,8 @@ class JsonlRows(RowStore):
 
     def lines(self) -> dict[RowKey, str]:
         """The raw complete lines by key (merge copies them byte for byte)."""
-        return {self.key_of(json.loads(line)): line for _, line in read_complete_lines(self.path)}
+        return {self.key_of(parse_json(line, self.path, MOVE_ASIDE, line=number)): line
+                for number, line in read_complete_lines(self.path)}
 
     def repair(self) -> None:
         cut_torn_tail(self.path)
@@ -269,15 +271,7 @@ def grid_order(units: Sequence[Unit], conditions: Sequence[str], batch_size: int
 
 def read_meta(path: Path) -> dict[str, Any] | None:
     """A job folder's meta file, or None if there is none; bad JSON is a one-line error."""
-    if not path.is_file():
-        return None
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not valid JSON ({err}); move the folder aside") from None
-    if not isinstance(meta, dict):
-        raise InputError(f"{path}: expected a JSON object; move the folder aside")
-    return meta
+    return optional_json_object(path, MOVE_ASIDE)
 
 
 def check_pinned(job: Job, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
@@ -320,6 +314,8 @@ def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict
     started = time.perf_counter()
     label = progress_label(job.kind, job.shard)
     if n_todo:
+        # Before the model loads: a torn tail cut, and a link or FIFO where the rows go refused in one line.
+        store.repair()
         if progress:  # open() (loading a model) can take minutes with no count to show: say what happens
             note(label, f"{n_todo} rows to compute ({len(wanted) - n_todo} already in {job.out}); loading")
         job.open()  # the slow, failure-prone step, before anything is written
@@ -352,7 +348,6 @@ def _compute_missing(job: Job, store: RowStore, old: dict[str, Any] | None, pinn
     meta = {FORMAT_KEY: job.kind, **job.meta(), **pinned}
     if old is None:
         atomic_write_json(job.meta_path(), meta)
-    store.repair()
     store.prepare(old or meta)
     bar = Progress(label, n_todo) if progress else None
     work = [(sub, cond) for batch in batches([u for u in units if todo[u.key]], job.batch_size)

@@ -19,7 +19,8 @@ import numpy as np
 
 from evprobe.core.capture_schema import index_row_problem
 from evprobe.core.errors import InputError
-from evprobe.core.files import append_log_lines, atomic_write_bytes, cut_torn_tail, read_complete_lines
+from evprobe.core.files import append_log_lines, atomic_write_bytes, cut_torn_tail
+from evprobe.core.json_files import read_json_lines
 from evprobe.core.jobs import Row, RowKey, RowStore
 
 ACTS_FILE = "acts.npy"
@@ -62,11 +63,7 @@ def load_index(path: Path, item_ids: Sequence[str] | None = None, *, warn: bool 
     of the selection is a one-line error naming the line."""
     out: dict[int, dict[str, Any]] = {}
     lines_of: dict[int, int] = {}
-    for number, line in read_complete_lines(path, warn=warn):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path}:{number}: not valid JSON ({err.msg}); move the folder aside") from None
+    for number, row in read_json_lines(path, "move the folder aside", warn=warn, objects=False):
         bad = index_row_problem(row)
         if bad:
             raise InputError(f"{path}:{number}: {bad[1]}; move the folder aside")
