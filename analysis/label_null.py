@@ -47,7 +47,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -201,23 +200,26 @@ class FitRows:
 def direction_rows(direction: Any) -> FitRows:
     """The rows a fitted Direction (probes.directions) was fitted on, read from the capture its
     provenance names (numpy only, no model): its layer and position, its label, its fit items."""
-    from evprobe.probes.captures import CaptureError, labels, load_captures
-    from evprobe.probes.directions import check_width
+    from evprobe.probes.captures import CaptureError, labels
+    from evprobe.probes.provenance import fit_captures, named_in
 
     prov = getattr(direction, "provenance", None) or {}
     name = getattr(direction, "name", "the direction")
-    paths = [Path(c) for c in prov.get("captures") or ()]
-    if not paths:
+    if not prov.get("captures"):
         raise InputError(f"{name} names no captures in its provenance, so the rows it was fitted on are unknown")
     try:
-        cs = load_captures(paths)
-        check_width(direction, cs.d_model, f"its capture {paths[0]}")
+        cs = fit_captures(direction)  # from the file naming them, checked to be the ones it was fitted on
         ls = labels(cs, prov["label"], positive=prov.get("positive"))
         fit_items = set(prov.get("items") or ())
         mask = np.array([cs.index[r]["item_id"] in fit_items for r in ls.rows], dtype=bool)
+        counts = {"n_items": int(mask.sum()), "n_positive": int(ls.y[mask].sum())}
+        odd = next((k for k, v in counts.items() if type(prov.get(k)) is int and prov[k] != v), None)
+        if odd:  # same item ids, other labels (or rows): not the rows it was fitted on
+            raise CaptureError(f"{cs.captures[0].path}: its labels give {odd} {counts[odd]} on the direction's items, "
+                               f"but {named_in(direction)} says {prov[odd]}; give the capture it was fitted on")
         X = cs.block(cs.layer_index(int(prov["layer"])), ls.rows[mask], [cs.position_index(prov["position"])])[:, 0]
     except (CaptureError, OSError, KeyError) as e:
-        raise InputError(f"cannot read the rows {name} was fitted on from {paths[0]} ({e})") from None
+        raise InputError(f"cannot read the rows {name} was fitted on ({e})") from None
     return FitRows(X, ls.y[mask], np.asarray(ls.families, dtype=object)[mask], prov.get("probe", "massmean"),
                    dict(prov.get("probe_params") or {}))
 

@@ -17,10 +17,13 @@ Files (no pickles anywhere):
   any tool that reads safetensors (`load_direction(file)` here; `safetensors.safe_open` elsewhere);
 - `DIR/directions.json`: the folder's index, `{"directions": [{name, file, model, layer, position,
   label, positive, probe, condition, regimes, captures, restriction, n_items, n_positive,
-  n_negative, items, mean_norm, d_model, sign}, ...]}`. `items` are the item ids used. `mean_norm`
+  n_negative, items, mean_norm, d_model, sign, model_fingerprint, captures_relative_to}, ...]}`.
+  `items` are the item ids used. `captures` are relative to the folder (probes.provenance: never
+  read from the working directory); `model_fingerprint` the capture's model digests. `mean_norm`
   is the mean Euclidean norm of the residual at that layer and position over those items, so a
   steering strength can be stated in units of the typical norm (alpha = k * mean_norm). Folder
-  readers take the provenance from here (the file's metadata must name the same direction).
+  readers take the provenance from here (the file's metadata must name the same direction, with
+  the same model, layer, position, label, probe and width).
 
 Steering from Python: `hooks.steer.Steering.from_direction(direction, alpha)` takes a Direction by
 its `vector` and `provenance` (hooks never imports probes): its layer, its position ("last" steers
@@ -47,7 +50,8 @@ list of objects, each with a non-empty string `name` and `file`, an integer `lay
 vector must be a finite float vector of length `d_model` with unit norm; and, when the caller
 names the width of the capture or model it will meet (`read_directions(dir, d_model=...)`,
 `check_width`), that width. Each refusal is one `CaptureError` line naming the file, the entry's
-line in directions.json and the fix, raised before any product with activations is formed.
+line in directions.json and the fix, raised before any product with activations is formed. A
+vector file that is a symlink to a file outside the folder is refused (the folder is the direction).
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from evprobe.core.files import atomic_write_bytes
 from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
 from evprobe.probes.registry import ProbeSpec
 from evprobe.probes.geometry import number_text
+from evprobe.probes.provenance import fingerprint, portable
 
 if TYPE_CHECKING:
     from evprobe.probes.protocol import LinearProbe
@@ -84,6 +89,8 @@ class Direction:
     name: str
     vector: np.ndarray  # (d_model,) float32, unit norm
     provenance: dict[str, Any]
+    source: Path | None = None  # the file the provenance was read from (relative capture paths start there)
+    line: int | None = None  # its entry's line in that file (directions.json)
 
     @property
     def layer(self) -> int:
@@ -130,6 +137,7 @@ def fit_directions(
     spec = ProbeSpec.of(probe)
     pi = captures.position_index(position)
     groups = [(None, np.ones(labelset.n, dtype=bool))] if not conditions else list(conditions)
+    model_print = fingerprint(captures)  # the capture's model digests, checked where the capture is read back
     out = []
     for layer in layers:
         li = captures.layer_index(layer)
@@ -163,7 +171,7 @@ def fit_directions(
                 **({"probe_params": dict(spec.params)} if spec.params else {}),
                 "condition": cond_name,
                 "regimes": sorted({captures.index[r]["source_name"] for r in rows}),
-                "captures": [str(c.path) for c in captures.captures],
+                "captures": [str(c.path.absolute()) for c in captures.captures],  # written relative to the folder
                 "restriction": labelset.restriction,
                 "n_items": int(mask.sum()),
                 "n_positive": int(y.sum()),
@@ -172,6 +180,7 @@ def fit_directions(
                 "mean_norm": float(np.linalg.norm(X[mask].astype(np.float64), axis=1).mean()),
                 "d_model": int(X.shape[1]),
                 "sign": "points toward the positive class",
+                **({"model_fingerprint": model_print} if model_print else {}),
             }
             # parameters that differ from the defaults are part of the name: two fits of one probe with
             # different parameters at one layer are two directions (logistic-C_0_5), not one overwritten
@@ -192,8 +201,9 @@ def write_directions(out_dir: str | Path, directions: Sequence[Direction]) -> Pa
         for _, e in _read_index(index_path):
             entries[e["name"]] = e
     for d in directions:
-        atomic_write_bytes(out_dir / direction_file(d.name), direction_bytes(d))
-        entries[d.name] = {"name": d.name, "file": direction_file(d.name), **d.provenance}
+        prov = portable(d, out_dir)  # capture paths relative to this folder
+        atomic_write_bytes(out_dir / direction_file(d.name), direction_bytes(Direction(d.name, d.vector, prov)))
+        entries[d.name] = {"name": d.name, "file": direction_file(d.name), **prov}
     payload = {"directions": sorted(entries.values(), key=lambda e: e["name"])}
     atomic_write_bytes(index_path, (json.dumps(payload, indent=2) + "\n").encode("utf-8"))
     return index_path
@@ -236,7 +246,7 @@ def load_direction(path: str | Path) -> Direction:
                            "it with `evprobe directions`")
     name = meta.pop("name")
     meta.pop("format")
-    return Direction(name, _checked_vector(path, vec, meta.get("d_model")), meta)
+    return Direction(name, _checked_vector(path, vec, meta.get("d_model")), meta, path)
 
 
 FIX_FOLDER = "write the folder again with `evprobe directions ACTS --layer L --out DIR`"
@@ -354,19 +364,23 @@ def read_directions(directory: str | Path, *, d_model: int | None = None,
                                "folder")
         path = directory / file
         width_from = f"{index_path}:{line}"
+        if path.is_symlink() and not path.resolve().is_relative_to(directory.resolve()):
+            raise CaptureError(f"{path}: a symlink to {path.resolve()}, outside {directory} ({index_path}:{line}); a "
+                               f"folder's directions are its own files: copy the file in, or {FIX_FOLDER}")
         if file.suffix == SUFFIX:
             found = load_direction(path)
             if found.name != e["name"]:
                 raise CaptureError(f"{path}: holds direction {found.name!r}, but {index_path}:{line} lists it as "
                                    f"{e['name']!r}; {FIX_FOLDER}")
             vec = _checked_vector(path, found.vector, e["d_model"], width_from)
+            _same_provenance(path, found.provenance, e, f"{index_path}:{line}")
         elif file.suffix == LEGACY_SUFFIX:
             vec = _checked_vector(path, _load_npy(path), e["d_model"], width_from)
         else:
             raise CaptureError(f"{index_path}:{line}: direction file {e['file']!r} is neither {SUFFIX} nor "
                                f"{LEGACY_SUFFIX}; {FIX_FOLDER}")
         prov = {k: v for k, v in e.items() if k not in ("name", "file")}
-        d = Direction(e["name"], vec, prov)
+        d = Direction(e["name"], vec, prov, index_path, line)
         if d_model is not None:
             try:
                 check_width(d, d_model, against)
@@ -374,6 +388,21 @@ def read_directions(directory: str | Path, *, d_model: int | None = None,
                 raise CaptureError(f"{path} ({index_path}:{line}): {err}") from None
         out[e["name"]] = d
     return out
+
+
+# What a vector file's metadata and its directions.json entry must agree on (where both give it): what
+# the direction is, of which model. Capture paths, items and norms are the index's to state (readers
+# take them from there, and the capture is checked against them where it is read).
+IDENTITY_KEYS = ("model", "model_fingerprint", "layer", "position", "label", "positive", "probe", "probe_params",
+                 "condition", "d_model")
+
+
+def _same_provenance(path: Path, meta: dict[str, Any], entry: dict[str, Any], where: str) -> None:
+    for key in IDENTITY_KEYS:
+        if key in meta and key in entry and meta[key] != entry[key]:
+            raise CaptureError(f"{path}: its metadata says {key} {shown(meta[key], 40)} but {where} says "
+                               f"{shown(entry[key], 40)}; the file and the index describe different directions: "
+                               f"{FIX_FOLDER}")
 
 
 def _load_npy(path: Path) -> np.ndarray:

@@ -16,7 +16,8 @@ unit norm) and read the same way:
 Where they come from: first the directions folder (a direction there with that label and the
 named one's model, layer, position, probe and d_model is used as stored, so `evprobe directions
 ACTS --label history ...` written beside the named direction is picked up); otherwise fitted
-here from the captures named in the direction's provenance (numpy only, no model). If those
+here from the captures named in the direction's provenance (read from the directions folder and
+checked to be the ones it was fitted on: probes.provenance; numpy only, no model). If those
 captures cannot be read the plan fails with one line naming the fix (`controls: []` turns the
 controls off). The cosine of each control with the probe direction is reported, since a control
 that shares much of the probe's direction is not a control.
@@ -25,7 +26,6 @@ that shares much of the probe's direction is not a control.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,16 +62,13 @@ def _stored(name: str, named: Direction, every: dict[str, Direction], layer: int
 
 def _fit(name: str, d: Direction, seed: int) -> tuple[np.ndarray, str]:
     """Fit control `name` at d's layer and position on d's capture rows (d's fit items)."""
-    from evprobe.probes.captures import CaptureError, labels, load_captures
-    from evprobe.probes.directions import check_width, fit_directions
+    from evprobe.probes.captures import CaptureError, labels
+    from evprobe.probes.directions import fit_directions
+    from evprobe.probes.provenance import fit_captures
 
     prov = d.provenance
-    paths = [Path(c) for c in prov.get("captures") or ()]
     try:
-        if not paths:
-            raise CaptureError("the direction names no captures")
-        cs = load_captures(paths)
-        check_width(d, cs.d_model, f"its capture {paths[0]}")  # the control is compared with d by a product
+        cs = fit_captures(d)  # from d's folder, checked: its model, width and fit items
         label = prov["label"] if name == "shuffled" else name
         ls = labels(cs, label, positive=prov.get("positive") if name == "shuffled" else None)
     except (CaptureError, OSError, KeyError) as e:

@@ -105,14 +105,21 @@ def _family_of(item_id: str, families_by_item: dict[str, str]) -> str:
     return families_by_item.get(item_id, item_id.split(".", 1)[0])
 
 
-def _known_n_layers(model: ModelConfig, provenance: dict[str, Any]) -> int | None:
+def _known_n_layers(model: ModelConfig, direction: Direction) -> int | None:
     """The model's decoder layer count without loading it: tiny archs, or the capture's meta."""
     if model.is_tiny:
         from evprobe.hooks.tiny import N_LAYERS
 
         return N_LAYERS
-    for capture in provenance.get("captures") or ():
-        path = Path(capture) / "meta.json"
+    from evprobe.probes.captures import CaptureError
+    from evprobe.probes.provenance import capture_paths
+
+    try:
+        captures = capture_paths(direction)  # from the directions folder, never the working directory
+    except CaptureError:
+        return None  # a hint only: the loaded model tells the layer count later
+    for capture in captures:
+        path = capture / "meta.json"
         try:
             meta = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -256,7 +263,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     prov = named.provenance
     sign = measure_sign(prov, name)
     check_fitted_on(name, prov.get("model", "unknown"), model.model, override=None, error=ConfigError)
-    n_layers = _known_n_layers(model, prov)
+    n_layers = _known_n_layers(model, named)
     if n_layers is not None and named.layer >= n_layers:
         raise ConfigError(f"direction {name} is at layer {named.layer}, but {model.model} has {n_layers} layers")
     chosen = _layer_directions(named, every, config.layers, n_layers, model.model, Path(config.directions))

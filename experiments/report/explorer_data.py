@@ -162,14 +162,23 @@ class _Margins:
             self.dirs = read_directions(directions_folder)
 
     def _capture(self, direction: Any) -> tuple[Any, dict[str, int]] | None:
-        from evprobe.probes.captures import load_capture
+        from evprobe.probes.captures import CaptureError, CaptureSet, load_capture
+        from evprobe.probes.provenance import capture_paths, check_capture
 
-        recorded = [str(p) for p in direction.provenance.get("captures") or []]
-        for path in recorded + [str(self.folder.parent / Path(p).name) for p in recorded if self.folder]:
+        try:  # from the directions folder (never the working directory), else beside it
+            recorded = [str(p) for p in capture_paths(direction)]
+        except CaptureError:  # an older folder's paths were relative to a working directory no file records
+            recorded = []
+        names = [p for p in direction.provenance.get("captures") or [] if isinstance(p, str)]
+        for path in recorded + [str(self.folder.parent / Path(p).name) for p in names if self.folder]:
             if path not in self.captures:
                 self.captures[path] = None
                 if (Path(path) / "index.jsonl").is_file():
                     cap = load_capture(path)
+                    try:
+                        check_capture(direction, CaptureSet.of(cap))
+                    except CaptureError:
+                        continue  # not the capture it was fitted on (another model, or not its items): no margins
                     rows: dict[str, int] = {}
                     for r in cap.index:  # first row of an item (a capture holds one per item and regime)
                         rows.setdefault(r["item_id"], int(r["row"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from evprobe.probes.directions import (
     read_directions,
     write_directions,
 )
+from evprobe.probes.provenance import capture_paths
 from evprobe.probes.geometry import cosine_matrix, geometry_markdown, heatmap_png
 from evprobe.probes.transfer import conditions
 
@@ -81,7 +83,10 @@ def test_one_file_is_a_whole_direction_for_safetensors_readers(planted, tmp_path
     assert decoded["condition"] == "half=half_a" and decoded["model"] == "synthetic"
     assert decoded["mean_norm"] == pytest.approx(found[0].mean_norm)
     alone = load_direction(file)
-    assert alone.name == found[0].name and alone.provenance == json.loads(json.dumps(found[0].provenance))
+    fitted = json.loads(json.dumps(found[0].provenance))
+    assert alone.name == found[0].name and alone.provenance == {**fitted, "captures": [os.path.relpath(planted[0], tmp_path)],
+                                                                "captures_relative_to": "folder"}
+    assert [p.resolve() for p in capture_paths(alone)] == [planted[0].resolve()]  # relative to the file's folder
     assert alone.layer == 8 and np.array_equal(alone.vector, found[0].vector)
 
 
