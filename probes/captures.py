@@ -8,9 +8,11 @@ A capture folder (written by `evprobe capture`) holds:
   a layer is asked for.
 - `index.jsonl`: the commit log, one JSON object per finished row (`row`, `item_id` and the item
   fields). Only rows listed here hold finished data; lines may come in any row order (the
-  capture batches items by image count). A last line without its newline is a torn append and is
-  ignored (read-only: this reader never truncates anything); any other bad line is an error
-  naming file and line. Rows are checked against `core.capture_schema` (typed fields, no unknown
+  capture batches items by image count). A last line without its newline is a torn append: left
+  out with a warning while a capture is writing the folder (its lock file names a live process,
+  `core.lock.being_written`), refused otherwise, since a capture no process writes must have a
+  complete index (a cut file had lost its last row without a word); read-only either way, this
+  reader never truncates anything. Any other bad line is an error naming file and line. Rows are checked against `core.capture_schema` (typed fields, no unknown
   ones: `row` a non-negative integer, not true; `resolved` true, false or null; ...).
 - `meta.json`: `format`, `shape` (acts.npy's), `model`, `layers` (the model's layer numbers, the
   second axis), `positions` (names, the third axis), `d_model`, `regime`, `requests`, ...; the
@@ -59,7 +61,6 @@ reply, not that request type). Any index field is a label; derived labels:
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -72,8 +73,9 @@ import numpy as np
 
 from evprobe.core.capture_schema import index_row_problem, meta_problem
 from evprobe.core.errors import InputError, OneLineWarning, shown
-from evprobe.core.files import key_line, read_complete_lines
-from evprobe.core.json_files import read_json_text
+from evprobe.core.files import key_line, warn_incomplete_line
+from evprobe.core.json_files import read_json_lines, read_json_text
+from evprobe.core.lock import being_written
 from evprobe.probes.nonfinite import (  # noqa: F401 - NONFINITE_POLICIES, nonfinite_rows: read from here too
     NONFINITE_POLICIES,
     NonFinite,
@@ -119,26 +121,19 @@ FIX_RECORDS = "move the file aside and run again (`evprobe run`), or fix the lin
 # -- captures ---------------------------------------------------------------------------------
 
 
-def _read_json_lines(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int]:
-    """(line number, object) of every complete line, and 1 if an unterminated last line was
-    ignored (a torn append, never committed; left in the file, with a warning naming it), else 0.
-    A bad complete line is an error naming it."""
-    lines = read_complete_lines(path)
+def _read_json_lines(path: Path, fix: str, *, warn: bool = True) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """(line number, object) of every complete line (`core.json_files.read_json_lines`: a bad one is
+    an error naming it), and the number of an unterminated last line left out (0: none; read-only,
+    the file is never cut here; with `warn`, a warning names it)."""
+    lines = read_json_lines(path, fix, warn=warn, error=CaptureError)
     size, torn = path.stat().st_size, 0
     if size:
         with path.open("rb") as fh:
             fh.seek(size - 1)
-            torn = int(fh.read(1) != b"\n")
-    out = []
-    for number, line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CaptureError(f"{path}:{number}: not valid JSON ({err.msg}); move the file aside") from None
-        if not isinstance(row, dict):
-            raise CaptureError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        out.append((number, row))
-    return out, torn
+            if fh.read(1) != b"\n":
+                fh.seek(0)
+                torn = fh.read().count(b"\n") + 1
+    return lines, torn
 
 
 def _open_acts(path: Path) -> np.ndarray:
@@ -171,7 +166,7 @@ class Capture:
     acts: np.ndarray  # memmap (n_rows_in_file, n_layers, n_positions, d_model), float16
     index: tuple[dict[str, Any], ...]  # committed rows, sorted by `row`
     meta: dict[str, Any]
-    n_torn: int = 0  # 1 when a torn last index line was ignored
+    n_torn: int = 0  # 1 when a torn last index line was left out (only while a capture writes the folder)
     nonfinite: NonFinite | None = None  # rows left out for NaN / inf (nonfinite="drop"); None: none
 
     @property
@@ -234,7 +229,13 @@ def _load_capture(path: str | Path, nonfinite: str) -> Capture:
     index_path = path / INDEX_FILE
     if not index_path.is_file():
         raise CaptureError(f"{index_path} not found; the capture has no finished rows yet")
-    lines, torn = _read_json_lines(index_path)
+    lines, torn = _read_json_lines(index_path, FIX_CAPTURE, warn=False)
+    if torn and not being_written(path):  # a torn append is only a state of a capture still being written
+        raise CaptureError(f"{index_path}:{torn}: the last line is incomplete and no process is writing {path} (its "
+                           "capture was killed, or the file was cut); rerun the `evprobe capture` that wrote it "
+                           "(same --out) to finish it, or move the folder aside")
+    if torn:
+        warn_incomplete_line(index_path)
     seen_rows: set[int] = set()
     seen_ids: set[str] = set()
     rows = []
@@ -256,7 +257,7 @@ def _load_capture(path: str | Path, nonfinite: str) -> Capture:
     if not rows:
         raise CaptureError(f"{index_path}: no finished rows yet; wait for the capture or rerun it")
     rows.sort(key=lambda x: x["row"])
-    cap = Capture(path, acts, tuple(rows), meta, torn)
+    cap = Capture(path, acts, tuple(rows), meta, int(bool(torn)))
     bad = nonfinite_rows(acts, cap.rows, first_only=nonfinite == "refuse")
     if not bad.size:
         return cap
@@ -408,7 +409,7 @@ def load_records(path: str | Path) -> dict[str, dict[str, Any]]:
         path = path / RECORDS_FILE
     if not path.is_file():
         raise CaptureError(f"{path} not found; give a RUN folder written by `evprobe run`")
-    lines, _ = _read_json_lines(path)
+    lines, _ = _read_json_lines(path, FIX_RECORDS)
     out: dict[str, dict[str, Any]] = {}
     lines_of: dict[str, int] = {}
     for number, row in lines:

@@ -20,7 +20,8 @@ message names the file, or return a result that is not a silent change:
   complete line, nothing coerced: a field the format types, e.g. a record's `valid`, keeps its
   JSON type, and nothing dropped or invented), and a left-out unterminated last line must be
   announced with `IncompleteLineWarning` naming the file;
-- a capture folder (acts.npy, index.jsonl, meta.json) likewise: the index as above, meta.json's
+- a capture folder (acts.npy, index.jsonl, meta.json) likewise: the index as above (but an
+  unterminated last line is an error: no capture writes the folder, so its index must be complete), meta.json's
   `layers` / `positions` / `d_model` with their documented types, and acts.npy a float16 array of
   exactly the size its header declares, matching meta.json;
 - an experiment YAML: the config equals the original, or every field equals the mutated file's
@@ -97,8 +98,10 @@ INCOMPLETE = "its last line is incomplete and was left out"
 BYTE_KINDS = ("flip", "insert", "delete", "truncate", "non_utf8")
 DIGIT_KINDS = ("digit",)  # a byte flip that keeps a number a number: reaches the checks past the schema
 LINE_KINDS = ("dup_line", "del_line")
-TREE_KINDS = ("retype", "rename_key")
+TREE_KINDS = ("retype", "rename_key", "deepen")
 RENAMED = "__fuzz_renamed_key__"  # placeholder, replaced in the serialized text (allows duplicate keys)
+DEEPENED = "__fuzz_deep_value__"  # placeholder for a value nested 3,000 deep (json.dumps cannot write one)
+DEEP = "[" * 3000 + "]" * 3000  # the line: a RecursionError traceback in readers without a depth limit
 
 
 def dump_jsonl_line(obj: Any) -> str:
@@ -253,6 +256,12 @@ def _tree_mutation(draw: st.DrawFn, data: bytes, fmt: str, dump: Callable[[Any],
         new_value = RETYPE[to](old)
         out = dump(_set(copy.deepcopy(doc), path, new_value))
         label = f"{where} {list(path)}: {old!r:.40} -> {to} {new_value!r:.40}"
+    elif kind == "deepen":
+        path = draw(st.sampled_from(list(_paths(doc))))
+        out = dump(_set(copy.deepcopy(doc), path, DEEPENED)).replace(json.dumps(DEEPENED), DEEP)
+        if fmt == "yaml":
+            out = out.replace(DEEPENED, DEEP)  # a flow sequence is a YAML value too
+        label = f"{where} {list(path)}: nested 3,000 lists deep"
     else:
         keyed = [p for p in _paths(doc) if p and isinstance(p[-1], str)]
         path = draw(st.sampled_from(keyed))
@@ -718,7 +727,8 @@ def test_capture_folder_mutations(capture: tuple[Path, list[str]], name: str, da
         assert cap.acts.dtype == acts.dtype and cap.acts.shape == acts.shape, label
         assert cap.acts.tobytes() == acts.tobytes(), label  # bytes: a flipped byte may make a NaN
         index_bytes = (folder / "index.jsonl").read_bytes()
-        assert cap.n_torn == int(torn(index_bytes)), label
+        # no process writes the folder: a torn index is refused, never read one row short
+        assert not torn(index_bytes) and cap.n_torn == 0, label
         check_announced(got, index_bytes, folder / "index.jsonl")
         del cap, got  # the memmap, before the file is restored
 

@@ -86,3 +86,27 @@ def test_whole_files_and_logs_go_through_the_limit(tmp_path: Path) -> None:
     log.write_text('{"a": 1}\n{"b": ' + "{" * 200 + "}" * 200 + "}\n")
     with pytest.raises(InputError, match=r"rows\.jsonl:2: arrays or objects nested"):
         read_json_lines(log, FIX)
+
+
+def test_the_issues_readers_refuse_a_deep_line_in_one_line(small_bench: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """The broken input: a 3,000-deep JSON line in records.jsonl was a RecursionError traceback on
+    `evprobe run` resume and in `to_dataframe`."""
+    from evprobe.core.frames import to_dataframe
+    from evprobe.core.jobs import JsonlRows
+    from evprobe.experiments.cli import main
+
+    run = tmp_path / "run"
+    args = ["run", "--model", "policy:random", "--bench", str(small_bench), "--out", str(run), "--limit", "4", "--quiet"]
+    assert main(args) == 0
+    records = run / "records.jsonl"
+    with records.open("a") as fh:
+        fh.write('{"item_id": "deep", "x": ' + "[" * 3000 + "]" * 3000 + "}\n")
+    capsys.readouterr()
+    assert main([*args[:-3], "--limit", "8", "--quiet"]) == 2  # resume: the runner's read of its own rows
+    err = capsys.readouterr().err
+    assert err == f"evprobe: error: {records}:5: arrays or objects nested more than {MAX_NESTING} levels deep; move the folder aside\n"
+    with pytest.raises(InputError, match=rf"records\.jsonl:5: arrays or objects nested more than {MAX_NESTING}"):
+        to_dataframe(records)
+    with pytest.raises(InputError, match=r"records\.jsonl:5: arrays or objects nested"):
+        JsonlRows(records, lambda row: (row["item_id"], "")).done()

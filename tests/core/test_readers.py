@@ -24,6 +24,7 @@ import pytest
 
 from evprobe.core.errors import IncompleteLineWarning
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
+from evprobe.core.lock import folder_lock
 from evprobe.experiments.cli import main
 
 INCOMPLETE = "its last line is incomplete and was left out"
@@ -123,7 +124,7 @@ def test_merge_refuses_a_torn_shard_as_incomplete_and_leaves_it_alone(small_benc
     assert not (tmp_path / "merged" / "records.jsonl").exists()
 
 
-def test_load_capture_and_the_sweep_warn_and_leave_the_index_alone(tmp_path: Path) -> None:
+def test_load_capture_and_the_sweep_warn_and_leave_the_index_alone(tmp_path: Path, capsys) -> None:
     from evprobe.probes.captures import load_capture
     from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
 
@@ -133,16 +134,23 @@ def test_load_capture_and_the_sweep_warn_and_leave_the_index_alone(tmp_path: Pat
                            torn_tail=json.dumps({"row": len(rows) - 1, **rows[-1]})[:40])
     index = folder / "index.jsonl"
     torn = index.read_bytes()
-    with warns_for(index):
-        cap = load_capture(folder)
-    assert len(cap.index) == len(rows) - 1 and cap.n_torn == 1
-    assert index.read_bytes() == torn
-    with warns_for(index):
-        assert main(["sweep", str(folder), "--label", "resolved", "--probe", "massmean", "--folds", "3",
-                     "--n-boot", "20", "--no-nested", "--jobs", "1", "--out", str(tmp_path / "sweep"),
-                     "--quiet"]) == 0
+    with folder_lock(folder, "evprobe capture"):  # a capture still writing it: its torn append is left out
+        with warns_for(index):
+            cap = load_capture(folder)
+        assert len(cap.index) == len(rows) - 1 and cap.n_torn == 1
+        assert index.read_bytes() == torn
+        with warns_for(index):
+            assert main(["sweep", str(folder), "--label", "resolved", "--probe", "massmean", "--folds", "3",
+                         "--n-boot", "20", "--no-nested", "--jobs", "1", "--out", str(tmp_path / "sweep"),
+                         "--quiet"]) == 0
     assert index.read_bytes() == torn
     assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["label"] == "resolved"
+    capsys.readouterr()
+    # no process writes it now: a capture whose index lost its last row is refused, not read short
+    assert main(["sweep", str(folder), "--label", "resolved", "--out", str(tmp_path / "sweep2"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"evprobe: error: {index}:{len(rows)}: the last line is incomplete") and err.count("\n") == 1
+    assert index.read_bytes() == torn and not (tmp_path / "sweep2" / "sweep.json").exists()
 
 
 class Count(Job):

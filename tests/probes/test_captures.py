@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evprobe.core.lock import folder_lock
 from evprobe.probes.captures import (
     CaptureError,
     labels,
@@ -35,16 +36,33 @@ def test_partial_capture_loads_only_indexed_rows_in_any_line_order(tmp_path: Pat
     assert np.array_equal(block[:, 0], acts[[0, 7], 1, 1].astype(np.float32))
 
 
-def test_torn_last_index_line_is_ignored_and_the_file_left_alone(tmp_path: Path, rows: list[dict]) -> None:
+def test_torn_last_index_line_is_left_out_while_a_capture_writes_the_folder(tmp_path: Path, rows: list[dict]) -> None:
     path = write_capture(tmp_path / "a", _acts(len(rows)), rows, indexed=range(10), torn_tail='{"row": 10, "item_')
     before = (path / "index.jsonl").read_bytes()
-    cap = load_capture(path)
+    with folder_lock(path, "evprobe capture"):  # a live writer: its torn append is a state, not damage
+        cap = load_capture(path)
     assert len(cap.index) == 10 and cap.n_torn == 1
     assert (path / "index.jsonl").read_bytes() == before  # read-only: nothing truncated
     # a complete line without its newline is not committed either
     path2 = write_capture(tmp_path / "b", _acts(len(rows)), rows, indexed=range(3),
                           torn_tail=json.dumps({"row": 3, **rows[3]}))
-    assert len(load_capture(path2).index) == 3
+    with folder_lock(path2, "evprobe capture"):
+        assert len(load_capture(path2).index) == 3
+
+
+def test_a_torn_index_no_process_writes_is_refused(tmp_path: Path, rows: list[dict]) -> None:
+    """The broken input: a finished capture whose index.jsonl lost the end of its last line loaded with
+    one row fewer (1,151 of 1,152) and no error."""
+    last = json.dumps({"row": len(rows) - 1, **rows[-1]})
+    path = write_capture(tmp_path / "a", _acts(len(rows)), rows, indexed=range(len(rows) - 1), torn_tail=last[:40])
+    before = (path / "index.jsonl").read_bytes()
+    with pytest.raises(CaptureError) as err:
+        load_capture(path)
+    assert str(err.value) == (
+        f"{path / 'index.jsonl'}:{len(rows)}: the last line is incomplete and no process is writing {path} (its "
+        "capture was killed, or the file was cut); rerun the `evprobe capture` that wrote it (same --out) to "
+        "finish it, or move the folder aside")
+    assert (path / "index.jsonl").read_bytes() == before
 
 
 def test_a_bad_line_elsewhere_is_an_error_naming_it(tmp_path: Path, rows: list[dict]) -> None:
