@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 from evprobe.bench.items import Item
 from evprobe.bench.judge_reader import judge_words
 from evprobe.bench.protocols import ANSWER_REQUESTS
-from evprobe.core.errors import InputError
+from evprobe.core.errors import InputError, printable
 from evprobe.core.files import read_complete_lines
 
 RECORDS_FIX = "pass the run's benchmark with --bench DIR, or move records.jsonl aside and rerun `evprobe run`"
@@ -39,7 +38,7 @@ class Judge:
         """`MODEL@URL`, e.g. `qwen2.5-7b@http://127.0.0.1:8000/v1` (the first `@http` splits them, so
         a URL may hold `user:password@`)."""
         m = re.fullmatch(r"(.+?)@(https?://[^\s/?#]+\S*)", spec)
-        if m is None or any(unicodedata.category(c)[0] == "C" for c in spec):
+        if m is None or printable(spec) != spec:  # no terminal escapes in a name judge.md and messages show
             raise InputError(f"--judge {judge_words(spec, 80)!r}: write MODEL@URL, e.g. "
                              "judge-a@http://127.0.0.1:8000/v1")
         return cls(m.group(1), m.group(2))

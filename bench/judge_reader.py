@@ -17,15 +17,17 @@ reply naming two labels as standalone words never a decision (tests/bench/test_j
 a property test).
 
 `judge_words(text)` is a reply as judgments.jsonl keeps it when it gives no label: cut to
-WORDS_CHARS, every control or format character (terminal escapes, bidi overrides, NUL) escaped.
+WORDS_CHARS, every control character (terminal escapes, bidi overrides, NUL) escaped
+(`core.errors.printable`, as every error line the CLI prints).
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Mapping
 from functools import lru_cache
+
+from evprobe.core.errors import printable
 
 WORDS_CHARS = 300  # a judge's words kept in judgments.jsonl when its reply gives no label
 _WRAP = re.compile(r"(\*\*|\*|`)(.*)\1", re.S)
@@ -89,15 +91,9 @@ def _forms(words: str) -> tuple[str, ...]:
 
 
 def judge_words(text: str, limit: int = WORDS_CHARS) -> str:
-    """`text` cut to `limit` characters, control and format characters escaped (\\x1b, \\u202e)."""
-    cut = text[:limit]
-    shown = "".join(_escaped(c) if unicodedata.category(c)[0] == "C" or c in "\u2028\u2029" else c for c in cut)
-    return shown if len(cut) == len(text) else f"{shown}... ({len(text)} characters in all)"
-
-
-def _escaped(c: str) -> str:
-    n = ord(c)
-    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+    """`text` cut to `limit` characters, control characters escaped (\\x1b, \\u202e)."""
+    shown = printable(text[:limit])
+    return shown if len(text) <= limit else f"{shown}... ({len(text)} characters in all)"
 
 
 __all__ = ["WORDS_CHARS", "check_options", "judge_words", "read_label"]
