@@ -212,3 +212,14 @@ def test_run_refuses_a_huge_sheet_before_a_policy_reads_it(sheet_bench: Path, tm
     code = main(_run(bench, tmp_path / "run", "--model", "policy:exact-reader"))
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith(f"evprobe: error: {bench / rel}: 20000x20000 pixels") and "\n" not in err
+
+
+def test_capture_refuses_a_cut_clip_before_the_model_loads(clip_bench: Path, tmp_path: Path, capsys) -> None:
+    rel = "images/sliding-000/other_0.clip.png"  # shown by the select items capture reads
+    bench = _replaced(clip_bench, tmp_path, rel, (clip_bench / rel).read_bytes()[:-300])
+    start = time.perf_counter()
+    code = main(["capture", "--model", "tiny:qwen2_5_vl", "--bench", str(bench), "--out", str(tmp_path / "acts"),
+                 "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"evprobe: error: {bench / rel}: not a readable image") and "\n" not in err
+    assert time.perf_counter() - start < 20  # refused before the tiny model is built
