@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
@@ -96,13 +97,23 @@ class Header:
 
 
 def read_bytes(path: Path, budget: PixelBudget | None = None) -> bytes:
-    """A file's bytes, refusing (one line) a file larger than the budget could need before reading it."""
+    """A regular file's bytes (a FIFO or device is refused, never read), refusing in one line a file
+    larger than any image within the budget, before reading it and while reading it."""
     budget = budget or PixelBudget.from_env()
-    size = Path(path).stat().st_size
-    if size > budget.max_bytes:
-        raise InputError(f"{path}: {size:,} bytes, more than an image within the pixel budget can take "
-                         f"({budget.max_bytes:,}); {FIX}, or raise {CLIP_ENV} if the model really reads such files")
-    return Path(path).read_bytes()
+    path = Path(path)
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: not a regular file; {FIX}")
+        with path.open("rb") as f:
+            data = f.read(budget.max_bytes + 1) if st.st_size <= budget.max_bytes else b""
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read ({err.strerror or type(err).__name__}); {FIX}") from None
+    if st.st_size > budget.max_bytes or len(data) > budget.max_bytes:
+        raise InputError(f"{path}: {max(st.st_size, len(data)):,} bytes, more than an image within the pixel budget "
+                         f"can take ({budget.max_bytes:,}); {FIX}, or raise {CLIP_ENV} if the model really reads such "
+                         "files")
+    return data
 
 
 def _over(name: str, what: str, limit: int, env: str, per: str) -> InputError:

@@ -5,6 +5,7 @@ Pillow cannot read; on real files written to disk (tests.bench.hostile_images ma
 from __future__ import annotations
 
 import io
+import os
 import time
 from pathlib import Path
 
@@ -123,6 +124,12 @@ def test_a_file_larger_than_any_image_within_the_budget_is_not_read(tmp_path: Pa
         f.truncate(PixelBudget().max_bytes + 1)
     with pytest.raises(InputError, match="bytes, more than an image within the pixel budget can take"):
         read_bytes(path)
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)  # reading it would block forever
+    with pytest.raises(InputError, match=f"{fifo}: not a regular file"):
+        read_frames(fifo)
+    with pytest.raises(InputError, match="cannot be read"):
+        read_bytes(tmp_path / "missing.png")
 
 
 _CLIP = apng(4, size=6)
