@@ -55,7 +55,7 @@ BACKEND_ONLY: dict[str, tuple[str, ...]] = {
     "hf": ("decode_cache", "vision_attention", "device_map", "max_memory", "offload_folder", "attn_implementation",
            "prefetch"),
     "openai": ("base_url", "served_model", "api_key_env", "concurrency", "request_timeout_s", "max_retries",
-               "http_cache", "top_logprobs", "usd_per_mtok"),
+               "http_cache", "top_logprobs", "usd_per_mtok", "max_response_mb"),
     "vllm": ("tensor_parallel", "pipeline_parallel", "gpu_memory_utilization", "max_model_len"),
 }
 HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (level L >= 1 needs a benchmark "
@@ -102,7 +102,10 @@ class RunConfig:
     api_key_env: str | None = setting(None, "openai backend: the environment variable holding the API key (never "
                                             "written anywhere); none = no key sent")
     concurrency: int = setting(4, "openai backend: requests in flight at once")
-    request_timeout_s: float = setting(120.0, "openai backend: seconds before one request is given up and retried")
+    request_timeout_s: float = setting(120.0, "openai backend: seconds one try of a request may take in all (connect, "
+                                              "headers and body) before it is given up and retried")
+    max_response_mb: float = setting(4.0, "openai backend: the largest answer body read, in MB (plus 1 KB per "
+                                          "log-probability alternative asked); a larger one is an invalid record")
     max_retries: int = setting(5, "openai backend: retries of a request after a connection error, timeout, 429 or 5xx")
     http_cache: str | None = setting(None, "openai backend: folder of the request-hash cache (default RUN/http-cache); "
                                            "a request already answered is never sent again")
@@ -298,9 +301,12 @@ class RunJob(Job):
                    {"model_source": "served"} if c.backend == "openai" else model_fingerprint(c.source))}
 
     def meta(self) -> dict[str, Any]:
+        from evprobe.bench.backends.redact import shown_url
+
         return {**self.pinned(), "bench": str(self.bench.resolve()),
                 "max_new_tokens": max_new_tokens(self.config.protocol, self.config.regime),
-                "config": asdict(self.config)}
+                # the URL's credentials (user:password@, ?api_key=) never on disk
+                "config": {**asdict(self.config), "base_url": shown_url(self.config.base_url)}}
 
     def store_at(self, folder: Path) -> JsonlRows:
         return JsonlRows(folder / RECORDS_FILE, lambda row: (row["item_id"], ""), what="record", check=record_problem)
@@ -526,8 +532,10 @@ def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
                                  f"integer, got {value!r}")
         if type(c.top_logprobs) is not int or c.top_logprobs < 1:
             raise InputError(f"--top-logprobs must be a positive integer, got {c.top_logprobs!r}")
-        if not c.request_timeout_s > 0:
-            raise InputError(f"--request-timeout-s must be positive, got {c.request_timeout_s!r}")
+        for name in ("request_timeout_s", "max_response_mb"):
+            value = getattr(c, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise InputError(f"--{name.replace('_', '-')} must be a positive number, got {value!r}")
         if c.usd_per_mtok is not None and (len(c.usd_per_mtok) != 2 or min(c.usd_per_mtok) < 0):
             raise InputError(f"--usd-per-mtok takes two non-negative prices, IN,OUT, got {c.usd_per_mtok!r}")
 

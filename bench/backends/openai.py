@@ -18,20 +18,30 @@ backend's token counts for that setting); a server that ignores the key answers 
 - Startup (before any record is written): `GET {base_url}/models` must answer and list the served
   model (`--served-model`, default `--model`); an unreachable URL, a model it does not serve, a key
   it refuses or an `--api-key-env` variable that is not set is one line naming the URL and the fix.
-- Requests: `--concurrency` in flight at once; a connection error, a timeout (`--request-timeout-s`),
-  HTTP 429 or 5xx is retried up to `--max-retries` times with exponential backoff and jitter, or
-  after the server's Retry-After; a body cut off before its Content-Length is a connection error
-  too. Past that the run stops with one line naming the URL; the records
-  already appended stay, and the same command resumes. A 2xx answer that is not a readable chat
-  completion (malformed or truncated JSON, no choices, no text) or a 4xx refusal of one request is
-  kept as an invalid record (route `invalid:backend`) whose `error` holds the server's words
-  (truncated to ERROR_CHARS), never a guess; 401/403 (the key) and 404 (the model went away) stop
-  the run in one line, and so does a first batch (of two or more) whose every request is refused in
-  the same words (a setting the server rejects, not an item).
+- Requests: `--concurrency` in flight at once; a connection error, a timeout, HTTP 429 or 5xx is
+  retried up to `--max-retries` times with exponential backoff and jitter, or after the server's
+  Retry-After; a body cut off before its Content-Length is a connection error too. Past that the
+  run stops with one line naming the URL; the records already appended stay, and the same command
+  resumes. A 2xx answer that is not a readable chat completion (malformed or truncated JSON, no
+  choices, no text) or a 4xx refusal of one request is kept as an invalid record (route
+  `invalid:backend`) whose `error` holds the server's words (truncated to ERROR_CHARS), never a
+  guess; 401/403 (the key) and 404 (the model went away) stop the run in one line, and so does a
+  first batch (of two or more) whose every request is refused in the same words (a setting the
+  server rejects, not an item).
+- Bounds (`bench.backends.bounded_http`, `bench.backends.openai_answer`): each try of a request
+  (connect, send, headers and body together) ends within `--request-timeout-s`, however slowly the
+  server drips its bytes (a timeout: retried as above). The body is streamed and read up to
+  `--max-response-mb` (plus 1 KB per log-probability alternative asked, max_tokens x (top + 1)); a
+  longer one is not read further and is an invalid record saying so, as is a reply longer than
+  max_tokens can hold (CHARS_PER_TOKEN a token) or a usage count beyond what was asked. Neither is
+  retried or cached: the server gave that answer.
 - Cache (`--http-cache`, default RUN/http-cache, `bench.backends.http_cache`): key = sha256 of the
   canonical request (served model, messages with each image's sha256 instead of its bytes,
   sampling, max_tokens, log-prob settings; never the URL or the key); only readable answers are
-  stored. A rerun, or another run folder sharing the cache, sends no request already answered.
+  stored. A rerun, or another run folder sharing the cache, sends no request already answered. An
+  entry is untrusted input: one that is not a regular file, names another key, fails its sha256 or
+  the bounds above is a miss with a warning (asked again); a cache that cannot be written (a full
+  disk) warns once and the run goes on without it, its answers recorded.
 - Option log-probabilities (`--option-logprobs`): the request asks `logprobs` with the top
   `--top-logprobs` alternatives (default 20); each option letter's log p is read from the first generated token's
   alternatives (the token that is the letter itself; failing that, one that is the letter after a
@@ -41,15 +51,18 @@ backend's token counts for that setting); a server that ignores the key answers 
   only; a server that refuses the field is asked again without it, and the record says that. 20 is
   the OpenAI API's maximum (and vLLM's default `--max-logprobs`, which `vllm serve --max-logprobs N`
   raises): a model whose letters are less likely than its 20 likeliest first tokens (a tiny random
-  one) records them missing.
+  one) records them missing. A value that is no log-probability (not a number, NaN, infinite, above
+  0) is left out too, and `logprobs_missing` quotes it; never read as 0.0.
 - Accounting: run.json's `resources` count the requests sent, retries (with their reasons), cache
   hits, the tokens of the server's `usage`, and `usd` from `--usd-per-mtok IN,OUT` (None without
   prices). Cached answers cost nothing and count only as hits.
 - Pinned (run.json; a rerun must agree): `served_model`, the name the server answers for, not the
   URL or port (a server restarted elsewhere resumes the run).
 - Keys: only from the environment variable `--api-key-env` names, read once at startup and sent as
-  `Authorization: Bearer`; never written to run.json, records, the cache or any message (a server
-  that echoes it has it replaced by ***).
+  `Authorization: Bearer`. The key and the credentials of `--base-url` (`user:password@`, credential
+  query values) are never written to run.json, records, the cache or any message: every URL shown
+  has them as ***, and whatever the server says has them replaced by *** in each encoding it might
+  echo them in (raw, JSON-escaped, URL-encoded, base64; `bench.backends.redact`).
 
 Why httpx and a small retry loop rather than the `openai` SDK: the run needs the raw answer (the
 cache stores it; the record keeps a malformed one's own words, which the SDK's typed models turn
@@ -66,7 +79,6 @@ import json
 import math
 import os
 import random
-import re
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -76,11 +88,15 @@ from typing import TYPE_CHECKING, Any
 
 try:
     import httpx  # the `openai` extra
+
+    from evprobe.bench.backends.bounded_http import Body, deadline_client, get_capped, post_capped
 except ModuleNotFoundError:  # open_backend says so in one line
     httpx = None  # type: ignore[assignment]
 
 from evprobe.bench.backends.base import ModelPrompt, Reply, Resources, Sampling
 from evprobe.bench.backends.http_cache import RequestCache, request_key
+from evprobe.bench.backends.openai_answer import ERROR_CHARS, AnswerBounds, read_answer
+from evprobe.bench.backends.redact import redactor, shown_url
 from evprobe.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -89,7 +105,9 @@ if TYPE_CHECKING:
 BACKOFF_S = 0.5  # first retry's wait; doubled each retry, capped, times a jitter in [0.5, 1)
 BACKOFF_CAP_S = 30.0
 RETRY_AFTER_CAP_S = 120.0  # a server's Retry-After is honoured up to this
-ERROR_CHARS = 500  # the server's words kept in a record or a message
+ERROR_BODY_BYTES = 2**16  # of a refusal or an error answer: its words are ERROR_CHARS at most
+MODELS_BYTES = 2**22  # of the /models list
+LOGPROB_BYTES = 1024  # allowed per log-probability alternative asked (token, value, its bytes)
 MODELS_SHOWN = 10  # served models named when --served-model is not among them
 MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp", ".gif": "image/gif"}
 REFUSED = "HTTP "  # how a record's error begins when the server refused its request (4xx), and only then
@@ -132,7 +150,8 @@ class OpenAIBackend:
 
         if not config.base_url:
             raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-        self.url = config.base_url.rstrip("/")
+        self._base = config.base_url.rstrip("/")  # what requests go to; messages show `url`
+        self.url = shown_url(self._base)
         self.model = config.served_model or config.source
         self.top_logprobs = config.top_logprobs
         from evprobe.hooks.inputs import template_kwargs
@@ -141,21 +160,26 @@ class OpenAIBackend:
         self.template_kwargs = template_kwargs(config.model.thinking)
         self.key_env = config.api_key_env
         self.secret = _api_key(config.api_key_env, self.url)
+        self.redact = redactor(self.secret, self._base)
         self.limit = max_new_tokens(config.protocol, config.regime)
         self.sampling = Sampling(config.temperature, config.top_p, config.seed)
         self.timeout_s, self.max_retries = float(config.request_timeout_s), config.max_retries
         self.prices = None if config.usd_per_mtok is None else tuple(float(x) for x in config.usd_per_mtok)
-        self.cache = RequestCache(Path(config.http_cache) if config.http_cache else Path(config.out) / "http-cache")
+        self.max_bytes = int(config.max_response_mb * 1e6)
+        self.logprob_bytes = self.limit * (self.top_logprobs + 1) * LOGPROB_BYTES  # when a request asks them
+        self.cache = RequestCache(Path(config.http_cache) if config.http_cache else Path(config.out) / "http-cache",
+                                  max_bytes=2 * (self.max_bytes + self.logprob_bytes) + 4096)
         self.resources = Resources()
         self.resources.extra = {"requests": 0, "retries": 0, "retry_reasons": {}, "cache_hits": 0,
-                                "usd": None if self.prices is None else 0.0}
+                                "cache_refused": 0, "usd": None if self.prices is None else 0.0}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._readable = False  # some request of this session got a readable answer
-        headers = {"Authorization": f"Bearer {self.secret}"} if self.secret else {}
-        self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(self.timeout_s),
-                                   limits=httpx.Limits(max_connections=config.concurrency,
-                                                       max_keepalive_connections=config.concurrency))
+        # identity: a compressed body would be inflated past the cap before it could be counted
+        headers = {"Accept-Encoding": "identity", **({"Authorization": f"Bearer {self.secret}"} if self.secret else {})}
+        self.client = deadline_client(headers=headers, timeout=httpx.Timeout(self.timeout_s),
+                                      limits=httpx.Limits(max_connections=config.concurrency,
+                                                          max_keepalive_connections=config.concurrency))
         try:
             self._check_model()
         except BaseException:
@@ -169,28 +193,30 @@ class OpenAIBackend:
         """The server answers at URL/models and lists the served model, else one line."""
         url = f"{self.url}/models"
         try:
-            r = self.client.get(url)
+            r = get_capped(self.client, f"{self._base}/models", self.timeout_s, MODELS_BYTES)
         except httpx.HTTPError as err:
-            raise InputError(f"cannot reach the server at {self.url} ({self._why(err)}); {START_SERVER}, "
-                             "or fix --base-url") from None
-        if r.status_code in (401, 403):
-            raise InputError(f"the server at {self.url} refused {self._key_said()} (HTTP {r.status_code}: "
-                             f"{self._words(r)}); {self._key_fix()}")
-        if r.status_code == 404:
-            raise InputError(f"{url} answered HTTP 404 ({self._words(r)}); --base-url is the API root that "
-                             "/models and /chat/completions hang from, e.g. http://127.0.0.1:8000/v1")
-        if not r.is_success:
-            raise InputError(f"{url} answered HTTP {r.status_code} ({self._words(r)}); check the server, or fix "
-                             "--base-url")
+            raise self._error(f"cannot reach the server at {self.url} ({self._why(err)}); {START_SERVER}, "
+                              "or fix --base-url") from None
+        if r.status in (401, 403):
+            raise self._error(f"the server at {self.url} refused {self._key_said()} (HTTP {r.status}: "
+                              f"{self._words(r)}); {self._key_fix()}")
+        if r.status == 404:
+            raise self._error(f"{url} answered HTTP 404 ({self._words(r)}); --base-url is the API root that "
+                              "/models and /chat/completions hang from, e.g. http://127.0.0.1:8000/v1")
+        if not r.ok:
+            raise self._error(f"{url} answered HTTP {r.status} ({self._words(r)}); check the server, or fix "
+                              "--base-url")
         try:
-            ids = [str(m["id"]) for m in r.json()["data"]]
-        except (ValueError, KeyError, TypeError):
-            raise InputError(f"{url} did not answer with an OpenAI models list ({self._words(r)}); is --base-url an "
-                             "OpenAI-compatible API root (e.g. http://127.0.0.1:8000/v1)?") from None
+            ids = [self.redact(str(m["id"])) for m in json.loads(r.content)["data"]] if not r.over else None
+        except (ValueError, KeyError, TypeError, RecursionError):
+            ids = None
+        if ids is None:
+            raise self._error(f"{url} did not answer with an OpenAI models list ({self._words(r)}); is --base-url an "
+                              "OpenAI-compatible API root (e.g. http://127.0.0.1:8000/v1)?")
         if self.model not in ids:
-            shown = ", ".join(repr(x) for x in ids[:MODELS_SHOWN]) + (" ..." if len(ids) > MODELS_SHOWN else "")
-            raise InputError(f"the server at {self.url} does not serve {self.model!r}; it serves "
-                             f"{shown or 'no model'}: pass --served-model with one of those names")
+            shown = ", ".join(repr(x[:200]) for x in ids[:MODELS_SHOWN]) + (" ..." if len(ids) > MODELS_SHOWN else "")
+            raise self._error(f"the server at {self.url} does not serve {self.model!r}; it serves "
+                              f"{shown or 'no model'}: pass --served-model with one of those names")
 
     def _key_said(self) -> str:
         return f"the key in ${self.key_env}" if self.key_env else "a request without a key"
@@ -232,6 +258,7 @@ class OpenAIBackend:
         self._readable = self._readable or any(reply.error is None for reply, _ in outs)
         sent = [reply for reply, fresh in outs if fresh]
         self.resources.add(sent, time.perf_counter() - t, calls=len(sent))
+        self.resources.extra["cache_refused"] = self.cache.rejected
         if self.prices is not None:
             (usd_in, usd_out), res = self.prices, self.resources
             res.extra["usd"] = round((res.prompt_tokens * usd_in + res.generated_tokens * usd_out) / 1e6, 6)
@@ -259,22 +286,32 @@ class OpenAIBackend:
         """One request (from the cache, else sent with retries) read into a Reply."""
         body, keyed = self._request(prompt, images, logprobs)
         key = request_key(keyed)
+        letters = prompt.letters if logprobs else None
+        bounds = AnswerBounds.of(self.limit, len(prompt.text), len(images))
         cached = self.cache.get(key)
         if cached is not None:
-            reply = _read_answer(cached, prompt.letters if logprobs else None)
+            reply = read_answer(self.redact.tree(cached), letters, bounds)
             if reply.error is None:
                 with self._lock:
                     self.resources.extra["cache_hits"] += 1
                 return reply, False
-        r = self._post(body, prompt.key)
-        if not r.is_success:
-            return _Refused(r.status_code, self._words(r))
+            self.cache.reject(key, reply.error[:200])
+        cap = self.max_bytes + (self.logprob_bytes if logprobs else 0)
+        r = self._post(body, prompt.key, cap)
+        if not r.ok:
+            return _Refused(r.status, self._words(r))
+        if r.over:  # the rest is never read: a server may send without end
+            return Reply("", error=f"the answer is larger than {cap / 1e6:g} MB (--max-response-mb, plus "
+                                   f"{LOGPROB_BYTES} bytes per log-probability asked); not read further"
+                                   + (f": {self._snippet(r.text, 200)}" if r.content else "")), True
         try:
-            answer = json.loads(r.content)
-        except ValueError as err:
-            return Reply("", error=f"the answer is not JSON ({err}; HTTP {r.status_code}): "
+            # secrets out before anything is kept; NaN and Infinity stay text, which no count or log p is
+            answer = self.redact.tree(json.loads(self.redact(r.content.decode("utf-8")), parse_constant=str))
+        except (ValueError, RecursionError) as err:
+            why = "nested too deep" if isinstance(err, RecursionError) else self._snippet(str(err), 120)
+            return Reply("", error=f"the answer is not JSON ({why}; HTTP {r.status}): "
                                    f"{self._snippet(r.text) or '(an empty body)'}"), True
-        reply = _read_answer(answer, prompt.letters if logprobs else None, self._snippet)
+        reply = read_answer(answer, letters, bounds, self._snippet)
         if reply.error is None:  # only readable answers are kept: a rerun asks a malformed one again
             self.cache.put(key, answer)
         return reply, True
@@ -300,8 +337,9 @@ class OpenAIBackend:
                                                 for data, mime in images])}
         return {**body, "stream": False}, keyed
 
-    def _post(self, body: dict[str, Any], item: str) -> httpx.Response:
-        """POST the body, retrying connection errors, timeouts, 429 and 5xx; the answer otherwise."""
+    def _post(self, body: dict[str, Any], item: str, cap: int) -> Body:
+        """POST the body, retrying connection errors, timeouts, 429 and 5xx; the answer otherwise,
+        each try within the deadline and read up to `cap` bytes."""
         url = f"{self.url}/chat/completions"
         payload = json.dumps(body).encode("utf-8")
         why, delay = "", 0.0
@@ -315,29 +353,30 @@ class OpenAIBackend:
             try:
                 with self._lock:
                     self.resources.extra["requests"] += 1
-                r = self.client.post(url, content=payload, headers={"Content-Type": "application/json"})
+                r = post_capped(self.client, f"{self._base}/chat/completions", payload,
+                                {"Content-Type": "application/json"}, self.timeout_s, cap, ERROR_BODY_BYTES)
             except httpx.TimeoutException:
                 why, delay = "timeout", _backoff(attempt)
                 continue
             except httpx.TransportError as err:
                 why, delay = f"connection ({self._why(err)})", _backoff(attempt)
                 continue
-            if r.status_code == 429 or r.status_code >= 500:
-                why = f"HTTP {r.status_code} ({self._words(r, 120)})"
+            if r.status == 429 or r.status >= 500:
+                why = f"HTTP {r.status} ({self._words(r, 120)})"
                 delay = _retry_after(r.headers.get("retry-after"))
                 delay = _backoff(attempt) if delay is None else delay
                 continue
-            if r.status_code in (401, 403):  # every later request would be refused too
-                raise InputError(f"{url} refused {self._key_said()} (HTTP {r.status_code}: {self._words(r)}); "
-                                 f"{self._key_fix()}, then rerun the same command to resume")
-            if r.status_code == 404:  # the model or the route went away: no request can succeed
-                raise InputError(f"{url} answered HTTP 404 for model {self.model!r} ({self._words(r)}); check that "
-                                 "the server still serves it, then rerun the same command to resume")
+            if r.status in (401, 403):  # every later request would be refused too
+                raise self._error(f"{url} refused {self._key_said()} (HTTP {r.status}: {self._words(r)}); "
+                                  f"{self._key_fix()}, then rerun the same command to resume")
+            if r.status == 404:  # the model or the route went away: no request can succeed
+                raise self._error(f"{url} answered HTTP 404 for model {self.model!r} ({self._words(r)}); check that "
+                                  "the server still serves it, then rerun the same command to resume")
             return r
-        timing = f"no answer within --request-timeout-s {self.timeout_s:g}" if why == "timeout" else why
-        raise InputError(f"{url}: gave up on item {item} after {self.max_retries} retries (last: {timing}); the "
-                         "records already written are kept: check the server (or raise --max-retries or "
-                         "--request-timeout-s), then rerun the same command to resume")
+        timing = (f"no whole answer within --request-timeout-s {self.timeout_s:g}" if why == "timeout" else why)
+        raise self._error(f"{url}: gave up on item {item} after {self.max_retries} retries (last: {timing}); the "
+                          "records already written are kept: check the server (or raise --max-retries or "
+                          "--request-timeout-s), then rerun the same command to resume")
 
     def _count_retry(self, why: str) -> None:
         kind = why.split(" (")[0]
@@ -349,16 +388,17 @@ class OpenAIBackend:
     # --- the server's words, never the key ---------------------------------------------------------
 
     def _snippet(self, text: str, limit: int = ERROR_CHARS) -> str:
-        text = " ".join(str(text).split())
-        if self.secret:
-            text = text.replace(self.secret, "***")
-        return text if len(text) <= limit else text[: limit - 3] + "..."
+        return self.redact.snippet(str(text), limit)
 
-    def _words(self, r: httpx.Response, limit: int = ERROR_CHARS) -> str:
+    def _error(self, message: str) -> InputError:
+        """A one-line error with every secret redacted (a model list, a URL, an exception may hold one)."""
+        return InputError(self.redact(message))
+
+    def _words(self, r: Body, limit: int = ERROR_CHARS) -> str:
         """What an HTTP answer says: its error message where it has one, else its body."""
         try:
-            data = r.json()
-        except ValueError:
+            data = json.loads(self.redact(r.content.decode("utf-8")), parse_constant=str)
+        except (ValueError, RecursionError):
             data = None
         if isinstance(data, dict):
             err = data.get("error", data.get("detail", data.get("message")))
@@ -366,7 +406,7 @@ class OpenAIBackend:
                 err = err.get("message", err)
             if err is not None:
                 return self._snippet(err if isinstance(err, str) else json.dumps(err), limit)
-        return self._snippet(r.text, limit) or f"an empty body ({r.reason_phrase})"
+        return self._snippet(r.text, limit) or f"an empty body ({r.reason})"
 
     def _why(self, err: Exception) -> str:
         return self._snippet(f"{type(err).__name__}: {err}" if str(err) else type(err).__name__, 200)
@@ -417,66 +457,6 @@ def _retry_after(value: str | None) -> float | None:
     if not math.isfinite(seconds):
         return None
     return min(RETRY_AFTER_CAP_S, max(0.0, seconds))
-
-
-def _read_answer(answer: Any, letters: tuple[str, ...] | None, snippet: Any = None) -> Reply:
-    """A chat-completion answer as a Reply: the first choice's text, usage's tokens and the letters'
-    first-token log-probabilities; an answer without them is a Reply with the server's words."""
-    def words() -> str:
-        text = json.dumps(answer, ensure_ascii=False)
-        return snippet(text) if snippet is not None else text[:ERROR_CHARS]
-
-    if not isinstance(answer, dict):
-        return Reply("", error=f"the answer is not a JSON object: {words()}")
-    choices = answer.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        what = "an error" if "error" in answer else "no choices"
-        return Reply("", error=f"the answer holds {what}: {words()}")
-    choice = choices[0]
-    message = choice.get("message")
-    text = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(text, str):
-        return Reply("", error=f"the answer's choices[0].message holds no text (finish_reason "
-                               f"{choice.get('finish_reason')!r}): {words()}")
-    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
-    n_prompt, n_new = (_count(usage.get(k)) for k in ("prompt_tokens", "completion_tokens"))
-    if letters is None:
-        return Reply(text, n_prompt, n_new)
-    found, missing = _letter_logprobs(choice, letters)
-    return Reply(text, n_prompt, n_new, option_logprobs=found, logprobs_missing=missing)
-
-
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
-
-
-_MARKERS = re.compile("[\u2581\u0120]")  # SentencePiece's and byte-level BPE's word-start markers
-
-
-def _letter_logprobs(choice: dict[str, Any], letters: tuple[str, ...]) -> tuple[dict[str, float] | None, str | None]:
-    """Each letter's log p at the first generated token, from the answer's alternatives there, and
-    why some or all are missing (None when every letter is there)."""
-    lp = choice.get("logprobs")
-    positions = lp.get("content") if isinstance(lp, dict) else None
-    if not isinstance(positions, list) or not positions or not isinstance(positions[0], dict):
-        return None, ("the server returned no log-probabilities (it ignores or does not support `logprobs`); "
-                      "the record holds the generated reply only")
-    first = positions[0]
-    tops = first.get("top_logprobs") if isinstance(first.get("top_logprobs"), list) else []
-    pairs = [(t.get("token"), t.get("logprob")) for t in (*tops, first) if isinstance(t, dict)]
-    pairs = [(tok, float(v)) for tok, v in pairs
-             if isinstance(tok, str) and isinstance(v, (int, float)) and math.isfinite(v)]
-    exact = {tok: v for tok, v in pairs}
-    loose: dict[str, float] = {}
-    for tok, v in pairs:
-        bare = _MARKERS.sub(" ", tok).strip()
-        loose[bare] = max(v, loose.get(bare, -math.inf))
-    found = {x: min(0.0, exact[x] if x in exact else loose[x]) for x in letters if x in exact or x in loose}
-    absent = [x for x in letters if x not in found]
-    if not absent:
-        return found, None
-    why = f"{', '.join(absent)} not among the server's {len(tops)} most likely first tokens (--top-logprobs)"
-    return found or None, why
 
 
 __all__ = ["OpenAIBackend", "open_backend"]

@@ -14,11 +14,20 @@ PLAN.json:
   top: [[token, logprob], ...] the first token's alternatives when a request asks logprobs
   faults: {digest: [fault of attempt 1, of attempt 2, ...]}, `digest` naming a request by its
     prompt text and images; attempts past the list, and requests not in it, are answered "ok"
+  all: [fault of attempt 1, ...] of every request `faults` does not name
 Faults: ok, drop (the connection closed without an answer), delay, 429, 503, 500, malformed
 (200, not JSON), truncated (200, JSON cut short, a consistent Content-Length), cut (200, the
 connection closed half-way through the body), no_choices, 400, echo_key (400 whose message repeats
 the Authorization header), nologprobs (ok without logprobs), refuse_logprobs (400 when logprobs
 are asked, ok otherwise).
+Hostile answers (bounds): drip (200, then the body one byte every `drip_s`, default 1), drip_headers
+(the status line and headers one byte every `drip_s`), huge (200, a readable answer of `huge_mb`
+MB, default 300, with its Content-Length), endless (200, a chunked body that never ends), long_reply
+(ok, its text `long_chars` characters long, default 40,000,000, usage saying 1 token).
+Echoes (secrets): echo, echo_error, echo_text, echo_503: an ok answer's text, a 400's JSON message,
+a 400's plain-text body, a 503's message holding every secret the server knows (the Authorization
+header it got, a Basic header's user:password and password, and the plan's `echo` strings) in every
+encoding: raw, JSON-escaped, URL-encoded (quote, quote_plus), base64 (standard, URL-safe, unpadded).
 LOG.jsonl gets one line per request: time, path, digest, attempt, fault, whether the key was right.
 """
 
@@ -31,6 +40,7 @@ import os
 import sys
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -95,7 +105,7 @@ class Handler(BaseHTTPRequestHandler):
         key = digest(text, images)
         with self.lock:
             attempt = self.attempts[key] = self.attempts.get(key, 0) + 1
-        faults = self.plan.get("faults", {}).get(key, [])
+        faults = self.plan.get("faults", {}).get(key, self.plan.get("all", []))
         fault = faults[attempt - 1] if attempt <= len(faults) else "ok"
         ok = self._key_ok()
         self._log(method="POST", digest=key, attempt=attempt, fault=fault, key_ok=ok,
@@ -136,7 +146,81 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(400, {"error": {"message": "this prompt is too long for the model"}})
         if fault == "echo_key":
             return self._send(400, {"error": {"message": f"bad request from {self.headers.get('Authorization')}"}})
+        if fault in ("drip", "drip_headers", "huge", "endless", "long_reply"):
+            return self._hostile(fault, good)
+        if fault.startswith("echo"):
+            words = self._echoes()
+            if fault == "echo":
+                good["choices"][0]["message"]["content"] = f"ANSWER: A {words}"
+                return self._send(200, good)
+            if fault == "echo_text":
+                return self._send(400, f"bad request: {words}".encode())
+            return self._send(400 if fault == "echo_error" else 503, {"error": {"message": f"bad request: {words}"}})
         raise ValueError(f"unknown fault {fault!r}")
+
+    def _hostile(self, fault: str, good: dict[str, Any]) -> None:
+        """Answers that never end, end too slowly or are too big; the client hanging up ends them."""
+        pause = float(self.plan.get("drip_s", 1.0))
+        try:
+            if fault == "long_reply":
+                good["choices"][0]["message"]["content"] = "A" * int(self.plan.get("long_chars", 40_000_000))
+                return self._send(200, good)
+            if fault == "drip_headers":
+                head = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"x" * 100_000
+                for i in range(len(head)):
+                    self.wfile.write(head[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(pause)
+            if fault == "drip":
+                data = json.dumps(good).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(pause)
+            if fault == "huge":
+                head, tail = b'{"choices": [{"message": {"content": "', b'"}}]}'
+                size = int(float(self.plan.get("huge_mb", 300)) * 1e6)
+                self.send_response(200)
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                self.wfile.write(head)
+                chunk, left = b"x" * 2**20, size - len(head) - len(tail)
+                while left > 0:
+                    self.wfile.write(chunk[:left])
+                    left -= len(chunk)
+                self.wfile.write(tail)
+            if fault == "endless":
+                self.protocol_version = "HTTP/1.1"  # chunked transfer encoding
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                chunk = b"x" * 2**16
+                head = b'{"choices": [{"message": {"content": "'
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(head), head))
+                while True:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up: what the test wants
+            pass
+        self.close_connection = True
+
+    def _echoes(self) -> str:
+        """Every secret this server knows, in every encoding a careless server might echo it in."""
+        auth = self.headers.get("Authorization") or ""
+        secrets = [auth, auth.removeprefix("Bearer "), *self.plan.get("echo", [])]
+        if auth.startswith("Basic "):
+            pair = base64.b64decode(auth[6:]).decode()
+            secrets += [pair, pair.split(":", 1)[1]]
+        forms = []
+        for s in filter(None, secrets):
+            raw = s.encode()
+            forms += [s, json.dumps(s)[1:-1], urllib.parse.quote(s, safe=""), urllib.parse.quote(s),
+                      urllib.parse.quote_plus(s), base64.b64encode(raw).decode(),
+                      base64.urlsafe_b64encode(raw).decode(), base64.b64encode(raw).decode().rstrip("=")]
+        return " | ".join(forms)
 
     def _answer(self, body: dict[str, Any], fault: str, key: str) -> dict[str, Any]:
         reply = self.plan.get("replies", {}).get(key, self.plan.get("reply", "A"))
