@@ -213,6 +213,15 @@ def test_run_refuses_a_clip_of_another_frame_count_before_the_server_is_asked(cl
     assert not (out / "records.jsonl").is_file() or not (out / "records.jsonl").read_text()
 
 
+def test_a_bad_budget_in_the_environment_is_one_line_before_any_work(sheet_bench: Path, tmp_path: Path, capsys,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(IMAGE_ENV, "lots")
+    for argv in (["check", str(sheet_bench)], _run(sheet_bench, tmp_path / "run", "--model", "policy:exact-reader")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"evprobe: error: {IMAGE_ENV}='lots': not a positive whole number") and "\n" not in err
+
+
 def test_run_refuses_a_huge_sheet_before_a_policy_reads_it(sheet_bench: Path, tmp_path: Path, capsys) -> None:
     rel = "images/sliding-000/mass_1.png"
     bench = _replaced(sheet_bench, tmp_path, rel, huge_png(20000, 20000))
