@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evprobe.core.errors import shown
 from evprobe.probes.captures import CaptureError, CaptureSet, load_captures
-
-if TYPE_CHECKING:
-    from evprobe.probes.directions import Direction
 
 RELATIVE_KEY, RELATIVE_VALUE = "captures_relative_to", "folder"
 # what identifies the model a capture was taken of, beyond its name (hooks.fingerprint writes them
@@ -70,7 +67,7 @@ def capture_paths(direction: Any) -> list[Path]:
     return out
 
 
-def portable(direction: Direction, folder: Path) -> dict[str, Any]:
+def portable(direction: Any, folder: Path) -> dict[str, Any]:
     """`direction`'s provenance as a file in `folder` stores it: capture paths relative to `folder`
     (absolute where no relative path exists), marked so; an old entry's unresolvable paths as they were."""
     prov = dict(direction.provenance)
@@ -104,8 +101,6 @@ def check_capture(direction: Any, captures: CaptureSet) -> None:
     """Refuse (one CaptureError line naming both files and the field) captures that are not the
     ones `direction` was fitted on: another model name or fingerprint, another width, or missing
     one of its fit items."""
-    from evprobe.probes.directions import check_width
-
     prov = getattr(direction, "provenance", None) or {}
     where = named_in(direction)
     fix = "give the capture the direction was fitted on, or refit it on this one (`evprobe directions ACTS --layer L`)"
@@ -119,7 +114,10 @@ def check_capture(direction: Any, captures: CaptureSet) -> None:
             if key in cap.meta and cap.meta[key] is not None and cap.meta[key] != value:
                 raise CaptureError(f"{meta}: field {key!r} is {shown(cap.meta[key], 24)} but {where} records "
                                    f"{shown(value, 24)} (model_fingerprint): another model of the same name; {fix}")
-    check_width(direction, captures.d_model, f"its capture {captures.captures[0].path}")
+    width = len(getattr(direction, "vector", ()))
+    if width != captures.d_model:  # probes.directions.check_width's refusal (that module imports this one)
+        raise CaptureError(f"direction {getattr(direction, 'name', '?')!r} has width {width} but its capture "
+                           f"{captures.captures[0].path} has d_model {captures.d_model}; {fix}")
     items = prov.get("items") or []
     have = {r["item_id"] for r in captures.index}
     lost = [i for i in items if i not in have]
