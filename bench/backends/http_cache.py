@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import stat
 import threading
@@ -47,6 +48,17 @@ def request_key(request: Any) -> str:
 
 def answer_sha256(answer: Any) -> str:
     return request_key(answer)  # the same canonical JSON
+
+
+def untrusted_json(data: bytes | str) -> Any:
+    """JSON from a server or a cache file, with no number that is not finite: NaN, Infinity and an
+    overflowing 1e999 stay text (no count or log-probability), so what is stored reads back the
+    same. ValueError (UnicodeDecodeError included) or RecursionError when it is no JSON."""
+    def number(text: str) -> float | str:
+        value = float(text)
+        return value if math.isfinite(value) else text
+
+    return json.loads(data, parse_constant=str, parse_float=number)
 
 
 class RequestCache:
@@ -84,7 +96,7 @@ class RequestCache:
                 return self._refuse(path, "is not a regular file")
             data = fh.read(self.max_bytes + 1)
         try:
-            entry = json.loads(data, parse_constant=str)  # NaN/Infinity stay text: no number
+            entry = untrusted_json(data)
         except (ValueError, RecursionError):
             return self._refuse(path, "is not readable JSON")
         if not isinstance(entry, dict) or set(entry) != {"key", "answer_sha256", "answer"}:

@@ -94,7 +94,7 @@ except ModuleNotFoundError:  # open_backend says so in one line
     httpx = None  # type: ignore[assignment]
 
 from evprobe.bench.backends.base import ModelPrompt, Reply, Resources, Sampling
-from evprobe.bench.backends.http_cache import RequestCache, request_key
+from evprobe.bench.backends.http_cache import RequestCache, request_key, untrusted_json
 from evprobe.bench.backends.openai_answer import ERROR_CHARS, AnswerBounds, read_answer
 from evprobe.bench.backends.redact import redactor, shown_url
 from evprobe.core.errors import InputError
@@ -306,7 +306,7 @@ class OpenAIBackend:
                                    + (f": {self._snippet(r.text, 200)}" if r.content else "")), True
         try:
             # secrets out before anything is kept; NaN and Infinity stay text, which no count or log p is
-            answer = self.redact.tree(json.loads(self.redact(r.content.decode("utf-8")), parse_constant=str))
+            answer = self.redact.tree(untrusted_json(self.redact(r.content.decode("utf-8"))))
         except (ValueError, RecursionError) as err:
             why = "nested too deep" if isinstance(err, RecursionError) else self._snippet(str(err), 120)
             return Reply("", error=f"the answer is not JSON ({why}; HTTP {r.status}): "
@@ -397,7 +397,7 @@ class OpenAIBackend:
     def _words(self, r: Body, limit: int = ERROR_CHARS) -> str:
         """What an HTTP answer says: its error message where it has one, else its body."""
         try:
-            data = json.loads(self.redact(r.content.decode("utf-8")), parse_constant=str)
+            data = untrusted_json(self.redact(r.content.decode("utf-8")))
         except (ValueError, RecursionError):
             data = None
         if isinstance(data, dict):

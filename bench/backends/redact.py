@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urluns
 MASK = "***"
 # Query parameters that carry a credential (`?api_key=...`, `?sig=...`): their values are secrets too.
 _SECRET_PARAM = re.compile(r"key|token|secret|passw|sig|auth|cred", re.IGNORECASE)
-_B64_MIN = 6  # shortest base64 core matched at an offset (shorter ones would match ordinary words)
+_B64_MIN = 6  # shortest base64 form replaced (shorter ones would match ordinary words)
 
 
 def _json_forms(secret: str) -> set[str]:
@@ -61,7 +61,7 @@ def _base64_forms(secret: bytes) -> set[str]:
     out: set[str] = set()
     for encode in (base64.b64encode, base64.urlsafe_b64encode):
         whole = encode(secret).decode("ascii")
-        out |= {whole, whole.rstrip("=")}
+        out |= {f for f in (whole, whole.rstrip("=")) if len(f) >= _B64_MIN}
         for offset in (0, 1, 2):
             text = encode(b"\0" * offset + secret).decode("ascii")
             core = text[-(-8 * offset // 6):(offset + len(secret)) * 8 // 6]

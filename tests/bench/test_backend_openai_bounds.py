@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evprobe.bench.backends import openai as backend_module
-from evprobe.bench.backends.http_cache import WARNINGS_SHOWN, answer_sha256
+from evprobe.bench.backends.http_cache import WARNINGS_SHOWN, RequestCache, answer_sha256, untrusted_json
 from evprobe.bench.backends.openai_answer import AnswerBounds, read_answer
 from evprobe.bench.backends.redact import redactor, shown_url, url_secrets
 from evprobe.bench.runner import RunConfig, RunJob, run
@@ -352,11 +352,24 @@ def test_malformed_logprobs_are_left_out_never_zero(small_bench: Path, tmp_path:
     plan = {"top": [["A", 5.0], ["B", True], ["C", math.nan], ["D", -1.0], ["E", -math.inf]]}
     with fault_server(tmp_path / "server", plan) as server:
         run(_config(small_bench, out, server.url, **kw), progress=False)
+        again = run(_config(small_bench, tmp_path / "again", server.url, http_cache=str(out / "http-cache"), **kw),
+                    progress=False)
     (row,) = _lines(out / "records.jsonl")
     assert row["valid"] and row["option_logprobs"] == {"D": -1.0}
     why = row["logprobs_missing"]
     for said in ("A is 5.0", "B is true", "C is 'NaN'", "E is '-Infinity'", "not a number in (-inf, 0]"):
         assert said in why, why
+    # the answer as cached reads back whole (its NaN and -Infinity kept as text): a hit, the same record
+    (reread,) = _lines(tmp_path / "again" / "records.jsonl")
+    assert again.resources["cache_hits"] == 1 and {**reread, "seconds": 0} == {**row, "seconds": 0}
+
+
+def test_numbers_that_are_not_finite_read_back_from_the_cache(tmp_path: Path) -> None:
+    answer = untrusted_json('{"a": -1e999, "b": NaN, "c": [Infinity, 0.5, 7]}')
+    assert answer == {"a": "-1e999", "b": "NaN", "c": ["Infinity", 0.5, 7]}
+    cache = RequestCache(tmp_path / "cache")
+    cache.put("ab" * 32, answer)
+    assert cache.get("ab" * 32) == answer and cache.rejected == 0
 
 
 LOGPROB_VALUES = st.one_of(st.floats(), st.booleans(), st.integers(-10**20, 10**20), st.text(max_size=5), st.none(),
