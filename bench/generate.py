@@ -26,7 +26,6 @@ Temporary folders never outlive their run:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -48,6 +47,7 @@ from evprobe.bench.numeric import numeric_items
 from evprobe.bench.manifest import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json, atomic_write_jsonl
+from evprobe.core.json_files import parse_json
 from evprobe.core.lock import LOCK_FILE, folder_lock, same_file
 from evprobe.core.progress import Progress
 from evprobe.bench.reference import Prices
@@ -286,8 +286,8 @@ def _is_benchmark(folder: Path) -> bool:
     if not ((folder / FAMILIES_FILE).is_file() and (folder / ITEMS_FILE).is_file()):
         return False
     try:
-        meta = json.loads((folder / META_FILE).read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        meta = parse_json((folder / META_FILE).read_text(), folder / META_FILE, "")
+    except (OSError, ValueError):  # not UTF-8, not JSON, nested too deep
         return False
     return isinstance(meta, dict) and all(key in meta for key in FORMAT_MARKS)
 

@@ -38,7 +38,6 @@ time with `--out OUT/run-r --seed S+r-1` instead.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +50,7 @@ from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE
 from evprobe.bench.runner import POLICY_PREFIX, RunConfig, RunSummary, run
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
+from evprobe.core.json_files import read_json_object
 from evprobe.core.lock import LOCK_FILE, folder_lock
 from evprobe.core.progress import note
 
@@ -158,7 +158,7 @@ def _check_out(config: RunConfig, runs: int) -> dict[str, Any] | None:
     if runs < len(index.runs):
         raise InputError(f"{out} holds {len(index.runs)} runs; --runs {runs} would leave the last "
                          f"{len(index.runs) - runs} out: use --runs {len(index.runs)} (or more), or another --out")
-    old = json.loads((out / RUNS_FILE).read_text())
+    old = read_json_object(out / RUNS_FILE, "move the folder aside, or use another --out")[0]
     for key, value in _pins(config).items():  # refused before runs.json is rewritten with this run's values
         if key in old and old[key] != value:
             raise InputError(f"{out} was written with {key}={old[key]!r}, this run has {key}={value!r}; use the same "

@@ -50,6 +50,7 @@ from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.job_summary import JobSummary, MergeSummary
+from evprobe.core.json_files import parse_json, read_json_object
 from evprobe.core.lock import folder_lock
 from evprobe.bench.manifest import read_items
 from evprobe.bench.protocols import check_regime
@@ -284,8 +285,8 @@ def _same_settings(folder: Path, settings: dict[str, Any], needed: tuple[str, ..
     if not path.is_file() or not all((folder / n).is_file() for n in needed):
         return False
     try:
-        return json.loads(path.read_text()) == json.loads(json.dumps(settings))
-    except json.JSONDecodeError:
+        return parse_json(path.read_text(), path, "") == json.loads(json.dumps(settings))
+    except ValueError:  # not UTF-8, not JSON, nested too deep: not the same settings
         return False
 
 
@@ -479,7 +480,8 @@ def plot(result: dict[str, Any], out: Path) -> Path:
     for pi, position in enumerate(positions):
         ax = axes[0][pi]
         for li, r in enumerate(result["labels"]):
-            rows = [x for x in json.loads(Path(r["sweep"]).read_text())["rows"] if x["position"] == position]
+            sweep = read_json_object(Path(r["sweep"]), "run the layer sweep again into a new --out")[0]
+            rows = [x for x in sweep["rows"] if x["position"] == position]
             rows.sort(key=lambda x: x["layer"])
             if not rows:
                 continue

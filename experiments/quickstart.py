@@ -34,7 +34,6 @@ another command into one of its step folders, is refused in one line naming the 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
@@ -44,10 +43,12 @@ from typing import Any
 from evprobe.bench.generate import GenerateConfig, generate
 from evprobe.bench.manifest import META_FILE, read_meta
 from evprobe.core.errors import InputError
+from evprobe.core.json_files import optional_json_object, read_json_object
 from evprobe.core.lock import folder_lock
 from evprobe.bench.runner import RunConfig, run
 
 DEFAULT_MODEL = "organism"
+RERUN = "run the quickstart again into a new --out"  # the fix for a damaged file of a quickstart folder
 UNTRAINED = (
     "The model is {model}: a tiny randomly initialised network of a real architecture, untrained. "
     "Every number below tests the toolkit's plumbing, not what any model knows."
@@ -186,7 +187,7 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
     timings["sweep"] = time.perf_counter() - t
 
     t = _step(5, "fit directions on the selections of each half of the families")
-    meta = json.loads((acts / "meta.json").read_text())
+    meta = read_json_object(acts / "meta.json", RERUN)[0]
     # Fitted on the selections only, the request type the dose-response steers: the answer rows'
     # resolved / unresolved split (yes-no vs undetermined) tilts a pooled direction. Chosen on a
     # development benchmark (seed 777, 24 families per system), never the main set: with the pooled
@@ -298,7 +299,7 @@ def headline_lines(out: Path) -> list[str]:
     the probe's nested estimate, and the cross-fitted steering effects (what the report opens with)."""
     def load(rel: str) -> Any:
         path = out / rel
-        return json.loads(path.read_text()) if path.is_file() else None
+        return optional_json_object(path, RERUN)
 
     from evprobe.bench.score_report import pct, plain, points
     from evprobe.experiments.dose_response.formatting import crossfit_setting, fmt_estimate

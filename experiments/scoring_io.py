@@ -12,7 +12,6 @@ scores.json, so a fresh scores.json means a scores.md of the same records.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from evprobe.bench.json_schema import RunMeta, read_run_meta
 from evprobe.bench.manifest import META_FILE, read_items, read_meta
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json, warn_incomplete_line
+from evprobe.core.json_files import parse_json
 from evprobe.core.lock import folder_lock
 from evprobe.bench.records import RECORDS_FILE, load_records
 from evprobe.bench.reference import Prices
@@ -112,7 +112,7 @@ def _read_scores(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     if not path.is_file():
         return None, f"{path} not found"
     try:
-        scores = json.loads(path.read_text())
+        scores = parse_json(path.read_text(), path, "")  # bounded (an InputError is a ValueError)
     except (OSError, UnicodeDecodeError, ValueError):
         return None, f"{path} is not valid JSON"
     if not isinstance(scores, dict):

@@ -14,12 +14,12 @@ sheets, so it lives in the `organism` package, which `hooks` finds only through
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from evprobe.core.json_files import read_json_object
 from evprobe.hooks.handle import Handle, resolve_prompt_format, resolve_thinking
 
 if TYPE_CHECKING:
@@ -111,8 +111,8 @@ def _saved_processor_class(model: str) -> str | None:
     )
     if path is None:
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("processor_class")
+    config = read_json_object(path, "the model's preprocessor_config.json must be a JSON object: fix or download it again")[0]
+    return config.get("processor_class")
 
 
 def _load_processor(model: str, *, trust_remote_code: bool):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.core.errors import InputError
+from evprobe.core.json_files import read_json_object
 
 # The committed checkpoint (trained once with the default TrainConfig; see organism.json in it).
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoint"
@@ -68,7 +69,7 @@ def planted_location(path: str | Path | None = None) -> dict[str, int]:
     n_layers, attention_free_layers (layers below it read no other position) and aux_layer (the
     training-only head read the right option's meaning at the answer position, `ANSWER:`, after it)."""
     folder = Path(path) if path is not None else CHECKPOINT_DIR
-    model = json.loads((folder / "organism.json").read_text())["recipe"]["model"]
+    model = read_json_object(folder / "organism.json", "retrain it: evprobe organism train --out DIR")[0]["recipe"]["model"]
     if "attention_free_layers" not in model:
         raise ValueError(f"{folder}/organism.json: an organism without a planted location (v1); retrain it: "
                          "evprobe organism train --out DIR")

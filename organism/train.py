@@ -31,7 +31,8 @@ import numpy as np
 from evprobe.bench.family import Family
 from evprobe.bench.reference import ACTIONS, ANSWERS
 from evprobe.core.errors import InputError
-from evprobe.core.files import atomic_write_bytes
+from evprobe.core.files import append_log_lines, atomic_write_bytes
+from evprobe.core.json_files import parse_json
 from evprobe.organism.data import (DataConfig, draw_family, property_word, sample_example, select_example,
                                    void_example)
 from evprobe.organism.facts import Facts
@@ -195,9 +196,11 @@ _TENSORS = "train_state-{step:08d}.safetensors"
 _STATE_FORMAT = 1
 
 
+_STATE_FIX = "delete the train_state files in {folder} (training restarts) or start a new --out"
+
+
 def _bad_state(path: Path, why: str) -> InputError:
-    return InputError(f"{path}: {why}; delete the train_state files in {path.parent} (training restarts) "
-                      "or start a new --out")
+    return InputError(f"{path}: {why}; {_STATE_FIX.format(folder=path.parent)}")
 
 
 def _refuse_legacy_state(out: Path) -> None:
@@ -259,9 +262,10 @@ def read_train_state(out: str | Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
         raise _bad_state(path, f"not valid JSON ({err})") from None
+    state = parse_json(text, path, _STATE_FIX.format(folder=path.parent))  # bounded: not JSON, nested too deep
     keys = {"format", "step", "seconds", "config", "tensors", "tensors_sha256", "optimizer", "rng"}
     if not isinstance(state, dict) or not keys <= set(state) or state["format"] != _STATE_FORMAT:
         raise _bad_state(path, f"not a training state of format {_STATE_FORMAT}")
@@ -357,8 +361,7 @@ def _train(cfg: TrainConfig, out: Path, log, stop_after: int | None) -> dict:  #
             row = {"step": step, "loss": float(np.mean(window)), "seconds": round(time.perf_counter() - start, 1),
                    **{f"val_{k}": v for k, v in metrics.items()}}
             window = []
-            with open(log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            append_log_lines(log_path, [row])  # one line, fsynced; a link or FIFO there refused
             log(json.dumps(row))
         if step % cfg.save_every == 0 or step == cfg.steps:
             save_train_state(out, model, opt, cfg, step, time.perf_counter() - start)

@@ -68,6 +68,7 @@ import numpy as np
 
 from evprobe.core.errors import shown
 from evprobe.core.files import atomic_write_bytes
+from evprobe.core.json_files import parse_json
 from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
 from evprobe.probes.registry import ProbeSpec
 from evprobe.probes.geometry import number_text
@@ -237,8 +238,8 @@ def load_direction(path: str | Path) -> Direction:
         raise CaptureError(f"{path}: not a readable safetensors file ({type(err).__name__}: {err}); write it "
                            "again with `evprobe directions`") from None
     try:
-        meta = {k: json.loads(v) for k, v in metadata.items()}
-    except json.JSONDecodeError:
+        meta = {k: parse_json(v, path, "", error=CaptureError) for k, v in metadata.items()}
+    except CaptureError:  # not JSON, or nested too deep
         raise CaptureError(f"{path}: its metadata values are not JSON text; write it again with "
                            "`evprobe directions`") from None
     if meta.get("format") != FORMAT or type(meta.get("name")) is not str:
@@ -315,9 +316,9 @@ def _read_index(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line, entry) of each direction in directions.json, every entry checked (ENTRY_KEYS)."""
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
         raise CaptureError(f"{path}: not a directions index ({err}); move it aside or {FIX_FOLDER}") from None
+    data = parse_json(text, path, f"move it aside or {FIX_FOLDER}", error=CaptureError)  # bounded depth
     if not isinstance(data, dict) or not isinstance(data.get("directions"), list):
         got = type(data).__name__ if not isinstance(data, dict) else f"'directions' {shown(data.get('directions'))}"
         raise CaptureError(f"{path}:1: not a directions index (expected {{\"directions\": [...]}}, got {got}); move "

@@ -18,6 +18,7 @@ from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.bench.manifest import read_items, read_meta
 from evprobe.core.errors import InputError
+from evprobe.core.json_files import parse_json
 from evprobe.experiments.config import ConfigError, ModelConfig, as_dict, load_model_config
 from evprobe.experiments.dose_response.controls import ControlDirection, control_directions, controls_record
 from evprobe.experiments.dose_response.config import FORMAT, LETTERS, DoseResponseConfig
@@ -121,8 +122,8 @@ def _known_n_layers(model: ModelConfig, direction: Direction) -> int | None:
     for capture in captures:
         path = capture / "meta.json"
         try:
-            meta = json.loads(path.read_text())
-        except (OSError, ValueError):
+            meta = parse_json(path.read_text(), path, "")
+        except (OSError, ValueError):  # not UTF-8, not JSON, nested too deep
             continue  # a hint only: the loaded model tells the layer count later
         value = meta.get("n_model_layers") if isinstance(meta, dict) else None
         if isinstance(value, int):

@@ -23,7 +23,7 @@ nats (the same as every table of the report).
 from __future__ import annotations
 
 from evprobe.core.estimate_text import estimate_text
-import json
+from evprobe.core.json_files import parse_json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,8 +69,8 @@ def _load(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        data = parse_json(path.read_text(encoding="utf-8"), path, "")  # bounded: deep nesting is no traceback
+    except (OSError, ValueError):  # not UTF-8, not JSON, nested too deep
         return None  # the part's own page shows what it holds; the summary leaves it out
     return data if isinstance(data, dict) else None  # not an object: left out the same way
 
