@@ -64,7 +64,7 @@ def refuse_link(path: Path) -> None:
                          "its output folders: remove the link, or use another --out")
 
 
-def _open_for_writing(path: Path, flags: int) -> int:
+def open_for_writing(path: Path, flags: int) -> int:
     """os.open of a file evprobe writes: a link is refused (O_NOFOLLOW), and a FIFO or device too,
     without blocking (O_NONBLOCK: a FIFO without a reader would hold the open for good)."""
     refuse_link(path)
@@ -158,11 +158,11 @@ def warn_incomplete_line(path: Path) -> None:
 def cut_torn_tail(path: Path) -> None:
     """Cut an unterminated last line off an append-only log (with an fsync), so the next append
     starts on a clean line. Only the writer that is about to append calls this; a link or FIFO
-    there is refused (`refuse_link`, `_open_for_writing`) before anything is computed."""
+    there is refused (`refuse_link`, `open_for_writing`) before anything is computed."""
     refuse_link(path)
     if not path.exists():
         return
-    fd = _open_for_writing(path, os.O_RDWR)
+    fd = open_for_writing(path, os.O_RDWR)
     with os.fdopen(fd, "r+b") as fh:
         size = os.fstat(fd).st_size
         if size == 0:
@@ -183,7 +183,7 @@ def append_log_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
     if not data:
         return
-    fd = _open_for_writing(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    fd = open_for_writing(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         view = memoryview(data)
         while view:  # os.write may write less than asked

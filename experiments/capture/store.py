@@ -19,7 +19,7 @@ import numpy as np
 
 from evprobe.core.capture_schema import index_row_problem
 from evprobe.core.errors import InputError
-from evprobe.core.files import append_log_lines, atomic_write_bytes, cut_torn_tail
+from evprobe.core.files import append_log_lines, atomic_write_bytes, cut_torn_tail, open_for_writing, refuse_link
 from evprobe.core.json_files import read_json_lines
 from evprobe.core.jobs import Row, RowKey, RowStore
 
@@ -93,6 +93,7 @@ class CaptureRows(RowStore):
         return {(row["item_id"], ""): row for row in load_index(self.index_path, self.item_ids, warn=warn).values()}
 
     def repair(self) -> None:
+        refuse_link(self.acts_path)  # before the model loads: rows are never written through a link
         cut_torn_tail(self.index_path)
 
     def prepare(self, meta: dict[str, Any]) -> None:
@@ -105,7 +106,7 @@ class CaptureRows(RowStore):
         self.row_bytes = int(np.prod(shape[1:])) * 2
 
     def append(self, rows: list[Row]) -> None:
-        fd = os.open(self.acts_path, os.O_WRONLY)
+        fd = open_for_writing(self.acts_path, os.O_WRONLY)
         try:
             for row in rows:
                 data = np.ascontiguousarray(row[ACTS_KEY], dtype="<f2").tobytes()

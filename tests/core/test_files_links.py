@@ -57,3 +57,18 @@ def test_a_fifo_where_a_log_belongs_is_refused_without_blocking(tmp_path: Path) 
             append_log_lines(fifo, [{"a": 1}])
     finally:
         os.close(reader)
+
+
+def test_a_capture_store_refuses_a_linked_acts_file_before_any_row(tmp_path: Path) -> None:
+    """acts.npy was opened O_WRONLY through a link: positioned writes into a file outside the folder."""
+    from evprobe.experiments.capture.store import CaptureRows
+
+    outside = tmp_path / "outside.npy"
+    outside.write_bytes(b"theirs")
+    folder = tmp_path / "acts"
+    folder.mkdir()
+    (folder / "acts.npy").symlink_to(outside)
+    with pytest.raises(InputError) as err:
+        CaptureRows(folder, ["a"]).repair()  # the job runner's first step once rows are missing
+    assert str(err.value) == f"{folder / 'acts.npy'} {LINK.format(target=outside)}"
+    assert outside.read_bytes() == b"theirs"
