@@ -150,7 +150,12 @@ def unit_direction(direction: Any, *, d_model: int | None = None, what: str = "d
                          f"use a direction fitted on this model's activations (shape ({d_model},))")
     if not np.isfinite(v).all():
         raise ValueError(f"{what} contains NaN or inf; check how it was computed")
-    norm = float(np.linalg.norm(v))
+    with np.errstate(over="ignore", under="ignore"):  # handled below
+        norm = float(np.linalg.norm(v))
+    if (norm == 0.0 or not np.isfinite(norm)) and np.abs(v).max() > 0:
+        # entries near 1e308 square to inf (and near 1e-300 to 0): the norm of the vector scaled to max 1
+        v /= np.abs(v).max()
+        norm = float(np.linalg.norm(v))
     if norm == 0.0:
         raise ValueError(f"{what} is the zero vector and has no direction; pass a nonzero vector "
                          f"(e.g. a probe's weight vector or random_directions(...))")

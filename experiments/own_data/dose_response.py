@@ -63,9 +63,10 @@ from evprobe.analysis.specificity import (
     specificity_stats,
 )
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
-from evprobe.core.errors import InputError
+from evprobe.core.errors import InputError, shown
 from evprobe.experiments.dose_response.crossfit import split_halves
 from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, estimate_columns
+from evprobe.experiments.own_data.inputs import MAX_BOOT, MAX_NULL, dose_arguments, integer, prompt_lengths, unit_norms
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,7 +135,7 @@ def _directions(direction: Any, layer: int | Sequence[int] | None) -> dict[int, 
     if isinstance(direction, Mapping):
         if layer is not None:
             raise InputError("give the layers as the mapping's keys or as layer=, not both")
-        return {int(k): v for k, v in direction.items()}
+        return {integer("direction's key", k, 0, fix="{layer: vector}"): v for k, v in direction.items()}
     prov = getattr(direction, "provenance", None)
     if isinstance(prov, Mapping) and "layer" in prov:
         if layer is not None and int(layer) != int(prov["layer"]):
@@ -143,41 +144,18 @@ def _directions(direction: Any, layer: int | Sequence[int] | None) -> dict[int, 
         return {int(prov["layer"]): direction}
     if layer is None:
         raise InputError("a bare vector needs layer= (the decoder layer to steer), or pass {layer: vector}")
-    layers = [layer] if isinstance(layer, int) else list(layer)
-    return {int(i): direction for i in layers}
+    layers = list(layer) if isinstance(layer, Sequence) else [layer]
+    return {integer("layer", i, 0, fix="the decoder layer to steer"): direction for i in layers}
 
 
-def _check(prompts: Sequence[str], families: Sequence[str], groups: Sequence[str] | None, alphas: Sequence[float],
-           candidates: Sequence[str], target: str | Sequence[str], goal: int, n_random: int
-           ) -> tuple[np.ndarray, list[float]]:
-    if isinstance(prompts, str):
-        raise InputError("prompts must be a list of strings, not a string")
-    n = len(prompts)
-    if len(families) != n:
-        raise InputError(f"{n} prompts but {len(families)} family ids; give one family per prompt (items that share "
-                         "a source share a family)")
-    if groups is not None and len(groups) != n:
-        raise InputError(f"{n} prompts but {len(groups)} group labels; give one per prompt, or groups=None")
-    if len(set(families)) < 2:
-        raise InputError("a family bootstrap and a cross-fitted choice need at least 2 families")
-    if len(candidates) < 2 or len(set(candidates)) != len(candidates):
-        raise InputError(f"give at least two distinct candidates, got {list(candidates)}")
-    targets = [target] * n if isinstance(target, str) else list(target)
-    if len(targets) != n:
-        raise InputError(f"{n} prompts but {len(targets)} targets; give one target, or one per prompt")
-    bad = next((t for t in targets if t not in candidates), None)
-    if bad is not None:
-        raise InputError(f"target {bad!r} is not a candidate; choose from {', '.join(candidates)}")
-    if goal not in (1, -1):
-        raise InputError(f"goal must be +1 (raise the target's log-odds) or -1 (lower them), got {goal!r}")
-    steps = sorted({float(a) for a in alphas} - {0.0})
-    if not steps:
-        raise InputError("alphas has no dose but 0; give e.g. alphas=(-1, -0.5, 0.5, 1)")
-    if not all(np.isfinite(steps)):
-        raise InputError(f"alphas must be finite numbers, got {list(alphas)}")
-    if n_random < 0:
-        raise InputError(f"n_random must be >= 0, got {n_random}")
-    return np.asarray(families, dtype=object), steps
+def _unit(vector: Any, d_model: int, what: str) -> np.ndarray:
+    """hooks.steer.unit_direction, its refusals (and numpy's, for a vector of text) as InputError."""
+    from evprobe.hooks.steer import unit_direction
+
+    try:
+        return unit_direction(vector, d_model=d_model, what=what)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{what}: {e}" if not str(e).startswith(what) else str(e)) from None
 
 
 def steering_dose_response(
@@ -239,28 +217,40 @@ def steering_dose_response(
     from evprobe.hooks.ablate import ablate
     from evprobe.hooks.generation import next_token_logprobs
     from evprobe.hooks.inputs import build_inputs, image_rows
-    from evprobe.hooks.steer import check_direction_model, random_directions, unit_direction
+    from evprobe.hooks.steer import check_direction_model, random_directions
     from evprobe.hooks.steer_rows import option_logprobs_rows, residual_norms_at
 
-    fam, steps = _check(prompts, families, groups, alphas, candidates, target, goal, n_random)
-    if isinstance(n_relabel, bool) or not isinstance(n_relabel, (int, np.integer)) or n_relabel < 0:
-        raise InputError(f"n_relabel must be an integer >= 0, got {n_relabel!r}")
+    counts = {"n_random": (n_random, 0, MAX_NULL), "n_relabel": (n_relabel, 0, MAX_NULL), "n_boot": (n_boot, 1, MAX_BOOT),
+              "seed": (seed, 0, None), "random_seed": (random_seed, 0, None), "split_seed": (split_seed, 0, None),
+              "batch_size": (batch_size, 1, None), "max_rows": (max_rows, 1, None)}
+    fam, steps = dose_arguments(prompts, families, groups, alphas, candidates, target, goal, units, counts)
     images = image_rows(prompts, images)
+    if isinstance(images, str) or not isinstance(images, Sequence) or len(images) != len(prompts) or not all(
+            isinstance(row, list | tuple) for row in images):
+        raise InputError(f"images must hold one list of images per prompt ({len(prompts)} lists; [] for none), or be "
+                         f"None, got {shown(images, 40)}")
     by_layer = _directions(direction, layer)
+    unit_norms(mean_norm, list(by_layer))
     for layer_, d in by_layer.items():
         if not 0 <= layer_ < handle.n_layers:
             raise InputError(f"layer {layer_} is out of range: {handle.model_id} has layers 0..{handle.n_layers - 1}")
-        check_direction_model(handle, d, allow_other_model=allow_other_model)
-    vectors = {layer_: unit_direction(getattr(d, "vector", d), d_model=handle.d_model) for layer_, d in by_layer.items()}
-    extra = {name: unit_direction(v, d_model=handle.d_model, what=f"control {name}") for name, v in
-             (controls or {}).items()}
-    if units not in ("norm", "raw"):
-        raise InputError(f"units must be 'norm' (multiples of the mean residual norm) or 'raw', got {units!r}")
+        try:
+            check_direction_model(handle, d, allow_other_model=allow_other_model)
+        except ValueError as e:  # hooks' one line, as the own-data functions' error
+            raise InputError(str(e)) from None
+    if controls is not None and not isinstance(controls, Mapping):
+        raise InputError(f"controls must be {{name: vector}}, got {shown(controls, 40)}")
+    vectors = {layer_: _unit(getattr(d, "vector", d), handle.d_model, f"direction at layer {layer_}")
+               for layer_, d in by_layer.items()}
+    extra = {name: _unit(v, handle.d_model, f"control {name!r}") for name, v in (controls or {}).items()}
     group_of = np.array(["all"] * len(prompts) if groups is None else [str(g) for g in groups], dtype=object)
     group_names = ["all"] + ([] if groups is None else sorted(set(group_of)))
     masks = {g: np.ones(len(prompts), bool) if g == "all" else group_of == g for g in group_names}
-    if goal_group not in masks:
+    if not isinstance(goal_group, str) or goal_group not in masks:
         raise InputError(f"goal_group {goal_group!r} is not a group; choose from {', '.join(group_names)}")
+    n_directions = len(steps) * (1 + len(extra) + n_random + n_relabel)  # a forward's rows: directions x prompts
+    prompt_lengths(handle, list(prompts), list(images), batch_size, min(max(max_rows, batch_size),
+                                                                       n_directions * min(batch_size, len(prompts))))
     t = np.array([list(candidates).index(x) for x in ([target] * len(prompts) if isinstance(target, str) else target)])
 
     # -- the unit of alpha, per layer
@@ -272,6 +262,9 @@ def steering_dose_response(
         given = mean_norm.get(layer_) if isinstance(mean_norm, Mapping) else mean_norm
         if given is None:
             norm, count = residual_norms_at(handle, prompts, images, [layer_], positions, batch_size=batch_size)[layer_]
+            if not (np.isfinite(norm) and norm > 0):  # a dose of alpha x 0 or x NaN reads nothing
+                raise InputError(f"the mean residual norm at layer {layer_} over these prompts is {norm!r}; give "
+                                 "mean_norm= (the unit of alpha) or units='raw'")
             unit[layer_] = {"raw_per_alpha": norm, "measured": f"mean residual norm over {count} edited positions of "
                             "these prompts, unsteered"}
         else:
@@ -298,6 +291,9 @@ def steering_dose_response(
                                  enc=build_inputs(handle, list(prompts[s:s + batch_size]),
                                                   list(images[s:s + batch_size])))
             for s in range(0, len(prompts), batch_size)], axis=1)  # (rows of deltas, n, C)
+        if not np.isfinite(lp).all():  # the activations overflowed: no readout to estimate with
+            raise InputError(f"layer {layer_}: the steered model's log-probabilities are not finite at raw doses up to "
+                             f"{float(np.abs(raw).max()):.3g} ({handle.dtype}); lower |alpha| (or mean_norm)")
         out = _readouts(lp, t)  # (rows, n, 2)
         a, d_, k, k2 = len(steps), len(named), len(rand), len(free)
         values[layer_] = out[: a * d_].reshape(a, d_, len(prompts), 2)

@@ -66,6 +66,10 @@ def probe_layers(
     from evprobe.probes.captures import load_captures
     from evprobe.probes.runs import sweep_to_folder
 
+    from evprobe.experiments.own_data.inputs import identifiers, integer, prompt_lengths, texts
+
+    prompts = texts("prompts", prompts, "Is the evidence enough?")
+    batch_size = integer("batch_size", batch_size, 1, fix="prompts per forward, e.g. 8")
     n = len(prompts)
     for name, given in (("labels", labels), ("families", families), ("extra", extra)):
         if given is not None and len(given) != n:
@@ -74,6 +78,10 @@ def probe_layers(
         raise InputError(f"labels must be True / False, one per prompt; got {sorted({type(x).__name__ for x in labels})}")
     if len(set(labels)) < 2:
         raise InputError("labels hold one class only; a probe needs both")
+    identifiers("families", list(families), "prompt", "give every prompt a family id (a string or number)")
+    from evprobe.hooks.inputs import image_rows
+
+    prompt_lengths(handle, prompts, list(image_rows(prompts, images)), batch_size, batch_size)
     chosen = list(range(handle.n_layers)) if layers is None else list(layers)
     acts = capture_layers(handle, prompts, images, layers=chosen, positions=list(positions), batch_size=batch_size)
     rows = [{"item_id": f"{i}", "family_id": str(f), label: bool(y), **(extra[i] if extra else {})}

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
-from evprobe.core.errors import InputError
+from evprobe.core.errors import InputError, shown
 from evprobe.experiments.patching.figures import MIN_GAP  # the figures name it too: one home, below both
 
 if TYPE_CHECKING:
@@ -175,10 +175,27 @@ def pair_patching(
     """
     import pandas as pd
 
-    if len(families) != len(pairs):
-        raise InputError(f"{len(pairs)} pairs but {len(families)} family ids; give one family per pair")
+    from evprobe.experiments.own_data.inputs import MAX_BOOT, identifiers, integer, prompt_lengths, texts
+
+    n_boot = integer("n_boot", n_boot, 1, MAX_BOOT, "the number of family resamples, e.g. 2000")
+    seed = integer("seed", seed, 0, fix="a non-negative integer seeds the resamples")
+    if isinstance(pairs, str) or not isinstance(pairs, Sequence) or isinstance(families, str) or not isinstance(
+            families, Sequence) or len(families) != len(pairs):
+        raise InputError(f"pairs {shown(pairs, 30)} and families {shown(families, 30)}: give a list of pairs and one "
+                         "family id per pair")
     if not pairs:
         raise InputError("no pairs given")
+    identifiers("families", list(families), "pair", "give every pair a family id (a string or number)")
+    for p, pair in enumerate(pairs):
+        ok = isinstance(pair, Sequence) and len(pair) == 2 and all(
+            isinstance(m, Sequence) and not isinstance(m, str) and len(m) == 2 and isinstance(m[0], str)
+            and (m[1] is None or isinstance(m[1], list | tuple)) for m in pair)
+        if not ok:
+            raise InputError(f"pairs[{p}] is {shown(pair, 40)}; give ((prompt, images), (prompt, images)), images a "
+                             "list or None")
+    texts("candidates", candidates, "A", empty=False)
+    prompt_lengths(handle, [m[0] for pair in pairs for m in pair], [list(m[1] or []) for pair in pairs for m in pair],
+                   2, 2)
     if answers is not None and len(answers) != len(pairs):
         raise InputError(f"{len(pairs)} pairs but {len(answers)} answer pairs; give one (first, second) per pair")
     cands = list(candidates)

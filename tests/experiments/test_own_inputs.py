@@ -135,3 +135,146 @@ def test_every_accepted_table_gives_finite_numbers(values, proportion) -> None:
         return
     numbers = got[["value", "lo", "hi"]].to_numpy(dtype=float)
     assert np.isfinite(numbers[~np.isnan(numbers)]).all()
+
+
+# -- steering_dose_response: refused before any forward ------------------------------------------
+
+PROMPTS = ["Answer A or B.", "Pick one: A or B?", "Is it A or B?", "Say A or B."]
+
+
+@pytest.fixture(scope="module")
+def tiny_llava():
+    return evprobe.tiny("llava")
+
+
+def _dose(handle, prompts=PROMPTS, **kw):
+    vector = np.random.default_rng(0).standard_normal(handle.d_model)
+    args = dict(direction=vector, layer=1, candidates=["A", "B"], target="A", families=["a", "b", "c", "d"],
+                n_random=0, n_relabel=0, n_boot=20, alphas=(0.5,))
+    images = kw.pop("images", None)
+    return evprobe.steering_dose_response(handle, prompts, images, **{**args, **kw})
+
+
+@pytest.mark.parametrize("change, message", [
+    # on main: mean_norm 0 gave non-finite numbers, a negative one flipped every dose's sign
+    (dict(mean_norm=0), r"mean_norm must be a finite number > 0, got 0; the mean residual norm"),
+    (dict(mean_norm=-2.0), r"mean_norm must be a finite number > 0, got -2.0"),
+    (dict(mean_norm=math.nan), r"mean_norm must be a finite number > 0, got NaN"),
+    (dict(mean_norm={1: 0.0}), r"mean_norm\[1\] must be a finite number > 0, got 0.0"),
+    (dict(mean_norm={3: 1.0}), r"mean_norm has key 3, not a steered layer \(\[1\]\)"),
+    # on main: "range() arg 3 must not be zero"
+    (dict(batch_size=0), r"batch_size must be an integer >= 1, got 0"),
+    (dict(batch_size=True), r"batch_size must be an integer >= 1, got a bool"),
+    (dict(max_rows=0), r"max_rows must be an integer >= 1, got 0"),
+    (dict(n_boot=True), r"n_boot must be an integer from 1 to 1000000, got a bool"),
+    (dict(n_random=True), r"n_random must be an integer from 0 to 100000, got a bool"),
+    (dict(seed=-1), r"seed must be an integer >= 0, got -1"),
+    (dict(goal=True), r"goal must be \+1 .* got True"),
+    (dict(alphas=(True,)), r"alphas\[0\] must be a finite number of magnitude <= 1000, got a bool"),
+    (dict(alphas=(0.5, math.inf)), r"alphas\[1\] must be a finite number"),
+    (dict(alphas=(5000.0,)), r"alphas\[0\] must be a finite number of magnitude <= 1000, got 5000.0; doses are in "
+                             r"multiples of the mean residual norm"),
+    (dict(prompts=[None, "a", "b", "c"]), r"prompts\[0\] is null; each must be a string"),
+    (dict(prompts=[]), r"prompts is empty"),
+    (dict(families=[None, "b", "c", "d"]), r"families: prompt 0 is null, not an id"),
+    (dict(candidates=["A", ""]), r"candidates\[1\] is ''; each must be a non-empty string"),
+    (dict(layer=True), r"layer must be an integer >= 0, got a bool"),
+    (dict(direction=np.full(64, 1e308)), None),  # accepted: normalised without overflow (was a zero vector)
+    (dict(direction="vec"), r"direction at layer 1: could not convert"),
+    (dict(images=[[]]), r"images must hold one list of images per prompt \(4 lists"),
+])
+def test_each_bad_argument_is_one_line_before_any_forward(tiny_llava, change, message) -> None:
+    prompts = change.pop("prompts", PROMPTS)
+    if message is None:  # a hostile but valid input: measured by the forwards below
+        assert np.isfinite(_dose(tiny_llava, prompts, **change).effects.value.astype(float)).all()
+        return
+    _one_line(message, lambda: _dose(tiny_llava, prompts, **change))
+
+
+def test_a_prompt_past_the_context_is_refused_in_tokens(tiny_llava) -> None:
+    """On main a 20,000-word prompt went on to allocate 28.8 GB."""
+    _one_line(r"prompts\[0\] is \d+ tokens \(images included\), beyond the 4096-token context of tiny:llava \(its "
+              r"config's max_position_embeddings\); shorten it",
+              lambda: _dose(tiny_llava, ["word " * 20000, *PROMPTS[1:]]))
+
+
+def test_forwards_past_the_free_memory_are_refused(tiny_llava) -> None:
+    """3,000 tokens in forwards of 320,016 rows (20,001 directions x 4 doses x 4 prompts): about 46 TiB."""
+    _one_line(r"prompts\[0:8\] \(\d+ tokens padded\) in forwards of 320016 rows need about [\d.]+ GiB, beyond the "
+              r"[\d.]+ GiB free; lower max_rows and batch_size",
+              lambda: _dose(tiny_llava, ["word " * 1000, *PROMPTS[1:]], n_random=20_000, max_rows=10**6,
+                            alphas=(-1, -0.5, 0.5, 1)))
+
+
+def test_a_dose_that_overflows_the_model_is_refused_not_returned(tiny_llava) -> None:
+    """mean_norm 1e300 passes the checks (a finite positive unit), but the raw doses overflow float32:
+    one line instead of NaN log-odds."""
+    _one_line(r"layer 1: the steered model's log-probabilities are not finite at raw doses up to 5e\+299 "
+              r"\(torch.float32\); lower \|alpha\|", lambda: _dose(tiny_llava, mean_norm=1e300))
+
+
+BAD = {
+    "mean_norm": [0, -1.0, math.nan, math.inf, True, "1", {1: 0}, {True: 1.0}, {"1": 1.0}, [1.0]],
+    "batch_size": [0, -1, True, 1.5, "8", None, math.nan],
+    "max_rows": [0, False, 2.0, None],
+    "n_boot": [0, True, 10**7, 2.0, None],
+    "seed": [-1, True, 1.0, None, "0"],
+    "split_seed": [-3, False, 0.5],
+    "random_seed": [-5, True, 1.5, "1"],
+    "n_random": [-1, True, 10**6, 1.0],
+    "n_relabel": [-1, False, 10**6, "2"],
+    "goal": [True, 0, 2, None, "+1"],
+    "alphas": [[], [0], (True,), (math.inf,), (math.nan,), (1e9,), "1", 5, [None], [0.5, "x"], None],
+    "prompts": ["text", [], [None, "x", "y", "z"], [1, 2, 3, 4], None],
+    "families": [None, [None] * 4, ["a"] * 4, ["a", "b"], [["a"], "b", "c", "d"], "abcd"],
+    "candidates": [["A"], ["A", "A"], "AB", [None, "B"], ["", "B"], None],
+    "target": ["Z", None, 1, ["A"]],
+    "units": ["x", None, 1],
+    "groups": [[None] * 4, ["g"] * 3, "g", 5],
+    "goal_group": [1, None, "nobody", ["all"]],
+    "layer": [True, -1, 99, "1", 1.5],
+    "direction": [np.zeros(64), np.full(64, math.nan), np.ones(3), "vec", None, [[1.0] * 64]],
+    "controls": ["c", [np.ones(64)], {"c": np.zeros(64)}, {"c": "v"}],
+    "images": ["img", [[]], [None] * 4, 5],
+}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(broken=st.sampled_from(sorted(BAD)), data=st.data())
+def test_hostile_arguments_raise_one_input_error_and_nothing_else(tiny_llava, broken, data) -> None:
+    """One argument drawn from its hostile values, the others from theirs or left valid: the call is
+    refused with one InputError line before any forward, never another exception."""
+    change = {broken: data.draw(st.sampled_from(BAD[broken]), label=broken)}
+    for name in data.draw(st.lists(st.sampled_from(sorted(BAD)), max_size=3, unique=True), label="others"):
+        change.setdefault(name, data.draw(st.sampled_from(BAD[name]), label=name))
+    prompts = change.pop("prompts", PROMPTS)
+    with pytest.raises(InputError) as err:
+        _dose(tiny_llava, prompts, **change)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(n_boot=True), r"n_boot must be an integer from 1 to 1000000, got a bool"),
+    (dict(seed=-1), r"seed must be an integer >= 0, got -1"),
+    (dict(families=[None, "b"]), r"families: pair 0 is null, not an id"),
+    (dict(pairs=[("a", "b"), (("x", None), ("y", None))]), r"pairs\[0\] is \[\"a\", \"b\"\]; give \(\(prompt, images\)"),
+    (dict(pairs=[(("word " * 20000, None), ("y", None)), (("x", None), ("y", None))]),
+     r"prompts\[0\] is \d+ tokens .* beyond the 4096-token context"),
+])
+def test_pair_patching_checks_its_inputs_before_any_forward(tiny_llava, change, message) -> None:
+    """n_boot=True used to fail only after every pair was patched (FamilyBootstrap's ValueError)."""
+    args = dict(pairs=[(("Say A.", None), ("Say B.", None)), (("Pick A.", None), ("Pick B.", None))],
+                families=["a", "b"], candidates=["A", "B"], n_boot=20)
+    _one_line(message, lambda: evprobe.pair_patching(tiny_llava, **{**args, **change}))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(batch_size=0), r"batch_size must be an integer >= 1, got 0"),
+    (dict(families=["a", math.nan, "b", "b"]), r"families: prompt 1 is NaN, not an id"),
+    (dict(prompts=["x", None, "y", "z"]), r"prompts\[1\] is null; each must be a string"),
+])
+def test_probe_layers_checks_its_inputs_before_any_forward(tiny_llava, tmp_path, change, message) -> None:
+    args = dict(prompts=PROMPTS, labels=[True, False, True, False], families=["a", "a", "b", "b"],
+                out=tmp_path / "sweep")
+    _one_line(message, lambda: evprobe.probe_layers(tiny_llava, **{**args, **change}))
+    assert not (tmp_path / "sweep").exists()  # refused before anything was written
