@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from evprobe.bench.backends.redact import key_env_name, shown_url
 from evprobe.bench.items import Item
 from evprobe.bench.judge_reader import judge_words
 from evprobe.bench.protocols import ANSWER_REQUESTS
@@ -19,7 +19,6 @@ from evprobe.core.errors import InputError, printable
 from evprobe.core.files import read_complete_lines
 
 RECORDS_FIX = "pass the run's benchmark with --bench DIR, or move records.jsonl aside and rerun `evprobe run`"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -45,20 +44,15 @@ class Judge:
 
     @property
     def shown_url(self) -> str:
-        """The base URL without a password (what judge.json and messages name)."""
-        parts = urlsplit(self.base_url)
-        if "@" not in parts.netloc:
-            return self.base_url
-        return urlunsplit(parts._replace(netloc=f"***@{parts.netloc.rpartition('@')[2]}"))
+        """The base URL without its credentials (what judge.json and messages name), as run.json shows it."""
+        return shown_url(self.base_url) or self.base_url
 
 
 def key_envs(names: list[str] | None, n_judges: int) -> list[str | None]:
     """Each judge's key variable: none, one for every judge, or one per judge in --judge order."""
     names = list(names or [])
     for name in names:
-        if not _ENV_NAME.fullmatch(name):  # a key pasted as the flag's value is not echoed
-            raise InputError("--api-key-env takes the NAME of an environment variable holding the key (letters, "
-                             "digits, _), never the key itself: export KEY_VAR=... and pass --api-key-env KEY_VAR")
+        key_env_name(name)
     if len(names) in (0, 1):
         return [names[0] if names else None] * n_judges
     if len(names) != n_judges:

@@ -96,7 +96,7 @@ except ModuleNotFoundError:  # open_backend says so in one line
 from evprobe.bench.backends.base import ModelPrompt, Reply, Resources, Sampling
 from evprobe.bench.backends.http_cache import RequestCache, request_key, untrusted_json
 from evprobe.bench.backends.openai_answer import ERROR_CHARS, AnswerBounds, read_answer
-from evprobe.bench.backends.redact import redactor, shown_url
+from evprobe.bench.backends.redact import key_env_name, redactor, shown_url
 from evprobe.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -432,7 +432,7 @@ class _Refused:
 def _api_key(env: str | None, url: str) -> str | None:
     if env is None:
         return None
-    value = os.environ.get(env, "").strip()
+    value = os.environ.get(key_env_name(env), "").strip()
     if not value:
         raise InputError(f"--api-key-env {env}: the environment variable {env} is not set (or empty); export {env} "
                          f"with the key for {url}, or drop --api-key-env for a server that needs no key")

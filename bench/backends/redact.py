@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
+from evprobe.core.errors import InputError
+
 MASK = "***"
 # Query parameters that carry a credential (`?api_key=...`, `?sig=...`): their values are secrets too.
 _SECRET_PARAM = re.compile(r"key|token|secret|passw|sig|auth|cred", re.IGNORECASE)
@@ -170,3 +172,15 @@ def redactor(key: str | None, url: str | None, more: Iterable[str] = ()) -> Reda
 
 
 __all__ = ["MASK", "Redactor", "redactor", "shown_url", "url_secrets"]
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def key_env_name(name: str) -> str:
+    """`name` if it can name an environment variable; a key pasted as --api-key-env's value is refused
+    without being echoed (the refusal would otherwise print it)."""
+    if not _ENV_NAME.fullmatch(name):
+        raise InputError("--api-key-env takes the NAME of an environment variable holding the key (letters, "
+                         "digits, _), never the key itself: export KEY_VAR=... and pass --api-key-env KEY_VAR")
+    return name

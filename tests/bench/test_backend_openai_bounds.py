@@ -84,6 +84,19 @@ def test_a_bound_that_bounds_nothing_is_one_line(small_bench: Path, tmp_path: Pa
         assert code == 2 and err.count("\n") == 1 and f"{flag} must be a positive number" in err, err
 
 
+def test_a_key_pasted_as_the_variable_name_is_refused_unshown(small_bench: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """--api-key-env takes a variable's name; a pasted key was printed back in the 'is not set' line."""
+    from evprobe.experiments.cli import main
+
+    code = main(["run", "--model", "fault-model", "--bench", str(small_bench), "--out", str(tmp_path / "run"),
+                 "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--api-key-env", "sk-live+Secret/9",
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "NAME of an environment variable" in err, err
+    assert "Secret" not in err and not (tmp_path / "run" / "run.json").exists()
+
+
 def test_oversized_answers_are_invalid_records_and_read_no_further(small_bench: Path, tmp_path: Path) -> None:
     """An endless chunked body, a body whose Content-Length is past the cap and a reply far longer
     than 16 tokens can hold are invalid records saying why, each item once, nothing of them stored

@@ -141,7 +141,7 @@ def test_a_letter_run_and_too_few_judges_are_refused_in_one_line(free_run: Path,
 def test_a_real_served_model_can_sit_on_the_panel(free_run: Path, tiny_text_folder: Path, tmp_path: Path) -> None:
     """A `transformers serve` process (the tiny random text model) as the third judge: its replies are
     no letters, so it decides nothing, and that is what judge.json says; the two others still decide."""
-    from tests.bench.test_backend_openai import _free_port, _needs_transformers_serve, serving
+    from tests.bench.test_backend_openai import SERVE_START_S, _free_port, _needs_transformers_serve, serving
 
     right = _planned(free_run, lambda it, rec: LETTER[rec.answer])
     servers = [FaultServer(tmp_path / f"j{k}", {"models": [f"real-{k}"], "replies": right}) for k in range(2)]
@@ -151,7 +151,7 @@ def test_a_real_served_model_can_sit_on_the_panel(free_run: Path, tiny_text_fold
     import os
 
     try:
-        with serving(command, port, tmp_path / "serve.log", 60, {**os.environ, "HF_HUB_OFFLINE": "1"}) as url:
+        with serving(command, port, tmp_path / "serve.log", SERVE_START_S, {**os.environ, "HF_HUB_OFFLINE": "1"}) as url:
             flags = [x for k, s in enumerate(servers) for x in ("--judge", f"real-{k}@{s.url}")]
             assert main(["judge", str(free_run), "--n-boot", "200", *flags, "--judge",
                          f"{tiny_text_folder}@{url}"]) == 0
