@@ -37,7 +37,6 @@ How models read a clip: as its frames, one image each (`manifest.load_item_image
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,19 +99,6 @@ def check_clips_as_video(bench: str | Path, meta: dict[str, Any]) -> None:
     if benchmark_clip(meta) is None:
         raise InputError(f"--video-input native: {bench} shows sheets, not clips; generate a clip benchmark "
                          "(evprobe generate --evidence clip) or drop the flag")
-
-
-def check_item_images(bench: str | Path, items: Iterable[Any], meta: dict[str, Any]) -> int:
-    """The preflight of a job that reads `items`' images (`evprobe run`, `evprobe capture`), before a model
-    loads or a request is sent: each image file once, within the pixel budget, at the benchmark's frame
-    count (1 for sheets, bench.json's `evidence` for clips) and whole (`bench.decode.check_files`); the
-    files checked."""
-    from evprobe.bench.decode import check_files
-    from evprobe.bench.manifest import resolve_image
-
-    clip = benchmark_clip(meta)
-    rels = dict.fromkeys(rel for it in items for rel in it.images)  # many items share an image
-    return check_files((resolve_image(bench, rel) for rel in rels), 1 if clip is None else clip.frames)
 
 
 def check_video_path(processor: Any, source: str) -> None:
@@ -226,7 +212,6 @@ def sheet_view(source: str | Path | bytes, name: str | None = None) -> Image.Ima
 
 __all__ = [
     "check_clips_as_video",
-    "check_item_images",
     "check_video_path",
     "EVIDENCE_KINDS",
     "MAX_FRAMES",

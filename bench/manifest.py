@@ -236,6 +236,19 @@ def load_item_images(bench_dir: str | Path, rels: Iterable[str], *, clips_as_vid
     return load_images((resolve_image(bench_dir, rel) for rel in rels), clips_as_video=clips_as_video)
 
 
+def check_item_images(bench: str | Path, items: Iterable[Any], meta: dict[str, Any]) -> int:
+    """The preflight of a job that reads `items`' images (`evprobe run`, `evprobe capture`), before a model
+    loads or a request is sent: each image file once, within the pixel budget, at the benchmark's frame
+    count (1 for sheets, bench.json's `evidence` for clips) and whole (`bench.decode.check_files`); the
+    files checked."""
+    from evprobe.bench.clips import benchmark_clip
+    from evprobe.bench.decode import check_files
+
+    clip = benchmark_clip(meta)
+    rels = dict.fromkeys(rel for it in items for rel in it.images)  # many items share an image
+    return check_files((resolve_image(bench, rel) for rel in rels), 1 if clip is None else clip.frames)
+
+
 def load_images(paths: Iterable[Path], *, clips_as_video: bool = False) -> list[Any]:
     """`load_item_images` on paths already resolved (a backend's `ModelPrompt.images`). With
     `clips_as_video`, each clip's frames are marked as one video (`core.video.mark_video`, keyed by

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evprobe.bench.items import Item, item_units
-from evprobe.bench.clips import check_clips_as_video, check_item_images, check_video_path
-from evprobe.bench.manifest import META_FILE, load_item_images, read_items
+from evprobe.bench.clips import check_clips_as_video, check_video_path
+from evprobe.bench.manifest import META_FILE, check_item_images, load_item_images, read_items
 from evprobe.bench.manifest import read_meta as read_bench_meta
 from evprobe.bench.model_config import load_model, model_from_record
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
