@@ -2,28 +2,35 @@
 failed by a fault, and the clean pipeline passes them all (experiments/mutations.py; README table).
 
 One reduced quickstart on the organism (8 families per system, steering at the planted layer only, 8
-random directions, no refits), then each fault reruns only the stages that depend on what it breaks."""
+random directions, no refits), then each fault reruns only the stages that depend on what it breaks.
+The faults are split between this file and test_known_answer_mutations_rest.py, so that the two
+workers of `--dist loadfile` share them; conftest's `fault_results` runs each fault once per session."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evprobe.experiments.mutations import FAULTS, SMALL_QUICKSTART, failed_checks, fault_table, run_with_fault
-from evprobe.experiments.quickstart import quickstart
+import pytest
+
+from evprobe.experiments.mutations import FAULTS, failed_checks, fault_table
+
+# This file's half of the faults (test_known_answer_mutations_rest.py takes the other).
+HALF = FAULTS[::2]
 
 
-def _run(out: Path) -> dict:
-    return quickstart(out, **SMALL_QUICKSTART)["known_answer"]
+@pytest.mark.parametrize("fault", HALF, ids=[f.name for f in HALF])
+def test_the_fault_fails_a_check(fault, small_quickstart: tuple[Path, dict], fault_results) -> None:
+    assert small_quickstart[1]["passed"], failed_checks(small_quickstart[1])
+    assert failed_checks(fault_results([fault])[fault.name]), fault.name
 
 
-def test_every_fault_fails_a_check_and_every_check_is_failed(small_quickstart: tuple[Path, dict],
-                                                             tmp_path: Path) -> None:
-    """The clean run is conftest's `small_quickstart` (shared with test_known_answer_n.py)."""
-    folder, result = small_quickstart
+def test_every_check_is_failed_by_a_fault(small_quickstart: tuple[Path, dict], fault_results) -> None:
+    """The clean run is conftest's `small_quickstart` (shared with test_known_answer_n.py); the
+    faults' runs are shared with the other half's tests."""
+    _, result = small_quickstart
     assert result["passed"], failed_checks(result)
-    by_fault = {f.name: run_with_fault(folder, tmp_path / f.name.replace(" ", "_"), f, _run) for f in FAULTS}
-    table = fault_table(result, by_fault)
-    print(table)
+    by_fault = fault_results(FAULTS)
+    print(fault_table(result, by_fault))
     caught = {name: failed_checks(r) for name, r in by_fault.items()}
     assert all(caught.values()), {k: v for k, v in caught.items() if not v}
     names = {c["check"] for c in result["checks"]}
