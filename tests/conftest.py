@@ -19,9 +19,11 @@ import pytest  # noqa: E402
 # Longest files first. With `--dist loadfile` a worker takes whole files in collection order, so a
 # long file collected last (tests/test_readme.py runs the whole quickstart; it sorts after every
 # folder) runs alone at the end while the other worker idles. These are the longest files of a
-# `--durations` run, longest first; the rest keep their order.
+# `--durations` run, longest first; the rest keep their order. (xdist's own reordering, by number of
+# tests per file, would undo this: pyproject's addopts turn it off with --no-loadscope-reorder.)
 LONGEST_FIRST = (
-    "tests/test_readme.py", "tests/experiments/test_known_answer_mutations.py", "tests/experiments/test_shard.py",
+    "tests/test_readme.py", "tests/experiments/test_known_answer_mutations.py",
+    "tests/experiments/test_known_answer_mutations_rest.py", "tests/experiments/test_shard.py",
     "tests/bench/test_backend_openai.py", "tests/experiments/test_dose_response.py", "tests/experiments/test_gating.py",
     "tests/bench/test_vllm_steering.py", "tests/bench/test_backend_vllm.py", "tests/hooks/test_gpu_throughput_script.py",
 )
