@@ -180,9 +180,11 @@ def pair_patching(
     n_boot = integer("n_boot", n_boot, 1, MAX_BOOT, "the number of family resamples, e.g. 2000")
     seed = integer("seed", seed, 0, fix="a non-negative integer seeds the resamples")
     if isinstance(pairs, str) or not isinstance(pairs, Sequence) or isinstance(families, str) or not isinstance(
-            families, Sequence) or len(families) != len(pairs):
+            families, Sequence):
         raise InputError(f"pairs {shown(pairs, 30)} and families {shown(families, 30)}: give a list of pairs and one "
                          "family id per pair")
+    if len(families) != len(pairs):
+        raise InputError(f"{len(pairs)} pairs but {len(families)} family ids; give one family id per pair")
     if not pairs:
         raise InputError("no pairs given")
     identifiers("families", list(families), "pair", "give every pair a family id (a string or number)")
