@@ -89,7 +89,7 @@ class ModelConfig:
         if not self.model.strip():
             raise ValueError("key 'model' is empty; give a hub id, a local folder or tiny:<arch>")
         if self.model.startswith("tiny:"):
-            from evprobe.hooks.tiny import TINY_ARCHS
+            from evprobe.hooks.tiny_models import TINY_ARCHS
 
             arch = self.model.removeprefix("tiny:")
             if arch not in TINY_ARCHS:

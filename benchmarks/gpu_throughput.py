@@ -7,10 +7,10 @@
     python benchmarks/gpu_throughput.py --small --models llava --out /tmp/x.json
 
 Models. On a GPU each shape (SHAPES: the published config.json sizes of a seed's checkpoint) is built
-with random bfloat16 weights: `hooks.tiny`'s builder of its architecture gives the tokenizer, chat
+with random bfloat16 weights: `hooks.tiny_models`'s builder of its architecture gives the tokenizer, chat
 template, processor classes and special token ids, the transformers config gets the published shape,
 the image processor the released resolution settings, and the model is instantiated on the device
-(no checkpoint is read). Timings are real; replies are meaningless. `--small` runs `hooks.tiny`'s own
+(no checkpoint is read). Timings are real; replies are meaningless. `--small` runs `hooks.tiny_models`'s own
 configs and processors unchanged, float32, on the CPU.
 
 Items: a small benchmark generated into a temporary folder with `bench.generate` (one-image `select`
@@ -24,7 +24,7 @@ Printed per model, one block per section (the JSON holds the same numbers, typed
                     and its first forward, the prompt pass with use_cache) / decode (the rest), peak memory
   capture           hooks.capture.capture_batch of every layer (resid_post, last position) vs
                     build_inputs + one plain forward: ratio
-  steering          hooks.steer.steered_generate with one Steering at the middle layer vs
+  steering          hooks.steering.steered_generate with one Steering at the middle layer vs
                     steered_generate(steering=None): ratio
   dose_response     steered option log-probs at a few alphas (hooks.steer_rows.option_logprobs_rows, the
                     dose-response experiment's readout) per item, alpha 0 checked against option_logprobs
@@ -80,7 +80,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--small", action="store_true", help="tiny shapes, float32, CPU (hooks.tiny unchanged)")
+    ap.add_argument("--small", action="store_true", help="tiny shapes, float32, CPU (hooks.tiny_models unchanged)")
     ap.add_argument("--models", default=None, help=f"comma list; GPU shapes: {', '.join(SHAPES)} (default: "
                     f"{', '.join(GPU_MODELS)}, the first {GPU_REQUIRED} sharing the budget, the rest while it lasts); "
                     f"--small: tiny archs (default {','.join(SMALL_MODELS)})")

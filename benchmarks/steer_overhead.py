@@ -6,15 +6,15 @@
 Tiny part: one batch of `--prompts` rows (text + one image each) generating exactly
 `--tokens` new tokens (min_new_tokens pins the count), three variants timed in
 turn, `--repeats` rounds after one warm-up round:
-  plain      hooks.steer.steered_generate(steering=None)  (model.generate, output_scores)
-  hooks      the same under a plain forward hook (hooks.steer.steer), every step
-  nnsight    hooks.steer.steered_generate_nnsight (tracer.iter editing every step)
+  plain      hooks.steering.steered_generate(steering=None)  (model.generate, output_scores)
+  hooks      the same under a plain forward hook (hooks.steering.steer), every step
+  nnsight    hooks.steering.steered_generate_nnsight (tracer.iter editing every step)
 Medians and the ratios steered / plain are printed.
 
 --big: a Qwen2ForCausalLM built from config with random weights (Qwen2-0.5B
 shape, ~494M parameters, fp32), ONE prompt of `--big-prompt` random token ids,
 `--big-tokens` new tokens; plain vs forward-hook steering at the middle layer
-(`hooks.steer.steer` on model.model.layers through a small Handle-like object),
+(`hooks.steering.steer` on model.model.layers through a small Handle-like object),
 and nnsight (TransformersModel over the same module, tracer.iter loop) if it wraps.
 """
 
@@ -63,7 +63,7 @@ def tiny_benchmark(arch: str, n_prompts: int, n_tokens: int, repeats: int) -> di
     import torch
 
     from evprobe.hooks import tiny
-    from evprobe.hooks.steer import (
+    from evprobe.hooks.steering import (
         Steering,
         random_directions,
         steered_generate,
@@ -94,7 +94,7 @@ def big_benchmark(prompt_len: int, n_tokens: int, repeats: int) -> dict[str, lis
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from evprobe.hooks.steer import Steering, random_directions, steer
+    from evprobe.hooks.steering import Steering, random_directions, steer
 
     config = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)

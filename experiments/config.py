@@ -219,7 +219,7 @@ def known_model_names(*, policies: bool = False) -> list[str]:
     """Every name a model flag knows without a folder or a hub: the configs in configs/models,
     tiny:<arch>, the registered names and (with `policies`) policy:<name>."""
     from evprobe.hooks.loading import named_models
-    from evprobe.hooks.tiny import TINY_ARCHS
+    from evprobe.hooks.tiny_models import TINY_ARCHS
 
     names = [*config_names("models"), *(f"tiny:{a}" for a in TINY_ARCHS), *named_models()]
     if policies:
@@ -253,7 +253,7 @@ def check_model_name(model: str, *, policies: bool = False) -> None:
     if os.path.exists(model):
         return
     if model.startswith("tiny:"):
-        from evprobe.hooks.tiny import TINY_ARCHS
+        from evprobe.hooks.tiny_models import TINY_ARCHS
 
         arch = model.removeprefix("tiny:")
         if arch not in TINY_ARCHS:
@@ -321,7 +321,7 @@ def check_tiny_layers(model: ModelConfig, layers: Sequence[int]) -> None:
     line, before anything loads; other models are checked once loaded."""
     if not model.is_tiny:
         return
-    from evprobe.hooks.tiny import N_LAYERS
+    from evprobe.hooks.tiny_models import N_LAYERS
 
     bad = [x for x in layers if x >= N_LAYERS]
     if bad:

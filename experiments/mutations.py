@@ -148,7 +148,7 @@ def _patch_steering(stack: ExitStack, edit: Callable[[Any], Any], edit_rows: Cal
                     **rows_kwargs: Any) -> None:
     """Route every Steering through `edit` and every steer_rows (layer, deltas) through `edit_rows`
     (with `rows_kwargs` in place of the caller's keyword arguments)."""
-    steer = importlib.import_module("evprobe.hooks.steer")
+    steer = importlib.import_module("evprobe.hooks.steering")
     steer_rows = importlib.import_module("evprobe.hooks.steer_rows")
     steer_original, rows_original = steer.steer, steer_rows.steer_rows
 

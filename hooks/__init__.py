@@ -19,31 +19,16 @@ Public API (`import hooks` stays cheap: nothing here imports torch until used):
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-# Eager on purpose: importing a submodule (hooks.tiny, hooks.steer, hooks.ablate) sets the
-# package attribute of that name to the module; binding the function right after makes
-# `hooks.tiny` / `hooks.steer` / `hooks.ablate` the function for good. None of the three
-# imports anything heavy at module level.
-from evprobe.hooks.ablate import ablate
-from evprobe.hooks.steer import steer
-from evprobe.hooks.tiny import TINY_ARCHS, tiny
-
-if TYPE_CHECKING:
-    from evprobe.hooks.generation import Generation, generate, next_token_logprobs
-    from evprobe.hooks.handle import Handle
-    from evprobe.hooks.loading import load
-    from evprobe.hooks.inputs import build_inputs
-    from evprobe.hooks.vision_attention import VISION_ATTENTIONS, set_vision_attention
-
+# One table: every public name -> the module that defines it, imported on first use (`__all__` is
+# its keys). The modules are named apart from the functions (hooks.steering defines `steer`,
+# hooks.ablation `ablate`, hooks.tiny_models `tiny`), so importing one never rebinds a facade name.
 _LAZY = {
     "load": "evprobe.hooks.loading",
     "wrap": "evprobe.hooks.loading",
-    "capture_components": "evprobe.hooks.capture",
-    "capture_tokens": "evprobe.hooks.token_capture",
-    "TokenActs": "evprobe.hooks.token_capture",
-    "Token": "evprobe.hooks.positions",
-    "Marker": "evprobe.hooks.positions",
+    "tiny": "evprobe.hooks.tiny_models",
+    "TINY_ARCHS": "evprobe.hooks.tiny_models",
     "Handle": "evprobe.hooks.handle",
     "build_inputs": "evprobe.hooks.inputs",
     "generate": "evprobe.hooks.generation",
@@ -51,54 +36,36 @@ _LAZY = {
     "Generation": "evprobe.hooks.generation",
     "capture_layers": "evprobe.hooks.capture",
     "capture_batch": "evprobe.hooks.capture",
+    "capture_components": "evprobe.hooks.capture",
     "Capture": "evprobe.hooks.capture",
     "POSITIONS": "evprobe.hooks.capture",
+    "capture_tokens": "evprobe.hooks.token_capture",
+    "TokenActs": "evprobe.hooks.token_capture",
+    "Token": "evprobe.hooks.positions",
+    "Marker": "evprobe.hooks.positions",
     "token_spans": "evprobe.hooks.spans",
     "batch_spans": "evprobe.hooks.spans",
     "Spans": "evprobe.hooks.spans",
-    "Steering": "evprobe.hooks.steer",
-    "SteeredRun": "evprobe.hooks.steer",
-    "steered_generate": "evprobe.hooks.steer",
-    "steered_generate_nnsight": "evprobe.hooks.steer",
-    "option_logprobs": "evprobe.hooks.steer",
-    "random_directions": "evprobe.hooks.steer",
-    "mean_residual_norm": "evprobe.hooks.steer",
+    "Steering": "evprobe.hooks.steering",
+    "SteeredRun": "evprobe.hooks.steering",
+    "steer": "evprobe.hooks.steering",
+    "steered_generate": "evprobe.hooks.steering",
+    "steered_generate_nnsight": "evprobe.hooks.steering",
+    "option_logprobs": "evprobe.hooks.steering",
+    "random_directions": "evprobe.hooks.steering",
+    "mean_residual_norm": "evprobe.hooks.steering",
+    "ablate": "evprobe.hooks.ablation",
     "set_vision_attention": "evprobe.hooks.vision_attention",
+    "VISION_ATTENTIONS": "evprobe.hooks.vision_attention",
     "intervene": "evprobe.hooks.intervention",
     "capture_sites": "evprobe.hooks.site_capture",
     "Site": "evprobe.hooks.sites",
     "Adapter": "evprobe.hooks.sites",
     "register_adapter": "evprobe.hooks.sites",
     "patch_sites": "evprobe.hooks.patching",
-    "VISION_ATTENTIONS": "evprobe.hooks.vision_attention",
 }
 
-__all__ = [
-    "wrap",
-    "capture_components",
-    "capture_tokens",
-    "TokenActs",
-    "Token",
-    "Marker",
-    "ablate",
-    "steer",
-    "TINY_ARCHS",
-    "Generation",
-    "Handle",
-    "build_inputs",
-    "generate",
-    "load",
-    "next_token_logprobs",
-    "tiny",
-    "set_vision_attention",
-    "VISION_ATTENTIONS",
-    "intervene",
-    "capture_sites",
-    "Site",
-    "Adapter",
-    "register_adapter",
-    "patch_sites",
-]
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:

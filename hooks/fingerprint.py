@@ -106,7 +106,7 @@ def model_fingerprint(model: str, handle: Handle | None = None) -> dict[str, Any
     """The pinned settings that identify `model` beyond its name (see the module docstring)."""
     out: dict[str, Any] = {}
     if model.startswith("tiny:"):
-        from evprobe.hooks.tiny import tiny
+        from evprobe.hooks.tiny_models import tiny
 
         # hooks.load builds tiny:<arch> with tiny()'s default seed
         out.update(tiny_arch=model.removeprefix("tiny:"), tiny_seed=inspect.signature(tiny).parameters["seed"].default)

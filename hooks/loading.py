@@ -1,7 +1,7 @@
 """Loading a model into a `Handle`: tiny architectures, registered names, hub ids and folders;
 `wrap` for a model the researcher already holds in memory (transformers or nnsight).
 
-`load("tiny:<arch>")` builds a tiny random model (hooks.tiny); a name that an installed package
+`load("tiny:<arch>")` builds a tiny random model (hooks.tiny_models); a name that an installed package
 registers in the `evprobe.models` entry-point group (`organism`) resolves to its folder; anything
 else is a hub id or local folder loaded with AutoProcessor / AutoModelForImageTextToText
 (AutoModelForCausalLM for a text-only checkpoint, whose processor turns images into tokens).
@@ -149,7 +149,7 @@ def config_n_layers(model: str, *, trust_remote_code: bool = False) -> int | Non
     so layer choices can be checked before a slow load; None when the config cannot be read
     (e.g. a hub id not in the local cache on an offline machine)."""
     if model.startswith("tiny:"):
-        from evprobe.hooks.tiny import N_LAYERS, TINY_ARCHS
+        from evprobe.hooks.tiny_models import N_LAYERS, TINY_ARCHS
 
         return N_LAYERS if model.removeprefix("tiny:") in TINY_ARCHS else None
     try:
@@ -177,7 +177,7 @@ def load(
 ) -> Handle:
     """Load a vision-language model (or a text-only causal LM) and its processor into a Handle.
 
-    model: "tiny:<arch>" (see hooks.tiny.TINY_ARCHS), a registered name (`named_models()`, e.g.
+    model: "tiny:<arch>" (see hooks.tiny_models.TINY_ARCHS), a registered name (`named_models()`, e.g.
         "organism"), a hub id or a local folder.
     dtype: "auto" = float32 on CPU, the checkpoint's dtype on GPU; or an explicit one.
     device_map: passed to from_pretrained (None = CPU): "auto" (accelerate's big-model loading
@@ -204,7 +204,7 @@ def load(
     if model.startswith("tiny:"):
         import torch
 
-        from evprobe.hooks.tiny import tiny
+        from evprobe.hooks.tiny_models import tiny
 
         if max_memory is not None or offload_folder is not None or isinstance(device_map, dict):
             raise ValueError(f"{model} is built in memory: max_memory, offload_folder and a device_map mapping "

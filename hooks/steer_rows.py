@@ -3,7 +3,7 @@ option-letter log-probabilities of K directions x n prompts in a few large forwa
 (`option_logprobs_rows`, what the dose-response's 50-direction random null runs on), and the
 residual norm measured at exactly the positions an edit touches (`residual_norms_at`, the unit of
 `Steering.from_norm_units`). The single-vector steering and its conventions (positions,
-schedule, prompt pass vs decode step) are in hooks.steer.
+schedule, prompt pass vs decode step) are in hooks.steering.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from evprobe.hooks.inputs import image_rows
 from evprobe.hooks.intervention.ops import SCHEDULES, Positions, Schedule
 from evprobe.hooks.intervention.ops import check_positions as check_steer_positions
-from evprobe.hooks.steer import SteeringLog
+from evprobe.hooks.steering import SteeringLog
 
 if TYPE_CHECKING:
     from PIL import Image

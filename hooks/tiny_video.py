@@ -1,6 +1,6 @@
 """Tiny video-capable models saved with their STOCK processors: the video path a real checkpoint takes.
 
-`hooks.tiny` builds its processors without torchvision (the PIL image processors, and for
+`hooks.tiny_models` builds its processors without torchvision (the PIL image processors, and for
 Qwen2.5-VL and LLaVA-NeXT-Video a PIL video path: hooks.processors). A real Qwen2.5-VL, Qwen3-VL,
 SmolVLM2 or LLaVA-NeXT-Video checkpoint loads instead through AutoProcessor with transformers' own
 video processor, which needs torchvision. `save_tiny_video_model(folder, arch)` saves the tiny model
@@ -51,7 +51,7 @@ def stock_processor(arch: str, processor: Any) -> Any:
                           temporal_patch_size=image.temporal_patch_size, **colours)
         return cls(image, tok, video, chat_template=template)
     if arch == "smolvlm":
-        from evprobe.hooks.tiny import SMOLVLM_VIDEO_TEMPLATE
+        from evprobe.hooks.tiny_models import SMOLVLM_VIDEO_TEMPLATE
 
         # Each frame resized to one tile (no splitting), as SmolVLM2's video processor reads frames.
         tile = dict(image.max_image_size)
@@ -69,7 +69,7 @@ def stock_processor(arch: str, processor: Any) -> Any:
 
 
 def save_tiny_video_model(folder: str | Path, arch: str, *, seed: int = 0) -> Path:
-    """Save the tiny `arch` model (the weights of `hooks.tiny.tiny(arch, seed=seed)`) with its stock
+    """Save the tiny `arch` model (the weights of `hooks.tiny_models.tiny(arch, seed=seed)`) with its stock
     processor and video processor in `folder` (created; float32 safetensors). Returns the folder."""
     from transformers.utils import is_torchvision_available
 
@@ -78,8 +78,8 @@ def save_tiny_video_model(folder: str | Path, arch: str, *, seed: int = 0) -> Pa
                          f"{', '.join(VIDEO_ARCHS)}")
     if not is_torchvision_available():
         raise RuntimeError("save_tiny_video_model needs torchvision (transformers' video processors import it); "
-                           "install a torchvision built for this torch, or use hooks.tiny's torchvision-free models")
-    from evprobe.hooks.tiny import tiny
+                           "install a torchvision built for this torch, or use hooks.tiny_models's torchvision-free models")
+    from evprobe.hooks.tiny_models import tiny
 
     handle = tiny(arch, seed=seed)
     processor = stock_processor(arch, handle.processor)

@@ -25,7 +25,7 @@ Files (no pickles anywhere):
   readers take the provenance from here (the file's metadata must name the same direction, with
   the same model, layer, position, label, probe and width).
 
-Steering from Python: `hooks.steer.Steering.from_direction(direction, alpha)` takes a Direction by
+Steering from Python: `hooks.steering.Steering.from_direction(direction, alpha)` takes a Direction by
 its `vector` and `provenance` (hooks never imports probes): its layer, its position ("last" steers
 the last prompt token), alpha in multiples of `mean_norm`, and `model` (the capture's model name),
 which every hooks steering and ablation function checks against the handle it meets (one-line

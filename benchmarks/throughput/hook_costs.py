@@ -37,7 +37,7 @@ def run_capture(handle: Any, rows: Rows, b: int, repeats: int) -> Overhead:
 def _middle_steering(handle: Any, rows: Rows, b: int, alpha_norm: float) -> tuple[Any, float]:
     """A random unit direction at the middle layer, alpha in units of that layer's mean residual norm
     over every real prompt token (hooks.steer_rows.residual_norms_at, positions "all")."""
-    from evprobe.hooks.steer import Steering, random_directions
+    from evprobe.hooks.steering import Steering, random_directions
     from evprobe.hooks.steer_rows import residual_norms_at
 
     layer = handle.n_layers // 2
@@ -49,7 +49,7 @@ def _middle_steering(handle: Any, rows: Rows, b: int, alpha_norm: float) -> tupl
 
 def run_steering(handle: Any, rows: Rows, b: int, repeats: int) -> Overhead:
     from evprobe.bench.protocols import max_new_tokens
-    from evprobe.hooks.steer import steered_generate
+    from evprobe.hooks.steering import steered_generate
 
     prompts, images = rows.prompts("direct", b), rows.image_lists(b)
     n = max_new_tokens("direct", "standard")
@@ -74,7 +74,7 @@ def _choice(item: Any, logp: Any, letters: Sequence[str]) -> str:
 def run_dose(handle: Any, rows: Rows, b: int, alphas: Sequence[float] = (0.0, 0.5, 1.0, 2.0)) -> DoseResponse:
     import numpy as np
 
-    from evprobe.hooks.steer import LETTERS, option_logprobs
+    from evprobe.hooks.steering import LETTERS, option_logprobs
     from evprobe.hooks.steer_rows import option_logprobs_rows
 
     prompts, images = rows.prompts("direct", b), rows.image_lists(b)

@@ -21,7 +21,7 @@ class Built:
 
 
 def tiny_module():
-    return importlib.import_module("evprobe.hooks.tiny")  # the module (hooks.tiny is the function)
+    return importlib.import_module("evprobe.hooks.tiny_models")  # the module (hooks.tiny is the function)
 
 
 def build_small(arch: str, device: Any) -> Built:
@@ -35,7 +35,7 @@ def build_small(arch: str, device: Any) -> Built:
 
 
 def build_shaped(shape: ModelShape, device: Any, dtype: Any) -> Built:
-    """A random-weight model of `shape` on `device`, built as hooks.tiny builds its own (seeded, zero
+    """A random-weight model of `shape` on `device`, built as hooks.tiny_models builds its own (seeded, zero
     matrices filled, the same generation token ids), without the tiny vocabulary check."""
     import torch
 

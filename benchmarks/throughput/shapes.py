@@ -58,7 +58,7 @@ class ImageSettings:
 @dataclass(frozen=True)
 class ModelShape:
     name: str
-    arch: str  # hooks.tiny architecture whose builder gives tokenizer, template and processor classes
+    arch: str  # hooks.tiny_models architecture whose builder gives tokenizer, template and processor classes
     checkpoint: str
     text: TextShape
     vision: VisionShape
@@ -98,7 +98,7 @@ SHAPES: dict[str, ModelShape] = {s.name: s for s in (
                TextShape(4096, 14336, 32, 32, 8, 128259),
                VisionShape(**_SIGLIP, image_size=364, scale_factor=2),
                ImageSettings(longest_edge=4 * 364, tile_edge=364), 0.19, 3.79),
-    # mistral-community/pixtral-12b, built as hooks.tiny's "mistral3" (Pixtral tower + Mistral LM).
+    # mistral-community/pixtral-12b, built as hooks.tiny_models's "mistral3" (Pixtral tower + Mistral LM).
     # Merge 1: Pixtral-12B has no patch merger (one token per 16 px patch), Mistral 3 merges 2x2.
     ModelShape("pixtral_12b", "mistral3", "mistral-community/pixtral-12b",
                TextShape(5120, 14336, 40, 32, 8, 131072, head_dim=128),

@@ -109,7 +109,7 @@ def _family_of(item_id: str, families_by_item: dict[str, str]) -> str:
 def _known_n_layers(model: ModelConfig, direction: Direction) -> int | None:
     """The model's decoder layer count without loading it: tiny archs, or the capture's meta."""
     if model.is_tiny:
-        from evprobe.hooks.tiny import N_LAYERS
+        from evprobe.hooks.tiny_models import N_LAYERS
 
         return N_LAYERS
     from evprobe.probes.captures import CaptureError
@@ -252,7 +252,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     and fix the items and conditions. Loads no model; every problem is a one-line error."""
     from evprobe.experiments.pins import input_pins
     from evprobe.hooks.fingerprint import check_fitted_on
-    from evprobe.hooks.steer import random_directions
+    from evprobe.hooks.steering import random_directions
 
     model = load_model_config(config.model)
     bench, out = Path(config.bench), Path(config.out)

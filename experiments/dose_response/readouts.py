@@ -104,8 +104,8 @@ def raw_dose(plan: Plan, cond: Condition, units: dict[str, dict[str, Any]]) -> t
 @contextmanager
 def _intervention(handle: Any, plan: Plan, cond: Condition, units: dict[str, dict[str, Any]]) -> Iterator[None]:
     """The hooks of one single-direction condition around the readout calls (nothing for the baseline)."""
-    from evprobe.hooks.ablate import ablate
-    from evprobe.hooks.steer import Steering, steer
+    from evprobe.hooks.ablation import ablate
+    from evprobe.hooks.steering import Steering, steer
 
     if cond.kind == "baseline":
         yield

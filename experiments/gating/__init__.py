@@ -23,7 +23,7 @@ Steps (resumable; a rerun reuses finished work):
    families (probes.directions.fit_directions; written to `out/directions/<regime>/`);
 5. per held-out item, inference regime and condition: the option letters' next-token log-probs
    (hooks.next_token_logprobs, direct protocol, bench.protocols.build_prompt(item, "direct",
-   regime)) with the direction added at that layer at every prompt position (hooks.steer);
+   regime)) with the direction added at that layer at every prompt position (hooks.steering);
    appended to `out/results.jsonl` by the job runner (`GatingJob` on core.jobs);
 6. `gating.json`, `gating.md` (Table-4-style 2 x 2 tables per request kind and dose) and
    `gating.png` (rate vs dose per cell).

@@ -124,7 +124,7 @@ class GatingJob(Job):
 
     def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
         from evprobe import hooks
-        from evprobe.hooks.steer import Steering, steer
+        from evprobe.hooks.steering import Steering, steer
 
         key, inference, direction, alpha = self.by_key[condition]
         items: list[Item] = [u.value for u in batch]

@@ -98,7 +98,7 @@ def test_numeric_settings_are_pinned_and_batching_settings_are_not(small_bench, 
 
 
 def test_a_model_in_memory_runs_like_the_loaded_one_and_says_so(small_bench, tmp_path) -> None:
-    from evprobe.hooks.tiny import tiny
+    from evprobe.hooks.tiny_models import tiny
 
     loaded = _run(small_bench, tmp_path / "loaded", model="tiny:llava", limit=4)
     cfg = RunConfig(model="my-llava", bench=str(small_bench), out=str(tmp_path / "mem"), **{**SELECTION, "limit": 4})

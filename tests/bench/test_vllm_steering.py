@@ -1,10 +1,10 @@
-"""Steering through vLLM (bench.backends.vllm_steer) against hooks.steer on the hf model.
+"""Steering through vLLM (bench.backends.vllm_steer) against hooks.steering on the hf model.
 
 The edit: alpha * v added to the residual stream after a decoder layer at every position, prompt and
 generated tokens alike (`Steering(v, layer, alpha)`, positions "all", schedule "every-step"), v a
 random unit direction. vLLM runs in its own environment (`vllm_python`): ONE subprocess,
 tests/bench/vllm_steer_driver.py, starts one engine and reads every steering; this module computes
-the same with the hf model (`hooks.steer.option_logprobs`, `steered_generate`) and compares:
+the same with the hf model (`hooks.steering.option_logprobs`, `steered_generate`) and compares:
 option-letter log-probs at the readout position, and the greedy tokens and letters' log-probs at
 every generated position. Layer 3 is the last layer (the edit then meets the final norm).
 """
@@ -38,7 +38,7 @@ def compared(vllm_python: Path, tiny_text_folder: Path, tmp_path_factory: pytest
     from evprobe import hooks
     from evprobe.hooks.generation import candidate_token_ids
     from evprobe.hooks.inputs import build_inputs
-    from evprobe.hooks.steer import Steering, option_logprobs, random_directions, steered_generate
+    from evprobe.hooks.steering import Steering, option_logprobs, random_directions, steered_generate
 
     handle = hooks.load(str(tiny_text_folder), dtype="float32")
     dirs = random_directions(handle.d_model, 3, seed=0)

@@ -156,7 +156,7 @@ def test_run_writes_every_file_and_alpha_zero_is_the_unsteered_model(setup, firs
     prompts = [build_prompt(it, "direct", "standard") for it in plan.items]
     images = [_images(setup["bench"], it) for it in plan.items]
     plain = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=8)  # (8, 5)
-    from evprobe.hooks.steer import Steering, option_logprobs
+    from evprobe.hooks.steering import Steering, option_logprobs
 
     zero = option_logprobs(handle, prompts, images, LETTERS,
                            Steering(plan.directions[1].vector, 1, 0.0), batch_size=8)  # a zero-dose hook
@@ -372,7 +372,7 @@ def test_alpha_unit_is_the_norm_where_the_vector_is_added(setup, first) -> None:
     meta = json.loads((Path(cfg.out) / "meta.json").read_text())
     plan = make_plan(cfg)
     handle = hooks.load(MODEL)
-    from evprobe.hooks.steer import Steering, option_logprobs
+    from evprobe.hooks.steering import Steering, option_logprobs
     from evprobe.hooks.steer_rows import residual_norms_at
 
     prompts = [build_prompt(it, "direct", "standard") for it in plan.norm_items]
@@ -405,7 +405,7 @@ def test_random_set_rows_equal_one_direction_at_a_time(setup, first) -> None:
     plan = make_plan(cfg)
     rows = load_results(Path(cfg.out) / RESULTS_FILE)
     handle = hooks.load(MODEL)
-    from evprobe.hooks.steer import Steering, option_logprobs
+    from evprobe.hooks.steering import Steering, option_logprobs
 
     items = plan.items[:4]
     prompts = [build_prompt(it, "direct", "standard") for it in items]

@@ -5,7 +5,7 @@
 For each of hooks.tiny_video.VIDEO_ARCHS: save the tiny model with its stock processor (OUT/models/
 <arch>), load it as a real checkpoint loads, and on the clip benchmark BENCH run `evprobe run` and
 `evprobe capture` with `--video-input native` in batches of 3 and of 1, and as frames. Beside it,
-the torchvision-free video paths (hooks.tiny: Qwen2.5-VL, LLaVA-NeXT-Video) against the stock ones
+the torchvision-free video paths (hooks.tiny_models: Qwen2.5-VL, LLaVA-NeXT-Video) against the stock ones
 on the same clips and weights, and Qwen3-VL's stock frame sampling on a clip faster than 2 fps.
 Writes OUT/driver.json; test_stock_video.py reads it and the run folders (this file asserts nothing).
 """
@@ -59,7 +59,7 @@ def _parity(arch: str, folder: Path, bench: Path) -> dict[str, Any]:
 
     from evprobe.hooks.loading import load
 
-    tiny = importlib.import_module("evprobe.hooks.tiny").tiny
+    tiny = importlib.import_module("evprobe.hooks.tiny_models").tiny
     prompts, videos = _rows(bench)
     mine, enc_mine = _last_logprobs(tiny(arch), prompts, videos)
     stock, enc_stock = _last_logprobs(load(str(folder)), prompts, videos)

@@ -17,7 +17,7 @@ import evprobe
 from evprobe.hooks.intervention import Add, Read, intervene
 from evprobe.hooks.sites import Adapter, adapter_named, register_adapter, site_map
 from evprobe.hooks.sites import adapter as registry
-from evprobe.hooks.steer import Steering, steer
+from evprobe.hooks.steering import Steering, steer
 from evprobe.hooks.tiny_tokenizer import build_tokenizer
 from tests.hooks.toy_arch import ADAPTER, toy_model
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from evprobe.hooks import Handle, tiny
-from evprobe.hooks.ablate import ablate
+from evprobe.hooks.ablation import ablate
 from evprobe.hooks.fingerprint import check_fitted_on, model_identity, other_model_refusal, same_model
 from evprobe.hooks.loading import named_models, resolve_model
-from evprobe.hooks.steer import (
+from evprobe.hooks.steering import (
     Steering,
     option_logprobs,
     provenance_of,
@@ -224,7 +224,7 @@ def test_measured_at_without_its_norm_is_refused_not_replaced() -> None:
 
     import numpy as np
 
-    from evprobe.hooks.steer import Steering
+    from evprobe.hooks.steering import Steering
 
     direction = SimpleNamespace(vector=np.ones(64) / 8.0,
                                 provenance={"model": "tiny:llava", "layer": 1, "position": "last", "mean_norm": 2.0})

@@ -9,7 +9,7 @@ from PIL import Image
 
 from evprobe.hooks.generation import DECODE_CACHES, generate, generate_encoded
 from evprobe.hooks.inputs import build_inputs
-from evprobe.hooks.tiny import tiny
+from evprobe.hooks.tiny_models import tiny
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -15,7 +15,7 @@ import torch
 from evprobe.hooks import TINY_ARCHS, build_inputs, generate
 from evprobe.hooks.capture import reduce_at, position_plan, trace_sites, trace_sites_nnsight
 from evprobe.hooks.intervention import Ablate, Add, Patch, Read, Replace, intervene
-from evprobe.hooks.steer import Steering, steered_generate
+from evprobe.hooks.steering import Steering, steered_generate
 
 from .conftest import tiny_handle
 from .test_handle import picture

@@ -16,7 +16,7 @@ import evprobe
 from evprobe.hooks.fingerprint import loaded_fingerprint
 from evprobe.hooks.inputs import build_inputs, render_prompts
 from evprobe.hooks.patching import patch_pair
-from evprobe.hooks.steer import Steering, option_logprobs, steered_generate
+from evprobe.hooks.steering import Steering, option_logprobs, steered_generate
 from evprobe.hooks.tiny_text import BASE_ARCHS, save_tiny_base_model
 
 PROMPTS = ["The movie was great", "I hated every minute of this film", "It was fine"]

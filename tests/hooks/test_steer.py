@@ -16,8 +16,8 @@ import torch
 
 from evprobe import hooks
 from evprobe.hooks import TINY_ARCHS, Handle, build_inputs, generate, next_token_logprobs, tiny
-from evprobe.hooks.ablate import ablate
-from evprobe.hooks.steer import (
+from evprobe.hooks.ablation import ablate
+from evprobe.hooks.steering import (
     Steering,
     mean_residual_norm,
     option_logprobs,
@@ -410,7 +410,7 @@ def test_bad_input_fails_clearly():
 
 
 def test_exported_from_hooks():
-    # `steer` and `ablate` are imported from their modules (hooks.steer / hooks.ablate are
+    # `steer` and `ablate` are imported from their modules (hooks.steering / hooks.ablation are
     # the submodules); the rest are package-level names too.
     assert hooks.Steering is Steering and hooks.option_logprobs is option_logprobs
     assert hooks.steered_generate_nnsight is steered_generate_nnsight and hooks.random_directions is random_directions

@@ -1,4 +1,4 @@
-"""hooks.steer's many-directions path and the norm where the vector is added, on a tiny real LLaVA."""
+"""hooks.steering's many-directions path and the norm where the vector is added, on a tiny real LLaVA."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from evprobe import hooks
-from evprobe.hooks.steer import Steering, option_logprobs
+from evprobe.hooks.steering import Steering, option_logprobs
 from evprobe.hooks.steer_rows import option_logprobs_rows, residual_norms_at, steer_rows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -111,7 +111,7 @@ def test_a_frame_position_on_temporal_patches_is_refused_in_one_line(driven: tup
 
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "llava_next_video"])
 def test_the_torchvision_free_video_paths_read_what_the_stock_ones_read(driven: tuple[Path, dict], arch: str) -> None:
-    """hooks.tiny's PIL video paths (QwenPilVideoProcessor, PilVideoProcessor) against transformers' own on
+    """hooks.tiny_models's PIL video paths (QwenPilVideoProcessor, PilVideoProcessor) against transformers' own on
     the same clips and weights: the same tokens, pixels within one 8-bit level, the same next token."""
     parity = driven[1]["archs"][arch]["parity"]
     print(arch, parity)

@@ -19,7 +19,7 @@ from transformers import AttentionInterface
 from evprobe.hooks import VISION_ATTENTIONS, set_vision_attention, tiny
 from evprobe.hooks.generation import generate
 from evprobe.hooks.inputs import build_inputs
-from evprobe.hooks.tiny import V_LAYERS
+from evprobe.hooks.tiny_models import V_LAYERS
 from evprobe.hooks.vision_attention import PACKED_ARCHS, PACKED_IMPLEMENTATION, packed_attention
 
 TOL = 1e-5

@@ -395,7 +395,7 @@ def test_the_letter_is_generated_after_the_prefix_and_only_decode_step_steering_
 
     from evprobe import hooks
     from evprobe.hooks.capture import capture_layers
-    from evprobe.hooks.steer import Steering, steer
+    from evprobe.hooks.steering import Steering, steer
 
     letters = ["A", "B", "C", "D", "E"]
     handle = hooks.load("organism")

@@ -37,7 +37,7 @@ Directions with provenance (a `probes.directions.Direction`, or anything with a 
 `provenance` mapping naming its `model`, `layer`, `position` and `mean_norm`):
 `Steering.from_direction(direction, alpha)` steers along it at its layer, alpha in multiples of its
 stored mean norm, and remembers the model it was fitted on. `steer`, `steered_generate`,
-`steered_generate_nnsight`, `option_logprobs` and `hooks.ablate.ablate` refuse such a direction on
+`steered_generate_nnsight`, `option_logprobs` and `hooks.ablation.ablate` refuse such a direction on
 another model with the CLI's one-line refusal (hooks.fingerprint.check_fitted_on: the model is its
 name as loaded, a registered name and its folder being one model, a tiny model and a folder it
 was saved to two) unless given `allow_other_model=True`. A raw vector carries no provenance and
