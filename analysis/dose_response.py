@@ -17,7 +17,7 @@ unsaturated), and `chose` = 1 when the target ranks first (ties to the earlier c
 are paired changes against alpha = 0 (the unsteered model, no hooks at all), averaged per group
 (`all`, and each label of `groups`), with a family bootstrap (core.bootstrap: whole families
 resampled, one resample matrix for every number, so changes are paired). Every estimate and
-interval comes from experiments.own_data.effects, the estimator `evprobe dose-response` builds
+interval comes from analysis.effects, the estimator `evprobe dose-response` builds
 its curves with: the choice's rate is a proportion (hulled with a cluster interval, never a
 point; its change widened where a rate saturates), and a cell whose units all moved alike is
 marked identical. On the same items, direction, doses and seeds the two give the same effects,
@@ -27,11 +27,11 @@ Doses: alpha in multiples of the mean residual norm at the layer over the positi
 added at (`units="norm"`, the pipeline's unit), measured unsteered on these prompts
 (hooks.steer_rows.residual_norms_at) unless `mean_norm` is given; or raw units (`units="raw"`).
 Nulls, each read at the same raw doses: `n_random` seeded Gaussian unit directions
-(hooks.steer.random_directions), and `n_relabel` label-free directions (analysis.label_null: fitted
+(hooks.steering.random_directions), and `n_relabel` label-free directions (analysis.label_null: fitted
 like the direction on the rows it was fitted on, `fit_rows` or the capture a fitted Direction names,
 once the label carries nothing); per setting, the probe's percentile, z and two-sided p among each
 null's effects (analysis.specificity.null_stats; the band is their central 95% from 40 directions on).
-Ablation (`ablation=True`): the direction projected out of each layer's output (hooks.ablate), no
+Ablation (`ablation=True`): the direction projected out of each layer's output (hooks.ablation), no
 dose, read and estimated like a dose (direction "ablation"), as `evprobe dose-response` reads it.
 Cross-fitted: the families are split into two seeded halves; on each half the layer x dose that
 moves the `goal_group`'s log-odds furthest toward `goal` (+1 raises the target's log-odds, -1
@@ -52,8 +52,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.analysis.effects import Cells, cell_estimates, cells, estimate_columns
+from evprobe.analysis.inputs import MAX_BOOT, MAX_NULL, dose_arguments, integer, prompt_lengths, unit_norms
 from evprobe.analysis.label_null import NEAR_COSINE, FitRows, LabelFreeNull, direction_rows, fit_rows_null
 from evprobe.analysis.specificity import (
+    HALVES,
     NULL_SHORT,
     crossfit_scores,
     group_means,
@@ -61,18 +64,15 @@ from evprobe.analysis.specificity import (
     joint_verdict,
     null_stats,
     specificity_stats,
+    split_halves,
 )
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError, shown
-from evprobe.experiments.dose_response.crossfit import split_halves
-from evprobe.experiments.own_data.effects import Cells, cell_estimates, cells, estimate_columns
-from evprobe.experiments.own_data.inputs import MAX_BOOT, MAX_NULL, dose_arguments, integer, prompt_lengths, unit_norms
 
 if TYPE_CHECKING:
     import pandas as pd
 
 MEASURES = ("log_odds", "chose")
-HALVES = ("A", "B")
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class DoseResponseResult:
     def plot(self, path: str | Path, measure: str = "log_odds_change") -> Path:
         """One panel per group: the probe's (and controls') change against alpha, one line per layer
         with its 95% interval, over the null band; written as a PNG. Returns the path."""
-        from evprobe.experiments.own_data.plots import dose_curves
+        from evprobe.analysis.dose_plots import dose_curves
 
         return dose_curves(self, Path(path), measure)
 
@@ -149,8 +149,8 @@ def _directions(direction: Any, layer: int | Sequence[int] | None) -> dict[int, 
 
 
 def _unit(vector: Any, d_model: int, what: str) -> np.ndarray:
-    """hooks.steer.unit_direction, its refusals (and numpy's, for a vector of text) as InputError."""
-    from evprobe.hooks.steer import unit_direction
+    """hooks.steering.unit_direction, its refusals (and numpy's, for a vector of text) as InputError."""
+    from evprobe.hooks.steering import unit_direction
 
     try:
         return unit_direction(vector, d_model=d_model, what=what)
@@ -214,10 +214,10 @@ def steering_dose_response(
     """
     import pandas as pd
 
-    from evprobe.hooks.ablate import ablate
+    from evprobe.hooks.ablation import ablate
     from evprobe.hooks.generation import next_token_logprobs
     from evprobe.hooks.inputs import build_inputs, image_rows
-    from evprobe.hooks.steer import check_direction_model, random_directions
+    from evprobe.hooks.steering import check_direction_model, random_directions
     from evprobe.hooks.steer_rows import option_logprobs_rows, residual_norms_at
 
     counts = {"n_random": (n_random, 0, MAX_NULL), "n_relabel": (n_relabel, 0, MAX_NULL), "n_boot": (n_boot, 1, MAX_BOOT),
@@ -303,7 +303,7 @@ def steering_dose_response(
     boot = FamilyBootstrap(sorted(set(fam)), n_boot, seed)
     fidx = boot.family_index(list(fam))
     effects, null_rows, item_rows = [], [], []
-    cell_of = [(g, measure) for g in masks for measure in MEASURES]  # the cells' order (experiments.own_data.effects)
+    cell_of = [(g, measure) for g in masks for measure in MEASURES]  # the cells' order (analysis.effects)
 
     def read(per_item: np.ndarray) -> Cells:
         """(n, 2) log-odds and choices -> their cells per group (the choice is a proportion)."""

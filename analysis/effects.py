@@ -38,7 +38,7 @@ import numpy as np
 from evprobe.core import bootstrap, cluster_t
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap, percentile_interval
 from evprobe.core.errors import InputError, shown
-from evprobe.experiments.own_data.inputs import MAX_BOOT, boot_memory, identifiers, integer, readouts
+from evprobe.analysis.inputs import MAX_BOOT, boot_memory, identifiers, integer, readouts
 from evprobe.core.proportion import check_shares, cluster_interval, hull, saturated_change
 
 if TYPE_CHECKING:

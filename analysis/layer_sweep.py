@@ -66,7 +66,7 @@ def probe_layers(
     from evprobe.probes.captures import load_captures
     from evprobe.probes.runs import sweep_to_folder
 
-    from evprobe.experiments.own_data.inputs import identifiers, integer, prompt_lengths, texts
+    from evprobe.analysis.inputs import identifiers, integer, prompt_lengths, texts
 
     prompts = texts("prompts", prompts, "Is the evidence enough?")
     batch_size = integer("batch_size", batch_size, 1, fix="prompts per forward, e.g. 8")

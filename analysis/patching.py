@@ -35,7 +35,7 @@ import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError, shown
-from evprobe.experiments.patching.figures import MIN_GAP  # the figures name it too: one home, below both
+from evprobe.analysis.patching_figures import MIN_GAP  # the figures name it too: one home, below both
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -144,7 +144,7 @@ class PairPatchingResult:
 
     def plot(self, path: str | Path) -> Path:
         """The pipeline's heatmap (share of the gap, decoded flips; site x position set) as a PNG."""
-        from evprobe.experiments.patching.figures import heatmap_png
+        from evprobe.analysis.patching_figures import heatmap_png
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +175,7 @@ def pair_patching(
     """
     import pandas as pd
 
-    from evprobe.experiments.own_data.inputs import MAX_BOOT, identifiers, integer, prompt_lengths, texts
+    from evprobe.analysis.inputs import MAX_BOOT, identifiers, integer, prompt_lengths, texts
 
     n_boot = integer("n_boot", n_boot, 1, MAX_BOOT, "the number of family resamples, e.g. 2000")
     seed = integer("seed", seed, 0, fix="a non-negative integer seeds the resamples")

@@ -1,5 +1,5 @@
 """The pair-patching heatmaps: layer (or site) x position set, and layer x head per position set;
-each cell with its value and 95% interval, the measures of experiments.own_data.patching.aggregate."""
+each cell with its value and 95% interval, the measures of analysis.patching.aggregate."""
 
 from __future__ import annotations
 

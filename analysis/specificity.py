@@ -47,6 +47,21 @@ NULL_SHORT = {"random": "random directions", "relabel": "label-free directions"}
 FULL_BAND = 40
 
 
+HALVES = ("A", "B")  # the cross-fit's two halves of the families
+
+
+def split_halves(families_by_system: dict[str, list[str]], seed: int) -> dict[str, str]:
+    """family -> "A" | "B": within each system (sorted), a seeded shuffle dealt alternately; the
+    first deal of each system alternates too, so odd counts do not all land in A."""
+    rng = np.random.default_rng(seed)
+    half: dict[str, str] = {}
+    for s, system in enumerate(sorted(families_by_system)):
+        fams = sorted(families_by_system[system])
+        for i, j in enumerate(rng.permutation(len(fams))):
+            half[fams[j]] = HALVES[(i + s) % 2]
+    return half
+
+
 def band_name(k: int, what: str = "directions") -> str:
     """A null band named by how many directions made it: `central 95% of 50 random directions`,
     `spread of 2 random directions (too few for a 95% band)`, `1 random direction (no band)`."""

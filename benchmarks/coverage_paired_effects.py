@@ -1,4 +1,4 @@
-"""Benchmark: coverage of `evprobe.paired_effects`' intervals (experiments.own_data.effects, the
+"""Benchmark: coverage of `evprobe.paired_effects`' intervals (analysis.effects, the
 estimator every `evprobe dose-response` curve and `steering_dose_response` effect is printed with) on
 simulated clustered data where the truth is known, beside the interval printed before issue 52.
 
@@ -34,7 +34,7 @@ import pandas as pd
 import evprobe
 from evprobe.core.bootstrap import FamilyBootstrap, percentile_interval
 from evprobe.core.proportion import hull, saturated_change
-from evprobe.experiments.own_data.effects import cells
+from evprobe.analysis.effects import cells
 
 NUMBERS = (("log_odds", "log-odds"), ("chose", "rate"), ("log_odds_change", "log-odds change"),
            ("chose_change", "rate change"))

@@ -8,7 +8,7 @@ percentile interval of a mean log-odds covered about 88% of data sets at 8 famil
 small-cluster remedy (Cameron & Miller 2015, "A practitioner's guide to cluster-robust inference",
 J. Human Resources 50:317-372, sections VI.B-C) is a Wald interval with the cluster (linearised)
 standard error, the F/(F - 1) correction, and t critical values on F - 1 degrees of freedom.
-`experiments.own_data.effects` prints the hull of this interval and the percentile interval (and,
+`analysis.effects` prints the hull of this interval and the percentile interval (and,
 for proportions, the cluster Clopper-Pearson one); the benchmark gives the coverage and the width
 this costs.
 

@@ -226,7 +226,7 @@ def saturated_change(
     pairing; pairs of one item are positively correlated, so ignoring it can only widen the
     interval. Elsewhere the paired bootstrap interval stands. All arrays (M,); NaN stays NaN.
 
-    `sparse` (M,) marks further changes to widen the same way: `experiments.own_data.effects` marks
+    `sparse` (M,) marks further changes to widen the same way: `analysis.effects` marks
     those where a rate has fewer than 5 units of its rarer outcome, where the normal approximation
     behind a percentile or t interval fails (a rate near 100% at 72 families covered 91.8% without
     it; benchmarks/coverage_paired_effects.py). There the MOVER interval for correlated estimates

@@ -21,7 +21,7 @@ textual: the threshold unstated). Steps:
    `n_random` random directions of the same raw norm as the null; the readout is the log-odds of the
    "undetermined" letter against the best other answer, and the abstention rate; the layer and dose
    are cross-fitted to *suppress* abstention on the voids (goal: lower those log-odds), with the rank
-   test against the null (experiments.own_data.dose_response.steering_dose_response: the own-data
+   test against the null (analysis.dose_response.steering_dose_response: the own-data
    function, so the statistics are the dose-response pipeline's). The twins are shared by the void
    types, so *inducing* abstention on them (the seed's "control abstention") is one run per source;
 5. `void_transfer.json` and `void_transfer.md`: one table, a row per path: the probe's transfer AUROC
@@ -158,7 +158,7 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
     from evprobe.experiments.capture.config import CaptureConfig
     from evprobe.experiments.capture.job import capture
     from evprobe.experiments.config import load_model
-    from evprobe.experiments.own_data.dose_response import steering_dose_response
+    from evprobe.analysis.dose_response import steering_dose_response
     from evprobe.analysis.label_null import direction_rows
     from evprobe.experiments.steering_conventions import measure_sign
     from evprobe.probes.captures import labels, load_captures

@@ -66,7 +66,7 @@ Conventions (the report repeats them):
   stop, never correct) and their share is reported.
 - **Intervals.** core.bootstrap.FamilyBootstrap over the families of the selected items (one
   resample matrix for every number of a run, so differences to alpha = 0 are paired); per-system
-  rows use the same resamples. Every curve number comes from experiments.own_data.effects, the
+  rows use the same resamples. Every curve number comes from analysis.effects, the
   estimator of `steering_dose_response` and `evprobe.paired_effects` (rates hulled with a cluster
   interval, changes of rates widened where a rate saturates, a cell whose units all equal marked
   identical). Every number is printed with its interval and n (items).
@@ -86,7 +86,7 @@ The subpackage, one concept per module: `config` (the typed config, the dose key
 run steers: directions per layer, target items, conditions), `units` (alpha's unit), `readouts`
 (one forward per batch and condition), `controls` and `relabel` (the specificity controls and the
 relabelled null), `null`, `crossfit` and `specificity` (the null's statistics, the cross-fitted
-choice, the rank test; experiments.own_data uses them on a user's own prompts), `stats`
+choice, the rank test; analysis.dose_response uses them on a user's own prompts), `stats`
 (aggregates), `formatting`, `text` and `report` (how numbers print, the generated sentences, the
 files), `job` (the job and the command).
 """

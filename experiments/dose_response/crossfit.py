@@ -31,24 +31,19 @@ import numpy as np
 
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.analysis.label_null import NEAR_COSINE
-from evprobe.analysis.specificity import NULL_SETS, choose_settings, joint_verdict, null_stats, specificity_stats
+from evprobe.analysis.specificity import (
+    HALVES,
+    NULL_SETS,
+    choose_settings,
+    joint_verdict,
+    null_stats,
+    specificity_stats,
+    split_halves,
+)
 from evprobe.experiments.dose_response.null import set_size, set_values
 from evprobe.experiments.dose_response.specificity import USELESS_CEILING, crossfit_effects
 
 GOALS = (("induce measuring", "resolved", "unresolved", +1), ("induce stopping", "unresolved", "resolved", -1))
-HALVES = ("A", "B")
-
-
-def split_halves(families_by_system: dict[str, list[str]], seed: int) -> dict[str, str]:
-    """family -> "A" | "B": within each system (sorted), a seeded shuffle dealt alternately; the
-    first deal of each system alternates too, so odd counts do not all land in A."""
-    rng = np.random.default_rng(seed)
-    half: dict[str, str] = {}
-    for s, system in enumerate(sorted(families_by_system)):
-        fams = sorted(families_by_system[system])
-        for i, j in enumerate(rng.permutation(len(fams))):
-            half[fams[j]] = HALVES[(i + s) % 2]
-    return half
 
 
 def item_halves(items: list[Any], seed: int) -> tuple[np.ndarray, dict[str, str]]:
@@ -188,4 +183,4 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
     return out, split
 
 
-__all__ = ["GOALS", "HALVES", "crossfit", "item_halves", "near_share", "split_halves"]
+__all__ = ["GOALS", "crossfit", "item_halves", "near_share"]

@@ -18,7 +18,7 @@ from evprobe.experiments.dose_response.plan import Plan
 from evprobe.experiments.dose_response.relabel import relabel_record
 from evprobe.analysis.specificity import SPECIFIC_P
 from evprobe.experiments.dose_response.text import ablation_sentence, paragraphs
-from evprobe.experiments.own_data.effects import (
+from evprobe.analysis.effects import (
     INTERVAL_METHOD,
     Cells,
     cell_estimates,
@@ -70,7 +70,7 @@ def _curve_conditions(plan: Plan) -> list[tuple[int | None, str, float | None, s
 
 
 def _est(value: float, lo: float, hi: float, n: int, n_families: int) -> dict[str, Any]:
-    """A cell's numbers as JSON (experiments.own_data.effects.estimate_of), for null, controls and crossfit,
+    """A cell's numbers as JSON (analysis.effects.estimate_of), for null, controls and crossfit,
     with the families its interval was computed on."""
     return estimate_of(value, lo, hi, n, n_families=int(n_families)).to_json()
 
@@ -80,7 +80,7 @@ Stats = dict[tuple[str, str, str, str], tuple[dict[str, Any], dict[str, Any]]]  
 
 def _cells(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
            boot: FamilyBootstrap, fam: np.ndarray) -> Cells:
-    """One condition's cells, ordered (group, system) x measure (experiments.own_data.effects.cells,
+    """One condition's cells, ordered (group, system) x measure (analysis.effects.cells,
     the estimator steering_dose_response uses too)."""
     return cells(_values(readout, rows), masks, boot, fam, [m not in NOT_PROPORTIONS for m in MEASURES[readout]])
 

@@ -1,2 +1,2 @@
 """`evprobe patching`: the job over the benchmark's image pairs (job) and its heatmaps (figures);
-the rows and tables are experiments.own_data.patching's."""
+the rows and tables are analysis.patching's."""

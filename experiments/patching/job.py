@@ -6,7 +6,7 @@ the source member's decoder-layer output into the target's forward pass, one lay
 position set at a time (the last token, the question text, the image tokens; for the model
 organism, which reads facts, "text" is every fact token but the sheet values, and the last token
 is its answer prefix `ANSWER:`), and read the five option letters' next-token log-probabilities
-(experiments.own_data.patching.patch_row, the own-data row; after the model's answer prefix,
+(analysis.patching.patch_row, the own-data row; after the model's answer prefix,
 Handle.answer_prefix).
 
 The measure is the log-odds between the two members' reference options: with a_s the source's
@@ -59,8 +59,8 @@ from evprobe.core.job_summary import JobSummary
 from evprobe.experiments.capture.config import check_layer_spec, parse_layers, question_marker
 from evprobe.experiments.pins import input_pins, loaded_pins
 from evprobe.core.flags import HELP, setting
-from evprobe.experiments.own_data.patching import MIN_GAP, aggregate, patch_row
-from evprobe.experiments.patching.figures import head_heatmap_png, heatmap_png
+from evprobe.analysis.patching import MIN_GAP, aggregate, patch_row
+from evprobe.analysis.patching_figures import head_heatmap_png, heatmap_png
 from evprobe.bench.model_config import ModelConfig, as_model_config, load_model, model_from_record
 from evprobe.experiments.config import add_experiment_parser, check_positive, experiment_config
 
@@ -351,7 +351,7 @@ def position_sets(handle: Handle, target: Item, prompt: str, images: list[Any],
 
 def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: list[int],
                config: PatchingConfig) -> Row:
-    """One pair direction through the own-data row (experiments.own_data.patching.patch_row): the
+    """One pair direction through the own-data row (analysis.patching.patch_row): the
     reference options are the answers (the construction switches the action within every image pair)."""
     from evprobe.hooks.sites.vocabulary import Site
 

@@ -1,4 +1,4 @@
-"""The one estimator of dose-response numbers (evprobe.experiments.own_data.effects) and
+"""The one estimator of dose-response numbers (evprobe.analysis.effects) and
 evprobe.paired_effects on readouts a user brings: known answers on small tables, each check shown
 catching a bad input."""
 
@@ -11,7 +11,7 @@ import pytest
 import evprobe
 from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.core.errors import InputError
-from evprobe.experiments.own_data.effects import cell_estimates, cells
+from evprobe.analysis.effects import cell_estimates, cells
 
 
 def _frame(n_families: int = 12, per: int = 4, shift: float = 1.0, seed: int = 0) -> pd.DataFrame:

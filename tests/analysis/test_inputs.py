@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import evprobe
 from evprobe.core.errors import InputError
-from evprobe.experiments.own_data.inputs import MAX_VALUE
+from evprobe.analysis.inputs import MAX_VALUE
 
 
 def _table(values: list[float], families: list | None = None) -> pd.DataFrame:

@@ -14,8 +14,8 @@ import evprobe
 from evprobe.core import cluster_t
 from evprobe.core.bootstrap import FamilyBootstrap, percentile_interval
 from evprobe.core.proportion import hull
-from evprobe.experiments.own_data.effects import FEW_EVENTS, cell_estimates, cells, spans_of
-from tests.experiments.test_own_effects import _frame  # two conditions of clustered log-odds and choices
+from evprobe.analysis.effects import FEW_EVENTS, cell_estimates, cells, spans_of
+from tests.analysis.test_effects import _frame  # two conditions of clustered log-odds and choices
 
 
 def _effects(frame: pd.DataFrame, **kw) -> pd.DataFrame:

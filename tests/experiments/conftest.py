@@ -1,5 +1,5 @@
 """Fixtures shared by the known-answer tests (test_known_answer_n.py, test_known_answer_mutations.py)
-and the own-data tests that steer the organism (test_own_dose_response.py, test_own_layer_sweep.py)."""
+and the tests that steer the organism as a user's own data (test_dose_response_library_parity.py; tests/analysis/ imports it)."""
 
 from __future__ import annotations
 

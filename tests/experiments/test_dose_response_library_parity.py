@@ -68,7 +68,7 @@ def test_its_effects_and_null_places_are_the_pipelines_number_for_number(organis
     """The same items, directions, doses and seeds: every curve point of `evprobe dose-response`
     (value, interval, n; its paired change) and the probe's place among the random and among the
     label-free directions equal steering_dose_response's. The command builds its curves with the
-    estimator the function uses (experiments.own_data.effects), reads the same random directions and
+    estimator the function uses (analysis.effects), reads the same random directions and
     fits the same label-free ones (analysis.label_null, from the direction's fit rows)."""
     handle, data, rows, chosen, direction, meta = organism_items
     out, _ = small_quickstart

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evprobe.experiments.dose_response.crossfit import _choose, split_halves
+from evprobe.analysis.specificity import split_halves
+from evprobe.experiments.dose_response.crossfit import _choose
 from evprobe.analysis.specificity import null_stats
 from evprobe.experiments.dose_response.null import point_estimates
 from evprobe.experiments.dose_response.text import ablation_sentence

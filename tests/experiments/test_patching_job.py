@@ -116,7 +116,7 @@ def test_every_measure_says_the_families_its_pairs_lie_in() -> None:
     and f3), only pairs whose top letters differ a flip (f1). The count is in patching.json, in the
     frame's n_families column and printed beside n; a count of every family, or none, fails."""
     from evprobe.core.estimate_text import count_text
-    from evprobe.experiments.own_data.patching import _columns
+    from evprobe.analysis.patching import _columns
 
     rows = []
     for k, (fam, gap, flips) in enumerate([("f1", 3.0, True), ("f1", 3.0, True), ("f2", 0.05, False),
@@ -136,7 +136,7 @@ def test_the_heatmap_panels_say_their_families(tmp_path: Path, monkeypatch: pyte
     """Each panel's title states n with the families its cells' intervals rest on (a panel's cells
     count the same pairs): the share of the gap in 2 families, the flips in 1."""
     from evprobe.core.estimate_text import count_text
-    from evprobe.experiments.patching import figures
+    from evprobe.analysis import patching_figures as figures
 
     rows = [{"family_id": fam, "ld_source": 2.0, "ld_target": -1.0, "ld_patched": [[0.5 * k]], "top_source": 0,
              "top_target": 1 if fam == "f1" else 0, "top_patched": [[0]]} for k, fam in enumerate(["f1", "f1", "f3"])]
