@@ -6,12 +6,14 @@ are written so that a row gives the same result batched as alone.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.hooks.inputs import build_inputs, image_rows
 
 if TYPE_CHECKING:
@@ -163,35 +165,90 @@ def generate_encoded(handle: Handle, enc, *, max_new_tokens: int, decode_cache: 
     return out
 
 
-def candidate_token_ids(handle: Handle, candidates: Sequence[str]) -> list[int]:
-    """Id of each candidate's first token as the model would write it at the readout position.
+IN_VOCABULARY = "use words in the tokenizer's vocabulary (tokenizer.get_vocab())"
 
-    Without an answer prefix: the first token of the candidate string (no special tokens added).
-    With one (Handle.answer_prefix, e.g. "ANSWER:"): the first token that `prefix + " " + candidate`
-    has beyond the prefix's own tokens, i.e. the letter as it continues "ANSWER:" (" B" for a
-    byte-level BPE, "▁B" for SentencePiece, "B" for the organism's word-level vocabulary). A
-    prefix ending in whitespace is taken as given (no space is added)."""
+
+class MultiTokenCandidateWarning(OneLineWarning):
+    """A candidate spans several tokens and is read by its first (one line naming its tokens)."""
+
+
+def candidate_tokens(handle: Handle, candidates: Sequence[str]) -> list[list[int]]:
+    """Each candidate's tokens as the model would write them at the readout position.
+
+    Without an answer prefix: the candidate string's tokens (no special tokens added). With one
+    (Handle.answer_prefix, e.g. "ANSWER:"): the tokens that `prefix + " " + candidate` has beyond
+    the prefix's own, i.e. the letter as it continues "ANSWER:" (" B" for a byte-level BPE, "▁B" for
+    SentencePiece, "B" for the organism's word-level vocabulary). A prefix ending in whitespace is
+    taken as given (no space is added)."""
     prefix = handle.answer_prefix
     if prefix:  # the prefix's own tokens, once for every candidate
         head = handle.tokenizer(prefix, add_special_tokens=False)["input_ids"]
         sep = "" if prefix[-1].isspace() else " "
-    ids = []
+    out = []
     for c in candidates:
         if not prefix:
             toks = handle.tokenizer(c, add_special_tokens=False)["input_ids"]
         else:
             whole = handle.tokenizer(prefix + sep + c, add_special_tokens=False)["input_ids"]
             if whole[: len(head)] != head:
-                raise ValueError(f"answer prefix {prefix!r} tokenizes differently before candidate {c!r}; "
+                raise InputError(f"answer prefix {prefix!r} tokenizes differently before candidate {c!r}; "
                                  "choose a prefix that ends at a token boundary (e.g. without a trailing space)")
             toks = whole[len(head):]
         if not toks:
-            raise ValueError(f"candidate {c!r} tokenizes to nothing")
-        ids.append(toks[0])
+            raise InputError(f"candidate {c!r} tokenizes to nothing; give a non-empty candidate")
+        out.append(list(toks))
+    return out
+
+
+def _token_text(tokenizer: Any, token_id: int) -> str:
+    """A token as text, `'<unk>' (not in the vocabulary)` for the unknown token."""
+    text = repr(tokenizer.convert_ids_to_tokens(int(token_id)))
+    unk = getattr(tokenizer, "unk_token_id", None)
+    return f"{text} (not in the vocabulary)" if unk is not None and token_id == unk else text
+
+
+def candidate_notes(handle: Handle, candidates: Sequence[str],
+                    tokens: Sequence[Sequence[int]] | None = None) -> tuple[str, ...]:
+    """One note per candidate that spans several tokens: its tokens and the one read (the first),
+    for a result's `notes` (candidate_token_ids warns the same text)."""
+    tok = handle.tokenizer
+    tokens = candidate_tokens(handle, candidates) if tokens is None else tokens
+    return tuple(f"candidate {c!r} spans {len(t)} tokens ({', '.join(repr(x) for x in tok.convert_ids_to_tokens(list(t)))}) "
+                 f"and is read by its first, {_token_text(tok, t[0])}"
+                 for c, t in zip(candidates, tokens, strict=True) if len(t) > 1)
+
+
+def candidate_token_ids(handle: Handle, candidates: Sequence[str]) -> list[int]:
+    """Id of each candidate's first token as the model would write it at the readout position
+    (`candidate_tokens`). Refused in one line: two candidates read by the same token (each one's
+    token named as text, the unknown token said to be outside the vocabulary) and a candidate read
+    by the unknown token. A candidate of several tokens is read by its first: a
+    MultiTokenCandidateWarning names its tokens (`candidate_notes`)."""
+    tok, prefix = handle.tokenizer, handle.answer_prefix
+    tokens = candidate_tokens(handle, candidates)
+    ids = [t[0] for t in tokens]
+    unk = getattr(tok, "unk_token_id", None)
+    where = f" after the answer prefix {prefix!r}" if prefix else ""
     if len(set(ids)) != len(ids):
-        hint = (f" after the answer prefix {prefix!r} (if that token is a space, end the prefix with it)"
-                if prefix else "")
-        raise ValueError(f"candidates {list(candidates)} share first tokens {ids}{hint}; they cannot be told apart")
+        seen: dict[int, list[str]] = {}
+        for c, i in zip(candidates, ids, strict=True):
+            seen.setdefault(i, []).append(c)
+        clashes = {i: cs for i, cs in seen.items() if len(cs) > 1}
+        shared = "; ".join(f"{' and '.join(map(repr, cs))} {'both' if len(cs) == 2 else 'all'} start with "
+                           f"{_token_text(tok, i)}" for i, cs in clashes.items())
+        space = prefix and all(tok.decode([i]).strip() == "" for i in clashes)  # " B" is a space, then B
+        fix = (IN_VOCABULARY if unk in clashes else
+               f"end the prefix with that space (answer_prefix={prefix + ' '!r})" if space
+               else "give candidates whose first tokens differ")
+        raise InputError(f"candidates {list(candidates)} cannot be told apart{where}: {shared}; {fix}")
+    lost = [c for c, i in zip(candidates, ids, strict=True) if unk is not None and i == unk]
+    if lost:
+        which = f"candidate {lost[0]!r} starts" if len(lost) == 1 else f"candidates {', '.join(map(repr, lost))} start"
+        raise InputError(f"{which} with {_token_text(tok, unk)}{where}, so its log-probability would be the unknown "
+                         f"token's; {IN_VOCABULARY}")
+    notes = candidate_notes(handle, candidates, tokens)
+    if notes:  # one warning per call, every such candidate in it
+        warnings.warn("; ".join(notes), MultiTokenCandidateWarning, stacklevel=2)
     return ids
 
 

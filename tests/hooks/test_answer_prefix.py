@@ -87,7 +87,7 @@ def test_candidates_are_read_as_they_continue_the_prefix():
     h.answer_prefix = PREFIX
     got = candidate_token_ids(h, LETTERS)
     assert [h.tokenizer.decode([i]) for i in got] == [" A", " F"] and got != bare
-    with pytest.raises(ValueError, match="share first tokens .* end the prefix with it"):
+    with pytest.raises(ValueError, match="cannot be told apart .* end the prefix with that space"):
         candidate_token_ids(h, ["B", "C"])  # " B" and " C" are a space token, then the letter
     h.answer_prefix = "ANSWER: "
     assert [h.tokenizer.decode([i]) for i in candidate_token_ids(h, ["B", "C"])] == ["B", "C"]
