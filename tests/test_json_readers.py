@@ -30,7 +30,8 @@ def deep_file(path: Path) -> Path:
 
 def test_readers_that_treat_a_bad_file_as_absent_do_so(tmp_path: Path) -> None:
     from evprobe.bench.generate import _is_benchmark
-    from evprobe.experiments.layer_sweep import SETTINGS_FILE, _same_settings
+    from evprobe.experiments.layer_sweep.config import SETTINGS_FILE
+    from evprobe.experiments.layer_sweep.steps import same_settings
     from evprobe.experiments.report.summary import _load
     from evprobe.experiments.scoring_io import SCORES_JSON, _read_scores
 
@@ -39,7 +40,7 @@ def test_readers_that_treat_a_bad_file_as_absent_do_so(tmp_path: Path) -> None:
     assert _read_scores(tmp_path / "run") == (None, f"{scores} is not valid JSON")
     folder = tmp_path / "sweep"
     deep_file(folder / SETTINGS_FILE)
-    assert _same_settings(folder, {"a": 1}, ()) is False  # not the same settings: recomputed
+    assert same_settings(folder, {"a": 1}, ()) is False  # not the same settings: recomputed
     bench = tmp_path / "bench"
     for name in ("families.jsonl", "items.jsonl"):
         deep_file(bench / name)
