@@ -32,7 +32,7 @@ from evprobe.bench import pecs
 from evprobe.bench.tally import Tally
 
 if TYPE_CHECKING:
-    from evprobe.bench.scoring import Bench, Replies
+    from evprobe.bench.score_index import Bench, Replies
 
 SECTION = "reasoning"
 MEASURES = ("traced", "doubt_on_voids", "doubt_on_controls", "converted", "overridden")

@@ -46,10 +46,11 @@ from evprobe.core.bootstrap import LEVEL, Estimate, FamilyBootstrap, Resampled, 
 from evprobe.core.decimals import fixed
 
 if TYPE_CHECKING:
-    from evprobe.bench.scoring import Bench, Key, Replies, Tally
+    from evprobe.bench.score_index import Bench, Replies
+    from evprobe.bench.tally import Key, Tally
 
 ABSTAIN = "undetermined"
-# the answer requests PECS reads (bench.scoring.ANSWER_REQUESTS; both_given is a variant protocol's)
+# the answer requests PECS reads (bench.score_index.ANSWER_REQUESTS; both_given is a variant protocol's)
 ANSWER_REQUESTS = ("answer_initial", "answer_after_test")
 PARTS = ("acc", "abs_rec", "false_abs")
 POOLED = {"acc": "pecs_acc", "abs_rec": "pecs_abs_rec", "false_abs": "pecs_false_abs"}

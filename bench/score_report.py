@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evprobe.bench.score_cells import cost, fmt_estimate, pct, plain, points, section_text, table_text
-from evprobe.bench.scoring import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
+from evprobe.bench.score_index import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
 from evprobe.core.estimate_text import missing_text
 
 LABELS: dict[str, str] = {

@@ -27,7 +27,7 @@ from evprobe.bench.tally import Key, Tally
 from evprobe.core.bootstrap import Estimate, Resampled
 
 if TYPE_CHECKING:
-    from evprobe.bench.scoring import Bench, Replies
+    from evprobe.bench.score_index import Bench, Replies
 
 SECTION = "by_sub_scenario"
 MEASURES = ("min_cost_choice", "acc", "false_abs", "abs_rec")
