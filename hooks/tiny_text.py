@@ -25,11 +25,11 @@ _SPECIALS = ["<s>", "</s>", "<pad>", "<unk>", "[INST]", "[/INST]"]
 def save_tiny_text_model(folder: str | Path, *, seed: int = 0, thinking_switch: bool = False) -> Path:
     """Build the tiny text Llama (random weights from `seed`) and save it with its tokenizer and
     chat template in `folder` (created; float32 safetensors). Returns the folder. `thinking_switch`:
-    a template with Qwen3's enable_thinking switch (hooks.tiny_models.chat_template)."""
+    a template with Qwen3's enable_thinking switch (hooks.chat_templates.chat_template)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from evprobe.hooks.tiny_models import chat_template
+    from evprobe.hooks.chat_templates import chat_template
     from evprobe.hooks.tiny_tokenizer import build_tokenizer
 
     tok = build_tokenizer(special_tokens=_SPECIALS,

@@ -399,7 +399,7 @@ def test_the_thinking_switch_reaches_the_servers_template(small_bench: Path, tmp
     tiny text Llama whose template has the switch: each setting gets the hf backend's replies and prompt
     token counts for that setting, and off's prompts are longer by the empty reasoning block."""
     from evprobe.bench.model_config import ModelConfig
-    from evprobe.hooks.tiny_models import THINK_OFF
+    from evprobe.hooks.chat_templates import THINK_OFF
     from evprobe.hooks.tiny_text import save_tiny_text_model
     from transformers import AutoTokenizer
 

@@ -16,7 +16,7 @@ from evprobe.bench.runner import RunConfig, run
 from evprobe.experiments.cli import main
 from evprobe.hooks.fingerprint import loaded_fingerprint
 from evprobe.hooks.inputs import render_prompts
-from evprobe.hooks.tiny_models import THINK_OFF
+from evprobe.hooks.chat_templates import THINK_OFF
 from evprobe.hooks.tiny_text import save_tiny_text_model
 
 @pytest.fixture(scope="module")
