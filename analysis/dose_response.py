@@ -86,7 +86,8 @@ class DoseResponseResult:
         directions' effects (n_directions, mean, sd, lo, hi: their central 95%) and the probe's place
         among them.
     crossfit: per group, change measure and null, the cross-fitted effect (value, lo, hi, n), each
-        half's chosen setting, the null directions' cross-fitted effects after the same choice
+        half's chosen setting (chosen_on_A_layer, chosen_on_A_alpha, and B's: numbers; `setting_text`
+        prints one), the null directions' cross-fitted effects after the same choice
         (null_lo, null_hi: their central 95%; null_mean, null_sd, null_n_directions) and the probe's
         place among them (percentile, z, p_null; on the goal group's log-odds the one-sided rank
         test: p_goal, beaten, threshold, specific, margin over the nearest null direction, and
@@ -111,12 +112,24 @@ class DoseResponseResult:
     label_free: dict[int, LabelFreeNull] = field(default_factory=dict, repr=False)
     notes: tuple[str, ...] = ()
 
+    def to_dataframe(self, table: str = "effects") -> pd.DataFrame:
+        """One of the result's tables (a copy): effects (default), null, crossfit or items."""
+        frames = {"effects": self.effects, "null": self.null, "crossfit": self.crossfit, "items": self.items}
+        if table not in frames:
+            raise InputError(f"table {table!r} is not one of the dose-response's: {', '.join(frames)}")
+        return frames[table].copy()
+
     def plot(self, path: str | Path, measure: str = "log_odds_change") -> Path:
         """One panel per group: the probe's (and controls') change against alpha, one line per layer
         with its 95% interval, over the null band; written as a PNG. Returns the path."""
         from evprobe.analysis.dose_plots import dose_curves
 
         return dose_curves(self, Path(path), measure)
+
+
+def setting_text(layer: int, alpha: float) -> str:
+    """A cross-fit's chosen setting as printed: `L3 alpha -0.5`."""
+    return f"L{int(layer)} alpha {float(alpha):+g}"
 
 
 def _readouts(logp: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -368,9 +381,10 @@ def _label_free(by_layer: dict[int, Any], vectors: dict[int, np.ndarray], fit_ro
         rows = _rows_at(fit_rows, layer_, len(vectors))
         if rows is None:
             d = by_layer[layer_]
-            if not (getattr(d, "provenance", None) or {}).get("captures"):
+            if getattr(d, "fit_rows", None) is None and not (getattr(d, "provenance", None) or {}).get("captures"):
                 notes.append(f"no label-free null at L{layer_}: the direction carries no fit rows; pass fit_rows="
-                             "(acts, labels, families), the rows it was fitted on, for a verdict on specificity")
+                             "(acts, labels, families), the rows it was fitted on, or fit it with evprobe.fit_direction, for a "
+                             "verdict on specificity")
                 continue
             rows = direction_rows(d)
         if np.asarray(rows.acts).ndim != 2 or np.asarray(rows.acts).shape[-1] != d_model:
@@ -452,8 +466,8 @@ def _crossfit(values: dict[int, np.ndarray], nulls: dict[str, dict[int, np.ndarr
                 stats.pop("probe_effect", None)
                 band = {f"null_{k}": stats.pop(k) for k in ("n_directions", "mean", "sd", "lo", "hi")}
                 rows.append({"group": g, "measure": f"{measure}_change", "null": kind, **estimate_columns(e), **band,
-                             "chosen_on_A": f"L{chosen['A'][0]} alpha {chosen['A'][1]:+g}",
-                             "chosen_on_B": f"L{chosen['B'][0]} alpha {chosen['B'][1]:+g}", **stats})
+                             "chosen_on_A_layer": chosen["A"][0], "chosen_on_A_alpha": float(chosen["A"][1]),
+                             "chosen_on_B_layer": chosen["B"][0], "chosen_on_B_alpha": float(chosen["B"][1]), **stats})
     verdict = joint_verdict({"random": goal_stats.get("random"), "relabel": goal_stats.get("label-free")})
     return rows, {**verdict, "missing": [NULL_SHORT[k] for k in verdict["missing"]],
                   "against": [NULL_SHORT[k] for k in verdict["against"]], "text": joint_text(verdict)}

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.errors import InputError
+from evprobe.probes.directions import FitRows  # the value lives beside Direction, which can carry one
 
 DEFAULT_N_NULL = 50
 NEAR_COSINE = 0.9  # "within |cos| 0.9 of the probe": a null direction that is nearly the probe itself
@@ -79,6 +80,14 @@ class LabelFreeNull:
     def near_share(self, threshold: float = NEAR_COSINE) -> float:
         """The share of null directions within |cos| `threshold` of the probe (NaN when K = 0)."""
         return float(np.mean(np.abs(self.cosines) >= threshold)) if self.k else float("nan")
+
+    def to_dataframe(self, table: str = "directions") -> Any:
+        """One row per null direction: its index and cosine with the probe (the vectors stay arrays)."""
+        import pandas as pd
+
+        if table != "directions":
+            raise InputError(f"table {table!r} is not one of LabelFreeNull's: directions")
+        return pd.DataFrame({"direction": np.arange(self.k), "cosine_with_probe": self.cosines})
 
     def record(self) -> dict[str, Any]:
         """JSON-able summary: size, source, sha256, cosines with the probe and the near share."""
@@ -112,11 +121,12 @@ def flip_patterns(n_units: int, n: int, seed: int) -> np.ndarray:
     return np.stack(out)
 
 
-def _check(acts: Any, labels: Any, families: Any, direction: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                          np.ndarray]:
+def check_rows(acts: Any, labels: Any, families: Any, min_rows: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows to fit on, checked (one line each): acts (rows, d_model) finite float64, labels (rows,)
+    0/1 int8, families (rows,) ids as strings."""
     X = np.asarray(acts, dtype=np.float64)
-    if X.ndim != 2 or X.shape[0] < 4:
-        raise InputError(f"acts must be (rows, d_model) with at least 4 rows, got shape {X.shape}")
+    if X.ndim != 2 or X.shape[0] < min_rows:
+        raise InputError(f"acts must be (rows, d_model) with at least {min_rows} rows, got shape {X.shape}")
     if not np.isfinite(X).all():
         bad = int(np.argwhere(~np.isfinite(X))[0][0])
         raise InputError(f"acts row {bad} is not finite; drop it (and its label and family) before fitting")
@@ -131,11 +141,17 @@ def _check(acts: Any, labels: Any, families: Any, direction: Any) -> tuple[np.nd
     if fam is None or fam.shape != (X.shape[0],):
         raise InputError(f"{X.shape[0]} rows of acts but {0 if fam is None else len(fam)} family ids; give one "
                          "family per row (rows that share a source share a family)")
+    return X, y.astype(np.int8), fam
+
+
+def _check(acts: Any, labels: Any, families: Any, direction: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                          np.ndarray]:
+    X, y, fam = check_rows(acts, labels, families)
     v = np.asarray(direction, dtype=np.float64).reshape(-1)
     if v.shape != (X.shape[1],) or not np.isfinite(v).all() or not np.linalg.norm(v) > 0:
         raise InputError(f"direction must be a finite non-zero vector of length d_model = {X.shape[1]}, got shape "
                          f"{v.shape}")
-    return X, y.astype(np.int8), fam, v / np.linalg.norm(v)
+    return X, y, fam, v / np.linalg.norm(v)
 
 
 def label_free_directions(acts: Any, labels: Sequence[int] | np.ndarray, families: Sequence[Any] | np.ndarray,
@@ -185,24 +201,16 @@ def label_free_directions(acts: Any, labels: Sequence[int] | np.ndarray, familie
     return LabelFreeNull(V, V @ p, len(both), source)
 
 
-@dataclass(frozen=True, eq=False)
-class FitRows:
-    """The rows a direction was fitted on: acts (rows, d_model) at its layer and position, labels
-    (rows,) 0/1, families (rows,), and the probe (name and parameters) it was fitted with."""
-
-    acts: np.ndarray = field(repr=False)
-    labels: np.ndarray = field(repr=False)
-    families: np.ndarray = field(repr=False)
-    probe: str = "massmean"
-    probe_params: Mapping[str, Any] = field(default_factory=dict)
-
-
 def direction_rows(direction: Any) -> FitRows:
-    """The rows a fitted Direction (probes.directions) was fitted on, read from the capture its
-    provenance names (numpy only, no model): its layer and position, its label, its fit items."""
+    """The rows a fitted Direction (probes.directions) was fitted on: the rows it carries (fitted
+    from arrays), or else read from the capture its provenance names (numpy only, no model): its
+    layer and position, its label, its fit items."""
     from evprobe.probes.captures import CaptureError, labels
     from evprobe.probes.provenance import fit_captures, named_in
 
+    held = getattr(direction, "fit_rows", None)
+    if isinstance(held, FitRows):  # fitted from arrays (analysis.directions.fit_direction): it carries its rows
+        return held
     prov = getattr(direction, "provenance", None) or {}
     name = getattr(direction, "name", "the direction")
     if not prov.get("captures"):
@@ -230,5 +238,5 @@ def fit_rows_null(rows: FitRows, direction: Any, n: int = DEFAULT_N_NULL, seed: 
                                  probe_params=rows.probe_params, seed=seed)
 
 
-__all__ = ["DEFAULT_N_NULL", "NEAR_COSINE", "FitRows", "LabelFreeNull", "direction_rows", "fit_rows_null",
+__all__ = ["DEFAULT_N_NULL", "NEAR_COSINE", "FitRows", "LabelFreeNull", "check_rows", "direction_rows", "fit_rows_null",
            "flip_patterns", "label_free_directions"]

@@ -34,6 +34,12 @@ class LayerSweepResult:
     frame: pd.DataFrame
     figure: Path
 
+    def to_dataframe(self, table: str = "frame") -> pd.DataFrame:
+        """The sweep's rows (a copy of `frame`)."""
+        if table != "frame":
+            raise InputError(f"table {table!r} is not one of the layer sweep's: frame")
+        return self.frame.copy()
+
 
 def probe_layers(
     handle: Any,

@@ -10,7 +10,8 @@ two prompts of the same token count): (prompt, images) each. Each pair is patche
 (`both_ways`): the source member's value of every site at every position set is put into the
 target's forward, one (site, set) per batch row (hooks.patching.patch_sites). With a_s and a_t
 the two members' answers (`answers`, one (first, second) per pair; None: each member's own top
-candidate unpatched), LD = log p(a_s) - log p(a_t) at the answer position, and per site x set:
+candidate unpatched; a pair whose two answers are the same is refused: LD is 0 however it is
+patched), LD = log p(a_s) - log p(a_t) at the answer position, and per site x set:
 
 - mean_change: the mean of LD_patched - LD_target, in nats;
 - share_of_gap: (LD_patched - LD_target) / (LD_source - LD_target), over pairs with a gap of at
@@ -143,13 +144,24 @@ class PairPatchingResult:
     frame: pd.DataFrame
 
     def plot(self, path: str | Path) -> Path:
-        """The pipeline's heatmap (share of the gap, decoded flips; site x position set) as a PNG."""
+        """The pipeline's heatmaps, site x position set: the mean change of the log-odds, the share
+        of the gap and the decoded flips, each cell with its 95% interval, as one PNG."""
         from evprobe.analysis.patching_figures import heatmap_png
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        heatmap_png({**self.summary, "n_rows": self.summary["n_rows"]}, path)
+        heatmap_png({**self.summary, "n_rows": self.summary["n_rows"]}, path, measures=MEASURES, row_label="site")
         return path
+
+    def to_dataframe(self, table: str = "frame") -> pd.DataFrame:
+        """`frame` (the estimates, tidy) or `rows` (one per pair direction, its grids as lists)."""
+        import pandas as pd
+
+        if table == "frame":
+            return self.frame.copy()
+        if table == "rows":
+            return pd.DataFrame(self.rows)
+        raise InputError(f"table {table!r} is not one of PairPatchingResult's: frame, rows")
 
 
 def pair_patching(
@@ -209,14 +221,22 @@ def pair_patching(
     sets = dict(position_sets or {"last": [-1]})
     from evprobe.hooks.generation import next_token_logprobs
 
+    members_of = [[(first[0], list(first[1] or [])), (second[0], list(second[1] or []))] for first, second in pairs]
+    if answers is None:  # each member's own top candidate, unpatched: (pairs, 2) candidate indices
+        owns = [tuple(int(i) for i in next_token_logprobs(handle, [m[0] for m in members], [m[1] for m in members],
+                                                          cands).argmax(axis=1)) for members in members_of]
+    else:
+        owns = [(cands.index(a), cands.index(b)) for a, b in answers]
+    shared = [p for p, (a, b) in enumerate(owns) if a == b]
+    if shared:  # LD = log p(a) - log p(a) = 0 whatever is patched: every measure would read 0 (or nothing)
+        where = "answers" if answers is not None else "top candidates (unpatched)"
+        raise InputError(f"{len(shared)} of {len(pairs)} pairs have members with the same {where}: pair"
+                         f"{'s' if len(shared) > 1 else ''} {', '.join(map(str, shared[:8]))}"
+                         f"{', ...' if len(shared) > 8 else ''} ({cands[owns[shared[0]][0]]!r} for both), so patching "
+                         "cannot move log p(source's answer) - log p(target's); give answers=[(first, second), ...] "
+                         "that differ within each pair, or leave those pairs out")
     rows = []
-    for p, ((first, second), family) in enumerate(zip(pairs, families, strict=True)):
-        members = [(first[0], list(first[1] or [])), (second[0], list(second[1] or []))]
-        if answers is None:  # each member's own top candidate, unpatched
-            lp = next_token_logprobs(handle, [m[0] for m in members], [m[1] for m in members], cands)  # (2, C)
-            own = (int(lp[0].argmax()), int(lp[1].argmax()))
-        else:
-            own = (cands.index(answers[p][0]), cands.index(answers[p][1]))
+    for p, (members, own, family) in enumerate(zip(members_of, owns, families, strict=True)):
         for direction in ((0, 1), (1, 0)) if both_ways else ((0, 1),):
             s, t = direction
             row = patch_row(handle, members[s], members[t], answers=(own[s], own[t]), sites=chosen,

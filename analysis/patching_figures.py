@@ -15,7 +15,8 @@ MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no sh
 
 
 def _panel(fig: Any, ax: Any, cells: list[list[dict]], cmap: str, scale: tuple[float, float], columns: list,
-           layers: list[int], xlabel: str, title: str, *, fontsize: tuple[int, int]) -> None:
+           layers: list[int], xlabel: str, title: str, *, fontsize: tuple[int, int],
+           row_label: str = "decoder layer") -> None:
     """One heatmap panel: layers up, `columns` across, each cell's value and 95% interval written
     on it (white on the darkest cells). fontsize: (cells, title)."""
     lo, hi = scale
@@ -32,7 +33,7 @@ def _panel(fig: Any, ax: Any, cells: list[list[dict]], cmap: str, scale: tuple[f
     ax.set_xticks(range(len(columns)), columns)
     ax.set_yticks(range(len(layers)), layers)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("decoder layer")
+    ax.set_ylabel(row_label)
     ax.set_title(title, fontsize=fontsize[1])
     fig.colorbar(im, ax=ax, fraction=0.05)
 
@@ -43,23 +44,35 @@ def _count(cells: list[list[dict]]) -> str:
     return count_text(first.get("n"), first.get("n_families"))
 
 
-def heatmap_png(summary: dict[str, Any], path: Path) -> None:
-    """Two panels, layer x patched positions: the share of the source-target gap the patch recovers
-    and the interchange-intervention accuracy (decoded flips), each cell with its value and 95%
-    interval, the same measures as patching.md."""
+def _mean_change_scale(cells: list[list[dict]]) -> tuple[float, float]:
+    """A symmetric colour scale for mean changes in nats: their largest |value| (at least 0.1)."""
+    top = max((abs(e["value"]) for row in cells for e in row if e["value"] is not None), default=0.0)
+    return -max(top, MIN_GAP), max(top, MIN_GAP)
+
+
+def heatmap_png(summary: dict[str, Any], path: Path, measures: tuple[str, ...] = ("share_of_gap", "decoded_flip"),
+                row_label: str = "decoder layer") -> None:
+    """One panel per measure, row (layer or site) x patched positions: the mean change of the
+    log-odds (nats), the share of the source-target gap the patch recovers, the decoded flips; each
+    cell with its value and 95% interval, the same measures as patching.md. `evprobe patching`
+    draws the last two; `pair_patching`'s plot all three (a mean change is defined for every pair,
+    the share only where the gap is at least MIN_GAP)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     layers, positions = summary["layers"], summary["positions"]
-    panels = (("share_of_gap", f"Share of the gap recovered (|gap| >= {MIN_GAP} nats)", "RdBu_r", (-1.0, 1.0)),
-              ("decoded_flip", "Top letter becomes the source's (IIA)", "Greens", (0.0, 1.0)))
-    fig, axes = plt.subplots(1, 2, figsize=(2.0 + 2.6 * len(positions), 1.4 + 0.55 * len(layers)), squeeze=False)
-    for ax, (key, title, cmap, (lo, hi)) in zip(axes[0], panels):
+    known = {"mean_change": ("Mean change of the log-odds (nats)", "RdBu_r", None),
+             "share_of_gap": (f"Share of the gap recovered (|gap| >= {MIN_GAP} nats)", "RdBu_r", (-1.0, 1.0)),
+             "decoded_flip": ("Top letter becomes the source's (IIA)", "Greens", (0.0, 1.0))}
+    panels = [(key, *known[key]) for key in measures]
+    fig, axes = plt.subplots(1, len(panels), figsize=(0.6 + (1.4 + 2.6 * len(positions)) * len(panels) / 2,
+                                                      1.4 + 0.55 * len(layers)), squeeze=False)
+    for ax, (key, title, cmap, scale) in zip(axes[0], panels):
         cells = summary[key]  # (layers, positions) of estimates
-        _panel(fig, ax, cells, cmap, (lo, hi), positions, layers, "patched positions", f"{title}\n{_count(cells)}",
-               fontsize=(7, 9))
+        _panel(fig, ax, cells, cmap, scale or _mean_change_scale(cells), positions, layers, "patched positions",
+               f"{title}\n{_count(cells)}", fontsize=(7, 9), row_label=row_label)
     fig.suptitle(f"Pair patching, {summary['n_rows']} patched pair directions; 95% family-bootstrap intervals",
                  fontsize=9)
     fig.tight_layout()

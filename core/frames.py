@@ -5,6 +5,8 @@
     evprobe.to_dataframe(sweep_result)                # a probes.sweep.SweepResult, or its sweep.json
     evprobe.to_dataframe(evprobe.load_capture("acts")) # a loaded capture: one row per item, layer, position
     evprobe.to_dataframe(acts, rows, layers=[8, 16])  # your arrays: (n, layers, d) or (n, layers, positions, d)
+    evprobe.to_dataframe(result, table="null")        # an analysis result (steering_dose_response, pair_patching,
+                                                      # probe_layers, label_free_directions): one of its tables
 
 Sources (`rows_of`): a folder (its records.jsonl or results.jsonl; both there is an error naming
 them), a `.jsonl` file (complete lines only: an unterminated last line is left out with the usual
@@ -190,11 +192,23 @@ def require_pandas() -> Any:
 
 
 def to_dataframe(source: Any, rows: Any = None, *, sep: str = ".", layers: Any = None, positions: Any = None,
-                 layer: Any = None, position: Any = None, acts: bool = True) -> Any:
+                 layer: Any = None, position: Any = None, acts: bool = True, table: str | None = None) -> Any:
     """A pandas DataFrame of `source`'s rows, flattened (module docstring). `rows`, `layers`,
     `positions`: an array's item dicts and axis names; `layer`, `position`, `acts`: for a capture or
-    an array, which layers and positions, and whether the vectors come too."""
+    an array, which layers and positions, and whether the vectors come too. `table`: which of a
+    result's tables (an analysis result's `to_dataframe(table)`: e.g. a dose-response's effects,
+    null, crossfit or items; default its main one)."""
     pandas = require_pandas()
+    if isinstance(source, pandas.DataFrame) and table is None and rows is None:  # paired_effects' table
+        return source.copy()
+    own = getattr(source, "to_dataframe", None)
+    if callable(own) and not isinstance(source, type):  # an analysis result knows its own tables
+        if rows is not None or layers is not None or positions is not None or layer is not None or not acts:
+            raise InputError(f"to_dataframe: rows, layers, positions, layer and acts apply to a capture or an array, "
+                             f"not to {type(source).__name__}; choose one of its tables with table=")
+        return own() if table is None else own(table)
+    if table is not None:
+        raise InputError(f"to_dataframe: table= chooses among an analysis result's tables, not {type(source).__name__}'s")
     if _is_capture(source) or _is_array(source):
         table = activation_rows(source, rows, layers=layers, positions=positions, layer=layer, position=position,
                                 acts=acts)

@@ -28,6 +28,8 @@ every name is imported on first use.
     evprobe.label_free_directions(acts, labels, families, direction)  the label-free null directions of
         a steering claim (fitted like the probe once the label carries nothing); evprobe.direction_rows(d)
         the rows a fitted Direction was fitted on (a FitRows)
+    evprobe.fit_direction(acts, labels, families, layer=)  a steering Direction from your own arrays (a
+        registered probe's unit vector toward label 1; it keeps its rows for the label-free null)
     evprobe.paired_effects(frame, baseline=, measures=)  your own per-item readouts (any model, engine or
         API) -> each condition's estimate and paired change with the pipeline's family-bootstrap intervals
     evprobe.pair_patching(handle, pairs, families=, candidates=, answers=, sites=)  pair patching on your
@@ -75,6 +77,7 @@ _API: dict[str, tuple[str, str]] = {
     "label_free_directions": ("evprobe.analysis.label_null", "label_free_directions"),
     "direction_rows": ("evprobe.analysis.label_null", "direction_rows"),
     "FitRows": ("evprobe.analysis.label_null", "FitRows"),
+    "fit_direction": ("evprobe.analysis.directions", "fit_direction"),
     "probe_layers": ("evprobe.analysis.layer_sweep", "probe_layers"),
     "Token": ("evprobe.hooks.positions", "Token"),
     "Frame": ("evprobe.hooks.positions", "Frame"),

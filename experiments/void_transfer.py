@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.analysis.dose_response import setting_text
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate
 from evprobe.core.errors import ConfigError, InputError
 from evprobe.core.estimate_text import estimate_text
@@ -244,7 +245,7 @@ def _effect(result: Any) -> dict[str, Any]:
     nulls = {str(r["null"]): {"p": float(r["p_goal"]), "margin": float(r["margin"]), "n": int(r["null_n_directions"])}
              for _, r in goal.iterrows() if r["null"] is not None and r["p_goal"] == r["p_goal"]}
     return {"abstention_change": _est(cf[cf["measure"] == "chose_change"].iloc[0]), "log_odds_change": _est(first),
-            "chosen": [str(first["chosen_on_A"]), str(first["chosen_on_B"])], "nulls": nulls,
+            "chosen": [setting_text(first[f"chosen_on_{h}_layer"], first[f"chosen_on_{h}_alpha"]) for h in "AB"], "nulls": nulls,
             "specific": result.verdict["specific"], "verdict": result.verdict["text"],
             "n_random": (nulls.get("random") or {}).get("n", 0), "n_relabel": (nulls.get("label-free") or {}).get("n", 0)}
 

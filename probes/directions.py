@@ -59,8 +59,8 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +86,26 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True, eq=False)
+class FitRows:
+    """The rows a direction was fitted on: acts (rows, d_model) at its layer and position, labels
+    (rows,) 0/1, families (rows,), and the probe (name and parameters) it was fitted with. The
+    label-free null (analysis.label_null) refits the probe on them."""
+
+    acts: np.ndarray = field(repr=False)
+    labels: np.ndarray = field(repr=False)
+    families: np.ndarray = field(repr=False)
+    probe: str = "massmean"
+    probe_params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
 class Direction:
     name: str
     vector: np.ndarray  # (d_model,) float32, unit norm
     provenance: dict[str, Any]
     source: Path | None = None  # the file the provenance was read from (relative capture paths start there)
     line: int | None = None  # its entry's line in that file (directions.json)
+    fit_rows: FitRows | None = field(default=None, repr=False)  # a direction fitted from arrays keeps its rows
 
     @property
     def layer(self) -> int:

@@ -85,3 +85,41 @@ def test_bad_input_is_one_line(setup) -> None:
         with pytest.raises((InputError, ValueError), match=message) as err:
             evprobe.pair_patching(handle, pairs, **{**kw, **change})
         assert "\n" not in str(err.value)
+
+
+def test_pairs_whose_members_share_an_answer_are_refused_before_any_patch(setup) -> None:
+    """On main, answers=None on pairs whose members share their top candidate gave mean_change 0.0 at
+    every site: LD = log p(a) - log p(a). Now one line names the pairs; given answers that differ run."""
+    handle, bench, chosen, pairs = setup
+    same = [(p[0], p[0]) for p in pairs]  # each member patched into itself: the same top candidate
+    kw = dict(families=["a", "b", "c"], candidates=list("ABCDE"), sites=["resid_post.L4"], n_boot=50)
+    with pytest.raises(InputError, match=r"^3 of 3 pairs have members with the same top candidates \(unpatched\): "
+                                         r"pairs 0, 1, 2 \('[A-E]' for both\), .* give answers=") as err:
+        evprobe.pair_patching(handle, same, **kw)
+    assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match=r"^1 of 3 pairs have members with the same answers: pair 1 \('C' for both\)"):
+        evprobe.pair_patching(handle, pairs, answers=[("A", "B"), ("C", "C"), ("A", "B")], **kw)
+    result = evprobe.pair_patching(handle, same, answers=[("A", "B")] * 3, **kw)  # declared answers: LD is defined
+    assert result.frame.query("measure == 'mean_change'")["value"].notna().all()
+
+
+def test_the_figure_draws_the_mean_change_and_every_result_is_a_table(setup, tmp_path: Path) -> None:
+    import matplotlib.image
+
+    handle, bench, chosen, pairs = setup
+    result = evprobe.pair_patching(handle, pairs, families=["a", "b", "c"], candidates=list("ABCDE"),
+                                   answers=[(a.reference_option, b.reference_option) for a, b in chosen],
+                                   sites=["resid_post.L1", "resid_post.L4"], n_boot=50)
+    path = result.plot(tmp_path / "three.png")
+    width = matplotlib.image.imread(path).shape[1]
+    from evprobe.analysis.patching_figures import heatmap_png
+
+    heatmap_png(result.summary, tmp_path / "two.png")  # the benchmark's two panels
+    assert width > 1.3 * matplotlib.image.imread(tmp_path / "two.png").shape[1]  # a third panel: the mean change
+    frame = evprobe.to_dataframe(result)
+    assert set(frame["measure"]) == {"mean_change", "share_of_gap", "decoded_flip"}
+    assert len(evprobe.to_dataframe(result, table="rows")) == 6
+    with pytest.raises(InputError, match="table 'null' is not one of PairPatchingResult's: frame, rows"):
+        evprobe.to_dataframe(result, table="null")
+    with pytest.raises(InputError, match="rows, layers, positions, layer and acts apply to a capture or an array"):
+        evprobe.to_dataframe(result, layer=3)

@@ -165,7 +165,7 @@ def test_the_planted_direction_is_specific_and_a_random_one_is_not(organism_item
         head = heads.loc[("unresolved", "log_odds_change", kind)]
         assert head["specific"] and head["p_goal"] == pytest.approx(1 / 41) and head["lo"] > 5.0
         assert head["margin"] > 0 and head["near_share"] == 0.0
-        assert head["chosen_on_A"].startswith("L3 alpha -") and head["chosen_on_B"].startswith("L3 alpha -")
+        assert all(head[f"chosen_on_{h}_layer"] == 3 and head[f"chosen_on_{h}_alpha"] < 0 for h in "AB")
     assert planted.verdict["specific"] is True and planted.verdict["text"].startswith("the effect is specific to this direction")
     probe = planted.effects.set_index(["direction", "layer", "alpha", "group", "measure"])
     stop_rate = probe.loc[("probe", 3, -1.0, "unresolved", "chose_change")]
