@@ -8,6 +8,9 @@ Public API (`import hooks` stays cheap: nothing here imports torch until used):
     generate(handle, prompts, images, *, max_new_tokens, batch_size) -> list[Generation]
     next_token_logprobs(handle, prompts, images, candidates) -> np.ndarray
     capture_layers(handle, prompts, images, *, layers, positions) -> np.ndarray
+    positions (hooks.positions, shared by capture, steering and patching): "last", "all", "image"
+        (every image token), "text", "image_mean" / "text_mean", Token, Marker, Frame;
+        resolve_positions(handle, enc, prompts, images, p) -> per-row indices an edit takes
     steer(handle, Steering(direction, layer, alpha, positions, schedule))   context manager
     ablate(handle, direction, layers)                                        context manager
     intervene(handle, [Read, Add, Ablate, Replace, Patch])   the intervention core (hooks.intervention)
@@ -43,6 +46,8 @@ _LAZY = {
     "TokenActs": "evprobe.hooks.token_capture",
     "Token": "evprobe.hooks.positions",
     "Marker": "evprobe.hooks.positions",
+    "Frame": "evprobe.hooks.positions",
+    "resolve_positions": "evprobe.hooks.positions",
     "token_spans": "evprobe.hooks.spans",
     "batch_spans": "evprobe.hooks.spans",
     "Spans": "evprobe.hooks.spans",

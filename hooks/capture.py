@@ -12,12 +12,15 @@ seq, d_model) tensor reduced to one vector per position:
 An architecture's adapter (hooks.sites) says which module gives each. Attention heads, the vision
 tower and the projector are read by hooks.site_capture.capture_sites.
 
-Positions (hooks.positions; each reduced to one d_model vector per row, layer and component,
-in float32):
+Positions (hooks.positions, the vocabulary steering and patching share; each reduced to one
+d_model vector per row, layer and component, in float32):
     last        the last token: the prompt's, or the answer prefix's when the handle has one
                 (Handle.answer_prefix; hooks.spans.Spans.last)
-    image_mean  mean over the image-feature tokens of all the row's images (Spans.image)
-    text_mean   mean over the row's text segment (Spans.text: its marker, or the whole prompt)
+    image_mean  mean over the image-feature tokens of all the row's images (Spans.image; the
+                mean over the position "image", which capture also accepts)
+    text_mean   mean over the row's text segment (Spans.text: its marker, or the whole prompt;
+                the mean over "text")
+    all         mean over every real token of the row
     Token(i), i the i-th real token of the row (negative from its end; padding not counted)
     Marker(s, reduce)  mean / first / last token of substring s of the prompt text
 Every token without reduction: `capture_tokens` (hooks.token_capture), one array per row.
@@ -34,7 +37,7 @@ masked with `torch.where` (not multiplied by a 0/1 mask), so whatever the padded
 (even NaN) cannot leak into a row; left padding never shifts a span because spans are
 padded-row indices, and token indices count real tokens only.
 
-Under `hooks.steer` / `hooks.ablate` / `hooks.intervention.intervene`, capture reads the edited
+Under `hooks.steering` / `hooks.ablation` / `hooks.intervention.intervene`, capture reads the edited
 values, the edited site included: its Reads are hooks registered after the edits, and hooks run in
 registration order (tests/hooks/test_steer_nnsight.py). nnsight's own `.output` of an edited
 module is read before torch hooks run, so it shows the unedited value; `trace_sites_nnsight` is
@@ -51,7 +54,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evprobe.hooks.inputs import build_inputs, image_rows
-from evprobe.hooks.positions import Position, row_indices
+from evprobe.hooks.positions import REDUCED as POSITIONS  # noqa: F401  capture's named reductions, re-exported
+from evprobe.hooks.positions import RULES as POSITION_RULES  # noqa: F401  meta.json's position rules, re-exported
+from evprobe.hooks.positions import Position, row_indices, span_indices
 from evprobe.hooks.positions import check_positions as check_any_positions
 from evprobe.hooks.spans import Spans, batch_spans
 
@@ -61,20 +66,10 @@ if TYPE_CHECKING:
 
     from evprobe.hooks.handle import Handle
 
-POSITIONS: tuple[str, ...] = ("last", "image_mean", "text_mean")
 # The layer sites capture reads as "components" (hooks.sites.vocabulary): the residual stream after
 # the block (the default), before it, and what each sublayer adds. Heads, the vision tower and
 # the projector are read with capture_sites.
 COMPONENTS: tuple[str, ...] = ("resid_post", "resid_pre", "attn_out", "mlp_out")
-
-# One line per position rule, for metadata files.
-POSITION_RULES: dict[str, str] = {
-    "last": "the last real prompt token (end of the assistant generation prompt; index -1 under left padding)",
-    "image_mean": "mean over the image-feature placeholder tokens of all images (the config's image token id; "
-    "start/end/break/tile marker tokens excluded)",
-    "text_mean": "mean over the tokens overlapping the text marker inside the prompt text (or over every token of "
-    "the prompt text when there is no marker); role headers, template, image and special tokens excluded",
-}
 
 
 def _check_names(values: Sequence[str], known: Sequence[str], what: str, string_hint: str = "") -> list[str]:
@@ -94,18 +89,18 @@ def _check_names(values: Sequence[str], known: Sequence[str], what: str, string_
 
 
 def check_positions(positions: Sequence[str]) -> list[str]:
-    """Position specs as text, validated: at least one, no repeats, each a NAMED span (POSITIONS),
+    """Position specs as text, validated: at least one, no repeats, each a name (hooks.positions.NAMED),
     `token:I`, `frame:K` or `marker:TEXT[:first|last|mean]` (hooks.positions.parse_position).
 
     The CLI capture job stores these strings (acts.npy's position axis, meta.json's rules); the
     library API takes Token / Marker objects too (hooks.positions.check_positions)."""
-    from evprobe.hooks.positions import parse_position
+    from evprobe.hooks.positions import NAMED, parse_position
 
     if isinstance(positions, str):
         raise TypeError("positions must be a list of names, not a string")
     names = list(positions)
     if not names:
-        raise ValueError(f"no positions given; choose from {', '.join(POSITIONS)}, token:I, frame:K or marker:TEXT")
+        raise ValueError(f"no positions given; choose from {', '.join(NAMED)}, token:I, frame:K or marker:TEXT")
     parsed = [parse_position(name) for name in names]  # a bad spec fails here, naming it
     if len(set(parsed)) != len(parsed):
         raise ValueError(f"positions {names} repeat one; give each once")
@@ -150,19 +145,11 @@ class Capture:
     by_component: dict[str, np.ndarray] | None = None
 
 
-def _span(spans: Spans, position: str) -> tuple[int, ...]:
-    if position == "last":
-        return (spans.last,)
-    if position == "image_mean":
-        return spans.image
-    return spans.text
-
-
 def gather_plan(
     spans: list[Spans], positions: list[str], device: torch.device, first_row: int = 0
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`position_plan` of the named positions (POSITIONS) of `spans`."""
-    rows = [[_span(s, p) for s in spans] for p in positions]
+    rows = [[span_indices(s, p) for s in spans] for p in positions]
     for position, per_row in zip(positions, rows, strict=True):
         for r, row in enumerate(per_row):
             if not row:
@@ -378,7 +365,7 @@ def capture_layers(
     """One component of `layers` at `positions` for each (prompt, images) row.
 
     layers: decoder layer indices (any order; the output keeps it).
-    positions: names from POSITIONS, token indices (int or Token; negative from the row's end,
+    positions: names from hooks.positions.NAMED (last, all, image, text, image_mean, text_mean), token indices (int or Token; negative from the row's end,
         padding not counted), Marker(text, "mean" | "first" | "last") and Frame(k) (the k-th image's
         tokens: a clip's frame), in any mix and order.
     text_markers: per row, the substring of its prompt that `text_mean` (and Marker(None, ...))

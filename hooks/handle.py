@@ -160,6 +160,13 @@ class Handle:
         positions and markers do not exist for this model (hooks.spans)."""
         return bool(getattr(self.processor, "keeps_prompt_text", True))
 
+    def image_ids(self) -> frozenset[int]:
+        """The token ids of the position "image" (hooks.positions.image_ids; one ValueError line
+        for a model without image tokens)."""
+        from evprobe.hooks.positions import image_ids
+
+        return image_ids(self)
+
     @property
     def layers_path(self) -> str:
         """Dotted path of `layers` inside `model`, e.g. "model.language_model.layers"."""

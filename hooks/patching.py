@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from evprobe.hooks.handle import Handle
+    from evprobe.hooks.positions import Position
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,28 @@ class SitePatchResult(Patched):
     sites: tuple[str, ...]
 
 
+def _named(v: Any) -> bool:
+    """A position set given as a position of hooks.positions (a name, Token, Marker or Frame), not indices."""
+    from evprobe.hooks.positions import Frame, Marker, Token
+
+    return isinstance(v, (str, Token, Marker, Frame))
+
+
 def _prepare(handle: Handle, source, target, position_sets, candidates):
+    """Candidate ids, both encodings, and each position set as "all" or the target's token indices
+    (a named position resolved on the target's row by hooks.positions, as capture and steering do)."""
     from evprobe.hooks.generation import candidate_token_ids
     from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.positions import check_positions, resolve_positions
 
-    if not position_sets or any(not isinstance(v, str) and len(v) == 0 for v in position_sets.values()):
-        raise ValueError("every position set needs at least one token index (or 'all')")
+    if not position_sets or any(not _named(v) and len(v) == 0 for v in position_sets.values()):
+        raise ValueError("every position set needs at least one token index, 'all' or a named position")
+    for name, v in position_sets.items():
+        if _named(v) and v != "all":
+            try:
+                check_positions([v])
+            except ValueError as err:
+                raise ValueError(f"position set {name!r}: {err}") from None
     ids = candidate_token_ids(handle, candidates)
     src = build_inputs(handle, [source[0]], [list(source[1])])
     tgt = build_inputs(handle, [target[0]], [list(target[1])])
@@ -101,13 +118,20 @@ def _prepare(handle: Handle, source, target, position_sets, candidates):
             f"source has {n_src} tokens and target {n_tgt}: positions do not align; patch only "
             "pairs whose prompts and image sizes match (image pairs do)"
         )
+    sets: dict[str, str | tuple[int, ...]] = {}
     for name, idx in position_sets.items():
-        if isinstance(idx, str):
-            if idx != "all":
-                raise ValueError(f"position set {name!r} is {idx!r}; give token indices or 'all'")
+        if isinstance(idx, str) and idx == "all":
+            sets[name] = "all"
+        elif _named(idx):
+            try:
+                sets[name] = resolve_positions(handle, tgt, [target[0]], [list(target[1])], idx).rows[0]
+            except ValueError as err:
+                raise ValueError(f"position set {name!r} of the target: {err}") from None
         elif any(not -n_tgt <= i < n_tgt for i in idx):
             raise ValueError(f"position set {name!r} has an index outside the {n_tgt} prompt tokens")
-    return ids, src, tgt
+        else:
+            sets[name] = tuple(int(i) for i in idx)
+    return ids, src, tgt, sets
 
 
 def patch_sites(
@@ -116,7 +140,7 @@ def patch_sites(
     target: tuple[str, Sequence[Image.Image]],
     *,
     sites: Sequence[Any],
-    position_sets: Mapping[str, Sequence[int] | str],
+    position_sets: Mapping[str, Sequence[int] | Position],
     candidates: Sequence[str],
     max_rows: int = 16,
 ) -> SitePatchResult:
@@ -125,7 +149,9 @@ def patch_sites(
     sites: site spellings or Sites (hooks.sites), checked against the model first (one line
         listing the valid ones). `position_sets` maps a name to token indices of the input row
         (negative indices count from the end, so -1 is the last token: the prompt's, or the
-        handle's answer prefix's), or to "all"; both runs must have the same number of tokens. A
+        handle's answer prefix's), to "all", or to a position of hooks.positions resolved on the
+        target's row ("image": its image-feature tokens, "text", "last", a Marker, a Token, a
+        Frame: the same tokens capture and steering use); both runs must have the same number of tokens. A
         vision-stream site (vision_block, projector_out) takes only "all" (its token axis is the
         tower's own) and is patched one target row per forward.
     """
@@ -142,9 +168,9 @@ def patch_sites(
         if s.stream == "vision" and any(v != "all" for v in position_sets.values()):
             raise ValueError(f"site {s} is on the vision stream: its only position set is 'all' (the tower's "
                              "own token axis), e.g. position_sets={'all': 'all'}")
-    ids, src, tgt = _prepare(handle, source, target, position_sets, candidates)
+    ids, src, tgt, resolved = _prepare(handle, source, target, position_sets, candidates)
     distinct = sorted(set(checked), key=site_map.order_key)
-    sets = [v if isinstance(v, str) else tuple(int(i) for i in v) for v in position_sets.values()]
+    sets = list(resolved.values())
     # (row of `patched`, site, set index, positions), one per patch; each becomes one batch row
     patches = [(k, site, si, pos) for k, site in enumerate(checked) for si, pos in enumerate(sets)]
     with torch.inference_mode():
@@ -187,7 +213,7 @@ def patch_pair(
     target: tuple[str, Sequence[Image.Image]],
     *,
     layers: Sequence[int],
-    position_sets: Mapping[str, Sequence[int]],
+    position_sets: Mapping[str, Sequence[int] | Position],
     candidates: Sequence[str],
     max_rows: int = 16,
     kind: str = "resid_post",
@@ -195,8 +221,8 @@ def patch_pair(
     """Patch the source's layer outputs into the target, one (layer, position set) per batch row.
 
     `position_sets` maps a name to token indices of the input row (negative indices count from the
-    end, so -1 is the last token: the prompt's, or the handle's answer prefix's); both runs must
-    have the same number of tokens. kind: the layer site patched (resid_post, the layer's output;
+    end, so -1 is the last token: the prompt's, or the handle's answer prefix's), or to a position
+    ("image", "text", ...) as in `patch_sites`; both runs must have the same number of tokens. kind: the layer site patched (resid_post, the layer's output;
     resid_pre, attn_out or mlp_out); `patch_sites` patches any site.
     """
     _check_layers(handle, layers)
@@ -225,12 +251,12 @@ def patch_pair_nnsight(
     import torch
 
     _check_layers(handle, layers)
-    ids, src, tgt = _prepare(handle, source, target, position_sets, candidates)
+    ids, src, tgt, resolved = _prepare(handle, source, target, position_sets, candidates)
     order = sorted(set(layers))
     nn_layers = handle.nn_layers
     # (row of `patched`, layer, set, token indices), one per patch; each becomes one batch row
-    patches = [(li, layer, si, list(idx)) for li, layer in enumerate(layers)
-               for si, idx in enumerate(position_sets.values())]
+    patches = [(li, layer, si, slice(None) if idx == "all" else list(idx)) for li, layer in enumerate(layers)
+               for si, idx in enumerate(resolved.values())]
     with torch.inference_mode():
         with handle.nn.trace(**src):
             saved = nnsight.save([nn_layers[i].output for i in order])  # each (1, seq, d_model)

@@ -1,10 +1,24 @@
-"""Where capture reads a row: named spans, token indices of the user's choosing, marker spans.
+"""The one position vocabulary: where capture reads a row, and where steering, the intervention
+core and patching edit it. Every consumer resolves positions here, so "image" is the same tokens
+for all of them (a test checks capture, steering and patching agree).
 
 A position turns each row into a non-empty tuple of padded-row indices (they index a layer
-output's sequence axis directly); capture averages the layer's output over them (one index:
-that token's vector). Kinds:
+output's sequence axis directly). Capture averages the layer's output over them (one index: that
+token's vector); an edit (hooks.intervention's Add / Ablate / Replace / Patch, a Steering, a
+patch_sites position set) changes every one of them. Kinds:
 
-    "last", "image_mean", "text_mean"   the named spans of hooks.spans (POSITIONS in hooks.capture)
+    "last"                              the row's last token (hooks.spans Spans.last)
+    "all"                               every real token of the row (padding excluded)
+    "image"                             every image-feature token of the row: the ids the model
+                                        scatters vision features into (hooks.spans: the config's
+                                        image / video token id), all images and a video's frames;
+                                        markers around them excluded. A model without image tokens,
+                                        or a row without images, is refused, naming the position.
+    "text"                              the row's text segment (Spans.text: the tokens of its text
+                                        marker, or of its whole prompt text when it has none)
+    "image_mean", "text_mean"           capture's names for the means over "image" / "text"
+                                        (REDUCED, kept for capture; capture reduces every position
+                                        by its mean, so "image" there equals "image_mean")
     Token(i) or a bare int i            the i-th REAL token of the row: padding is not counted, so
                                         0 is the row's first real token (BOS where the template has
                                         one), -1 its last (== "last"), -2 the one before; the same
@@ -18,12 +32,17 @@ that token's vector). Kinds:
                                         `text_markers`), or its whole prompt text when it has none,
                                         so Marker(None, "mean") == "text_mean".
     Frame(k)                            the image-feature tokens of the row's k-th image (0 is the
-                                        first; negative from the last), their mean: a clip fed as
-                                        frames has one image per frame, in order, so Frame(k) is
-                                        frame k + 1. The row's feature tokens (`image_mean`'s) are
-                                        split evenly among its images, so every image of the row
-                                        must have one size (a clip's frames do; `image_sizes` lets
-                                        row_indices refuse a row that mixes sizes).
+                                        first; negative from the last): a clip fed as frames has
+                                        one image per frame, in order, so Frame(k) is frame k + 1.
+                                        The row's "image" tokens are split evenly among its images,
+                                        so every image of the row must have one size (a clip's
+                                        frames do; `image_sizes` lets row_indices refuse a row that
+                                        mixes sizes).
+
+The intervention core resolves "all", "last" and "image" inside each forward (image tokens from the
+forward's input_ids: `image_mask`); the others need the row's prompt text or image count, so an
+edit at them takes `resolve_positions(handle, enc, prompts, images, position)` (a RowPositions:
+per batch row, its indices in that encoded batch).
 
 Every token of a row (no reduction) is `hooks.token_capture.capture_tokens`, not a position here: its
 result is ragged (one array per row), not a (rows, positions, d_model) block.
@@ -40,15 +59,31 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-
+from evprobe.hooks.intervention.ops import RowPositions
 from evprobe.hooks.spans import Spans, image_token_ids, token_spans
 
 if TYPE_CHECKING:
+    from evprobe.hooks.handle import Handle
     from transformers import BatchFeature
 
-    from evprobe.hooks.handle import Handle
-
-NAMED: tuple[str, ...] = ("last", "image_mean", "text_mean")
+# Capture's named reductions (capture.POSITIONS): one vector per row each.
+REDUCED: tuple[str, ...] = ("last", "image_mean", "text_mean")
+# Token sets: edited at each of their tokens; capture reads their mean.
+SETS: tuple[str, ...] = ("all", "image", "text")
+NAMED: tuple[str, ...] = ("last", "image_mean", "text_mean", "all", "image", "text")
+# What each name reads, in words (meta.json's position_rules).
+RULES: dict[str, str] = {
+    "last": "the last real prompt token (end of the assistant generation prompt; index -1 under left padding)",
+    "all": "every real token of the row (padding excluded); capture reads their mean",
+    "image": "the image-feature placeholder tokens of all images (the config's image / video token id; "
+    "start/end/break/tile marker tokens excluded); capture reads their mean",
+    "text": "the tokens overlapping the text marker inside the prompt text (or every token of the prompt text "
+    "when there is no marker); capture reads their mean",
+    "image_mean": "mean over the image-feature placeholder tokens of all images (the config's image token id; "
+    "start/end/break/tile marker tokens excluded)",
+    "text_mean": "mean over the tokens overlapping the text marker inside the prompt text (or over every token of "
+    "the prompt text when there is no marker); role headers, template, image and special tokens excluded",
+}
 REDUCTIONS: tuple[str, ...] = ("mean", "first", "last")
 
 
@@ -150,6 +185,8 @@ def parse_position(spec: str) -> Position:
 def position_rule(spec: str) -> str:
     """What a `parse_position` spec reads, in words (meta.json's position_rules)."""
     p = parse_position(spec)
+    if isinstance(p, str):
+        return RULES[p]
     if isinstance(p, Token):
         return (f"the real token at index {p.index} of the row (padding not counted; negative from the end)")
     if isinstance(p, Frame):
@@ -158,7 +195,7 @@ def position_rule(spec: str) -> str:
     if isinstance(p, Marker):
         return (f"the {p.reduce if p.reduce != 'mean' else 'mean over the'} token(s) overlapping the first "
                 f"occurrence of {p.text!r} in the prompt text (an item without it is an error)")
-    return ""
+    raise AssertionError(p)  # parse_position returns only the kinds above
 
 
 def position_label(p: Position) -> str:
@@ -189,6 +226,9 @@ def row_indices(
         images differ in size (their tokens could not be split evenly).
     Raises ValueError naming the row and the position when a row has no such token(s).
     """
+    for p in positions:
+        if uses_images(p):
+            image_ids(handle, p)  # a text-only model: one line naming the position, not "no tokens" per row
     mask = enc["attention_mask"].cpu()
     real = [[i for i, m in enumerate(mask[r].tolist()) if m] for r in range(len(spans))]  # padded index of each
     out = []
@@ -204,19 +244,28 @@ def row_indices(
                 raise ValueError(f"row {first_row + r}: position {position_label(p)!r}: {err}") from None
             if not got:
                 raise ValueError(f"row {first_row + r}: position {position_label(p)!r} has no tokens (e.g. a row "
-                                 "without images asked for image_mean)")
+                                 "without images asked for image or image_mean); give the row images or drop it")
             rows.append(got)
         out.append(rows)
     return out
 
 
-def _indices(handle, enc, prompts, n_images, r: int, s: Spans, real: list[int], p: Position) -> tuple[int, ...]:
-    if p == "last":
+def span_indices(s: Spans, name: str) -> tuple[int, ...]:
+    """The padded-row indices of a name read off a row's Spans: last, image(_mean), text(_mean)."""
+    if name == "last":
         return (s.last,)
-    if p == "image_mean":
+    if name in ("image", "image_mean"):
         return s.image
-    if p == "text_mean":
+    if name in ("text", "text_mean"):
         return s.text
+    raise ValueError(f"position {name!r} is not one of a row's spans (last, image, text)")
+
+
+def _indices(handle, enc, prompts, n_images, r: int, s: Spans, real: list[int], p: Position) -> tuple[int, ...]:
+    if p == "all":
+        return tuple(real)
+    if isinstance(p, str):
+        return span_indices(s, p)
     if isinstance(p, Frame):
         video = image_token_ids(handle).video
         share = int(getattr(getattr(handle.processor, "video_processor", None), "temporal_patch_size", 1) or 1)
@@ -247,3 +296,44 @@ def frame_tokens(image: tuple[int, ...], n_images: int, index: int) -> tuple[int
     per = len(image) // n_images
     k = index % n_images
     return image[k * per:(k + 1) * per]
+
+
+IMAGE_POSITIONS = ("image", "image_mean")
+
+
+def uses_images(p: Position) -> bool:
+    return isinstance(p, Frame) or p in IMAGE_POSITIONS
+
+
+def image_ids(handle: Handle, position: Position = "image") -> frozenset[int]:
+    """The token ids of "image" (the image-feature and video-feature placeholders, hooks.spans);
+    a model without any (a text-only model) is one ValueError line naming the position."""
+    tokens = image_token_ids(handle)
+    ids = tokens.features | tokens.video
+    if not ids:
+        raise ValueError(f"position {position_label(position)!r}: {getattr(handle, 'model_id', 'this model')} has "
+                         "no image tokens (a text-only model); use last, all, text or token positions")
+    return ids
+
+
+def resolve_positions(
+    handle: Handle,
+    enc: BatchFeature,
+    prompts: Sequence[str],
+    images: Sequence[Sequence[object]] | None,
+    position: str | int | Token | Marker | Frame,
+    *,
+    text_markers: Sequence[str | None] | None = None,
+) -> RowPositions:
+    """`position` on every row of `enc = build_inputs(handle, prompts, images)`, for an edit there:
+    `Add(site, delta, positions=resolve_positions(handle, enc, prompts, images, "text"))`."""
+    from evprobe.hooks.spans import batch_spans
+
+    p = check_positions([position])[0]
+    n_images = [len(row) for row in images] if images is not None else [0] * len(prompts)
+    if uses_images(p):
+        image_ids(handle, p)
+    spans = batch_spans(handle, enc, list(prompts), n_images, text_markers)
+    sizes = None if images is None else [[getattr(im, "size", None) for im in row] for row in images]
+    rows = row_indices(handle, enc, list(prompts), n_images, spans, [p], image_sizes=sizes)[0]
+    return RowPositions(rows=tuple(rows), seq_len=int(enc["input_ids"].shape[1]), label=position_label(p))

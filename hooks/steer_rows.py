@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evprobe.hooks.inputs import image_rows
+from evprobe.hooks.intervention.ops import image_mask
+from evprobe.hooks.positions import image_ids
 from evprobe.hooks.intervention.ops import SCHEDULES, Positions, Schedule
 from evprobe.hooks.intervention.ops import check_positions as check_steer_positions
 from evprobe.hooks.steering import SteeringLog
@@ -113,14 +115,20 @@ def residual_norms_at(
     positions a Steering with these `positions` edits, and the number of tokens averaged.
 
     "all": every real token (attention mask 1; left padding excluded: padding carries no
-    information and is masked out of attention); "last": each row's last token; explicit indices
-    / slices: those (padding included, as the edit includes it)."""
+    information and is masked out of attention); "last": each row's last token; "image": each
+    row's image-feature tokens (hooks.positions.image_mask, as the edit finds them); explicit
+    indices / slices: those (padding included, as the edit includes it). A RowPositions is tied to
+    one encoded batch, so it is refused here: measure at a name or at indices."""
     images = image_rows(prompts, images)
     import torch
 
     from evprobe.hooks.inputs import build_inputs
 
     positions = check_steer_positions(positions)
+    if not isinstance(positions, (str, tuple, slice)):
+        raise ValueError(f"residual_norms_at batches the prompts itself, so positions {positions!r} (resolved on one "
+                         "batch) cannot apply; measure at 'all', 'last', 'image' or token indices")
+    ids = image_ids(handle) if positions == "image" else None
     layers = [int(x) for x in layers]
     for layer in layers:
         if not 0 <= layer < len(handle.layers):
@@ -138,6 +146,11 @@ def residual_norms_at(
             norms = run.value(k).double().norm(dim=-1)  # (batch, seq)
             if positions == "all":
                 mask = enc["attention_mask"].to(norms.device).bool()
+            elif positions == "image":
+                mask = image_mask(enc["input_ids"], ids).to(norms.device)
+                if not mask.any(1).all():
+                    raise ValueError(f"position 'image': prompt {start + int((~mask.any(1)).nonzero()[0])} has no "
+                                     "image tokens; give every prompt images or measure at 'all'")
             else:
                 mask = torch.zeros_like(norms, dtype=torch.bool)
                 if positions == "last":

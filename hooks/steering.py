@@ -194,9 +194,11 @@ class Steering:
         as read-only float64 numpy).
     layer: decoder layer index, 0 .. n_layers - 1 (checked against the model by steer()).
     alpha: raw dose, in the model's residual-stream units.
-    positions: prompt positions edited: "all", "last" (-1: every row's last real
-        token under left padding), a tuple of indices or a slice. Decode steps
-        always edit their one new position (schedule "every-step").
+    positions: prompt positions edited (hooks.positions' vocabulary): "all", "last" (-1: every
+        row's last real token under left padding), "image" (each row's image-feature tokens),
+        a RowPositions (hooks.positions.resolve_positions: "text", a Marker, a Token, a Frame),
+        a tuple of indices or a slice. Decode steps edit their one new position under schedule
+        "every-step", except at "image" / a RowPositions (a generated token is neither).
     schedule: "every-step" (prompt pass and every generated token) or
         "prompt-only" (the prompt pass only).
     alpha_norm, mean_norm: set by from_norm_units (alpha = alpha_norm * mean_norm).
@@ -557,6 +559,10 @@ def steered_generate_nnsight(
     deltas = [s.delta(handle.dtype, handle.layer_device(s.layer)) for s in specs]  # each (d_model,)
     n_steps = [max_new_tokens if s.schedule == "every-step" else 1 for s in specs]
     n_loop = max(n_steps, default=0)
+    per_row = [s.positions for s in specs if not isinstance(s.positions, (str, tuple, slice)) or s.positions == "image"]
+    if per_row:
+        raise ValueError(f"steered_generate_nnsight edits fixed positions; positions {per_row[0]!r} differ by row: "
+                         "use steered_generate (the intervention core)")
     order = sorted(range(len(specs)), key=lambda i: specs[i].layer)  # nnsight reads must follow execution order
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

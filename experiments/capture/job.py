@@ -129,11 +129,14 @@ class CaptureJob(Job):
         if not self.items:
             raise InputError(f"shard {self.shard} holds none of the {len(self.selected)} selected items (too many "
                              "shards for their families); use fewer shards")
-        if "image_mean" in self.positions:
+        from evprobe.hooks.positions import parse_position, uses_images
+
+        imaged = next((p for p in self.positions if uses_images(parse_position(p))), None)  # image, image_mean, frame:K
+        if imaged is not None:
             no_image = next((it for it in self.items if not it.images), None)
             if no_image is not None:
                 raise InputError(f"item {no_image.item_id} ({no_image.request}) has no image, so it has no "
-                                 "image_mean; drop image_mean from --positions or that request from --requests")
+                                 f"{imaged}; drop {imaged} from --positions or that request from --requests")
         self.images_sha256, self.n_images = images_sha256(self.bench, self.items)
         self.row_of = {it.item_id: r for r, it in enumerate(self.items)}
         self.check_markers()

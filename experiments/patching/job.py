@@ -68,8 +68,10 @@ if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
 
 RESULTS_FILE = "results.jsonl"
-# image_first / image_rest split the image span: its first token, and the others (for the organism's
-# one-sheet selections, the reading's block and its offset: a partial patch of one sheet's span).
+# last, text, image: the shared position vocabulary's (hooks.positions; "text" is the question's
+# tokens, the job's text marker). image_first / image_rest split the image span: its first token,
+# and the others (for the organism's one-sheet selections, the reading's block and its offset: a
+# partial patch of one sheet's span).
 POSITION_SETS = ("last", "text", "image", "image_first", "image_rest")
 # What `--site` patches at each layer (hooks.sites.vocabulary): a layer site, or every head.
 SITES = ("resid_post", "resid_pre", "attn_out", "mlp_out", "attn_head")
@@ -328,6 +330,7 @@ def position_sets(handle: Handle, target: Item, prompt: str, images: list[Any],
     """The token indices of each named position set in `target`'s row (its prompt and images);
     a set with no token in the row is one InputError line naming the item and the fix."""
     from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.positions import span_indices
     from evprobe.hooks.spans import token_spans
 
     enc = build_inputs(handle, [prompt], [images])
@@ -339,8 +342,9 @@ def position_sets(handle: Handle, target: Item, prompt: str, images: list[Any],
                             n_images=len(images))
     except ValueError as err:
         raise InputError(f"{target.item_id}: {err}; {handle.model_id} cannot locate its position sets") from None
-    sets = {"last": [spans.last], "text": list(spans.text), "image": list(spans.image),
-            "image_first": list(spans.image[:1]), "image_rest": list(spans.image[1:])}
+    image = span_indices(spans, "image")  # the shared vocabulary's (hooks.positions), as capture and steering
+    sets = {**{name: list(span_indices(spans, name)) for name in ("last", "text", "image")},
+            "image_first": list(image[:1]), "image_rest": list(image[1:])}
     chosen = {name: sets[name] for name in names}
     empty = [name for name, idx in chosen.items() if not idx]
     if empty:

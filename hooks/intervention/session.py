@@ -28,6 +28,11 @@ A forward is the prompt pass when the model is called without a KV cache or with
 one-token prompt is a prompt pass too. (A handle-like object without `.model` falls back to
 counting positions: one position is a decode step.)
 
+Positions that differ by row ("image", a RowPositions; hooks.positions) become a (batch, seq) mask
+per forward: "image" from the top-level forward's input_ids (the model's image-feature token ids),
+found once per forward however many ops use it. A row without any of them is refused, naming the
+position and the row, rather than edited nowhere.
+
 `stop_after_reads=True` ends the forward (`Intervention.forward` returns None) once every Read has
 its value: a capture computes nothing after its last site.
 """
@@ -39,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evprobe.hooks.intervention.ops import Op, Read, Edit
+from evprobe.hooks.intervention.ops import Edit, Op, Read, image_mask, per_row
 from evprobe.hooks.sites.resolve import HookPoint, SiteMap
 
 if TYPE_CHECKING:
@@ -151,6 +156,15 @@ def _first_tensor(args: tuple, kwargs: dict) -> tuple[Any, str | int]:
     raise RuntimeError("an input hook found no positional input and no hidden_states keyword")
 
 
+def _image_ids(handle: Any) -> frozenset[int]:
+    """The model's "image" token ids (Handle.image_ids: hooks.positions), refused in one line where
+    it has none (a text-only model) or the handle cannot say (a bare layer list)."""
+    ids = getattr(handle, "image_ids", None)
+    if not callable(ids):
+        raise TypeError("position 'image' needs a Handle (its model's image token ids), not a bare layer list")
+    return ids()
+
+
 @contextmanager
 def intervene(handle: Any, ops: Sequence[Op], *, stop_after_reads: bool = False) -> Iterator[Intervention]:
     """Apply `ops` (hooks.intervention.ops) to every forward of `handle.model` inside the block.
@@ -172,11 +186,38 @@ def intervene(handle: Any, ops: Sequence[Op], *, stop_after_reads: bool = False)
     for i, point in enumerate(points):
         groups.setdefault(point.key, []).append(i)
     reads = [i for i, op in enumerate(ops) if isinstance(op, Read)]
+    image = _image_ids(handle) if any(op.positions == "image" for op in ops) else None
     caches: dict[int, dict] = {i: {} for i in range(len(ops))}
     # Prompt pass or decode step: read off the top-level forward's KV cache (the model's pre-hook
     # below); where no top-level forward was seen (a handle-like object without `.model`, a model
     # called piecewise), a forward of one position counts as a decode step.
-    state: dict[str, bool | None] = {"prompt": None}
+    state: dict[str, Any] = {"prompt": None, "input_ids": None, "masks": {}}
+
+    def mask_of(op: Op, value: torch.Tensor) -> torch.Tensor:
+        """The (batch, seq) mask of a per-row position in this forward, checked against `value`."""
+        key = (id(op.positions), value.device)
+        masks = state["masks"]
+        if key not in masks:
+            if op.positions == "image":
+                ids = state["input_ids"]
+                if ids is None:
+                    raise RuntimeError(f"{op.site}: position 'image' reads the forward's input_ids; call the model "
+                                       "with input_ids (not inputs_embeds)")
+                mask, label = image_mask(ids, image).to(value.device), "image"
+            else:
+                mask, label = op.positions.mask(value.device), op.positions.label
+            if tuple(mask.shape) != tuple(value.shape[:2]):
+                raise ValueError(f"{op.site}: position {label!r} was found for {mask.shape[0]} rows of {mask.shape[1]} "
+                                 f"tokens but the forward has {value.shape[0]} x {value.shape[1]}; resolve it on this "
+                                 "forward's inputs")
+            empty = (mask.sum(1) == 0).nonzero().flatten().tolist()
+            masks[key] = (mask, label, set(empty))
+        mask, label, empty = masks[key]
+        bad = sorted(empty if op.rows is None else empty & set(op.rows))
+        if bad:
+            raise ValueError(f"position {label!r}: row {bad[0]} of the batch has no such token (e.g. a row without "
+                             "images at 'image'); give it images, or restrict the op with rows=")
+        return mask
 
     def apply(members: list[int], value: torch.Tensor) -> torch.Tensor:
         stream = points[members[0]].stream
@@ -189,15 +230,17 @@ def intervene(handle: Any, ops: Sequence[Op], *, stop_after_reads: bool = False)
         for i in members:
             op, point = ops[i], points[i]
             layer = -1 if point.site.layer is None else point.site.layer
-            if not op.runs(prompt):
+            rowwise = per_row(op.positions)
+            if not op.runs(prompt) or (rowwise and not prompt):  # a generated token is no row's prompt token
                 if isinstance(op, Edit):
                     run.log.append((i, layer, seq, False))
                 continue
+            mask = mask_of(op, value) if rowwise else None
             view = value if point.columns is None else value[..., point.columns]
             if isinstance(op, Read):
-                run._values[i].append(op.take(view, prompt))
+                run._values[i].append(op.take(view, prompt, mask))
                 continue
-            new = op.apply(view, prompt, caches[i])
+            new = op.apply(view, prompt, caches[i], mask)
             run.log.append((i, layer, seq, True))
             if point.columns is None:
                 value = new
@@ -228,9 +271,11 @@ def intervene(handle: Any, ops: Sequence[Op], *, stop_after_reads: bool = False)
 
     def model_pre(module, args, kwargs):
         state["prompt"] = _cache_says_prompt(kwargs)
+        state["input_ids"] = kwargs.get("input_ids", args[0] if args else None)
+        state["masks"] = {}
 
     def model_post(module, args, output):
-        state["prompt"] = None
+        state.update(prompt=None, input_ids=None, masks={})
 
     removers = []
     try:

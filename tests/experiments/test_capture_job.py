@@ -256,6 +256,8 @@ def test_bad_input_fails_before_anything_is_written(bench: Path, tmp_path: Path)
         capture(config(bench, out, layers="0-3"), progress=False)
     with pytest.raises(InputError, match=r"both_given\) has no image.*drop image_mean"):
         capture(config(bench, out, requests=("both_given",)), progress=False)
+    with pytest.raises(InputError, match=r"both_given\) has no image, so it has no frame:1; drop frame:1 from"):
+        capture(config(bench, out, requests=("both_given",), positions=("last", "frame:1")), progress=False)
     with pytest.raises(InputError, match="unknown request type 'selekt'"):
         capture(config(bench, out, requests=("selekt",)), progress=False)
     assert not out.exists()
