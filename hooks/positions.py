@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from evprobe.hooks.intervention.ops import RowPositions
-from evprobe.hooks.spans import Spans, image_token_ids, token_spans
+from evprobe.hooks.spans import Spans, batch_spans, image_token_ids, token_spans
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
@@ -302,6 +302,7 @@ IMAGE_POSITIONS = ("image", "image_mean")
 
 
 def uses_images(p: Position) -> bool:
+    """Whether `p` reads image tokens (a model without them cannot have it)."""
     return isinstance(p, Frame) or p in IMAGE_POSITIONS
 
 
@@ -327,12 +328,8 @@ def resolve_positions(
 ) -> RowPositions:
     """`position` on every row of `enc = build_inputs(handle, prompts, images)`, for an edit there:
     `Add(site, delta, positions=resolve_positions(handle, enc, prompts, images, "text"))`."""
-    from evprobe.hooks.spans import batch_spans
-
     p = check_positions([position])[0]
     n_images = [len(row) for row in images] if images is not None else [0] * len(prompts)
-    if uses_images(p):
-        image_ids(handle, p)
     spans = batch_spans(handle, enc, list(prompts), n_images, text_markers)
     sizes = None if images is None else [[getattr(im, "size", None) for im in row] for row in images]
     rows = row_indices(handle, enc, list(prompts), n_images, spans, [p], image_sizes=sizes)[0]
