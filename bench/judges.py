@@ -140,8 +140,9 @@ def _open_backends(judges: list[Judge], envs: list[str | None], out: Path, concu
     backends = []
     for judge, env in zip(judges, envs, strict=True):
         # one request cache for the panel: its key holds the served model, so judges never share an answer
-        config = RunConfig(model=judge.model, bench=str(out), out=str(out), backend="openai", base_url=judge.base_url,
-                           api_key_env=env, concurrency=concurrency, http_cache=str(out / "http-cache"))
+        config = RunConfig.of(model=judge.model, bench=str(out), out=str(out), backend="openai",
+                              base_url=judge.base_url, api_key_env=env, concurrency=concurrency,
+                              http_cache=str(out / "http-cache"))
         backends.append(stack.enter_context(closing(open_backend(config))))
     return backends
 

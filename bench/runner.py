@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from evprobe.bench.clips import check_clips_as_video, check_video_path
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item_units
@@ -23,7 +23,9 @@ from evprobe.bench.model_config import ModelConfig, as_model_config, model_from_
 from evprobe.bench.manifest import check_item_images, load_item_images, read_families, read_items, read_meta, resolve_image
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
-from evprobe.bench.backends.base import Backend, ModelPrompt, Reply, Sampling
+from evprobe.bench.backends.base import Backend, BackendOptions, ModelPrompt, Reply, Sampling, add_resources
+from evprobe.bench.backends.registry import (DEFAULT_BACKEND, BackendSpec, backend_spec, backend_specs, foreign,
+                                             options_for, recorded_config, reserve_flags, split_settings)
 from evprobe.bench.parse import Parsed, parse_reply
 from evprobe.bench.policies import POLICIES, make_policy
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens, prompt_template_sha256
@@ -38,26 +40,14 @@ from evprobe.core.flags import HELP, setting
 # A loaded model is an `evprobe.hooks.handle.Handle`, annotated `Handle` here by name only: bench
 # imports hooks inside functions alone (tests/test_architecture.py).
 Handle = Any
+Replier = Callable[[list[Item], Any], list[Reply]]  # (items, prepared inputs or None) -> replies
 POLICY_PREFIX = "policy:"
 # Information-injection levels selected (`bench.injection`). `evprobe run` selects every level the
 # benchmark holds by default, as it selects every request type (its behaviour before the flag);
 # `select_items`' own default and `evprobe capture`'s is level 0 only, since activations of several
 # levels pooled in one sweep or steering fit would mix prompts that differ by design.
 INJECTION_DEFAULT: tuple[int, ...] = (0,)
-# hooks.generation.DECODE_CACHES and hooks.vision_attention.VISION_ATTENTIONS, spelled here because
-# bench imports hooks only inside functions (tests/bench/test_runner_speed.py checks they agree).
-DecodeCache = Literal["dynamic", "static", "compiled"]
-VisionAttention = Literal["stock", "packed"]
-BackendName = Literal["hf", "vllm", "openai"]  # bench.backends.BACKENDS (tests/bench/test_backends.py checks they agree)
 VideoInput = Literal["frames", "native"]  # how clips reach the model (bench.clips, core.video)
-# Settings that exist for one backend only: setting one for another backend is refused.
-BACKEND_ONLY: dict[str, tuple[str, ...]] = {
-    "hf": ("decode_cache", "vision_attention", "device_map", "max_memory", "offload_folder", "attn_implementation",
-           "prefetch"),
-    "openai": ("base_url", "served_model", "api_key_env", "concurrency", "request_timeout_s", "max_retries",
-               "http_cache", "top_logprobs", "usd_per_mtok", "max_response_mb"),
-    "vllm": ("tensor_parallel", "pipeline_parallel", "gpu_memory_utilization", "max_model_len"),
-}
 HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (level L >= 1 needs a benchmark "
                   "generated with --injection L)")
 
@@ -78,59 +68,53 @@ class RunConfig:
     batch_size: int = setting(8, "items per model call")
     seed: int = setting(0, "seed of the random policy and of sampling (--temperature above 0)")
     shard: str | None = setting(None, HELP["shard"])
-    # Throughput settings (README: "Throughput settings"). None changes a greedy record in float32; the two
-    # that change floating-point order (decode_cache, vision_attention) are pinned in run.json.
     sort_by_length: bool = setting(False, "batch items of similar prompt length together (longest first): less padding")
-    prefetch: int = setting(0, "batches whose inputs (images, prompts, processor) a thread prepares ahead while the "
-                               "model runs; 0 = none")
-    decode_cache: DecodeCache = setting(
-        "dynamic", "KV cache of decoding: dynamic, static, or static with the decoding step compiled (torch.compile)")
-    vision_attention: VisionAttention = setting(
-        "stock", "the vision tower's attention: stock, or packed (one call per layer instead of one per window; "
-                 "Qwen2.5-VL, Qwen3-VL, Pixtral)")
-    # Backends (README: "Backends"): where the replies come from; every record has one format.
-    backend: BackendName = setting("hf", "hf (transformers, in this process), vllm (a vLLM engine, in this process) "
-                                         "or openai (an OpenAI-compatible server at --base-url)")
+    # Backends (README: "Backends"; bench.backends.registry): where the replies come from; every
+    # record has one format. Each backend's own settings (hf: --prefetch, --decode-cache, ...; openai:
+    # --base-url, ...) are its options, flags of `evprobe run` too.
+    backend: str = setting(DEFAULT_BACKEND, "where replies come from: hf (transformers, in this process), vllm (a vLLM "
+                                            "engine, in this process), openai (an OpenAI-compatible server at "
+                                            "--base-url) or a plugin's backend")
+    backend_options: BackendOptions | None = setting(
+        None, "the backend's own settings (its BackendOptions; None: its defaults); flags of their own")
     temperature: float = setting(0.0, "sampling temperature; 0 = greedy")
     top_p: float = setting(1.0, "nucleus sampling's top-p (with --temperature above 0)")
     runs: int = setting(1, "repeated runs (sampled: --temperature above 0), written as OUT/run-1 ... OUT/run-R, run r "
                            "with seed --seed + r - 1; scores report the mean and spread across runs")
     option_logprobs: bool = setting(False, "also record each option letter's log-probability at the first reply "
                                            "token (protocol direct; records say when a server returns none)")
-    base_url: str | None = setting(None, "openai backend: the server's base URL, e.g. http://127.0.0.1:8000/v1")
-    served_model: str | None = setting(None, "openai backend: the model name the server serves (default: --model)")
-    api_key_env: str | None = setting(None, "openai backend: the environment variable holding the API key (never "
-                                            "written anywhere); none = no key sent")
-    concurrency: int = setting(4, "openai backend: requests in flight at once")
-    request_timeout_s: float = setting(120.0, "openai backend: seconds one try of a request may take in all (connect, "
-                                              "headers and body) before it is given up and retried")
-    max_response_mb: float = setting(4.0, "openai backend: the largest answer body read, in MB (plus 1 KB per "
-                                          "log-probability alternative asked); a larger one is an invalid record")
-    max_retries: int = setting(5, "openai backend: retries of a request after a connection error, timeout, 429 or 5xx")
-    http_cache: str | None = setting(None, "openai backend: folder of the request-hash cache (default RUN/http-cache); "
-                                           "a request already answered is never sent again")
-    top_logprobs: int = setting(20, "openai backend: alternatives asked per reply token with --option-logprobs (the "
-                                    "OpenAI API allows 20; vllm serve up to its --max-logprobs)")
-    usd_per_mtok: tuple[float, ...] | None = setting(
-        None, "openai backend: prices per million prompt and generated tokens, 'IN,OUT', for run.json's cost")
-    tensor_parallel: int = setting(1, "vllm backend: tensor-parallel size")
-    pipeline_parallel: int = setting(1, "vllm backend: pipeline-parallel size")
-    gpu_memory_utilization: float | None = setting(
-        None, "vllm backend: share of accelerator memory (of RAM on CPU) the engine reserves; default vLLM's")
-    max_model_len: int | None = setting(None, "vllm backend: context length of the engine (default: the model's)")
     video_input: VideoInput = setting("frames", "how a clip benchmark's clips reach the model: frames (one image a "
                                                 "frame, any model) or native (one video through the model's video "
                                                 "processor; hf backend, a model with a video path)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_model_config(self.model))  # a bare model string: its defaults
+        # the chosen backend's options (its defaults for None); another backend's setting: one line
+        object.__setattr__(self, "backend_options", options_for(self.backend, self.backend_options))
+
+    @classmethod
+    def of(cls, **settings: Any) -> RunConfig:
+        """A RunConfig from flat settings, as the flags and run.json's config spell them: the backend's
+        own (`RunConfig.of(..., backend="openai", base_url=URL)`, `prefetch=2`) become its
+        backend_options; another backend's setting is refused in one line (`registry.split_settings`)."""
+        run_settings, options = split_settings(settings.get("backend", DEFAULT_BACKEND), settings)
+        return cls(**run_settings, backend_options=options)
+
+    @property
+    def spec(self) -> BackendSpec:
+        """The registered backend `backend` names (bench.backends.registry)."""
+        return backend_spec(self.backend)
 
     @property
     def source(self) -> str:
         """What the records and run.json name: the model as loaded (a pinned revision: its local
         snapshot, `model_source`); a policy, or the name a server serves, as given."""
         m = self.model
-        return m.model if m.model.startswith(POLICY_PREFIX) or self.backend == "openai" else m.source
+        return m.model if m.model.startswith(POLICY_PREFIX) or self.spec.served else m.source
+
+
+# the run's own settings are no backend's flags (bench.backends.registry refuses an options field of these names)
+reserve_flags((f.name for f in fields(RunConfig)), "a setting of every run")
 
 
 def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None,
@@ -204,12 +188,6 @@ class RunJob(Job):
         check_regime(config.regime)
         if config.batch_size <= 0:
             raise InputError(f"--batch-size must be a positive integer, got {config.batch_size}")
-        if type(config.prefetch) is not int or config.prefetch < 0:
-            raise InputError(f"--prefetch must be a non-negative integer, got {config.prefetch}")
-        for name, value, choices in (("decode-cache", config.decode_cache, get_args(DecodeCache)),
-                                     ("vision-attention", config.vision_attention, get_args(VisionAttention))):
-            if value not in choices:
-                raise InputError(f"--{name} {value!r} is not one of {', '.join(choices)}")
         if handle is not None and config.model.model.startswith(POLICY_PREFIX):
             raise InputError(f"--model {config.model.model} is a policy; a handle runs a model, so name it otherwise")
         check_backend_settings(config, handle)
@@ -249,7 +227,8 @@ class RunJob(Job):
 
     @property
     def prefetch(self) -> int:  # type: ignore[override]
-        return self.config.prefetch
+        """Batches the backend prepares ahead (read after open(): a backend's own setting, hf's --prefetch)."""
+        return int(getattr(self.backend, "prefetch", 0))
 
     def config_free(self) -> Sequence[str]:
         return (*super().config_free(), "sort_by_length", "prefetch")  # the same records either way
@@ -269,13 +248,11 @@ class RunJob(Job):
                "items_sha256": self.bench_meta["items_sha256"], "dtype": m.dtype, "seed": c.seed,
                "attn_implementation": m.attn_implementation, "trust_remote_code": m.trust_remote_code,
                "max_new_tokens": max_new_tokens(c.protocol, c.regime), **self.input_pins,
-               # floating-point order of the model's arithmetic; None when the default, so a
-               # run.json written before these settings resumes
-               "decode_cache": None if c.decode_cache == "dynamic" else c.decode_cache,
-               "vision_attention": None if c.vision_attention == "stock" else c.vision_attention,
+               # what the backend's settings pin (hf: decode_cache, vision_attention)
+               **c.backend_options.pins(),  # type: ignore[union-attr]
                # the backend and its decoding; None at the defaults (hf, greedy, no log-probs), so
                # a run.json written before backends resumes
-               "backend": None if c.backend == "hf" else c.backend,
+               "backend": None if c.backend == DEFAULT_BACKEND else c.backend,
                "temperature": None if c.temperature == 0 else float(c.temperature),
                "top_p": None if c.temperature == 0 or c.top_p == 1 else float(c.top_p),
                "option_logprobs": True if c.option_logprobs else None,
@@ -298,15 +275,12 @@ class RunJob(Job):
                 "images_sha256": files_sha256((rel, resolve_image(self.bench, rel)) for rel in images),
                 **({} if c.model.model.startswith(POLICY_PREFIX) else
                    {"model_source": "in_memory"} if self.handle is not None else
-                   {"model_source": "served"} if c.backend == "openai" else model_fingerprint(c.source))}
+                   {"model_source": "served"} if c.spec.served else model_fingerprint(c.source))}
 
     def meta(self) -> dict[str, Any]:
-        from evprobe.bench.backends.redact import shown_url
-
         return {**self.pinned(), "bench": str(self.bench.resolve()),
                 "max_new_tokens": max_new_tokens(self.config.protocol, self.config.regime),
-                # the URL's credentials (user:password@, ?api_key=) never on disk
-                "config": {**asdict(self.config), "base_url": shown_url(self.config.base_url)}}
+                "config": recorded_config(self.config)}
 
     def store_at(self, folder: Path) -> JsonlRows:
         return JsonlRows(folder / RECORDS_FILE, lambda row: (row["item_id"], ""), what="record", check=record_problem)
@@ -316,10 +290,10 @@ class RunJob(Job):
         config = model_from_record(meta["config"])
         # JSON's lists back to the tuples of the config (a key absent from a run.json written
         # before its flag takes the default: every injection level, no prices, ...)
-        for name in ("requests", "injection", "usd_per_mtok"):
+        for name in ("requests", "injection"):
             if config.get(name) is not None:
                 config[name] = tuple(config[name])
-        return cls(RunConfig(**{**config, "out": str(out), "shard": None}))
+        return cls(RunConfig.of(**{**config, "out": str(out), "shard": None}))
 
 
     def merged_meta(self, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -349,9 +323,10 @@ class RunJob(Job):
         from evprobe.bench.backends import open_backend
 
         if c.video_input == "native":  # before the model loads: what the flags alone refuse
-            if c.backend != "hf":
-                raise InputError(f"--video-input native is built for the hf backend; use --video-input frames with "
-                                 f"--backend {c.backend}")
+            if not c.spec.native_video:
+                native = " or ".join(s.name for s in backend_specs() if s.native_video)
+                raise InputError(f"--video-input native is built for the {native} backend; use --video-input frames "
+                                 f"with --backend {c.backend}")
             check_clips_as_video(self.bench, self.bench_meta)
         self.backend = open_backend(c, self.handle)
         backend = self.backend
@@ -454,90 +429,30 @@ def run(config: RunConfig, *, progress: bool = True, handle: Handle | None = Non
                       last_session=session, resources=record.get("resources"), record=record)
 
 
-def add_resources(before: dict[str, Any] | None, session: dict[str, Any]) -> dict[str, Any]:
-    """run.json's `resources` after one more session that called the model: calls, tokens, seconds
-    and the backend's own counts (retries and their reasons, cache hits, cost) summed, peak memory
-    the largest of any session, tokens/s recomputed from the sums; `sessions` counts the sessions
-    summed. A session that ends in an error writes no run.json summary, so its spend is not in it."""
-    if not before or before.get("backend") != session.get("backend"):  # the first (or a run.json before them)
-        return {**session, "sessions": 1}
-    out = {**before, **session}
-    for key, value in session.items():
-        old = before.get(key)
-        if key == "peak_memory_bytes":
-            out[key] = max((v for v in (old, value) if v is not None), default=None)
-        elif key not in ("generated_tokens_per_s", "backend"):
-            out[key] = _summed(old, value)
-    seconds = out.get("seconds") or 0
-    out["generated_tokens_per_s"] = round(out["generated_tokens"] / seconds, 2) if seconds > 0 else None
-    out["sessions"] = int(before.get("sessions", 1)) + 1
-    return out
-
-
-def _summed(old: Any, new: Any) -> Any:
-    """Two sessions' value of one count: numbers added (None is no number: the other stands), counts
-    by name added name by name; anything else is the latest session's."""
-    def number(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-    if number(old) and number(new):
-        total = old + new
-        return round(total, 6) if isinstance(total, float) else total
-    if isinstance(old, dict) and isinstance(new, dict):
-        return {k: _summed(old.get(k), new.get(k)) if k in old and k in new else new.get(k, old.get(k))
-                for k in {**old, **new}}
-    return old if new is None else new
-
-
-# The runner's counts that run.json states in its own words (n_selected, n_records).
-Replier = Callable[[list[Item], Any], list[Reply]]  # (items, prepared inputs or None) -> replies
-
 
 def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
-    """The backend and its settings, checked before anything loads: a setting of another backend
-    changed from its default, sampling values, log-probs on a protocol that answers later."""
-    from evprobe.bench.backends import check_backend
-
+    """The backend and its settings, checked before anything loads: sampling values, a model key
+    of another backend changed from its default (its options were checked by RunConfig), log-probs
+    on a protocol that answers later, then the backend's own checks (`BackendOptions.check`)."""
     c = config
     try:
-        check_backend(c.backend)
         Sampling(c.temperature, c.top_p, c.seed)
     except ValueError as err:
         raise InputError(str(err)) from None
-    defaults = {f.name: f.default for f in (*fields(RunConfig), *fields(ModelConfig)) if f.name != "model"}
-    for backend, names in BACKEND_ONLY.items():
-        if backend == c.backend:
-            continue
-        for name in names:
-            if getattr(c.model if name in ModelConfig.FLAGS else c, name) != defaults[name]:
-                raise InputError(f"--{name.replace('_', '-')} is a setting of --backend {backend}; this run's backend is "
-                                 f"{c.backend}: drop it or use --backend {backend}")
-    if c.model.model.startswith(POLICY_PREFIX) and c.backend != "hf":
+    defaults = {f.name: f.default for f in fields(ModelConfig)}
+    for spec in backend_specs():
+        for name in spec.model_keys if spec.name != c.backend else ():
+            if getattr(c.model, name) != defaults[name]:
+                raise InputError(foreign(name, spec.name, c.backend))
+    if c.model.model.startswith(POLICY_PREFIX) and c.backend != DEFAULT_BACKEND:
         raise InputError(f"--model {c.model.model} is a scripted policy; it needs no --backend {c.backend}")
-    if handle is not None and c.backend != "hf":
-        raise InputError(f"a model in memory runs on the hf backend, not {c.backend}")
+    if handle is not None and not c.spec.takes_handle:
+        holders = " or ".join(s.name for s in backend_specs() if s.takes_handle)
+        raise InputError(f"a model in memory runs on the {holders} backend, not {c.backend}")
     if c.option_logprobs and (c.protocol != "direct" or c.regime == "json"):
         raise InputError(f"--option-logprobs reads the first reply token, which holds the letter only in protocol "
                          f"direct without the json regime (this run: {c.protocol}, {c.regime}); drop the flag")
-    if c.backend == "openai":
-        if c.model.prompt_format == "raw":
-            raise InputError("--prompt-format raw needs a completion call; --backend openai sends chat turns "
-                             "(the server applies its chat template): drop --prompt-format or use --backend hf/vllm")
-        if not c.base_url:
-            raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-        for name in ("concurrency", "max_retries"):
-            value = getattr(c, name)
-            if type(value) is not int or value < (1 if name == "concurrency" else 0):
-                raise InputError(f"--{name.replace('_', '-')} must be a {'positive' if name == 'concurrency' else 'non-negative'} "
-                                 f"integer, got {value!r}")
-        if type(c.top_logprobs) is not int or c.top_logprobs < 1:
-            raise InputError(f"--top-logprobs must be a positive integer, got {c.top_logprobs!r}")
-        for name in ("request_timeout_s", "max_response_mb"):
-            value = getattr(c, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise InputError(f"--{name.replace('_', '-')} must be a positive number, got {value!r}")
-        if c.usd_per_mtok is not None and (len(c.usd_per_mtok) != 2 or min(c.usd_per_mtok) < 0):
-            raise InputError(f"--usd-per-mtok takes two non-negative prices, IN,OUT, got {c.usd_per_mtok!r}")
+    c.backend_options.check(c)  # type: ignore[union-attr]
 
 
 FREE_WORDS = {"yes": "Yes.", "no": "No.", "undetermined": "The evidence does not settle the answer."}

@@ -170,7 +170,7 @@ def in_process(settings: dict[str, Any]) -> float:
     from evprobe.bench.runner import RunConfig, run
 
     started = time.perf_counter()
-    run(RunConfig(**settings), progress=False)
+    run(RunConfig.of(**settings), progress=False)
     return time.perf_counter() - started
 
 

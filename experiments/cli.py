@@ -180,6 +180,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
 
 def add_run_parser(sub: argparse._SubParsersAction) -> None:
+    from evprobe.bench.backends.registry import add_backend_arguments
     from evprobe.bench.runner import RunConfig
     from evprobe.core.flags import add_config_arguments
 
@@ -189,16 +190,20 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
         description="Run a model (tiny:<arch>, a model config name or YAML, a hub id or a local folder) or a "
         "scripted policy (policy:<name>) on the items of a benchmark. Resumable: rerun the same command to continue.",
     )
-    add_config_arguments(p, RunConfig)
+    add_config_arguments(p, RunConfig, skip=("backend", "backend_options"))
+    add_backend_arguments(p)  # --backend and each registered backend's own flags (bench.backends.registry)
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=_run_run)
 
 
 def _run_run(args: argparse.Namespace) -> int:
+    from evprobe.bench.backends.registry import options_from_flags
     from evprobe.bench.runner import RunConfig, RunJob, run
     from evprobe.experiments.distributed import data_parallel
 
-    config = config_from_flags(RunConfig, args)  # its model checked as every ModelConfig is, before it loads
+    # the backend's own flags first (another backend's flag: one line), then its model checked as
+    # every ModelConfig is, before it loads
+    config = config_from_flags(RunConfig, args, backend_options=options_from_flags(args))
     runs = config.runs
     if runs != 1:  # --runs R: OUT/run-1 ... OUT/run-R and OUT/runs.json (bench.repeats)
         from evprobe.bench.repeats import run_repeated, runs_line

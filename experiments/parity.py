@@ -307,11 +307,11 @@ def _check_pins(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any], 
         if alone:
             notes.append(f"pinned by {run} only: {', '.join(alone)}")
     config_a, config_b = _flat_config(a.get("config")), _flat_config(b.get("config"))
-    from evprobe.bench.runner import BACKEND_ONLY
+    from evprobe.bench.backends.registry import DEFAULT_BACKEND, backend_only
 
     # a backend's own settings are noted only when both runs are of that backend (else one is at its default, unused)
-    backends = (config_a.get("backend", "hf"), config_b.get("backend", "hf"))
-    unused = {k for backend, names in BACKEND_ONLY.items() if backends != (backend, backend) for k in names}
+    backends = (config_a.get("backend", DEFAULT_BACKEND), config_b.get("backend", DEFAULT_BACKEND))
+    unused = {k for backend, names in backend_only().items() if backends != (backend, backend) for k in names}
     for key in [k for k in dict.fromkeys([*config_a, *config_b])
                 if k not in UNNOTED_CONFIG and k not in unused and k not in a and k not in b]:
         if config_a.get(key) is not None and config_b.get(key) is not None and config_a[key] != config_b[key]:

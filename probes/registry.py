@@ -54,16 +54,11 @@ _entry_points_read = False
 
 def _read_entry_points() -> None:
     global _entry_points_read
-    if _entry_points_read:
-        return
-    _entry_points_read = True
-    from importlib.metadata import entry_points
+    if not _entry_points_read:
+        _entry_points_read = True
+        from evprobe.core.entry_points import entry_point_refs
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _REFS or ep.name in _CLASSES:
-            raise ValueError(f"entry point {ep.name} = {ep.value!r} (group {ENTRY_POINT_GROUP}): probe {ep.name!r} is "
-                             f"already registered (registered: {', '.join(probe_names())}); rename it")
-        _REFS[ep.name] = ep.value
+        _REFS.update(entry_point_refs(ENTRY_POINT_GROUP, [*_REFS, *_CLASSES], "probe"))
 
 
 def probe_names() -> tuple[str, ...]:

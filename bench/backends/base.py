@@ -75,6 +75,30 @@ class Sampling:
         return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+@dataclass(frozen=True)
+class BackendOptions:
+    """A backend's own settings: a frozen dataclass subclass, one `setting(default, help)` field per
+    flag (`--base-url` for base_url), each with a default. `evprobe run` shows every registered
+    backend's fields as flags; a field given for another backend than the chosen one is refused in one
+    line (`bench.backends.registry`). The base has no fields (a backend with no settings uses it)."""
+
+    def check(self, config: Any) -> None:
+        """Refuse, with an InputError of one line naming the flag and the fix, settings that cannot run
+        (`config`: the whole RunConfig, for checks across settings); called before any work."""
+
+    def pins(self) -> dict[str, Any]:
+        """What these settings pin in run.json before the backend loads (a rerun must agree); the
+        loaded backend's `pins()` adds what only it can tell."""
+        return {}
+
+    def recorded(self) -> dict[str, Any]:
+        """These settings as run.json's `config` records them, flat beside the run's own keys (a
+        backend overrides it to hide secrets, e.g. credentials in a URL)."""
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
 @dataclass
 class Resources:
     """What a backend spent in this session (seed 000 Table 50's columns): model calls, tokens,
@@ -100,10 +124,46 @@ class Resources:
                 "peak_memory_bytes": self.peak_memory_bytes, **self.extra}
 
 
+def add_resources(before: dict[str, Any] | None, session: dict[str, Any]) -> dict[str, Any]:
+    """run.json's `resources` after one more session that called the model: calls, tokens, seconds
+    and the backend's own counts (retries and their reasons, cache hits, cost) summed, peak memory
+    the largest of any session, tokens/s recomputed from the sums; `sessions` counts the sessions
+    summed. A session that ends in an error writes no run.json summary, so its spend is not in it."""
+    if not before or before.get("backend") != session.get("backend"):  # the first (or a run.json before them)
+        return {**session, "sessions": 1}
+    out = {**before, **session}
+    for key, value in session.items():
+        old = before.get(key)
+        if key == "peak_memory_bytes":
+            out[key] = max((v for v in (old, value) if v is not None), default=None)
+        elif key not in ("generated_tokens_per_s", "backend"):
+            out[key] = _summed(old, value)
+    seconds = out.get("seconds") or 0
+    out["generated_tokens_per_s"] = round(out["generated_tokens"] / seconds, 2) if seconds > 0 else None
+    out["sessions"] = int(before.get("sessions", 1)) + 1
+    return out
+
+
+def _summed(old: Any, new: Any) -> Any:
+    """Two sessions' value of one count: numbers added (None is no number: the other stands), counts
+    by name added name by name; anything else is the latest session's."""
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    if number(old) and number(new):
+        total = old + new
+        return round(total, 6) if isinstance(total, float) else total
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {k: _summed(old.get(k), new.get(k)) if k in old and k in new else new.get(k, old.get(k))
+                for k in {**old, **new}}
+    return old if new is None else new
+
+
 class Backend(Protocol):
-    """A loaded backend. `prepare` (optional) runs on the prefetch thread; `__call__` returns one
-    Reply per prompt, in order; `pins` is what run.json pins for it (a rerun must agree); `close`
-    releases engines, sessions and worker processes."""
+    """A loaded backend. `prepare` (optional) runs on the prefetch thread, `prefetch` (optional, an
+    int) batches ahead; `check_context(prompt)` (optional) refuses a prompt that cannot fit before any
+    call; `__call__` returns one Reply per prompt, in order; `pins` is what run.json pins for it (a
+    rerun must agree); `close` releases engines, sessions and worker processes."""
 
     name: str
     resources: Resources

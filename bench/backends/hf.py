@@ -7,15 +7,55 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from evprobe.bench.backends.base import ModelPrompt, Reply, Resources, Sampling
+from evprobe.bench.backends.base import BackendOptions, ModelPrompt, Reply, Resources, Sampling
+from evprobe.bench.backends.registry import register_backend
 from evprobe.core.errors import InputError
+from evprobe.core.flags import setting
 
 if TYPE_CHECKING:
     from evprobe.bench.runner import RunConfig
 
+# hooks.generation.DECODE_CACHES and hooks.vision_attention.VISION_ATTENTIONS, spelled here because
+# bench imports hooks only inside functions (tests/bench/test_runner_speed.py checks they agree).
+DecodeCache = Literal["dynamic", "static", "compiled"]
+VisionAttention = Literal["stock", "packed"]
 
+
+@dataclass(frozen=True)
+class HfOptions(BackendOptions):
+    """The hf backend's throughput settings (README: "Throughput settings"). None changes a greedy
+    record in float32; the two that change floating-point order (decode_cache, vision_attention) are
+    pinned in run.json."""
+
+    prefetch: int = setting(0, "batches whose inputs (images, prompts, processor) a thread prepares ahead while the "
+                               "model runs; 0 = none")
+    decode_cache: DecodeCache = setting(
+        "dynamic", "KV cache of decoding: dynamic, static, or static with the decoding step compiled (torch.compile)")
+    vision_attention: VisionAttention = setting(
+        "stock", "the vision tower's attention: stock, or packed (one call per layer instead of one per window; "
+                 "Qwen2.5-VL, Qwen3-VL, Pixtral)")
+
+    def check(self, config: Any) -> None:
+        if type(self.prefetch) is not int or self.prefetch < 0:
+            raise InputError(f"--prefetch must be a non-negative integer, got {self.prefetch}")
+        for name, value, choices in (("decode-cache", self.decode_cache, get_args(DecodeCache)),
+                                     ("vision-attention", self.vision_attention, get_args(VisionAttention))):
+            if value not in choices:
+                raise InputError(f"--{name} {value!r} is not one of {', '.join(choices)}")
+
+    def pins(self) -> dict[str, Any]:
+        # floating-point order of the model's arithmetic; None when the default, so a run.json
+        # written before these settings resumes
+        return {"decode_cache": None if self.decode_cache == "dynamic" else self.decode_cache,
+                "vision_attention": None if self.vision_attention == "stock" else self.vision_attention}
+
+
+@register_backend("hf", options=HfOptions, help="transformers, in this process",
+                  model_keys=("device_map", "max_memory", "offload_folder", "attn_implementation"),
+                  takes_handle=True, native_video=True)
 def open_backend(config: RunConfig, handle: Any = None) -> HFBackend:
     if handle is None:
         from evprobe.bench.model_config import load_model
@@ -36,16 +76,18 @@ class HFBackend:
         from evprobe.hooks.vision_attention import set_vision_attention
 
         self.handle, self.config = handle, config
+        options: HfOptions = config.backend_options  # type: ignore[assignment]
+        self.decode_cache, self.prefetch = options.decode_cache, options.prefetch  # prefetch: the job runner reads it
         self.limit = max_new_tokens(config.protocol, config.regime)
         self.sampling = Sampling(config.temperature, config.top_p, config.seed)
         self.resources = Resources()
         try:
-            set_vision_attention(handle, config.vision_attention)
+            set_vision_attention(handle, options.vision_attention)
         except ValueError as err:  # an arch without windowed vision attention: before any record
-            raise InputError(f"--vision-attention {config.vision_attention}: {err}; use --vision-attention stock") from None
+            raise InputError(f"--vision-attention {options.vision_attention}: {err}; use --vision-attention stock") from None
         # The prefetch thread calls its own copy of the processor: no tokenizer object is used by
         # two threads at once (the main thread decodes with the handle's while the thread encodes).
-        self.processor = copy.deepcopy(handle.processor) if config.prefetch else handle.processor
+        self.processor = copy.deepcopy(handle.processor) if self.prefetch else handle.processor
         from evprobe.hooks.inputs import takes_images
 
         self.takes_images = takes_images(handle.processor)
@@ -90,7 +132,7 @@ class HFBackend:
         t = time.perf_counter()
         enc = to_model(self.handle, self.prepare(prompts) if prepared is None else prepared)
         s = self.sampling
-        gens = generate_encoded(self.handle, enc, max_new_tokens=self.limit, decode_cache=self.config.decode_cache,
+        gens = generate_encoded(self.handle, enc, max_new_tokens=self.limit, decode_cache=self.decode_cache,
                                 temperature=s.temperature, top_p=s.top_p,
                                 seed=None if s.greedy else s.call_seed([p.key for p in prompts]),
                                 first_token_ids=ids)

@@ -34,8 +34,10 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from evprobe.bench.backends.base import ModelPrompt, Reply, Resources, Sampling
+from evprobe.bench.backends.base import BackendOptions, ModelPrompt, Reply, Resources, Sampling
+from evprobe.bench.backends.registry import register_backend
 from evprobe.core.errors import InputError
+from evprobe.core.flags import setting
 
 if TYPE_CHECKING:
     from evprobe.bench.runner import RunConfig
@@ -57,6 +59,18 @@ TOP_LOGPROBS = 20
 SHUTDOWN_TIMEOUT_S = 30.0
 
 
+@dataclass(frozen=True)
+class VLLMOptions(BackendOptions):
+    """The engine's settings, passed through to `vllm.LLM` (vLLM checks them)."""
+
+    tensor_parallel: int = setting(1, "vllm backend: tensor-parallel size")
+    pipeline_parallel: int = setting(1, "vllm backend: pipeline-parallel size")
+    gpu_memory_utilization: float | None = setting(
+        None, "vllm backend: share of accelerator memory (of RAM on CPU) the engine reserves; default vLLM's")
+    max_model_len: int | None = setting(None, "vllm backend: context length of the engine (default: the model's)")
+
+
+@register_backend("vllm", options=VLLMOptions, help="a vLLM engine, in this process")
 def open_backend(config: RunConfig, handle: Any = None) -> VLLMBackend:
     """The engine of `config.model` started (about a minute on a small CPU), as a backend."""
     return VLLMBackend(start_engine(config, handle), config)
@@ -77,8 +91,9 @@ class EngineSettings:
 
     @classmethod
     def of(cls, config: RunConfig) -> EngineSettings:
-        return cls(config.source, config.model.dtype, config.model.trust_remote_code, config.tensor_parallel,
-                   config.pipeline_parallel, config.gpu_memory_utilization, config.max_model_len)
+        o: VLLMOptions = config.backend_options  # type: ignore[assignment]
+        return cls(config.source, config.model.dtype, config.model.trust_remote_code, o.tensor_parallel,
+                   o.pipeline_parallel, o.gpu_memory_utilization, o.max_model_len)
 
 
 class VLLMEngine:
@@ -127,6 +142,7 @@ def start_engine(config: RunConfig, handle: Any = None) -> VLLMEngine:
     """Check what vLLM cannot serve (one line each), then start the engine for `config`."""
     if handle is not None:
         raise InputError("a model in memory runs on the hf backend, not vllm")
+    options: VLLMOptions = config.backend_options  # type: ignore[assignment]
     model = config.source
     if model.startswith("tiny:"):
         raise InputError(f"--model {model} is built in memory and vLLM loads only saved models: save it "
@@ -165,17 +181,17 @@ def start_engine(config: RunConfig, handle: Any = None) -> VLLMEngine:
         dtype="float32" if config.model.dtype == "auto" and on_cpu else config.model.dtype,
         seed=config.seed,
         trust_remote_code=trust,
-        tensor_parallel_size=config.tensor_parallel,
-        pipeline_parallel_size=config.pipeline_parallel,
+        tensor_parallel_size=options.tensor_parallel,
+        pipeline_parallel_size=options.pipeline_parallel,
         # no CUDA graphs on a CPU, and torch.compile of the model there costs minutes at start
         enforce_eager=on_cpu,
     )
-    if config.gpu_memory_utilization is not None:
-        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+    if options.gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
     elif on_cpu:
         kwargs["gpu_memory_utilization"] = CPU_MEMORY_SHARE
-    if config.max_model_len is not None:
-        kwargs["max_model_len"] = config.max_model_len
+    if options.max_model_len is not None:
+        kwargs["max_model_len"] = options.max_model_len
     # The replies are read from the processor the hf backend uses: AutoProcessor for a VLM; for a
     # text-only model its tokenizer (what AutoProcessor gives for one, and what hooks.load holds).
     if takes_images:
@@ -292,8 +308,8 @@ class VLLMBackend:
         from evprobe.hooks.fingerprint import chat_template_sha256
 
         e = self.engine
-        return {"vllm_version": e.version, "tensor_parallel": self.config.tensor_parallel,
-                "pipeline_parallel": self.config.pipeline_parallel,
+        return {"vllm_version": e.version, "tensor_parallel": self.engine.settings.tensor_parallel,
+                "pipeline_parallel": self.engine.settings.pipeline_parallel,
                 "model_revision": getattr(e.hf_config, "_commit_hash", None), "model_dtype": e.dtype,
                 "chat_template_sha256": chat_template_sha256(
                     SimpleNamespace(processor=e.processor, tokenizer=e.tokenizer)),  # type: ignore[arg-type]

@@ -99,7 +99,8 @@ def _runner_records(handle: Any, label: str, bench: Path, out: Path, b: int, n: 
     from evprobe.bench.records import RECORDS_FILE, load_records
     from evprobe.bench.runner import RunConfig, run
 
-    config = RunConfig(model=label, bench=str(bench), out=str(out), protocol="direct", batch_size=b, limit=n, **setting)
+    config = RunConfig.of(model=label, bench=str(bench), out=str(out), protocol="direct", batch_size=b, limit=n,
+                          **setting)
     seconds, _ = timed(lambda: run(config, progress=False, handle=handle), handle.device)
     records = load_records(out / RECORDS_FILE)
     return seconds, {k: {f: v for f, v in dataclasses.asdict(r).items() if f != "seconds"} for k, r in records.items()}

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from evprobe.bench.backends import openai as backend_module
+from evprobe.bench.backends import openai_client as backend_module
 from evprobe.bench.records import load_records
 from evprobe.bench.runner import RunConfig, RunJob, run
 from evprobe.core.errors import InputError
@@ -117,7 +117,7 @@ def fault_server(folder: Path, plan: dict[str, Any]) -> Iterator[FaultServer]:
 
 
 def _config(bench: Path, out: Path, url: str, **kw: Any) -> RunConfig:
-    return RunConfig(**{"model": "fault-model", "bench": str(bench), "out": str(out), "backend": "openai",
+    return RunConfig.of(**{"model": "fault-model", "bench": str(bench), "out": str(out), "backend": "openai",
                         "base_url": url, **kw})
 
 
@@ -377,7 +377,7 @@ def test_transformers_serve_replies_as_the_hf_backend(small_bench: Path, tiny_ll
     kw = dict(model=str(tiny_llava_folder), bench=str(small_bench), requests=("select", "answer_initial"), limit=4,
               option_logprobs=True)
     with serving(command, port, tmp_path / "serve.log", SERVE_START_S, {**os.environ, "HF_HUB_OFFLINE": "1"}) as url:
-        served = run(RunConfig(out=str(tmp_path / "served"), backend="openai", base_url=url, **kw), progress=False)
+        served = run(RunConfig.of(out=str(tmp_path / "served"), backend="openai", base_url=url, **kw), progress=False)
     assert served.n_records == 4 and served.resources["requests"] == 4
     meta = json.loads((tmp_path / "served" / "run.json").read_text())
     assert meta["served_model"] == str(tiny_llava_folder) and meta["model_source"] == "served"
@@ -412,7 +412,7 @@ def test_the_thinking_switch_reaches_the_servers_template(small_bench: Path, tmp
         for thinking in ("on", "off"):
             kw = dict(model=ModelConfig.of(str(folder), thinking=thinking), bench=str(small_bench),
                       requests=("both_given",), limit=3)
-            run(RunConfig(out=str(tmp_path / f"served-{thinking}"), backend="openai", base_url=url, **kw),
+            run(RunConfig.of(out=str(tmp_path / f"served-{thinking}"), backend="openai", base_url=url, **kw),
                 progress=False)
             run(RunConfig(out=str(tmp_path / f"hf-{thinking}"), **kw), progress=False)
             records[thinking] = [load_records(tmp_path / f"{side}-{thinking}" / "records.jsonl")
@@ -453,7 +453,7 @@ def test_vllm_serve_replies_and_option_logprobs_as_the_hf_backend(small_bench: P
     kw = dict(model=str(tiny_text_folder), bench=str(small_bench), requests=("both_given",), limit=8,
               option_logprobs=True)
     with serving(command, port, tmp_path / "vllm.log", 150, env) as url:
-        run(RunConfig(out=str(tmp_path / "served"), backend="openai", base_url=url, top_logprobs=len(tok), **kw),
+        run(RunConfig.of(out=str(tmp_path / "served"), backend="openai", base_url=url, top_logprobs=len(tok), **kw),
             progress=False)
         mine = load_records(tmp_path / "served" / "records.jsonl")
         job = RunJob(RunConfig(out=str(tmp_path / "served"), **kw))

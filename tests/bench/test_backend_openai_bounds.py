@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evprobe.bench.backends import openai as backend_module
+from evprobe.bench.backends import openai_client as backend_module
 from evprobe.bench.backends.http_cache import WARNINGS_SHOWN, RequestCache, answer_sha256, untrusted_json
 from evprobe.bench.backends.openai_answer import AnswerBounds, read_answer
 from evprobe.bench.backends.redact import redactor, shown_url, url_secrets
@@ -136,8 +136,8 @@ def status(field):
         return next(int(x.split()[1]) * 1024 for x in fh if x.startswith(field))
 
 url, folder = sys.argv[1], sys.argv[2]
-backend = open_backend(RunConfig(model="fault-model", bench=folder, out=folder, backend="openai", base_url=url,
-                                 max_retries=0))
+backend = open_backend(RunConfig.of(model="fault-model", bench=folder, out=folder, backend="openai", base_url=url,
+                                    max_retries=0))
 before = status("VmRSS")
 # the peak of the call only (Linux resets VmHWM to the current RSS on "5"): ru_maxrss also holds any
 # peak before it; in one full-suite run it read 1.4 GB "added" that alone never shows (3 of 3 under 64 MB)

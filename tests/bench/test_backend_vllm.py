@@ -198,7 +198,7 @@ def test_the_vllm_command_line_refuses_in_one_line(vllm_python: Path, small_benc
 def _config(bench: Path, out: Path, **kw):
     from evprobe.bench.runner import RunConfig
 
-    return RunConfig(**{"model": "tiny:llava", "bench": str(bench), "out": str(out), "backend": "vllm", **kw})
+    return RunConfig.of(**{"model": "tiny:llava", "bench": str(bench), "out": str(out), "backend": "vllm", **kw})
 
 
 def test_refusals_before_any_engine(small_bench: Path, tmp_path: Path, tiny_text_folder: Path) -> None:
@@ -267,12 +267,13 @@ def test_image_prompts_are_the_hf_backends_text_with_the_images(small_bench: Pat
         assert [im.tobytes() for im in x["multi_modal_data"]["image"]] == [im.tobytes() for im in imgs]
 
 
-def test_the_registry_names_this_module_and_its_settings_are_run_flags() -> None:
+def test_the_registry_names_this_module_and_its_settings_are_its_options() -> None:
     from dataclasses import fields
 
-    from evprobe.bench.backends import BACKENDS
-    from evprobe.bench.runner import BACKEND_ONLY, RunConfig
+    from evprobe.bench.backends import backend_spec
+    from evprobe.bench.backends.vllm import VLLMOptions, open_backend
 
-    assert BACKENDS["vllm"] == "evprobe.bench.backends.vllm"  # tests/bench/test_backends.py: BackendName agrees
-    assert set(BACKEND_ONLY) <= set(BACKENDS)
-    assert set(BACKEND_ONLY["vllm"]) <= {f.name for f in fields(RunConfig)}
+    spec = backend_spec("vllm")  # imports this module only: vLLM itself is imported when an engine starts
+    assert spec.opener is open_backend and spec.options is VLLMOptions
+    assert spec.settings == ("tensor_parallel", "pipeline_parallel", "gpu_memory_utilization", "max_model_len")
+    assert [f.name for f in fields(VLLMOptions)] == list(spec.settings)

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image, ImageChops
 
 from evprobe.bench import oracle
-from evprobe.bench.backends.openai import _images
+from evprobe.bench.backends.openai_client import _images
 from evprobe.bench.calibration import SHEETS, sheet_instants, sheet_spec
 from evprobe.bench.clips import (
     ClipSpec,

@@ -11,7 +11,8 @@ from typing import get_args
 import pytest
 
 from evprobe.bench.backends.hf import HFBackend
-from evprobe.bench.runner import DecodeCache, RunConfig, RunJob, VisionAttention, run
+from evprobe.bench.backends.hf import DecodeCache, VisionAttention
+from evprobe.bench.runner import RunConfig, RunJob, run
 from evprobe.core.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -26,7 +27,7 @@ def _records(out: Path) -> dict[str, dict]:
 
 
 def _run(bench: Path, out: Path, model: str = "tiny:qwen2_5_vl", **settings) -> dict[str, dict]:
-    run(RunConfig(model=model, bench=str(bench), out=str(out), **{**SELECTION, **settings}), progress=False)
+    run(RunConfig.of(model=model, bench=str(bench), out=str(out), **{**SELECTION, **settings}), progress=False)
     return _records(out)
 
 
@@ -118,5 +119,5 @@ def test_a_model_in_memory_runs_like_the_loaded_one_and_says_so(small_bench, tmp
 ])
 def test_a_bad_setting_is_one_line_before_any_work(field, value, message, small_bench, tmp_path) -> None:
     with pytest.raises(InputError) as err:
-        RunJob(RunConfig(model="tiny:llava", bench=str(small_bench), out=str(tmp_path / "r"), **{field: value}))
+        RunJob(RunConfig.of(model="tiny:llava", bench=str(small_bench), out=str(tmp_path / "r"), **{field: value}))
     assert str(err.value) == message and not (tmp_path / "r").exists()

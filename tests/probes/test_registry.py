@@ -222,19 +222,14 @@ def test_a_probe_from_an_installed_package_entry_point(tmp_path: Path, monkeypat
     """A real distribution on sys.path declaring `evprobe.probes` entry points (no import until used)."""
     import evprobe.probes.registry as registry
 
-    pkg = tmp_path / "toyprobes"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "mine.py").write_text(
-        "from evprobe.probes.estimators import MassMeanProbe\n\n"
-        "class HalfShrunk(MassMeanProbe):\n"
-        "    def __init__(self, pooled_covariance: bool = True, shrinkage: float = 0.5) -> None:\n"
-        "        super().__init__(pooled_covariance, shrinkage)\n")
-    dist = tmp_path / "toyprobes-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toyprobes\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[evprobe.probes]\nhalfshrunk = toyprobes.mine:HalfShrunk\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    from tests.installed import install
+
+    install(tmp_path, monkeypatch, "toyprobes", "evprobe.probes", {"halfshrunk": "toyprobes.mine:HalfShrunk"}, {
+        "toyprobes/__init__.py": "",
+        "toyprobes/mine.py": "from evprobe.probes.estimators import MassMeanProbe\n\n"
+                             "class HalfShrunk(MassMeanProbe):\n"
+                             "    def __init__(self, pooled_covariance: bool = True, shrinkage: float = 0.5) -> None:\n"
+                             "        super().__init__(pooled_covariance, shrinkage)\n"})
     monkeypatch.setattr(registry, "_entry_points_read", False)
     try:
         assert "halfshrunk" in probe_names() and "toyprobes.mine" not in sys.modules
