@@ -10,7 +10,8 @@ every name is imported on first use.
     evprobe.wrap(model, processor) -> Handle    a model already in memory (transformers or nnsight)
     evprobe.tiny(arch) -> Handle                a tiny random instance of an architecture, offline
     evprobe.capture(handle, prompts, images, layers=, positions=) -> (n, layers, positions, d_model)
-        positions: "last" / "image_mean" / "text_mean", token indices (int, evprobe.Token; negative
+        positions (one vocabulary for capture, steering and patching): "last", "all", "image" (every image
+        token; capture reads its mean, as "image_mean"), "text" / "text_mean", token indices (int, evprobe.Token; negative
         from the end), evprobe.Marker(text, "mean" | "first" | "last"); component= "resid_post"
         (default), "attn_out", "mlp_out"; evprobe.capture_components(..., components=[...]) one pass
         evprobe.Frame(k) the k-th image's (or a video's k-th frame's) tokens
@@ -81,6 +82,7 @@ _API: dict[str, tuple[str, str]] = {
     "probe_layers": ("evprobe.analysis.layer_sweep", "probe_layers"),
     "Token": ("evprobe.hooks.positions", "Token"),
     "Frame": ("evprobe.hooks.positions", "Frame"),
+    "resolve_positions": ("evprobe.hooks.positions", "resolve_positions"),
     "mark_video": ("evprobe.core.video", "mark_video"),
     "Marker": ("evprobe.hooks.positions", "Marker"),
     "Steering": ("evprobe.hooks.steering", "Steering"),
