@@ -163,7 +163,7 @@ def _directions(direction: Any, layer: int | Sequence[int] | None) -> dict[int, 
 
 def _unit(vector: Any, d_model: int, what: str) -> np.ndarray:
     """hooks.steering.unit_direction, its refusals (and numpy's, for a vector of text) as InputError."""
-    from evprobe.hooks.steering import unit_direction
+    from evprobe.hooks.direction_vectors import unit_direction
 
     try:
         return unit_direction(vector, d_model=d_model, what=what)
@@ -230,7 +230,7 @@ def steering_dose_response(
     from evprobe.hooks.ablation import ablate
     from evprobe.hooks.generation import next_token_logprobs
     from evprobe.hooks.inputs import build_inputs, image_rows
-    from evprobe.hooks.steering import check_direction_model, random_directions
+    from evprobe.hooks.direction_vectors import check_direction_model, random_directions
     from evprobe.hooks.steer_rows import option_logprobs_rows, residual_norms_at
 
     counts = {"n_random": (n_random, 0, MAX_NULL), "n_relabel": (n_relabel, 0, MAX_NULL), "n_boot": (n_boot, 1, MAX_BOOT),

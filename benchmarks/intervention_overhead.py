@@ -13,7 +13,7 @@ and minima (on a shared machine the minima are the steadier ratio):
   steer core         the same under hooks.steering (the core's Add), every step, at the middle layer
   steer bare hook    the same under one bare torch forward hook `output + delta` (what steering
                      ran on before the core: the least a hook can cost)
-  steer nnsight      hooks.steering.steered_generate_nnsight (tracer.iter editing every step)
+  steer nnsight      tests/hooks/nnsight_twins.steered_generate_nnsight (tracer.iter editing every step)
 
 Ratios printed: capture core / capture nnsight and steer core / steer bare hook (the targets,
 <= 1.10, judged on the median of the per-round ratios: each round runs every variant back to back,
@@ -66,7 +66,8 @@ def measure(arch: str, bench: Path, rows: int, tokens: int, rounds: int) -> dict
     import torch
 
     from evprobe.hooks.capture import position_plan, reduce_at, trace_sites, trace_sites_nnsight
-    from evprobe.hooks.steering import Steering, steer, steered_generate, steered_generate_nnsight
+    from evprobe.hooks.steering import Steering, steer, steered_generate
+    from tests.hooks.nnsight_twins import steered_generate_nnsight
 
     h = _handle(arch)
     prompts, images, enc = _inputs(h, bench, rows)

@@ -8,7 +8,7 @@ Tiny part: one batch of `--prompts` rows (text + one image each) generating exac
 turn, `--repeats` rounds after one warm-up round:
   plain      hooks.steering.steered_generate(steering=None)  (model.generate, output_scores)
   hooks      the same under a plain forward hook (hooks.steering.steer), every step
-  nnsight    hooks.steering.steered_generate_nnsight (tracer.iter editing every step)
+  nnsight    the tests' steered_generate_nnsight (tests/hooks/nnsight_twins.py: tracer.iter editing every step)
 Medians and the ratios steered / plain are printed.
 
 --big: a Qwen2ForCausalLM built from config with random weights (Qwen2-0.5B
@@ -63,12 +63,9 @@ def tiny_benchmark(arch: str, n_prompts: int, n_tokens: int, repeats: int) -> di
     import torch
 
     from evprobe.hooks import tiny
-    from evprobe.hooks.steering import (
-        Steering,
-        random_directions,
-        steered_generate,
-        steered_generate_nnsight,
-    )
+    from evprobe.hooks.direction_vectors import random_directions
+    from evprobe.hooks.steering import Steering, steered_generate
+    from tests.hooks.nnsight_twins import steered_generate_nnsight
     from tests.hooks.test_handle import picture
 
     h = tiny(arch)
@@ -94,7 +91,8 @@ def big_benchmark(prompt_len: int, n_tokens: int, repeats: int) -> dict[str, lis
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from evprobe.hooks.steering import Steering, random_directions, steer
+    from evprobe.hooks.direction_vectors import random_directions
+    from evprobe.hooks.steering import Steering, steer
 
     config = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)

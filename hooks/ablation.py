@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from numbers import Integral
 from typing import Any, Literal
 
-from evprobe.hooks.steering import check_direction_model, provenance_of, unit_direction
+from evprobe.hooks.direction_vectors import check_direction_model, provenance_of, unit_direction
 
 
 def _layer_list(layers: Literal["all"] | int | Sequence[int], n_layers: int) -> list[int]:

@@ -16,7 +16,7 @@ chosen site, then the target runs as a batch of identical rows, row b Patching i
 position set) (at most `max_rows` rows per forward): one forward instead of one per (site,
 position set), which on a small model is most of the cost (benchmarks/patching_speed.py). A test
 checks each row equals the one-patch-per-forward result on every tiny architecture, and that the
-core's patch equals nnsight's (`patch_pair_nnsight`, the same patch in nnsight traces).
+core's patch equals a plain forward hook's.
 
 Qwen3-VL adds visual features to the residual stream again after its first decoder layers
 (DeepStack), after the layer output that is patched here; patching those layers therefore leaves
@@ -232,56 +232,3 @@ def patch_pair(
                          position_sets=position_sets, candidates=candidates, max_rows=max_rows)
     return PatchResult(layers=tuple(layers), position_sets=result.position_sets, candidates=result.candidates,
                        source=result.source, target=result.target, patched=result.patched)
-
-
-def patch_pair_nnsight(
-    handle: Handle,
-    source: tuple[str, Sequence[Image.Image]],
-    target: tuple[str, Sequence[Image.Image]],
-    *,
-    layers: Sequence[int],
-    position_sets: Mapping[str, Sequence[int]],
-    candidates: Sequence[str],
-    max_rows: int = 16,
-) -> PatchResult:
-    """`patch_pair` done in nnsight traces (the source's `.output`s saved in one trace, each batch
-    row assigning its patch to the live `.output` in another): the cross-check of the core's
-    patching, kept to show the nnsight idiom equals it (tests/hooks/test_patching.py)."""
-    import nnsight
-    import torch
-
-    _check_layers(handle, layers)
-    ids, src, tgt, resolved = _prepare(handle, source, target, position_sets, candidates)
-    order = sorted(set(layers))
-    nn_layers = handle.nn_layers
-    # (row of `patched`, layer, set, token indices), one per patch; each becomes one batch row
-    patches = [(li, layer, si, slice(None) if idx == "all" else list(idx)) for li, layer in enumerate(layers)
-               for si, idx in enumerate(resolved.values())]
-    with torch.inference_mode():
-        with handle.nn.trace(**src):
-            saved = nnsight.save([nn_layers[i].output for i in order])  # each (1, seq, d_model)
-            src_logits = handle.nn.output.logits[:, -1, :].save()
-        with handle.nn.trace(**tgt):
-            tgt_logits = handle.nn.output.logits[:, -1, :].save()
-        by_layer = dict(zip(order, saved))
-        patched = np.zeros((len(layers), len(position_sets), len(ids)))
-        for start in range(0, len(patches), max(1, max_rows)):
-            chunk = patches[start : start + max(1, max_rows)]
-            batch = _repeated(handle, tgt, target, len(chunk))
-            with handle.nn.trace(**batch):
-                for layer in sorted({p[1] for p in chunk}):  # nnsight reads layers in execution order
-                    out = nn_layers[layer].output  # (rows, seq, d_model)
-                    for b, (_, at, _, index) in enumerate(chunk):
-                        if at == layer:
-                            out[b, index, :] = by_layer[layer][0, index, :]
-                logits = handle.nn.output.logits[:, -1, :].save()  # (rows, vocab)
-            for b, (li, _, si, _) in enumerate(chunk):
-                patched[li, si] = _candidate_logprobs(logits[b : b + 1], ids)
-    return PatchResult(
-        layers=tuple(layers),
-        position_sets=tuple(position_sets),
-        candidates=tuple(candidates),
-        source=_candidate_logprobs(src_logits, ids),
-        target=_candidate_logprobs(tgt_logits, ids),
-        patched=patched,
-    )

@@ -18,8 +18,8 @@ decode steps alone.
 How the prompt pass is told from decode steps: the forward's KV cache (hooks.intervention): none,
 or an empty one, is a prompt pass (a full forward, e.g. next_token_logprobs, or the first forward
 of generate); a cache holding positions is a decode step, which feeds one new token per row. The
-nnsight path counts steps instead (`tracer.iter` step 0 is the prompt); the tests check the two
-agree.
+tests' nnsight twin counts steps instead (`tracer.iter` step 0 is the prompt); the tests check the
+two agree.
 
 Alpha units: `Steering.alpha` is raw (residual-stream units of that model).
 `Steering.from_norm_units(v, layer, alpha_norm, mean_norm, measured_at=...)` takes
@@ -33,11 +33,12 @@ so a norm read at the last token and a vector added at every position are not
 the same unit; `from_norm_units` refuses `measured_at` != `positions` for that
 reason (a test checks it).
 
-Directions with provenance (a `probes.directions.Direction`, or anything with a `vector` and a
-`provenance` mapping naming its `model`, `layer`, `position` and `mean_norm`):
+Directions (hooks.direction_vectors: unit vectors, random ones, the model check) with provenance
+(a `probes.directions.Direction`, or anything with a `vector` and a `provenance` mapping naming its
+`model`, `layer`, `position` and `mean_norm`):
 `Steering.from_direction(direction, alpha)` steers along it at its layer, alpha in multiples of its
 stored mean norm, and remembers the model it was fitted on. `steer`, `steered_generate`,
-`steered_generate_nnsight`, `option_logprobs` and `hooks.ablation.ablate` refuse such a direction on
+`option_logprobs` and `hooks.ablation.ablate` refuse such a direction on
 another model with the CLI's one-line refusal (hooks.fingerprint.check_fitted_on: the model is its
 name as loaded, a registered name and its folder being one model, a tiny model and a folder it
 was saved to two) unless given `allow_other_model=True`. A raw vector carries no provenance and
@@ -60,10 +61,10 @@ its only persistent form, `handle.nn.edit(inplace=True)`, applies only to runs t
 interleaver ("calling the wrapped torch.nn.Module directly runs the model as it was",
 nnsight/intervention/editing.py), while `hooks.generate` and `hooks.next_token_logprobs` call
 `handle.model` directly (test_nnsight_edit_does_not_reach_direct_model_calls); and a persistent
-every-step edit needs an open `tracer.iter` loop that warns on every run.
-`steered_generate_nnsight` does the same edit with nnsight's iteration API
-(`for step in tracer.iter[:n]`, editing `output` in place each step) as the cross-check: same
-generated ids and scores within 1e-5 on all tiny archs (in practice bit-identical). Cost:
+every-step edit needs an open `tracer.iter` loop that warns on every run. The tests'
+`steered_generate_nnsight` (tests/hooks/nnsight_twins.py) does the same edit with nnsight's
+iteration API (`for step in tracer.iter[:n]`, editing `output` in place each step) as the
+cross-check: same generated ids and scores within 1e-5 on all tiny archs (in practice bit-identical). Cost:
 benchmarks/steer_overhead.py and benchmarks/intervention_overhead.py.
 
 With nnsight beside it: nnsight reads a module's `.output` inside the module's forward, before
@@ -73,7 +74,6 @@ after it (and the next layer's `.input`) see the edit (tests/hooks/test_steer_nn
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from evprobe.hooks.direction_vectors import direction_label, model_of, provenance_of, unit_direction
 from evprobe.hooks.inputs import image_rows
 from evprobe.hooks.intervention.ops import SCHEDULES, Positions, Schedule
 from evprobe.hooks.intervention.ops import check_positions as check_steer_positions
@@ -93,95 +94,6 @@ if TYPE_CHECKING:
     from evprobe.hooks.sites.vocabulary import Site
 
 LETTERS: tuple[str, ...] = ("A", "B", "C", "D", "E")
-
-
-# ---------------------------------------------------------------- directions
-
-def provenance_of(direction: Any) -> Any:
-    """The provenance mapping of a direction that carries one (probes.directions.Direction, or any
-    object with a `vector` and a `provenance` mapping), else None (a raw vector). Duck-typed:
-    hooks does not import probes."""
-    from collections.abc import Mapping
-
-    prov = getattr(direction, "provenance", None)
-    return prov if isinstance(prov, Mapping) and hasattr(direction, "vector") else None
-
-
-def _direction_label(direction: Any) -> str:
-    name = getattr(direction, "name", None)
-    return f"{name}" if isinstance(name, str) and name else "(unnamed)"
-
-
-def _model_of(handle: Any) -> str | None:
-    model_id = getattr(handle, "model_id", None)
-    return model_id if isinstance(model_id, str) else None
-
-
-def check_direction_model(handle: Any, direction: Any, *, allow_other_model: bool = False) -> None:
-    """Refuse (one line, ValueError) a direction with provenance fitted on another model than
-    `handle.model_id` (hooks.fingerprint.check_fitted_on), unless `allow_other_model`. A raw
-    vector, or a provenance naming no model, passes."""
-    prov = provenance_of(direction)
-    if prov is None or prov.get("model") is None or allow_other_model:
-        return
-    from evprobe.hooks.fingerprint import check_fitted_on
-
-    check_fitted_on(_direction_label(direction), str(prov["model"]), _model_of(handle) or "an unnamed model")
-
-
-def unit_direction(direction: Any, *, d_model: int | None = None, what: str = "direction") -> np.ndarray:
-    """`direction` (numpy / torch / sequence, shape (d_model,)) as a read-only float64 unit vector.
-
-    Raises ValueError for a wrong shape, a zero or non-finite vector; TypeError for a direction
-    that carries provenance (use Steering.from_direction, or its `.vector` to drop the provenance).
-    """
-    if provenance_of(direction) is not None:
-        raise TypeError(f"{what} is the direction {_direction_label(direction)} with its provenance (fitted on "
-                        f"{provenance_of(direction).get('model')!r}); use Steering.from_direction(direction, alpha), "
-                        "or pass direction.vector to use the bare vector")
-    if hasattr(direction, "detach"):  # torch tensor
-        direction = direction.detach().to("cpu").double().numpy()
-    v = np.array(direction, dtype=np.float64)  # copy: the caller's array stays theirs
-    if v.ndim != 1:
-        raise ValueError(f"{what} must be one vector of shape (d_model,), got shape {v.shape}; "
-                         f"pass a single row (e.g. directions[i]), not a matrix")
-    if d_model is not None and v.shape[0] != d_model:
-        raise ValueError(f"{what} has {v.shape[0]} entries but the model's residual width is {d_model}; "
-                         f"use a direction fitted on this model's activations (shape ({d_model},))")
-    if not np.isfinite(v).all():
-        raise ValueError(f"{what} contains NaN or inf; check how it was computed")
-    with np.errstate(over="ignore", under="ignore"):  # handled below
-        norm = float(np.linalg.norm(v))
-    if (norm == 0.0 or not np.isfinite(norm)) and np.abs(v).max() > 0:
-        # entries near 1e308 square to inf (and near 1e-300 to 0): the norm of the vector scaled to max 1
-        v /= np.abs(v).max()
-        norm = float(np.linalg.norm(v))
-    if norm == 0.0:
-        raise ValueError(f"{what} is the zero vector and has no direction; pass a nonzero vector "
-                         f"(e.g. a probe's weight vector or random_directions(...))")
-    v /= norm
-    v.flags.writeable = False
-    return v
-
-
-def random_directions(d_model: int, n: int, seed: int) -> np.ndarray:
-    """(n, d_model) float64 unit vectors, Gaussian then normalised, reproducible from `seed`."""
-    if d_model < 1 or n < 1:
-        raise ValueError(f"need d_model >= 1 and n >= 1, got d_model={d_model}, n={n}")
-    rows = np.random.default_rng(seed).standard_normal((n, d_model))  # (n, d_model)
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-
-def mean_residual_norm(acts: np.ndarray) -> float:
-    """Mean L2 norm of the rows of an (items, d_model) activation array.
-
-    This is the unit of `Steering.from_norm_units`: measure it on the capture set
-    at the steered layer and position, and store it with the direction.
-    """
-    a = np.asarray(acts, dtype=np.float64)
-    if a.ndim != 2 or a.shape[0] == 0:
-        raise ValueError(f"acts must be a non-empty (items, d_model) array, got shape {a.shape}")
-    return float(np.linalg.norm(a, axis=1).mean())
 
 
 # ---------------------------------------------------------------- the steering spec
@@ -319,7 +231,7 @@ class Steering:
             raise TypeError(f"Steering.from_direction takes a direction with provenance (probes.directions.Direction"
                             f", e.g. read_directions(DIR)[name]), got {type(direction).__name__}; for a bare vector "
                             "use Steering(vector, layer, alpha) or Steering.from_norm_units")
-        name = _direction_label(direction)
+        name = direction_label(direction)
         if "layer" not in prov:
             raise ValueError(f"direction {name} has no layer in its provenance; use "
                              "Steering(direction.vector, layer, alpha)")
@@ -370,7 +282,7 @@ def _as_list(steering: Steering | Sequence[Steering] | None) -> list[Steering]:
     if isinstance(steering, Steering):
         return [steering]
     if provenance_of(steering) is not None:
-        raise TypeError(f"got the direction {_direction_label(steering)}, not a Steering; steer along it with "
+        raise TypeError(f"got the direction {direction_label(steering)}, not a Steering; steer along it with "
                         "Steering.from_direction(direction, alpha) (alpha in multiples of its mean norm)")
     out = list(steering)
     for s in out:
@@ -384,7 +296,7 @@ def _check_against(handle: Any, s: Steering, *, allow_other_model: bool = False)
     if s.fitted_on is not None and not (allow_other_model or s.allow_other_model):
         from evprobe.hooks.fingerprint import check_fitted_on
 
-        check_fitted_on(s.direction_name or "(unnamed)", s.fitted_on, _model_of(handle) or "an unnamed model")
+        check_fitted_on(s.direction_name or "(unnamed)", s.fitted_on, model_of(handle) or "an unnamed model")
     from evprobe.hooks.intervention.session import site_map_of
 
     sites = site_map_of(handle)
@@ -485,6 +397,23 @@ def _run(out: Any, prompt_len: int, edited: Sequence[int]) -> SteeredRun:
                       prompt_len=prompt_len, edited=tuple(edited))
 
 
+def _prepared(handle: Handle, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] | None,
+              steering: Steering | Sequence[Steering] | None, max_new_tokens: int | None, min_new_tokens: int | None,
+              allow_other_model: bool) -> tuple[list[Steering], dict[str, Any], Any, int]:
+    """(steerings, generate kwargs, encoded inputs, prompt length) of a steered generation; every
+    Steering is checked against the model before the inputs are built. The tests' nnsight twin
+    (tests/hooks/nnsight_twins.py) shares it, so only the edit differs."""
+    from evprobe.hooks.inputs import build_inputs
+
+    images = image_rows(prompts, images)
+    specs = _as_list(steering)
+    for s in specs:
+        _check_against(handle, s, allow_other_model=allow_other_model)
+    kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
+    enc = build_inputs(handle, list(prompts), list(images), position_ids=False, for_generation=True)
+    return specs, kw, enc, int(enc["input_ids"].shape[1])
+
+
 def steered_generate(
     handle: Handle,
     prompts: Sequence[str],
@@ -496,98 +425,16 @@ def steered_generate(
     allow_other_model: bool = False,
 ) -> SteeredRun:
     """Greedy generation of all rows in one batch under `steer` (plain hooks); None = unsteered."""
-    images = image_rows(prompts, images)
     import torch
 
-    from evprobe.hooks.inputs import build_inputs
-
-    specs = _as_list(steering)
-    for s in specs:  # before the inputs are built
-        _check_against(handle, s, allow_other_model=allow_other_model)
-    kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
-    enc = build_inputs(handle, list(prompts), list(images), position_ids=False, for_generation=True)
-    prompt_len = int(enc["input_ids"].shape[1])
+    specs, kw, enc, prompt_len = _prepared(handle, prompts, images, steering, max_new_tokens, min_new_tokens,
+                                           allow_other_model)
     if not specs:
         with torch.inference_mode():
             return _run(handle.model.generate(**enc, **kw), prompt_len, ())
     with steer(handle, specs, allow_other_model=allow_other_model) as log, torch.inference_mode():
         out = handle.model.generate(**enc, **kw)
     return _run(out, prompt_len, [n for i, _, n, e in log.calls if e and i == 0])
-
-
-def steered_generate_nnsight(
-    handle: Handle,
-    prompts: Sequence[str],
-    images: Sequence[Sequence[Image.Image]] | None = None,
-    steering: Steering | Sequence[Steering] | None = None,
-    max_new_tokens: int | None = None,
-    *,
-    min_new_tokens: int | None = None,
-    allow_other_model: bool = False,
-) -> SteeredRun:
-    """The same steered greedy generation done with nnsight's iteration API (the cross-check).
-
-    One `handle.nn.generate()` trace in invoke mode: the first invoke carries the
-    inputs and loops `for step in tracer.iter[:n]` (n = max_new_tokens for
-    "every-step", 1 for "prompt-only"), adding the delta to
-    `nn_layers[layer].output` in place at step 0's chosen positions and at the one
-    position of each later step; a second, empty invoke saves `tracer.result`
-    (statements after a loop the run cut short would not run). A run that ends
-    before n steps (every row hit end-of-sequence) makes nnsight warn that the
-    loop's next step "was never reached"; that expected warning is dropped,
-    anything else is re-raised as a warning.
-    """
-    images = image_rows(prompts, images)
-    import nnsight
-    import torch
-
-    from evprobe.hooks.inputs import build_inputs
-
-    specs = _as_list(steering)
-    for s in specs:
-        _check_against(handle, s, allow_other_model=allow_other_model)
-    kw = _generate_kwargs(handle, max_new_tokens, min_new_tokens)
-    enc = build_inputs(handle, list(prompts), list(images), position_ids=False, for_generation=True)
-    prompt_len = int(enc["input_ids"].shape[1])
-    model = handle.nn
-    if not hasattr(model, "generate"):
-        raise RuntimeError(f"handle.nn is a plain {type(model).__name__} (its TransformersModel wrap failed); "
-                           "nnsight generation tracing needs TransformersModel")
-    layers = handle.nn_layers
-    # Everything the trace body reads is a local of this frame (nnsight captures the block).
-    # Each vector on its layer's device (under a device_map layers may sit on different GPUs).
-    deltas = [s.delta(handle.dtype, handle.layer_device(s.layer)) for s in specs]  # each (d_model,)
-    n_steps = [max_new_tokens if s.schedule == "every-step" else 1 for s in specs]
-    n_loop = max(n_steps, default=0)
-    per_row = [s.positions for s in specs if not isinstance(s.positions, (str, tuple, slice)) or s.positions == "image"]
-    if per_row:
-        raise ValueError(f"steered_generate_nnsight edits fixed positions; positions {per_row[0]!r} differ by row: "
-                         "use steered_generate (the intervention core)")
-    order = sorted(range(len(specs)), key=lambda i: specs[i].layer)  # nnsight reads must follow execution order
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with torch.inference_mode(), model.generate(**kw) as tracer:
-            with tracer.invoke(**enc):
-                edited = nnsight.save([])
-                for step in tracer.iter[:n_loop]:
-                    for i in order:
-                        if step < n_steps[i]:
-                            out = layers[specs[i].layer].output  # (batch, seq, d_model), live tensor
-                            if step == 0 and specs[i].positions == "last":
-                                out[:, -1] += deltas[i]
-                            elif step == 0 and specs[i].positions != "all":
-                                pos = specs[i].positions
-                                out[:, list(pos) if isinstance(pos, tuple) else pos] += deltas[i]
-                            else:
-                                out[:] += deltas[i]
-                            if i == 0:
-                                edited.append(int(out.shape[1]))
-            with tracer.invoke():
-                result = tracer.result.save()
-    for w in caught:
-        if not (issubclass(w.category, UserWarning) and "was never reached" in str(w.message)):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return _run(result, prompt_len, list(edited))
 
 
 # ---------------------------------------------------------------- readouts
@@ -624,13 +471,7 @@ __all__ = [
     "SteeredRun",
     "Steering",
     "SteeringLog",
-    "mean_residual_norm",
-    "check_direction_model",
     "option_logprobs",
-    "provenance_of",
-    "random_directions",
     "steer",
     "steered_generate",
-    "steered_generate_nnsight",
-    "unit_direction",
 ]

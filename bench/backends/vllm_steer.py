@@ -114,7 +114,7 @@ def steered_option_logprobs(llm: Any, prompt_ids: Sequence[Sequence[int]], lette
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from evprobe.hooks.steering import unit_direction
+    from evprobe.hooks.direction_vectors import unit_direction
 
     check_engine(llm)
     params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True, detokenize=False,

@@ -37,7 +37,8 @@ def run_capture(handle: Any, rows: Rows, b: int, repeats: int) -> Overhead:
 def _middle_steering(handle: Any, rows: Rows, b: int, alpha_norm: float) -> tuple[Any, float]:
     """A random unit direction at the middle layer, alpha in units of that layer's mean residual norm
     over every real prompt token (hooks.steer_rows.residual_norms_at, positions "all")."""
-    from evprobe.hooks.steering import Steering, random_directions
+    from evprobe.hooks.direction_vectors import random_directions
+    from evprobe.hooks.steering import Steering
     from evprobe.hooks.steer_rows import residual_norms_at
 
     layer = handle.n_layers // 2

@@ -252,7 +252,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
     and fix the items and conditions. Loads no model; every problem is a one-line error."""
     from evprobe.experiments.pins import input_pins
     from evprobe.hooks.fingerprint import check_fitted_on
-    from evprobe.hooks.steering import random_directions
+    from evprobe.hooks.direction_vectors import random_directions
 
     model = load_model_config(config.model)
     bench, out = Path(config.bench), Path(config.out)

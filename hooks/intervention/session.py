@@ -19,7 +19,7 @@ Why plain hooks, and not nnsight, as the substrate: an nnsight intervention live
 `edit(inplace=True)` applies only to runs through nnsight's interleaver), while the toolkit's
 readouts (`generate`, `next_token_logprobs`, the runner) call the model directly; and a
 persistent every-step edit needs an open `tracer.iter` loop that warns on every run.
-nnsight still works beside it (`handle.nn`, `steered_generate_nnsight` is the cross-check), but
+nnsight still works beside it (`handle.nn`; the tests' nnsight twin of steering is the cross-check), but
 nnsight reads a module's output inside its forward, before torch hooks run: under `intervene`,
 read edited sites with Read, not with nnsight's `.output` (tests/hooks/test_steer_nnsight.py).
 

@@ -38,7 +38,8 @@ def compared(vllm_python: Path, tiny_text_folder: Path, tmp_path_factory: pytest
     from evprobe import hooks
     from evprobe.hooks.generation import candidate_token_ids
     from evprobe.hooks.inputs import build_inputs
-    from evprobe.hooks.steering import Steering, option_logprobs, random_directions, steered_generate
+    from evprobe.hooks.direction_vectors import random_directions
+    from evprobe.hooks.steering import Steering, option_logprobs, steered_generate
 
     handle = hooks.load(str(tiny_text_folder), dtype="float32")
     dirs = random_directions(handle.d_model, 3, seed=0)

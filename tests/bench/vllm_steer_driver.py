@@ -27,7 +27,7 @@ def main(argv: list[str]) -> None:
     from vllm.inputs import TokensPrompt
 
     from evprobe.bench.backends.vllm_steer import start_steering_engine, steered_option_logprobs
-    from evprobe.hooks.steering import unit_direction
+    from evprobe.hooks.direction_vectors import unit_direction
 
     t = time.perf_counter()
     llm = start_steering_engine(spec["model"])

@@ -20,15 +20,10 @@ from evprobe.hooks import Handle, tiny
 from evprobe.hooks.ablation import ablate
 from evprobe.hooks.fingerprint import check_fitted_on, model_identity, other_model_refusal, same_model
 from evprobe.hooks.loading import named_models, resolve_model
-from evprobe.hooks.steering import (
-    Steering,
-    option_logprobs,
-    provenance_of,
-    steer,
-    steered_generate,
-    steered_generate_nnsight,
-)
+from evprobe.hooks.direction_vectors import provenance_of
+from evprobe.hooks.steering import Steering, option_logprobs, steer, steered_generate
 from evprobe.probes.directions import Direction, read_directions, write_directions
+from tests.hooks.nnsight_twins import steered_generate_nnsight
 from tests.hooks.test_handle import picture
 
 PROMPTS = ["Hi.", "Which letter? Answer A, B, C, D or E."]

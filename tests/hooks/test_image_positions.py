@@ -20,15 +20,11 @@ from evprobe.hooks.intervention import Add, Read, intervene
 from evprobe.hooks.patching import patch_sites
 from evprobe.hooks.positions import Frame, RowPositions, resolve_positions
 from evprobe.hooks.steer_rows import residual_norms_at
-from evprobe.hooks.steering import (
-    Steering,
-    steer,
-    steered_generate,
-    steered_generate_nnsight,
-)
+from evprobe.hooks.steering import Steering, steer, steered_generate
 from PIL import Image, ImageDraw
 
 from .conftest import tiny_handle
+from .nnsight_twins import steered_generate_nnsight
 from .test_native_video import clip
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -20,7 +20,8 @@ from evprobe.hooks import load, tiny
 from evprobe.hooks.capture import capture_batch
 from evprobe.hooks.devices import module_device, parse_max_memory
 from evprobe.hooks.patching import patch_pair
-from evprobe.hooks.steering import Steering, steered_generate, steered_generate_nnsight
+from evprobe.hooks.steering import Steering, steered_generate
+from tests.hooks.nnsight_twins import steered_generate_nnsight
 
 PROMPTS = ["Which sheet shows more? Answer with a letter.", "Describe the sheet."]
 IMAGES = [[Image.new("RGB", (40, 32), (200, 20, 20))], [Image.new("RGB", (40, 32), (20, 200, 20))]]

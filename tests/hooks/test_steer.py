@@ -17,15 +17,9 @@ import torch
 from evprobe import hooks
 from evprobe.hooks import TINY_ARCHS, Handle, build_inputs, generate, next_token_logprobs, tiny
 from evprobe.hooks.ablation import ablate
-from evprobe.hooks.steering import (
-    Steering,
-    mean_residual_norm,
-    option_logprobs,
-    random_directions,
-    steer,
-    steered_generate,
-    steered_generate_nnsight,
-)
+from evprobe.hooks.direction_vectors import mean_residual_norm, random_directions
+from evprobe.hooks.steering import Steering, option_logprobs, steer, steered_generate
+from tests.hooks.nnsight_twins import steered_generate_nnsight
 from tests.hooks.test_handle import picture
 
 LETTERS = ["A", "B", "C", "D", "E"]
@@ -413,4 +407,5 @@ def test_exported_from_hooks():
     # `steer` and `ablate` are imported from their modules (hooks.steering / hooks.ablation are
     # the submodules); the rest are package-level names too.
     assert hooks.Steering is Steering and hooks.option_logprobs is option_logprobs
-    assert hooks.steered_generate_nnsight is steered_generate_nnsight and hooks.random_directions is random_directions
+    assert hooks.random_directions is random_directions and hooks.mean_residual_norm is mean_residual_norm
+    assert "steered_generate_nnsight" not in hooks.__all__  # the nnsight twin is the tests' (tests/hooks/nnsight_twins.py)
