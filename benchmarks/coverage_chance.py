@@ -49,8 +49,9 @@ from pathlib import Path
 
 import numpy as np
 
+from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS
 from evprobe.probes.captures import labels, load_captures
-from evprobe.probes.control_tasks import CELL_FIELDS, row_cells
+from evprobe.probes.control_tasks import row_cells
 from evprobe.probes.sweep import SweepConfig, sweep
 from evprobe.probes.synthetic import reference_rows, write_capture
 
@@ -91,7 +92,7 @@ def one_replicate(s: Setting, rep: int) -> list[tuple[int, bool, bool]]:
     y = _label(s.name, rows, rng)
     for r, v in zip(rows, y, strict=True):
         r["resolved"] = bool(v)
-    cells = row_cells(rows, CELL_FIELDS)[0]
+    cells = row_cells(rows, BENCHMARK_CELL_FIELDS)[0]
     _, fam = np.unique([r["family_id"] for r in rows], return_inverse=True)
     n = len(rows)
     acts = np.empty((n, s.layers, 2, s.d), dtype=np.float32)
@@ -120,7 +121,7 @@ def row_replicate(s: Setting, rep: int) -> dict[str, float]:
     rng = np.random.default_rng([s.families, s.d, rep, len(s.name), 1])
     rows = reference_rows(s.families, seed=int(rng.integers(1 << 30)))
     y = _label(s.name, rows, rng).astype(np.int8)
-    cells = row_cells(rows, CELL_FIELDS)[0]
+    cells = row_cells(rows, BENCHMARK_CELL_FIELDS)[0]
     fam = np.array([r["family_id"] for r in rows], dtype=object)
     _, inv = np.unique(fam, return_inverse=True)
     mu = rng.standard_normal((int(cells.max()) + 1, s.d)) * s.cell

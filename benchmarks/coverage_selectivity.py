@@ -48,7 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from evprobe.core.bootstrap import FamilyBootstrap, percentile_interval
-from evprobe.probes.control_tasks import CELL_FIELDS, draw_control_tasks, row_cells, selectivity
+from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS
+from evprobe.probes.control_tasks import draw_control_tasks, row_cells, selectivity
 from evprobe.probes.engine import LogisticFitter, cv_scores
 from evprobe.probes.metrics import auroc
 from evprobe.probes.splits import family_folds
@@ -145,7 +146,7 @@ def _rules(X: np.ndarray, y: np.ndarray, cells: np.ndarray, fam: np.ndarray, k: 
 def one_replicate(setting: Setting, rep: int) -> dict[str, float]:
     rng = np.random.default_rng([setting.families, setting.d, rep, len(setting.name)])
     rows = reference_rows(setting.families, seed=int(rng.integers(1 << 30)))
-    cells = row_cells(rows, CELL_FIELDS)[0]
+    cells = row_cells(rows, BENCHMARK_CELL_FIELDS)[0]
     n_cells = int(cells.max()) + 1
     fam = np.array([r["family_id"] for r in rows], dtype=object)
     _, inv = np.unique(fam, return_inverse=True)
@@ -167,7 +168,7 @@ def _capture_null(path: Path, draws: int, k: int) -> list[tuple[str, dict[str, f
 
     cs = load_captures([path])
     ls = labels(cs, "resolved")
-    cells, why = row_cells([cs.index[r] for r in ls.rows], CELL_FIELDS)
+    cells, why = row_cells([cs.index[r] for r in ls.rows], BENCHMARK_CELL_FIELDS)
     if cells is None:
         sys.exit(f"{path}: {why}")
     fam = np.asarray(ls.families, dtype=object)

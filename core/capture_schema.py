@@ -66,6 +66,12 @@ INDEX_TYPES: dict[str, str] = {
     "text_span": "str", "n_tokens": "count", "n_image_tokens": "count", "n_text_tokens": "count",
     "n_clipped": "count",
 }
+# The benchmark's cell: the fields whose values together say what kind of prompt an item is (24 cells:
+# system x initial property x history x threshold level; bench.family builds every family in one system
+# x initial property and varies history and threshold within it). A sweep's control tasks permute within
+# cells. It is the benchmark's design, kept here beside its index schema because probes may not import
+# bench; probes.control_tasks.default_cell_fields uses it only where a capture's index carries it.
+BENCHMARK_CELL_FIELDS = ("system", "initial_property", "history", "threshold_level")
 # A row must have these; the others are checked when present (a capture of an older evprobe, or a
 # synthetic one (probes.synthetic), writes the item fields only).
 INDEX_REQUIRED = ("row", "item_id", "family_id")
@@ -161,5 +167,5 @@ def fields_problem(fields: Any) -> tuple[str, str] | None:
     return None
 
 
-__all__ = ["CAPTURE_FORMAT", "INDEX_ITEM_TYPES", "INDEX_OPTIONAL_DEFAULTS", "INDEX_OPTIONAL_ITEM_TYPES", "INDEX_REQUIRED", "INDEX_TYPES", "KINDS", "USER_KINDS",
+__all__ = ["BENCHMARK_CELL_FIELDS", "CAPTURE_FORMAT", "INDEX_ITEM_TYPES", "INDEX_OPTIONAL_DEFAULTS", "INDEX_OPTIONAL_ITEM_TYPES", "INDEX_REQUIRED", "INDEX_TYPES", "KINDS", "USER_KINDS",
            "fields_problem", "index_row_problem", "meta_problem", "row_problem"]

@@ -82,6 +82,7 @@ from evprobe.probes.nonfinite import (  # noqa: F401 - NONFINITE_POLICIES, nonfi
     families_with_partners,
     nonfinite_rows,
 )
+from evprobe.probes.user_words import unknown_own_label
 
 ACTS_FILE = "acts.npy"
 INDEX_FILE = "index.jsonl"
@@ -575,8 +576,8 @@ def labels(
                                    "--records RUN for all captures or one per capture, in the same order")
     known = set().union(*(r.keys() for r in cs.index))
     if name not in DERIVED_LABELS and name not in known:
-        raise CaptureError(f"unknown label {name!r}; use an index field ({', '.join(sorted(known))}) "
-                           f"or one of {', '.join(DERIVED_LABELS)}")
+        raise CaptureError(unknown_own_label(cs, name) or f"unknown label {name!r}; use an index field "
+                           f"({', '.join(sorted(known))}) or one of {', '.join(DERIVED_LABELS)}")
     dropped: Counter[str] = Counter()
     for cap in cs.captures:  # rows left out at read (nonfinite="drop") are counted, never silently gone
         if cap.nonfinite is not None:

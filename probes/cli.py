@@ -1,13 +1,13 @@
 """`evprobe sweep` and `evprobe directions`: parsers and run functions for experiments.cli.
 
-    evprobe sweep ACTS [ACTS ...] [--label resolved] [--positive VALUE] [--probe logistic|massmean|centroid]
+    evprobe sweep ACTS [ACTS ...] [--label NAME] [--positive VALUE] [--probe logistic|massmean|centroid]
                   [--records RUN ...] [--requests TYPES] [--restrict confabulated|overcautious|not_reference]
                   [--transfer system|initial|pairs|request|regime|FIELD ...] [--layers L,L] [--positions P,P]
                   [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
                   [--probe-params NAME=VALUE,...] [--no-nested] [--control-tasks 39] [--cell-fields F,F,...] [--leakage-shuffles 16]
                   [--jobs N] [--out DIR] [--quiet]
                   [--nonfinite refuse|drop]
-    evprobe directions ACTS [ACTS ...] --layer L[,L ...] [--position last] [--label resolved] [--positive VALUE]
+    evprobe directions ACTS [ACTS ...] --layer L[,L ...] [--position last] [--label NAME] [--positive VALUE]
                   [--probe massmean|logistic|centroid|all] [--by KIND] [--records RUN ...] [--requests TYPES]
                   [--restrict RULE] [--C 1.0] [--pooled-covariance] [--probe-params NAME=VALUE,...]
                   [--seed 20260905] [--out DIR]
@@ -32,7 +32,7 @@ from evprobe.core.argtypes import int_list, nonnegative_int, positive_float, pos
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED
 from evprobe.probes.captures import NONFINITE_POLICIES
 from evprobe.probes.chance import DEFAULT_CHANCE_PERMUTATIONS
-from evprobe.probes.control_tasks import CELL_FIELDS, DEFAULT_CONTROL_TASKS
+from evprobe.probes.control_tasks import DEFAULT_CONTROL_TASKS
 from evprobe.probes.registry import SHARED_KNOBS, ProbeSpec, parameters, probe_names
 from evprobe.probes.runs import (
     default_sweep_out,
@@ -45,10 +45,11 @@ from evprobe.probes.runs import (
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("acts", metavar="ACTS", type=Path, nargs="+",
                    help="capture folder(s) written by `evprobe capture`; several = several prompt regimes")
-    p.add_argument("--label", default="resolved",
-                   help="an index field (resolved, history, threshold_level, system, ...), missing_property, initial, "
-                        "or from --records: stopped, committed, chose_reference, valid; `name=value` names the "
-                        "positive class")
+    p.add_argument("--label", default=None,
+                   help="an index field of the capture (your own capture's: the fields of its rows; the benchmark's: "
+                        "resolved, history, threshold_level, system, ..., missing_property, initial, or from "
+                        "--records: stopped, committed, chose_reference, valid); `name=value` names the positive "
+                        "class (default: resolved where the capture has it, else the capture's one label)")
     p.add_argument("--positive", default=None, help="the class called 1 (needed when the label has >2 values)")
     p.add_argument("--records", type=Path, action="append", default=None,
                    help="RUN folder (records.jsonl) for behavioural labels and --restrict; one for all captures or "
@@ -106,10 +107,11 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help="control tasks, leakage check and input baselines (--no-controls: none of them)")
     p.add_argument("--control-tasks", type=nonnegative_int, default=DEFAULT_CONTROL_TASKS,
                    help="control tasks per layer/position: random balanced functions of the cell (0: none)")
-    p.add_argument("--cell-fields", type=str_list, default=CELL_FIELDS, metavar="FIELD,FIELD",
+    p.add_argument("--cell-fields", type=str_list, default=None, metavar="FIELD,FIELD",
                    help="index fields whose values together make a row's cell (its prompt type), for the control "
-                        "tasks and the one-hot cell baseline; on your own capture name your fields, e.g. "
-                        "topic,speaker (default: the benchmark's " + ",".join(CELL_FIELDS) + ")")
+                        "tasks and the one-hot cell baseline, e.g. topic,speaker (default: the capture's own: "
+                        "none on yours, said once with fields that could serve; the benchmark's cell on its "
+                        "captures)")
     p.add_argument("--leakage-shuffles", type=positive_int, default=16,
                    help="independent within-family label shuffles of the leakage check (>= 2)")
     p.add_argument("--refits", type=nonnegative_int, default=DEFAULT_REFITS,

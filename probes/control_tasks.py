@@ -1,8 +1,10 @@
 """Control tasks (Hewitt and Liang 2019) and the selectivity they give, on every sweep.
 
 A control task is a random label that is a fixed function of the input's *type*. Here the type
-is the cell: (system, initial property, history, threshold level), 24 cells in the benchmark
-(`CELL_FIELDS`, a `SweepConfig` setting). Sufficiency (`resolved`) is itself a function of the
+is the cell: the values of the index fields `SweepConfig.cell_fields` names. On the benchmark's
+captures it defaults to (system, initial property, history, threshold level), 24 cells
+(`default_cell_fields`; the benchmark's design, core.capture_schema.BENCHMARK_CELL_FIELDS); on a
+capture of your own to none, until you name yours. Sufficiency (`resolved`) is itself a function of the
 cell, so a representation that encodes the cell decodes *every* cell function, sufficiency
 included; what is special about sufficiency shows only as selectivity = target AUROC - mean
 AUROC of random cell functions fitted and scored the same way.
@@ -52,10 +54,10 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.bootstrap import Estimate
+from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS
+from evprobe.core.estimate_text import estimate_text, missing_text
 
-CELL_FIELDS = ("system", "initial_property", "history", "threshold_level")
 DEFAULT_CONTROL_TASKS = 39  # k + 1 = 40 exchangeable tasks: the interval is a 95% interval
 MIN_VERDICT_TASKS = 19  # a verdict needs 1 / (k + 1) <= 5% false "selective" calls
 MIN_CELLS = 4
@@ -87,7 +89,7 @@ class ControlTasks:
 def row_cells(index_rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> tuple[np.ndarray | None, str | None]:
     """(cell number of each row (n,), None) or (None, why not): the fields must be in every row."""
     if not fields:
-        return None, "no cell fields configured"
+        return None, "no cell fields are named"
     missing = missing_cell_fields(index_rows, fields)
     if missing:
         which = "of the configured cell (it has none of them)" if set(missing) == set(fields) else ", ".join(missing)
@@ -98,6 +100,17 @@ def row_cells(index_rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) ->
 
 
 NOT_CELL_FIELDS = frozenset({"row", "item_id", "family_id", "source", "source_name"})
+
+
+def default_cell_fields(index_rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """What `SweepConfig.cell_fields=None` means on these rows: the benchmark's cell
+    (BENCHMARK_CELL_FIELDS) where the data is the benchmark's, i.e. some row carries one of those
+    fields (one missing elsewhere is then named), else none: a capture of your own has no cell
+    until you name its fields (the sweep says so once, suggesting some). The benchmark's default
+    lives with its schema in core, not here: probes know no benchmark, they read what the capture
+    carries."""
+    present = {f for row in index_rows for f in BENCHMARK_CELL_FIELDS if f in row}
+    return BENCHMARK_CELL_FIELDS if present else ()
 
 
 def missing_cell_fields(index_rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> list[str]:
@@ -123,11 +136,12 @@ def suggest_cell_fields(index_rows: Sequence[Mapping[str, Any]], label: str) -> 
 
 
 def missing_cells_warning(label: str, fields: Sequence[str], missing: Sequence[str], suggested: Sequence[str]) -> str:
-    """The one line said when cell fields are not in the index (probes.sweep_warnings): the missing
-    ones are named unless the index has none of them (the benchmark's default on your own capture)."""
-    if set(missing) == set(fields):
-        what = ("the default cell fields are the benchmark's, and this capture has none of them"
-                if tuple(fields) == CELL_FIELDS else f"the index has none of the cell fields {','.join(fields)}")
+    """The one line said when no cell fields are named, or they are not in the index
+    (probes.sweep_warnings): the missing ones are named unless the index has none of them."""
+    if not fields:
+        what = "no cell fields are named"
+    elif set(missing) == set(fields):
+        what = f"the index has none of the cell fields {','.join(fields)}"
     else:
         what = f"the index lacks the cell field(s) {', '.join(missing)} of {' x '.join(fields)}"
     example = f", e.g. --cell-fields {','.join(suggested[:3])}" if suggested else ""

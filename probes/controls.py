@@ -27,7 +27,7 @@
 
 2. Input-only baselines, all logistic (C = 1) on one-hot prompt variables with the same folds:
    - the one-hot cell (system x initial property x history x threshold level,
-     probes.control_tasks.CELL_FIELDS): sufficiency is a function of the cell in the benchmark, so
+     core.capture_schema.BENCHMARK_CELL_FIELDS): sufficiency is a function of the cell in the benchmark, so
      this baseline is ~1.0 by construction. It says the label is computable from the prompt's
      type; the sweep asks where, and how selectively, the model computes it (control tasks).
    - details, at chance by design: the initial history alone, the threshold level alone, and the

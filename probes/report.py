@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate
+from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS
 from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.probes.chance import ChanceTest
-from evprobe.probes.control_tasks import CELL_FIELDS, ControlSummary, fmt_selectivity
+from evprobe.probes.control_tasks import ControlSummary, fmt_selectivity
 from evprobe.probes.factors import FactorComparison, fmt_factors
 from evprobe.probes.summary import sweep_paragraph
 from evprobe.probes.sweep import SweepResult
@@ -155,7 +156,7 @@ def sweep_markdown(result: SweepResult) -> str:
     lines += ["## Input baseline: the one-hot cell (logistic, same folds)", "",
               f"AUROC {estimate_text(result.cell_baseline)}.", ""]
     if cell is not None and cell >= 0.9:
-        lines += [CELL_NOTE if tuple(tasks["cell_fields"]) == CELL_FIELDS else
+        lines += [CELL_NOTE if tuple(tasks["cell_fields"]) == BENCHMARK_CELL_FIELDS else
                   CELL_NOTE_OWN.format(cell=" x ".join(tasks["cell_fields"]), label=result.label), ""]
     elif cell is not None:
         lines += [f"Here the cell does not fix '{result.label}' (one-hot cell AUROC {cell:.3f}): the label varies "
@@ -187,7 +188,8 @@ def sweep_markdown(result: SweepResult) -> str:
                           f"{fmt_factors(row.factors)}."]
         if result.naive_best:
             nb = result.naive_best
-            lines += ["", f"For comparison, the maximum over layers of the test-fold AUROC (TRAPS-style, optimistic): "
+            how = "TRAPS-style" if result.sources == "regimes" else "the layer chosen on the test folds"
+            lines += ["", f"For comparison, the maximum over layers of the test-fold AUROC ({how}, optimistic): "
                           f"L{nb['layer']}/{nb['position']} {nb['auroc']:.3f}."]
     lines += [
         "",

@@ -43,7 +43,7 @@ Captures = CaptureSet | Sequence[str | Path]
 
 def labelled(
     captures: Captures,
-    label: LabelSet | str = "resolved",
+    label: LabelSet | str | None = None,
     *,
     positive: Any = None,
     records: Sequence[str | Path] | None = None,
@@ -53,12 +53,18 @@ def labelled(
 ) -> tuple[CaptureSet, LabelSet]:
     """The captures (loaded from folders unless given) and the label on their rows.
 
+    label: None reads `resolved` on the benchmark's captures and your capture's one label
+    (probes.user_words; with several, one line lists them).
     records: run folders (records.jsonl) for behavioural labels and `restrict`, one for all
     captures or one per capture. restrict: confabulated | overcautious | not_reference.
     nonfinite: refuse | drop, what a capture row holding NaN or inf does (probes.captures)."""
     cs = captures if isinstance(captures, CaptureSet) else load_captures(captures, nonfinite=nonfinite)
     if isinstance(label, LabelSet):
         return cs, label
+    if label is None:
+        from evprobe.probes.user_words import default_label
+
+        label = default_label(cs)
     runs = [load_records(r) for r in records] if records else None
     labelset = labels(cs, label, runs, positive, requests)
     if restrict:

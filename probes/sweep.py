@@ -64,10 +64,10 @@ from evprobe.probes.chance import (
 )
 from evprobe.probes.chance import adjust as adjust_chance
 from evprobe.probes.control_tasks import (
-    CELL_FIELDS,
     DEFAULT_CONTROL_TASKS,
     ControlTasks,
     Selectivity,
+    default_cell_fields,
     draw_control_tasks,
     missing_cell_fields,
     row_cells,
@@ -93,10 +93,16 @@ from evprobe.probes.registry import ProbeSpec
 from evprobe.probes.splits import DEFAULT_FOLDS, family_folds
 from evprobe.probes.sweep_row import DEGENERATE_REASON, SweepRow, with_leakage
 from evprobe.probes.sweep_warnings import PAIR_FIELDS, sweep_warnings
+from evprobe.probes.user_words import is_own
 
 @renamed(n_splits="folds", n_jobs="jobs")  # the names of --folds and --jobs (core.renames)
 @dataclass(frozen=True)
 class SweepConfig:
+    """The sweep's settings, one per `evprobe sweep` flag. `cell_fields=None` (default) is the
+    capture's own cell: the benchmark's (system, initial_property, history, threshold_level) where the
+    index carries those fields, none on a capture of your own (its control tasks wait for
+    `cell_fields=("topic", ...)`); `sweep` resolves it, so a result's config names what was used."""
+
     probe: str = "logistic"  # a registered probe (probes.registry): logistic | massmean | centroid | yours
     C: float = 1.0  # logistic inverse regularisation (TRAPS: 1); for probes declaring a C parameter
     pooled_covariance: bool = False  # mass-mean probe through the pooled covariance
@@ -108,7 +114,10 @@ class SweepConfig:
     controls: bool = True  # control tasks, leakage check and input baselines
     control_tasks: int = DEFAULT_CONTROL_TASKS  # random balanced cell functions per row (0: none)
     leakage_shuffles: int = 16  # independent within-family shuffles of the leakage check (>= 2)
-    cell_fields: tuple[str, ...] = CELL_FIELDS  # index fields whose values make a row's cell (--cell-fields)
+    # index fields whose values make a row's cell (--cell-fields); None: the capture's own, resolved by
+    # `sweep` (the result's config holds them): the benchmark's cell on the benchmark's captures, none on
+    # yours (probes.control_tasks.default_cell_fields)
+    cell_fields: tuple[str, ...] | None = None
     nested: bool = True
     refits: int = DEFAULT_REFITS  # family resamples on which the whole pipeline is refitted for the intervals (0: none)
     permutations: int = 0  # label permutations for the nested estimate's p-value (probes.inference; 0: no test)
@@ -161,7 +170,7 @@ class SweepResult:
     cell_baseline: Estimate  # logistic on the one-hot cell
     baselines: dict[str, Estimate]  # single-factor baselines (details: at chance by design)
     best: NestedResult | None
-    naive_best: dict[str, Any] | None  # argmax over rows: selected on test folds (TRAPS-style)
+    naive_best: dict[str, Any] | None  # argmax over rows: selected on the test folds (optimistic)
     warnings: tuple[str, ...]
     seconds: float
     intervals: RefitIntervals | None = None  # None: the fixed-model bootstrap's (see FIXED_MODEL_WARNING)
@@ -222,7 +231,9 @@ class SweepResult:
 
 def controls_for(captures: CaptureSet, labelset: LabelSet, config: SweepConfig) -> tuple[np.ndarray | None, ControlTasks]:
     """(cell number per labelled row or None, the control tasks or the reason there are none)."""
-    cells, reason = row_cells([captures.index[r] for r in labelset.rows], config.cell_fields)
+    index_rows = [captures.index[r] for r in labelset.rows]
+    fields = default_cell_fields(index_rows) if config.cell_fields is None else config.cell_fields
+    cells, reason = row_cells(index_rows, fields)
     if cells is None:
         return None, ControlTasks(np.zeros((0, labelset.n), np.int8), 0, config.control_tasks, reason)
     return cells, draw_control_tasks(cells, labelset.y, config.control_tasks, config.seed)
@@ -232,7 +243,7 @@ def sources_of(captures: CaptureSet) -> tuple[str, tuple[str, ...]]:
     """("regimes", the regimes) for captures of the benchmark; ("captures", folder names) when every
     capture was written by evprobe.write_capture with the default regime (which is not the user's word)."""
     caps = captures.captures
-    if all(c.meta.get("written_by") == "evprobe.write_capture" and c.regime == "standard" for c in caps):
+    if is_own(captures) and all(c.regime == "standard" for c in caps):
         return "captures", tuple(c.path.name for c in caps)
     return "regimes", tuple(captures.source_names)
 
@@ -253,6 +264,8 @@ def sweep(
     """Run the sweep (see the module docstring). `progress(done, total)` is called per layer."""
     started = time.perf_counter()
     config = config or SweepConfig()
+    if config.cell_fields is None:  # the capture's own cell (the result's config says which)
+        config = replace(config, cell_fields=default_cell_fields([captures.index[r] for r in labelset.rows]))
     y, fam = labelset.y, labelset.families
     folds = family_folds(fam, config.folds, config.seed, y)
     boot = FamilyBootstrap(sorted(set(fam)), config.n_boot, config.seed)
@@ -350,8 +363,7 @@ def sweep(
     if scored:
         top = max(scored, key=lambda r: r.auroc.value)
         naive = {"layer": top.layer, "position": top.position, "auroc": top.auroc.value, "ci": list(top.auroc.ci),
-                 "n": top.auroc.n, "n_families": top.auroc.n_families,
-                 "note": "maximum over layers of test-fold AUROC (TRAPS-style; optimistic)"}
+                 "n": top.auroc.n, "n_families": top.auroc.n_families, "note": NAIVE_NOTE[sources_of(captures)[0]]}
     info = {"k": 0, "requested": config.control_tasks, "n_cells": 0, "cell_fields": list(config.cell_fields),
             "skipped": "controls off"}
     if tasks is not None:
@@ -376,6 +388,10 @@ def sweep(
         chance=chance_json(len(y_chance), sum(r.chance is not None for r in rows), scheme(y, fam)) if y_chance else None,
     )
 
+
+# the naive best's note: the benchmark's pages name the paper whose practice it is; yours say what it is
+NAIVE_NOTE = {"regimes": "maximum over layers of test-fold AUROC (TRAPS-style; optimistic)",
+              "captures": "maximum over layers of test-fold AUROC (the layer chosen on the test folds; optimistic)"}
 
 FIXED_MODEL_WARNING = (
     "INTERVALS HOLD THE FOLD MODELS FIXED ({why}): they resample which families are scored, not which trained the "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from evprobe.probes.control_tasks import DEFAULT_CONTROL_TASKS, MIN_VERDICT_TASKS, missing_cells_warning
 from evprobe.probes.controls import EXTREME_SDS
+from evprobe.probes.user_words import is_own
 
 if TYPE_CHECKING:
     from evprobe.core.bootstrap import Estimate
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from evprobe.probes.sweep import SweepRow
 
 PAIR_FIELDS = ("image_pair_id", "threshold_pair_id")
+BENCHMARK_VARIES = " (in the benchmark: the measurement and the threshold)"  # not said of your own capture
 
 
 def sweep_warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], labelset: LabelSet,
@@ -38,7 +40,8 @@ def sweep_warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], lab
             f"DEGENERATE CAPTURE: at every probed layer and position the representation is identical within "
             f"families while '{labelset.name}' varies within families; every grouped probe scores 0.5 by "
             "construction. No sweep is reported: the model's state at these positions ignores what varies within "
-            "families (in the benchmark: the measurement and the threshold), or the positions precede it."
+            f"families{'' if captures is not None and is_own(captures) else BENCHMARK_VARIES}, or the "
+            "positions precede it."
         )
     elif bad:
         where = ", ".join(f"L{r.layer}/{r.position}" for r in bad[:8]) + (" ..." if len(bad) > 8 else "")
@@ -56,7 +59,7 @@ def sweep_warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], lab
             out.append(f"input-only baseline '{name}' is above chance ({est.value:.3f}, CI {est.ci}); the "
                        "selection is not balanced within families, so a probe can partly read the prompt's "
                        "surface variables")
-    if tasks.get("missing_fields"):
+    if tasks.get("missing_fields") or ("missing_fields" in tasks and not tasks["cell_fields"]):  # none named
         out.append(missing_cells_warning(labelset.name, tasks["cell_fields"], tasks["missing_fields"],
                                          tasks.get("suggested_fields") or []))
     elif tasks["skipped"] and tasks["skipped"] != "controls off":

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.probes.capture_writer import write_capture as write_public
-from evprobe.probes.captures import INDEX_FILE
+from evprobe.probes.captures import INDEX_FILE, META_FILE
 
 SYSTEMS = ("sliding", "bouncing", "spring")
 OTHER = {"sliding": "friction", "bouncing": "restitution", "spring": "stiffness"}
@@ -94,11 +94,13 @@ def write_capture(
     regime: str = "standard",
     indexed: Sequence[int] | None = None,
     torn_tail: str | None = None,
+    as_benchmark: bool = False,
 ) -> Path:
     """Write a capture folder with the public writer (`probes.capture_writer.write_capture`; an
     existing folder is overwritten), plus two test-only damages: `indexed` lists the rows to commit
     in index.jsonl (default all: fewer makes a partial capture, in the order given); `torn_tail` is
-    appended without a newline (a torn line). Positions default to the capture's names."""
+    appended without a newline (a torn line). Positions default to the capture's names.
+    `as_benchmark`: meta.json without `written_by`, as `evprobe capture` writes the benchmark's."""
     n_positions = acts.shape[2]
     positions = ["last", "image_mean", "text_mean"][:n_positions] if positions is None else list(positions)
     path = write_public(path, acts, rows, layers=layers, positions=positions, model=model, regime=regime,
@@ -108,6 +110,10 @@ def write_capture(
         lines = index.read_text().splitlines(keepends=True)  # line i is row i
         text = "".join(lines[i] for i in (range(len(rows)) if indexed is None else indexed))
         index.write_text(text + (torn_tail or ""))
+    if as_benchmark:
+        meta = json.loads((path / META_FILE).read_text())
+        del meta["written_by"]
+        (path / META_FILE).write_text(json.dumps(meta))
     return path
 
 

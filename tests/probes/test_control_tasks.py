@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS as CELL_FIELDS
 from evprobe.probes.captures import labels, load_captures
 from evprobe.probes.control_tasks import (
-    CELL_FIELDS,
     DEFAULT_CONTROL_TASKS,
+    default_cell_fields,
     draw_control_tasks,
     fmt_selectivity,
     row_cells,
@@ -49,8 +50,9 @@ def cells_of(rows: list[dict]) -> np.ndarray:
 
 def test_defaults_and_balance() -> None:
     assert DEFAULT_CONTROL_TASKS == 39 and SweepConfig().control_tasks == DEFAULT_CONTROL_TASKS
-    assert SweepConfig().cell_fields == ("system", "initial_property", "history", "threshold_level")
+    assert SweepConfig().cell_fields is None  # the capture's own: the benchmark's on the benchmark's rows
     rows = cell_rows()
+    assert default_cell_fields(rows) == ("system", "initial_property", "history", "threshold_level")
     cells, y = cells_of(rows), np.array([r["resolved"] for r in rows], dtype=np.int8)
     assert cells.max() + 1 == 24
     tasks = draw_control_tasks(cells, y, 20, seed=7)

@@ -13,7 +13,7 @@ import pytest
 
 from evprobe.core.bootstrap import FamilyBootstrap
 from evprobe.probes.captures import labels, load_captures
-from evprobe.probes.control_tasks import CELL_FIELDS
+from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS as CELL_FIELDS
 from evprobe.probes.factors import compare_factors, factor_labels, fmt_factors
 from evprobe.probes.report import sweep_markdown
 from evprobe.probes.summary import sweep_paragraph

@@ -16,7 +16,7 @@ import pytest
 import evprobe
 from evprobe.experiments.cli import main
 from evprobe.probes.captures import labels, load_captures
-from evprobe.probes.control_tasks import CELL_FIELDS, missing_cells_warning, suggest_cell_fields
+from evprobe.probes.control_tasks import missing_cells_warning, suggest_cell_fields
 from evprobe.probes.sweep import SweepConfig, sweep
 
 FAST = {"n_boot": 100, "refits": 0, "nested": False, "control_tasks": 19}
@@ -80,8 +80,9 @@ def test_suggested_cell_fields_leave_out_ids_constants_and_the_label() -> None:
              "y": i % 2} for i in range(8)]
     assert suggest_cell_fields(rows, "y") == ["topic"]  # note: unique per row; same: constant
     assert suggest_cell_fields(rows, "topic") == ["y"]
-    text = missing_cells_warning("y", CELL_FIELDS, list(CELL_FIELDS), [])
-    assert "--cell-fields FIELD,FIELD" in text and "e.g." not in text and "history" not in text
+    text = missing_cells_warning("y", (), [], [])  # none named: a capture of your own, by default
+    assert "no cell fields are named" in text and "--cell-fields FIELD,FIELD" in text and "e.g." not in text
+    assert "history" not in text
 
 
 def test_benchmark_captures_keep_their_regimes(tmp_path) -> None:
@@ -89,14 +90,11 @@ def test_benchmark_captures_keep_their_regimes(tmp_path) -> None:
 
     rows = reference_rows(16, seed=1)
     acts, _ = planted_acts([r["resolved"] for r in rows], 2, 1, 8, signal_layers=[1], strength=4.0, seed=2)
-    cap = write_capture(tmp_path / "acts", acts, rows)
-    meta = json.loads((cap / "meta.json").read_text())
-    meta.pop("written_by", None)  # as `evprobe capture` writes it
-    (cap / "meta.json").write_text(json.dumps(meta))
-    cs = load_captures([cap])
+    cs = load_captures([write_capture(tmp_path / "acts", acts, rows, as_benchmark=True)])
     res = sweep(cs, labels(cs, "resolved"), SweepConfig(**FAST)).to_json()
     assert res["regimes"] == ["standard"] and "captures" not in res
     assert not any("CONTROL TASKS SKIPPED" in w for w in res["warnings"])  # the benchmark's default cell stands
+    assert res["config"]["cell_fields"] == ["system", "initial_property", "history", "threshold_level"]
 
 
 # -- one name per setting ------------------------------------------------------------------------
