@@ -51,7 +51,7 @@ answers, an item), so scoring one family's items and records alone gives that fa
 the sums over families reproduce the run's own values (checked on every scoring of a folder of runs,
 `check_shares_match`).
 
-Printed as everywhere else: an estimate by `bench.score_report.headline_cell` (rates in percent, costs
+Printed as everywhere else: an estimate by `bench.score_cells.headline_cell` (rates in percent, costs
 in units, PECS plain), a paired difference of rates by `points` (percentage points with a sign); the
 difference of a cost or of PECS by `headline_cell`, on its own scale. The mean and sd are numbers on
 the estimate's scale, `58.5` and `1.2` in their own columns.
@@ -76,7 +76,7 @@ from evprobe.bench.manifest import read_items, read_meta
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.repeats import is_runs_folder, read_runs
-from evprobe.bench.score_report import COSTS, LABELS, PLAIN, at, difference_cell, headline_cell
+from evprobe.bench.score_cells import COSTS, LABELS, PLAIN, at, difference_cell, headline_cell
 from evprobe.bench.scoring import HEADLINE, Bench, score
 from evprobe.core.bootstrap import (DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled,
                                     families_of)

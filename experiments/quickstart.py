@@ -301,7 +301,7 @@ def headline_lines(out: Path) -> list[str]:
         path = out / rel
         return optional_json_object(path, RERUN)
 
-    from evprobe.bench.score_report import pct, plain, points
+    from evprobe.bench.score_cells import pct, plain, points
     from evprobe.experiments.dose_response.formatting import crossfit_setting, fmt_estimate
 
     lines = []

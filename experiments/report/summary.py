@@ -78,7 +78,7 @@ def _load(path: Path | None) -> dict[str, Any] | None:
 def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
                   known: dict | None) -> list[tuple[str, str, str]]:
     """(measure, estimate with interval and n, what it is) rows of the headline table."""
-    from evprobe.bench.score_report import pct, plain, points
+    from evprobe.bench.score_cells import pct, plain, points
     from evprobe.experiments.dose_response.formatting import crossfit_setting, fmt_estimate
     from evprobe.probes.chance import chance_reading
     from evprobe.probes.control_tasks import fmt_selectivity
@@ -132,7 +132,7 @@ def _row_at(sweep: dict, layer: int, position: str) -> dict[str, Any]:
 
 def sentences(scores: dict | None, sweep: dict | None, dose: dict | None) -> list[str]:
     """What the headline numbers show, and what they do not, in a few generated sentences."""
-    from evprobe.bench.score_report import pct
+    from evprobe.bench.score_cells import pct
     from evprobe.probes.chance import chance_reading
     from evprobe.probes.control_tasks import fmt_selectivity
     from evprobe.probes.factors import fmt_factors
