@@ -150,7 +150,8 @@ class PairPatchingResult:
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        heatmap_png({**self.summary, "n_rows": self.summary["n_rows"]}, path, measures=MEASURES, row_label="site")
+        heatmap_png({**self.summary, "n_rows": self.summary["n_rows"]}, path, measures=MEASURES, row_label="site",
+                    decoded="candidate")
         return path
 
     def to_dataframe(self, table: str = "frame") -> pd.DataFrame:

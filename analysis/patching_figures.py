@@ -12,6 +12,10 @@ from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import count_text
 
 MIN_GAP = 0.1  # nats: pairs whose members the model barely separates give no share (of the gap)
+# The decoded-flip panel's title: the benchmark's words for its option letters (`evprobe patching`,
+# whose figure the quickstart pins), or what the number is, for your own candidates (pair_patching)
+FLIP_TITLES = {"letter": "Top letter becomes the source's (IIA)",
+               "candidate": "Decoded flips: how often the\ntop candidate becomes the source's"}
 
 
 def _panel(fig: Any, ax: Any, cells: list[list[dict]], cmap: str, scale: tuple[float, float], columns: list,
@@ -51,12 +55,13 @@ def _mean_change_scale(cells: list[list[dict]]) -> tuple[float, float]:
 
 
 def heatmap_png(summary: dict[str, Any], path: Path, measures: tuple[str, ...] = ("share_of_gap", "decoded_flip"),
-                row_label: str = "decoder layer") -> None:
+                row_label: str = "decoder layer", decoded: str = "letter") -> None:
     """One panel per measure, row (layer or site) x patched positions: the mean change of the
     log-odds (nats), the share of the source-target gap the patch recovers, the decoded flips; each
     cell with its value and 95% interval, the same measures as patching.md. `evprobe patching`
     draws the last two; `pair_patching`'s plot all three (a mean change is defined for every pair,
-    the share only where the gap is at least MIN_GAP)."""
+    the share only where the gap is at least MIN_GAP). decoded: what a flip reads, a key of
+    FLIP_TITLES ("letter": the benchmark's options; "candidate": your candidates)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,7 +70,7 @@ def heatmap_png(summary: dict[str, Any], path: Path, measures: tuple[str, ...] =
     layers, positions = summary["layers"], summary["positions"]
     known = {"mean_change": ("Mean change of the log-odds (nats)", "RdBu_r", None),
              "share_of_gap": (f"Share of the gap recovered (|gap| >= {MIN_GAP} nats)", "RdBu_r", (-1.0, 1.0)),
-             "decoded_flip": ("Top letter becomes the source's (IIA)", "Greens", (0.0, 1.0))}
+             "decoded_flip": (FLIP_TITLES[decoded], "Greens", (0.0, 1.0))}
     panels = [(key, *known[key]) for key in measures]
     fig, axes = plt.subplots(1, len(panels), figsize=(0.6 + (1.4 + 2.6 * len(positions)) * len(panels) / 2,
                                                       1.4 + 0.55 * len(layers)), squeeze=False)

@@ -116,6 +116,12 @@ def test_the_figure_draws_the_mean_change_and_every_result_is_a_table(setup, tmp
 
     heatmap_png(result.summary, tmp_path / "two.png")  # the benchmark's two panels
     assert width > 1.3 * matplotlib.image.imread(tmp_path / "two.png").shape[1]  # a third panel: the mean change
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # the figures' words as text
+        yours = result.plot(tmp_path / "three.svg").read_text()
+        heatmap_png(result.summary, tmp_path / "two.svg")
+    assert "Decoded flips: how often the" in yours and "top candidate becomes the source" in yours
+    assert "IIA" not in yours and "letter" not in yours  # the benchmark's words stay on its own figure:
+    assert "Top letter becomes the source" in (tmp_path / "two.svg").read_text()
     frame = evprobe.to_dataframe(result)
     assert set(frame["measure"]) == {"mean_change", "share_of_gap", "decoded_flip"}
     assert len(evprobe.to_dataframe(result, table="rows")) == 6
