@@ -54,7 +54,8 @@ HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (l
 
 @dataclass(frozen=True)
 class RunConfig:
-    """`evprobe run`: every field is a flag (`--batch-size` for batch_size), with this help."""
+    """`evprobe run`: every field is a flag (`--batch-size` for batch_size), with this help, except
+    backend_options, whose own fields are the flags of its backend (`RunConfig.of` takes them flat)."""
 
     model: ModelConfig = setting(help="policy:<name>, tiny:<arch>, a model config (a name in configs/models or a "
                                       "YAML), a hub id or a local folder; the model flags below override its keys")

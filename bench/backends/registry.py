@@ -102,9 +102,8 @@ def register_backend(name: str, *, options: type[BackendOptions] = BackendOption
         if name not in BUILTIN:  # a clash with a built-in's flag is the newcomer's, so load them first
             for builtin in BUILTIN:
                 backend_spec(builtin)
-        home = _REFS.get(name, "").partition(":")[0]
-        if name not in _SPECS and home and home != getattr(opener, "__module__", None):
-            backend_spec(name)  # the name's own module first (a built-in): the newcomer is the clash
+        if name in BUILTIN and name not in _SPECS and BUILTIN[name] != getattr(opener, "__module__", None):
+            backend_spec(name)  # the built-in's own module first: the newcomer is the clash
         listed = ", ".join(backend_names())
         if not _NAME.match(name):
             raise ValueError(f"backend name {name!r}: use lowercase letters, digits, '_' and '-' (registered: {listed})")
@@ -116,7 +115,6 @@ def register_backend(name: str, *, options: type[BackendOptions] = BackendOption
                             "(config, handle) and returning a backend")
         _check_options(name, options, model_keys)
         _SPECS[name] = BackendSpec(name, opener, options, help, tuple(model_keys), served, takes_handle, native_video)
-        _REFS.setdefault(name, opener.__module__)
         return opener
 
     return add
@@ -189,7 +187,7 @@ def add_backend_arguments(parser: Any) -> None:
                         + f" (default: {DEFAULT_BACKEND}; plugins: entry-point group {ENTRY_POINT_GROUP})")
     for spec in specs:
         if dataclasses.fields(spec.options):
-            add_config_arguments(parser.add_argument_group(f"--backend {spec.name}"), spec.options)
+            add_config_arguments(parser.add_argument_group(f"--backend {spec.name} ({spec.help})"), spec.options)
 
 
 def options_from_flags(args: Any) -> BackendOptions:

@@ -122,6 +122,23 @@ def test_the_python_api_refuses_the_same(echo, small_bench: Path, tmp_path: Path
     assert not (tmp_path / "r").exists()
 
 
+def test_what_a_backend_does_not_do_is_refused_by_its_spec(echo, small_bench: Path, tmp_path: Path) -> None:
+    """The checks that were `backend == ...` branches: a chat-only backend refuses raw prompts (its
+    options' check), one without native video refuses --video-input native (its spec), before a record."""
+    from evprobe.bench.model_config import ModelConfig
+    from evprobe.bench.runner import run
+
+    with pytest.raises(InputError, match="^--prompt-format raw needs a completion call; --backend openai sends chat"):
+        RunJob(RunConfig.of(model=ModelConfig.of("m", prompt_format="raw"), bench=str(small_bench),
+                            out=str(tmp_path / "raw"), backend="openai", base_url="http://127.0.0.1:1/v1"))
+    out = tmp_path / "video"
+    with pytest.raises(InputError, match="^--video-input native is built for the hf backend; use --video-input frames "
+                                         "with --backend echo"):
+        run(RunConfig.of(model="echo-model", bench=str(small_bench), out=str(out), backend="echo", limit=2,
+                         video_input="native"), progress=False)
+    assert not (out / "records.jsonl").exists()
+
+
 def test_unknown_backends_list_the_registered_ones(capsys, small_bench, tmp_path) -> None:
     with pytest.raises(InputError, match=r"^unknown backend 'sglang'; choose from hf, vllm, openai \("):
         backend_spec("sglang")
@@ -167,6 +184,38 @@ def test_wrong_registrations_are_refused(name, kwargs, words) -> None:
     with pytest.raises((ValueError, TypeError), match=re.escape(words)):
         register_backend(name, **kwargs)(_opener)
     assert name not in backend_names() if name != "hf" else backend_spec("hf").opener is not _opener
+
+
+def test_what_is_no_backend_is_refused_in_one_line(small_bench: Path, tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="backend 'toy': 42 is not callable"):
+        register_backend("toy")(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="backend 'openai' is built in and cannot be unregistered"):
+        unregister_backend("openai")
+    with pytest.raises(InputError, match=r"^backend_options must be a HfOptions \(the settings of --backend hf\), got dict"):
+        RunConfig(model="policy:random", bench="b", out="o", backend_options={"prefetch": 2})  # type: ignore[arg-type]
+
+
+def _entry_point(tmp_path: Path, monkeypatch, name: str, value: str, source: str = "") -> None:
+    install(tmp_path, monkeypatch, "badplugin", "evprobe.backends", {name: value}, {"badplugin.py": source})
+    monkeypatch.setattr(registry, "_entry_points_read", False)
+
+
+def test_an_entry_point_that_registers_nothing_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    _entry_point(tmp_path, monkeypatch, "quiet", "badplugin", "VALUE = 1\n")
+    try:
+        with pytest.raises(InputError, match=r"^backend 'quiet': badplugin registers no backend of that name; decorate"):
+            backend_spec("quiet")
+    finally:
+        unregister_backend("quiet")
+        sys.modules.pop("badplugin", None)
+
+
+def test_an_entry_point_named_like_a_built_in_is_refused(tmp_path: Path, monkeypatch) -> None:
+    _entry_point(tmp_path, monkeypatch, "openai", "badplugin")
+    with pytest.raises(ValueError, match=r"^entry point openai = 'badplugin' \(group evprobe.backends\): backend "
+                                         r"'openai' is already registered"):
+        backend_names()
+    assert "badplugin" not in sys.modules
 
 
 def test_flags_reserved_after_a_backend_took_them_are_refused_naming_it(echo) -> None:
