@@ -45,6 +45,7 @@ from evprobe.bench.checks_blocks import check_levels, check_numeric
 from evprobe.bench.checks_voids import check_voids
 from evprobe.bench.checks_clips import check_clip_words
 from evprobe.bench.checks_pixels import check_hidden_images, check_pixels, check_rerender
+from evprobe.bench.oracle_items import expected_items
 from evprobe.bench.clips import benchmark_clip
 from evprobe.bench.decode import PixelBudget
 from evprobe.bench.family import Family
@@ -289,8 +290,8 @@ def _check_items(
     expected: dict[str, dict[str, Any]] = {}
     for fam in oracles.values():
         try:
-            expected.update(oracle.expected_items(fam, prices, numeric=blocks["numeric"], levels=blocks["levels"],
-                                                  voids=blocks["voids"], clip=blocks["clip"] is not None))
+            expected.update(expected_items(fam, prices, numeric=blocks["numeric"], levels=blocks["levels"],
+                                           voids=blocks["voids"], clip=blocks["clip"] is not None))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InputError(
                 f"families.jsonl: family {fam.family_id}: unusable menus or calibration ({err!r}); regenerate"

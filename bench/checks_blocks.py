@@ -2,7 +2,7 @@
 
 They appear only when bench.json declares a block, so the main set's table (seed 000, Table 9)
 keeps its rows. Labels and inventory of the blocks are checked with the main items (the oracle
-rebuilds them, `oracle.expected_items`); these rows check what makes the blocks' prompts sound,
+rebuilds them, `oracle_items.expected_items`); these rows check what makes the blocks' prompts sound,
 each from the items and the oracle alone (nothing from the generator's prompt code):
 
 Injection levels (for every level L >= 1):

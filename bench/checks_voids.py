@@ -1,7 +1,7 @@
 """`evprobe check` rows for the void block (`bench.voids`), present only when bench.json declares it.
 
 Labels and inventory of the void items are checked with the main items (the oracle rebuilds them
-from the families alone: `oracle.expected_items(..., voids=...)`). These rows check what makes a
+from the families alone: `oracle_items.expected_items(..., voids=...)`). These rows check what makes a
 void a void and a matched pair a matched pair, from the items, the oracle and the pixels:
 
 - "Voids name a sufficient twin of the main set": every void item's `twin_id` is a main item (no

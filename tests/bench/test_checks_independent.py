@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from evprobe.bench import oracle
+from evprobe.bench import oracle, oracle_items
 from evprobe.experiments.cli import main
 
 MARGIN = "Smallest relative threshold margin"
@@ -246,7 +246,7 @@ def test_the_oracle_reproduces_a_hand_computed_spring_family() -> None:
     assert oracle.decide(fam.outcomes, {0: 0}, low, cheap).action == "combined_report"
     tie = oracle.decide(fam.outcomes, {0: 0}, low, {**oracle.DEFAULT_PRICES, "combined_report": 1.0})
     assert tie.actions == {"test_other", "combined_report"} and tie.action is None
-    items = oracle.expected_items(fam)
+    items = oracle_items.expected_items(fam)
     assert len(items) == 52 + 24  # Table 10 per family, with the six variants
     assert items["spring-900.select.h0.low.reworded"]["reference_option"] == "D"
     assert items["spring-900.recover_property.h1"]["reference_option"] == "A"
@@ -269,15 +269,20 @@ def test_the_oracle_outcomes_follow_eq_1_for_every_system() -> None:
                 assert oracle.property_from_readings(system, row["calibration"], sheet, marks) == pytest.approx(value)
 
 
-def test_the_oracle_imports_nothing_from_the_generator() -> None:
-    tree = ast.parse(Path(oracle.__file__).read_text())
+def _imports(module) -> set[str]:
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
         if isinstance(node, ast.Import):
             imported |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module or "")
-    assert imported <= {"__future__", "math", "collections.abc", "dataclasses", "typing"}
+    return imported
+
+
+def test_the_oracle_imports_nothing_from_the_generator() -> None:
+    stdlib = {"__future__", "math", "collections.abc", "dataclasses", "typing"}
+    assert _imports(oracle) <= stdlib
+    assert _imports(oracle_items) <= stdlib | {"evprobe.bench.oracle"}  # its expected items: the oracle alone
 
 
 # --- variants and prices: a subset benchmark with a repriced combined report --------------------
