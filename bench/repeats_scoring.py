@@ -67,7 +67,6 @@ from typing import Any
 
 import numpy as np
 
-from evprobe.core.estimate_text import missing_text
 from evprobe.bench import pecs
 from evprobe.bench.items import NUMERIC_REQUESTS, Item
 from evprobe.bench.json_schema import RunMeta, read_run_meta
@@ -76,7 +75,8 @@ from evprobe.bench.manifest import read_items, read_meta
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.repeats import is_runs_folder, read_runs
-from evprobe.bench.score_cells import COSTS, LABELS, PLAIN, at, difference_cell, headline_cell
+from evprobe.bench.repeats_report import repeats_markdown
+from evprobe.bench.score_cells import difference_cell, headline_cell, label, table_text
 from evprobe.bench.scoring import HEADLINE, Bench, score
 from evprobe.core.bootstrap import (DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled,
                                     families_of)
@@ -317,27 +317,6 @@ def _design(meta: RunMeta, bench: Path | None) -> Design:
     return Design.build(read_items(bench, validate_images=False), Prices(**bench_meta["prices"]))
 
 
-def _number(name: str, x: float | None) -> str:
-    """A mean or sd on its estimate's scale (headline_cell's): percent for rates, 2 decimals for costs,
-    3 for PECS."""
-    if x is None:
-        return missing_text()
-    if name in COSTS:
-        return f"{x:.2f}"
-    if name in PLAIN:
-        return f"{x:.3f}"
-    return f"{100 * x:.1f}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-
-
-def _label(name: str) -> str:
-    return LABELS.get(name, name.replace("_", " "))
-
-
 def repeats_summary(design: Design, side: Side, run_scores: Sequence[Mapping[str, Any]], *,
                     n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
                     settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -379,48 +358,6 @@ def repeats_summary(design: Design, side: Side, run_scores: Sequence[Mapping[str
                  "interval": INTERVAL_METHOD, "pooled": POOLED_METHOD,
                  "sd": "sample standard deviation of the runs' values (ddof 1): decoding spread on the same items"},
     }
-
-
-def repeats_markdown(summary: Mapping[str, Any], title: str) -> str:
-    runs = summary["runs"]
-    meta = summary["meta"]
-    header = ["measure", *[f"{r['folder']} (seed {r['seed']})" for r in runs], "mean", "sd", "pooled over runs"]
-    rows = []
-    for name, block in summary["headline"].items():
-        rows.append([_label(name), *[headline_cell(name, e) for e in block["runs"]], _number(name, block["mean"]),
-                     _number(name, block["sd"]), headline_cell(name, block["pooled"])])
-    note = (f"{len(runs)} runs. Each run's column is its own score (family-bootstrap interval, RUN/scores.md). "
-            f"Mean and sd: the {len(runs)} runs' values and their sample standard deviation, the spread of "
-            "decoding on the same items (not an interval). Pooled: one family bootstrap of all runs "
-            f"({meta['n_boot']} resamples, seed {meta['seed']}, {meta['n_families']} families; each resample "
-            "draws the families once and takes every run's units of them), an interval for the setting's "
-            "expected score with decoding and families both sampled; its n counts units over all runs.")
-    return f"# {title}\n\n{note}\n\n{_table(header, rows)}\n" + _pecs_markdown(summary, header)
-
-
-def _pecs_markdown(summary: Mapping[str, Any], header: list[str]) -> str:
-    """PECS per dataset: each run's, their mean and sd (seed 002's mean +- std over runs) and pooled."""
-    block = summary.get(pecs.SECTION) or {}
-    pooled = block.get("pooled") or {}
-    if "datasets" not in pooled:
-        return ""
-    runs = [r if isinstance(r, dict) else {} for r in block["runs"]]
-
-    def row(label: str, path: tuple[str, ...], pooled_estimate: Any) -> list[str]:
-        estimates = [at(r, *path) for r in runs]
-        values = [e.get("value") for e in estimates if isinstance(e, dict) and e.get("value") is not None]
-        mean = float(np.mean(values)) if values else None
-        sd = float(np.std(values, ddof=1)) if len(values) >= 2 else None
-        return [label, *[headline_cell("pecs", e) for e in estimates], _number("pecs", mean), _number("pecs", sd),
-                headline_cell("pecs", pooled_estimate)]
-
-    rows = [row(f"PECS: {name}", ("datasets", name, "pecs"), d["pecs"]) for name, d in pooled["datasets"].items()]
-    rows.append(row("PECS: equal-weight mean", ("equal_weight_mean", "pecs"), pooled["equal_weight_mean"]["pecs"]))
-    zero = pooled["zero_boundary"]
-    note = (f"PECS per dataset (bench.pecs; datasets: {pooled['dataset']}): each run's, the runs' mean and sd "
-            "(seed 002 reports mean +- std over runs) and pooled over the runs on the same family resamples as "
-            f"above. Pooled zero boundary: {zero['count']} of {zero['of']} datasets with J <= 0.")
-    return f"\n{note}\n\n{_table(header, rows)}\n"
 
 
 def score_runs_folder(out: str | Path, score_one: Callable[[Path], Mapping[str, Any]], bench: Path | None = None, *,
@@ -493,7 +430,7 @@ def paired_comparison(a_folder: str | Path, b_folder: str | Path, bench: Path | 
         "meta": {"n_boot": n_boot, "seed": seed, "n_families": len(design.families), "n_items": len(a.records[0]),
                  "pooled": POOLED_METHOD, "difference": PAIRED_METHOD},
     }
-    rows = [[_label(name), headline_cell(name, block["a"]), headline_cell(name, block["b"]),
+    rows = [[label(name), headline_cell(name, block["a"]), headline_cell(name, block["b"]),
              difference_cell(name, block["difference"])] for name, block in result["headline"].items()]
     note = (f"A: {a.title} ({a.folder}). B: {b.title} ({b.folder}). {len(a.records[0])} items in every run, "
             f"{len(design.families)} families; {n_boot} family resamples, seed {seed}, each applied to every run of "
@@ -501,10 +438,10 @@ def paired_comparison(a_folder: str | Path, b_folder: str | Path, bench: Path | 
             "items in every run, the mean of its runs' values; n: units over its runs); B - A on every resample gives "
             "the paired interval (n: the units of one run); rates in percentage points, costs and PECS on their "
             "own scale.")
-    markdown = f"# Paired comparison: B - A\n\n{note}\n\n" + _table(["measure", "A", "B", "B - A"], rows) + "\n"
+    markdown = f"# Paired comparison: B - A\n\n{note}\n\n" + table_text(["measure", "A", "B", "B - A"], rows) + "\n"
     return result, markdown
 
 
 __all__ = ["MEASURES", "Design", "RunShares", "Side", "check_shares_match", "cost_bounds",
            "paired_comparison", "paired_differences", "pooled_estimates", "pooled_parts", "read_side",
-           "repeats_markdown", "repeats_summary", "run_shares", "score_runs_folder"]
+           "repeats_summary", "run_shares", "score_runs_folder"]
