@@ -270,7 +270,9 @@ def _records(run: Path, load: Any) -> dict[str, Any]:
 def _backend(meta: dict[str, Any]) -> str:
     if str(meta.get("model", "")).startswith("policy:"):
         return str(meta["model"])
-    return meta.get("backend") or "hf"  # pinned None at the default
+    from evprobe.bench.backends.registry import DEFAULT_BACKEND
+
+    return meta.get("backend") or DEFAULT_BACKEND  # pinned None at the default
 
 
 def _check_pins(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any], sampled: bool) -> list[str]:
