@@ -82,8 +82,12 @@ def test_every_command_config_field_has_help_and_a_flag() -> None:
     commands = {"run": RunConfig, "capture": CaptureConfig, "dose-response": DoseResponseConfig,
                 "gating": GatingConfig, "layer-sweep": LayerSweepConfig, "patching": PatchingConfig}
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    from evprobe.bench.backends import backend_specs
+
     for command, cls in commands.items():
         options = {s for a in sub.choices[command]._actions for s in a.option_strings}
-        for f in dataclasses.fields(cls):
+        # evprobe run: backend_options is no flag; every registered backend's own fields are
+        backends = [f for spec in backend_specs() for f in dataclasses.fields(spec.options)] if cls is RunConfig else []
+        for f in [*dataclasses.fields(cls), *backends]:
             assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
-            assert flag_name(f.name) in options, f"evprobe {command} has no {flag_name(f.name)}"
+            assert flag_name(f.name) in options or f.name == "backend_options", f"evprobe {command} has no {flag_name(f.name)}"
