@@ -205,7 +205,8 @@ def direction_rows(direction: Any) -> FitRows:
     """The rows a fitted Direction (probes.directions) was fitted on: the rows it carries (fitted
     from arrays), or else read from the capture its provenance names (numpy only, no model): its
     layer and position, its label, its fit items."""
-    from evprobe.probes.captures import CaptureError, labels
+    from evprobe.probes.captures import CaptureError
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.provenance import fit_captures, named_in
 
     held = getattr(direction, "fit_rows", None)

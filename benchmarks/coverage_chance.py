@@ -50,7 +50,8 @@ from pathlib import Path
 import numpy as np
 
 from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS
-from evprobe.probes.captures import labels, load_captures
+from evprobe.probes.captures import load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.control_tasks import row_cells
 from evprobe.probes.sweep import SweepConfig, sweep
 from evprobe.probes.synthetic import reference_rows, write_capture

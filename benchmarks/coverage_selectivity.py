@@ -164,7 +164,8 @@ def one_replicate(setting: Setting, rep: int) -> dict[str, float]:
 
 def _capture_null(path: Path, draws: int, k: int) -> list[tuple[str, dict[str, float]]]:
     """At every layer/position of a real capture, `draws` random cell functions play the target."""
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
 
     cs = load_captures([path])
     ls = labels(cs, "resolved")

@@ -32,7 +32,8 @@ from numpy.lib.format import open_memmap
 
 from evprobe.bench.generate import GenerateConfig, build
 from evprobe.core.capture_schema import CAPTURE_FORMAT
-from evprobe.probes.captures import INDEX_FILE, META_FILE, labels, load_captures
+from evprobe.probes.captures import INDEX_FILE, META_FILE, load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.core.bootstrap import DEFAULT_REFITS
 from evprobe.probes.control_tasks import DEFAULT_CONTROL_TASKS, fmt_selectivity
 from evprobe.probes.sweep import SweepConfig, sweep

@@ -92,7 +92,7 @@ _API: dict[str, tuple[str, str]] = {
     "next_token_logprobs": ("evprobe.hooks.generation", "next_token_logprobs"),
     "load_capture": ("evprobe.probes.captures", "load_capture"),
     "load_captures": ("evprobe.probes.captures", "load_captures"),
-    "labels": ("evprobe.probes.captures", "labels"),
+    "labels": ("evprobe.probes.label_sets", "labels"),
     "write_capture": ("evprobe.probes.capture_writer", "write_capture"),
     "read_directions": ("evprobe.probes.directions", "read_directions"),
     "load_direction": ("evprobe.probes.directions", "load_direction"),

@@ -9,7 +9,7 @@ carry `injection`, a missing field being level 0) and, for the behavioural panel
 run over the same levels (`evprobe run --injection 0,1,2,3`, `evprobe score`: level 0 is the main
 measures, level L >= 1 is `scores["injection"]["levels"][L]`).
 
-Per level L, the label is read once over the whole capture (`probes.captures.labels`, so its
+Per level L, the label is read once over the whole capture (`probes.label_sets.labels`, so its
 positive class is the same at every level) and restricted to the rows of level L
 (`LabelSet.subset`); `probes.runs.sweep_to_folder` then runs the full sweep on those rows alone
 into LADDER/L<L>/ (sweep.json, .md, .png: every layer and position, control tasks, leakage check,

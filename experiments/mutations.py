@@ -77,7 +77,7 @@ def _wrong_label(flipped: frozenset[tuple[str, str]]) -> Callable[[Path, ExitSta
 
     def inject(out: Path, stack: ExitStack) -> None:
         runs = importlib.import_module("evprobe.probes.runs")
-        from evprobe.probes.captures import field_values
+        from evprobe.probes.label_sets import field_values
 
         original = runs.labels
 

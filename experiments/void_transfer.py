@@ -162,7 +162,8 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
     from evprobe.analysis.dose_response import steering_dose_response
     from evprobe.analysis.label_null import direction_rows
     from evprobe.experiments.steering_conventions import measure_sign
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.directions import fit_directions, write_directions
     from evprobe.probes.runs import sweep_to_folder
     from evprobe.probes.sweep import SweepConfig

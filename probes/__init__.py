@@ -3,8 +3,8 @@
 Does the model linearly encode sufficiency, R(H, q) (`resolved`), and related variables, layer by
 layer? One concept per module:
 
-- `captures`: load a capture folder safely (`load_capture`, `load_captures` -> `CaptureSet`), a
-  run's records (`load_records`), binary labels (`labels` -> `LabelSet`: any index field,
+- `captures`: load a capture folder safely (`load_capture`, `load_captures` -> `CaptureSet`);
+  `label_sets`: a run's records (`load_records`), binary labels (`labels` -> `LabelSet`: any index field,
   `missing_property`, `initial`, and from records `stopped`, `committed`, `chose_reference`,
   `valid`), and the confabulation restriction (`restrict_wrong`, TRAPS's Cf -> Cf).
 - `protocol`: `LinearProbe`, the probe protocol (scikit-learn shape, a unit `direction_` in the
@@ -39,12 +39,12 @@ from typing import Any
 # estimators pull in scikit-learn and SciPy.
 _LAZY = {
     "CaptureSet": "evprobe.probes.captures",
-    "LabelSet": "evprobe.probes.captures",
-    "labels": "evprobe.probes.captures",
+    "LabelSet": "evprobe.probes.label_sets",
+    "labels": "evprobe.probes.label_sets",
     "load_capture": "evprobe.probes.captures",
     "load_captures": "evprobe.probes.captures",
-    "load_records": "evprobe.probes.captures",
-    "restrict_wrong": "evprobe.probes.captures",
+    "load_records": "evprobe.probes.label_sets",
+    "restrict_wrong": "evprobe.probes.label_sets",
     "LinearProbe": "evprobe.probes.protocol",
     "ProbeCapabilities": "evprobe.probes.protocol",
     "LogisticProbe": "evprobe.probes.estimators",

@@ -47,7 +47,8 @@ from numpy.lib.format import open_memmap
 from evprobe.core.capture_schema import CAPTURE_FORMAT, INDEX_TYPES, KINDS, USER_KINDS
 from evprobe.core.errors import shown
 from evprobe.core.files import atomic_write_json, atomic_write_jsonl
-from evprobe.probes.captures import ACTS_FILE, DERIVED_LABELS, INDEX_FILE, META_FILE, CaptureError
+from evprobe.probes.captures import ACTS_FILE, INDEX_FILE, META_FILE, CaptureError
+from evprobe.probes.label_sets import DERIVED_LABELS
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504
 CHUNK_ROWS = 64  # rows converted and checked at a time: memory stays (64, layers, positions, d)

@@ -78,7 +78,8 @@ from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.probes.metrics import auroc_estimate
 
 if TYPE_CHECKING:
-    from evprobe.probes.captures import CaptureSet, LabelSet
+    from evprobe.probes.captures import CaptureSet
+    from evprobe.probes.label_sets import LabelSet
 
 DEGENERATE_RATIO = 1e-6
 EXTREME_SDS = 50.0  # a row farther than this from the median (RMS robust SDs) is extreme (module docstring)

@@ -69,7 +69,8 @@ import numpy as np
 from evprobe.core.errors import shown
 from evprobe.core.files import atomic_write_bytes
 from evprobe.core.json_files import parse_json
-from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
+from evprobe.probes.captures import CaptureError, CaptureSet
+from evprobe.probes.label_sets import LabelSet
 from evprobe.probes.registry import ProbeSpec
 from evprobe.probes.geometry import number_text
 from evprobe.probes.provenance import fingerprint, portable

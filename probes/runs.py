@@ -29,7 +29,8 @@ import numpy as np
 from evprobe.core.bootstrap import DEFAULT_SEED
 from evprobe.core.files import atomic_write_bytes
 from evprobe.core.lock import folder_lock
-from evprobe.probes.captures import CaptureSet, LabelSet, labels, load_captures, load_records, restrict_wrong
+from evprobe.probes.captures import CaptureSet, load_captures
+from evprobe.probes.label_sets import LabelSet, labels, load_records, restrict_wrong
 from evprobe.probes.registry import ProbeSpec, probe_names
 
 if TYPE_CHECKING:  # the estimators behind them import scikit-learn: loaded when a sweep runs

@@ -52,7 +52,8 @@ import numpy as np
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED, Estimate, FamilyBootstrap
 from evprobe.core.renames import renamed
 from evprobe.probes.blocks import BlockReader
-from evprobe.probes.captures import CaptureSet, LabelSet
+from evprobe.probes.captures import CaptureSet
+from evprobe.probes.label_sets import LabelSet
 from evprobe.probes.chance import (
     DEFAULT_CHANCE_PERMUTATIONS,
     OBSERVED,

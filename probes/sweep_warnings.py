@@ -13,7 +13,8 @@ from evprobe.probes.user_words import is_own
 
 if TYPE_CHECKING:
     from evprobe.core.bootstrap import Estimate
-    from evprobe.probes.captures import CaptureSet, LabelSet
+    from evprobe.probes.captures import CaptureSet
+    from evprobe.probes.label_sets import LabelSet
     from evprobe.probes.controls import LeakageCheck
     from evprobe.probes.sweep import SweepRow
 

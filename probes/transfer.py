@@ -34,7 +34,7 @@ training families only (never with test-condition labels, unlike TRAPS's per-pai
 for a disjoint cell that is the grouped CV within the training condition, for a folded cell
 the nested procedure of probes.nested with the training condition's rows as validation rows.
 
-Combine with `probes.captures.restrict_wrong` for TRAPS's Cf -> Cf restriction: rows where the
+Combine with `probes.label_sets.restrict_wrong` for TRAPS's Cf -> Cf restriction: rows where the
 model's behaviour was wrong, with their matched partners, in training and test alike.
 """
 
@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
-from evprobe.probes.captures import CaptureError, CaptureSet, LabelSet
+from evprobe.probes.captures import CaptureError, CaptureSet
+from evprobe.probes.label_sets import LabelSet
 from evprobe.probes.engine import Fitter, cv_scores, map_layers
 from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
 from evprobe.probes.nested import FoldChoice, NestedResult, nested_estimate

@@ -58,7 +58,7 @@ def default_label(cs: CaptureSet) -> str:
 
 def unknown_own_label(cs: CaptureSet, name: str) -> str | None:
     """The one line for a label your captures do not have, naming theirs; None for the benchmark's
-    (probes.captures.labels lists their index fields and derived labels)."""
+    (probes.label_sets.labels lists their index fields and derived labels)."""
     names = own_labels(cs)
     if not names:
         return None

@@ -20,6 +20,7 @@ from evprobe.core.capture_schema import CAPTURE_FORMAT, INDEX_ITEM_TYPES, INDEX_
 from evprobe.core.errors import InputError
 from evprobe.experiments.capture.store import load_index
 from evprobe.probes import captures as probe_captures
+from evprobe.probes import label_sets as probe_label_sets
 from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
 
 
@@ -66,7 +67,7 @@ def test_undamaged_records_read_as_before(run_dir: Path) -> None:
     assert len(records) == 20 and records == before
     assert all(isinstance(r, Record) for r in records.values())
     assert [r.to_json() for r in records.values()] == [json.loads(line) for line in lines]
-    probe_rows = probe_captures.load_records(run_dir)
+    probe_rows = probe_label_sets.load_records(run_dir)
     assert probe_rows == {row["item_id"]: row for row in map(json.loads, lines)}
 
 
@@ -107,7 +108,7 @@ def test_a_record_line_that_is_not_utf8_is_named(run_dir: Path, tmp_path: Path) 
     _replace_line(path, 11, line.replace(b'"reply": "', b'"reply": "\xff', 1))
     message = _one_line_error(lambda: load_records(path), f"{path}:11:", "UTF-8")
     assert "\n" not in message
-    _one_line_error(lambda: probe_captures.load_records(path), f"{path}:11:", "UTF-8")
+    _one_line_error(lambda: probe_label_sets.load_records(path), f"{path}:11:", "UTF-8")
 
 
 @pytest.mark.parametrize(("field", "value"), [("valid", "false"), ("valid", 1), ("item_id", ""), ("action", 3)])
@@ -116,7 +117,7 @@ def test_probes_records_check_the_fields_they_use(run_dir: Path, tmp_path: Path,
     row = json.loads(path.read_text().splitlines()[1])
     row[field] = value
     _replace_line(path, 2, json.dumps(row).encode())
-    _one_line_error(lambda: probe_captures.load_records(path), f"{path}:2:", repr(field))
+    _one_line_error(lambda: probe_label_sets.load_records(path), f"{path}:2:", repr(field))
 
 
 # -- a capture's index.jsonl and meta.json -------------------------------------------------------

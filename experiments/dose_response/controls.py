@@ -62,7 +62,8 @@ def _stored(name: str, named: Direction, every: dict[str, Direction], layer: int
 
 def _fit(name: str, d: Direction, seed: int) -> tuple[np.ndarray, str]:
     """Fit control `name` at d's layer and position on d's capture rows (d's fit items)."""
-    from evprobe.probes.captures import CaptureError, labels
+    from evprobe.probes.captures import CaptureError
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.directions import fit_directions
     from evprobe.probes.provenance import fit_captures
 

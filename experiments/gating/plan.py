@@ -120,7 +120,8 @@ def _capture(plan: Plan, regime: str, progress: bool) -> Path:
 
 
 def _fit_labels(acts: Path, fit: list[str]) -> tuple[Any, Any]:
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
 
     cs = load_captures([acts])
     ls = labels(cs, "resolved")

@@ -76,7 +76,7 @@ def group_readings(acts: Path | None, plant: dict[str, int], expect: Expectation
     if acts is None or not (acts / "meta.json").is_file():
         return None
     from evprobe.core.bootstrap import Estimate, FamilyBootstrap, percentile_interval
-    from evprobe.probes.captures import field_values
+    from evprobe.probes.label_sets import field_values
     from evprobe.probes.estimators import make_probe
     from evprobe.probes.metrics import auroc_estimate
     from evprobe.probes.runs import labelled

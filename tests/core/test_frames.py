@@ -57,7 +57,8 @@ def test_results_rows_with_missing_columns(tmp_path: Path) -> None:
 
 
 def test_sweep_result_and_its_json_give_one_table(tmp_path: Path) -> None:
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.runs import sweep_to_folder
     from evprobe.probes.sweep import SweepConfig
     from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture

@@ -42,7 +42,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directions fitted per system (resolved=True, mass-mean) at both layers."""
     from evprobe.bench.generate import GenerateConfig, generate
     from evprobe.experiments.capture import CaptureConfig, capture
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.directions import fit_directions, write_directions
     from evprobe.probes.transfer import conditions
 

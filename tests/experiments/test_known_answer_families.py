@@ -13,7 +13,8 @@ import pytest
 
 from evprobe.experiments.known_answer.capture import direction_check, group_readings
 from evprobe.experiments.known_answer.counts import Expectations
-from evprobe.probes.captures import labels, load_captures
+from evprobe.probes.captures import load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.directions import Direction, fit_directions, write_directions
 from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
 

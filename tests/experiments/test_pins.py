@@ -232,7 +232,8 @@ def test_patching_pins(small_bench: Path, items: list, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def directions(captured, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A resolved mass-mean direction at layer 1, fitted on the capture's (one) family."""
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.directions import fit_directions, write_directions
 
     cfg, _ = captured

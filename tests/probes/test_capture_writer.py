@@ -11,7 +11,8 @@ import pytest
 
 import evprobe
 from evprobe.probes.capture_writer import write_capture
-from evprobe.probes.captures import CaptureError, labels, load_capture, load_captures
+from evprobe.probes.captures import CaptureError, load_capture, load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.cli import add_sweep_parser
 from evprobe.probes.sweep import SweepConfig, sweep
 

@@ -9,14 +9,8 @@ import numpy as np
 import pytest
 
 from evprobe.core.lock import folder_lock
-from evprobe.probes.captures import (
-    CaptureError,
-    labels,
-    load_capture,
-    load_captures,
-    load_records,
-    restrict_wrong,
-)
+from evprobe.probes.captures import CaptureError, load_capture, load_captures
+from evprobe.probes.label_sets import labels, load_records, restrict_wrong
 from evprobe.probes.synthetic import planted_acts, write_capture, write_records
 
 

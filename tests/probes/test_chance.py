@@ -11,7 +11,8 @@ import pytest
 
 from evprobe.core.bootstrap import Estimate
 from evprobe.probes import multilabel
-from evprobe.probes.captures import labels, load_captures
+from evprobe.probes.captures import load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.chance import AMONG, FLIP, WITHIN, ChanceTest, adjust, chance_labels, scheme, step_down_maxt
 from evprobe.probes.control_tasks import Selectivity
 from evprobe.probes.engine import LogisticFitter, cv_scores

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS as CELL_FIELDS
-from evprobe.probes.captures import labels, load_captures
+from evprobe.probes.captures import load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.control_tasks import (
     DEFAULT_CONTROL_TASKS,
     default_cell_fields,

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evprobe.probes.captures import CaptureError, labels, load_captures
+from evprobe.probes.captures import CaptureError, load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.directions import (
     direction_file,
     direction_name,

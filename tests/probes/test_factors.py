@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from evprobe.core.bootstrap import FamilyBootstrap
-from evprobe.probes.captures import labels, load_captures
+from evprobe.probes.captures import load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS as CELL_FIELDS
 from evprobe.probes.factors import compare_factors, factor_labels, fmt_factors
 from evprobe.probes.report import sweep_markdown

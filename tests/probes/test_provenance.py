@@ -14,7 +14,8 @@ import pytest
 
 from evprobe.analysis.label_null import direction_rows
 from evprobe.core.errors import InputError
-from evprobe.probes.captures import CaptureError, labels, load_captures
+from evprobe.probes.captures import CaptureError, load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.directions import direction_file, fit_directions, read_directions, write_directions
 from evprobe.probes.provenance import capture_paths
 from evprobe.probes.synthetic import planted_acts, write_capture

@@ -143,7 +143,8 @@ def test_permutation_test_is_exact_on_null_data_and_finds_a_signal() -> None:
 
 
 def test_sweep_prints_refit_intervals_and_the_permutation_test(tmp_path) -> None:
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.report import sweep_markdown
     from evprobe.probes.sweep import FIXED_MODEL_WARNING, SweepConfig, sweep
     from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
@@ -176,7 +177,8 @@ def test_worker_processes_threads_and_one_job_agree(tmp_path) -> None:
     BlockReader), in threads and in one job; the reader reads what was written, across two
     captures."""
     from evprobe.probes.blocks import BlockReader
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.refit import Replicate, rerun
     from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture
 

@@ -183,7 +183,8 @@ def test_a_spec_reads_names_instances_and_flags() -> None:
 
 
 def test_the_toy_probe_sweeps_with_control_tasks_and_says_it_has_no_refits(ridge, planted) -> None:
-    from evprobe.probes.captures import labels, load_captures
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.label_sets import labels
     from evprobe.probes.sweep import SweepConfig, sweep
 
     path, _ = planted

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evprobe.probes.captures import labels, load_captures
+from evprobe.probes.captures import load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.controls import leakage_labels, within_family_variance
 from evprobe.probes.report import sweep_markdown, sweep_png
 from evprobe.probes.sweep import SweepConfig, sweep

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evprobe.probes.captures import CaptureError, labels, load_captures
+from evprobe.probes.captures import CaptureError, load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.report import transfer_markdown, transfer_png
 from evprobe.probes.sweep import SweepConfig
 from evprobe.probes.synthetic import planted_acts, reference_rows, write_capture

@@ -15,7 +15,8 @@ import pytest
 
 import evprobe
 from evprobe.experiments.cli import main
-from evprobe.probes.captures import labels, load_captures
+from evprobe.probes.captures import load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.control_tasks import missing_cells_warning, suggest_cell_fields
 from evprobe.probes.sweep import SweepConfig, sweep
 

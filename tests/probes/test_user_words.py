@@ -16,7 +16,8 @@ import evprobe
 from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS
 from evprobe.core.errors import InputError
 from evprobe.experiments.cli import main
-from evprobe.probes.captures import CaptureError, labels, load_captures
+from evprobe.probes.captures import CaptureError, load_captures
+from evprobe.probes.label_sets import labels
 from evprobe.probes.runs import labelled
 from evprobe.probes.sweep import SweepConfig, sweep
 

@@ -15,14 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evprobe.core.errors import InputError, OneLineWarning
-from evprobe.probes.captures import (
-    NONFINITE_DROPPED,
-    CaptureError,
-    labels,
-    load_capture,
-    load_captures,
-    nonfinite_rows,
-)
+from evprobe.probes.captures import CaptureError, load_capture, load_captures, nonfinite_rows
+from evprobe.probes.label_sets import NONFINITE_DROPPED, labels
 from evprobe.probes.controls import EXTREME_SDS, robust_spread, within_family_variance
 from evprobe.probes.directions import (
     Direction,
