@@ -136,6 +136,21 @@ def test_the_index_schema_fits_the_item_and_what_capture_writes() -> None:
     assert written == {"row", "item_id", "text_span", "n_tokens", "n_image_tokens", "n_text_tokens", "n_clipped"}
 
 
+def test_the_benchmarks_cell_is_its_design(tmp_path: Path) -> None:
+    """BENCHMARK_CELL_FIELDS (kept in core beside the schema: probes import no bench) are item fields
+    that cross to the benchmark's 24 cells, every family in one system x initial property."""
+    from evprobe.bench.generate import GenerateConfig, generate
+    from evprobe.bench.manifest import read_items
+    from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS
+
+    assert set(BENCHMARK_CELL_FIELDS) <= set(INDEX_ITEM_TYPES)
+    generate(tmp_path / "bench", GenerateConfig(families_per_system=2, subset_per_cell=0), progress=False)
+    select = [it for it in read_items(tmp_path / "bench") if it.request == "select"]
+    assert len({tuple(getattr(it, f) for f in BENCHMARK_CELL_FIELDS) for it in select}) == 24
+    assert all(len({(it.system, it.initial_property) for it in select if it.family_id == fam}) == 1
+               for fam in {it.family_id for it in select})
+
+
 @pytest.fixture()
 def capture_dir(tmp_path: Path) -> Path:
     rows = reference_rows(3, seed=1)
