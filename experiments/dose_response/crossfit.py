@@ -40,7 +40,18 @@ from evprobe.analysis.specificity import (
     specificity_stats,
     split_halves,
 )
+from evprobe.core.bootstrap import Estimate
 from evprobe.experiments.dose_response.null import set_size, set_values
+from evprobe.experiments.dose_response.results import (
+    Choice,
+    GroupBlock,
+    HalfChange,
+    Headline,
+    NullOf,
+    NullPlace,
+    Split,
+    Verdict,
+)
 from evprobe.experiments.dose_response.specificity import USELESS_CEILING, crossfit_effects
 
 GOALS = (("induce measuring", "resolved", "unresolved", +1), ("induce stopping", "unresolved", "resolved", -1))
@@ -64,8 +75,8 @@ def _mean(V: np.ndarray, mask: np.ndarray, j: int) -> float:
 
 
 def _choose(cands: list[tuple[int, float]], values: dict[str, np.ndarray], mask: np.ndarray, sign: int,
-            measures: tuple[str, ...]) -> dict[str, Any]:
-    """The setting chosen on `mask`'s items (module docstring; the rule is
+            measures: tuple[str, ...], chosen_on: str) -> Choice:
+    """The setting chosen on `mask`'s items, half `chosen_on` (module docstring; the rule is
     analysis.specificity.choose_settings, which the null directions go through too)."""
     js, ju = measures.index("stop_rate"), measures.index("useless_test_rate")
     base = _mean(values["base"], mask, js)
@@ -74,8 +85,8 @@ def _choose(cands: list[tuple[int, float]], values: dict[str, np.ndarray], mask:
     useless = np.array([[_mean(v, mask, ju)] for v in V])  # (C, 1)
     chosen, broken = choose_settings(cands, shift, useless, USELESS_CEILING)
     c = int(chosen[0])
-    return {"layer": cands[c][0], "alpha": cands[c][1], "fit_shift_toward_goal": float(shift[c, 0]),
-            "fit_useless_rate": float(useless[c, 0]), "broken": bool(broken[0]), "fit_n_items": int(mask.sum())}
+    return Choice(chosen_on, cands[c][0], cands[c][1], float(shift[c, 0]), float(useless[c, 0]), bool(broken[0]),
+                  int(mask.sum()))
 
 
 def near_share(plan: Any, kind: str, layers: set[int]) -> float | None:
@@ -91,14 +102,14 @@ def near_share(plan: Any, kind: str, layers: set[int]) -> float | None:
 
 
 def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], values_of: Any, ratios: Any,
-             est: Any, spans: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The cross-fitted headline rows (one per goal) and the split (JSON-able)."""
+             est: Any, spans: Any) -> tuple[list[Headline], Split]:
+    """The cross-fitted headline rows (one per goal) and the split."""
     items = plan.items
-    split = {"seed": plan.config.split_seed, "rule": "whole families, seeded, stratified by system"}
+    seed, rule = plan.config.split_seed, "whole families, seeded, stratified by system"
     if len({it.family_id for it in items}) < 2:
-        return [], {**split, "skipped": "one target family: nothing to split"}
+        return [], Split(seed, rule, None, skipped="one target family: nothing to split")
     half, half_of = item_halves(items, plan.config.split_seed)
-    split["families"] = {h: sorted(f for f, x in half_of.items() if x == h) for h in HALVES}
+    split = Split(seed, rule, tuple((h, tuple(sorted(f for f, x in half_of.items() if x == h))) for h in HALVES))
     resolved = np.array([bool(it.resolved) for it in items])
     groups = {"resolved": resolved, "unresolved": ~resolved}
     keys = ["base"] + [f"L{layer}.probe.{alpha_key(a)}" for layer in plan.layers for a in plan.config.alphas if a != 0]
@@ -114,11 +125,11 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
             fit_mask = groups[target] & (half == h)
             if not fit_mask.any():
                 break
-            choices[h] = _choose(cands, values, fit_mask, sign, measures)
+            choices[h] = _choose(cands, values, fit_mask, sign, measures, h)
         if len(choices) < 2:
             continue
         scored_at = {h: choices["B" if h == "A" else "A"] for h in HALVES}  # the half scored at the other's choice
-        cond = [f"L{scored_at[half[i]]['layer']}.probe.{alpha_key(scored_at[half[i]]['alpha'])}"
+        cond = [f"L{scored_at[half[i]].layer}.probe.{alpha_key(scored_at[half[i]].alpha)}"
                 for i in range(len(items))]
         rows = [done[(it.item_id, cond[i])] for i, it in enumerate(items)]
         masks = {(g, scope): groups[g] & (np.ones(len(items), bool) if scope == "pooled" else half == scope)
@@ -131,20 +142,20 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
         M = len(measures)
         cells = {(g, scope, m): c * M + j for c, (g, scope) in enumerate(masks) for j, m in enumerate(measures)}
 
-        def cell(g: str, scope: str, m: str, change: bool) -> dict[str, Any]:
+        def cell(g: str, scope: str, m: str, change: bool) -> Estimate:
             c = cells[(g, scope, m)]
             if change:
                 return est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c], dfams[c])
             return est(observed[c], lo[c], hi[c], n[c], fams[c])
 
-        null: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        null: dict[str, dict[tuple[str, str], NullPlace]] = {}
         for kind in NULL_SETS:
             if not set_size(plan, kind):
                 continue
             sets = {(layer, a): set_values(readout, items, [done[(it.item_id, f"L{layer}.{kind}.{alpha_key(a)}")]
                                                             for it in items], measures, values_of)
                     for layer, a in cands}  # each (items, K, M)
-            near = near_share(plan, kind, {int(c["layer"]) for c in choices.values()})
+            near = near_share(plan, kind, {int(c.layer) for c in choices.values()})
             effects = crossfit_effects(cands, values["base"], sets, half, HALVES, groups[target],
                                        {g: groups[g] for g in (target, other)}, sign, measures)
             null[kind] = {}
@@ -155,32 +166,37 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
                     c = cells[(g, "pooled", m)]
                     probe = None if np.isnan(observed[c]) else float(observed[c] - base_obs[c])
                     eff = effects[g][:, measures.index(m)]
-                    null[kind][(g, m)] = (specificity_stats(probe, eff, sign, n_goals, near) if g == target
-                                          else {**null_stats(probe, eff), "effects": [float(x) for x in eff]})
+                    if g == target:
+                        stats = specificity_stats(probe, eff, sign, n_goals, near)
+                        null[kind][(g, m)] = NullPlace.of(stats, stats["effects"])
+                    else:
+                        null[kind][(g, m)] = NullPlace.of(null_stats(probe, eff), eff)
 
-        def group_block(g: str) -> dict[str, Any]:
+        def group_block(g: str) -> GroupBlock:
             c0 = cells[(g, "pooled", "stop_rate")]
-            block = {"group": g, "stop_rate_at_0": est(base_obs[c0], blo[c0], bhi[c0], n[c0], bfams[c0]),
-                     "stop_rate": cell(g, "pooled", "stop_rate", False),
-                     "change": cell(g, "pooled", "stop_rate", True),
-                     "useless_rate": cell(g, "pooled", "useless_test_rate", False),
-                     "by_half": {h: {"change": cell(g, h, "stop_rate", True)} for h in HALVES},
-                     "null": {kind: {m: by.get((g, m)) for m in ("stop_rate", "log_odds")} for kind, by in null.items()}}
+            log_odds = "log_odds" in measures
+            specific = None
             if g == target:  # "specific to this direction": beyond every null that ran (analysis.specificity)
-                block["specific"] = {m: joint_verdict({kind: by.get((g, m)) for kind, by in null.items()})
-                                     for m in ("stop_rate", "log_odds") if m in measures}
-            if "log_odds" in measures:
-                block["log_odds_change"] = cell(g, "pooled", "log_odds", True)
-                for h in HALVES:
-                    block["by_half"][h]["log_odds_change"] = cell(g, h, "log_odds", True)
-            return block
+                specific = tuple(_verdict(m, {kind: by.get((g, m)) for kind, by in null.items()})
+                                 for m in ("stop_rate", "log_odds") if m in measures)
+            return GroupBlock(
+                group=g, stop_rate_at_0=est(base_obs[c0], blo[c0], bhi[c0], n[c0], bfams[c0]),
+                stop_rate=cell(g, "pooled", "stop_rate", False), change=cell(g, "pooled", "stop_rate", True),
+                useless_rate=cell(g, "pooled", "useless_test_rate", False),
+                by_half=tuple(HalfChange(h, cell(g, h, "stop_rate", True),
+                                         cell(g, h, "log_odds", True) if log_odds else None) for h in HALVES),
+                nulls=tuple(NullOf(kind, by.get((g, "stop_rate")), by.get((g, "log_odds"))) for kind, by in null.items()),
+                specific=specific, log_odds_change=cell(g, "pooled", "log_odds", True) if log_odds else None)
 
-        out.append({
-            "readout": readout, "goal": goal, "group": target, "sign": "+" if sign > 0 else "-",
-            "choices": [{"chosen_on": h, "scored_on": "B" if h == "A" else "A", **choices[h]} for h in HALVES],
-            "target": group_block(target), "other": group_block(other),
-        })
+        out.append(Headline(readout, goal, target, sign, tuple(choices[h] for h in HALVES), group_block(target),
+                            group_block(other)))
     return out, split
+
+
+def _verdict(measure: str, by_kind: dict[str, NullPlace | None]) -> Verdict:
+    """analysis.specificity.joint_verdict over the nulls' places on one measure."""
+    v = joint_verdict({kind: None if p is None else p.to_json() for kind, p in by_kind.items()})
+    return Verdict(measure, v["specific"], tuple(v["against"]), tuple(v["missing"]))
 
 
 __all__ = ["GOALS", "crossfit", "item_halves", "near_share"]

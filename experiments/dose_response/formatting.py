@@ -4,8 +4,10 @@ interval and n. Its own module so the report (experiments.dose_response.report) 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from evprobe.core.bootstrap import Estimate
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text
 
@@ -17,7 +19,7 @@ def num(x: float, digits: int, sign: bool = False) -> str:
     return fixed(x, digits, sign)
 
 
-def fmt_estimate(e: dict[str, Any] | None, measure: str, sign: bool = False) -> str:
+def fmt_estimate(e: Estimate | Mapping[str, Any] | None, measure: str, sign: bool = False) -> str:
     """`58.3 [41.7, 75.0] (n=24)` for rates (percent), `+1.23 [0.40, 2.10] (n=24)` for log-odds (nats);
     a value fixed by design `+0.00 (fixed by design, n=24)` (core.estimate_text, the one formatter)."""
     scale, digits = (100.0, 1) if measure in RATE_MEASURES else (1.0, 2)

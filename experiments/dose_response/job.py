@@ -30,6 +30,7 @@ from evprobe.experiments.dose_response.config import (
 from evprobe.experiments.dose_response.plan import Plan, check_layers, make_plan, run_meta
 from evprobe.experiments.dose_response.readouts import rows_for
 from evprobe.experiments.dose_response.report import fmt_estimate, write_reports
+from evprobe.experiments.dose_response.results import Headline
 from evprobe.analysis.specificity import NULL_SETS
 from evprobe.experiments.dose_response.stats import aggregate
 from evprobe.experiments.dose_response.units import units_for
@@ -37,12 +38,12 @@ from evprobe.experiments.dose_response.units import units_for
 @dataclass(frozen=True)
 class DoseResponseReport:
     """What a finished dose-response wrote: its target items, its files (in `out`) and the
-    cross-fitted headline rows of dose_response.json (one per readout x goal: the chosen settings,
+    cross-fitted headline (one per readout x goal, as in dose_response.json: the chosen settings,
     the steered stop rate and log-odds with intervals, the probe's place among each null)."""
 
     n_items: int
     files: tuple[str, ...]
-    headline: tuple[dict[str, Any], ...]
+    headline: tuple[Headline, ...]
 
 
 # results.jsonl's schema (core.capture_schema kinds): the steering condition and the item, then the
@@ -151,7 +152,7 @@ class DoseResponseJob(Job):
         plan = replace(self.plan, items=[u.value for u in self.my_units()], out=self.out)
         result = aggregate(plan, rows, self.alpha_units)
         return DoseResponseReport(n_items=len(plan.items), files=tuple(write_reports(plan, result)),
-                                  headline=tuple(result["headline"]))
+                                  headline=result.headline)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], out: Path) -> DoseResponseJob:
@@ -197,15 +198,15 @@ def run_dose_response(args: argparse.Namespace) -> int:
     assert report is not None  # one run computes every row it selects
     print(summary.counts_text(report.n_items))
     for h in report.headline:
-        t = h["target"]
-        chosen = ", ".join(f"half {c['chosen_on']} chose L{c['layer']} {alpha_key(c['alpha'])}" for c in h["choices"])
+        t = h.target
+        chosen = ", ".join(f"half {c.chosen_on} chose L{c.layer} {alpha_key(c.alpha)}" for c in h.choices)
         places = []
         for kind in NULL_SETS:
-            null = (t["null"].get(kind) or {}).get("log_odds") or (t["null"].get(kind) or {}).get("stop_rate") or {}
-            if null.get("p_goal") is not None:
-                places.append(f"beyond {null['beaten']} of {null['n_directions']} {kind} (p {null['p_goal']:.3f})")
-        print(f"  {h['readout']} {h['goal']} ({h['group']} items; cross-fitted: {chosen}): stop rate "
-              f"{fmt_estimate(t['stop_rate_at_0'], 'stop_rate')} -> {fmt_estimate(t['stop_rate'], 'stop_rate')}"
+            null = t.null(kind, "log_odds") or t.null(kind, "stop_rate")
+            if null is not None and null.goal is not None and null.goal.p_goal is not None:
+                places.append(f"beyond {null.goal.beaten} of {null.n_directions} {kind} (p {null.goal.p_goal:.3f})")
+        print(f"  {h.readout} {h.goal} ({h.group} items; cross-fitted: {chosen}): stop rate "
+              f"{fmt_estimate(t.stop_rate_at_0, 'stop_rate')} -> {fmt_estimate(t.stop_rate, 'stop_rate')}"
               + (f"; {', '.join(places)}" if places else ""))
     print(f"wrote {', '.join(report.files[:3])} ... ({len(report.files)} files) in {summary.out}")
     return 0

@@ -29,9 +29,13 @@ import numpy as np
 from evprobe.analysis.specificity import null_stats
 from evprobe.bench.items import Item
 from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.core.bootstrap import Estimate
 from evprobe.experiments.dose_response.readouts import missing_test, useless_test
+from evprobe.experiments.dose_response.results import ControlRow, NullBandRow, Place
 
 Masks = dict[tuple[str, str], np.ndarray]  # (group, system) -> (items,) bool
+# (condition key, group, system, measure) -> (estimate, paired change against alpha = 0): stats' cells
+Stats = dict[tuple[str, str, str, str], tuple[Estimate, Estimate]]
 
 
 def pseudo_rows(readout: str, item: Item, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -84,10 +88,10 @@ def set_size(plan: Any, kind: str) -> int:
     return next(iter(plan.relabel.values())).k if plan.relabel and plan.config.n_relabel else 0
 
 
-def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, measures: tuple[str, ...],
-              values_of: Any, kind: str = "random") -> tuple[list[dict[str, Any]], dict[tuple, np.ndarray]]:
+def null_band(plan: Any, readout: str, done: dict, stats: Stats, masks: Masks, measures: tuple[str, ...],
+              values_of: Any, kind: str = "random") -> tuple[list[NullBandRow], dict[tuple, np.ndarray]]:
     """Per layer x dose x cell the null of the `kind` set (random, or relabel: experiments.dose_response.relabel)
-    as JSON rows (module docstring), and its effects (K,) by (layer, alpha, group, system, measure)
+    as rows (module docstring), and its effects (K,) by (layer, alpha, group, system, measure)
     for the controls.
 
     Each row keeps `mean` (the directions' mean *value*, as before) beside the effects."""
@@ -107,38 +111,36 @@ def null_band(plan: Any, readout: str, done: dict, stats: dict, masks: Masks, me
                 values = point_estimates(V, masks)  # (K, cells)
             pkey = "base" if alpha == 0 else f"L{layer}.probe.{alpha_key(alpha)}"
             for c, (group, system, measure) in enumerate(cells):
-                base = stats[("base", group, system, measure)][0]
+                base = stats[("base", group, system, measure)][0].value
                 probe = stats[(pkey, group, system, measure)][0]
-                if base["value"] is None:
+                if base is None:
                     continue
                 if values is None:  # alpha 0: every direction is the unsteered model
                     eff = np.zeros(n_dirs)
                 else:
-                    eff = values[:, c] - base["value"]
+                    eff = values[:, c] - base
                 effects_by[(layer, float(alpha), group, system, measure)] = eff
-                pe = None if probe["value"] is None else probe["value"] - base["value"]
+                pe = None if probe.value is None else probe.value - base
                 s = null_stats(pe if alpha != 0 else None, eff)
-                mean_value = None if s["mean"] is None else base["value"] + s["mean"]
-                out.append({
-                    "readout": readout, "layer": layer, "alpha": float(alpha), "group": group, "system": system,
-                    "measure": measure, "mean": mean_value,
-                    "band_lo": None if s["lo"] is None else base["value"] + s["lo"],
-                    "band_hi": None if s["hi"] is None else base["value"] + s["hi"],
-                    "effect_mean": s["mean"], "effect_sd": s["sd"], "effect_lo": s["lo"], "effect_hi": s["hi"],
-                    "probe_effect": s["probe_effect"], "percentile": s["percentile"], "z": s["z"],
-                    "p_null": s["p_null"], "n_directions": s["n_directions"], "n": probe["n"],
-                })
+                out.append(NullBandRow(
+                    readout=readout, layer=layer, alpha=float(alpha), group=group, system=system, measure=measure,
+                    mean=None if s["mean"] is None else base + s["mean"],
+                    band_lo=None if s["lo"] is None else base + s["lo"],
+                    band_hi=None if s["hi"] is None else base + s["hi"],
+                    effect_mean=s["mean"], effect_sd=s["sd"], effect_lo=s["lo"], effect_hi=s["hi"],
+                    probe_effect=s["probe_effect"], percentile=s["percentile"], z=s["z"], p_null=s["p_null"],
+                    n_directions=s["n_directions"], n=probe.n))
     return out, effects_by
 
 
 def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tuple[str, ...], ratios: Any,
                  est: Any, base: tuple[np.ndarray, np.ndarray], spans: Any,
-                 random_effects: dict[tuple, np.ndarray], stats: dict,
-                 relabel_effects: dict[tuple, np.ndarray] | None = None) -> list[dict[str, Any]]:
+                 random_effects: dict[tuple, np.ndarray], stats: Stats,
+                 relabel_effects: dict[tuple, np.ndarray] | None = None) -> list[ControlRow]:
     """Each control at each layer x nonzero dose, system `all`: value and paired change with their
     family-bootstrap intervals, the probe's change beside it, and the control's place in the random
     null and (when run) in the relabelled one (`relabel_percentile`, `relabel_p_null`)."""
-    out: list[dict[str, Any]] = []
+    out: list[ControlRow] = []
     if not plan.config.controls:
         return out
     base_obs, _ = base
@@ -162,18 +164,18 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
                     change = est(observed[c] - base_obs[c], dlo[c], dhi[c], n[c], dfams[c])
                     probe_change = stats[(f"L{layer}.probe.{alpha_key(alpha)}", group, system, measure)][1]
                     eff = random_effects.get((layer, float(alpha), group, system, measure))
-                    place = (null_stats(change["value"], eff) if eff is not None
-                             else {"percentile": None, "z": None, "p_null": None})
+                    place = Place(None, None, None)
+                    if eff is not None:
+                        s = null_stats(change.value, eff)
+                        place = Place(s["percentile"], s["z"], s["p_null"])
                     rel = (relabel_effects or {}).get((layer, float(alpha), group, system, measure))
-                    rel_place = (null_stats(change["value"], rel) if rel is not None
-                                 else {"percentile": None, "p_null": None})
-                    out.append({
-                        "readout": readout, "layer": layer, "alpha": float(alpha), "control": name,
-                        "cosine_with_probe": cosines[j], "group": group, "system": system, "measure": measure,
-                        **est(observed[c], lo[c], hi[c], n[c], fams[c]), "delta_vs_0": change, "probe_delta_vs_0": probe_change,
-                        "percentile": place["percentile"], "z": place["z"], "p_null": place["p_null"],
-                        "relabel_percentile": rel_place["percentile"], "relabel_p_null": rel_place["p_null"],
-                    })
+                    rel_place = null_stats(change.value, rel) if rel is not None else {"percentile": None, "p_null": None}
+                    out.append(ControlRow(
+                        readout=readout, layer=layer, alpha=float(alpha), control=name, cosine_with_probe=cosines[j],
+                        group=group, system=system, measure=measure,
+                        estimate=est(observed[c], lo[c], hi[c], n[c], fams[c]), change=change,
+                        probe_change=probe_change, place=place, relabel_percentile=rel_place["percentile"],
+                        relabel_p_null=rel_place["p_null"]))
     return out
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from evprobe.analysis.specificity import split_halves
+from evprobe.core.bootstrap import Estimate
 from evprobe.experiments.dose_response.crossfit import _choose
 from evprobe.analysis.specificity import null_stats
 from evprobe.experiments.dose_response.null import point_estimates
@@ -51,26 +52,26 @@ def test_choice_moves_toward_the_goal_and_refuses_broken_settings() -> None:
               "L1.probe.+1": np.array([[0.0, 0.5]] * 4),  # moves all the way but breaks (50% useless)
               "L2.probe.+1": np.array([[0.5, 0.0]] * 4),  # moves half, sane
               "L2.probe.+0.5": np.array([[0.5, 0.0]] * 4)}  # the same at a smaller dose: the tie goes here
-    got = _choose([(1, 1.0), (2, 1.0), (2, 0.5)], values, mask, +1, measures)
-    assert (got["layer"], got["alpha"], got["broken"]) == (2, 0.5, False)
-    assert got["fit_shift_toward_goal"] == pytest.approx(0.5)
-    only_broken = _choose([(1, 1.0)], values, mask, +1, measures)
-    assert only_broken["broken"] and only_broken["layer"] == 1
+    got = _choose([(1, 1.0), (2, 1.0), (2, 0.5)], values, mask, +1, measures, "A")
+    assert (got.layer, got.alpha, got.broken) == (2, 0.5, False)
+    assert got.fit_shift_toward_goal == pytest.approx(0.5)
+    assert (got.chosen_on, got.scored_on, got.fit_n_items) == ("A", "B", 4)
+    only_broken = _choose([(1, 1.0)], values, mask, +1, measures, "B")
+    assert only_broken.broken and only_broken.layer == 1 and only_broken.scored_on == "A"
 
 
 def test_ablation_sentence_reads_the_intervals() -> None:
     def e(v, lo, hi):
-        return {"value": v, "ci": [lo, hi], "n": 144}
+        return Estimate(v, (lo, hi), 144)
 
-    null = ablation_sentence({"layer": 2, "group": "unresolved", "change": e(-0.012, -0.03, 0.005),
-                              "log_odds_change": e(0.05, -0.1, 0.2)})
+    null = ablation_sentence(2, "unresolved", e(-0.012, -0.03, 0.005), e(0.05, -0.1, 0.2))
     assert "-1.2 points [-3.0, +0.5] (n=144)" in null and "not necessary at this layer" in null
-    used = ablation_sentence({"layer": 2, "group": "unresolved", "change": e(0.2, 0.1, 0.3),
-                              "log_odds_change": e(1.0, 0.5, 1.5)})
+    used = ablation_sentence(2, "unresolved", e(0.2, 0.1, 0.3), e(1.0, 0.5, 1.5))
     assert "used at this layer: removing it changes choices" in used
-    pref = ablation_sentence({"layer": 2, "group": "resolved", "change": e(0.0, -0.01, 0.01),
-                              "log_odds_change": e(-0.4, -0.6, -0.2)})
+    pref = ablation_sentence(2, "resolved", e(0.0, -0.01, 0.01), e(-0.4, -0.6, -0.2))
     assert "moves the model's preference, though not its choices" in pref
+    stop_only = ablation_sentence(2, "resolved", e(0.2, 0.1, 0.3), None)  # generate: no log-odds read
+    assert "stop log-odds" not in stop_only and "removing it changes choices" in stop_only
 
 
 def test_dose_plots_show_rates_in_percent_and_log_odds_in_nats() -> None:
@@ -150,17 +151,18 @@ def test_specificity_is_a_rank_test_with_its_promised_false_verdict_rate() -> No
 def test_a_control_along_the_probe_is_named_and_left_out_of_the_controls_verdict() -> None:
     """A shuffled label keeps the label's direction when the label dominates the rows (the organism's
     shuffled control lay at cosine +0.94): such a "control" is nearly the probe, so it says nothing."""
+    from evprobe.experiments.dose_response.results import Choice, ControlRow, Headline, Place
     from evprobe.experiments.dose_response.text import _controls_paragraph
 
-    def control(name: str, cosine: float, change: float) -> dict:
-        return {"readout": "logprobs", "layer": 3, "alpha": 0.75, "group": "resolved", "system": "all",
-                "measure": "log_odds", "control": name, "cosine_with_probe": cosine,
-                "delta_vs_0": {"value": change, "ci": [change - 0.5, change + 0.5], "n": 144},
-                "probe_delta_vs_0": {"value": -9.4, "ci": [-9.9, -8.8], "n": 144}}
+    def control(name: str, cosine: float, change: float) -> ControlRow:
+        return ControlRow("logprobs", 3, 0.75, name, cosine, "resolved", "all", "log_odds", Estimate.empty(),
+                          Estimate(change, (change - 0.5, change + 0.5), 144), Estimate(-9.4, (-9.9, -8.8), 144),
+                          Place(None, None, None), None, None)
 
-    def text(controls: list[dict]) -> str:
-        (paragraph,) = _controls_paragraph({"controls": controls, "headline": [
-            {"readout": "logprobs", "group": "resolved", "choices": [{"layer": 3, "alpha": 0.75}]}]})
+    def text(controls: list[ControlRow]) -> str:
+        choice = Choice("A", 3, 0.75, 0.5, 0.0, False, 8)
+        headline = Headline("logprobs", "induce measuring", "resolved", +1, (choice,), None, None)  # type: ignore[arg-type]
+        (paragraph,) = _controls_paragraph(controls, [headline])
         return paragraph
 
     near = text([control("history", -0.09, -1.45), control("shuffled", 0.94, -8.28)])
