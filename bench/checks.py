@@ -26,7 +26,7 @@ hash. Rows (Table 9 and ours), and what each compares:
   show (inverse physics, stored calibration) vs the oracle's outcome from the candidates.
 - Smallest informative feature separation: marker centroids of the two sheets of a property.
 - Required separation in implementation: the same sheets measured along the ruler (the encoded
-  coordinate); fails under REQUIRED_SEPARATION_PX (bench.checks_pixels, where the pixel rows are).
+  coordinate); fails under REQUIRED_SEPARATION_PX (bench._checks_pixels, where the pixel rows are).
 - Images re-rendered byte for byte (only with --rerender): a reproducibility check of the
   renderer in this environment, not a check of the labels.
 """
@@ -44,7 +44,7 @@ from evprobe.bench import oracle
 from evprobe.bench.checks_blocks import check_levels, check_numeric
 from evprobe.bench.checks_voids import check_voids
 from evprobe.bench.checks_clips import check_clip_words
-from evprobe.bench.checks_pixels import check_hidden_images, check_pixels, check_rerender
+from evprobe.bench._checks_pixels import check_hidden_images, check_pixels, check_rerender
 from evprobe.bench.oracle_items import expected_items
 from evprobe.bench.clips import benchmark_clip
 from evprobe.bench.decode import PixelBudget

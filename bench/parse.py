@@ -103,7 +103,7 @@ from evprobe.bench.calibration import (
     SPRING_RULER,
 )
 from evprobe.bench.items import Item
-from evprobe.bench.parse_spans import (
+from evprobe.bench._parse_spans import (
     ANSWERS,
     NUMBER_REQUESTS,
     Span,

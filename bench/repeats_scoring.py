@@ -75,7 +75,7 @@ from evprobe.bench.manifest import read_items, read_meta
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.repeats import is_runs_folder, read_runs
-from evprobe.bench.repeats_report import repeats_markdown
+from evprobe.bench._repeats_report import repeats_markdown
 from evprobe.bench.score_cells import difference_cell, headline_cell, label, table_text
 from evprobe.bench.scoring import HEADLINE, Bench, score
 from evprobe.core.bootstrap import (DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled,

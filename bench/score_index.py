@@ -4,7 +4,7 @@
 its `answer_after_test` items, linked by `decision_id`), image and threshold pairs, the variant
 subset. `Replies.build(bench, records)`: one record per item, each decoded to the action or answer
 it stands for (None: invalid). The measure names and sections of a score are here too, so the
-modules that compute measures (bench.score_measures, bench.pecs, ...) and bench.scoring share them.
+modules that compute measures (bench._score_measures, bench.pecs, ...) and bench.scoring share them.
 """
 
 from __future__ import annotations

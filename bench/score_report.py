@@ -24,7 +24,7 @@ from evprobe.bench.score_cells import (
     table_text,
 )
 from evprobe.bench.score_index import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
-from evprobe.bench.score_sections import (
+from evprobe.bench._score_sections import (
     injection_section,
     numeric_section,
     pecs_datasets_section,

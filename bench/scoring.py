@@ -69,7 +69,7 @@ from evprobe.bench.score_index import (
     Replies,
     decode_reply,
 )
-from evprobe.bench.score_measures import (
+from evprobe.bench._score_measures import (
     answer_measures,
     choice_counts,
     control_measures,
