@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.analysis.specificity import band_name
+from evprobe.hooks.dose import RAW
 
 
 def dose_curves(result: Any, path: Path, measure: str = "log_odds_change") -> Path:
@@ -56,7 +57,7 @@ def dose_curves(result: Any, path: Path, measure: str = "log_odds_change") -> Pa
                     ax.axhspan(a.lo, a.hi, color=color, alpha=0.07)
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_xlabel("alpha (" + ("multiples of the mean residual norm" if any(
-            u["measured"] != "raw units" for u in result.units.values()) else "raw units") + ")")
+            u.how != RAW for u in result.units.values()) else "raw units") + ")")
         ax.set_ylabel(measure.replace("_", " "))
         n = rows[(rows["group"] == group)]["n"].max()
         ax.set_title(f"{group} (n={int(n) if n == n else 0})", fontsize=9)

@@ -8,7 +8,7 @@ family-bootstrap intervals, a cross-fitted choice of layer and dose, and a verdi
     result.effects      # DataFrame: direction, layer, alpha, group, measure, value, lo, hi, n, n_families
     result.null         # DataFrame: null, layer, alpha, group, measure, n_directions, lo, hi, percentile, z, p_null
     result.crossfit     # DataFrame: the cross-fitted effect and its rank among each null's
-    result.verdict      # {"specific": True | False | None, "text": ...}: beyond both nulls?
+    result.verdict      # Verdict(specific=True | False | None, text=...): beyond both nulls?
     result.plot("curve.png")
 
 Readout: the next-token log-probabilities of `candidates` at the answer position (after the
@@ -58,6 +58,7 @@ from evprobe.analysis.label_null import NEAR_COSINE, FitRows, LabelFreeNull, dir
 from evprobe.analysis.specificity import (
     HALVES,
     NULL_SHORT,
+    Verdict,
     crossfit_scores,
     group_means,
     joint_text,
@@ -67,6 +68,7 @@ from evprobe.analysis.specificity import (
     split_halves,
 )
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
+from evprobe.hooks.dose import DoseUnit
 from evprobe.core.errors import InputError, shown
 
 if TYPE_CHECKING:
@@ -93,22 +95,22 @@ class DoseResponseResult:
         test: p_goal, beaten, threshold, specific, margin over the nearest null direction, and
         near_share: the share of the null's directions within |cos| 0.9 of the probe).
     verdict: on the goal group's log-odds, "specific to this direction" = beyond both nulls
-        (analysis.specificity.joint_verdict): specific (True, False or None: no verdict), against,
-        missing, text.
+        (analysis.specificity.Verdict): .specific (True, False or None: no verdict), .against,
+        .missing, .text.
     notes: what was not run and why (e.g. no label-free null for a bare vector without fit_rows).
     items: per item, direction ("unsteered", "probe", controls, "ablation"), layer and alpha: log_odds
         and chose (a table `evprobe.paired_effects` reads).
-    units: per layer, the raw size of alpha = 1 and how it was measured.
+    units: per layer, the raw size of alpha = 1 and how it was measured (hooks.dose.DoseUnit).
     """
 
     effects: pd.DataFrame
     null: pd.DataFrame
     crossfit: pd.DataFrame
     items: pd.DataFrame
-    units: dict[int, dict[str, Any]]
+    units: dict[int, DoseUnit]
     goal: int
     goal_group: str
-    verdict: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
     label_free: dict[int, LabelFreeNull] = field(default_factory=dict, repr=False)
     notes: tuple[str, ...] = ()
 
@@ -228,7 +230,7 @@ def steering_dose_response(
     import pandas as pd
 
     from evprobe.hooks.ablation import ablate
-    from evprobe.hooks.generation import next_token_logprobs
+    from evprobe.hooks.generation import candidate_notes, next_token_logprobs
     from evprobe.hooks.inputs import build_inputs, image_rows
     from evprobe.hooks.direction_vectors import check_direction_model, random_directions
     from evprobe.hooks.steer_rows import option_logprobs_rows, residual_norms_at
@@ -267,10 +269,10 @@ def steering_dose_response(
     t = np.array([list(candidates).index(x) for x in ([target] * len(prompts) if isinstance(target, str) else target)])
 
     # -- the unit of alpha, per layer
-    unit: dict[int, dict[str, Any]] = {}
+    unit: dict[int, DoseUnit] = {}
     for layer_ in sorted(vectors):
         if units == "raw":
-            unit[layer_] = {"raw_per_alpha": 1.0, "measured": "raw units"}
+            unit[layer_] = DoseUnit.raw(layer_)
             continue
         given = mean_norm.get(layer_) if isinstance(mean_norm, Mapping) else mean_norm
         if given is None:
@@ -278,21 +280,23 @@ def steering_dose_response(
             if not (np.isfinite(norm) and norm > 0):  # a dose of alpha x 0 or x NaN reads nothing
                 raise InputError(f"the mean residual norm at layer {layer_} over these prompts is {norm!r}; give "
                                  "mean_norm= (the unit of alpha) or units='raw'")
-            unit[layer_] = {"raw_per_alpha": norm, "measured": f"mean residual norm over {count} edited positions of "
-                            "these prompts, unsteered"}
+            unit[layer_] = DoseUnit(layer_, float(norm), positions, f"mean residual norm over {count} edited positions "
+                                    "of these prompts, unsteered")
         else:
-            unit[layer_] = {"raw_per_alpha": float(given), "measured": "given"}
+            unit[layer_] = DoseUnit(layer_, float(given), None, "given")
 
-    # -- readouts: alpha = 0 once (no hooks), then every direction x dose in large forwards
+    # -- readouts, each through hooks.generation.answer_logprobs (the one readout; evprobe dose-response reads
+    # with it too): alpha = 0 once (no edit), then every direction x dose in large forwards
     base = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size), t)  # (n, 2)
     rand_seed = seed if random_seed is None else random_seed
     rand = random_directions(handle.d_model, n_random, rand_seed) if n_random else np.zeros((0, handle.d_model))
     label_free, notes = _label_free(by_layer, vectors, fit_rows, n_relabel, rand_seed, handle.d_model)
+    notes = [*candidate_notes(handle, candidates), *notes]  # a candidate of several tokens is read by its first
     names = ["probe", *extra]
     values: dict[int, np.ndarray] = {}   # layer -> (A, D, n, 2): the named directions
     nulls: dict[str, dict[int, np.ndarray]] = {"random": {}, "label-free": {}}  # kind -> layer -> (A, K, n, 2)
     for layer_, v in vectors.items():
-        raw = np.asarray(steps) * unit[layer_]["raw_per_alpha"]  # (A,)
+        raw = np.array([unit[layer_].dose(alpha).raw for alpha in steps])  # (A,) raw sizes of the doses
         named = np.stack([v, *extra.values()])  # (D, d)
         free = label_free[layer_].vectors if layer_ in label_free else np.zeros((0, handle.d_model))
         deltas = np.concatenate([(raw[:, None, None] * named[None]).reshape(-1, handle.d_model),
@@ -432,7 +436,7 @@ def _near_free(label_free: dict[int, LabelFreeNull]) -> dict[int, float]:
 def _crossfit(values: dict[int, np.ndarray], nulls: dict[str, dict[int, np.ndarray]], base: np.ndarray,
               steps: list[float], fam: np.ndarray, masks: dict[str, np.ndarray], goal: int, goal_group: str,
               split_seed: int, changes_of: Callable[[np.ndarray], list[Estimate]],
-              near: dict[str, dict[int, float]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+              near: dict[str, dict[int, float]]) -> tuple[list[dict[str, Any]], Verdict]:
     """The cross-fitted effect of the probe and of each null direction (module docstring), rows per
     group x measure x null, and the joint verdict on the goal group's log-odds.
     changes_of: per-item readouts (n, 2) -> the Estimates of their paired changes, cells group x measure."""
@@ -469,5 +473,5 @@ def _crossfit(values: dict[int, np.ndarray], nulls: dict[str, dict[int, np.ndarr
                              "chosen_on_A_layer": chosen["A"][0], "chosen_on_A_alpha": float(chosen["A"][1]),
                              "chosen_on_B_layer": chosen["B"][0], "chosen_on_B_alpha": float(chosen["B"][1]), **stats})
     verdict = joint_verdict({"random": goal_stats.get("random"), "relabel": goal_stats.get("label-free")})
-    return rows, {**verdict, "missing": [NULL_SHORT[k] for k in verdict["missing"]],
-                  "against": [NULL_SHORT[k] for k in verdict["against"]], "text": joint_text(verdict)}
+    return rows, Verdict(verdict["specific"], tuple(NULL_SHORT[k] for k in verdict["against"]),
+                         tuple(NULL_SHORT[k] for k in verdict["missing"]), joint_text(verdict))

@@ -29,6 +29,7 @@ construction.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,19 @@ def specificity_stats(probe_effect: float | None, effects: np.ndarray, sign: int
                margin=float(probe_toward - toward.max()))
     out["specific"] = bool(out["p_goal"] <= threshold)
     return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The claim both nulls together allow (joint_verdict): `specific` True ("specific to this
+    direction": beyond both), False (not beyond a null that ran) or None (no verdict: a null did not
+    run); `against`: the nulls that ran, `missing`: those that did not (their short names); `text`:
+    the sentence (joint_text)."""
+
+    specific: bool | None
+    against: tuple[str, ...]
+    missing: tuple[str, ...]
+    text: str
 
 
 def joint_verdict(by_kind: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:

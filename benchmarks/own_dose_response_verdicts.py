@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 random_seed=seed, **kw)
         cf = result.crossfit
         head = cf[(cf["group"] == "unresolved") & (cf["measure"] == "log_odds_change")].set_index("null")
-        return result.verdict["specific"], {k: (bool(r["specific"]), float(r["p_goal"]), float(r["margin"]))
+        return result.verdict.specific, {k: (bool(r["specific"]), float(r["p_goal"]), float(r["margin"]))
                                             for k, r in head.iterrows()}
 
     t = time.perf_counter()

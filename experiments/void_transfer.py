@@ -247,7 +247,7 @@ def _effect(result: Any) -> dict[str, Any]:
              for _, r in goal.iterrows() if r["null"] is not None and r["p_goal"] == r["p_goal"]}
     return {"abstention_change": _est(cf[cf["measure"] == "chose_change"].iloc[0]), "log_odds_change": _est(first),
             "chosen": [setting_text(first[f"chosen_on_{h}_layer"], first[f"chosen_on_{h}_alpha"]) for h in "AB"], "nulls": nulls,
-            "specific": result.verdict["specific"], "verdict": result.verdict["text"],
+            "specific": result.verdict.specific, "verdict": result.verdict.text,
             "n_random": (nulls.get("random") or {}).get("n", 0), "n_relabel": (nulls.get("label-free") or {}).get("n", 0)}
 
 

@@ -266,18 +266,25 @@ def next_token_logprobs(
     the candidates' first tokens (so rows need not sum to 1).
     Returns float64 array (rows, candidates). batch_size None = all rows at once.
     """
-    import torch
-
     images = image_rows(prompts, images)
     if candidates is None:
         raise TypeError("next_token_logprobs needs candidates (e.g. candidates=['A', 'B'])")
     cand = candidate_token_ids(handle, candidates)
     step = batch_size or len(prompts)
-    out = []
-    for rows in _batches(len(prompts), step):
-        enc = build_inputs(handle, list(prompts[rows]), list(images[rows]))
-        with torch.inference_mode():
-            logits = handle.model(**enc, use_cache=False, logits_to_keep=1).logits  # (batch, 1, vocab)
-        logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (batch, vocab)
-        out.append(logp[:, cand].double().cpu().numpy())
+    out = [answer_logprobs(handle, build_inputs(handle, list(prompts[rows]), list(images[rows])), cand)
+           for rows in _batches(len(prompts), step)]
     return np.concatenate(out, axis=0)
+
+
+def answer_logprobs(handle: Handle, enc: Any, cand: Sequence[int]) -> np.ndarray:
+    """The one readout every log-prob path shares (next_token_logprobs, hooks.steer_rows'
+    option_logprobs_rows, the dose-response's conditions, the unsteered one included): one forward of
+    the encoded rows, the log-softmax over the whole vocabulary at the last position, restricted to
+    the token ids `cand`. Whatever edits are active (an intervention around the call) apply.
+    Returns (rows, len(cand)) float64."""
+    import torch
+
+    with torch.inference_mode():
+        logits = handle.model(**enc, use_cache=False, logits_to_keep=1).logits  # (rows, 1, vocab)
+    logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (rows, vocab)
+    return logp[:, list(cand)].double().cpu().numpy()

@@ -74,9 +74,7 @@ def option_logprobs_rows(
     prompts' build_inputs output when the caller already has it (encoding can cost more than a
     small model's forward)."""
     images = image_rows(prompts, images)
-    import torch
-
-    from evprobe.hooks.generation import candidate_token_ids
+    from evprobe.hooks.generation import answer_logprobs, candidate_token_ids
     from evprobe.hooks.inputs import build_inputs, repeat_rows
 
     D = np.asarray(deltas, dtype=np.float64)  # (K, d_model)
@@ -95,9 +93,8 @@ def option_logprobs_rows(
         if big is None:  # not row-major: encode the repeated prompts (same rows, processor cost k-fold)
             big = build_inputs(handle, list(prompts) * k, list(images) * k)
         rows = np.repeat(D[start:stop], n, axis=0)  # (k * n, d_model), direction-major like big
-        with steer_rows(handle, layer, rows, positions=positions), torch.inference_mode():
-            logits = handle.model(**big, use_cache=False, logits_to_keep=1).logits  # (k*n, 1, vocab)
-        logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)[:, cand].double().cpu().numpy()  # (k*n, letters)
+        with steer_rows(handle, layer, rows, positions=positions):
+            logp = answer_logprobs(handle, big, cand)  # (k*n, letters)
         out[start:stop] = logp.reshape(k, n, len(cand))
     return out
 

@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     import torch
     from PIL import Image
 
+    from evprobe.hooks.dose import Dose
     from evprobe.hooks.handle import Handle
     from evprobe.hooks.sites.vocabulary import Site
 
@@ -194,6 +195,15 @@ class Steering:
                              "(residual_norms_at(..., positions)) or restrict the edit to where it was measured")
         return cls(direction, layer, float(alpha_norm) * float(mean_norm), positions, schedule,
                    alpha_norm=float(alpha_norm), mean_norm=float(mean_norm))
+
+    @classmethod
+    def from_dose(cls, direction: Any, dose: Dose, *, positions: Positions = "all",
+                  schedule: Schedule = "every-step") -> Steering:
+        """`dose.raw` times the unit direction at the dose's layer (hooks.dose): a unit measured at
+        other positions than `positions` is refused, as in from_norm_units (a given or raw unit,
+        positions None, is not compared)."""
+        return cls.from_norm_units(direction, dose.layer, dose.alpha, dose.unit.norm, positions=positions,
+                                   schedule=schedule, measured_at=dose.unit.positions)
 
     @classmethod
     def from_direction(

@@ -20,6 +20,8 @@ from evprobe.bench.items import Item
 from evprobe.bench.protocols import build_prompt
 from evprobe.experiments.dose_response.config import LETTERS
 from evprobe.experiments.dose_response.plan import Condition, Plan
+from evprobe.experiments.dose_response.units import unit_of
+from evprobe.hooks.dose import Dose
 
 
 def missing_test(item: Item) -> str | None:
@@ -94,11 +96,11 @@ def set_vectors(plan: Plan, cond: Condition) -> np.ndarray:
     return np.stack([c.vector for c in plan.controls[cond.layer]])
 
 
-def raw_dose(plan: Plan, cond: Condition, units: dict[str, dict[str, Any]]) -> tuple[float, str]:
-    """alpha x the layer's unit norm (experiments.dose_response.units) and the positions that norm was read at."""
+def dose_of(cond: Condition, units: dict[str, dict[str, Any]]) -> Dose:
+    """The condition's Dose: alpha x the layer's unit (experiments.dose_response.units), which knows the
+    positions its norm was read at."""
     assert cond.layer is not None and cond.alpha is not None
-    unit = units[str(cond.layer)]
-    return cond.alpha * unit["unit_norm"], unit["positions"]
+    return unit_of(units, cond.layer).dose(cond.alpha)
 
 
 @contextmanager
@@ -116,10 +118,7 @@ def _intervention(handle: Any, plan: Plan, cond: Condition, units: dict[str, dic
         with ablate(handle, d.vector, layers=[cond.layer]):
             yield
         return
-    unit = units[str(cond.layer)]
-    spec = Steering.from_norm_units(d.vector, cond.layer, cond.alpha, unit["unit_norm"],  # type: ignore[arg-type]
-                                    positions=plan.config.positions, schedule="every-step",
-                                    measured_at=unit["positions"])
+    spec = Steering.from_dose(d.vector, dose_of(cond, units), positions=plan.config.positions, schedule="every-step")
     with steer(handle, spec):
         yield
 
@@ -154,10 +153,11 @@ def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], image
     from evprobe.hooks.steer_rows import option_logprobs_rows, steer_rows
 
     config = plan.config
-    raw, measured_at = raw_dose(plan, cond, units)
-    if measured_at != config.positions:
-        raise RuntimeError(f"unit norm of L{cond.layer} was measured at {measured_at}, the edit is at {config.positions}")
-    deltas = raw * set_vectors(plan, cond)  # (K, d_model)
+    dose = dose_of(cond, units)
+    if dose.unit.positions != config.positions:
+        raise RuntimeError(f"unit norm of L{cond.layer} was measured at {dose.unit.positions}, the edit is at "
+                           f"{config.positions}")
+    deltas = dose.raw * set_vectors(plan, cond)  # (K, d_model)
     K, n = deltas.shape[0], len(batch)
     max_rows = max(config.null_batch_rows or plan.batch_size, n)
     rows = [_base_row(it, cond) for it in batch]
@@ -199,25 +199,21 @@ def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images
         return _set_rows(handle, plan, cond, batch, images, prompts, units)
     logp = gens = None
     if cond.kind in ("baseline", "probe") and "logprobs" in config.readouts:
-        # one direction through the rows path: the batch's encoding is shared by its conditions; the same
-        # numbers as next_token_logprobs under steer (alpha 0: no hook at all)
+        # one readout for every condition (hooks.generation.answer_logprobs, what next_token_logprobs and
+        # the rows path read with): the batch's encoding is shared by its conditions; the baseline is
+        # that readout with no edit (alpha 0: no hook at all), a dose the same readout under the core's Add
         from evprobe.hooks.steer_rows import option_logprobs_rows
 
         enc = _encoded(handle, prompts, images, batch)
         if cond.kind == "baseline":
-            import torch
+            from evprobe.hooks.generation import answer_logprobs, candidate_token_ids
 
-            from evprobe.hooks.generation import candidate_token_ids
-
-            with torch.inference_mode():
-                logits = handle.model(**enc, use_cache=False, logits_to_keep=1).logits  # (n, 1, vocab)
-            logp = torch.log_softmax(logits[:, -1, :].float(), dim=-1)[:, candidate_token_ids(handle, list(LETTERS))]
-            logp = logp.double().cpu().numpy()  # (n, 5)
+            logp = answer_logprobs(handle, enc, candidate_token_ids(handle, list(LETTERS)))  # (n, 5)
         else:
-            raw, measured_at = raw_dose(plan, cond, units)
-            assert measured_at == config.positions, (measured_at, config.positions)
+            dose = dose_of(cond, units)
+            assert dose.unit.positions == config.positions, (dose.unit.positions, config.positions)
             logp = option_logprobs_rows(handle, prompts, images, LETTERS, cond.layer,  # type: ignore[arg-type]
-                                        raw * plan.directions[cond.layer].vector[None, :],  # type: ignore[index]
+                                        dose.raw * plan.directions[cond.layer].vector[None, :],  # type: ignore[index]
                                         positions=config.positions, enc=enc)[0]  # (n, 5)
     with _intervention(handle, plan, cond, units):
         if "logprobs" in config.readouts and logp is None:
@@ -239,7 +235,7 @@ def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images
 
 __all__ = [
     "generate_readout",
-    "raw_dose",
+    "dose_of",
     "set_vectors",
     "logprob_readout",
     "missing_test",

@@ -13,7 +13,7 @@ Why not directions.json's `mean_norm`: that is the norm at the direction's captu
 all-position mean differs from the last-token one (the report prints both), so "alpha = 1" would
 not be one typical residual norm of what is edited. The other cure, editing only the position
 the norm was read at (`positions: last`), is available and measured the same way (then the
-unit is the last-token norm of the select prompts); hooks.steer.Steering.from_norm_units
+unit is the last-token norm of the select prompts); hooks.steering.Steering.from_dose
 refuses a norm measured at other positions than the edit.
 
 Measured once per run folder, with the model loaded (DoseResponseJob.open), rounded to 6
@@ -28,6 +28,7 @@ from typing import Any
 from evprobe.bench.manifest import load_item_images
 from evprobe.bench.protocols import build_prompt
 from evprobe.experiments.dose_response.plan import Plan
+from evprobe.hooks.dose import DoseUnit
 
 
 def _round6(x: float) -> float:
@@ -49,6 +50,14 @@ def measure_units(handle: Any, plan: Plan, layers: list[int]) -> dict[str, dict[
             for layer, (mean, count) in norms.items()}
 
 
+def unit_of(units: dict[str, dict[str, Any]], layer: int) -> DoseUnit:
+    """A layer's recorded unit (meta.json's `alpha_units` entry, keyed by the layer as text) as a DoseUnit."""
+    record = units[str(layer)]
+    return DoseUnit(int(layer), float(record["unit_norm"]), record["positions"],
+                    f"mean residual norm over {record.get('n_tokens')} edited positions of {record.get('n_items')} "
+                    "select prompts, unsteered")
+
+
 def units_for(handle: Any, plan: Plan, recorded: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The folder's recorded units where they match this run's positions, measured for the rest."""
     known = {k: v for k, v in (recorded or {}).items() if v.get("positions") == plan.config.positions}
@@ -58,4 +67,4 @@ def units_for(handle: Any, plan: Plan, recorded: dict[str, Any] | None) -> dict[
     return known
 
 
-__all__ = ["measure_units", "units_for"]
+__all__ = ["measure_units", "unit_of", "units_for"]

@@ -57,7 +57,7 @@ def test_the_page_runs_as_written(model: str, base_lm: Path, tmp_path: Path, mon
     dose = namespace["dose"]
     assert set(dose.crossfit["group"]) == {"all", "enough", "not enough"}
     assert set(dose.crossfit["null"]) == {"random", "label-free"}  # the direction's own fit rows, from its capture
-    assert dose.verdict["specific"] in (True, False) and not dose.notes
+    assert dose.verdict.specific in (True, False) and not dose.notes
     patched = namespace["patched"]
     assert len(patched.rows) == 8  # 4 pairs, both ways
     assert patched.frame.query("measure == 'mean_change'")["value"].notna().all()

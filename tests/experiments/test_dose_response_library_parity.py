@@ -166,17 +166,17 @@ def test_the_planted_direction_is_specific_and_a_random_one_is_not(organism_item
         assert head["specific"] and head["p_goal"] == pytest.approx(1 / 41) and head["lo"] > 5.0
         assert head["margin"] > 0 and head["near_share"] == 0.0
         assert all(head[f"chosen_on_{h}_layer"] == 3 and head[f"chosen_on_{h}_alpha"] < 0 for h in "AB")
-    assert planted.verdict["specific"] is True and planted.verdict["text"].startswith("the effect is specific to this direction")
+    assert planted.verdict.specific is True and planted.verdict.text.startswith("the effect is specific to this direction")
     probe = planted.effects.set_index(["direction", "layer", "alpha", "group", "measure"])
     stop_rate = probe.loc[("probe", 3, -1.0, "unresolved", "chose_change")]
     # the unresolved items come to stop (every one of them, with no interval, where all units moved alike)
     assert stop_rate["value"] > 0.3 and (stop_rate["identical"] or stop_rate["lo"] > 0.3)
     random = np.random.default_rng(7).normal(size=handle.d_model)
     other = _run(handle, data, {3: random}, **kw)
-    assert other.verdict["specific"] is False and other.verdict["text"] == "the effect is not shown to be specific to this direction"
+    assert other.verdict.specific is False and other.verdict.text == "the effect is not shown to be specific to this direction"
     # a bare vector without its fit rows gets the random null only, and no verdict on specificity (said so)
     bare = _run(handle, data, {3: -direction.vector}, **{**kw, "fit_rows": None})
-    assert bare.verdict["specific"] is None and bare.verdict["missing"] == ["label-free directions"]
+    assert bare.verdict.specific is None and bare.verdict.missing == ("label-free directions",)
     assert any("pass fit_rows=" in note for note in bare.notes)
     assert set(bare.crossfit["null"]) == {"random"}
 
@@ -196,7 +196,7 @@ def test_the_frames_and_the_figure(organism_items, tmp_path: Path) -> None:
     assert (real["lo"] < real["hi"]).all() or (real["measure"] == "chose").any()
     same = result.effects[result.effects["identical"]]
     assert same["lo"].isna().all() and same["hi"].isna().all()
-    assert result.units[3]["measured"].startswith("mean residual norm over")
+    assert result.units[3].how.startswith("mean residual norm over") and result.units[3].layer == 3
     png = result.plot(tmp_path / "curve.png")
     assert png.stat().st_size > 10_000
 
