@@ -27,7 +27,7 @@ Doses: alpha in multiples of the mean residual norm at the layer over the positi
 added at (`units="norm"`, the pipeline's unit), measured unsteered on these prompts
 (hooks.steer_rows.residual_norms_at) unless `mean_norm` is given; or raw units (`units="raw"`).
 Nulls, each read at the same raw doses: `n_random` seeded Gaussian unit directions
-(hooks.steering.random_directions), and `n_relabel` label-free directions (analysis.label_null: fitted
+(hooks.direction_vectors.random_directions), and `n_relabel` label-free directions (analysis.label_null: fitted
 like the direction on the rows it was fitted on, `fit_rows` or the capture a fitted Direction names,
 once the label carries nothing); per setting, the probe's percentile, z and two-sided p among each
 null's effects (analysis.specificity.null_stats; the band is their central 95% from 40 directions on).
@@ -164,7 +164,7 @@ def _directions(direction: Any, layer: int | Sequence[int] | None) -> dict[int, 
 
 
 def _unit(vector: Any, d_model: int, what: str) -> np.ndarray:
-    """hooks.steering.unit_direction, its refusals (and numpy's, for a vector of text) as InputError."""
+    """hooks.direction_vectors.unit_direction, its refusals (and numpy's, for a vector of text) as InputError."""
     from evprobe.hooks.direction_vectors import unit_direction
 
     try:
@@ -221,7 +221,7 @@ def steering_dose_response(
         (`notes` says so); the random null still runs.
     controls: {name: vector} other directions read like the probe at every layer (e.g. a
         direction of another feature), at the same raw doses.
-    ablation: also read each layer with the direction projected out of its output (hooks.ablate:
+    ablation: also read each layer with the direction projected out of its output (hooks.ablation.ablate:
         every position and step), which has no dose: direction "ablation", alpha NaN, its readouts
         and paired changes against the unsteered model (is the direction used at that layer?).
     seed: the family bootstrap's, and the random directions' unless `random_seed` is given (the

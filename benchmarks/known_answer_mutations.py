@@ -1,6 +1,6 @@
 """Benchmark: the known-answer suite under each injected fault, as the README's fault x check table.
 
-Runs the reduced organism quickstart once clean, then each fault of experiments.mutations (FAULTS,
+Runs the reduced organism quickstart once clean, then each fault of experiments.known_answer.mutations (FAULTS,
 which tests/experiments/test_known_answer_mutations.py requires to be caught, and BLIND_SPOTS, which
 are measured and not caught), rerunning only the stages each fault feeds. Prints the markdown table
 and the seconds each run took.
@@ -21,7 +21,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
 
-    from evprobe.experiments.mutations import BLIND_SPOTS, FAULTS, SMALL_QUICKSTART, fault_table, run_with_fault
+    from evprobe.experiments.known_answer.mutations import BLIND_SPOTS, FAULTS, SMALL_QUICKSTART, fault_table, run_with_fault
     from evprobe.experiments.quickstart import quickstart
 
     def run(out: Path) -> dict:

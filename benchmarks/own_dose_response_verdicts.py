@@ -2,7 +2,7 @@
 on a real model (the model organism), with both nulls: random directions and label-free directions.
 
 Data with a known answer: the model organism's held-out selections from the reduced quickstart
-(experiments.mutations.SMALL_QUICKSTART, 8 families per system), steered at layer 3 toward stopping,
+(experiments.known_answer.mutations.SMALL_QUICKSTART, 8 families per system), steered at layer 3 toward stopping,
 the goal read on the unresolved items (goal +1 on the stop letter's log-odds, doses -1 and -0.75).
 
 - truth "specific": the planted direction (the quickstart's stored layer-3 direction, negated so
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import evprobe
     from evprobe.core.proportion import clopper_pearson
-    from evprobe.experiments.mutations import SMALL_QUICKSTART
+    from evprobe.experiments.known_answer.mutations import SMALL_QUICKSTART
     from evprobe.experiments.quickstart import quickstart
 
     torch.set_num_threads(1)

@@ -141,7 +141,7 @@ def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str,
 
     out: dict[int, dict[str, dict[str, Any]]] = {}
     for folder in folders:
-        from evprobe.experiments.summary_files import DoseSummary, read_summary
+        from evprobe.experiments.report.summary_files import DoseSummary, read_summary
 
         path = Path(folder) / "dose_response.json"
         doc = read_summary(path, DoseSummary, "rerun `evprobe dose-response` there",

@@ -140,7 +140,7 @@ for _e in (
     Experiment("report", "evprobe.experiments.report.build:add_report_parser"),
     Experiment("quickstart", "evprobe.experiments.quickstart:add_quickstart_parser",
                report=ReportPart("Known-answer checks", "known_answer.md", 10)),
-    Experiment("organism", "evprobe.experiments.organism_cli:add_organism_parser"),
+    Experiment("organism", "evprobe.experiments.known_answer.organism_cli:add_organism_parser"),
     Experiment("sweep", "evprobe.probes.cli:add_sweep_parser", report=ReportPart("Probe sweeps", "sweep.md", 30)),
     Experiment("directions", "evprobe.probes.cli:add_directions_parser",
                report=ReportPart("Direction geometry", "geometry.md", 40)),

@@ -113,7 +113,7 @@ def residual_norms_at(
 
     "all": every real token (attention mask 1; left padding excluded: padding carries no
     information and is masked out of attention); "last": each row's last token; "image": each
-    row's image-feature tokens (hooks.positions.image_mask, as the edit finds them); explicit
+    row's image-feature tokens (hooks.intervention.ops.image_mask, as the edit finds them); explicit
     indices / slices: those (padding included, as the edit includes it). A RowPositions is tied to
     one encoded batch, so it is refused here: measure at a name or at indices."""
     images = image_rows(prompts, images)

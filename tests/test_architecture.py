@@ -578,3 +578,45 @@ if __name__ == "__main__":
     print(f"\nevprobe.bench importing evprobe.hooks outside functions: {len(_early)}")
     print("\n".join(_early))
     sys.exit(0 if _kept and not (_cycles or _private or _early) else 1)
+
+
+# --- shape: file sizes and the experiments layer's breadth ----------------------------------------
+
+MAX_LINES = 500  # a package file longer than this holds more than one concept (issue 54)
+MAX_EXPERIMENT_MODULES = 12  # experiments/'s top-level modules besides __init__ and __main__
+
+
+def long_files(modules: Mapping[str, Path], limit: int = MAX_LINES) -> list[str]:
+    """'path: N lines' of every module longer than `limit` lines."""
+    out = []
+    for path in sorted(set(modules.values())):
+        n = len(path.read_text().splitlines())
+        if n > limit:
+            out.append(f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}: {n} lines")
+    return out
+
+
+def top_level_modules(folder: Path) -> list[str]:
+    """The .py modules directly in `folder`, dunder files aside (subpackages are not counted)."""
+    return sorted(p.name for p in folder.glob("*.py") if not p.name.startswith("__"))
+
+
+def test_no_package_file_is_over_500_lines(modules: dict[str, Path]) -> None:
+    assert not long_files(modules), long_files(modules)
+
+
+def test_experiments_has_at_most_12_top_level_modules() -> None:
+    names = top_level_modules(REPO / "experiments")
+    assert len(names) <= MAX_EXPERIMENT_MODULES, names
+
+
+def test_the_shape_checks_fail_on_a_long_file_and_a_wide_folder(tmp_path: Path) -> None:
+    long = tmp_path / "long.py"
+    long.write_text("x = 1\n" * (MAX_LINES + 1))
+    short = tmp_path / "short.py"
+    short.write_text("x = 1\n" * MAX_LINES)
+    assert long_files({"a.long": long, "a.short": short}) == [f"{long}: {MAX_LINES + 1} lines"]
+    for i in range(MAX_EXPERIMENT_MODULES + 1):
+        (tmp_path / f"m{i}.py").write_text("")
+    (tmp_path / "__init__.py").write_text("")
+    assert len(top_level_modules(tmp_path)) == MAX_EXPERIMENT_MODULES + 3  # m0..m12, long, short

@@ -1,12 +1,12 @@
-"""Steered option log-probabilities through vLLM: `hooks.steer`'s edit inside a vLLM worker.
+"""Steered option log-probabilities through vLLM: `hooks.steering`'s edit inside a vLLM worker.
 
 What is edited, and how: the residual stream after decoder layer `layer` gets `alpha * v` added at
 EVERY token the engine runs (prompt tokens and generated tokens alike), which is
-`hooks.steer.Steering(v, layer, alpha, positions="all", schedule="every-step")`. vLLM's Llama-style
+`hooks.steering.Steering(v, layer, alpha, positions="all", schedule="every-step")`. vLLM's Llama-style
 decoder layers return `(hidden_states, residual)` with the residual add deferred to the next
 layer's fused add-RMSNorm (or the final norm), so the stream after layer L is their sum; the hook
 returns `(hidden_states + residual + delta, 0)`, the sum in hf's order (hf's layer output
-`residual + hidden_states`, then `+ delta` in `hooks.steer`), and the next fused norm adds an exact
+`residual + hidden_states`, then `+ delta` in `hooks.steering`), and the next fused norm adds an exact
 zero. The delta is `alpha * v` in float64, cast to the model's dtype, as `Steering.delta`.
 
 Only public vLLM APIs: the hook is a plain torch forward hook registered by a worker extension

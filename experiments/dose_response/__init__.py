@@ -40,7 +40,7 @@ Conventions (the report repeats them):
   `heldout: false` steers in-sample and the report says so.
 - **alpha = 0** is the unsteered model: computed once per item (no hooks at all) and shared by
   every layer and direction kind; adding 0 * v is exact, so this is what a zero-dose hook gives.
-- **Null.** n_random seeded Gaussian unit directions (hooks.steer.random_directions, the same
+- **Null.** n_random seeded Gaussian unit directions (hooks.direction_vectors.random_directions, the same
   vectors at every layer) at the same raw doses, read as one *set* condition per layer x dose (one
   row per item holding every direction's choice and log-odds; K x items rows per forward).
   Effect = paired change vs alpha = 0, per item, averaged over a group; the primary measure is the
@@ -52,7 +52,7 @@ Conventions (the report repeats them):
   scored on the other, then the halves swap (whole families, seeded by `split_seed`, stratified by
   system; experiments.dose_response.crossfit); the report says which half chose what. `by_layer` keeps the
   fixed grid extremes per layer (chosen on no data).
-- **Ablation** projects the direction out of that one layer's output (hooks.ablate), every
+- **Ablation** projects the direction out of that one layer's output (hooks.ablation), every
   position and step; it has no dose and is drawn as a horizontal line with its interval; one
   generated sentence per layer and group reads its change and interval (experiments.dose_response.text:
   "not necessary at this layer" when the stop-rate and log-odds intervals include 0).

@@ -8,7 +8,7 @@ unit norm) and read the same way:
 - `history`, `threshold_level` (or any index field of the capture, e.g. `system=spring`): the
   direction of that label, fitted with the named direction's probe, at the same layer and
   position, on the same capture rows (the items the named direction was fitted on), pointing
-  toward the label's default positive class (probes.captures.DEFAULT_POSITIVE);
+  toward the label's default positive class (probes.label_sets.DEFAULT_POSITIVE);
 - `shuffled`: the named direction's own label with its values permuted (seeded by
   `random_seed`) over those rows, fitted the same way: a label direction whose label means
   nothing (the "wrong label" control).

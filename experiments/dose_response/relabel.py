@@ -1,6 +1,6 @@
 """The label-free null of dose-response, fitted from the capture the direction was fitted on.
 
-Isotropic random directions (hooks.steer.random_directions) say whether a push of the probe's size
+Isotropic random directions (hooks.direction_vectors.random_directions) say whether a push of the probe's size
 in *any* direction moves the model as far. They do not say the push has to do with the label: a
 direction the data produce without the label could move it as far. So beside the random band, each
 steered layer gets `n_relabel` label-free directions (analysis.label_null: fitted with the named

@@ -131,7 +131,7 @@ def _fit_labels(acts: Path, fit: list[str]) -> tuple[Any, Any]:
 def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, dict[str, Any] | None]:
     """The configured layer, or the nested best of a resolved sweep on the fitting families."""
     from evprobe.probes.captures import load_capture
-    from evprobe.experiments.summary_files import SweepSummary, read_summary
+    from evprobe.experiments.report.summary_files import SweepSummary, read_summary
 
     config = plan.config
     meta = load_capture(acts).meta  # validated (probes.captures): a damaged meta.json is one line

@@ -2,7 +2,7 @@
 of checks and the fault each catches is experiments.known_answer.checks's.
 
 - `group_readings`: the planted profile per system x initial-test group (initial test `mass` or
-  another, the groups experiments.mutations flips). The plant is one direction for every system, so
+  another, the groups experiments.known_answer.mutations flips). The plant is one direction for every system, so
   each group's difference of class means points where the other groups' pooled one points
   (cosine >= GROUP_COSINE), and a probe trained on the other groups scores the group's rows
   (AUROC >= DECODE_FLOOR, 0.90). The pooled grouped CV cannot see a label flipped for whole

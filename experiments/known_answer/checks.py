@@ -71,7 +71,7 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
   and at layer k patching the last position moves them (it has read the sheet). The layers between are
   reported: the first layer where the last position carries IIA >= 0.5 is where the decision has
   reached it. Catches: patching the wrong layer (off by one: IIA alone is the same at layers 0 and 1,
-  the exact no-change is not) and patching positions off by one (experiments/mutations.py).
+  the exact no-change is not) and patching positions off by one (experiments/known_answer/mutations.py).
 - partial image-span patching (patching results.jsonl; experiments.known_answer.span): each sheet is a
   span of two image tokens, its reading's block and its offset; before layer k, patching only the block
   or only the offset gives a hybrid reading whose answer the causal model (organism.causal) knows:

@@ -12,7 +12,7 @@ predicted member's on >= 0.95 of the pairs with a prediction (family-bootstrap i
 predictions include at least MIN_EACH "flips" (the source's option) and MIN_EACH "stays" (the
 target's) over the two parts, so a patch that moves nothing, or everything, cannot pass. Catches: a
 span whose tokens the toolkit lists out of order (the block patched as the offset) and patching
-positions off by one (experiments/mutations.py).
+positions off by one (experiments/known_answer/mutations.py).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
     meta = read_meta(patch_dir / PatchingJob.meta_file)
     if meta is None or not (patch_dir / RESULTS_FILE).is_file():
         return None
-    from evprobe.experiments.summary_files import PatchingSummary, read_summary
+    from evprobe.experiments.report.summary_files import PatchingSummary, read_summary
 
     fix = f"rerun `evprobe patching` into {patch_dir}"
     config = meta.get("config")

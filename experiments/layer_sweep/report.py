@@ -23,7 +23,7 @@ def best_layers(plan: Plan) -> dict[str, Any]:
     """Per label: nested best layer/position with held-out AUROC, interval and n; the control tasks
     (mean, range, k) and the selectivity at that layer/position; the one-hot cell and input-only
     baselines; the optimistic (test-fold) maximum."""
-    from evprobe.experiments.summary_files import SweepSummary, read_summary
+    from evprobe.experiments.report.summary_files import SweepSummary, read_summary
 
     out = []
     for label in plan.config.labels:

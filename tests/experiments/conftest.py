@@ -20,14 +20,14 @@ def _shared(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
 
 @pytest.fixture(scope="session")
 def small_quickstart(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[Path, dict]:
-    """The mutation test's reduced organism quickstart (experiments.mutations.SMALL_QUICKSTART), run
+    """The mutation test's reduced organism quickstart (experiments.known_answer.mutations.SMALL_QUICKSTART), run
     once per test session: (its folder, its known-answer result as known_answer.json holds it).
     Read-only: copy what a test edits.
 
     A session fixture is built by every xdist worker that runs a test needing it, and this one is the
     costliest, so the workers share one: the first builds it under the folder every worker's base
     temp sits in, holding a lock the others wait on, and they read what it wrote."""
-    from evprobe.experiments.mutations import SMALL_QUICKSTART
+    from evprobe.experiments.known_answer.mutations import SMALL_QUICKSTART
     from evprobe.experiments.quickstart import quickstart
 
     shared = _shared(tmp_path_factory, worker_id)
@@ -45,11 +45,11 @@ def small_quickstart(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -
 def fault_results(small_quickstart: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory,
                   worker_id: str):
     """`results(faults)`: {fault name: the known-answer result of the reduced quickstart rerun under
-    that fault} (experiments.mutations.run_with_fault), each fault run once per test session whichever
+    that fault} (experiments.known_answer.mutations.run_with_fault), each fault run once per test session whichever
     worker asks first. The mutation tests are split over two files so that `--dist loadfile` can give
     the faults to both workers; the test that needs every fault's result takes the ones done, runs the
     ones no worker has started, and waits on the ones another worker is running."""
-    from evprobe.experiments.mutations import SMALL_QUICKSTART, run_with_fault
+    from evprobe.experiments.known_answer.mutations import SMALL_QUICKSTART, run_with_fault
     from evprobe.experiments.quickstart import quickstart
 
     clean, _ = small_quickstart

@@ -24,7 +24,7 @@ from evprobe.core.errors import InputError
 from evprobe.core.json_files import read_json_object
 from evprobe.experiments.cli import main
 from evprobe.experiments.scoring_io import compare_runs, score_run
-from evprobe.experiments.summary_files import DoseSummary, PatchingSummary, SweepSummary, read_summary
+from evprobe.experiments.report.summary_files import DoseSummary, PatchingSummary, SweepSummary, read_summary
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,5 +1,5 @@
 """The known-answer suite fails when the toolkit is broken: every fault fails a check, every check is
-failed by a fault, and the clean pipeline passes them all (experiments/mutations.py; README table).
+failed by a fault, and the clean pipeline passes them all (experiments/known_answer/mutations.py; README table).
 
 One reduced quickstart on the organism (8 families per system, steering at the planted layer only, 8
 random directions, no refits), then each fault reruns only the stages that depend on what it breaks.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evprobe.experiments.mutations import FAULTS, failed_checks, fault_table
+from evprobe.experiments.known_answer.mutations import FAULTS, failed_checks, fault_table
 
 # This file's half of the faults (test_known_answer_mutations_rest.py takes the other).
 HALF = FAULTS[::2]

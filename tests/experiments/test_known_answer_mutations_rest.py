@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evprobe.experiments.mutations import FAULTS, failed_checks
+from evprobe.experiments.known_answer.mutations import FAULTS, failed_checks
 
 HALF = FAULTS[1::2]
 

@@ -1,4 +1,4 @@
-"""hooks.dose: a dose is one value (alpha, its unit, its raw size) and steers as from_norm_units does."""
+"""evprobe.hooks.dose: a dose is one value (alpha, its unit, its raw size) and steers as from_norm_units does."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from evprobe.bench.model_config import did_you_mean
 from evprobe.core.errors import ConfigError, InputError
 
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"  # experiments/config/names.py -> the repository
 CONFIG_KINDS = ("models", "experiments")
 YAML_SUFFIXES = (".yaml", ".yml")
 

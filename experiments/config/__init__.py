@@ -50,7 +50,7 @@ from evprobe.bench.model_config import (
 )
 from evprobe.core.errors import ConfigError
 from evprobe.core.flags import field_hints
-from evprobe.experiments.config_names import (
+from evprobe.experiments.config.names import (
     CONFIG_KINDS,
     CONFIGS_DIR,
     POLICY_PREFIX,
