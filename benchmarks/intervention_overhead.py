@@ -7,7 +7,7 @@ and minima (on a shared machine the minima are the steadier ratio):
   forward            model(**enc), inputs prebuilt (every layer computed, the LM head included)
   capture core       hooks.capture.trace_sites: every layer's residual stream reduced to the last
                      token inside the forward, which stops after the last layer (the core's Reads)
-  capture nnsight    hooks.capture.trace_sites_nnsight: the same through one nnsight trace (what
+  capture nnsight    tests/hooks/nnsight_twins.trace_sites_nnsight: the same through one nnsight trace (what
                      capture ran on before the core)
   generate           greedy generation of --tokens tokens (min_new_tokens pins the count)
   steer core         the same under hooks.steering (the core's Add), every step, at the middle layer
@@ -65,9 +65,9 @@ def measure(arch: str, bench: Path, rows: int, tokens: int, rounds: int) -> dict
     import numpy as np
     import torch
 
-    from evprobe.hooks.capture import position_plan, reduce_at, trace_sites, trace_sites_nnsight
+    from evprobe.hooks.capture import position_plan, reduce_at, trace_sites
     from evprobe.hooks.steering import Steering, steer, steered_generate
-    from tests.hooks.nnsight_twins import steered_generate_nnsight
+    from tests.hooks.nnsight_twins import steered_generate_nnsight, trace_sites_nnsight
 
     h = _handle(arch)
     prompts, images, enc = _inputs(h, bench, rows)

@@ -1,4 +1,4 @@
-"""Capture decoder-layer components at token positions, through nnsight.
+"""Capture decoder-layer components at token positions, through the intervention core (Reads).
 
 What is stored, per decoder layer i and component (COMPONENTS, sites of hooks.sites), a (batch,
 seq, d_model) tensor reduced to one vector per position:
@@ -40,13 +40,13 @@ padded-row indices, and token indices count real tokens only.
 Under `hooks.steering` / `hooks.ablation` / `hooks.intervention.intervene`, capture reads the edited
 values, the edited site included: its Reads are hooks registered after the edits, and hooks run in
 registration order (tests/hooks/test_steer_nnsight.py). nnsight's own `.output` of an edited
-module is read before torch hooks run, so it shows the unedited value; `trace_sites_nnsight` is
-the nnsight capture, kept as the cross-check (equal bit for bit without edits).
+module is read before torch hooks run, so it shows the unedited value; `trace_sites_nnsight`
+(tests/hooks/nnsight_twins.py) is the nnsight capture, kept beside the tests as the cross-check
+(equal bit for bit without edits).
 """
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -239,29 +239,6 @@ def trace_sites(handle: Handle, enc, layers: Sequence[int], components: Sequence
     with torch.no_grad(), intervene(handle, ops, stop_after_reads=True) as run:
         run.forward(handle.model, no_cache_kwargs(handle, enc))
     return {(i, c): run.value(k) for k, (i, c, _) in enumerate(plan)}
-
-
-def trace_sites_nnsight(handle: Handle, enc, layers: Sequence[int], components: Sequence[str], read) -> dict:
-    """`trace_sites` through one nnsight trace (`.output` of each module, read in execution
-    order, `tracer.stop()` after the last): the cross-check of the core's capture
-    (tests/hooks/test_intervention.py) and the baseline of benchmarks/intervention_overhead.py.
-    Unlike the core, nnsight reads a module's output before torch hooks run, so an edit made by
-    `steer` / `intervene` at a site it reads is not seen there. resid_post, attn_out, mlp_out only."""
-    import nnsight
-    import torch
-
-    plan = sites(handle, layers, components)
-    if any(c == "resid_pre" for _, c, _ in plan):
-        raise ValueError("trace_sites_nnsight reads module outputs; resid_pre is a layer's input")
-    with torch.no_grad(), handle.nn.trace(**no_cache_kwargs(handle, enc)) as tracer:
-        saved = nnsight.save([read(_value(handle.nn.get(path).output)) for _, _, path in plan])
-        tracer.stop()  # nothing after the last asked-for layer is needed
-    out = {(i, c): v for (i, c, _), v in zip(plan, saved, strict=True)}
-    # A finished nnsight trace leaves reference cycles that keep this batch's tensors alive until
-    # Python's cyclic GC happens to run; a young-generation collection (about 1 ms) frees them now.
-    del tracer, saved
-    gc.collect(1)
-    return out
 
 
 def capture_batch(

@@ -7,6 +7,10 @@ scores within 1e-5 on every tiny architecture). It shares steered_generate's arg
 (the Steering list, the model check, the generate arguments, the returned SteeredRun), so only the
 edit mechanism differs. Timed against the core in benchmarks/steer_overhead.py and
 benchmarks/intervention_overhead.py.
+
+`trace_sites_nnsight` is `hooks.capture.trace_sites` through one nnsight trace: the cross-check of
+the core's capture (tests/hooks/test_intervention.py) and the baseline of
+benchmarks/intervention_overhead.py.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import gc
+
+from evprobe.hooks.capture import _value, no_cache_kwargs, sites
 from evprobe.hooks.steering import SteeredRun, Steering, _prepared, _run
 
 if TYPE_CHECKING:
@@ -89,3 +96,26 @@ def steered_generate_nnsight(
         if not (issubclass(w.category, UserWarning) and "was never reached" in str(w.message)):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return _run(result, prompt_len, list(edited))
+
+
+def trace_sites_nnsight(handle: Handle, enc, layers: Sequence[int], components: Sequence[str], read) -> dict:
+    """`trace_sites` through one nnsight trace (`.output` of each module, read in execution
+    order, `tracer.stop()` after the last): the cross-check of the core's capture
+    (tests/hooks/test_intervention.py) and the baseline of benchmarks/intervention_overhead.py.
+    Unlike the core, nnsight reads a module's output before torch hooks run, so an edit made by
+    `steer` / `intervene` at a site it reads is not seen there. resid_post, attn_out, mlp_out only."""
+    import nnsight
+    import torch
+
+    plan = sites(handle, layers, components)
+    if any(c == "resid_pre" for _, c, _ in plan):
+        raise ValueError("trace_sites_nnsight reads module outputs; resid_pre is a layer's input")
+    with torch.no_grad(), handle.nn.trace(**no_cache_kwargs(handle, enc)) as tracer:
+        saved = nnsight.save([read(_value(handle.nn.get(path).output)) for _, _, path in plan])
+        tracer.stop()  # nothing after the last asked-for layer is needed
+    out = {(i, c): v for (i, c, _), v in zip(plan, saved, strict=True)}
+    # A finished nnsight trace leaves reference cycles that keep this batch's tensors alive until
+    # Python's cyclic GC happens to run; a young-generation collection (about 1 ms) frees them now.
+    del tracer, saved
+    gc.collect(1)
+    return out

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from evprobe.hooks import TINY_ARCHS, build_inputs, generate
-from evprobe.hooks.capture import reduce_at, position_plan, trace_sites, trace_sites_nnsight
+from evprobe.hooks.capture import reduce_at, position_plan, trace_sites
+from tests.hooks.nnsight_twins import trace_sites_nnsight
 from evprobe.hooks.intervention import Ablate, Add, Patch, Read, Replace, intervene
 from evprobe.hooks.steering import Steering, steered_generate
 
