@@ -8,7 +8,7 @@ family-bootstrap intervals, a cross-fitted choice of layer and dose, and a verdi
     result.effects      # DataFrame: direction, layer, alpha, group, measure, value, lo, hi, n, n_families
     result.null         # DataFrame: null, layer, alpha, group, measure, n_directions, lo, hi, percentile, z, p_null
     result.crossfit     # DataFrame: the cross-fitted effect and its rank among each null's
-    result.verdict      # Verdict(specific=True | False | None, text=...): beyond both nulls?
+    result.verdict      # Verdict: .specific True | False | None (beyond both nulls?), .text
     result.plot("curve.png")
 
 Readout: the next-token log-probabilities of `candidates` at the answer position (after the
@@ -57,11 +57,9 @@ from evprobe.analysis.inputs import MAX_BOOT, MAX_NULL, dose_arguments, integer,
 from evprobe.analysis.label_null import NEAR_COSINE, FitRows, LabelFreeNull, direction_rows, fit_rows_null
 from evprobe.analysis.specificity import (
     HALVES,
-    NULL_SHORT,
     Verdict,
     crossfit_scores,
     group_means,
-    joint_text,
     joint_verdict,
     null_stats,
     specificity_stats,
@@ -95,8 +93,8 @@ class DoseResponseResult:
         test: p_goal, beaten, threshold, specific, margin over the nearest null direction, and
         near_share: the share of the null's directions within |cos| 0.9 of the probe).
     verdict: on the goal group's log-odds, "specific to this direction" = beyond both nulls
-        (analysis.specificity.Verdict): .specific (True, False or None: no verdict), .against,
-        .missing, .text.
+        (analysis.specificity.Verdict): .specific (True, False or None: no verdict), .against and
+        .missing (the nulls that ran and did not: "random", "relabel" = label-free), .text.
     notes: what was not run and why (e.g. no label-free null for a bare vector without fit_rows).
     items: per item, direction ("unsteered", "probe", controls, "ablation"), layer and alpha: log_odds
         and chose (a table `evprobe.paired_effects` reads).
@@ -472,6 +470,4 @@ def _crossfit(values: dict[int, np.ndarray], nulls: dict[str, dict[int, np.ndarr
                 rows.append({"group": g, "measure": f"{measure}_change", "null": kind, **estimate_columns(e), **band,
                              "chosen_on_A_layer": chosen["A"][0], "chosen_on_A_alpha": float(chosen["A"][1]),
                              "chosen_on_B_layer": chosen["B"][0], "chosen_on_B_alpha": float(chosen["B"][1]), **stats})
-    verdict = joint_verdict({"random": goal_stats.get("random"), "relabel": goal_stats.get("label-free")})
-    return rows, Verdict(verdict["specific"], tuple(NULL_SHORT[k] for k in verdict["against"]),
-                         tuple(NULL_SHORT[k] for k in verdict["missing"]), joint_text(verdict))
+    return rows, joint_verdict({"random": goal_stats.get("random"), "relabel": goal_stats.get("label-free")})

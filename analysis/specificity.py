@@ -174,29 +174,40 @@ def specificity_stats(probe_effect: float | None, effects: np.ndarray, sign: int
 @dataclass(frozen=True)
 class Verdict:
     """The claim both nulls together allow (joint_verdict): `specific` True ("specific to this
-    direction": beyond both), False (not beyond a null that ran) or None (no verdict: a null did not
-    run); `against`: the nulls that ran, `missing`: those that did not (their short names); `text`:
-    the sentence (joint_text)."""
+    direction": beyond every null, both having run), False (not beyond a null that ran) or None (no
+    verdict: a null did not run, or has too few directions); `against`: the nulls that ran and
+    `missing`: the others, by kind (NULL_SETS: "random", "relabel" = the label-free directions)."""
 
     specific: bool | None
     against: tuple[str, ...]
     missing: tuple[str, ...]
-    text: str
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> Verdict:
+        """From its JSON (`to_json`), as a results file holds it."""
+        return cls(record.get("specific"), tuple(record.get("against") or ()), tuple(record.get("missing") or ()))
+
+    @property
+    def text(self) -> str:
+        return joint_text(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"specific": self.specific, "against": list(self.against), "missing": list(self.missing)}
 
 
-def joint_verdict(by_kind: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+def joint_verdict(by_kind: Mapping[str, Mapping[str, Any] | None]) -> Verdict:
     """"Specific to this direction" needs every null: True when each null that ran calls it specific
     and both ran; False when any null that ran does not; None (no verdict) when a null is missing
-    or has too few directions for its threshold. `against`: the nulls that ran, `missing`: the others."""
+    or has too few directions for its threshold."""
     ran = {k: s for k, s in by_kind.items() if s and s.get("p_goal") is not None}
-    missing = [k for k in NULL_SETS if k not in ran]
+    missing = tuple(k for k in NULL_SETS if k not in ran)
     if any(s.get("specific") is False for s in ran.values()):
         specific: bool | None = False
     elif missing or any(s.get("specific") is None for s in ran.values()):
         specific = None
     else:
         specific = True
-    return {"specific": specific, "against": [k for k in NULL_SETS if k in ran], "missing": missing}
+    return Verdict(specific, tuple(k for k in NULL_SETS if k in ran), missing)
 
 
 def verdict_text(stats: Mapping[str, Any] | None, kind: str, unit: str) -> str:
@@ -225,16 +236,18 @@ def verdict_text(stats: Mapping[str, Any] | None, kind: str, unit: str) -> str:
                    ": not more than a random direction of the same size does")
 
 
-def joint_text(verdict: Mapping[str, Any]) -> str:
-    """The claim the two nulls together allow, as one clause (it reads after "so")."""
-    if verdict.get("specific") is True:
+def joint_text(verdict: Verdict | Mapping[str, Any]) -> str:
+    """The claim the two nulls together allow, as one clause (it reads after "so"); `verdict` a
+    Verdict or its JSON."""
+    v = verdict if isinstance(verdict, Verdict) else Verdict.of(verdict)
+    if v.specific is True:
         return "the effect is specific to this direction: beyond both nulls"
-    if verdict.get("specific") is False:
+    if v.specific is False:
         return "the effect is not shown to be specific to this direction"
-    missing = " or ".join(NULL_SHORT[k] for k in verdict.get("missing") or ())
+    missing = " or ".join(NULL_SHORT[k] for k in v.missing)
     return (f"there is no verdict on specificity ({'no ' + missing + ' were run' if missing else 'too few null directions'})")
 
 
-__all__ = ["FULL_BAND", "NULL_NAMES", "NULL_SETS", "NULL_SHORT", "SPECIFIC_P", "band_name", "choose_settings",
-           "crossfit_scores", "group_means", "joint_text", "joint_verdict", "null_stats", "scored_at",
-           "specificity_stats", "verdict_text"]
+__all__ = ["FULL_BAND", "HALVES", "NULL_NAMES", "NULL_SETS", "NULL_SHORT", "SPECIFIC_P", "Verdict", "band_name",
+           "choose_settings", "crossfit_scores", "group_means", "joint_text", "joint_verdict", "null_stats", "scored_at",
+           "specificity_stats", "split_halves", "verdict_text"]

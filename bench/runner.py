@@ -20,7 +20,7 @@ from typing import Any, Literal
 from evprobe.bench.clips import check_clips_as_video, check_video_path
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item_units
 from evprobe.bench.model_config import ModelConfig, as_model_config, model_from_record
-from evprobe.bench.manifest import check_item_images, load_item_images, read_families, read_items, read_meta, resolve_image
+from evprobe.bench.manifest import check_item_images, read_families, read_items, read_meta, resolve_image
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
 from evprobe.bench.backends.base import Backend, BackendOptions, ModelPrompt, Reply, Sampling, add_resources

@@ -187,7 +187,7 @@ def one(rng: np.random.Generator, truth: str, s: float, n_fam: int, design: str,
         stats = {name: specificity_stats(float(eff[0]), eff[1 + j * K: 1 + (j + 1) * K], sign)
                  for j, name in enumerate(("random", "label-free", "within-family"))}
         joint = joint_verdict({"random": stats["random"], "relabel": stats["label-free"]})
-        verdicts[goal] = {"joint": joint["specific"], **{k: v["specific"] for k, v in stats.items()}}
+        verdicts[goal] = {"joint": joint.specific, **{k: v["specific"] for k, v in stats.items()}}
     return verdicts
 
 

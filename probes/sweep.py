@@ -41,9 +41,8 @@ accuracy its ratio estimator. Out-of-fold scores of the K fold models are pooled
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 

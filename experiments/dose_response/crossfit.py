@@ -34,6 +34,7 @@ from evprobe.analysis.label_null import NEAR_COSINE
 from evprobe.analysis.specificity import (
     HALVES,
     NULL_SETS,
+    Verdict,
     choose_settings,
     joint_verdict,
     null_stats,
@@ -50,7 +51,6 @@ from evprobe.experiments.dose_response.results import (
     NullOf,
     NullPlace,
     Split,
-    Verdict,
 )
 from evprobe.experiments.dose_response.specificity import USELESS_CEILING, crossfit_effects
 
@@ -193,10 +193,9 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
     return out, split
 
 
-def _verdict(measure: str, by_kind: dict[str, NullPlace | None]) -> Verdict:
-    """analysis.specificity.joint_verdict over the nulls' places on one measure."""
-    v = joint_verdict({kind: None if p is None else p.to_json() for kind, p in by_kind.items()})
-    return Verdict(measure, v["specific"], tuple(v["against"]), tuple(v["missing"]))
+def _verdict(measure: str, by_kind: dict[str, NullPlace | None]) -> tuple[str, Verdict]:
+    """analysis.specificity.joint_verdict over the nulls' places on one measure, with the measure."""
+    return measure, joint_verdict({kind: None if p is None else p.to_json() for kind, p in by_kind.items()})
 
 
 __all__ = ["GOALS", "crossfit", "item_halves", "near_share"]

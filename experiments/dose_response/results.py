@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from evprobe.analysis.specificity import Verdict
 from evprobe.core.bootstrap import Estimate
 
 if TYPE_CHECKING:  # meta.py builds on Split here
@@ -270,19 +271,6 @@ class NullOf:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """"Specific to this direction" on one measure (analysis.specificity.joint_verdict)."""
-
-    measure: str
-    specific: bool | None
-    against: tuple[str, ...]
-    missing: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"specific": self.specific, "against": list(self.against), "missing": list(self.missing)}
-
-
-@dataclass(frozen=True)
 class HalfChange:
     """One scored half's own paired change (stop rate; log-odds where read)."""
 
@@ -308,14 +296,14 @@ class GroupBlock:
     useless_rate: Estimate
     by_half: tuple[HalfChange, ...]
     nulls: tuple[NullOf, ...]  # the nulls that ran
-    specific: tuple[Verdict, ...] | None  # the targeted group only
+    specific: tuple[tuple[str, Verdict], ...] | None  # (measure, verdict): the targeted group only
     log_odds_change: Estimate | None  # None: the readout has no log-odds
 
     def null(self, kind: str, measure: str) -> NullPlace | None:
         return next((n.at(measure) for n in self.nulls if n.kind == kind), None)
 
     def verdict(self, measure: str) -> Verdict | None:
-        return next((v for v in self.specific or () if v.measure == measure), None)
+        return next((v for m, v in self.specific or () if m == measure), None)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -325,7 +313,7 @@ class GroupBlock:
             "null": {n.kind: {"stop_rate": json_of(n.stop_rate), "log_odds": json_of(n.log_odds)}
                      for n in self.nulls}}
         if self.specific is not None:
-            out["specific"] = {v.measure: v.to_json() for v in self.specific}
+            out["specific"] = {m: v.to_json() for m, v in self.specific}
         if self.log_odds_change is not None:
             out["log_odds_change"] = self.log_odds_change.to_json()
         return out
@@ -392,4 +380,4 @@ class DoseResult:
 
 __all__ = ["Ablation", "ByLayer", "Choice", "ControlRow", "CurveRow", "DoseResult", "GoalTest", "GroupBlock",
            "HalfChange", "Headline", "LogOddsAtExtreme", "NullBandRow", "NullOf", "NullPlace", "Place", "Split",
-           "Verdict", "json_of"]
+           "json_of"]

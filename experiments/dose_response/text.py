@@ -24,7 +24,7 @@ from evprobe.core.bootstrap import Estimate
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text
 from evprobe.analysis.label_null import NEAR_COSINE
-from evprobe.analysis.specificity import NULL_SETS, band_name, joint_text, verdict_text
+from evprobe.analysis.specificity import NULL_SETS, band_name, verdict_text
 from evprobe.experiments.dose_response.meta import ReportMeta
 from evprobe.experiments.dose_response.results import Ablation, ControlRow, Headline, NullPlace, json_of
 
@@ -104,7 +104,7 @@ def _headline_paragraph(h: Headline) -> str:
                      "a random direction of the same size moves it about as far")
     joint = t.verdict(measure)
     if joint is not None:
-        shows.append(f"so {joint_text(joint.to_json())}")
+        shows.append(f"so {joint.text}")
     other_null = o.null("relabel", measure) or o.null("random", measure)
     lines.append(f"The {o.group} items (not targeted) at the same settings: stop rate {_pts(o.change)}"
                  + (f", log-odds {_nats(o.log_odds_change)}" if o.log_odds_change else "")

@@ -144,40 +144,34 @@ def _capture_layer_off_by_one(out: Path, stack: ExitStack) -> None:
     stack.enter_context(mock.patch.object(capture, "trace_sites", trace_sites))
 
 
-def _patch_steering(stack: ExitStack, edit: Callable[[Any], Any], edit_rows: Callable[[int, Any], tuple],
-                    **rows_kwargs: Any) -> None:
-    """Route every Steering through `edit` and every steer_rows (layer, deltas) through `edit_rows`
-    (with `rows_kwargs` in place of the caller's keyword arguments)."""
-    steer = importlib.import_module("evprobe.hooks.steering")
-    steer_rows = importlib.import_module("evprobe.hooks.steer_rows")
-    steer_original, rows_original = steer.steer, steer_rows.steer_rows
+def _patch_steering(stack: ExitStack, edit: Callable[[Any], Any]) -> None:
+    """Route every additive edit of the residual stream through `edit` (an Add -> the Add run
+    instead): the intervention core's entry point is the one place every steering path meets
+    (a Steering under hooks.steering.steer, hooks.steer_rows' many rows, both dose-response
+    drivers, steered generation), so one patch reaches them all."""
+    core = importlib.import_module("evprobe.hooks.intervention")
+    original = core.intervene
 
-    def steered(handle, steering):
-        specs = [steering] if isinstance(steering, steer.Steering) else list(steering)
-        return steer_original(handle, [edit(s) for s in specs])
+    def intervene(handle, ops, **kwargs):
+        return original(handle, [edit(op) if isinstance(op, core.Add) and op.site.kind == "resid_post" else op
+                                 for op in ops], **kwargs)
 
-    def steered_rows(handle, layer, deltas, **kwargs):
-        return rows_original(handle, *edit_rows(layer, deltas), **{**kwargs, **rows_kwargs})
-
-    stack.enter_context(mock.patch.object(steer, "steer", steered))
-    stack.enter_context(mock.patch.object(steer_rows, "steer_rows", steered_rows))
+    stack.enter_context(mock.patch.object(core, "intervene", intervene))
 
 
 def _steering_layer_off_by_one(out: Path, stack: ExitStack) -> None:
     """Steering asked for at layer l edits layer l + 1's output."""
-    _patch_steering(stack, lambda s: replace(s, layer=s.layer + 1), lambda layer, d: (int(layer) + 1, d))
+    _patch_steering(stack, lambda op: replace(op, site=replace(op.site, layer=op.site.layer + 1)))
 
 
 def _no_op_steering(out: Path, stack: ExitStack) -> None:
     """The hooks are installed but add nothing."""
-    _patch_steering(stack, lambda s: replace(s, alpha=0.0),
-                    lambda layer, d: (layer, np.zeros_like(np.asarray(d, dtype=np.float64))))
+    _patch_steering(stack, lambda op: replace(op, delta=np.zeros_like(op.delta)))
 
 
 def _prompt_only_steering(out: Path, stack: ExitStack) -> None:
     """Steering edits the prompt pass only, never a generated token."""
-    _patch_steering(stack, lambda s: replace(s, schedule="prompt-only"), lambda layer, d: (layer, d),
-                    schedule="prompt-only")
+    _patch_steering(stack, lambda op: replace(op, schedule="prompt-only"))
 
 
 def _random_direction(out: Path, stack: ExitStack) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from evprobe.analysis.specificity import (
+    Verdict,
     band_name,
     crossfit_scores,
     joint_text,
@@ -52,20 +53,22 @@ def _s(specific, p=0.02):
 
 def test_specific_to_this_direction_needs_both_nulls() -> None:
     both = joint_verdict({"random": _s(True), "relabel": _s(True)})
-    assert both == {"specific": True, "against": ["random", "relabel"], "missing": []}
+    assert both == Verdict(True, ("random", "relabel"), ())
+    assert both.to_json() == {"specific": True, "against": ["random", "relabel"], "missing": []}
+    assert Verdict.of(both.to_json()) == both and both.text == joint_text(both.to_json())
     assert joint_text(both) == "the effect is specific to this direction: beyond both nulls"
     one = joint_verdict({"random": _s(True), "relabel": _s(False)})
-    assert one["specific"] is False and joint_text(one) == "the effect is not shown to be specific to this direction"
+    assert one.specific is False and joint_text(one) == "the effect is not shown to be specific to this direction"
     alone = joint_verdict({"random": _s(True), "relabel": None})  # a null that did not run: no verdict
-    assert alone["specific"] is None and alone["missing"] == ["relabel"]
+    assert alone.specific is None and alone.missing == ("relabel",)
     assert joint_text(alone) == "there is no verdict on specificity (no label-free directions were run)"
     none = joint_verdict({"random": None, "relabel": None})
     assert joint_text(none) == ("there is no verdict on specificity (no random directions or label-free directions "
                                 "were run)")
     few = joint_verdict({"random": _s(None), "relabel": _s(True)})  # too few directions for the threshold
-    assert few["specific"] is None and joint_text(few) == "there is no verdict on specificity (too few null directions)"
+    assert few.specific is None and joint_text(few) == "there is no verdict on specificity (too few null directions)"
     lost = joint_verdict({"random": _s(False), "relabel": None})  # one null already says no
-    assert lost["specific"] is False
+    assert lost.specific is False
 
 
 def test_the_sentence_names_the_margin_the_near_share_and_the_null() -> None:

@@ -176,7 +176,7 @@ def test_the_planted_direction_is_specific_and_a_random_one_is_not(organism_item
     assert other.verdict.specific is False and other.verdict.text == "the effect is not shown to be specific to this direction"
     # a bare vector without its fit rows gets the random null only, and no verdict on specificity (said so)
     bare = _run(handle, data, {3: -direction.vector}, **{**kw, "fit_rows": None})
-    assert bare.verdict.specific is None and bare.verdict.missing == ("label-free directions",)
+    assert bare.verdict.specific is None and bare.verdict.missing == ("relabel",)
     assert any("pass fit_rows=" in note for note in bare.notes)
     assert set(bare.crossfit["null"]) == {"random"}
 

@@ -18,7 +18,6 @@ from evprobe.experiments.dose_response.results import (
     NullOf,
     NullPlace,
     Split,
-    Verdict,
 )
 
 EFFECTS = np.array([0.1, -0.2, 0.05, 0.3, np.nan])
@@ -51,13 +50,13 @@ def test_a_headline_writes_its_keys_in_the_old_order_and_only_where_measured() -
     block = GroupBlock("resolved", _e(0.5), _e(0.1), _e(-0.4), _e(0.0),
                        (HalfChange("A", _e(-0.3), _e(-1.0)), HalfChange("B", _e(-0.5), _e(-1.2))),
                        (NullOf("random", place, None),),
-                       (Verdict("stop_rate", v["specific"], tuple(v["against"]), tuple(v["missing"])),), _e(-1.1))
+                       (("stop_rate", v),), _e(-1.1))
     got = block.to_json()
     assert list(got) == ["group", "stop_rate_at_0", "stop_rate", "change", "useless_rate", "by_half", "null",
                          "specific", "log_odds_change"]
     assert list(got["by_half"]["A"]) == ["change", "log_odds_change"]
     assert got["null"] == {"random": {"stop_rate": target, "log_odds": None}}
-    assert got["specific"] == {"stop_rate": v}
+    assert got["specific"] == {"stop_rate": v.to_json()}
     assert block.null("random", "stop_rate") is place and block.null("relabel", "stop_rate") is None
     # the other group, read without log-odds (generate): no `specific`, no log-odds keys at all
     other = GroupBlock("unresolved", _e(0.5), _e(0.5), _e(0.0), _e(0.0), (HalfChange("A", _e(0.0), None),), (),

@@ -19,7 +19,7 @@ def dose(value: float, lo: float, hi: float) -> dict:
     est = {"value": value, "ci": [lo, hi], "n": 144}
     null = {"random": {"log_odds": specificity_stats(value, RANDOM, sign=+1, near_share=0.0)},
             "relabel": {"log_odds": specificity_stats(value, RELABEL, sign=+1, near_share=0.0)}}
-    joint = {"log_odds": joint_verdict({k: v["log_odds"] for k, v in null.items()})}
+    joint = {"log_odds": joint_verdict({k: v["log_odds"] for k, v in null.items()}).to_json()}
     return {"headline": [{"readout": "logprobs", "goal": "induce measuring", "group": "resolved",
                           "choices": [{"layer": 3, "alpha": 0.875}],
                           "target": {"log_odds_change": est, "change": {"value": -0.4, "ci": [-0.5, -0.3], "n": 144},
