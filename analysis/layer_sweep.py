@@ -12,7 +12,7 @@ position), returning a tidy DataFrame and the same figure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,7 +52,7 @@ def probe_layers(
     label: str = "label",
     layers: Sequence[int] | None = None,
     positions: Sequence[Any] = ("last",),
-    extra: Sequence[dict[str, Any]] | None = None,
+    extra: Sequence[Mapping[str, Any]] | None = None,
     config: Any = None,
     batch_size: int = 8,
     overwrite: bool = False,
