@@ -22,6 +22,8 @@ from evprobe.core.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from evprobe.probes.sweep import SweepResult
+
 
 @dataclass(frozen=True)
 class LayerSweepResult:
@@ -30,7 +32,7 @@ class LayerSweepResult:
     sweep.png beside sweep.json and sweep.md."""
 
     capture: Path
-    sweep: Any
+    sweep: SweepResult
     frame: pd.DataFrame
     figure: Path
 
