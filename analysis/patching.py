@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.analysis.effects import estimate_columns
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError, shown
 from evprobe.analysis.patching_figures import MIN_GAP  # the figures name it too: one home, below both
@@ -72,7 +73,42 @@ def patch_row(handle: Any, source: tuple[str, Sequence[Any]], target: tuple[str,
     }
 
 
-def aggregate(rows: list[dict[str, Any]], layers: list[Any], positions: list[str], *, n_boot: int, seed: int) -> dict:
+Grid = tuple[tuple[Estimate, ...], ...]  # (rows: layers or sites, position sets)
+
+
+@dataclass(frozen=True)
+class PatchingSummary:
+    """`aggregate`'s tables: per row label (a layer or a site) x position set, each measure's Estimate
+    (mean_change, share_of_gap, decoded_flip: module docstring), with the counts, the mean gap and
+    how the intervals were made. `to_json()` is patching.json's core (the command adds its run's fields)."""
+
+    layers: tuple[Any, ...]
+    positions: tuple[str, ...]
+    n_rows: int
+    n_families: int
+    mean_change: Grid
+    share_of_gap: Grid
+    decoded_flip: Grid
+    mean_gap: float | None
+    interval: str
+
+    def grid(self, measure: str) -> Grid:
+        if measure not in MEASURES:
+            raise InputError(f"measure {measure!r} is not one of pair patching's: {', '.join(MEASURES)}")
+        return getattr(self, measure)
+
+    def to_json(self) -> dict[str, Any]:
+        def cells(g: Grid) -> list[list[dict[str, Any]]]:
+            return [[e.to_json() for e in row] for row in g]
+
+        return {"layers": list(self.layers), "positions": list(self.positions), "n_rows": self.n_rows,
+                "n_families": self.n_families, "mean_change": cells(self.mean_change),
+                "share_of_gap": cells(self.share_of_gap), "decoded_flip": cells(self.decoded_flip),
+                "mean_gap": self.mean_gap, "interval": self.interval}
+
+
+def aggregate(rows: list[dict[str, Any]], layers: list[Any], positions: list[str], *, n_boot: int,
+              seed: int) -> PatchingSummary:
     """Per layer (or site) x position set: mean LD change, share of the gap, decoded flips (module
     docstring); `layers` and `positions` label the rows' (L, P) grids."""
     families = sorted({r["family_id"] for r in rows})
@@ -102,33 +138,33 @@ def aggregate(rows: list[dict[str, Any]], layers: list[Any], positions: list[str
             flip_num[f] += np.asarray(r["top_patched"]) == r["top_source"]
             flip_den[f] += 1
 
-    def grid(num: np.ndarray, den: np.ndarray, binary: bool | np.ndarray = False) -> list[list[dict]]:
+    def grid(num: np.ndarray, den: np.ndarray, binary: bool | np.ndarray = False) -> Grid:
         flags = np.broadcast_to(np.asarray(binary, dtype=bool), (L, P)).reshape(-1)
         flat = boot.rates(num.reshape(F, -1), np.repeat(den[:, None], L * P, axis=1), binary=flags)
         held = int((den > 0).sum())  # the families holding a pair of the measure: its interval's effective n
-        return [[flat[i * P + j].in_families(held).to_json() for j in range(P)] for i in range(L)]
+        return tuple(tuple(flat[i * P + j].in_families(held) for j in range(P)) for i in range(L))
 
-    return {
-        "layers": layers,
-        "positions": positions,
-        "n_rows": int(n_rows.sum()),
-        "n_families": F,
+    return PatchingSummary(
+        layers=tuple(layers),
+        positions=tuple(positions),
+        n_rows=int(n_rows.sum()),
+        n_families=F,
         # a cell where every pair moved by exactly the same amount (a position no later computation
         # reads: exactly 0) has nothing to resample: printed as identical, not as [0, 0] (core.bootstrap)
-        "mean_change": [[Estimate.identical_units(float(change_lo[i, j]), int(n_rows.sum())).in_families(F).to_json()
-                         if rows and change_lo[i, j] == change_hi[i, j] else e for j, e in enumerate(row)]
-                        for i, row in enumerate(grid(change, n_rows))],
+        mean_change=tuple(tuple(Estimate.identical_units(float(change_lo[i, j]), int(n_rows.sum())).in_families(F)
+                                if rows and change_lo[i, j] == change_hi[i, j] else e for j, e in enumerate(row))
+                          for i, row in enumerate(grid(change, n_rows))),
         # a cell whose every pair recovers between none and all of the gap is a mean of [0, 1] units:
         # its interval is also the cluster Clopper-Pearson one (core.proportion; conservative for
         # bounded units), so a deterministic model's 1.00 is not printed as [1.00, 1.00]
-        "share_of_gap": grid(share_num, share_den, binary=share_bounded),
-        "decoded_flip": grid(flip_num, flip_den, binary=True),  # a share of rows: never a zero-width interval
-        "mean_gap": float(np.mean([r["ld_source"] - r["ld_target"] for r in rows])) if rows else None,
-        "interval": (f"family bootstrap, {n_boot} resamples, seed {seed}, pointwise 95% percentile; decoded flips, "
-                     "and shares of the gap where every pair's share lies in [0, 1], hulled with the cluster "
-                     "Clopper-Pearson interval (never zero width); a mean change equal in every pair is printed as "
-                     "identical, with no interval"),
-    }
+        share_of_gap=grid(share_num, share_den, binary=share_bounded),
+        decoded_flip=grid(flip_num, flip_den, binary=True),  # a share of rows: never a zero-width interval
+        mean_gap=float(np.mean([r["ld_source"] - r["ld_target"] for r in rows])) if rows else None,
+        interval=(f"family bootstrap, {n_boot} resamples, seed {seed}, pointwise 95% percentile; decoded flips, "
+                  "and shares of the gap where every pair's share lies in [0, 1], hulled with the cluster "
+                  "Clopper-Pearson interval (never zero width); a mean change equal in every pair is printed as "
+                  "identical, with no interval"),
+    )
 
 
 
@@ -140,7 +176,7 @@ class PairPatchingResult:
     (the same, tidy: site, position_set, measure, value, lo, hi, n, n_families, identical)."""
 
     rows: list[dict[str, Any]]
-    summary: dict[str, Any]
+    summary: PatchingSummary
     frame: pd.DataFrame
 
     def plot(self, path: str | Path) -> Path:
@@ -150,7 +186,7 @@ class PairPatchingResult:
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        heatmap_png({**self.summary, "n_rows": self.summary["n_rows"]}, path, measures=MEASURES, row_label="site",
+        heatmap_png(self.summary.to_json(), path, measures=MEASURES, row_label="site",
                     decoded="candidate")
         return path
 
@@ -245,14 +281,7 @@ def pair_patching(
             rows.append({"pair": p, "family_id": str(family), "direction": f"{s}>{t}", **row})
     labels = [str(s) for s in chosen]
     summary = aggregate(rows, labels, list(sets), n_boot=n_boot, seed=seed)
-    frame = [{"site": labels[i], "position_set": name, "measure": measure, **_columns(summary[measure][i][j])}
+    frame = [{"site": labels[i], "position_set": name, "measure": measure,
+              **estimate_columns(summary.grid(measure)[i][j])}
              for measure in MEASURES for i in range(len(labels)) for j, name in enumerate(sets)]
     return PairPatchingResult(rows=rows, summary=summary, frame=pd.DataFrame(frame))
-
-
-def _columns(e: dict[str, Any]) -> dict[str, Any]:
-    """A cell's JSON as the frame's columns; n_families: the families its interval rests on (issue 52)."""
-    identical = bool(e.get("identical_units"))
-    lo, hi = (None, None) if identical else (e.get("ci") or [None, None])
-    return {"value": e["value"], "lo": lo, "hi": hi, "n": e["n"], "n_families": e.get("n_families"),
-            "identical": identical}

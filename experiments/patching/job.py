@@ -313,7 +313,7 @@ def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], conf
     columns are (head, position set) pairs (`head_columns`), its figure a layer x head heatmap per set."""
     heads = config.site == "attn_head"
     columns = head_columns(n_heads or 0, config.positions) if heads else list(config.positions)
-    summary = aggregate(rows, layers, columns, n_boot=config.n_boot, seed=config.seed)
+    summary = aggregate(rows, layers, columns, n_boot=config.n_boot, seed=config.seed).to_json()
     summary.update(model=config.model.source, n_pairs=n_pairs, seconds=round(seconds, 3))
     if config.site != "resid_post":
         summary.update(site=config.site)

@@ -70,7 +70,7 @@ def test_the_job_rows_are_the_library_rows(setup, tmp_path: Path) -> None:
             assert row[key] == mine[key], key
     summary = json.loads((out / "patching.json").read_text())
     for measure in ("mean_change", "share_of_gap", "decoded_flip"):  # the same aggregate (rows in another order)
-        for job_row, lib_row in zip(summary[measure], result.summary[measure], strict=True):
+        for job_row, lib_row in zip(summary[measure], result.summary.to_json()[measure], strict=True):
             for a, b in zip(job_row, lib_row, strict=True):
                 assert a["n"] == b["n"] and a["value"] == pytest.approx(b["value"], rel=1e-12)
                 assert a["ci"] == pytest.approx(b["ci"], rel=1e-12)
@@ -114,17 +114,22 @@ def test_the_figure_draws_the_mean_change_and_every_result_is_a_table(setup, tmp
     width = matplotlib.image.imread(path).shape[1]
     from evprobe.analysis.patching_figures import heatmap_png
 
-    heatmap_png(result.summary, tmp_path / "two.png")  # the benchmark's two panels
+    heatmap_png(result.summary.to_json(), tmp_path / "two.png")  # the benchmark's two panels
     assert width > 1.3 * matplotlib.image.imread(tmp_path / "two.png").shape[1]  # a third panel: the mean change
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # the figures' words as text
         yours = result.plot(tmp_path / "three.svg").read_text()
-        heatmap_png(result.summary, tmp_path / "two.svg")
+        heatmap_png(result.summary.to_json(), tmp_path / "two.svg")
     assert "Decoded flips: how often the" in yours and "top candidate becomes the source" in yours
     assert "IIA" not in yours and "letter" not in yours  # the benchmark's words stay on its own figure:
     assert "Top letter becomes the source" in (tmp_path / "two.svg").read_text()
     frame = evprobe.to_dataframe(result)
     assert set(frame["measure"]) == {"mean_change", "share_of_gap", "decoded_flip"}
     assert len(evprobe.to_dataframe(result, table="rows")) == 6
+    summary = result.summary  # typed: an Estimate per site x set and measure; patching.json's tables from to_json()
+    assert summary.grid("mean_change")[1][0].value == frame.query("measure == 'mean_change'")["value"].iloc[1]
+    assert summary.to_json()["mean_change"][1][0] == summary.mean_change[1][0].to_json()
+    with pytest.raises(InputError, match="measure 'share' is not one of pair patching's: mean_change, share_of_gap"):
+        summary.grid("share")
     with pytest.raises(InputError, match="table 'null' is not one of PairPatchingResult's: frame, rows"):
         evprobe.to_dataframe(result, table="null")
     with pytest.raises(InputError, match="rows, layers, positions, layer and acts apply to a capture or an array"):

@@ -47,7 +47,7 @@ def test_aggregate_measures_the_share_of_the_gap() -> None:
         rows.append({"family_id": fam, "ld_source": 2.0, "ld_target": -1.0,
                      "ld_patched": [[2.0], [-1.0]], "top_source": 0, "top_target": 1,
                      "top_patched": [[0], [1]], "key": str(k)})
-    s = aggregate(rows, [0, 1], ["last"], n_boot=200, seed=1)
+    s = aggregate(rows, [0, 1], ["last"], n_boot=200, seed=1).to_json()  # patching.json's tables
     assert s["share_of_gap"][0][0]["value"] == 1.0 and s["share_of_gap"][1][0]["value"] == 0.0
     assert s["mean_change"][0][0]["value"] == 3.0 and s["decoded_flip"][0][0]["value"] == 1.0
     assert s["decoded_flip"][1][0]["value"] == 0.0 and s["mean_change"][0][0]["n"] == 4
@@ -58,8 +58,8 @@ def test_aggregate_measures_the_share_of_the_gap() -> None:
     assert "3.000 (identical in all 4 pairs)" in md and "0.000 (identical in all 4 pairs)" in md
     assert "[3.000, 3.000]" not in md and "[0.000, 0.000]" not in md
     rows[1] = {**rows[1], "ld_patched": [[1.0], [-1.0]]}  # one pair moves less: a spread, an interval
-    varied = aggregate(rows, [0, 1], ["last"], n_boot=200, seed=1)["mean_change"][0][0]
-    assert "identical_units" not in varied and varied["ci"][0] < varied["ci"][1]
+    varied = aggregate(rows, [0, 1], ["last"], n_boot=200, seed=1).mean_change[0][0]
+    assert not varied.identical and varied.ci[0] < varied.ci[1]
 
 
 def test_bad_positions_are_refused(bench: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -103,7 +103,7 @@ def test_a_deterministic_share_of_the_gap_is_not_a_point() -> None:
     deterministic overshoot still prints a point)."""
     rows = [{"family_id": f"f{i // 2}", "ld_source": 2.0, "ld_target": -2.0, "ld_patched": [[2.0, 4.0]],
              "top_source": "A", "top_target": "B", "top_patched": [["A", "A"]]} for i in range(24)]
-    out = aggregate(rows, [0], ["image", "text"], n_boot=200, seed=0)
+    out = aggregate(rows, [0], ["image", "text"], n_boot=200, seed=0).to_json()
     full, over = out["share_of_gap"][0]
     assert full["value"] == 1.0 and full["ci"][0] < 1.0 == full["ci"][1]
     assert over["value"] == 1.5 and over["ci"][0] <= 1.5 <= over["ci"][1]
@@ -116,19 +116,20 @@ def test_every_measure_says_the_families_its_pairs_lie_in() -> None:
     and f3), only pairs whose top letters differ a flip (f1). The count is in patching.json, in the
     frame's n_families column and printed beside n; a count of every family, or none, fails."""
     from evprobe.core.estimate_text import count_text
-    from evprobe.analysis.patching import _columns
+    from evprobe.analysis.effects import estimate_columns
 
     rows = []
     for k, (fam, gap, flips) in enumerate([("f1", 3.0, True), ("f1", 3.0, True), ("f2", 0.05, False),
                                            ("f3", 3.0, False)]):
         rows.append({"family_id": fam, "ld_source": gap - 1.0, "ld_target": -1.0, "ld_patched": [[0.5 * k]],
                      "top_source": 0, "top_target": 1 if flips else 0, "top_patched": [[0]], "key": str(k)})
-    s = aggregate(rows, [0], ["last"], n_boot=200, seed=1)
+    summary = aggregate(rows, [0], ["last"], n_boot=200, seed=1)
+    s = summary.to_json()
     md = patching_markdown({**s, "model": "m"})
     for measure, n, families in (("mean_change", 4, 3), ("share_of_gap", 3, 2), ("decoded_flip", 2, 1)):
         e = s[measure][0][0]
         assert (e["n"], e["n_families"]) == (n, families), measure
-        assert _columns(e)["n_families"] == families
+        assert estimate_columns(summary.grid(measure)[0][0])["n_families"] == families
         assert count_text(n, families) in md, measure
 
 
@@ -143,5 +144,5 @@ def test_the_heatmap_panels_say_their_families(tmp_path: Path, monkeypatch: pyte
     titles: list[str] = []
     panel = figures._panel
     monkeypatch.setattr(figures, "_panel", lambda *a, **k: (titles.append(a[8]), panel(*a, **k)))
-    figures.heatmap_png({**aggregate(rows, [0], ["last"], n_boot=100, seed=1), "n_rows": 3}, tmp_path / "h.png")
+    figures.heatmap_png(aggregate(rows, [0], ["last"], n_boot=100, seed=1).to_json(), tmp_path / "h.png")
     assert titles[0].endswith(count_text(3, 2)) and titles[1].endswith(count_text(2, 1)), titles
