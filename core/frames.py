@@ -199,27 +199,23 @@ def to_dataframe(source: Any, rows: Any = None, *, sep: str = ".", layers: Any =
     result's tables (an analysis result's `to_dataframe(table)`: e.g. a dose-response's effects,
     null, crossfit or items; default its main one)."""
     pandas = require_pandas()
-    if isinstance(source, pandas.DataFrame) and table is None and rows is None:  # paired_effects' table
-        return source.copy()
-    own = getattr(source, "to_dataframe", None)
-    if callable(own) and not isinstance(source, type):  # an analysis result knows its own tables
-        if rows is not None or layers is not None or positions is not None or layer is not None or not acts:
-            raise InputError(f"to_dataframe: rows, layers, positions, layer and acts apply to a capture or an array, "
-                             f"not to {type(source).__name__}; choose one of its tables with table=")
-        return own() if table is None else own(table)
-    if table is not None:
-        raise InputError(f"to_dataframe: table= chooses among an analysis result's tables, not {type(source).__name__}'s")
     if _is_capture(source) or _is_array(source):
-        table = activation_rows(source, rows, layers=layers, positions=positions, layer=layer, position=position,
-                                acts=acts)
+        if table is None:
+            return pandas.DataFrame([flatten(r, sep) for r in activation_rows(
+                source, rows, layers=layers, positions=positions, layer=layer, position=position, acts=acts)])
     else:
         extra = {"rows": rows, "layers": layers, "positions": positions, "layer": layer, "position": position}
         given = [k for k, v in extra.items() if v is not None] + ([] if acts else ["acts"])
+        own = getattr(source, "to_dataframe", None)
+        result = callable(own) and not isinstance(source, type)  # an analysis result knows its own tables
         if given:
             raise InputError(f"to_dataframe: {', '.join(given)} apply to a capture or an array, not to "
-                             f"{type(source).__name__}")
-        table = rows_of(source)
-    return pandas.DataFrame([flatten(r, sep) for r in table])
-
+                             f"{type(source).__name__}" + ("; choose one of its tables with table=" if result else ""))
+        if result:
+            return own() if table is None else own(table)
+        if table is None:  # a DataFrame (paired_effects' table) is copied; anything else is read as rows
+            return source.copy() if isinstance(source, pandas.DataFrame) else pandas.DataFrame(
+                [flatten(r, sep) for r in rows_of(source)])
+    raise InputError(f"to_dataframe: table= chooses among an analysis result's tables, not {type(source).__name__}'s")
 
 __all__ = ["PANDAS_MISSING", "activation_rows", "flatten", "require_pandas", "rows_of", "to_dataframe"]

@@ -132,5 +132,7 @@ def test_the_figure_draws_the_mean_change_and_every_result_is_a_table(setup, tmp
         summary.grid("share")
     with pytest.raises(InputError, match="table 'null' is not one of PairPatchingResult's: frame, rows"):
         evprobe.to_dataframe(result, table="null")
-    with pytest.raises(InputError, match="rows, layers, positions, layer and acts apply to a capture or an array"):
-        evprobe.to_dataframe(result, layer=3)
+    for extra in ("layer", "position"):  # position= was let through: ignored on a result, now refused like layer=
+        with pytest.raises(InputError, match=f"^to_dataframe: {extra} apply to a capture or an array, not to "
+                                             "PairPatchingResult; choose one of its tables with table=$"):
+            evprobe.to_dataframe(result, **{extra: 3})
