@@ -25,7 +25,7 @@ import numpy as np
 from evprobe.analysis.inputs import integer
 from evprobe.analysis.label_null import check_rows
 from evprobe.core.errors import InputError, shown
-from evprobe.probes.directions import IDENTICAL_MEANS, Direction, FitRows, direction_name
+from evprobe.probes.directions import Direction, FitRows, class_gap, direction_name, probe_part
 from evprobe.probes.registry import ProbeSpec
 
 
@@ -47,8 +47,8 @@ def fit_direction(acts: Any, labels: Any, families: Any, *, layer: int, position
         spec = ProbeSpec.of(probe, probe_params or {})
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"probe {shown(probe, 30)}: {e}") from None
-    gap = float(np.linalg.norm(X[y == 1].mean(0) - X[y == 0].mean(0)))
-    if not gap > IDENTICAL_MEANS * float(np.linalg.norm(X, axis=1).mean()):
+    gap, identical = class_gap(X, y)
+    if identical:
         raise InputError(f"the two labels' mean rows are identical (distance {gap:.2g}); no direction to fit")
     # float32 rows, as a capture file holds them: the command's fit on the same rows, to the bit
     v = np.asarray(spec.make().fit(X.astype(np.float32), y).direction_, dtype=np.float64)  # (d_model,)
@@ -76,9 +76,8 @@ def fit_direction(acts: Any, labels: Any, families: Any, *, layer: int, position
         "d_model": int(X.shape[1]),
         "sign": "points toward the positive class",
     }
-    probe_part = spec.name + "".join(f"-{k}={val}" for k, val in spec.params)
     rows = FitRows(X, y, fam, spec.name, dict(spec.params))
-    return Direction(direction_name(label, True, probe_part, layer, position, None),
+    return Direction(direction_name(label, True, probe_part(spec), layer, position, None),
                      (v / norm).astype(np.float32), prov, fit_rows=rows)
 
 

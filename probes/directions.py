@@ -139,6 +139,20 @@ def _word(value: Any) -> str:
 IDENTICAL_MEANS = 1e-6  # class-mean distance below this x the mean row norm: no direction
 
 
+def class_gap(X: np.ndarray, y: np.ndarray) -> tuple[float, bool]:
+    """The distance between the two classes' mean rows of X (rows, d) float64, and whether they are
+    identical (below IDENTICAL_MEANS x the mean row norm): any "direction" would be rounding noise."""
+    gap = float(np.linalg.norm(X[y == 1].mean(0) - X[y == 0].mean(0)))
+    return gap, not gap > IDENTICAL_MEANS * float(np.linalg.norm(X, axis=1).mean())
+
+
+def probe_part(spec: ProbeSpec) -> str:
+    """The probe's part of a direction's name: parameters that differ from the defaults are in it,
+    so two fits of one probe with different parameters at one layer are two directions
+    (logistic-C_0_5), not one overwritten."""
+    return spec.name + "".join(f"-{k}={v}" for k, v in spec.params)
+
+
 def fit_directions(
     captures: CaptureSet,
     labelset: LabelSet,
@@ -162,14 +176,13 @@ def fit_directions(
             y = labelset.y[mask]
             if y.min() == y.max():
                 raise CaptureError(f"condition {cond_name} has one class of {labelset.title} only; no direction")
-            Xm = X[mask].astype(np.float64)
-            gap = float(np.linalg.norm(Xm[y == 1].mean(0) - Xm[y == 0].mean(0)))
+            gap, identical = class_gap(X[mask].astype(np.float64), y)
             where = f"layer {layer}/{position}" + (f" ({cond_name})" if cond_name else "")
             if not np.isfinite(gap):  # never read as "identical means": a NaN gap fails every comparison
                 raise CaptureError(f"no direction for {labelset.title} at {where}: the class-mean distance is "
                                    f"{number_text(gap, '.2g', 'the activations hold NaN or inf')}; read the "
                                    "captures with load_capture (which refuses such rows) or --nonfinite drop")
-            if not gap > IDENTICAL_MEANS * float(np.linalg.norm(Xm, axis=1).mean()):
+            if identical:
                 # Identical class means (e.g. a position whose state is the same for every row of a
                 # family, labels balanced within families): any "direction" would be rounding noise.
                 warnings.warn(f"no direction for {labelset.title} at {where}: the two classes' mean states are "
@@ -198,10 +211,7 @@ def fit_directions(
                 "sign": "points toward the positive class",
                 **({"model_fingerprint": model_print} if model_print else {}),
             }
-            # parameters that differ from the defaults are part of the name: two fits of one probe with
-            # different parameters at one layer are two directions (logistic-C_0_5), not one overwritten
-            probe_part = spec.name + "".join(f"-{k}={v}" for k, v in spec.params)
-            name = direction_name(labelset.name, labelset.positive, probe_part, layer, position, cond_name)
+            name = direction_name(labelset.name, labelset.positive, probe_part(spec), layer, position, cond_name)
             out.append(Direction(name, np.asarray(est.direction_, dtype=np.float32), prov))
     return out
 
