@@ -1,7 +1,7 @@
 """Run in the vLLM environment by tests/bench/test_backend_vllm.py: every vLLM check on ONE engine.
 
 `python vllm_driver.py MODEL BENCH OUT [--throughput]` starts one engine (about a minute on a
-loaded CPU) and shares it between the runs below: `evprobe.bench.backends.vllm.open_backend` is
+loaded CPU) and shares it between the runs below: the registered vllm opener (bench.backends.registry) is
 replaced by one that starts the engine on its first call and, later, wraps the same engine for each
 run's settings (`VLLMBackend(engine, config)` checks they are the engine's); a run's close() leaves
 the shared engine up, and the driver shuts it down at the end (the real `close()`), then writes
@@ -95,7 +95,13 @@ def _drive(argv: list[str], shared: dict) -> None:
             shared["engine"] = vb.start_engine(config, handle)
         return SharedBackend(shared["engine"], config)
 
-    vb.open_backend = open_shared
+    # the runner opens a backend through its registered spec (bench.backends.registry), so the shared
+    # engine's opener replaces the registered one there
+    import dataclasses
+
+    from evprobe.bench.backends import registry
+
+    registry._SPECS["vllm"] = dataclasses.replace(registry.backend_spec("vllm"), opener=open_shared)
     result: dict = {}
     from evprobe.bench.model_config import ModelConfig
 
