@@ -199,7 +199,7 @@ def to_dataframe(source: Any, rows: Any = None, *, sep: str = ".", layers: Any =
     result's tables (an analysis result's `to_dataframe(table)`: e.g. a dose-response's effects,
     null, crossfit or items; default its main one)."""
     pandas = require_pandas()
-    if _is_capture(source) or _is_array(source):
+    if (_is_capture(source) or _is_array(source)) and not isinstance(source, pandas.DataFrame):  # a frame has a shape too
         if table is None:
             return pandas.DataFrame([flatten(r, sep) for r in activation_rows(
                 source, rows, layers=layers, positions=positions, layer=layer, position=position, acts=acts)])
