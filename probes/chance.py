@@ -56,6 +56,8 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
+
 ALPHA = 0.05
 DEFAULT_CHANCE_PERMUTATIONS = 99
 PREFIX = "chance:"  # label names of the test in the engine's label dict (probes.multilabel.BATCHED)
@@ -147,7 +149,7 @@ class ChanceTest:
         """adjusted p <= alpha; None before the adjustment."""
         return None if self.p_adjusted is None else self.p_adjusted <= self.alpha
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         null = np.asarray(self.null, dtype=np.float64)
         finite = null[np.isfinite(null)]
         return {"observed": self.observed, "p_value": self.p_value, "p_adjusted": self.p_adjusted,
@@ -185,13 +187,22 @@ def adjust(rows: Sequence[Any]) -> list[Any]:
     return out
 
 
-def chance_json(n_permutations: int, n_tested: int, how: str) -> dict[str, Any]:
-    """The sweep-level description of the test (sweep.json "chance_test"); `how`: `scheme`'s answer."""
-    return {"permutations": n_permutations, "alpha": ALPHA, "rows_tested": n_tested, "permuted": how,
-            "method": METHOD.format(P=n_permutations, alpha=ALPHA),
-            "multiplicity": f"step-down maxT over the {n_tested} scored layer/positions: family-wise error <= {ALPHA}",
-            "interval": "the AUROC interval beside it is for the procedure's expected held-out AUROC, not a test",
-            "size_and_power": "benchmarks/coverage_chance.py"}
+@dataclass(frozen=True)
+class ChanceDesign:
+    """The sweep-level description of the test against chance (sweep.json "chance_test"): how many
+    relabellings, how many rows were tested, and how the label was permuted (`scheme`'s answer)."""
+
+    permutations: int
+    rows_tested: int
+    permuted: str
+
+    def to_json(self) -> JsonObject:
+        return {"permutations": self.permutations, "alpha": ALPHA, "rows_tested": self.rows_tested,
+                "permuted": self.permuted, "method": METHOD.format(P=self.permutations, alpha=ALPHA),
+                "multiplicity": f"step-down maxT over the {self.rows_tested} scored layer/positions: family-wise "
+                                f"error <= {ALPHA}",
+                "interval": "the AUROC interval beside it is for the procedure's expected held-out AUROC, not a test",
+                "size_and_power": "benchmarks/coverage_chance.py"}
 
 
 def chance_reading(best: Mapping[str, Any], row: Mapping[str, Any]) -> str:

@@ -133,19 +133,19 @@ def sweep_markdown(result: SweepResult) -> str:
          f"tasks' range (below); leakage: the spread between shuffles" if result.intervals is not None else
          f"- intervals: family bootstrap of the out-of-fold scores with the fold models held fixed, B = {cfg.n_boot} "
          "(too narrow: see the warning)"),
-        (f"- control tasks: {tasks['k']} of {tasks['requested']} requested, cell = {' x '.join(tasks['cell_fields'])}"
-         if not tasks["skipped"] else "- control tasks: none (controls off)" if tasks["skipped"] == "controls off"
+        (f"- control tasks: {tasks.k} of {tasks.requested} requested, cell = {' x '.join(tasks.cell_fields)}"
+         if not tasks.skipped else "- control tasks: none (controls off)" if tasks.skipped == "controls off"
          else "- control tasks: **skipped** (see the warning above)"),
         f"- probe: {result.probe}" + (f", C = {cfg.C} after StandardScaler" if result.probe == "logistic" else ""),
         "",
     ]
     lines += ["## What this shows", "", sweep_paragraph(result), ""]
     tested = [r for r in result.rows if r.chance is not None]
-    lines += [CHANCE_NOTE.format(how=result.chance["permuted"], P=result.chance["permutations"], G=len(tested))
+    lines += [CHANCE_NOTE.format(how=result.chance.permuted, P=result.chance.permutations, G=len(tested))
               if tested and result.chance else NO_CHANCE_NOTE, ""]
-    if tasks["k"]:
-        k = tasks["k"]
-        lines += [CONTROLS_NOTE.format(k=k, cells=tasks["n_cells"], level=(k - 1) / (k + 1), false=1 / (k + 1)), ""]
+    if tasks.k:
+        k = tasks.k
+        lines += [CONTROLS_NOTE.format(k=k, cells=tasks.n_cells, level=(k - 1) / (k + 1), false=1 / (k + 1)), ""]
     if result.factors is not None and result.factors.factors:
         lines += [FACTORS_NOTE.format(fields=", ".join(f.field for f in result.factors.factors)), ""]
     if result.leakage is not None:
@@ -156,8 +156,8 @@ def sweep_markdown(result: SweepResult) -> str:
     lines += ["## Input baseline: the one-hot cell (logistic, same folds)", "",
               f"AUROC {estimate_text(result.cell_baseline)}.", ""]
     if cell is not None and cell >= 0.9:
-        lines += [CELL_NOTE if tuple(tasks["cell_fields"]) == BENCHMARK_CELL_FIELDS else
-                  CELL_NOTE_OWN.format(cell=" x ".join(tasks["cell_fields"]), label=result.label), ""]
+        lines += [CELL_NOTE if tuple(tasks.cell_fields) == BENCHMARK_CELL_FIELDS else
+                  CELL_NOTE_OWN.format(cell=" x ".join(tasks.cell_fields), label=result.label), ""]
     elif cell is not None:
         lines += [f"Here the cell does not fix '{result.label}' (one-hot cell AUROC {cell:.3f}): the label varies "
                   "within cells, so part of it is not a function of the prompt's type.", ""]
@@ -190,7 +190,7 @@ def sweep_markdown(result: SweepResult) -> str:
             nb = result.naive_best
             how = "TRAPS-style" if result.sources == "regimes" else "the layer chosen on the test folds"
             lines += ["", f"For comparison, the maximum over layers of the test-fold AUROC ({how}, optimistic): "
-                          f"L{nb['layer']}/{nb['position']} {nb['auroc']:.3f}."]
+                          f"L{nb.layer}/{nb.position} {nb.auroc:.3f}."]
     lines += [
         "",
         "## Per layer and position",
@@ -258,7 +258,7 @@ def sweep_png(result: SweepResult, path: str | Path) -> Path:
             c = [r.controls for r in rows]
             _band(ax, x, [np.nan if e is None else e.mean for e in c], [np.nan if e is None else e.min for e in c],
                   [np.nan if e is None else e.max for e in c], "--", "C7",
-                  f"control tasks: mean, min-max band (k={result.control_tasks['k']})")
+                  f"control tasks: mean, min-max band (k={result.control_tasks.k})")
         if any(r.leakage.value is not None for r in rows):
             ax.plot(x, [nan(r.leakage.value) for r in rows], ":", color="C3", lw=1,
                     label="leakage check (0.5 by construction)")

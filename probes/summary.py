@@ -96,18 +96,18 @@ def position_sentence(label: str, position: str, rows: Sequence[SweepRow], contr
 def sweep_paragraph(result: SweepResult) -> str:
     """The paragraph of the sweep's report (module docstring)."""
     tasks = result.control_tasks
-    reason = tasks.get("skipped") if not tasks.get("k") else None
+    reason = tasks.skipped if not tasks.k else None
     positions = list(dict.fromkeys(r.position for r in result.rows))
     parts = [position_sentence(result.label, p, [r for r in result.rows if r.position == p], reason)
              for p in positions]
     tested = [r for r in result.rows if r.chance is not None and r.chance.p_adjusted is not None]
     if tested and result.chance:
-        parts.append(f"Decodable means the test against chance rejects: {result.chance['permutations']} relabellings of "
-                     f"the label under chance, {result.chance['permuted']}, the whole per-layer pipeline refitted on each, "
+        parts.append(f"Decodable means the test against chance rejects: {result.chance.permutations} relabellings of "
+                     f"the label under chance, {result.chance.permuted}, the whole per-layer pipeline refitted on each, "
                      f"step-down maxT over the {len(tested)} tested layer/positions (family-wise error 5%); the "
                      "AUROC intervals are for the procedure's expected held-out AUROC, not tests.")
-    if not tasks.get("k") and any(_decodable(r) for r in result.rows if not r.degenerate and r.auroc.value is not None):
-        why = "controls off" if tasks.get("skipped") == "controls off" else "see the warning above"
+    if not tasks.k and any(_decodable(r) for r in result.rows if not r.degenerate and r.auroc.value is not None):
+        why = "controls off" if tasks.skipped == "controls off" else "see the warning above"
         parts.append(f"There are no control tasks ({why}), so decodability cannot be told apart from the "
                      "representation carrying the prompt's type.")
     b = result.best

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED, Estimate, FamilyBootstrap
+from evprobe.core.json_types import JsonObject
 from evprobe.core.renames import renamed
 from evprobe.probes.blocks import BlockReader
 from evprobe.probes.captures import CaptureSet
@@ -57,7 +58,7 @@ from evprobe.probes.chance import (
     DEFAULT_CHANCE_PERMUTATIONS,
     OBSERVED,
     ChanceTest,
-    chance_json,
+    ChanceDesign,
     chance_labels,
     chance_names,
     scheme,
@@ -133,8 +134,8 @@ class SweepConfig:
         """The probe with its parameters (probes.registry): what every fit of this sweep makes."""
         return ProbeSpec.of(self.probe, self.probe_params, C=self.C, pooled_covariance=self.pooled_covariance)
 
-    def to_json(self) -> dict[str, Any]:
-        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
         if not self.probe_params:
             del out["probe_params"]  # absent unless given, so a sweep.json of the built-in knobs reads as before
         return out
@@ -151,6 +152,47 @@ CONTROL_TASKS_METHOD = (
 )
 
 
+@dataclass(frozen=True)
+class ControlTasksInfo:
+    """What became of the sweep's control tasks (sweep.json "control_tasks"): how many were drawn of
+    those requested, over how many cells of which fields, and why none were (`skipped`; None when drawn).
+    Where no cell could be formed, the cell fields the index lacks and those that could serve."""
+
+    k: int
+    requested: int
+    n_cells: int
+    cell_fields: tuple[str, ...]
+    skipped: str | None
+    missing_fields: tuple[str, ...] | None = None  # None: not looked for (cells were formed, or controls off)
+    suggested_fields: tuple[str, ...] | None = None
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"k": self.k, "requested": self.requested, "n_cells": self.n_cells,
+                           "cell_fields": list(self.cell_fields), "skipped": self.skipped}
+        if self.missing_fields is not None:
+            out["missing_fields"] = list(self.missing_fields)
+        if self.suggested_fields is not None:
+            out["suggested_fields"] = list(self.suggested_fields)
+        return out
+
+
+@dataclass(frozen=True)
+class NaiveBest:
+    """The row with the highest test-fold AUROC: selected on the test folds, so optimistic (`note` says so)."""
+
+    layer: int
+    position: str
+    auroc: float
+    ci: tuple[float | None, float | None]
+    n: int
+    n_families: int
+    note: str
+
+    def to_json(self) -> JsonObject:
+        return {"layer": self.layer, "position": self.position, "auroc": self.auroc, "ci": list(self.ci),
+                "n": self.n, "n_families": self.n_families, "note": self.note}
+
+
 @dataclass(frozen=True, eq=False)
 class SweepResult:
     label: str
@@ -165,24 +207,24 @@ class SweepResult:
     restriction: str | None
     leakage_kind: str  # "within-family" or "across-families" shuffle
     leakage: LeakageCheck | None  # the check over the scored rows (None: controls off or nothing scored)
-    control_tasks: dict[str, Any]  # k, requested, n_cells, cell_fields, skipped (reason or None)
+    control_tasks: ControlTasksInfo
     rows: tuple[SweepRow, ...]
     cell_baseline: Estimate  # logistic on the one-hot cell
     baselines: dict[str, Estimate]  # single-factor baselines (details: at chance by design)
     best: NestedResult | None
-    naive_best: dict[str, Any] | None  # argmax over rows: selected on the test folds (optimistic)
+    naive_best: NaiveBest | None  # argmax over rows: selected on the test folds (optimistic)
     warnings: tuple[str, ...]
     seconds: float
     intervals: RefitIntervals | None = None  # None: the fixed-model bootstrap's (see FIXED_MODEL_WARNING)
     sources: str = "regimes"  # what `regimes` names: "regimes", or "captures" (folder names, sources_of)
     factors: Factors | None = None  # the design's factors decoded beside the label (None: controls off)
-    chance: dict[str, Any] | None = None  # the test against chance, sweep-level (probes.chance.chance_json; None: off)
+    chance: ChanceDesign | None = None  # the test against chance, sweep-level (None: off)
 
     @property
     def degenerate(self) -> bool:
         return bool(self.rows) and all(r.degenerate for r in self.rows)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "label": self.label,
             "positive": self.positive,
@@ -194,8 +236,8 @@ class SweepResult:
             "dropped": self.n_dropped,
             "restriction": self.restriction,
             "config": self.config.to_json(),
-            "control_tasks": {**self.control_tasks, "method": CONTROL_TASKS_METHOD},
-            "chance_test": self.chance,
+            "control_tasks": {**self.control_tasks.to_json(), "method": CONTROL_TASKS_METHOD},
+            "chance_test": None if self.chance is None else self.chance.to_json(),
             "factors": None if self.factors is None else self.factors.to_json(),
             "leakage_check": None if self.leakage is None else {
                 "kind": f"labels shuffled {self.leakage_kind} (seeded), same probe, folds and scoring",
@@ -213,14 +255,14 @@ class SweepResult:
             "baselines": {k: e.to_json() for k, e in self.baselines.items()},
             "rows": [r.to_json() for r in self.rows],
             "best": None if self.best is None else self.best.to_json(),
-            "naive_best": self.naive_best,
+            "naive_best": None if self.naive_best is None else self.naive_best.to_json(),
             "degenerate": self.degenerate,
             "intervals": self.intervals_json(),
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
         }
 
-    def intervals_json(self) -> dict[str, Any]:
+    def intervals_json(self) -> JsonObject:
         """How the AUROC and accuracy intervals of the rows and of `best` were made."""
         if self.intervals is None:
             return {"method": "family bootstrap of the pooled out-of-fold scores, fold models held fixed "
@@ -362,16 +404,16 @@ def sweep(
     naive = None
     if scored:
         top = max(scored, key=lambda r: r.auroc.value)
-        naive = {"layer": top.layer, "position": top.position, "auroc": top.auroc.value, "ci": list(top.auroc.ci),
-                 "n": top.auroc.n, "n_families": top.auroc.n_families, "note": NAIVE_NOTE[sources_of(captures)[0]]}
-    info = {"k": 0, "requested": config.control_tasks, "n_cells": 0, "cell_fields": list(config.cell_fields),
-            "skipped": "controls off"}
+        naive = NaiveBest(top.layer, top.position, top.auroc.value, top.auroc.ci, top.auroc.n, top.auroc.n_families,
+                          NAIVE_NOTE[sources_of(captures)[0]])
+    info = ControlTasksInfo(k=0, requested=config.control_tasks, n_cells=0, cell_fields=tuple(config.cell_fields),
+                            skipped="controls off")
     if tasks is not None:
-        info.update(k=tasks.k, n_cells=tasks.n_cells, skipped=tasks.reason)
+        info = replace(info, k=tasks.k, n_cells=tasks.n_cells, skipped=tasks.reason)
         if cells is None:  # which cell fields are missing, and which of the index's fields could serve
             index_rows = [captures.index[r] for r in labelset.rows]
-            info.update(missing_fields=missing_cell_fields(index_rows, config.cell_fields),
-                        suggested_fields=suggest_cell_fields(index_rows, labelset.name))
+            info = replace(info, missing_fields=tuple(missing_cell_fields(index_rows, config.cell_fields)),
+                           suggested_fields=tuple(suggest_cell_fields(index_rows, labelset.name)))
     warnings = sweep_warnings(rows, baselines, labelset, info, check, captures)
     if intervals is None:
         warnings.append(FIXED_MODEL_WARNING.format(
@@ -385,7 +427,7 @@ def sweep(
         restriction=labelset.restriction, leakage_kind=leakage_kind, leakage=check, control_tasks=info,
         rows=tuple(rows), cell_baseline=cell_base, baselines=baselines, best=best, naive_best=naive,
         warnings=tuple(warnings), seconds=time.perf_counter() - started, intervals=intervals, factors=factors,
-        chance=chance_json(len(y_chance), sum(r.chance is not None for r in rows), scheme(y, fam)) if y_chance else None,
+        chance=ChanceDesign(len(y_chance), sum(r.chance is not None for r in rows), scheme(y, fam)) if y_chance else None,
     )
 
 

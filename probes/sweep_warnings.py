@@ -5,7 +5,7 @@ the other parts of the report refer to them rather than repeating them)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evprobe.probes.control_tasks import DEFAULT_CONTROL_TASKS, MIN_VERDICT_TASKS, missing_cells_warning
 from evprobe.probes.controls import EXTREME_SDS
@@ -16,14 +16,14 @@ if TYPE_CHECKING:
     from evprobe.probes.captures import CaptureSet
     from evprobe.probes.label_sets import LabelSet
     from evprobe.probes.controls import LeakageCheck
-    from evprobe.probes.sweep import SweepRow
+    from evprobe.probes.sweep import ControlTasksInfo, SweepRow
 
 PAIR_FIELDS = ("image_pair_id", "threshold_pair_id")
 BENCHMARK_VARIES = " (in the benchmark: the measurement and the threshold)"  # not said of your own capture
 
 
 def sweep_warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], labelset: LabelSet,
-              tasks: dict[str, Any], check: LeakageCheck | None, captures: CaptureSet | None = None) -> list[str]:
+              tasks: ControlTasksInfo, check: LeakageCheck | None, captures: CaptureSet | None = None) -> list[str]:
     out = []
     for cap in captures.captures if captures is not None else ():
         if cap.nonfinite is not None:  # rows left out at read (nonfinite="drop"): said in sweep.md too
@@ -60,19 +60,19 @@ def sweep_warnings(rows: Sequence[SweepRow], baselines: dict[str, Estimate], lab
             out.append(f"input-only baseline '{name}' is above chance ({est.value:.3f}, CI {est.ci}); the "
                        "selection is not balanced within families, so a probe can partly read the prompt's "
                        "surface variables")
-    if tasks.get("missing_fields") or ("missing_fields" in tasks and not tasks["cell_fields"]):  # none named
-        out.append(missing_cells_warning(labelset.name, tasks["cell_fields"], tasks["missing_fields"],
-                                         tasks.get("suggested_fields") or []))
-    elif tasks["skipped"] and tasks["skipped"] != "controls off":
-        fix = ("" if tasks["requested"] <= 0 else
+    if tasks.missing_fields or (tasks.missing_fields is not None and not tasks.cell_fields):  # none named
+        out.append(missing_cells_warning(labelset.name, tasks.cell_fields, tasks.missing_fields or (),
+                                         tasks.suggested_fields or ()))
+    elif tasks.skipped and tasks.skipped != "controls off":
+        fix = ("" if tasks.requested <= 0 else
                " (set SweepConfig.cell_fields / --cell-fields to index fields the capture has)")
-        out.append(f"CONTROL TASKS SKIPPED: {tasks['skipped']}. Without them the sweep cannot say whether "
+        out.append(f"CONTROL TASKS SKIPPED: {tasks.skipped}. Without them the sweep cannot say whether "
                    f"'{labelset.name}' is decoded selectively or merely as one of the many functions of the prompt's "
                    f"cell that the representation carries; no selectivity is reported{fix}.")
-    elif 0 < tasks["k"] < tasks["requested"]:
-        out.append(f"only {tasks['k']} of {tasks['requested']} control tasks could be drawn ({tasks['n_cells']} "
+    elif 0 < tasks.k < tasks.requested:
+        out.append(f"only {tasks.k} of {tasks.requested} control tasks could be drawn ({tasks.n_cells} "
                    "cells); the control mean and range rest on fewer tasks")
-    k = tasks["k"]
+    k = tasks.k
     if 0 < k < MIN_VERDICT_TASKS:
         out.append(f"NO SELECTIVITY VERDICT: {k} control tasks; a label that is just another cell function beats all "
                    f"of them with probability 1/{k + 1} > 5%, so no row is called selective or not (use >= "

@@ -55,7 +55,7 @@ def test_user_arrays_sweep_to_the_planted_layer(tmp_path: Path) -> None:
         lo, hi = by_layer[noise].auroc.ci
         assert lo < 0.5 + 0.1 and hi > 0.5 - 0.1  # chance within reach of the interval
     assert res.best is not None and res.best.layer == 7
-    assert res.control_tasks["skipped"] == "no cell fields are named"  # no cells in user data: said, not faked
+    assert res.control_tasks.skipped == "no cell fields are named"  # no cells in user data: said, not faked
 
 
 def test_evprobe_sweep_cli_reads_it(tmp_path: Path) -> None:

@@ -92,13 +92,13 @@ def test_missing_cell_fields_skip_control_tasks_loudly(tmp_path: Path) -> None:
     acts = planted_acts(np.zeros(len(rows)), 1, 1, 8, seed=1)[0]
     cs = load_captures([write_capture(tmp_path / "bare", acts, bare)])
     res = sweep(cs, labels(cs, "resolved"), SweepConfig(**FAST))
-    assert res.control_tasks["k"] == 0 and "lacks the cell field" in res.control_tasks["skipped"]
+    assert res.control_tasks.k == 0 and "lacks the cell field" in res.control_tasks.skipped
     assert any(w.startswith("CONTROL TASKS SKIPPED") for w in res.warnings)
     assert all(r.controls is None and r.selectivity.estimate.value is None for r in res.rows)
     assert res.cell_baseline.value is None and "control tasks: **skipped** (see the warning above)" in sweep_markdown(res)
     # other cell fields make it run again
     ok = sweep(cs, labels(cs, "resolved"), SweepConfig(cell_fields=("initial_property", "threshold_level"), **FAST))
-    assert ok.control_tasks["n_cells"] == 8 and ok.control_tasks["k"] >= 1  # 4 initial properties x 2 levels
+    assert ok.control_tasks.n_cells == 8 and ok.control_tasks.k >= 1  # 4 initial properties x 2 levels
 
 
 # -- selectivity against the controls' own distribution ---------------------------------------

@@ -125,7 +125,7 @@ def test_baselines_at_chance_on_the_reference_data(tmp_path: Path) -> None:
     joint = res.baselines["history_threshold"]
     assert joint.ci[0] <= 0.5 <= joint.ci[1]
     # sufficiency is a function of the benchmark's 24 cells: the one-hot cell decodes it by construction
-    assert res.control_tasks["n_cells"] == 24 and res.cell_baseline.value > 0.99
+    assert res.control_tasks.n_cells == 24 and res.cell_baseline.value > 0.99
     md = sweep_markdown(res)
     assert "exclusive-or" in md and "## Details: single-factor" in md and "by construction" in md
 

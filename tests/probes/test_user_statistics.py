@@ -73,7 +73,7 @@ def test_a_misspelt_cell_field_is_named(tmp_path) -> None:
     res = sweep(cs, labels(cs, "sentiment=pos"), SweepConfig(cell_fields=("topic", "mood"), **FAST))
     skipped = [w for w in res.warnings if w.startswith("CONTROL TASKS SKIPPED")]
     assert len(skipped) == 1 and "lacks the cell field(s) mood of topic x mood" in skipped[0]
-    assert res.control_tasks["k"] == 0 and res.control_tasks["missing_fields"] == ["mood"]
+    assert res.control_tasks.k == 0 and res.control_tasks.missing_fields == ("mood",)
 
 
 def test_suggested_cell_fields_leave_out_ids_constants_and_the_label() -> None:

@@ -78,9 +78,9 @@ def test_reprs_show_the_benchmarks_cell_only_where_it_is_used(tmp_path) -> None:
     assert "system" not in repr(SweepConfig()) and SweepConfig().cell_fields is None
     cs = load_captures([own_capture(tmp_path / "mine")])
     res = sweep(cs, labels(cs, "sentiment=pos"), SweepConfig(n_boot=100, refits=0, nested=False, chance_permutations=0))
-    assert res.config.cell_fields == () and res.control_tasks["cell_fields"] == []
+    assert res.config.cell_fields == () and res.control_tasks.cell_fields == ()
     assert not [w for w in BENCHMARK_CELL_FIELDS if w in repr(res)], repr(res)[:300]
-    assert res.control_tasks["suggested_fields"] == ["topic"]
+    assert res.control_tasks.suggested_fields == ("topic",)
     named = sweep(cs, labels(cs, "sentiment=pos"), SweepConfig(cell_fields=("topic",), n_boot=100, refits=0,
                                                                nested=False, chance_permutations=0, control_tasks=0))
     assert named.config.cell_fields == ("topic",)
