@@ -56,10 +56,14 @@ import argparse
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.flags import add_config_arguments, setting
+from evprobe.core.json_types import JsonObject
+
+if TYPE_CHECKING:
+    import numpy as np
 
 LEVEL_NAMES = {0: "implicit baseline", 1: "object awareness", 2: "attribute awareness", 3: "oracle guidance"}
 BEHAVIOUR = ("min_cost_choice", "stop_if_enough", "test_if_needed")  # scores.json keys, per level
@@ -88,6 +92,41 @@ class LadderConfig:
 
 
 @dataclass(frozen=True)
+class ProbeDifference:
+    """A level's nested AUROC minus the reference level's on the same refits, or why there is none."""
+
+    vs: int  # the reference level
+    value: float | None = None
+    ci: tuple[float, float] | None = None
+    n: int | None = None
+    n_families: int | None = None
+    reason: str | None = None
+
+    def to_json(self) -> JsonObject:
+        if self.reason is not None:
+            return {"vs": self.vs, "reason": self.reason}
+        return {"vs": self.vs, "value": self.value, "ci": list(self.ci or ()), "n": self.n,
+                "n_families": self.n_families}
+
+
+@dataclass(frozen=True)
+class GoalSteering:
+    """One goal's cross-fitted headline in a level's dose-response folder, or why there is none."""
+
+    group: str | None = None
+    setting: str | None = None
+    log_odds_change: JsonObject | None = None  # dose_response.json's estimate
+    change: JsonObject | None = None
+    reason: str | None = None
+
+    def to_json(self) -> JsonObject:
+        if self.reason is not None:
+            return {"reason": self.reason}
+        return {"group": self.group, "setting": self.setting, "log_odds_change": self.log_odds_change,
+                "change": self.change}
+
+
+@dataclass(frozen=True)
 class LevelPoint:
     """One level of the ladder: the nested probe estimate and the behaviour."""
 
@@ -99,25 +138,26 @@ class LevelPoint:
     layer: int | None  # the nested estimate's most frequent choice
     position: str | None
     reason: str | None  # why there is no AUROC
-    behaviour: dict[str, dict[str, Any]]  # BEHAVIOUR key -> {value, ci, n} (or {reason})
-    # paired against the reference level: {"vs", "value", "ci"} or {"vs", "reason"}; None at the reference
-    difference: dict[str, Any] | None = None
-    behaviour_difference: dict[str, dict[str, Any]] | None = None  # BEHAVIOUR key -> scores.json's difference
-    steering: dict[str, dict[str, Any]] | None = None  # goal -> {setting, log_odds_change, change} of --dose
+    behaviour: dict[str, JsonObject]  # BEHAVIOUR key -> scores.json's {value, ci, n} (or {reason})
+    difference: ProbeDifference | None = None  # paired against the reference level; None at the reference
+    behaviour_difference: dict[str, JsonObject] | None = None  # BEHAVIOUR key -> scores.json's difference
+    steering: dict[str, GoalSteering] | None = None  # goal -> the headline of --dose
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = asdict(self)
         out["name"] = LEVEL_NAMES.get(self.level, "")
         out["ci"] = list(self.ci)
+        out["difference"] = None if self.difference is None else self.difference.to_json()
+        out["steering"] = None if self.steering is None else {g: s.to_json() for g, s in self.steering.items()}
         return out
 
 
-def level_of(row: dict[str, Any]) -> int:
+def level_of(row: JsonObject) -> int:
     """A capture index row's injection level (a row without the field is level 0)."""
     return int(row.get("injection", 0))
 
 
-def behaviour_by_level(scores: dict[str, Any], level: int) -> dict[str, dict[str, Any]]:
+def behaviour_by_level(scores: JsonObject, level: int) -> dict[str, JsonObject]:
     """The BEHAVIOUR measures of `level` in a run's scores.json (level 0: the main measures)."""
     block = scores if level == 0 else scores.get("injection", {}).get("levels", {}).get(str(level))
     if block is None:
@@ -125,7 +165,7 @@ def behaviour_by_level(scores: dict[str, Any], level: int) -> dict[str, dict[str
     return {k: block.get(k, {"reason": "not in scores.json"}) for k in BEHAVIOUR}
 
 
-def behaviour_difference(scores: dict[str, Any], level: int) -> dict[str, dict[str, Any]]:
+def behaviour_difference(scores: JsonObject, level: int) -> dict[str, JsonObject]:
     """The BEHAVIOUR differences level minus level 0 in a run's scores.json (bench.level_differences)."""
     block = scores.get("injection", {}).get("differences", {}).get(str(level))
     if block is None:
@@ -133,13 +173,13 @@ def behaviour_difference(scores: dict[str, Any], level: int) -> dict[str, dict[s
     return {k: block.get(k, {"reason": "not in scores.json"}) for k in BEHAVIOUR}
 
 
-def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str, Any]]]:
-    """level -> goal -> {group, setting, log_odds_change, change} from dose-response folders (the
+def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, GoalSteering]]:
+    """level -> goal -> its cross-fitted headline from dose-response folders (the
     level is each folder's `meta.injection`; two folders of one level are refused)."""
     from evprobe.core.errors import InputError
     from evprobe.experiments.dose_response.formatting import crossfit_setting
 
-    out: dict[int, dict[str, dict[str, Any]]] = {}
+    out: dict[int, dict[str, GoalSteering]] = {}
     for folder in folders:
         from evprobe.experiments.report.summary_files import DoseSummary, read_summary
 
@@ -153,10 +193,10 @@ def steering_by_level(folders: tuple[str, ...]) -> dict[int, dict[str, dict[str,
         for h in doc.get("headline") or []:
             if h.get("readout", "logprobs") != "logprobs":
                 continue
-            goals[h["goal"]] = {"group": h["group"], "setting": crossfit_setting(h),
-                                "log_odds_change": h["target"].get("log_odds_change"),
-                                "change": h["target"].get("change")}
-        out[level] = goals or {"(none)": {"reason": (doc.get("split") or {}).get("skipped", "no cross-fitted headline")}}
+            goals[h["goal"]] = GoalSteering(h["group"], crossfit_setting(h), h["target"].get("log_odds_change"),
+                                            h["target"].get("change"))
+        out[level] = goals or {"(none)": GoalSteering(
+            reason=(doc.get("split") or {}).get("skipped", "no cross-fitted headline"))}
     return out
 
 
@@ -245,23 +285,23 @@ DIFFERENCE_METHOD = ("nested AUROC of level L minus the reference level's on the
 
 
 def _probe_difference(p: LevelPoint, points: list[LevelPoint], reference: int,
-                      draws: dict[int, Any], same_families: bool) -> dict[str, Any]:
+                      draws: dict[int, tuple[np.ndarray, np.ndarray] | None], same_families: bool) -> ProbeDifference:
     """The paired AUROC difference of `p` against the reference level (module docstring)."""
     from evprobe.probes.inference import refit_difference
 
     ref = next(q for q in points if q.level == reference)
     if p.auroc is None or ref.auroc is None:
-        return {"vs": reference, "reason": "no nested estimate at one of the two levels"}
+        return ProbeDifference(reference, reason="no nested estimate at one of the two levels")
     if not same_families:
-        return {"vs": reference, "reason": "the levels hold different families: no paired difference"}
+        return ProbeDifference(reference, reason="the levels hold different families: no paired difference")
     if draws.get(p.level) is None or draws.get(reference) is None:
-        return {"vs": reference, "reason": "no refits (--refits 0): no paired difference"}
+        return ProbeDifference(reference, reason="no refits (--refits 0): no paired difference")
     value, ci = refit_difference(p.auroc, draws[p.level], p.ci, ref.auroc, draws[reference], ref.ci, p.n_families)
     # the refits resample the level's families, the same at both levels (checked above)
-    return {"vs": reference, "value": value, "ci": list(ci), "n": p.n, "n_families": p.n_families}
+    return ProbeDifference(reference, value, tuple(ci), p.n, p.n_families)
 
 
-def _read_scores(path: str) -> dict[str, Any]:
+def _read_scores(path: str) -> JsonObject:
     from evprobe.core.json_files import read_json_object
 
     p = Path(path)
@@ -274,7 +314,7 @@ def _read_scores(path: str) -> dict[str, Any]:
 NO_SCORES = "no scores given"  # a level without a scored run: its behaviour is not measured
 
 
-def _cell(est: dict[str, Any] | None, pct: bool = False, sign: bool = False) -> str:
+def _cell(est: JsonObject | None, pct: bool = False, sign: bool = False) -> str:
     """The one formatter (core.estimate_text): percent with 1 decimal, else 3 decimals."""
     if est is None:
         return missing_text(NO_SCORES)
@@ -305,7 +345,7 @@ def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, r
         head += [f"{k} minus level 0, points (paired resamples)" for k in BEHAVIOUR]
         rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for p in others:
-            cells = [str(p.level), _cell(p.difference, sign=True)]
+            cells = [str(p.level), _cell(None if p.difference is None else p.difference.to_json(), sign=True)]
             cells += ([_cell(p.behaviour_difference.get(k), pct=True, sign=True) for k in BEHAVIOUR]
                       if p.behaviour_difference else [missing_text(NO_SCORES)] * len(BEHAVIOUR))
             rows.append("| " + " | ".join(cells) + " |")
@@ -318,11 +358,11 @@ def ladder_markdown(points: list[LevelPoint], title: str, same_families: bool, r
                 "|---|---|---|---|---|"]
         for p in steered:
             for goal, g in p.steering.items():
-                if "reason" in g:
-                    rows.append(f"| {p.level} | {goal} | {missing_text(g['reason'])} | | |")
+                if g.reason is not None:
+                    rows.append(f"| {p.level} | {goal} | {missing_text(g.reason)} | | |")
                     continue
-                rows.append(f"| {p.level} | {goal} ({g['group']} items) | {g['setting']} | "
-                            f"{_cell(g.get('log_odds_change'), sign=True)} | {_cell(g.get('change'), pct=True, sign=True)} |")
+                rows.append(f"| {p.level} | {goal} ({g.group} items) | {g.setting} | "
+                            f"{_cell(g.log_odds_change, sign=True)} | {_cell(g.change, pct=True, sign=True)} |")
         text += ("\n## Steering per level\n\nThe cross-fitted headline of each level's dose-response folder "
                  "(the same directions and alpha unit at every level; intervals per level, not paired).\n\n"
                  + "\n".join(rows) + "\n")
@@ -359,9 +399,10 @@ def ladder_png(points: list[LevelPoint], title: str, path: Path) -> Path:
     b.set(xlabel="injection level", ylabel="min-cost choice, % (95% CI)", title="behaviour", ylim=(0.0, 105.0))
     if steered:
         c = axes[2]
-        goals = sorted({g for p in points for g in (p.steering or {}) if "reason" not in (p.steering or {})[g]})
+        goals = sorted({g for p in points for g, s in (p.steering or {}).items() if s.reason is None})
         for i, goal in enumerate(goals):
-            ests = [((p.steering or {}).get(goal) or {}).get("log_odds_change") or {} for p in points]
+            cells = [(p.steering or {}).get(goal) for p in points]
+            ests = [(s.log_odds_change if s is not None else None) or {} for s in cells]
             bars(c, xs, [e.get("value") for e in ests], [tuple(e.get("ci") or (None, None)) for e in ests],
                  f"C{i + 2}", label=goal)
         c.axhline(0.0, ls=":", color="C7")

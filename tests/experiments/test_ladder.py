@@ -117,16 +117,16 @@ def test_paired_probe_differences(tmp_path: Path) -> None:
     acts = level_capture(tmp_path / "same", {0: 1.5, 1: 1.5}, jitter={1: 0.0})
     same = ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "same_out"), **FAST), progress=False)
     d = same[1].difference
-    assert same[1].auroc == same[0].auroc and d["value"] == 0.0 and d["ci"][0] < 0.0 < d["ci"][1]
+    assert same[1].auroc == same[0].auroc and d.value == 0.0 and d.ci[0] < 0.0 < d.ci[1]
     acts = level_capture(tmp_path / "near", {0: 1.5, 1: 1.5}, jitter={1: 0.1})
     near = ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "near_out"), **FAST), progress=False)
     a, b, d = near[1], near[0], near[1].difference
-    assert d["ci"][0] <= d["value"] <= d["ci"][1] and d["ci"][0] < d["ci"][1]
+    assert d.ci[0] <= d.value <= d.ci[1] and d.ci[0] < d.ci[1]
     mover = np.hypot(a.auroc - a.ci[0], b.ci[1] - b.auroc) + np.hypot(a.ci[1] - a.auroc, b.auroc - b.ci[0])
-    assert d["ci"][1] - d["ci"][0] < 0.5 * mover
+    assert d.ci[1] - d.ci[0] < 0.5 * mover
     none = ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "none_out"), **{**FAST, "refits": 0}),
                   progress=False)
-    assert none[1].difference["reason"] == "no refits (--refits 0): no paired difference"
+    assert none[1].difference.reason == "no refits (--refits 0): no paired difference"
 
 
 def test_the_steering_panel_reads_one_dose_folder_per_level(tmp_path: Path) -> None:
@@ -144,8 +144,8 @@ def test_the_steering_panel_reads_one_dose_folder_per_level(tmp_path: Path) -> N
     folders = (str(dose("d0", 0, -9.0)), str(dose("d2", 2, -4.0)))
     points = ladder(LadderConfig(acts=(str(acts),), out=str(tmp_path / "out"), dose=folders, **FAST), progress=False)
     steer = {p.level: p.steering["induce measuring"] for p in points}
-    assert steer[0]["log_odds_change"]["value"] == -9.0 and steer[2]["log_odds_change"]["value"] == -4.0
-    assert steer[2]["setting"] == "L3 alpha +0.875, L3 alpha +1"
+    assert steer[0].log_odds_change["value"] == -9.0 and steer[2].log_odds_change["value"] == -4.0
+    assert steer[2].setting == "L3 alpha +0.875, L3 alpha +1"
     md = (tmp_path / "out" / "ladder.md").read_text()
     assert "| 2 | induce measuring (resolved items) | L3 alpha +0.875, L3 alpha +1 | -4.000 [-5.000, -3.000] (n=40)" in md
     with pytest.raises(InputError, match="a second dose-response folder of injection level 0"):
