@@ -69,6 +69,7 @@ import numpy as np
 
 from evprobe.core import proportion
 from evprobe.core.estimate_text import FIXED_TEXT, estimate_text  # FIXED_TEXT: printers import it from here too
+from evprobe.core.json_types import JsonObject
 
 DEFAULT_SEED = 20260905
 DEFAULT_N_BOOT = 2000
@@ -129,8 +130,8 @@ class Estimate:
         """`0.812 [0.744, 0.871] (n=144)`, or `NA (why)`: core.estimate_text, the one formatter."""
         return estimate_text(self, digits, **how)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"value": self.value, "ci": list(self.ci), "n": self.n}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"value": self.value, "ci": list(self.ci), "n": self.n}
         if self.fixed:
             out["fixed_by_design"] = True
         if self.identical:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.core.errors import IncompleteLineWarning, InputError
+from evprobe.core.json_types import JsonObject
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -102,7 +103,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def atomic_write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+def atomic_write_jsonl(path: Path, rows: Iterable[JsonObject]) -> None:
     text = "".join(json.dumps(row, sort_keys=False) + "\n" for row in rows)
     atomic_write_bytes(path, text.encode("utf-8"))
 
@@ -177,7 +178,7 @@ def cut_torn_tail(path: Path) -> None:
         os.fsync(fh.fileno())
 
 
-def append_log_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+def append_log_lines(path: Path, rows: Iterable[JsonObject]) -> None:
     """Append whole JSON lines with one write and an fsync: a kill leaves at most one torn last
     line, which the writer that resumes cuts (`cut_torn_tail`)."""
     data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")

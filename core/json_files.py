@@ -19,6 +19,7 @@ from typing import Any
 
 from evprobe.core.errors import InputError
 from evprobe.core.files import read_complete_lines
+from evprobe.core.json_types import JsonObject
 
 MAX_NESTING = 100  # arrays/objects within each other; YAML configs share it (experiments.config)
 _SKELETON = bytes(b for b in range(256) if b not in b'[]{}"')  # the bytes nesting() drops
@@ -78,7 +79,7 @@ def read_json_text(path: Path, fix: str, error: type[InputError] = InputError) -
 
 
 def read_json_object(path: str | Path, fix: str, *, missing: str | None = None,
-                     error: type[InputError] = InputError) -> tuple[dict[str, Any], str]:
+                     error: type[InputError] = InputError) -> tuple[JsonObject, str]:
     """(the JSON object in `path`, its text); anything else is one line naming the file and `fix`.
 
     missing: the fix for a file that is not there (default: `fix`)."""
@@ -94,7 +95,7 @@ def read_json_object(path: str | Path, fix: str, *, missing: str | None = None,
     return value, text
 
 
-def optional_json_object(path: str | Path, fix: str) -> dict[str, Any] | None:
+def optional_json_object(path: str | Path, fix: str) -> JsonObject | None:
     """`read_json_object`, or None when there is no such file."""
     path = Path(path)
     return read_json_object(path, fix)[0] if path.is_file() else None

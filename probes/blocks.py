@@ -25,7 +25,7 @@ class BlockReader:
     positions: tuple[int, ...]
     n: int
     d_model: int
-    _open: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _open: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, captures: Any, rows: np.ndarray, positions: Sequence[int], *, reuse: bool = False) -> BlockReader:

@@ -47,6 +47,7 @@ from numpy.lib.format import open_memmap
 from evprobe.core.capture_schema import CAPTURE_FORMAT, INDEX_TYPES, KINDS, USER_KINDS
 from evprobe.core.errors import shown
 from evprobe.core.files import atomic_write_json, atomic_write_jsonl
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.captures import ACTS_FILE, INDEX_FILE, META_FILE, CaptureError
 from evprobe.probes.label_sets import DERIVED_LABELS
 
@@ -135,9 +136,9 @@ def _scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value  # numpy scalars (e.g. from pandas)
 
 
-def _index_rows(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def _index_rows(rows: Sequence[Mapping[str, Any]]) -> tuple[list[JsonObject], dict[str, str]]:
     """The index rows to write ({row, item_id, family_id, ...}) and the user fields' kinds."""
-    index: list[dict[str, Any]] = []
+    index: list[JsonObject] = []
     seen: dict[str, int] = {}
     types: dict[str, set[str]] = {}
     for i, given in enumerate(rows):

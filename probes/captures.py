@@ -63,6 +63,7 @@ from evprobe.core.capture_schema import index_row_problem, meta_problem
 from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.core.files import key_line, warn_incomplete_line
 from evprobe.core.json_files import read_json_lines, read_json_text
+from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import being_written
 from evprobe.probes.nonfinite import (  # noqa: F401 - NONFINITE_POLICIES, nonfinite_rows: read from here too
     NONFINITE_POLICIES,
@@ -87,7 +88,7 @@ FIX_CAPTURE = "move the folder aside and capture again (`evprobe capture`), or f
 # -- captures ---------------------------------------------------------------------------------
 
 
-def read_json_rows(path: Path, fix: str, *, warn: bool = True) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+def read_json_rows(path: Path, fix: str, *, warn: bool = True) -> tuple[list[tuple[int, JsonObject]], int]:
     """(line number, object) of every complete line (`core.json_files.read_json_lines`: a bad one is
     an error naming it), and the number of an unterminated last line left out (0: none; read-only,
     the file is never cut here; with `warn`, a warning names it)."""
@@ -130,8 +131,8 @@ class Capture:
 
     path: Path
     acts: np.ndarray  # memmap (n_rows_in_file, n_layers, n_positions, d_model), float16
-    index: tuple[dict[str, Any], ...]  # committed rows, sorted by `row`
-    meta: dict[str, Any]
+    index: tuple[JsonObject, ...]  # committed rows, sorted by `row`
+    meta: JsonObject
     n_torn: int = 0  # 1 when a torn last index line was left out (only while a capture writes the folder)
     nonfinite: NonFinite | None = None  # rows left out for NaN / inf (nonfinite="drop"); None: none
 
@@ -267,7 +268,7 @@ class CaptureSet:
     """One or more captures with the same layers, positions and d_model, pooled row-wise."""
 
     captures: tuple[Capture, ...]
-    index: tuple[dict[str, Any], ...]  # the captures' index rows in order, with `source`, `source_name`
+    index: tuple[JsonObject, ...]  # the captures' index rows in order, with `source`, `source_name`
     source_names: tuple[str, ...]  # one per capture: its regime, or folder name if regimes repeat
     _offsets: np.ndarray = field(repr=False)  # (n_captures + 1,) first pooled row of each capture
 

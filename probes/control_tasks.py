@@ -57,6 +57,7 @@ import numpy as np
 from evprobe.core.bootstrap import Estimate
 from evprobe.core.capture_schema import BENCHMARK_CELL_FIELDS
 from evprobe.core.estimate_text import estimate_text, missing_text
+from evprobe.core.json_types import JsonObject
 
 DEFAULT_CONTROL_TASKS = 39  # k + 1 = 40 exchangeable tasks: the interval is a 95% interval
 MIN_VERDICT_TASKS = 19  # a verdict needs 1 / (k + 1) <= 5% false "selective" calls
@@ -203,7 +204,7 @@ class ControlSummary:
     def max(self) -> float:
         return float(np.max(self.aurocs))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"mean": self.mean, "min": self.min, "max": self.max, "k": self.k, "aurocs": list(self.aurocs)}
 
 
@@ -253,7 +254,7 @@ class Selectivity:
             return None
         return self.beaten == self.k
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**self.estimate.to_json(), "selective": self.selective, "k": self.k, "beaten": self.beaten,
                 "level": self.level, "p_value": self.p_value}
 

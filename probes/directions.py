@@ -69,6 +69,7 @@ import numpy as np
 from evprobe.core.errors import shown
 from evprobe.core.files import atomic_write_bytes
 from evprobe.core.json_files import parse_json
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.captures import CaptureError, CaptureSet
 from evprobe.probes.label_sets import LabelSet
 from evprobe.probes.registry import ProbeSpec
@@ -103,7 +104,7 @@ class FitRows:
 class Direction:
     name: str
     vector: np.ndarray  # (d_model,) float32, unit norm
-    provenance: dict[str, Any]
+    provenance: JsonObject
     source: Path | None = None  # the file the provenance was read from (relative capture paths start there)
     line: int | None = None  # its entry's line in that file (directions.json)
     fit_rows: FitRows | None = field(default=None, repr=False)  # a direction fitted from arrays keeps its rows
@@ -222,7 +223,7 @@ def write_directions(out_dir: str | Path, directions: Sequence[Direction]) -> Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     index_path = out_dir / DIRECTIONS_FILE
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, JsonObject] = {}
     if index_path.is_file():
         for _, e in _read_index(index_path):
             entries[e["name"]] = e
@@ -337,7 +338,7 @@ def _entry_lines(text: str) -> list[int]:
             return out
 
 
-def _read_index(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def _read_index(path: Path) -> list[tuple[int, JsonObject]]:
     """(line, entry) of each direction in directions.json, every entry checked (ENTRY_KEYS)."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -423,7 +424,7 @@ IDENTITY_KEYS = ("model", "model_fingerprint", "layer", "position", "label", "po
                  "condition", "d_model")
 
 
-def _same_provenance(path: Path, meta: dict[str, Any], entry: dict[str, Any], where: str) -> None:
+def _same_provenance(path: Path, meta: JsonObject, entry: JsonObject, where: str) -> None:
     for key in IDENTITY_KEYS:
         if key in meta and key in entry and meta[key] != entry[key]:
             raise CaptureError(f"{path}: its metadata says {key} {shown(meta[key], 40)} but {where} says "

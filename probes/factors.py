@@ -55,6 +55,7 @@ import numpy as np
 
 from evprobe.core import proportion
 from evprobe.core.bootstrap import FamilyBootstrap, percentile_interval
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.metrics import auroc, auroc_draws, auroc_reading, unit_interval
 
 PREFIX = "factor:"  # label names of the factors in the engine's label dict (probes.multilabel.BATCHED)
@@ -91,7 +92,7 @@ class Factors:
     def as_labels(self) -> dict[str, np.ndarray]:
         return {name: lab for f in self.factors for _, name, lab in f.labels}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"fields": [f.field for f in self.factors],
                 "labels": {f.field: [v for v, _, _ in f.labels] for f in self.factors},
                 "skipped": self.skipped, "method": METHOD, "size_and_power": "benchmarks/coverage_factors.py"}
@@ -163,7 +164,7 @@ class FactorReading:
         lo, hi = self.ci
         return "better" if lo > 0 else "worse" if hi < 0 else "same"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"field": self.field, "value": self.value, "auroc": self.auroc, "auroc_ci": list(self.auroc_ci),
                 "difference": self.difference, "ci": list(self.ci), "verdict": self.verdict,
                 "at_ceiling": self.at_ceiling, "training_scale": self.scale}
@@ -194,7 +195,7 @@ class FactorComparison:
         scale = max(1.0, (hi - lo) / fixed)
         return replace(self, readings=tuple(replace(r, scale=scale) for r in self.readings))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"target": self.target, "target_ci": list(self.target_ci), "singled_out": self.singled_out,
                 "factors": [r.to_json() for r in self.readings]}
 

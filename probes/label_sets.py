@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.errors import shown
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.captures import Capture, CaptureError, CaptureSet, read_json_rows
 from evprobe.probes.user_words import unknown_own_label
 
@@ -40,7 +41,7 @@ DERIVED_LABELS = ("missing_property", "initial", *BEHAVIOUR_LABELS)
 ANSWER_REQUESTS = ("answer_initial", "answer_after_test", "both_given")
 # The class called 1 when a label has two values and none is named: the reading "the thing
 # happened" (resolved, stopped, ...); for the others, the first-listed value.
-DEFAULT_POSITIVE: dict[str, Any] = {
+DEFAULT_POSITIVE: dict[str, bool | int | str] = {
     "resolved": True,
     "stopped": True,
     "committed": True,
@@ -60,7 +61,7 @@ FIX_RECORDS = "move the file aside and run again (`evprobe run`), or fix the lin
 # -- records ----------------------------------------------------------------------------------
 
 
-def load_records(path: str | Path) -> dict[str, dict[str, Any]]:
+def load_records(path: str | Path) -> dict[str, JsonObject]:
     """A run's records by item_id, read-only. `path` is a RUN folder or a records.jsonl file;
     a torn last line is ignored, a duplicate id is an error naming the line.
 
@@ -72,7 +73,7 @@ def load_records(path: str | Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         raise CaptureError(f"{path} not found; give a RUN folder written by `evprobe run`")
     lines, _ = read_json_rows(path, FIX_RECORDS)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     lines_of: dict[str, int] = {}
     for number, row in lines:
         bad = record_problem(row)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.metrics import accuracy_estimate, auroc, auroc_estimate
 
 METHOD = (
@@ -43,7 +44,7 @@ class FoldChoice:
     position: str
     inner_auroc: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"fold": self.fold, "layer": self.layer, "position": self.position, "inner_auroc": self.inner_auroc}
 
 
@@ -59,7 +60,7 @@ class NestedResult:
     # (n,) the pooled outer scores `auroc` is computed on (NaN outside the scored rows); not in JSON
     pooled: np.ndarray | None = field(default=None, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "layer": self.layer,
             "position": self.position,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from evprobe.core.errors import shown
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.captures import CaptureError, CaptureSet, load_captures
 
 RELATIVE_KEY, RELATIVE_VALUE = "captures_relative_to", "folder"
@@ -67,7 +68,7 @@ def capture_paths(direction: Any) -> list[Path]:
     return out
 
 
-def portable(direction: Any, folder: Path) -> dict[str, Any]:
+def portable(direction: Any, folder: Path) -> JsonObject:
     """`direction`'s provenance as a file in `folder` stores it: capture paths relative to `folder`
     (absolute where no relative path exists), marked so; an old entry's unresolvable paths as they were."""
     prov = dict(direction.provenance)
@@ -86,9 +87,10 @@ def portable(direction: Any, folder: Path) -> dict[str, Any]:
     return prov
 
 
-def fingerprint(captures: CaptureSet) -> dict[str, Any]:
-    """The model fingerprint the captures share (FINGERPRINT_KEYS that every one records alike)."""
-    out = {}
+def fingerprint(captures: CaptureSet) -> JsonObject:
+    """The model fingerprint the captures share (FINGERPRINT_KEYS that every one records alike): those
+    fields of their meta.json, as the direction's provenance (JSON) stores them."""
+    out: JsonObject = {}
     for key in FINGERPRINT_KEYS:
         values = {repr(c.meta.get(key)) for c in captures.captures}
         value = captures.captures[0].meta.get(key)

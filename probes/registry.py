@@ -44,7 +44,7 @@ ENTRY_POINT_GROUP = "evprobe.probes"
 # Flags every probe command has had (--C, --pooled-covariance) and their defaults. Set away from its
 # default, a flag goes to the probe when its class declares a parameter of that name, and is refused
 # when it does not (it would be ignored silently); at its default the class's own default stands.
-SHARED_KNOBS: dict[str, Any] = {"C": 1.0, "pooled_covariance": False}
+SHARED_KNOBS: dict[str, float | bool] = {"C": 1.0, "pooled_covariance": False}
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 _REFS: dict[str, str] = dict(BUILTIN)  # name -> "module:Class" not imported yet

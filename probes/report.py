@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from evprobe.probes.factors import FactorComparison, fmt_factors
 from evprobe.probes.summary import sweep_paragraph
 from evprobe.probes.sweep import SweepResult
 from evprobe.probes.transfer import TransferResult
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
 
 XOR_NOTE = (
     "At chance by design: sufficiency is, within a family, the exclusive-or of the initial history and the "
@@ -286,7 +289,7 @@ def sweep_png(result: SweepResult, path: str | Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"AUROC, grouped {result.config.folds}-fold CV (out-of-fold)")
     # One legend for every panel's lines (the nested estimate's line is drawn on its own panel only).
-    seen: dict[str, Any] = {}
+    seen: dict[str, Artist] = {}  # legend label -> its handle
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)

@@ -6,11 +6,11 @@ leakage check filled in once the sweep has every row."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.chance import ChanceTest
 from evprobe.probes.control_tasks import ControlSummary, Selectivity
 from evprobe.probes.controls import EXTREME_SDS, LeakageCheck, leakage_check
@@ -59,7 +59,7 @@ class SweepRow:
         None without a verdict (probes.control_tasks.Selectivity)."""
         return self.selectivity.selective
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         z = self.leakage_z
         out = {
             "layer": self.layer,
@@ -91,7 +91,7 @@ class SweepRow:
         return out
 
 
-def auroc_json(record: dict[str, Any]) -> dict[str, Any]:
+def auroc_json(record: JsonObject) -> JsonObject:
     """The AUROC of a sweep.json row or best (keys auroc, ci, n, n_families) as an estimate's JSON for
     core.estimate_text; n_families None where an older sweep.json lacks it (the count left unsaid)."""
     return {"value": record.get("auroc"), "ci": record.get("ci"), "n": record.get("n"),

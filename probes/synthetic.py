@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.capture_writer import write_capture as write_public
 from evprobe.probes.captures import INDEX_FILE, META_FILE
 
@@ -28,7 +28,7 @@ SYSTEMS = ("sliding", "bouncing", "spring")
 OTHER = {"sliding": "friction", "bouncing": "restitution", "spring": "stiffness"}
 
 
-def reference_rows(n_families: int = 24, seed: int = 0) -> list[dict[str, Any]]:
+def reference_rows(n_families: int = 24, seed: int = 0) -> list[JsonObject]:
     """Index rows of `4 * n_families` select items shaped like the benchmark's."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -87,7 +87,7 @@ def planted_acts(
 def write_capture(
     path: str | Path,
     acts: np.ndarray,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[JsonObject],
     layers: Sequence[int] | None = None,
     positions: Sequence[str] | None = None,
     model: str = "synthetic",
@@ -117,7 +117,7 @@ def write_capture(
     return path
 
 
-def write_records(path: str | Path, rows: Sequence[dict[str, Any]], actions: Sequence[str | None]) -> Path:
+def write_records(path: str | Path, rows: Sequence[JsonObject], actions: Sequence[str | None]) -> Path:
     """A RUN folder whose select records chose `actions` (None: an invalid reply)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

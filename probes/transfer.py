@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
+from evprobe.core.json_types import JsonObject
 from evprobe.probes.captures import CaptureError, CaptureSet
 from evprobe.probes.label_sets import LabelSet
 from evprobe.probes.engine import Fitter, cv_scores, map_layers
@@ -150,7 +151,7 @@ class TransferCell:
     best: NestedResult | None
     reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "train": self.train, "test": self.test, "scheme": self.scheme, "n_train": self.n_train,
             "n_test": self.n_test,
@@ -185,7 +186,7 @@ class TransferResult:
                 out[names.index(c.train), names.index(c.test)] = c.best.auroc.value
         return names, out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "kind": self.kind, "label": self.label, "positive": self.positive, "probe": self.probe,
             "model": self.model, "restriction": self.restriction,
