@@ -25,7 +25,7 @@ def main() -> None:
     from evprobe.experiments.quickstart import quickstart
 
     def run(out: Path) -> dict:
-        return quickstart(out, **SMALL_QUICKSTART)["known_answer"]
+        return quickstart(out, **SMALL_QUICKSTART).known_answer.to_json()
 
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)

@@ -36,9 +36,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from evprobe.bench.generate import GenerateConfig, generate
 from evprobe.bench.manifest import META_FILE, read_meta
@@ -46,6 +46,9 @@ from evprobe.core.errors import InputError
 from evprobe.core.json_files import optional_json_object, read_json_object
 from evprobe.core.lock import folder_lock
 from evprobe.bench.runner import RunConfig, run
+
+if TYPE_CHECKING:
+    from evprobe.experiments.known_answer.checks import KnownAnswerResult
 
 DEFAULT_MODEL = "organism"
 RERUN = "run the quickstart again into a new --out"  # the fix for a damaged file of a quickstart folder
@@ -100,6 +103,33 @@ def _bench_ready(bench: Path, config: GenerateConfig) -> bool:
     )
 
 
+class QuickstartOptions(TypedDict, total=False):
+    """`quickstart`'s keyword arguments, for a set of them kept apart (known_answer.mutations.SMALL_QUICKSTART)."""
+
+    model: str
+    families_per_system: int | None
+    pairs: int | None
+    n_boot: int
+    progress: bool
+    n_random: int | None
+    permutations: int
+    refits: int | None
+    dose_layers: tuple[int, ...] | None
+    alphas: tuple[float, ...] | None
+    controls: bool
+    voids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class QuickstartResult:
+    """What a quickstart did: the report's path, each step's seconds, and on the organism the
+    known-answer checks (None for other models)."""
+
+    report: str
+    seconds: dict[str, float]
+    known_answer: KnownAnswerResult | None
+
+
 def quickstart(
     out: Path,
     *,
@@ -115,7 +145,7 @@ def quickstart(
     alphas: tuple[float, ...] | None = None,
     controls: bool = True,
     voids: tuple[str, ...] = (),
-) -> dict[str, Any]:
+) -> QuickstartResult:
     """Run the whole pipeline into `out`; returns the timings and the report path.
 
     voids: the void block's types (bench.voids), generated, run and scored with the main set (never
@@ -146,7 +176,7 @@ def quickstart(
 def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs: int, n_boot: int,
                 progress: bool, n_random: int | None, permutations: int, refits: int | None,
                 dose_layers: tuple[int, ...] | None, alphas: tuple[float, ...] | None,
-                controls: bool, voids: tuple[str, ...]) -> dict[str, Any]:
+                controls: bool, voids: tuple[str, ...]) -> QuickstartResult:
     """`quickstart`'s steps, with OUT's lock held."""
     organism = cfg.model == "organism"
     bench, run_dir, acts = out / "bench", out / "run", out / "acts"
@@ -238,13 +268,12 @@ def _quickstart(out: Path, model: str, cfg: Any, families_per_system: int, pairs
         from evprobe.experiments.known_answer.checks import known_answer_checks
 
         checks = known_answer_checks(out)
-        failed = [c["check"] for c in checks["checks"] if c["passed"] is not True]
+        failed = checks.failed()
         verdict = "all passed" if not failed else "NOT passed: " + ", ".join(failed)
         banner = ORGANISM.format(verdict=verdict)
     report = build_report(out, title=f"evprobe quickstart: {cfg.model}", banner=banner)
     timings["report"] = time.perf_counter() - t
-    return {"report": str(report), "seconds": {k: round(v, 2) for k, v in timings.items()},
-            "known_answer": checks}
+    return QuickstartResult(str(report), {k: round(v, 2) for k, v in timings.items()}, checks)
 
 
 def add_quickstart_parser(sub: argparse._SubParsersAction) -> None:
@@ -282,15 +311,15 @@ def _run(args: argparse.Namespace) -> int:
     # progress: --no-progress turns it off process-wide
     result = quickstart(args.out, model=args.model, families_per_system=args.families_per_system,
                         pairs=args.pairs, n_boot=args.n_boot, progress=True, voids=args.voids)
-    total = sum(result["seconds"].values())
-    if result["known_answer"] is not None:
-        for c in result["known_answer"]["checks"]:
-            print(f"{'pass' if c['passed'] else 'FAIL'}: {c['check']}: {c['measured']}")
-    steps = ", ".join(f"{k} {v:.0f} s" for k, v in result["seconds"].items())
+    total = sum(result.seconds.values())
+    if result.known_answer is not None:
+        for c in result.known_answer.checks:
+            print(f"{'pass' if c.passed else 'FAIL'}: {c.check}: {c.measured}")
+    steps = ", ".join(f"{k} {v:.0f} s" for k, v in result.seconds.items())
     print(f"quickstart done in {total:.0f} s ({steps})")
     for line in headline_lines(args.out):
         print(line)
-    print(f"report: {result['report']}")
+    print(f"report: {result.report}")
     return 0
 
 

@@ -26,13 +26,15 @@ of checks and the fault each catches is experiments.known_answer.checks's.
 from __future__ import annotations
 
 from evprobe.core.estimate_text import estimate_text
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from evprobe.experiments.known_answer.counts import Expectations, Expected, n_problems
-from evprobe.experiments.known_answer.rows import check_row
+from evprobe.core.json_types import JsonObject
+from evprobe.experiments.known_answer.rows import CheckRow, check_row
 
 GROUP_COSINE = 0.70
 DECODE_FLOOR = 0.90  # every AUROC gate of the suite (experiments.known_answer.checks imports it)
@@ -67,8 +69,21 @@ def _cosine_draws(X: np.ndarray, y: np.ndarray, fam_idx: np.ndarray, in_group: n
         return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+@dataclass(frozen=True)
+class GroupReading:
+    """One system x initial-test group at (m, last): its rows and families (and the expected ones), and
+    its cosine and AUROC estimates (core.bootstrap Estimate.to_json; None where the capture lacks the group)."""
+
+    group: str
+    n: int
+    families: int
+    expected: Expected | None
+    cosine: JsonObject | None = None
+    auroc: JsonObject | None = None
+
+
 def group_readings(acts: Path | None, plant: dict[str, int], expect: Expectations | None = None, *,
-                   n_boot: int = N_BOOT, seed: int = SEED) -> list[dict[str, Any]] | None:
+                   n_boot: int = N_BOOT, seed: int = SEED) -> list[GroupReading] | None:
     """Per group at (m, last): its rows and families (and the expected ones), the cosine of its
     class-mean difference with the other groups' pooled one, and the AUROC at which a logistic probe
     trained on the other groups scores it; each with its family-bootstrap interval. None without a
@@ -95,47 +110,45 @@ def group_readings(acts: Path | None, plant: dict[str, int], expect: Expectation
     out = []
     for name in sorted(set(groups)):
         g = groups == name
-        row: dict[str, Any] = {"group": name, "n": int(g.sum()), "families": len(set(fam[g])),
-                               "expected": expected.get(name)}
+        row = GroupReading(name, int(g.sum()), len(set(fam[g])), expected.get(name))
         if y[g].min() == y[g].max() or y[~g].min() == y[~g].max():
-            row["cosine"] = row["auroc"] = Estimate.empty("one class only").to_json()
-            out.append(row)
+            empty = Estimate.empty("one class only").to_json()
+            out.append(replace(row, cosine=empty, auroc=empty))
             continue
         draws = _cosine_draws(X, y, fam_idx, g, weights)
         lo, hi = percentile_interval(draws[1:, None])
         # the cosine reads the group's rows and the others': its resamples draw every family, while the
         # AUROC scores the group's rows alone, whose families are its interval's effective n (issue 52)
-        row["cosine"] = Estimate(float(draws[0]), (float(lo[0]), float(hi[0])), int(g.sum())).in_families(
+        cosine = Estimate(float(draws[0]), (float(lo[0]), float(hi[0])), int(g.sum())).in_families(
             boot.n_families).to_json()
         probe = make_probe("logistic").fit(X[~g], y[~g])
-        row["auroc"] = auroc_estimate(probe.decision_function(X[g]), y[g], fam[g], boot).in_families(
-            row["families"]).to_json()
-        out.append(row)
+        auroc = auroc_estimate(probe.decision_function(X[g]), y[g], fam[g], boot).in_families(
+            row.families).to_json()
+        out.append(replace(row, cosine=cosine, auroc=auroc))
     # groups the bench holds and the capture lacks: no rows at all
-    out += [{"group": name, "n": 0, "families": 0, "expected": e, "cosine": None, "auroc": None}
-            for name, e in sorted(expected.items()) if name not in set(groups)]
+    out += [GroupReading(name, 0, 0, e) for name, e in sorted(expected.items()) if name not in set(groups)]
     return out
 
 
-def group_problems(groups: list[dict[str, Any]]) -> tuple[list[str], str]:
+def group_problems(groups: list[GroupReading]) -> tuple[list[str], str]:
     """(problems, text) of the per-group readings for the planted profile check."""
     problems, parts = [], []
     for r in groups:
-        cos, auc = r.get("cosine") or {}, r.get("auroc") or {}
+        cos, auc = r.cosine or {}, r.auroc or {}
         c, a = cos.get("value"), auc.get("value")
         cos_text = estimate_text(cos, 3, sign=True, n=False)
         auc_text = estimate_text(auc, 3, n=False)
-        parts.append(f"{r['group']} cosine {cos_text}, AUROC {auc_text} (n={r['n']}, {r['families']} families)")
+        parts.append(f"{r.group} cosine {cos_text}, AUROC {auc_text} (n={r.n}, {r.families} families)")
         if c is None or c < GROUP_COSINE:
-            problems.append(f"{r['group']} (cosine {cos_text})")
+            problems.append(f"{r.group} (cosine {cos_text})")
         if a is None or a < DECODE_FLOOR:
-            problems.append(f"{r['group']} (AUROC {auc_text})")
-        problems += n_problems([(r["group"], r.get("expected"), r["n"], r["families"])])
+            problems.append(f"{r.group} (AUROC {auc_text})")
+        problems += n_problems([(r.group, r.expected, r.n, r.families)])
     return problems, "; ".join(parts)
 
 
 def direction_check(acts: Path | None, directions: Path | None, plant: dict[str, int], expect: Expectations, *,
-                    n_boot: int = N_BOOT, seed: int = SEED) -> dict[str, Any]:
+                    n_boot: int = N_BOOT, seed: int = SEED) -> CheckRow:
     """Each direction stored at layer m ranks its label's positive class first on its held-out families."""
     m = plant["aux_layer"]
     title = "stored directions point to their class"

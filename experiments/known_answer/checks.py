@@ -81,18 +81,20 @@ tests/experiments/test_known_answer_mutations.py (the README's fault x check tab
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
-from evprobe.experiments.known_answer.capture import (DECODE_FLOOR, GROUP_COSINE, direction_check, group_problems,
-                                                      group_readings)
+from evprobe.core.json_types import JsonObject
+from evprobe.experiments.known_answer.capture import (DECODE_FLOOR, GROUP_COSINE, GroupReading, direction_check,
+                                                      group_problems, group_readings)
 from evprobe.experiments.known_answer.counts import Expectations, Expected, n_problems
-from evprobe.experiments.known_answer.rows import check_row
+from evprobe.experiments.known_answer.rows import CheckRow, check_row
 from evprobe.experiments.known_answer.span import image_span_check, span_outcomes
-from evprobe.experiments.known_answer.steering import generated_check, steering_checks, steered_expected
+from evprobe.experiments.known_answer.steering import (SteeringLayer, generated_check, steering_checks,
+                                                       steered_expected)
 from evprobe.experiments.known_answer.voids import void_checks
 
 MIN_COST_FLOOR = 0.95
@@ -112,14 +114,14 @@ LEAK_EFFECT = 0.05  # a shuffled-label AUROC this far from 0.5 is leakage that m
 FLAT_SHARE = 0.10
 
 
-def _load(path: Path) -> dict[str, Any] | None:
+def _load(path: Path) -> JsonObject | None:
     """A summary the known-answer checks read, or None when absent; bad JSON or not an object: one line."""
     from evprobe.core.json_files import optional_json_object
 
     return optional_json_object(path, "rerun the quickstart into that folder (`evprobe quickstart --out OUT`)")
 
 
-def behaviour_checks(scores: dict[str, Any] | None, expected: dict[str, Expected | None]) -> list[dict[str, Any]]:
+def behaviour_checks(scores: JsonObject | None, expected: dict[str, Expected | None]) -> list[CheckRow]:
     """expected: per measure, its denominator (every select decision, every image pair of the bench)."""
     if scores is None:
         return [check_row("behaviour", None, "no scores.json", "run and score the model")]
@@ -134,12 +136,12 @@ def behaviour_checks(scores: dict[str, Any] | None, expected: dict[str, Expected
     return out
 
 
-def _sweep_n(sweep: dict[str, Any], expected: Expected | None) -> list[str]:
+def _sweep_n(sweep: JsonObject, expected: Expected | None) -> list[str]:
     """The sweep's rows and families against the capture's expected labelled rows."""
     return n_problems([("sweep", expected, sweep.get("n"), sweep.get("n_families"))])
 
 
-def _auroc_text(e: dict[str, Any]) -> str:
+def _auroc_text(e: JsonObject) -> str:
     """A sweep row's or nested estimate's AUROC (keys auroc, ci, n, and n_families where the sweep
     gives it: the families its interval rests on) through core.estimate_text."""
     from evprobe.probes.sweep_row import auroc_json
@@ -147,7 +149,7 @@ def _auroc_text(e: dict[str, Any]) -> str:
     return estimate_text(auroc_json(e), 3)
 
 
-def _at_chance(e: dict[str, Any]) -> bool:
+def _at_chance(e: JsonObject) -> bool:
     """At chance: AUROC within CHANCE - 0.5 of 0.5, or its interval covers 0.5. Two-sided: far below
     0.5 is not "no information" but a fault's signature (folds that split families push it there)."""
     v, (lo, hi) = e.get("auroc", e.get("value")), e.get("ci") or [None, None]
@@ -156,14 +158,14 @@ def _at_chance(e: dict[str, Any]) -> bool:
     return abs(v - 0.5) <= CHANCE - 0.5 or (lo is not None and lo <= 0.5 <= hi)
 
 
-def _pairs(row: dict[str, Any]) -> tuple[int, int]:
+def _pairs(row: JsonObject) -> tuple[int, int]:
     """(pairs whose two states are identical, pairs) over the row's image and threshold pairs."""
     counts = list((row.get("identical_pairs") or {}).values())
     return sum(int(c[0]) for c in counts), sum(int(c[1]) for c in counts)
 
 
-def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected: Expected | None,
-                  groups: list[dict[str, Any]] | None) -> dict[str, Any]:
+def profile_check(sweep: JsonObject | None, plant: dict[str, int], expected: Expected | None,
+                  groups: list[GroupReading] | None) -> CheckRow:
     """Chance before the planted layer k, identical last states there; varying from k; decodable at m,
     pooled (the sweep, on every labelled row of the capture: `expected`) and in each system x
     initial-test group with the sign of the others (`groups`: known_answer.capture.group_readings)."""
@@ -233,7 +235,7 @@ def profile_check(sweep: dict[str, Any] | None, plant: dict[str, int], expected:
 
 
 def transfer_check(acts: Path | None, plant: dict[str, int], expected: dict[str, Expected], *,
-                   n_boot: int = 200) -> dict[str, Any]:
+                   n_boot: int = 200) -> CheckRow:
     """A probe at (m, last) trained on one system scores each other system at >= DECODE_FLOOR, on
     every labelled row of that system the bench holds (`expected`, per system)."""
     title = "one direction across systems"
@@ -267,7 +269,7 @@ def transfer_check(acts: Path | None, plant: dict[str, int], expected: dict[str,
     return check_row(title, bool(cells) and not low and not off, measured, target)
 
 
-def leakage_check(sweep: dict[str, Any] | None, expected: Expected | None) -> dict[str, Any]:
+def leakage_check(sweep: JsonObject | None, expected: Expected | None) -> CheckRow:
     """Fails where the sweep's within-family shuffle check fires AND the shuffled AUROC is more than
     LEAK_EFFECT from 0.5: the sweep's own test allows 5% false alarms per sweep (its Bonferroni
     rule), too many for a pass/fail gate, so a gate also asks for an effect that matters. And where
@@ -294,7 +296,7 @@ def leakage_check(sweep: dict[str, Any] | None, expected: Expected | None) -> di
     return check_row(title, not leaking and not off, measured, target)
 
 
-def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int], expected: Expected | None) -> dict[str, Any]:
+def interchange_check(summary: JsonObject | None, plant: dict[str, int], expected: Expected | None) -> CheckRow:
     """IIA known by construction before layer k (image) and at the last layer (last), on every pair
     direction the patching was asked for (`expected`)."""
     title = "interchange interventions"
@@ -351,7 +353,26 @@ def interchange_check(summary: dict[str, Any] | None, plant: dict[str, int], exp
     return check_row(title, not problems, measured, target)
 
 
-def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class KnownAnswerResult:
+    """Every known-answer check of a quickstart folder, the plant they read, and each steered layer's
+    steering numbers; `to_json()` is known_answer.json."""
+
+    plant: dict[str, int]
+    checks: list[CheckRow]
+    steering_by_layer: list[SteeringLayer]
+    passed: bool
+
+    def to_json(self) -> JsonObject:
+        return {"plant": self.plant, "checks": [c.to_json() for c in self.checks],
+                "steering_by_layer": [s.to_json() for s in self.steering_by_layer], "passed": self.passed}
+
+    def failed(self) -> list[str]:
+        """The names of the checks not passed (not run counts as not passed)."""
+        return [c.check for c in self.checks if c.passed is not True]
+
+
+def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> KnownAnswerResult:
     """Check every target against the quickstart folder `out`; writes known_answer.json/.md.
     plant: the organism's planted location (default: the committed checkpoint's organism.json)."""
     from evprobe.organism.checkpoint import planted_location
@@ -376,22 +397,21 @@ def known_answer_checks(out: Path, plant: dict[str, int] | None = None) -> dict[
               + steer + [generated_check(dose, plant, per_layer, steered), interchange_check(patch, plant, patched),
                          image_span_check(span_outcomes(out / "patching", out / "bench", plant["attention_free_layers"]),
                                           plant, patched)])
-    result = {"plant": plant, "checks": checks, "steering_by_layer": per_layer,
-              "passed": all(c["passed"] for c in checks)}
-    atomic_write_json(out / "known_answer.json", result)
+    result = KnownAnswerResult(plant, checks, per_layer, all(c.passed for c in checks))
+    atomic_write_json(out / "known_answer.json", result.to_json())
     atomic_write_bytes(out / "known_answer.md", markdown(result).encode("utf-8"))
     return result
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: KnownAnswerResult) -> str:
     mark = {True: "pass", False: "**FAIL**", None: "not run"}
     lines = ["# Known-answer checks", "",
              "Targets for a model whose answer and its place are known (experiments/known_answer/checks.py says how each "
              "is read and which fault each catches). Planted: no position reads another before layer "
-             f"{result['plant']['attention_free_layers']}; sufficiency is read out at the answer position (ANSWER:) "
-             f"after layer {result['plant']['aux_layer']} of {result['plant']['n_layers']}.", "",
+             f"{result.plant['attention_free_layers']}; sufficiency is read out at the answer position (ANSWER:) "
+             f"after layer {result.plant['aux_layer']} of {result.plant['n_layers']}.", "",
              "| check | result | measured | target |", "|---|---|---|---|"]
-    for c in result["checks"]:
-        lines.append(f"| {c['check']} | {mark[c['passed']]} | {c['measured']} | {c['target']} |")
+    for c in result.checks:
+        lines.append(f"| {c.check} | {mark[c.passed]} | {c.measured} | {c.target} |")
     lines.append("")
     return "\n".join(lines)

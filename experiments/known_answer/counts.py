@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from evprobe.bench.items import Item
 from evprobe.core.json_files import optional_json_object
+from evprobe.core.json_types import JsonObject
 
 CAPTURED_REQUESTS = ("select", "answer_initial")  # the quickstart's, when the capture's meta is absent
 
@@ -118,7 +118,7 @@ class Expectations:
     @cached_property
     def _captured(self) -> list[Item]:
         meta_path = self.out / "acts" / "meta.json"
-        meta: dict[str, Any] = optional_json_object(meta_path, "move the folder aside and rerun the capture") or {}
+        meta: JsonObject = optional_json_object(meta_path, "move the folder aside and rerun the capture") or {}
         requests = meta.get("requests") or CAPTURED_REQUESTS
         chosen = self._select(requests, meta.get("limit"), meta.get("injection"))
         return [it for it in chosen if it.resolved is not None]  # the `resolved` label's rows

@@ -42,10 +42,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from unittest import mock
 
 import numpy as np
+
+from evprobe.core.json_types import JsonObject
+
+if TYPE_CHECKING:
+    from evprobe.experiments.quickstart import QuickstartOptions
 
 # The (system, initial test) groups whose sufficiency label the wrong-label fault flips: 2 of 6, so the
 # label agrees with the truth on 2/3 of the rows (the reviewer's fault).
@@ -57,7 +62,7 @@ MASS_FLIPPED = frozenset({(system, "mass") for system in ("sliding", "bouncing",
 
 # The reduced quickstart the mutation runs use (about 45 s clean on 2 cores): 8 families per system,
 # steering at the planted layer only with 8 random directions, no refits, permutations or controls.
-SMALL_QUICKSTART: dict[str, Any] = {
+SMALL_QUICKSTART: QuickstartOptions = {
     "families_per_system": 8, "pairs": 16, "n_boot": 200, "n_random": 8, "permutations": 0, "refits": 0,
     "dose_layers": (3,), "controls": False, "progress": False,
 }
@@ -294,7 +299,10 @@ def injected(fault: Fault, out: Path) -> Iterator[None]:
         yield
 
 
-def run_with_fault(clean: Path, out: Path, fault: Fault, run: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+R = TypeVar("R")
+
+
+def run_with_fault(clean: Path, out: Path, fault: Fault, run: Callable[[Path], R]) -> R:
     """Copy the clean quickstart folder `clean` to `out`, delete what the fault's stage feeds, and rerun
     `run(out)` (a quickstart call that reuses finished steps) under the fault; returns its result."""
     if out.exists():
@@ -312,13 +320,15 @@ def run_with_fault(clean: Path, out: Path, fault: Fault, run: Callable[[Path], d
         return run(out)
 
 
-def failed_checks(result: dict[str, Any]) -> list[str]:
-    """The names of the checks a known-answer result does not pass (not run counts as not passed)."""
+def failed_checks(result: JsonObject) -> list[str]:
+    """The names of the checks a known-answer result (known_answer.json as read) does not pass (not run
+    counts as not passed)."""
     return [c["check"] for c in result["checks"] if c["passed"] is not True]
 
 
-def fault_table(clean: dict[str, Any], by_fault: dict[str, dict[str, Any]]) -> str:
-    """Markdown: a row per fault, a column per check; FAIL where the fault fails the check."""
+def fault_table(clean: JsonObject, by_fault: dict[str, JsonObject]) -> str:
+    """Markdown: a row per fault, a column per check; FAIL where the fault fails the check (each result
+    known_answer.json as read, or KnownAnswerResult.to_json())."""
     names = [c["check"] for c in clean["checks"]]
     lines = ["| fault | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
              "| (none: clean run) | " + " | ".join("pass" if c["passed"] else "**FAIL**" for c in clean["checks"]) + " |"]

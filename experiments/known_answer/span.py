@@ -17,8 +17,9 @@ positions off by one (experiments/known_answer/mutations.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,15 +30,29 @@ from evprobe.core.errors import InputError
 from evprobe.core.jobs import read_meta
 from evprobe.experiments.known_answer.counts import Expected, n_problems
 from evprobe.core.estimate_text import estimate_text
-from evprobe.experiments.known_answer.rows import check_row
+from evprobe.experiments.known_answer.rows import CheckRow, check_row
 from evprobe.experiments.patching.job import RESULTS_FILE, PatchingJob, read_results
+
+if TYPE_CHECKING:
+    from evprobe.organism.reader import Facts
 
 PARTS = ("image_first", "image_rest")
 SPAN_HIGH = 0.95
 MIN_EACH = 5  # predicted flips and predicted stays, each at least this many (both parts together)
 
 
-def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class SpanOutcomes:
+    """The patched layers below the planted one and, per part and layer, per pair with a prediction
+    (family, predicted member, patched top == predicted top); the patched rows and their families."""
+
+    layers: list[int]
+    parts: dict[str, dict[int, list[tuple[str, str, bool]]]]
+    n_rows: int
+    n_families: int
+
+
+def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> SpanOutcomes | None:
     """Per part and layer below `layers_below`: per pair (family, predicted member, patched top ==
     predicted top). None when the patching lacks the parts or those layers."""
     from evprobe.organism.causal import hybrid_prediction
@@ -59,9 +74,9 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
     if not set(PARTS) <= set(positions) or not below:
         return None
     items = {it.item_id: it for it in read_items(bench)}
-    facts: dict[str, Any] = {}
+    facts: dict[str, Facts | None] = {}
 
-    def facts_of(item_id: str):
+    def facts_of(item_id: str) -> Facts | None:
         if item_id not in facts:
             it = items[item_id]
             prompt = build_prompt(it, config["protocol"], config["regime"])
@@ -69,8 +84,7 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
         return facts[item_id]
 
     rows = read_results(patch_dir)
-    out: dict[str, Any] = {"layers": below, "parts": {}, "n_rows": len(rows),
-                           "n_families": len({r["family_id"] for r in rows})}
+    parts: dict[str, dict[int, list[tuple[str, str, bool]]]] = {}
     for part in PARTS:
         p = positions.index(part)
         per_layer = {layer: [] for layer in below}
@@ -84,12 +98,12 @@ def span_outcomes(patch_dir: Path, bench: Path, layers_below: int) -> dict[str, 
             for layer in below:
                 got = r["top_patched"][layers.index(layer)][p]
                 per_layer[layer].append((r["family_id"], who, got == expected))
-        out["parts"][part] = per_layer
-    return out
+        parts[part] = per_layer
+    return SpanOutcomes(below, parts, len(rows), len({r["family_id"] for r in rows}))
 
 
-def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], expected: Expected | None, *,
-                     n_boot: int = 1000, seed: int = 20260905) -> dict[str, Any]:
+def image_span_check(outcomes: SpanOutcomes | None, plant: dict[str, int], expected: Expected | None, *,
+                     n_boot: int = 1000, seed: int = 20260905) -> CheckRow:
     """expected: the pair directions the patching was asked for (results.jsonl must hold every one)."""
     title = "partial image-span patching"
     k = plant["attention_free_layers"]
@@ -101,7 +115,7 @@ def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], exp
         return check_row(title, None, "no patching of image_first and image_rest below the planted layer", target)
     problems, parts_text, counts = [], [], []
     flips = stays = 0
-    for part, per_layer in outcomes["parts"].items():
+    for part, per_layer in outcomes.parts.items():
         for layer, results in per_layer.items():
             if not results:
                 problems.append(f"L{layer} {part}: no pair with a prediction")
@@ -121,9 +135,9 @@ def image_span_check(outcomes: dict[str, Any] | None, plant: dict[str, int], exp
         flips, stays = flips + part_flips, stays + part_stays
     if flips < MIN_EACH or stays < MIN_EACH:
         problems.append(f"only {flips} predicted flips and {stays} predicted stays")
-    problems += n_problems([("patched", expected, outcomes.get("n_rows"), outcomes.get("n_families"))])
+    problems += n_problems([("patched", expected, outcomes.n_rows, outcomes.n_families)])
     measured = (f"agreement with the causal model: {'; '.join(parts_text)} ({flips} predicted flips, {stays} "
-                f"predicted stays; flips/stays by part: {', '.join(counts)}; {outcomes.get('n_rows')} pair directions "
-                f"patched of {outcomes.get('n_families')} families)"
+                f"predicted stays; flips/stays by part: {', '.join(counts)}; {outcomes.n_rows} pair directions "
+                f"patched of {outcomes.n_families} families)"
                 + (f"; FAILS at {', '.join(problems)}" if problems else ""))
     return check_row(title, not problems, measured, target)

@@ -11,12 +11,13 @@ the bench that the steered direction was not fitted on (its provenance's items),
 from __future__ import annotations
 
 from evprobe.core.decimals import fixed
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from evprobe.experiments.known_answer.counts import Expectations, Expected, n_problems
 from evprobe.core.estimate_text import estimate_text, missing_text
-from evprobe.experiments.known_answer.rows import check_row
+from evprobe.core.json_types import JsonObject
+from evprobe.experiments.known_answer.rows import CheckRow, check_row
 
 USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
 MONOTONE_SLACK = 0.02
@@ -37,7 +38,53 @@ def _series(rows: list[dict], layer: int, kind: str, group: str, measure: str,
             and r["system"] == "all" and r["measure"] == measure and r["readout"] == readout}
 
 
-def steered_expected(result: dict[str, Any] | None, plant: dict[str, int], directions: Path,
+@dataclass(frozen=True)
+class SteeringSide:
+    """The steering check of one group (resolved: +alpha, unresolved: -alpha) at one layer, or why
+    there is none (`reason`)."""
+
+    stop_rate_at_0: float | None = None
+    doses: list[float] = field(default_factory=list)  # before the break
+    shifts: list[float] = field(default_factory=list)  # toward the predicted side, per dose
+    best_shift: float = 0.0
+    best_dose: float | None = None
+    best: JsonObject | None = None  # dose_response.json's stop-rate row at best_dose
+    monotone: bool = False
+    breaks_at: float | None = None
+    breaks_because: str | None = None
+    stop_or_missing_at_best: float | None = None
+    null_shift: float | None = None
+    passed: bool = False
+    reason: str | None = None
+
+    def to_json(self) -> JsonObject:
+        if self.reason is not None:
+            return {"reason": self.reason}
+        return {"stop_rate_at_0": self.stop_rate_at_0, "doses": self.doses, "shifts": self.shifts,
+                "best_shift": self.best_shift, "best_dose": self.best_dose, "best": self.best,
+                "monotone": self.monotone, "breaks_at": self.breaks_at, "breaks_because": self.breaks_because,
+                "stop_or_missing_at_best": self.stop_or_missing_at_best, "null_shift": self.null_shift,
+                "passed": self.passed}
+
+
+@dataclass(frozen=True)
+class SteeringLayer:
+    """The steering check at one layer: both groups, and whether both passed."""
+
+    layer: int
+    resolved: SteeringSide
+    unresolved: SteeringSide
+    passed: bool
+
+    def side(self, group: str) -> SteeringSide:
+        return self.resolved if group == "resolved" else self.unresolved
+
+    def to_json(self) -> JsonObject:
+        return {"layer": self.layer, "resolved": self.resolved.to_json(), "unresolved": self.unresolved.to_json(),
+                "passed": self.passed}
+
+
+def steered_expected(result: JsonObject | None, plant: dict[str, int], directions: Path,
                      expect: Expectations) -> dict[str, Expected] | None:
     """The held-out items the dose-response should steer at layer m (`all`, `resolved`, `unresolved`),
     from the bench and the steered direction's provenance (OUT/directions); None without them."""
@@ -50,7 +97,7 @@ def steered_expected(result: dict[str, Any] | None, plant: dict[str, int], direc
     return None if d is None else expect.heldout(list(d.provenance.get("items") or []), d.provenance["label"])
 
 
-def steered_n(result: dict[str, Any], layer: int, expected: dict[str, Expected] | None,
+def steered_n(result: JsonObject, layer: int, expected: dict[str, Expected] | None,
               readout: str = "logprobs") -> list[str]:
     """Problems with the steered items' counts: the dose-response's own (meta) and each group's stop
     rate at every dose of the probe direction (the readout's rows) against `expected`."""
@@ -65,12 +112,12 @@ def steered_n(result: dict[str, Any], layer: int, expected: dict[str, Expected] 
     return n_problems(checks)
 
 
-def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
+def steering_layer(result: JsonObject, layer: int) -> SteeringLayer:
     """The steering check at one layer (see the module docstring)."""
     rows = result["rows"]
     band = {(b["layer"], b["alpha"], b["group"]): b for b in result["null_band"]
             if b["system"] == "all" and b["measure"] == "stop_rate" and b["readout"] == "logprobs"}
-    out: dict[str, Any] = {"layer": layer}
+    sides: dict[str, SteeringSide] = {}
     ok = True
     for group, sign in (("resolved", +1), ("unresolved", -1)):
         stop = _series(rows, layer, "probe", group, "stop_rate")
@@ -79,11 +126,11 @@ def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
         doses = sorted((a for a in stop if a * sign > 0), key=abs)
         s0 = stop[0.0]["value"] if stop.get(0.0) else None
         if s0 is None or not doses:
-            out[group] = {"reason": "no doses on this side"}
+            sides[group] = SteeringSide(reason="no doses on this side")
             ok = False
             continue
         if any(a not in useless or useless[a]["value"] is None for a in doses):
-            out[group] = {"reason": "no useless_test_rate in dose_response.json (rerun dose-response)"}
+            sides[group] = SteeringSide(reason="no useless_test_rate in dose_response.json (rerun dose-response)")
             ok = False
             continue
         expected = -1 if group == "resolved" else +1  # +alpha lowers stopping; -alpha raises it
@@ -119,19 +166,18 @@ def steering_layer(result: dict[str, Any], layer: int) -> dict[str, Any]:
         monotone = all(b >= prev - MONOTONE_SLACK for prev, b in zip(upto, upto[1:]))
         passed = bool(qualifying) and monotone
         ok = ok and passed
-        out[group] = {
-            "stop_rate_at_0": s0, "doses": valid, "shifts": shifts, "best_shift": best, "best_dose": dose,
-            "best": stop[dose] if dose is not None else None, "monotone": monotone, "breaks_at": broke_at,
-            "breaks_because": why,
-            "stop_or_missing_at_best": sensible[best_i] if best_i is not None else None,
-            "null_shift": null_shift(dose) if dose is not None else None, "passed": passed,
-        }
-    out["passed"] = ok
-    return out
+        sides[group] = SteeringSide(
+            stop_rate_at_0=s0, doses=valid, shifts=shifts, best_shift=best, best_dose=dose,
+            best=stop[dose] if dose is not None else None, monotone=monotone, breaks_at=broke_at,
+            breaks_because=why,
+            stop_or_missing_at_best=sensible[best_i] if best_i is not None else None,
+            null_shift=null_shift(dose) if dose is not None else None, passed=passed,
+        )
+    return SteeringLayer(layer, sides["resolved"], sides["unresolved"], ok)
 
 
-def steering_checks(result: dict[str, Any] | None, plant: dict[str, int],
-                    expected: dict[str, Expected] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def steering_checks(result: JsonObject | None, plant: dict[str, int],
+                    expected: dict[str, Expected] | None) -> tuple[list[CheckRow], list[SteeringLayer]]:
     """The steering check at the planted layer m, on every held-out item (`expected`, steered_expected);
     every steered layer's numbers are kept beside it."""
     m = plant["aux_layer"]
@@ -140,35 +186,35 @@ def steering_checks(result: dict[str, Any] | None, plant: dict[str, int],
         return [check_row(title, None, "no dose_response.json", "run dose-response")], []
     layers = sorted({r["layer"] for r in result["rows"] if r.get("layer") is not None})
     per_layer = [steering_layer(result, layer) for layer in layers]
-    pick = next((p for p in per_layer if p["layer"] == m), None)
+    pick = next((p for p in per_layer if p.layer == m), None)
     if pick is None:
         return [check_row(title, None, f"L{m} was not steered", "")], per_layer
 
-    def side(p: dict, g: str) -> str:
-        s = p.get(g, {})
-        if "best_shift" not in s:
-            return f"{g}: {missing_text(s.get('reason'))}"
-        brk = (f"breaks at alpha {s['breaks_at']:+g}: {s['breaks_because']}" if s["breaks_at"] is not None
+    def side(p: SteeringLayer, g: str) -> str:
+        s = p.side(g)
+        if s.reason is not None:
+            return f"{g}: {missing_text(s.reason)}"
+        brk = (f"breaks at alpha {s.breaks_at:+g}: {s.breaks_because}" if s.breaks_at is not None
                else "no break in the grid")
-        null = missing_text("no null") if s["null_shift"] is None else fixed(s['null_shift'], 3, sign=True)
-        if s["best_dose"] is None:
+        null = missing_text("no null") if s.null_shift is None else fixed(s.null_shift, 3, sign=True)
+        if s.best_dose is None:
             return f"{g}: breaks at the first dose ({brk})"
-        return (f"{g}: stop {s['stop_rate_at_0']:.3f} -> {estimate_text(s['best'])} at alpha {s['best_dose']:+g} "
-                f"(shift {fixed(s['best_shift'], 3, sign=True)}, random {null}, {'monotone' if s['monotone'] else 'NOT monotone'}, "
-                f"stop or missing test {s['stop_or_missing_at_best']:.2f}, {brk})")
+        return (f"{g}: stop {s.stop_rate_at_0:.3f} -> {estimate_text(s.best)} at alpha {s.best_dose:+g} "
+                f"(shift {fixed(s.best_shift, 3, sign=True)}, random {null}, {'monotone' if s.monotone else 'NOT monotone'}, "
+                f"stop or missing test {s.stop_or_missing_at_best:.2f}, {brk})")
 
     off = steered_n(result, m, expected)
     measured = (f"L{m}: " + "; ".join(side(pick, g) for g in ("resolved", "unresolved"))
                 + (f"; FAILS: {', '.join(off)}" if off else ""))
-    others = ", ".join(f"L{p['layer']} {'passes' if p['passed'] else 'fails'}" for p in per_layer if p["layer"] != m)
+    others = ", ".join(f"L{p.layer} {'passes' if p.passed else 'fails'}" for p in per_layer if p.layer != m)
     target = (f">= {STEER_TARGET:.2f} both sides, monotone before the break, random <= {NULL_FRACTION:g} of it, on "
               + (", ".join(expected[g].text for g in ("resolved", "unresolved")) if expected else "every held-out item")
               + (f" (other layers, not checked: {others})" if others else ""))
-    return [check_row(title, bool(pick["passed"]) and not off, measured, target)], per_layer
+    return [check_row(title, pick.passed and not off, measured, target)], per_layer
 
 
-def generated_check(result: dict[str, Any] | None, plant: dict[str, int], per_layer: list[dict[str, Any]],
-                    expected: dict[str, Expected] | None) -> dict[str, Any]:
+def generated_check(result: JsonObject | None, plant: dict[str, int], per_layer: list[SteeringLayer],
+                    expected: dict[str, Expected] | None) -> CheckRow:
     """The generated reply follows the steering at the planted layer: at alpha 0 and every dose before
     the break (the steering check's), both groups, the greedy reply's stop rate is within
     max(GENERATED_GAP, GAP_ITEMS / n) of the log-prob readout's and at most INVALID_CEILING of the
@@ -187,7 +233,7 @@ def generated_check(result: dict[str, Any] | None, plant: dict[str, int], per_la
         return check_row(title, None, "no dose_response.json", target)
     if "generate" not in (result.get("meta") or {}).get("readouts", []):
         return check_row(title, None, "dose-response ran without the generated readout (readout: both)", target)
-    pick = next((p for p in per_layer if p["layer"] == m), None)
+    pick = next((p for p in per_layer if p.layer == m), None)
     if pick is None:
         return check_row(title, None, f"L{m} was not steered", target)
     rows, problems, parts = result["rows"], [], []
@@ -195,7 +241,7 @@ def generated_check(result: dict[str, Any] | None, plant: dict[str, int], per_la
         lp = _series(rows, m, "probe", group, "stop_rate")
         gen = _series(rows, m, "probe", group, "stop_rate", "generate")
         invalid = _series(rows, m, "probe", group, "invalid_rate", "generate")
-        doses = [0.0, *pick.get(group, {}).get("doses", [])]
+        doses = [0.0, *pick.side(group).doses]
         if any(a not in gen or a not in lp or a not in invalid or gen[a]["value"] is None for a in doses):
             problems.append(f"{group}: a dose without both readouts")
             continue

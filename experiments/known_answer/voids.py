@@ -15,11 +15,10 @@ checkpoint is replaced.
 
 from __future__ import annotations
 
-from typing import Any
-
 from evprobe.core.estimate_text import estimate_text
 from evprobe.experiments.known_answer.counts import Expected, n_problems
-from evprobe.experiments.known_answer.rows import check_row
+from evprobe.core.json_types import JsonObject
+from evprobe.experiments.known_answer.rows import CheckRow, check_row
 
 VOID_FLOOR = 0.95  # AbsRec, twin accuracy and minimum-cost choice on the occluded selections
 
@@ -33,7 +32,7 @@ ROWS = (
 )
 
 
-def void_checks(scores: dict[str, Any] | None, expected: dict[tuple[str, str], Expected]) -> list[dict[str, Any]]:
+def void_checks(scores: JsonObject | None, expected: dict[tuple[str, str], Expected]) -> list[CheckRow]:
     """One row per (void type, measure) of ROWS whose void type the bench holds; `expected`: per (void
     type, request) the void items the bench holds (their twins are as many)."""
     voids = (scores or {}).get("voids") or {}

@@ -17,9 +17,9 @@ def _with_test(decodable: bool | None) -> dict:
 
 
 def test_the_planted_row_must_pass_the_sweep_s_test_where_it_ran() -> None:
-    assert profile_check(_with_test(True), PLANT, ROWS, _groups())["passed"]
-    assert profile_check(_with_test(None), PLANT, ROWS, _groups())["passed"]  # an older sweep.json: no test to read
+    assert profile_check(_with_test(True), PLANT, ROWS, _groups()).passed
+    assert profile_check(_with_test(None), PLANT, ROWS, _groups()).passed  # an older sweep.json: no test to read
     # high AUROC, interval above the floor, but the permutation test does not reject (a mutation that drops the
     # requirement passes this)
     check = profile_check(_with_test(False), PLANT, ROWS, _groups())
-    assert not check["passed"] and "not decodable by the sweep's permutation test" in check["measured"]
+    assert not check.passed and "not decodable by the sweep's permutation test" in check.measured

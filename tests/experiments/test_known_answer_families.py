@@ -37,8 +37,8 @@ def test_each_group_reading_says_its_families(capture: Path) -> None:
     groups = group_readings(capture, {"aux_layer": 1}, n_boot=100)
     assert groups is not None and len(groups) == 6
     for r in groups:
-        assert (r["n"], r["families"]) == (16, 4)
-        assert r["auroc"]["n_families"] == 4 and r["cosine"]["n_families"] == 24, r
+        assert (r.n, r.families) == (16, 4)
+        assert r.auroc["n_families"] == 4 and r.cosine["n_families"] == 24, r
     _, text = group_problems(groups)
     assert text.count(f"(only 4 families: {FEW}) (n=16, 4 families)") == 6  # each AUROC, not a cosine
 
@@ -49,4 +49,4 @@ def test_a_stored_direction_is_checked_on_its_held_out_families(capture: Path, t
     fit = [r["item_id"] for r in cs.index if int(r["family_id"].split("-")[1]) < 8]  # 8 families' 32 rows
     write_directions(tmp_path / "dirs", [Direction(d.name, d.vector, {**d.provenance, "items": fit})])
     check = direction_check(capture, tmp_path / "dirs", {"aux_layer": 1}, Expectations(tmp_path), n_boot=100)
-    assert "(n=64 in 16 families) (fitted on 32 items of 8 families)" in check["measured"], check["measured"]
+    assert "(n=64 in 16 families) (fitted on 32 items of 8 families)" in check.measured, check.measured

@@ -63,19 +63,19 @@ def test_scores_short_of_decisions_fail_behaviour(folder: Path) -> None:
     scores["min_cost_choice"]["n"] = 48  # a run shard never merged
     expected = {"min_cost_choice": expect.selections(), "both_correct_image_pairs": expect.image_pairs()}
     short, pairs = behaviour_checks(scores, expected)
-    assert short["passed"] is False and "n=48 where n=96 select decisions of 24 families" in short["measured"]
-    assert pairs["passed"] is True and "n=48 image pairs of 24 families" in pairs["target"]
+    assert short.passed is False and "n=48 where n=96 select decisions of 24 families" in short.measured
+    assert pairs.passed is True and "n=48 image pairs of 24 families" in pairs.target
 
 
 def test_a_sweep_short_of_rows_fails_profile_and_leakage(folder: Path, plant: dict[str, int]) -> None:
     expect = Expectations(folder)
     sweep = json.loads((folder / "acts" / "probes" / "resolved" / "sweep.json").read_text())
     groups = group_readings(folder / "acts", plant, expect)
-    assert profile_check(sweep, plant, expect.captured(), groups)["passed"] is True
+    assert profile_check(sweep, plant, expect.captured(), groups).passed is True
     sweep["n"], sweep["n_families"] = 96, 12
     for check in (profile_check(sweep, plant, expect.captured(), groups), leakage_check(sweep, expect.captured())):
-        assert check["passed"] is False
-        assert "sweep: n=96 of 12 families where n=192 labelled rows" in check["measured"]
+        assert check.passed is False
+        assert "sweep: n=96 of 12 families where n=192 labelled rows" in check.measured
 
 
 def test_a_group_with_its_label_flipped_points_against_the_others(folder: Path, plant: dict[str, int]) -> None:
@@ -87,15 +87,15 @@ def test_a_group_with_its_label_flipped_points_against_the_others(folder: Path, 
         return {**row, "resolved": not row["resolved"]} if group_of(row) == "sliding/mass" else row
 
     _edit_index(folder / "acts", flip)
-    groups = {g["group"]: g for g in group_readings(folder / "acts", plant, expect)}
-    assert groups["sliding/mass"]["cosine"]["value"] < 0 and groups["sliding/mass"]["auroc"]["value"] < 0.5
-    assert all(g["cosine"]["value"] >= GROUP_COSINE for name, g in groups.items() if name != "sliding/mass")
+    groups = {g.group: g for g in group_readings(folder / "acts", plant, expect)}
+    assert groups["sliding/mass"].cosine["value"] < 0 and groups["sliding/mass"].auroc["value"] < 0.5
+    assert all(g.cosine["value"] >= GROUP_COSINE for name, g in groups.items() if name != "sliding/mass")
     sweep = json.loads((folder / "acts" / "probes" / "resolved" / "sweep.json").read_text())
     check = profile_check(sweep, plant, expect.captured(), list(groups.values()))
     # the other groups' class means still agree (above); their probes, trained on pools that hold the
     # flipped group, may score lower, so the group is named among the failures, not necessarily first
-    assert check["passed"] is False and "FAILS at " in check["measured"]
-    assert "sliding/mass (cosine -0." in check["measured"].split("FAILS at ", 1)[1]
+    assert check.passed is False and "FAILS at " in check.measured
+    assert "sliding/mass (cosine -0." in check.measured.split("FAILS at ", 1)[1]
 
 
 def test_every_mass_initial_family_flipped_fails_groups_of_both_kinds(folder: Path, plant: dict[str, int]) -> None:
@@ -104,7 +104,7 @@ def test_every_mass_initial_family_flipped_fails_groups_of_both_kinds(folder: Pa
 
     _edit_index(folder / "acts", flip)
     groups = group_readings(folder / "acts", plant, Expectations(folder))
-    low = {g["group"] for g in groups if g["cosine"]["value"] < GROUP_COSINE}
+    low = {g.group for g in groups if g.cosine["value"] < GROUP_COSINE}
     mass = {"bouncing/mass", "sliding/mass", "spring/mass"}
     assert mass <= low and low - mass  # the flipped groups, and the unflipped ones they pull the pool from
 
@@ -116,13 +116,13 @@ def test_a_negated_direction_fails_the_direction_check(folder: Path, plant: dict
 
     expect = Expectations(folder)
     clean = direction_check(folder / "acts", folder / "directions", plant, expect)
-    assert clean["passed"] is True and "n=48 held-out select of 12 families" in clean["target"]
+    assert clean.passed is True and "n=48 held-out select of 12 families" in clean.target
     stored = read_directions(folder / "directions")
     name = next(n for n, d in stored.items() if d.layer == plant["aux_layer"] and n.endswith("half_b"))
     write_directions(folder / "directions", [replace(stored[name], vector=-stored[name].vector)])
     check = direction_check(folder / "acts", folder / "directions", plant, expect)
-    assert check["passed"] is False and "FAILS at massmean.L3.last.half-half_b (AUROC 0.000 [" in check["measured"]
-    assert "half-half_a (AUROC" not in check["measured"]
+    assert check.passed is False and "FAILS at massmean.L3.last.half-half_b (AUROC 0.000 [" in check.measured
+    assert "half-half_a (AUROC" not in check.measured
 
 
 def test_half_the_families_missing_from_the_capture_fail_the_n_checks(folder: Path, plant: dict[str, int]) -> None:
@@ -133,12 +133,12 @@ def test_half_the_families_missing_from_the_capture_fail_the_n_checks(folder: Pa
     shard = family_shards({it.family_id for it in expect.items}, 2)
     _edit_index(folder / "acts", lambda row: row if shard[row["family_id"]] == 0 else None)
     transfer = transfer_check(folder / "acts", plant, expect.captured_by(lambda it: it.system))
-    assert transfer["passed"] is False
-    assert "sliding: n=32 of 4 families where n=64 labelled rows of 8" in transfer["measured"]
+    assert transfer.passed is False
+    assert "sliding: n=32 of 4 families where n=64 labelled rows of 8" in transfer.measured
     groups = group_readings(folder / "acts", plant, expect)
-    assert sum(g["n"] for g in groups) == 96 and any(g["n"] != g["expected"].n for g in groups)
+    assert sum(g.n for g in groups) == 96 and any(g.n != g.expected.n for g in groups)
     check = direction_check(folder / "acts", folder / "directions", plant, expect)
-    assert check["passed"] is False and "where n=48 held-out select of 12 families are expected" in check["measured"]
+    assert check.passed is False and "where n=48 held-out select of 12 families are expected" in check.measured
 
 
 def test_steering_and_patching_short_of_items_fail(folder: Path, plant: dict[str, int]) -> None:
@@ -147,25 +147,25 @@ def test_steering_and_patching_short_of_items_fail(folder: Path, plant: dict[str
     dose = json.loads(dose_path.read_text())
     expected = steered_expected(dose, plant, folder / "directions", expect)
     assert expected["resolved"].text == "n=24 held-out select (resolved) of 12 families"
-    assert steering_checks(dose, plant, expected)[0][0]["passed"] is True
+    assert steering_checks(dose, plant, expected)[0][0].passed is True
     for r in dose["rows"]:
         if r["group"] == "resolved":
             r["n"] = 12
     (check,), _ = steering_checks(dose, plant, expected)
-    assert check["passed"] is False and "resolved (logprobs): n=12 where n=24" in check["measured"]
-    assert steering_checks(dose, plant, None)[0][0]["passed"] is False  # no provenance: the n cannot be stated
+    assert check.passed is False and "resolved (logprobs): n=12 where n=24" in check.measured
+    assert steering_checks(dose, plant, None)[0][0].passed is False  # no provenance: the n cannot be stated
     # patching: half the requested pairs
     patched = expect.patched(json.loads((folder / "patching" / "meta.json").read_text())["config"]["limit_pairs"])
     summary = json.loads((folder / "patching" / "patching.json").read_text())
-    assert interchange_check(summary, plant, patched)["passed"] is True
+    assert interchange_check(summary, plant, patched).passed is True
     summary["n_rows"] = 16
-    assert "patched: n=16 of 8 families where n=32" in interchange_check(summary, plant, patched)["measured"]
+    assert "patched: n=16 of 8 families where n=32" in interchange_check(summary, plant, patched).measured
     results = folder / "patching" / "results.jsonl"
     lines = results.read_text().splitlines(keepends=True)
     results.write_text("".join(lines[: len(lines) // 2]))
     span = image_span_check(span_outcomes(folder / "patching", folder / "bench", plant["attention_free_layers"]),
                             plant, patched)
-    assert span["passed"] is False and "patched: n=16 of" in span["measured"]
+    assert span.passed is False and "patched: n=16 of" in span.measured
 
 
 def test_known_answer_checks_fail_on_a_folder_with_a_shard_missing(folder: Path) -> None:
@@ -180,6 +180,6 @@ def test_known_answer_checks_fail_on_a_folder_with_a_shard_missing(folder: Path)
     data["n"], data["n_families"] = 96, 12
     sweep.write_text(json.dumps(data))
     result = known_answer_checks(folder)
-    failed = {c["check"] for c in result["checks"] if c["passed"] is not True}
+    failed = {c.check for c in result.checks if c.passed is not True}
     assert {"planted layer profile", "one direction across systems", "stored directions point to their class",
-            "no family leakage"} <= failed and not result["passed"]
+            "no family leakage"} <= failed and not result.passed

@@ -39,7 +39,7 @@ def scored(small_void_bench: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _failed(rows: list[dict]) -> set[str]:
-    return {r["check"] for r in rows if r["passed"] is not True}
+    return {r.check for r in rows if r.passed is not True}
 
 
 def test_the_organism_abstains_on_every_void_and_measures_on_occluded_sheets(scored: tuple[Path, dict]) -> None:
@@ -52,7 +52,7 @@ def test_the_organism_abstains_on_every_void_and_measures_on_occluded_sheets(sco
     assert scores["voids"]["occluded"]["select_min_cost"]["value"] == 1.0
     # the same rows join the known-answer table of a folder whose bench has voids
     result = known_answer_checks(out)
-    assert {r["check"] for r in rows} <= {c["check"] for c in result["checks"]}
+    assert {r.check for r in rows} <= {c.check for c in result.checks}
 
 
 def test_no_void_rows_without_voids(scored: tuple[Path, dict]) -> None:
@@ -91,4 +91,4 @@ def test_half_the_void_records_missing_fail_every_row_on_its_n(scored: tuple[Pat
     records.write_text("".join(line + "\n" for line in lines if kept(line)))
     scores, _ = score_run(cut / "run", cut / "bench", n_boot=200)
     rows = void_checks(scores, Expectations(cut).voids())
-    assert _failed(rows) == {r["check"] for r in rows} and all("where n=" in r["measured"] for r in rows)
+    assert _failed(rows) == {r.check for r in rows} and all("where n=" in r.measured for r in rows)
