@@ -38,12 +38,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE
+from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record
 from evprobe.core.errors import InputError
+from evprobe.core.json_types import JsonObject
 
 # Log-prob units (nats). Measured in float32 on a CPU (hooks.tiny_text, both_given items, log-probs of
 # -7 to -13): hf batch 1 vs batch 4, up to 6e-6 (tests/experiments/test_parity.py); hf vs the vllm
@@ -79,8 +81,8 @@ class Difference:
 
     item_id: str
     fields: tuple[str, ...]
-    a: dict[str, Any]
-    b: dict[str, Any]
+    a: JsonObject
+    b: JsonObject
     logprob_diff: float | None = None
 
 
@@ -130,7 +132,7 @@ class Parity:
         return (f"{self.backend_a} vs {self.backend_b}: {verdict}; decisions {self.agree['decision']}/{self.n_common}, "
                 f"replies {self.agree['reply']}/{self.n_common}; {lp}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**asdict(self), "ok": self.ok}
 
     def markdown(self) -> str:
@@ -250,14 +252,14 @@ def write_parity(result: Parity, path: Path) -> None:
         atomic_write_bytes(path, result.markdown().encode("utf-8"))
 
 
-def _meta(run: Path) -> dict[str, Any]:
+def _meta(run: Path) -> JsonObject:
     from evprobe.bench.json_schema import RUN_FIX, RunMeta, read_model
 
     return read_model(run / RUN_META_FILE, RunMeta, RUN_FIX,
                       missing=f"{run} is not a run folder; create it with `evprobe run`")[1]
 
 
-def _records(run: Path, load: Any) -> dict[str, Any]:
+def _records(run: Path, load: Callable[[Path], dict[str, Record]]) -> dict[str, Record]:
     path = run / RECORDS_FILE
     if not path.is_file():
         raise InputError(f"{path} not found; run `evprobe run` into {run} first")
@@ -267,7 +269,7 @@ def _records(run: Path, load: Any) -> dict[str, Any]:
     return records
 
 
-def _backend(meta: dict[str, Any]) -> str:
+def _backend(meta: JsonObject) -> str:
     if str(meta.get("model", "")).startswith("policy:"):
         return str(meta["model"])
     from evprobe.bench.backends.registry import DEFAULT_BACKEND
@@ -275,7 +277,7 @@ def _backend(meta: dict[str, Any]) -> str:
     return meta.get("backend") or DEFAULT_BACKEND  # pinned None at the default
 
 
-def _check_pins(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any], sampled: bool) -> list[str]:
+def _check_pins(run_a: Path, run_b: Path, a: JsonObject, b: JsonObject, sampled: bool) -> list[str]:
     """Refuse runs that are not of the same prompts (REQUIRED, the model weights) or that sampled;
     the notes: every other pin and setting that differs."""
     for key, what in REQUIRED.items():
@@ -321,7 +323,7 @@ def _check_pins(run_a: Path, run_b: Path, a: dict[str, Any], b: dict[str, Any], 
     return notes
 
 
-def _flat_config(config: Any) -> dict[str, Any]:
+def _flat_config(config: Any) -> JsonObject:
     """A run.json's config with its model's flag keys (dtype, device_map, ...) beside the run's own
     keys, as its flags spell them; a run.json written before the model was one key is flat already."""
     from evprobe.bench.model_config import ModelConfig

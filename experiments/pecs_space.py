@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
+from evprobe.core.json_types import JsonObject
 
 FIGURE = "pecs_space.png"
 CONTOURS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -25,12 +26,12 @@ class PecsPoint:
     """One (J, Acc) point: its label and the two estimates' JSON ({"value", "ci", "n", ...})."""
 
     label: str
-    j: dict[str, Any]
-    acc: dict[str, Any]
+    j: JsonObject
+    acc: JsonObject
     kind: str = "dataset"  # dataset | mean | pooled | run
 
 
-def points_of(scores: dict[str, Any]) -> list[PecsPoint]:
+def points_of(scores: JsonObject) -> list[PecsPoint]:
     """The datasets, equal-weight mean and pooled point of one scored run (empty: no answer records)."""
     section = scores.get("pecs_datasets") or {}
     if "datasets" not in section:
@@ -42,7 +43,7 @@ def points_of(scores: dict[str, Any]) -> list[PecsPoint]:
     return [p for p in out if p.j.get("value") is not None and p.acc.get("value") is not None]
 
 
-def _bar(e: dict[str, Any]) -> tuple[float, float] | None:
+def _bar(e: JsonObject) -> tuple[float, float] | None:
     lo, hi = e.get("ci") or (None, None)
     return None if lo is None or hi is None else (e["value"] - lo, hi - e["value"])
 
@@ -98,7 +99,7 @@ def pecs_space_png(points: Sequence[PecsPoint], path: Path | BinaryIO, *, title:
     return path
 
 
-def write_run_figure(scores: dict[str, Any], run_dir: Path) -> Path | None:
+def write_run_figure(scores: JsonObject, run_dir: Path) -> Path | None:
     """RUN/pecs_space.png for a scored run, written atomically; None when the run has no answer
     records (a figure of an earlier scoring of the folder, which would no longer match, is removed)."""
     import io
@@ -122,7 +123,7 @@ def arrows_between(models: Sequence[str | None]) -> list[tuple[int, int]]:
     return [(i, i + 1) for i in range(len(models) - 1) if models[i] is not None and models[i] == models[i + 1]]
 
 
-def write_runs_figure(runs: Sequence[tuple[Path, dict[str, Any]]], path: Path) -> Path:
+def write_runs_figure(runs: Sequence[tuple[Path, JsonObject]], path: Path) -> Path:
     """Several scored runs, (folder, scores), in one PECS space (`evprobe compare --pecs-space`): each
     run's equal-weight mean over its datasets with 95% intervals; consecutive runs of the same model
     are joined by an arrow in the order given (seed 002's Figure 3a: standard -> guided). A run

@@ -21,6 +21,7 @@ from typing import Any
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import resolve_image
 from evprobe.bench.protocols import prompt_template_sha256
+from evprobe.core.json_types import JsonObject
 
 
 def sha256_text(text: str) -> str:
@@ -43,7 +44,7 @@ def images_sha256(bench: Path, items: Sequence[Item]) -> tuple[str, int]:
 
 
 def input_pins(model: str, *, templates: tuple[str, str] | Mapping[str, tuple[str, str]],
-               images: tuple[Path, Sequence[Item]] | None = None) -> dict[str, Any]:
+               images: tuple[Path, Sequence[Item]] | None = None) -> JsonObject:
     """The prompt template text, the images read and the model's files (module docstring)."""
     from evprobe.hooks.fingerprint import model_fingerprint
 
@@ -51,13 +52,13 @@ def input_pins(model: str, *, templates: tuple[str, str] | Mapping[str, tuple[st
         text: Any = {key: prompt_template_sha256(*pair) for key, pair in templates.items()}
     else:
         text = prompt_template_sha256(*templates)
-    out: dict[str, Any] = {"prompt_template_sha256": text}
+    out: JsonObject = {"prompt_template_sha256": text}
     if images is not None:
         out["images_sha256"] = images_sha256(*images)[0]
     return {**out, **model_fingerprint(model)}
 
 
-def loaded_pins(handle: Any) -> dict[str, Any]:
+def loaded_pins(handle: Any) -> JsonObject:
     """What only the loaded model tells (hooks.fingerprint.loaded_fingerprint)."""
     from evprobe.hooks.fingerprint import loaded_fingerprint
 

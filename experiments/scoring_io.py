@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 from evprobe.bench.json_schema import RunMeta, read_run_meta
 from evprobe.bench.manifest import META_FILE, read_items, read_meta
@@ -21,11 +20,12 @@ from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json, warn_incomplete_line
 from evprobe.core.json_files import parse_json
 from evprobe.core.lock import folder_lock
-from evprobe.bench.records import RECORDS_FILE, load_records
+from evprobe.bench.records import RECORDS_FILE, Record, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.score_report import compare_markdown, scores_markdown
 from evprobe.bench.scoring import score
 from evprobe.experiments.pecs_space import write_run_figure
+from evprobe.core.json_types import JsonObject
 
 SCORES_JSON = "scores.json"
 SCORES_MD = "scores.md"
@@ -45,7 +45,7 @@ def records_sha256(path: Path) -> str | None:
     return hashlib.sha256(complete).hexdigest()
 
 
-def _load_hashed_records(path: Path) -> tuple[dict[str, Any], str | None]:
+def _load_hashed_records(path: Path) -> tuple[dict[str, Record], str | None]:
     """The records of `path` and the hash of exactly the lines they were read from (a run still
     appending may add lines between reads: read until the hash holds still)."""
     for _ in range(5):
@@ -65,7 +65,7 @@ def run_meta(run_dir: Path) -> RunMeta:
 
 def score_run(
     run_dir: Path, bench: Path | None = None, *, n_boot: int = 2000, seed: int = 20260905
-) -> tuple[dict[str, Any], str]:
+) -> tuple[JsonObject, str]:
     """Score one run folder; writes RUN/scores.json, RUN/scores.md and RUN/pecs_space.png
     (experiments.pecs_space) and returns the scores and the Markdown."""
     meta = run_meta(run_dir)
@@ -73,7 +73,7 @@ def score_run(
         return _score_locked(run_dir, meta, bench, n_boot, seed)
 
 
-def _score_locked(run_dir: Path, meta: RunMeta, bench: Path | None, n_boot: int, seed: int) -> tuple[dict[str, Any], str]:
+def _score_locked(run_dir: Path, meta: RunMeta, bench: Path | None, n_boot: int, seed: int) -> tuple[JsonObject, str]:
     bench = bench if bench is not None else Path(meta.bench)
     bench_meta_path = bench / META_FILE
     if not bench_meta_path.is_file():
@@ -106,7 +106,7 @@ def stale_reason(run_dir: Path) -> str | None:
     return _read_scores(Path(run_dir))[1]
 
 
-def _read_scores(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+def _read_scores(run_dir: Path) -> tuple[JsonObject | None, str | None]:
     """(RUN/scores.json or None, why it does not score RUN/records.jsonl as it is now or None)."""
     path = run_dir / SCORES_JSON
     if not path.is_file():
@@ -127,7 +127,7 @@ def _read_scores(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     return scores, None
 
 
-def load_scores(run_dir: Path) -> dict[str, Any]:
+def load_scores(run_dir: Path) -> JsonObject:
     """RUN/scores.json if it scores RUN/records.jsonl as it is now; otherwise the run re-scored
     (with the stale scores' n_boot and seed), or a one-line InputError naming the fix."""
     run_dir = Path(run_dir)

@@ -9,9 +9,9 @@ and `resolved=False` is used as stored; any other label is refused.
 
 from __future__ import annotations
 
-from typing import Any
 
 from evprobe.core.errors import ConfigError
+from evprobe.core.json_types import JsonObject
 
 # Labels whose positive class True means "the evidence is enough / the model stops".
 TOWARD_STOP_LABELS = ("resolved", "stopped", "committed")
@@ -22,7 +22,7 @@ def alpha_key(alpha: float) -> str:
     return f"{float(alpha) + 0.0:+g}"  # + 0.0 turns -0.0 into +0
 
 
-def measure_sign(provenance: dict[str, Any], name: str) -> int:
+def measure_sign(provenance: JsonObject, name: str) -> int:
     """+1 when the stored direction already points toward measuring, -1 when toward stopping."""
     label, positive = provenance.get("label"), provenance.get("positive")
     if label not in TOWARD_STOP_LABELS:

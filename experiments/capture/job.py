@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from evprobe.experiments.capture.config import (
 from evprobe.experiments.capture.store import ACTS_FILE, ACTS_KEY, CaptureRows
 from evprobe.experiments.config import config_from_flags
 from evprobe.experiments.pins import images_sha256, input_pins, sha256_text
+from evprobe.core.json_types import JsonObject
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
@@ -81,8 +82,8 @@ def _to_float16(acts: np.ndarray, items: Sequence[Item]) -> tuple[np.ndarray, li
 
 
 def _index_row(row: int, item: Item, text_span: str, n_tokens: int, n_image: int, n_text: int,
-               n_clipped: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"row": row, "item_id": item.item_id}
+               n_clipped: int) -> JsonObject:
+    out: JsonObject = {"row": row, "item_id": item.item_id}
     out.update({name: getattr(item, name) for name in INDEX_FIELDS})
     out.update({name: getattr(item, name) for name in INDEX_OPTIONAL_FIELDS
                 if getattr(item, name) != INDEX_OPTIONAL_DEFAULTS[name]})
@@ -164,9 +165,9 @@ class CaptureJob(Job):
         known = (self.old or {}).get("n_model_layers") or config_n_layers(m.source, trust_remote_code=m.trust_remote_code)
         return parse_layers(self.config.layers, known) if known is not None else None
 
-    def pinned(self) -> dict[str, Any]:
+    def pinned(self) -> JsonObject:
         c = self.config
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "format": FORMAT, "model": c.model.source, "positions": self.positions, "regime": c.regime,
             "protocol": c.protocol, "items_sha256": self.bench_meta.get("items_sha256"),
             "selection_sha256": sha256_text("\n".join(it.item_id for it in self.items)),
@@ -191,13 +192,13 @@ class CaptureJob(Job):
         return out
 
     @cached_property
-    def input_pins(self) -> dict[str, Any]:
+    def input_pins(self) -> JsonObject:
         """Hashed once (pinned() is asked before and after open()): the prompt template text and the
         model's files (experiments.pins; the images are pinned in __init__, with their count)."""
         c = self.config
         return input_pins(c.model.source, templates=(c.protocol, c.regime))
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> JsonObject:
         from evprobe.hooks.capture import POSITION_RULES
         from evprobe.hooks.positions import position_rule
 
@@ -292,7 +293,7 @@ class CaptureJob(Job):
                 raise InputError(f"{text}; {handle.model_id} cannot read that position of every selected item: "
                                  "drop it from --positions or choose other --requests") from None
 
-    def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
+    def compute(self, batch: list[Unit], condition: str) -> list[JsonObject]:
         assert self.handle is not None
         items = [u.value for u in batch]
         cap = _capture_items(self.handle, self.bench, items, self.config, self._layers() or [], self.positions)
@@ -311,7 +312,7 @@ class CaptureJob(Job):
         ]
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any], out: Path) -> CaptureJob:
+    def from_meta(cls, meta: JsonObject, out: Path) -> CaptureJob:
         c = model_from_record(meta["config"])
         for key in ("requests", "positions", "layers", "injection"):
             if isinstance(c.get(key), list):
@@ -322,7 +323,7 @@ class CaptureJob(Job):
         return (*SHARD_FREE, "selection_sha256", "n_items", "images_sha256", "n_images", "shape")
 
 
-    def merged_meta(self, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def merged_meta(self, metas: Sequence[JsonObject]) -> JsonObject:
         selection = sha256_text("\n".join(it.item_id for it in self.items))
         return {**super().merged_meta(metas), "selection_sha256": selection, "n_items": len(self.items),
                 "images_sha256": self.images_sha256, "n_images": self.n_images,

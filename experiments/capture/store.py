@@ -22,6 +22,7 @@ from evprobe.core.errors import InputError
 from evprobe.core.files import append_log_lines, atomic_write_bytes, cut_torn_tail, open_for_writing, refuse_link
 from evprobe.core.json_files import read_json_lines
 from evprobe.core.jobs import Row, RowKey, RowStore
+from evprobe.core.json_types import JsonObject
 
 ACTS_FILE = "acts.npy"
 INDEX_FILE = "index.jsonl"
@@ -55,13 +56,13 @@ def acts_offset(path: Path, shape: tuple[int, ...]) -> int:
     return offset
 
 
-def load_index(path: Path, item_ids: Sequence[str] | None = None, *, warn: bool = True) -> dict[int, dict[str, Any]]:
+def load_index(path: Path, item_ids: Sequence[str] | None = None, *, warn: bool = True) -> dict[int, JsonObject]:
     """Committed index rows by row number (read only: an unterminated last line is left out, with a
     warning unless `warn` is False: the writer's own read). Each row is checked against the index
     schema (`core.capture_schema.index_row_problem`: typed fields, no unknown ones). A line that is
     not UTF-8 or not JSON, a schema problem, a duplicate row, or a row whose item id is not that row
     of the selection is a one-line error naming the line."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, JsonObject] = {}
     lines_of: dict[int, int] = {}
     for number, row in read_json_lines(path, "move the folder aside", warn=warn, objects=False):
         bad = index_row_problem(row)
@@ -96,7 +97,7 @@ class CaptureRows(RowStore):
         refuse_link(self.acts_path)  # before the model loads: rows are never written through a link
         cut_torn_tail(self.index_path)
 
-    def prepare(self, meta: dict[str, Any]) -> None:
+    def prepare(self, meta: JsonObject) -> None:
         shape = tuple(meta["shape"])
         if not self.acts_path.is_file():
             if self.index_path.is_file() and load_index(self.index_path):
@@ -121,7 +122,7 @@ class CaptureRows(RowStore):
         """Shard captures -> one acts.npy (rows in selection order) and index.jsonl (single-run order)."""
         assert self.item_ids is not None and self.selection_of is not None
         full_row = {item_id: r for r, item_id in enumerate(self.item_ids)}
-        index: dict[str, dict[str, Any]] = {}
+        index: dict[str, JsonObject] = {}
         sources: list[tuple[np.ndarray, list[tuple[int, int]]]] = []  # (shard acts, [(shard row, full row)])
         width: tuple[int, ...] | None = None
         for store, part in parts:

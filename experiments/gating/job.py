@@ -37,6 +37,7 @@ from evprobe.experiments.gating.config import (
 )
 from evprobe.experiments.gating.plan import GateDirection, Plan, make_plan, prepare
 from evprobe.experiments.gating.report import aggregate, markdown, pct, pct_value, plot
+from evprobe.core.json_types import JsonObject
 
 # ---------------------------------------------------------------- steering and readout
 
@@ -60,7 +61,7 @@ class GatingJob(Job):
     meta_file = RUN_META_FILE
 
     def __init__(self, plan: Plan, layer: int, directions: dict[str, GateDirection],
-                 best: dict[str, Any] | None = None, cosine: float | None = None) -> None:
+                 best: JsonObject | None = None, cosine: float | None = None) -> None:
         super().__init__(plan.out, plan.config.shard)
         self.plan, self.layer, self.directions, self.best = plan, layer, directions, best
         self.cosine = (float(directions["standard"].vector @ directions["guided"].vector)  # type: ignore[operator]
@@ -81,7 +82,7 @@ class GatingJob(Job):
     def batch_size(self) -> int:
         return self.plan.batch_size
 
-    def pinned(self) -> dict[str, Any]:
+    def pinned(self) -> JsonObject:
         plan = self.plan
         bench_meta = read_meta(plan.bench)
         out = {"format": FORMAT, "model": plan.model.model, "revision": plan.model.revision,
@@ -98,7 +99,7 @@ class GatingJob(Job):
         return out
 
     @cached_property
-    def input_pins(self) -> dict[str, Any]:
+    def input_pins(self) -> JsonObject:
         """Hashed once (pinned() is asked before and after open()): the direct protocol's prompt text
         under both regimes, the images of the captured items (the captures pin that selection) and
         the model's files (experiments.pins)."""
@@ -107,7 +108,7 @@ class GatingJob(Job):
         return input_pins(self.plan.model.model, templates={r: ("direct", r) for r in REGIMES},
                           images=(self.plan.bench, self.plan.captured))
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> JsonObject:
         return {**self.pinned(), "layer_choice": self.best,
                 "n_fit_items": {r: d.n_items for r, d in self.directions.items()},
                 "cosine_standard_guided": self.cosine,
@@ -122,7 +123,7 @@ class GatingJob(Job):
 
         self.handle = load_model(self.plan.model)
 
-    def compute(self, batch: list[Unit], condition: str) -> list[dict[str, Any]]:
+    def compute(self, batch: list[Unit], condition: str) -> list[JsonObject]:
         from evprobe import hooks
         from evprobe.hooks.steering import Steering, steer
 
@@ -143,7 +144,7 @@ class GatingJob(Job):
                  "alpha": alpha, "logprobs": {x: float(logp[r, i]) for i, x in enumerate(LETTERS)},
                  **readout(it, logp[r])} for r, it in enumerate(items)]
 
-    def finish(self, rows: dict[tuple[str, str], dict[str, Any]], summary: JobSummary[Any]) -> GatingReport:
+    def finish(self, rows: dict[tuple[str, str], JsonObject], summary: JobSummary[Any]) -> GatingReport:
         plan = replace(self.plan, targets=[u.value for u in self.my_units()])  # a shard reports its own items
         result = aggregate(plan, rows, self.layer, self.best, self.directions, self.cosine)
         atomic_write_bytes(self.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
@@ -153,7 +154,7 @@ class GatingJob(Job):
                             files=(JSON_FILE, MD_FILE, PNG_FILE, RESULTS_FILE))
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any], out: Path) -> GatingJob:
+    def from_meta(cls, meta: JsonObject, out: Path) -> GatingJob:
         config = load_config(GatingConfig, {**meta["config"], "out": str(out), "shard": None},
                              where=f"the shard's {RUN_META_FILE}")
         directions = {r: GateDirection(r, d["name"], None, d["mean_norm"], meta["n_fit_items"][r], d["sha256"])
@@ -169,7 +170,7 @@ class GatingReport:
 
     layer: int
     n_items: int
-    tables: tuple[dict[str, Any], ...]
+    tables: tuple[JsonObject, ...]
     files: tuple[str, ...]
 
 

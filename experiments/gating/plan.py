@@ -21,6 +21,7 @@ from evprobe.core.shard import Shard, shard_of_ids
 from evprobe.experiments.config import ConfigError, ModelConfig, check_tiny_layers, load_model_config
 from evprobe.experiments.steering_conventions import alpha_key, measure_sign
 from evprobe.experiments.gating.config import GatingConfig, POSITION, REGIMES
+from evprobe.core.json_types import JsonObject
 
 # ---------------------------------------------------------------- the plan (no model)
 
@@ -128,7 +129,7 @@ def _fit_labels(acts: Path, fit: list[str]) -> tuple[Any, Any]:
     return cs, ls.subset(np.isin(ls.families.astype(str), fit), reason="held-out family (gating split)")
 
 
-def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, dict[str, Any] | None]:
+def choose_layer(plan: Plan, acts: Path, progress: bool) -> tuple[int, JsonObject | None]:
     """The configured layer, or the nested best of a resolved sweep on the fitting families."""
     from evprobe.probes.captures import load_capture
     from evprobe.experiments.report.summary_files import SweepSummary, read_summary
@@ -189,7 +190,7 @@ def fit_direction(plan: Plan, regime: str, acts: Path, layer: int) -> GateDirect
     return GateDirection(regime, d.name, v, d.mean_norm, int(d.provenance["n_items"]), sha)
 
 
-def prepare(plan: Plan, progress: bool) -> tuple[int, dict[str, Any] | None, dict[str, GateDirection]]:
+def prepare(plan: Plan, progress: bool) -> tuple[int, JsonObject | None, dict[str, GateDirection]]:
     """Steps 1-4 into `plan.out` (deterministic; resumable): (layer, its choice, direction per regime)."""
     acts = {r: _capture(plan, r, progress) for r in REGIMES}
     layer, best = choose_layer(plan, acts["standard"], progress)

@@ -13,9 +13,10 @@ from evprobe.experiments.config import as_dict
 from evprobe.experiments.layer_sweep.config import PNG_FILE, SWEEPS_DIR, Plan, label_dir
 from evprobe.experiments.layer_sweep.steps import capture_meta
 from evprobe.probes.control_tasks import fmt_selectivity
+from evprobe.core.json_types import JsonObject
 
 
-def _row_at(sweep: dict[str, Any], layer: int, position: str) -> dict[str, Any] | None:
+def _row_at(sweep: JsonObject, layer: int, position: str) -> JsonObject | None:
     return next((r for r in sweep["rows"] if r["layer"] == layer and r["position"] == position), None)
 
 

@@ -18,6 +18,7 @@ from evprobe.experiments.layer_sweep.config import (
     check_label,
     label_dir,
 )
+from evprobe.core.json_types import JsonObject
 
 
 def capture_config(plan: Plan):
@@ -46,13 +47,13 @@ def run_capture(plan: Plan, progress: bool) -> JobSummary[Any] | None:
     return capture(config, progress=progress)
 
 
-def capture_meta(plan: Plan) -> dict[str, Any]:
+def capture_meta(plan: Plan) -> JsonObject:
     from evprobe.probes.captures import load_capture
 
     return load_capture(plan.acts).meta  # validated (probes.captures): a damaged meta.json is one line
 
 
-def sweep_settings(plan: Plan, label: str) -> dict[str, Any]:
+def sweep_settings(plan: Plan, label: str) -> JsonObject:
     """What a finished sweep of `label` depends on: equal settings -> the sweep is reused."""
     meta, c = capture_meta(plan), plan.config
     return {
@@ -69,7 +70,7 @@ def sweep_settings(plan: Plan, label: str) -> dict[str, Any]:
     }
 
 
-def same_settings(folder: Path, settings: dict[str, Any], needed: tuple[str, ...]) -> bool:
+def same_settings(folder: Path, settings: JsonObject, needed: tuple[str, ...]) -> bool:
     path = folder / SETTINGS_FILE
     if not path.is_file() or not all((folder / n).is_file() for n in needed):
         return False

@@ -63,6 +63,7 @@ from evprobe.analysis.patching import MIN_GAP, aggregate, patch_row
 from evprobe.analysis.patching_figures import head_heatmap_png, heatmap_png
 from evprobe.bench.model_config import ModelConfig, as_model_config, load_model, model_from_record
 from evprobe.experiments.config import add_experiment_parser, check_positive, experiment_config
+from evprobe.core.json_types import JsonObject
 
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
@@ -131,7 +132,7 @@ def _store(folder: Path) -> JsonlRows:
                      check=lambda row: row_problem(row, ROW_TYPES, ROW_TYPES, "patching row"))
 
 
-def read_results(folder: Path) -> list[dict[str, Any]]:
+def read_results(folder: Path) -> list[JsonObject]:
     """A patching folder's finished rows in file order, each checked against the schema (a torn last
     line, a killed run's, is left out with a warning; the file is not changed)."""
     return list(_store(folder).done().values())
@@ -202,9 +203,9 @@ class PatchingJob(Job):
             m.source, trust_remote_code=m.trust_remote_code)
         return parse_layers(self.config.layers, known) if known is not None else None
 
-    def pinned(self) -> dict[str, Any]:
+    def pinned(self) -> JsonObject:
         c = self.config
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "model": c.model.source, "positions": list(c.positions), "regime": c.regime, "protocol": c.protocol,
             "items_sha256": self.items_sha256, "dtype": c.model.dtype, "attn_implementation": c.model.attn_implementation,
             "limit_pairs": c.limit_pairs, **self.input_pins,
@@ -219,14 +220,14 @@ class PatchingJob(Job):
         return out
 
     @cached_property
-    def input_pins(self) -> dict[str, Any]:
+    def input_pins(self) -> JsonObject:
         """Hashed once (pinned() is asked before and after open()): the prompt template text, the
         images of the selected pairs (limit_pairs is pinned) and the model's files (experiments.pins)."""
         c = self.config
         return input_pins(c.model.source, templates=(c.protocol, c.regime),
                           images=(self.bench, [it for pair in self.pairs for it in pair]))
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> JsonObject:
         config = asdict(self.config)
         if config["site"] == "resid_post":  # written only when asked for: a resid_post folder's meta is as it was
             del config["site"]
@@ -279,7 +280,7 @@ class PatchingJob(Job):
         return len(rows[0]["ld_patched"][0]) // len(self.config.positions)
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any], out: Path) -> PatchingJob:
+    def from_meta(cls, meta: JsonObject, out: Path) -> PatchingJob:
         c = model_from_record(meta["config"])
         return cls(PatchingConfig(**{**c, "positions": tuple(c["positions"]), "out": str(out), "shard": None}))
 
@@ -291,7 +292,7 @@ class PatchingReport:
 
     n_pairs: int
     files: tuple[str, ...]
-    summary: dict[str, Any]
+    summary: JsonObject
 
 
 PATCHING_FILES = ("results.jsonl", "patching.json", "patching.md", "patching.png")
@@ -307,8 +308,8 @@ def head_columns(n_heads: int, positions: Sequence[str]) -> list[str]:
     return [f"H{h} {p}" for h in range(n_heads) for p in positions]
 
 
-def write_summary(out: Path, rows: list[dict[str, Any]], layers: list[int], config: PatchingConfig, n_pairs: int,
-                  seconds: float, *, n_heads: int | None = None) -> dict[str, Any]:
+def write_summary(out: Path, rows: list[JsonObject], layers: list[int], config: PatchingConfig, n_pairs: int,
+                  seconds: float, *, n_heads: int | None = None) -> JsonObject:
     """Aggregate `rows` and write patching.json, patching.md and patching.png. An attn_head job's
     columns are (head, position set) pairs (`head_columns`), its figure a layer x head heatmap per set."""
     heads = config.site == "attn_head"
@@ -383,7 +384,7 @@ def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: 
     }
 
 
-def patching_markdown(summary: dict[str, Any]) -> str:
+def patching_markdown(summary: JsonObject) -> str:
     def cell(e: dict) -> str:
         return estimate_text(e, 3, units="pairs")  # identical units: no spread, no interval (core.bootstrap)
 

@@ -18,12 +18,17 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.experiments.report.explorer_rows import DOSE, ITEM, PATCH, RECORD, checked_meta, checked_rows, contained
+from evprobe.core.json_types import JsonObject
+
+if TYPE_CHECKING:
+    from evprobe.probes.captures import Capture
+    from evprobe.probes.directions import Direction
 
 THUMB_WIDTH = 160  # px: a sheet's thumbnail width (aspect kept)
 THUMB_COLOURS = 32
@@ -99,11 +104,11 @@ def _found(roots: list[Path], name: str) -> list[Path]:
     return out
 
 
-def _records(roots: list[Path]) -> dict[tuple[str | None, str], dict[str, Any]]:
+def _records(roots: list[Path]) -> dict[tuple[str | None, str], JsonObject]:
     """(model, item_id) -> the run's record, from every records.jsonl under the roots (first wins);
     with records of one model only, also (None, item_id), since a run may spell its model otherwise
     (a hub id) than the dose-response's meta (a config name)."""
-    out: dict[tuple[str | None, str], dict[str, Any]] = {}
+    out: dict[tuple[str | None, str], JsonObject] = {}
     for root in roots:
         for path in sorted(Path(root).rglob("records.jsonl")):
             for row in checked_rows(path, RECORD):
@@ -152,8 +157,8 @@ class _Margins:
     m1, m0 the mean projections of that direction's own fit rows of each class (its midpoint)."""
 
     def __init__(self, directions_folder: Path | None) -> None:
-        self.dirs: dict[str, Any] = {}
-        self.captures: dict[str, Any] = {}
+        self.dirs: dict[str, Direction] = {}
+        self.captures: dict[str, tuple[Capture, dict[str, int]] | None] = {}
         self.mid: dict[str, float] = {}
         self.folder = directions_folder
         if directions_folder is not None and (directions_folder / "directions.json").is_file():
@@ -241,7 +246,7 @@ def _shown_path(folder: Path, roots: list[Path]) -> str:
     return folder.name
 
 
-def _pairs_of(items: dict[str, dict[str, Any]], ids: list[str]) -> list[tuple[str, str, str]]:
+def _pairs_of(items: dict[str, JsonObject], ids: list[str]) -> list[tuple[str, str, str]]:
     """(pair id, first, second) of the ids' image pairs (falling back to threshold pairs), manifest order;
     members ordered resolved first."""
     groups: dict[str, list[str]] = defaultdict(list)
@@ -270,9 +275,9 @@ def _interleave(pairs: list[Any], system_of: Any) -> list[Any]:
     return out
 
 
-def _doses(rows: list[dict[str, Any]], layers: dict[int, str]) -> tuple[dict[str, Any], tuple[Dose, ...]]:
+def _doses(rows: list[JsonObject], layers: dict[int, str]) -> tuple[JsonObject, tuple[Dose, ...]]:
     """One item's baseline row and its probe doses (with the random band) at the reported layers."""
-    base: dict[str, Any] = {}
+    base: JsonObject = {}
     probe, null = {}, {}
     for r in rows:
         if r.get("kind") == "baseline":
@@ -327,7 +332,7 @@ def read_explorer(roots: list[Path], limit_pairs: int = 48) -> Explorer | None:
         if bench is None or not (bench / "items.jsonl").is_file():
             continue
         items = {r["item_id"]: r for r in checked_rows(bench / "items.jsonl", ITEM)}
-        by_item: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        by_item: dict[str, list[JsonObject]] = defaultdict(list)
         layers: dict[int, str] = {}
         if kind == "dose":
             for r in checked_rows(folder / "results.jsonl", DOSE):

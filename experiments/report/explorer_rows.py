@@ -27,6 +27,7 @@ from typing import Any
 from evprobe.core.errors import InputError, OneLineWarning
 from evprobe.core.files import read_complete_lines
 from evprobe.core.json_files import json_kind, parse_json, read_json_text
+from evprobe.core.json_types import JsonObject
 
 FIX = "rerun the step that wrote it, or fix the line"
 
@@ -96,7 +97,7 @@ META = _fields({}, {"model": STR, "bench": STR, "config": OBJ, "config.bench": S
                     "layer_directions": (_layer_names, 'an object of layer numbers to {"name": ...}')})
 
 
-def _at(row: dict[str, Any], path: str) -> tuple[bool, Any]:
+def _at(row: JsonObject, path: str) -> tuple[bool, Any]:
     """(present, value) of a dotted field; absent under a parent that is absent or null."""
     value: Any = row
     for key in path.split("."):
@@ -124,7 +125,7 @@ def _left_out(first: str, n: int, what: str) -> None:
     warnings.warn(f"{first}; {n} {what} left out of the report's explorer ({FIX})", OneLineWarning, stacklevel=3)
 
 
-def checked_rows(path: Path, fields: tuple[Field, ...]) -> list[dict[str, Any]]:
+def checked_rows(path: Path, fields: tuple[Field, ...]) -> list[JsonObject]:
     """The rows of the JSONL file `path` the explorer can show (module docstring); the rest left out with
     one warning naming the first. A file that is not UTF-8 is left out whole, likewise."""
     try:
@@ -149,7 +150,7 @@ def checked_rows(path: Path, fields: tuple[Field, ...]) -> list[dict[str, Any]]:
     return out
 
 
-def checked_meta(path: Path) -> dict[str, Any] | None:
+def checked_meta(path: Path) -> JsonObject | None:
     """A results folder's meta.json ({} when there is none), or None, with one warning, when it is not one
     the explorer can read (its folder is then left out)."""
     if not path.is_file():

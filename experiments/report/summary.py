@@ -26,7 +26,7 @@ from evprobe.core.estimate_text import estimate_text
 from evprobe.core.json_files import parse_json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from evprobe.core.json_types import JsonObject
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def find_sources(roots: list[Path], out: Path | None = None) -> Sources:
     return Sources(first("scores.json"), sweep, first("dose_response.json"), first("known_answer.json"))
 
 
-def _load(path: Path | None) -> dict[str, Any] | None:
+def _load(path: Path | None) -> JsonObject | None:
     if path is None:
         return None
     try:
@@ -126,7 +126,7 @@ def headline_rows(scores: dict | None, sweep: dict | None, dose: dict | None,
     return rows
 
 
-def _row_at(sweep: dict, layer: int, position: str) -> dict[str, Any]:
+def _row_at(sweep: dict, layer: int, position: str) -> JsonObject:
     return next((r for r in sweep.get("rows", []) if r["layer"] == layer and r["position"] == position), {})
 
 
@@ -177,7 +177,7 @@ SELECTIVITY_MEANS = ("interval from the control tasks' own spread; above 0 = dec
                      "compare the label with the design's own factors (next row)")
 
 
-def _selectivity_reading(sel: dict[str, Any]) -> str:
+def _selectivity_reading(sel: JsonObject) -> str:
     """What the selectivity at the nested best row shows (probes.control_tasks: the verdict's rule)."""
     if sel.get("selective") is None:
         return "too few control tasks for a verdict."
@@ -188,7 +188,7 @@ def _selectivity_reading(sel: dict[str, Any]) -> str:
     return "it is not selective: some random function of the cell is decoded as well."
 
 
-def _against_nulls(target: dict[str, Any]) -> str:
+def _against_nulls(target: JsonObject) -> str:
     """Where the cross-fitted effect sits against each null, every null direction given the same
     cross-fitted choice (analysis.specificity: its rule; benchmarks/steering_null_power.py its size and
     power): the label-free directions first, the isotropic band as its own statement, then the claim

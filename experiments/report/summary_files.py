@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from evprobe.bench.json_schema import OPEN, Count, NonEmpty, read_model
+from evprobe.core.json_types import JsonObject
 
 
 class SweepBest(BaseModel):
@@ -106,7 +107,7 @@ class DoseSummary(BaseModel):
     split: dict[str, Any] | None = None
 
 
-def read_summary(path: str | Path, model: type[BaseModel], fix: str, *, missing: str | None = None) -> dict[str, Any]:
+def read_summary(path: str | Path, model: type[BaseModel], fix: str, *, missing: str | None = None) -> JsonObject:
     """The JSON object in `path`, checked against `model` (one line naming the field, else)."""
     return read_model(path, model, fix, missing=missing)[1]
 
