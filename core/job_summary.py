@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
+
+from evprobe.core.json_types import JsonObject
 
 
 @dataclass(frozen=True)
@@ -22,13 +24,13 @@ class Session:
         return cls(items, round(elapsed, 3), round(items / elapsed, 3) if items and elapsed > 0 else None)
 
     @classmethod
-    def from_json(cls, value: dict[str, Any] | None) -> Session | None:
+    def from_json(cls, value: JsonObject | None) -> Session | None:
         """A recorded session (a shard's meta, a merged one); None where none is recorded."""
         if not value:
             return None
         return cls(int(value.get("items") or 0), float(value.get("seconds") or 0.0), value.get("items_per_second"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"items": self.items, "seconds": self.seconds, "items_per_second": self.items_per_second}
 
 
@@ -47,7 +49,7 @@ class JobSummary(Generic[R]):
 
     kind: str
     out: Path
-    meta: dict[str, Any]
+    meta: JsonObject
     n_units: int
     n_conditions: int
     n_rows: int
@@ -76,7 +78,22 @@ class MergeSummary(Generic[R]):
     n_units: int
     n_rows: int
     report: R | None = None
-    throughput: dict[str, Any] | None = None
+    throughput: Throughput | None = None
 
 
-__all__ = ["JobSummary", "MergeSummary", "Session"]
+@dataclass(frozen=True)
+class Throughput:
+    """A launch's throughput (OUT/throughput.json, core.launch.merge_throughput): every process's own
+    record as it wrote it, all units, the slowest process's seconds and the whole job's units per second."""
+
+    processes: tuple[JsonObject, ...]
+    units: int
+    seconds: float
+    per_second: float | None
+
+    def to_json(self) -> JsonObject:
+        return {"processes": list(self.processes), "units": self.units, "seconds": self.seconds,
+                "per_second": self.per_second}
+
+
+__all__ = ["JobSummary", "MergeSummary", "Session", "Throughput"]

@@ -44,12 +44,15 @@ from evprobe.core.files import (
 from evprobe.core.flags import PLACEMENT_KEYS
 from evprobe.core.json_files import optional_json_object, parse_json
 from evprobe.core.job_summary import JobSummary, Session
+from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import folder_lock
 from evprobe.core.prefetch import prefetched
 from evprobe.core.progress import Progress, note, progress_label
 from evprobe.core.shard import Shard, shard_of_ids
 
-Row = dict[str, Any]
+# A row of a job's store: one JSONL line. Kept as a name for the jobs that still import it
+# (experiments.dose_response.job, experiments.patching.job); new code writes JsonObject.
+Row = JsonObject
 RowKey = tuple[str, str]  # (unit key, condition)
 FORMAT_KEY = "kind"  # every job folder's meta names its job kind; merge dispatches on it
 # Meta keys that differ between the shards of one job by nature (what ran where, and when).
@@ -74,16 +77,16 @@ class RowStore(ABC):
     appends; `append` adds whole rows durably."""
 
     @abstractmethod
-    def done(self, *, warn: bool = True) -> dict[RowKey, Row]: ...
+    def done(self, *, warn: bool = True) -> dict[RowKey, JsonObject]: ...
 
     def repair(self) -> None:
         """Make the store ready for appends (e.g. cut a torn last line). Only the writer calls it."""
 
-    def prepare(self, meta: dict[str, Any]) -> None:
+    def prepare(self, meta: JsonObject) -> None:
         """Called once before the first append of a session, after the meta is on disk."""
 
     @abstractmethod
-    def append(self, rows: list[Row]) -> None: ...
+    def append(self, rows: list[JsonObject]) -> None: ...
 
     @abstractmethod
     def write_merged(self, parts: Sequence[tuple[RowStore, Any]], order: Sequence[RowKey]) -> None:
@@ -94,12 +97,12 @@ class JsonlRows(RowStore):
     """Rows as JSON lines in one append-only file; `key_of(row)` gives a row's (unit, condition);
     `check(row)` (the format's schema) names what is wrong with a row, or returns None."""
 
-    def __init__(self, path: Path, key_of: Callable[[Row], RowKey], *, what: str = "row",
+    def __init__(self, path: Path, key_of: Callable[[JsonObject], RowKey], *, what: str = "row",
                  check: Callable[[Any], str | None] | None = None) -> None:
         self.path, self.key_of, self.what, self.check = path, key_of, what, check
 
-    def done(self, *, warn: bool = True) -> dict[RowKey, Row]:
-        out: dict[RowKey, Row] = {}
+    def done(self, *, warn: bool = True) -> dict[RowKey, JsonObject]:
+        out: dict[RowKey, JsonObject] = {}
         for number, line in read_complete_lines(self.path, warn=warn):
             row = parse_json(line, self.path, MOVE_ASIDE, line=number)  # bounded: a 3,000-deep line is one line
             try:
@@ -124,7 +127,7 @@ class JsonlRows(RowStore):
     def repair(self) -> None:
         cut_torn_tail(self.path)
 
-    def append(self, rows: list[Row]) -> None:
+    def append(self, rows: list[JsonObject]) -> None:
         append_log_lines(self.path, rows)
 
     def write_merged(self, parts: Sequence[tuple[RowStore, Any]], order: Sequence[RowKey]) -> None:
@@ -167,13 +170,13 @@ class Job(ABC):
     def batch_size(self) -> int: ...
 
     @abstractmethod
-    def pinned(self) -> dict[str, Any]:
+    def pinned(self) -> JsonObject:
         """Settings that change outputs; a rerun into the same folder must give the same values.
 
         Called before `open` and again after it: what only the loaded model tells (its layer
         count, revision, dtype) may be added once `open` has run."""
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> JsonObject:
         """What the meta file holds (pinned settings included); called after `open` when there is work."""
         return dict(self.pinned())
 
@@ -193,7 +196,7 @@ class Job(ABC):
         batch failed. The base job holds nothing."""
 
     @abstractmethod
-    def compute(self, batch: list[Unit], condition: str) -> list[Row]:
+    def compute(self, batch: list[Unit], condition: str) -> list[JsonObject]:
         """The rows of `batch` under `condition`, one per unit, in batch order.
 
         A job that overrides `prepare` takes a third argument, what `prepare` returned for the batch."""
@@ -209,7 +212,7 @@ class Job(ABC):
         return None
 
     # ---- report
-    def finish(self, rows: dict[RowKey, Row], summary: JobSummary[Any]) -> Any:
+    def finish(self, rows: dict[RowKey, JsonObject], summary: JobSummary[Any]) -> Any:
         """Called when every row of this job's selection is there (`summary`: the counts, no report
         yet): write the reports and return the job's typed report (JobSummary.report)."""
         return None
@@ -217,7 +220,7 @@ class Job(ABC):
     # ---- shards and their merge (core.launch)
     @classmethod
     @abstractmethod
-    def from_meta(cls, meta: dict[str, Any], out: Path) -> Job:
+    def from_meta(cls, meta: JsonObject, out: Path) -> Job:
         """The unsharded job a shard's meta describes, writing into `out` (for `evprobe merge`)."""
 
     def shard_free(self) -> Sequence[str]:
@@ -228,7 +231,7 @@ class Job(ABC):
         """Keys of the recorded config that may differ between shards: where each wrote and where its model sat."""
         return ("out", "shard", *PLACEMENT_KEYS)
 
-    def merged_meta(self, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def merged_meta(self, metas: Sequence[JsonObject]) -> JsonObject:
         """The meta of the merged folder, from the shards' metas (in shard order): the first shard's,
         without `shard`, writing into OUT; a recorded `last_session` sums the shards' rows and takes
         the slowest shard's seconds."""
@@ -269,12 +272,12 @@ def grid_order(units: Sequence[Unit], conditions: Sequence[str], batch_size: int
     return [(u.key, c) for batch in batches(units, batch_size) for c in conditions for u in batch]
 
 
-def read_meta(path: Path) -> dict[str, Any] | None:
+def read_meta(path: Path) -> JsonObject | None:
     """A job folder's meta file, or None if there is none; bad JSON is a one-line error."""
     return optional_json_object(path, MOVE_ASIDE)
 
 
-def check_pinned(job: Job, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+def check_pinned(job: Job, old: JsonObject | None, new: JsonObject) -> None:
     """Refuse to continue in a folder written with other settings, naming the setting and both values."""
     if old is None:
         return
@@ -300,7 +303,7 @@ def run_job(job: Job, *, progress: bool = True) -> JobSummary[Any]:
         return _run_locked(job, units, conditions, pinned, progress)
 
 
-def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict[str, Any],
+def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: JsonObject,
                 progress: bool) -> JobSummary[Any]:
     """`run_job` once the folder's lock is held."""
     old = read_meta(job.meta_path())
@@ -338,7 +341,7 @@ def _run_locked(job: Job, units: list[Unit], conditions: list[str], pinned: dict
     return summary
 
 
-def _compute_missing(job: Job, store: RowStore, old: dict[str, Any] | None, pinned: dict[str, Any],
+def _compute_missing(job: Job, store: RowStore, old: JsonObject | None, pinned: JsonObject,
                      units: list[Unit], conditions: list[str], todo: dict[Any, list[str]], n_todo: int,
                      label: str, progress: bool) -> None:
     """`run_job`'s work once the job is open: pins checked again, the meta written, every missing

@@ -28,7 +28,8 @@ from typing import Any
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
 from evprobe.core.jobs import FORMAT_KEY, Job, RowKey, grid_order, read_meta
-from evprobe.core.job_summary import JobSummary, MergeSummary, Session
+from evprobe.core.job_summary import JobSummary, MergeSummary, Session, Throughput
+from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import folder_lock
 from evprobe.core.shard import SHARDS_DIR, THROUGHPUT_FILE, Shard, distributed_shard, shard_of_ids
 
@@ -36,10 +37,10 @@ from evprobe.core.shard import SHARDS_DIR, THROUGHPUT_FILE, Shard, distributed_s
 class Part:
     folder: Path
     shard: Shard
-    meta: dict[str, Any]
+    meta: JsonObject
 
 
-def comparable(meta: dict[str, Any], free: Sequence[str], config_free: Sequence[str]) -> dict[str, Any]:
+def comparable(meta: JsonObject, free: Sequence[str], config_free: Sequence[str]) -> JsonObject:
     """`meta` without what may differ between shards: `free` top-level keys, and `config_free`
     keys inside the nested `config` / `model_config` / `config.model` mappings (out, shard, placement)."""
     out = {k: v for k, v in meta.items() if k not in free}
@@ -52,7 +53,7 @@ def comparable(meta: dict[str, Any], free: Sequence[str], config_free: Sequence[
     return out
 
 
-def first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> tuple[str, Any, Any] | None:
+def first_difference(a: JsonObject, b: JsonObject, prefix: str = "") -> tuple[str, Any, Any] | None:
     """The first key (dotted into nested mappings) where `a` and `b` differ, with both values."""
     keys = [*a, *(k for k in b if k not in a)]
     # Plain settings first: "model" reads better than "config.model" for the same difference.
@@ -176,7 +177,7 @@ def merge_folders(job_class: type[Job], out: Path, folders: Sequence[Path]) -> M
     return merge_job(job, folders)
 
 
-def merge_throughput(out: Path, folders: Sequence[Path]) -> dict[str, Any] | None:
+def merge_throughput(out: Path, folders: Sequence[Path]) -> Throughput | None:
     """OUT/throughput.json from the shards' throughput.json (written by launched processes): every
     process's units per second and the whole job's (all units / the slowest process's seconds).
     None when a shard has none (`--shard` jobs print their own)."""
@@ -186,9 +187,8 @@ def merge_throughput(out: Path, folders: Sequence[Path]) -> dict[str, Any] | Non
     processes = [read_meta(p) or {} for p in paths]
     units = sum(int(p.get("units") or 0) for p in processes)
     seconds = max(float(p.get("seconds") or 0.0) for p in processes)
-    summary = {"processes": processes, "units": units, "seconds": seconds,
-               "per_second": round(units / seconds, 3) if units and seconds > 0 else None}
-    atomic_write_json(out / THROUGHPUT_FILE, summary)
+    summary = Throughput(tuple(processes), units, seconds, round(units / seconds, 3) if units and seconds > 0 else None)
+    atomic_write_json(out / THROUGHPUT_FILE, summary.to_json())
     return summary
 
 
@@ -256,8 +256,8 @@ def run_launched(shard: Shard, out: Path, work: Callable[[Path], Any],
 def print_launched(result: MergeSummary[Any], out: Path, unit: str) -> None:
     """Rank 0's closing lines: what was merged, and the throughput of every process."""
     print(f"{result.n_rows} {unit} from {result.n_shards} processes in {out}")
-    speed = result.throughput or {}
-    if speed.get("per_second") is not None:
-        rates = ", ".join(f"{p['per_second']}/s" for p in speed["processes"] if p.get("per_second") is not None)
-        print(f"  computed {speed['units']} {unit} at {speed['per_second']}/s in all (per process: {rates}); "
+    speed = result.throughput
+    if speed is not None and speed.per_second is not None:
+        rates = ", ".join(f"{p['per_second']}/s" for p in speed.processes if p.get("per_second") is not None)
+        print(f"  computed {speed.units} {unit} at {speed.per_second}/s in all (per process: {rates}); "
               f"{THROUGHPUT_FILE}")

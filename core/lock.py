@@ -56,6 +56,7 @@ from typing import Any
 from evprobe.core.errors import InputError, OneLineWarning, printable
 from evprobe.core.files import ensure_folder
 from evprobe.core.json_files import MAX_NESTING, nesting
+from evprobe.core.json_types import JsonObject
 
 try:
     import fcntl
@@ -75,12 +76,35 @@ class FolderLockWarning(OneLineWarning):
     """A lock taken over from a writer that died holding it, or a folder that cannot be locked."""
 
 
+@dataclass(frozen=True)
+class LockInfo:
+    """The record this process writes into a folder's lock file while it holds the folder: who holds
+    it (`pid`, `host`, `command`, `started`, `argv`) and a `token` by which a soft lock knows its own file.
+    What a lock file says when read back (`holder`) is JSON anyone could have written, so it stays JSON."""
+
+    pid: int
+    host: str
+    command: str
+    started: str
+    argv: tuple[str, ...]
+    token: str
+
+    @classmethod
+    def new(cls, command: str) -> LockInfo:
+        return cls(os.getpid(), socket.gethostname(), command,
+                   datetime.now().astimezone().isoformat(timespec="seconds"), tuple(sys.argv), secrets.token_hex(8))
+
+    def to_json(self) -> JsonObject:
+        return {"pid": self.pid, "host": self.host, "command": self.command, "started": self.started,
+                "argv": list(self.argv), "token": self.token}
+
+
 @dataclass
 class _Held:
     folder: Path
     path: Path
     fd: int | None  # None: a soft lock (no flock on this file system)
-    info: dict[str, Any]
+    info: LockInfo
     made: tuple[int, int] | None  # (st_dev, st_ino) of the folder when this lock made it
     pid: int  # the process that took it (a forked child inherits the table, not the lock)
 
@@ -103,7 +127,7 @@ def folder_lock(folder: str | Path, what: str, *, fix: str = FIX) -> Iterator[Pa
     if held is not None and held.pid == os.getpid():  # already ours: the outermost `with` releases it
         yield folder
         return
-    command = what if not mine else f"{mine[0].info['command']} ({what})"
+    command = what if not mine else f"{mine[0].info.command} ({what})"
     lock = _acquire(folder, command, made, fix)
     with _GUARD:
         _HELD[key] = lock
@@ -115,8 +139,9 @@ def folder_lock(folder: str | Path, what: str, *, fix: str = FIX) -> Iterator[Pa
         _release(lock)
 
 
-def holder(folder: str | Path) -> dict[str, Any] | None:
-    """What `folder`'s lock file says of its holder (pid, host, command, started), or None."""
+def holder(folder: str | Path) -> JsonObject | None:
+    """What `folder`'s lock file says of its holder (pid, host, command, started), or None: the file's
+    JSON object as read (anyone can write the file: a `LockInfo`'s fields, or fewer, or others)."""
     try:
         fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | _CLOEXEC | _NOFOLLOW | _NONBLOCK)
     except OSError:
@@ -137,7 +162,7 @@ def being_written(folder: str | Path) -> bool:
     return not info or info.get("host") != socket.gethostname() or _alive(info.get("pid"))
 
 
-def describe(info: dict[str, Any] | None) -> str:
+def describe(info: JsonObject | None) -> str:
     """`evprobe run (pid 123 on host, started 2026-01-01T12:00:00+00:00)`."""
     if not info:
         return "another process (that is just starting: no pid written yet)"
@@ -184,7 +209,7 @@ def _acquire(folder: Path, command: str, made: bool, fix: str) -> _Held:
         if stale:
             warnings.warn(f"{folder}: {describe(stale)} ended without releasing its lock {path} (killed?); "
                           "taking it over", FolderLockWarning, stacklevel=2)
-        info = _new_info(command)
+        info = LockInfo.new(command)
         _write_info(fd, info)
         return _Held(folder, path, fd, info, _identity(folder) if made else None, os.getpid())
 
@@ -207,7 +232,7 @@ def _acquire_soft(folder: Path, fd: int, command: str, made: bool, fix: str, why
                 raise InputError(f"{folder} is being written by {describe(other)}{gone}; {fix}")
             warnings.warn(f"{folder}: {describe(other)} ended without releasing its lock {path} (killed?); "
                           "taking it over", FolderLockWarning, stacklevel=2)
-        info = _new_info(command)
+        info = LockInfo.new(command)
         _write_info(fd, info)
     except BaseException:
         os.close(fd)
@@ -232,7 +257,7 @@ def _release(lock: _Held) -> None:
             fd = None
         if fd is not None:
             try:
-                ours = (_read_info(fd) or {}).get("token") == lock.info["token"]
+                ours = (_read_info(fd) or {}).get("token") == lock.info.token
             finally:
                 os.close(fd)
             if ours:
@@ -252,15 +277,9 @@ def _remove_if_empty(folder: Path, identity: tuple[int, int] | None) -> None:
 # ---------------------------------------------------------------- the holder's record
 
 
-def _new_info(command: str) -> dict[str, Any]:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-            "argv": sys.argv, "token": secrets.token_hex(8)}
-
-
-def _write_info(fd: int, info: dict[str, Any]) -> None:
+def _write_info(fd: int, info: LockInfo) -> None:
     # Written first, cut after: a reader never sees an empty file from a holder that had written one.
-    data = (json.dumps(info) + "\n").encode("utf-8")
+    data = (json.dumps(info.to_json()) + "\n").encode("utf-8")
     os.lseek(fd, 0, os.SEEK_SET)
     view = memoryview(data)
     while view:  # os.write may write less than asked
@@ -269,7 +288,7 @@ def _write_info(fd: int, info: dict[str, Any]) -> None:
     os.fsync(fd)
 
 
-def _read_info(fd: int) -> dict[str, Any] | None:
+def _read_info(fd: int) -> JsonObject | None:
     """The first JSON object in the file (a longer, older record may trail a new one for an instant)."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
