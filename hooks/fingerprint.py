@@ -34,6 +34,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evprobe.core.json_types import JsonObject
+
 if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
 
@@ -78,7 +80,7 @@ def _listing(folder: Path, names: list[str], digest: Any) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
-def folder_fingerprint(folder: str | Path) -> dict[str, Any]:
+def folder_fingerprint(folder: str | Path) -> JsonObject:
     """config.json's sha256 and the digests of a model folder's weights and other files (top level)."""
     folder = Path(folder)
     files = sorted(p.name for p in folder.iterdir() if p.is_file())
@@ -102,9 +104,10 @@ def chat_template_sha256(handle: Handle) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def model_fingerprint(model: str, handle: Handle | None = None) -> dict[str, Any]:
-    """The pinned settings that identify `model` beyond its name (see the module docstring)."""
-    out: dict[str, Any] = {}
+def model_fingerprint(model: str, handle: Handle | None = None) -> JsonObject:
+    """The pinned settings that identify `model` beyond its name (see the module docstring): meta.json
+    entries, which a job's pins and a run's meta take in as they are."""
+    out: JsonObject = {}
     if model.startswith("tiny:"):
         from evprobe.hooks.tiny_models import tiny
 
@@ -121,7 +124,7 @@ def model_fingerprint(model: str, handle: Handle | None = None) -> dict[str, Any
     return out
 
 
-def loaded_fingerprint(handle: Handle) -> dict[str, Any]:
+def loaded_fingerprint(handle: Handle) -> JsonObject:
     """What only the loaded model tells: `model_revision`, `model_dtype`, `chat_template_sha256`,
     `answer_prefix` (what every answer readout appends: Handle.answer_prefix) and, for a raw
     prompt format, `prompt_format` (Handle.prompt_format); with the thinking switch set, `thinking`."""

@@ -18,12 +18,13 @@ is its last real token.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     from PIL import Image
     from transformers import BatchFeature
 
+    from evprobe.core.video import Visual
     from evprobe.hooks.handle import Handle
 
 
@@ -188,7 +189,16 @@ def encode_inputs(
     return processor(**kwargs)
 
 
-def video_metadata(video: Any) -> dict[str, Any]:
+class VideoMetadata(TypedDict):
+    """transformers' VideoMetadata fields, as a video processor takes them (one dict per video)."""
+
+    fps: float
+    total_num_frames: int
+    frames_indices: list[int]
+    duration: float
+
+
+def video_metadata(video: Visual) -> VideoMetadata:
     """What a video processor is told of one video (`core.video.Visual`): its frames are the whole
     video, played at its rate (transformers' VideoMetadata fields)."""
     n = len(video.frames)

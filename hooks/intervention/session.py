@@ -51,6 +51,16 @@ if TYPE_CHECKING:
     import torch
 
 
+@dataclass
+class _Forward:
+    """What the model's pre-hook saw of the forward under way (cleared by its post-hook): a prompt pass
+    or a decode step (None: no top-level forward seen), its input_ids, and the position masks made for it."""
+
+    prompt: bool | None = None
+    input_ids: torch.Tensor | None = None
+    masks: dict[tuple[int, torch.device], tuple[torch.Tensor, str, set[int]]] = field(default_factory=dict)
+
+
 class StopForward(Exception):
     """Raised from a hook to end a forward early (stop_after_reads); caught by Intervention.forward."""
 
@@ -191,15 +201,15 @@ def intervene(handle: Any, ops: Sequence[Op], *, stop_after_reads: bool = False)
     # Prompt pass or decode step: read off the top-level forward's KV cache (the model's pre-hook
     # below); where no top-level forward was seen (a handle-like object without `.model`, a model
     # called piecewise), a forward of one position counts as a decode step.
-    state: dict[str, Any] = {"prompt": None, "input_ids": None, "masks": {}}
+    state = _Forward()
 
     def mask_of(op: Op, value: torch.Tensor) -> torch.Tensor:
         """The (batch, seq) mask of a per-row position in this forward, checked against `value`."""
         key = (id(op.positions), value.device)
-        masks = state["masks"]
+        masks = state.masks
         if key not in masks:
             if op.positions == "image":
-                ids = state["input_ids"]
+                ids = state.input_ids
                 if ids is None:
                     raise RuntimeError(f"{op.site}: position 'image' reads the forward's input_ids; call the model "
                                        "with input_ids (not inputs_embeds)")
@@ -221,7 +231,7 @@ def intervene(handle: Any, ops: Sequence[Op], *, stop_after_reads: bool = False)
 
     def apply(members: list[int], value: torch.Tensor) -> torch.Tensor:
         stream = points[members[0]].stream
-        prompt = state["prompt"]
+        prompt = state.prompt
         if stream == "vision" or value.dim() < 3:
             prompt = True
         elif prompt is None:
@@ -270,12 +280,12 @@ def intervene(handle: Any, ops: Sequence[Op], *, stop_after_reads: bool = False)
         return hook
 
     def model_pre(module, args, kwargs):
-        state["prompt"] = _cache_says_prompt(kwargs)
-        state["input_ids"] = kwargs.get("input_ids", args[0] if args else None)
-        state["masks"] = {}
+        state.prompt = _cache_says_prompt(kwargs)
+        state.input_ids = kwargs.get("input_ids", args[0] if args else None)
+        state.masks = {}
 
     def model_post(module, args, output):
-        state.update(prompt=None, input_ids=None, masks={})
+        state.prompt, state.input_ids, state.masks = None, None, {}
 
     removers = []
     try:
