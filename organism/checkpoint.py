@@ -7,10 +7,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from evprobe.core.errors import InputError
 from evprobe.core.json_files import read_json_object
+from evprobe.core.json_types import JsonObject
 
 # The committed checkpoint (trained once with the default TrainConfig; see organism.json in it).
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoint"
@@ -39,7 +39,7 @@ def _check_replaceable(out: Path, own: set[str]) -> None:
                          f"write; move them out of {out} or choose another --out")
 
 
-def write_checkpoint(model, out: str | Path, meta: dict[str, Any]) -> Path:
+def write_checkpoint(model, out: str | Path, meta: JsonObject) -> Path:
     """model + tokenizer + processor_config.json + organism.json into `out`, atomically."""
     from evprobe.organism.vocab import build_tokenizer
 

@@ -24,7 +24,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from evprobe.bench.reference import ACTIONS, ANSWERS
 from evprobe.core.errors import InputError
 from evprobe.core.files import append_log_lines, atomic_write_bytes
 from evprobe.core.json_files import parse_json
+from evprobe.core.json_types import JsonObject, JsonScalar, JsonValue
 from evprobe.organism.data import (DataConfig, draw_family, property_word, sample_example, select_example,
                                    void_example)
 from evprobe.organism.facts import Facts
@@ -221,7 +222,7 @@ def save_train_state(out: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
     # clone: the number embedding shares its table with the Llama, and safetensors stores no aliases
     tensors = {f"model.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     opt_state = opt.state_dict()
-    values: dict[str, dict[str, Any]] = {}
+    values: dict[str, dict[str, JsonScalar]] = {}
     for index, entry in opt_state["state"].items():
         for key, value in entry.items():
             if isinstance(value, torch.Tensor):
@@ -248,7 +249,29 @@ def save_train_state(out: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
             old.unlink(missing_ok=True)
 
 
-def read_train_state(out: str | Path) -> dict[str, Any] | None:
+class OptimizerState(TypedDict):
+    """torch.optim's state dict (`Optimizer.load_state_dict` takes it): each parameter's state by index
+    (tensors, and the plain values the state holds), and the parameter groups' settings."""
+
+    state: dict[int, dict[str, torch.Tensor | JsonScalar]]
+    param_groups: list[dict[str, JsonValue | tuple[JsonValue, ...]]]
+
+
+@dataclass(frozen=True)
+class TrainState:
+    """A saved training state read back (`read_train_state`): the step and seconds reached, the config
+    it was trained with (as JSON), and what resumes it: the model's and the optimizer's state dicts and
+    the torch CPU generator state (byte values, for torch.set_rng_state)."""
+
+    step: int
+    seconds: float
+    config: JsonObject
+    model: dict[str, torch.Tensor]
+    optimizer: OptimizerState
+    rng: list[int]
+
+
+def read_train_state(out: str | Path) -> TrainState | None:
     """The saved training state of OUT (None when there is none): step, seconds, config (as JSON),
     model (a state dict), optimizer (a state dict), rng. Reads JSON and safetensors only; a
     train_state.pt (a pickle) is refused, never read. A damaged state is a one-line InputError.
@@ -285,7 +308,7 @@ def read_train_state(out: str | Path) -> dict[str, Any] | None:
     model = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     try:
         opt = state["optimizer"]
-        opt_state: dict[int, dict[str, Any]] = {}
+        opt_state: dict[int, dict[str, torch.Tensor | JsonScalar]] = {}
         for index, names in opt["state_keys"].items():
             entry = dict(opt["state_values"].get(index, {}))
             for key in names:
@@ -294,9 +317,9 @@ def read_train_state(out: str | Path) -> dict[str, Any] | None:
             opt_state[int(index)] = entry
         groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in group.items()}
                   for group in opt["param_groups"]]
-        return {"step": int(state["step"]), "seconds": float(state["seconds"]), "config": state["config"],
-                "model": model, "optimizer": {"state": opt_state, "param_groups": groups},
-                "rng": [int(x) for x in state["rng"]["torch_cpu"]]}
+        return TrainState(step=int(state["step"]), seconds=float(state["seconds"]), config=state["config"],
+                          model=model, optimizer={"state": opt_state, "param_groups": groups},
+                          rng=[int(x) for x in state["rng"]["torch_cpu"]])
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         raise _bad_state(path, f"incomplete or malformed ({type(err).__name__}: {err})") from None
 
@@ -324,17 +347,17 @@ def _train(cfg: TrainConfig, out: Path, log, stop_after: int | None) -> dict:  #
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     step, seconds = 0, 0.0
     if state is not None:
-        if state["config"] != json.loads(json.dumps(asdict(cfg))):
+        if state.config != json.loads(json.dumps(asdict(cfg))):
             raise ValueError(
                 f"{state_path} was written by a different training config; use a new --out or delete it"
             )
         try:
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            torch.set_rng_state(torch.tensor(state["rng"], dtype=torch.uint8))
+            model.load_state_dict(state.model)
+            opt.load_state_dict(state.optimizer)
+            torch.set_rng_state(torch.tensor(state.rng, dtype=torch.uint8))
         except (RuntimeError, KeyError, TypeError, ValueError) as err:
             raise _bad_state(state_path, f"does not fit this model ({(str(err).splitlines() or [type(err).__name__])[0]})") from None
-        step, seconds = state["step"], state["seconds"]
+        step, seconds = state.step, state.seconds
         log(f"resuming at step {step} ({seconds:.0f} s trained)")
     val, void_val = validation_set(cfg), void_validation_set(cfg)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=-100)

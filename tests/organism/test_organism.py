@@ -174,8 +174,8 @@ def test_training_loss_falls_and_a_killed_run_resumes_to_the_same_model(tmp_path
     assert train(cfg, tmp_path / "killed", log=logs.append, stop_after=20) == {"stopped_at": 20}
     train(cfg, tmp_path / "killed", log=logs.append)
     assert any("resuming at step 20" in line for line in logs)
-    a = read_train_state(tmp_path / "whole")["model"]
-    b = read_train_state(tmp_path / "killed")["model"]
+    a = read_train_state(tmp_path / "whole").model
+    b = read_train_state(tmp_path / "killed").model
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="different training config"):
         train(replace(cfg, lr=1e-3), tmp_path / "killed")
@@ -256,13 +256,13 @@ def test_an_interrupted_training_resumes_from_safetensors_and_json_to_the_same_s
         assert names == ["checkpoint", "train_log.jsonl", "train_state-00000040.safetensors", "train_state.json"]
 
     a, b = read_train_state(tmp_path / "whole"), read_train_state(killed)
-    assert a["step"] == b["step"] == 40 and a["config"] == b["config"] and a["rng"] == b["rng"]
-    assert a["model"].keys() == b["model"].keys() and len(a["model"]) > 10
-    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
-    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
-    assert sa.keys() == sb.keys() and a["optimizer"]["param_groups"] == b["optimizer"]["param_groups"]
+    assert a.step == b.step == 40 and a.config == b.config and a.rng == b.rng
+    assert a.model.keys() == b.model.keys() and len(a.model) > 10
+    assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
+    sa, sb = a.optimizer["state"], b.optimizer["state"]
+    assert sa.keys() == sb.keys() and a.optimizer["param_groups"] == b.optimizer["param_groups"]
     assert all(torch.equal(sa[i][k], sb[i][k]) for i in sa for k in ("step", "exp_avg", "exp_avg_sq"))
-    assert a["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.98)
+    assert a.optimizer["param_groups"][0]["betas"] == (0.9, 0.98)
     ca = load_file(tmp_path / "whole" / "checkpoint" / "model.safetensors")
     cb = load_file(killed / "checkpoint" / "model.safetensors")
     assert ca.keys() == cb.keys() and all(torch.equal(ca[k], cb[k]) for k in ca)
