@@ -21,7 +21,7 @@ import argparse
 import dataclasses
 import types
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, TypeAlias, TypedDict, Union, get_args, get_origin
 
 from evprobe.core.argtypes import float_list, int_list, int_list_or, int_or, integer, str_list
 
@@ -65,6 +65,22 @@ def setting(default: Any = MISSING, help: str = "", **kwargs: Any) -> Any:  # no
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
+# What a given flag parses to (core.argtypes): a number, a word, a switch or a list of them.
+FlagValue: TypeAlias = str | int | float | bool | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
+
+
+class FlagOptions(TypedDict, total=False):
+    """The keyword arguments of argparse's add_argument that a field's flag is given."""
+
+    default: None
+    help: str
+    type: Callable[[str], FlagValue]
+    required: bool
+    choices: list[str | int | float | bool]
+    metavar: str
+    action: type[argparse.Action]
+
+
 def field_hints(cls: type, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
     """The resolved annotations of a dataclass's fields (strings under `from __future__ import
     annotations` are resolved in the defining module, then in `namespace`)."""
@@ -79,7 +95,7 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _flag_type(hint: Any) -> tuple[Callable[[str], Any] | None, dict[str, Any]]:
+def _flag_type(hint: Any) -> tuple[Callable[[str], FlagValue] | None, FlagOptions]:
     """(argparse type, extra add_argument kwargs) for an annotation; (None, {}) for a nested config."""
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, types.UnionType):
@@ -152,7 +168,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: Se
         parse, extra = _flag_type(hints[f.name])
         if defaults and "default" not in text.lower():  # a help that says its default says it once
             text += _default_text(f)
-        kwargs: dict[str, Any] = {"default": None, "help": text, **extra}
+        kwargs: FlagOptions = {"default": None, "help": text, **extra}
         if parse is not None:
             kwargs["type"] = parse
         if needed:
@@ -175,19 +191,19 @@ def add_nested_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     hints = field_hints(cls)
     for name in cls.FLAGS:  # type: ignore[attr-defined]
         parse, extra = _flag_type(hints[name])
-        kwargs: dict[str, Any] = {"default": None, "help": HELP.get(name, ""), **extra}
+        kwargs: FlagOptions = {"default": None, "help": HELP.get(name, ""), **extra}
         if parse is not None:
             kwargs["type"] = parse
         parser.add_argument(flag_name(name), **kwargs)
 
 
-def nested_overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+def nested_overrides(args: argparse.Namespace, cls: type) -> dict[str, FlagValue]:
     """name -> value of every flag of `cls.FLAGS` that was given."""
     return {name: getattr(args, name) for name in cls.FLAGS  # type: ignore[attr-defined]
             if getattr(args, name, None) is not None}
 
 
-def config_overrides(args: argparse.Namespace, cls: type, *, skip: Sequence[str] = ()) -> dict[str, Any]:
+def config_overrides(args: argparse.Namespace, cls: type, *, skip: Sequence[str] = ()) -> dict[str, FlagValue]:
     """field -> value of every flag of `cls` that was given (None values are left out)."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
             if f.name not in skip and getattr(args, f.name, None) is not None}

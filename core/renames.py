@@ -14,9 +14,11 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from evprobe.core.flags import flag_name
+
+V = TypeVar("V")  # the values, whatever they are: only their keys are renamed
 
 
 def _message(cls: type, old: str, new: str) -> str:
@@ -24,7 +26,7 @@ def _message(cls: type, old: str, new: str) -> str:
             f"{flag_name(new)}); '{old}' still works for now")
 
 
-def renamed_keys(cls: type, values: Mapping[str, Any], *, stacklevel: int = 2) -> dict[str, Any]:
+def renamed_keys(cls: type, values: Mapping[str, V], *, stacklevel: int = 2) -> dict[str, V]:
     """`values` with `cls`'s old field names replaced by the new ones (a DeprecationWarning each)."""
     out = dict(values)
     for old, new in getattr(cls, "RENAMED", {}).items():
