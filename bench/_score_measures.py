@@ -7,7 +7,6 @@ calls them in order."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from evprobe.bench import pecs
 from evprobe.bench.items import REQUESTS, VARIANTS, Item
@@ -194,9 +193,9 @@ def _pair_measures(
                 tally.rate((*prefix, name), units)
 
 
-def choice_counts(bench: Bench, replies: Replies) -> dict[str, Any]:
+def choice_counts(bench: Bench, replies: Replies) -> dict[str, dict[str, int]]:
     """Raw counts of Tables 19-20 next to the rates: {"<group>_counts": {"n": .., cat: ..}}."""
-    out: dict[str, Any] = {}
+    out: dict[str, dict[str, int]] = {}
     for group, resolved in (("resolved", True), ("unresolved", False)):
         counts = dict.fromkeys(CATEGORIES, 0)
         n = 0

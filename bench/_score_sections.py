@@ -8,6 +8,7 @@ from typing import Any
 
 from evprobe.bench.score_cells import headline_cell, label, pct, plain, points, section_text, table_text
 from evprobe.core.estimate_text import missing_text
+from evprobe.core.json_types import JsonObject
 
 
 # run.json's resources (bench.backends.base.Resources.to_json), in the table's order and words
@@ -16,7 +17,7 @@ RESOURCE_COLUMNS = {"backend": "backend", "sessions": "sessions", "calls": "call
                     "generated_tokens_per_s": "generated tokens/s", "peak_memory_bytes": "peak memory"}
 
 
-def resources_section(resources: dict[str, Any] | None, model: str) -> str:
+def resources_section(resources: JsonObject | None, model: str) -> str:
     """What the run's backend spent (run.json's `resources`): one row, the backend's own counts
     (retries, cache hits, cost) as further columns; said, not tabled, when the run has none."""
     title = "Resources"
@@ -46,7 +47,7 @@ def _resource_cell(name: str, value: Any) -> str:
     return str(value)
 
 
-def variants_section(variants: dict[str, Any]) -> str:
+def variants_section(variants: JsonObject) -> str:
     if not variants.get("families"):
         return section_text("Variants (Tables 37-49)", variants.get("reason", "No variant subset."), "")
     rows = []
@@ -73,7 +74,7 @@ def variants_section(variants: dict[str, Any]) -> str:
 ACC_KEYS = ("acc_5", "acc_10", "acc_20", "acc_30")
 
 
-def numeric_section(numeric: dict[str, Any]) -> str:
+def numeric_section(numeric: JsonObject) -> str:
     """Threshold accuracy (seed 003, eq. 6) at 5/10/20/30% and the mean log relative error."""
     counts = numeric.get("counts", {})
     rows = []
@@ -95,7 +96,7 @@ def numeric_section(numeric: dict[str, Any]) -> str:
     )
 
 
-def injection_section(injection: dict[str, Any]) -> str:
+def injection_section(injection: JsonObject) -> str:
     names = ("min_cost_choice", "both_correct_image_pairs", "enough_evidence", "resolved_and_correct",
              "validity_select")
     levels = injection.get("levels", {})
@@ -124,7 +125,7 @@ def injection_section(injection: dict[str, Any]) -> str:
     )
 
 
-def sub_scenario_section(cells: dict[str, Any]) -> str:
+def sub_scenario_section(cells: JsonObject) -> str:
     """Per sub-scenario (bench.sub_scenarios): a system with the property its initial test measured."""
     rows = [[name, str(c["decisions"]), pct(c["min_cost_choice"]), pct(c["acc"]), pct(c["false_abs"]),
              pct(c["abs_rec"]), plain(c["pecs"])] for name, c in cells.items()]
@@ -145,7 +146,7 @@ REASONING_LABELS = {
 }
 
 
-def reasoning_section(block: dict[str, Any]) -> str:
+def reasoning_section(block: JsonObject) -> str:
     """Doubt in the reasoning traces and what became of it (bench.doubt)."""
     return section_text(
         "Doubt in reasoning (seed 002, section 5.3)",
@@ -155,7 +156,7 @@ def reasoning_section(block: dict[str, Any]) -> str:
         table_text(["measure", "rate (%)"], [[label, pct(block.get(name))] for name, label in REASONING_LABELS.items()]))
 
 
-def pecs_datasets_section(section: dict[str, Any], s: dict[str, Any]) -> str:
+def pecs_datasets_section(section: JsonObject, s: JsonObject) -> str:
     """PECS per dataset, their equal-weight mean and the pooled values (bench.pecs)."""
     title = "PECS per dataset (seed 002, Table 2 and appendix M)"
     if "datasets" not in section:

@@ -28,8 +28,6 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any
-
 from evprobe.bench.items import Item
 from evprobe.bench.records import Record
 from evprobe.bench.systems import get_system
@@ -65,7 +63,7 @@ def numeric_measures(
     items: Iterable[Item],
     records: dict[str, Record],
     family_of: dict[str, int],
-) -> dict[str, Any]:
+) -> dict[str, dict[str, int | dict[str, int]]]:
     """Add every numeric measure to a tally (its `rate`, `mean` and `skip`); return the counts
     that sit beside them (excluded log errors, records per request)."""
     by_request: dict[str, list[tuple[Item, Record]]] = defaultdict(list)
@@ -78,7 +76,7 @@ def numeric_measures(
         if rec is not None:
             check_record(it, rec)
             by_request[it.request].append((it, rec))
-    counts: dict[str, Any] = {}
+    counts: dict[str, dict[str, int | dict[str, int]]] = {}
     for request in NUMERIC_SCORED:
         if not n_items[request]:
             continue  # not in this benchmark (the estimates are opt-in)

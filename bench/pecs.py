@@ -47,7 +47,8 @@ from evprobe.core.decimals import fixed
 
 if TYPE_CHECKING:
     from evprobe.bench.score_index import Bench, Replies
-    from evprobe.bench.tally import Key, Tally
+    from evprobe.bench.tally import Key, ScoreSection, ScoreValue, Tally
+    from evprobe.core.json_types import JsonValue
 
 ABSTAIN = "undetermined"
 # the answer requests PECS reads (bench.score_index.ANSWER_REQUESTS; both_given is a variant protocol's)
@@ -137,7 +138,7 @@ def pecs_estimate(parts: Sequence[Resampled], n: int) -> Estimate:
     return _combined(pecs_value, parts, n, pecs=True)
 
 
-def estimates(resampled: dict[Key, Resampled], est: dict[Key, Estimate]) -> dict[str, Any]:
+def estimates(resampled: dict[Key, Resampled], est: dict[Key, Estimate]) -> ScoreSection:
     """The pooled PECS (headline) and the per-dataset section, from the tallied parts (`resampled`)
     and their estimates (`est`: a rate's interval is the hull with its cluster interval)."""
     if (POOLED["acc"],) not in resampled:
@@ -145,7 +146,7 @@ def estimates(resampled: dict[Key, Resampled], est: dict[Key, Estimate]) -> dict
     pooled = [resampled[(POOLED[p],)] for p in PARTS]
     n_pooled = pooled[0].n + pooled[1].n
     systems = list(dict.fromkeys(k[2] for k in resampled if k[:2] == (SECTION, "datasets")))
-    datasets: dict[str, dict[str, Any]] = {}
+    datasets: dict[str, dict[str, Estimate]] = {}
     per: dict[str, list[Resampled]] = {}
     for system in systems:
         parts = [resampled[(SECTION, "datasets", system, p)] for p in PARTS]
@@ -201,7 +202,7 @@ def estimates(resampled: dict[Key, Resampled], est: dict[Key, Estimate]) -> dict
 
 
 def from_family_sums(boot: FamilyBootstrap, systems: Sequence[str],
-                     sums: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+                     sums: dict[str, tuple[np.ndarray, np.ndarray]]) -> ScoreValue:
     """The per-dataset section from per-family sums: `sums[part]` is (numerator, denominator), each (F,)
     over `boot`'s families, of Acc, AbsRec and FalseAbs, and `systems[f]` family f's system. What a
     folder of runs pools (bench.repeats_scoring: every run's units of a family summed); on one run's
@@ -230,7 +231,7 @@ def from_family_sums(boot: FamilyBootstrap, systems: Sequence[str],
     return found[SECTION]
 
 
-def section_json(section: dict[str, Any]) -> dict[str, Any]:
+def section_json(section: ScoreValue) -> JsonValue:
     """The section with every Estimate as its JSON."""
     if isinstance(section, Estimate):
         return section.to_json()

@@ -81,6 +81,7 @@ from evprobe.bench.scoring import HEADLINE, Bench, score
 from evprobe.core.bootstrap import (DEFAULT_N_BOOT, DEFAULT_SEED, INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled,
                                     families_of)
 from evprobe.core.errors import InputError
+from evprobe.core.json_types import JsonObject
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.lock import folder_lock
 
@@ -319,7 +320,7 @@ def _design(meta: RunMeta, bench: Path | None) -> Design:
 
 def repeats_summary(design: Design, side: Side, run_scores: Sequence[Mapping[str, Any]], *,
                     n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
-                    settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    settings: Mapping[str, Any] | None = None) -> JsonObject:
     """OUT/scores.json of a folder of runs: per headline measure the runs' estimates (their scores),
     values, mean, sd, n_runs and the pooled estimate (module docstring)."""
     cost = cost_bounds(design.prices)
@@ -329,7 +330,7 @@ def repeats_summary(design: Design, side: Side, run_scores: Sequence[Mapping[str
     boot = design.bootstrap(n_boot, seed)
     reasons = {k: v for s in shares for k, v in s.reasons.items()}
     pooled = pooled_estimates(pooled_parts(boot, shares), cost, reasons)
-    headline: dict[str, Any] = {}
+    headline: dict[str, JsonObject] = {}
     for name in HEADLINE:
         values = [(scores.get(name) or {}).get("value") for scores in run_scores]
         have = [v for v in values if v is not None]
@@ -361,7 +362,7 @@ def repeats_summary(design: Design, side: Side, run_scores: Sequence[Mapping[str
 
 
 def score_runs_folder(out: str | Path, score_one: Callable[[Path], Mapping[str, Any]], bench: Path | None = None, *,
-                      n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> tuple[dict[str, Any], str]:
+                      n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> tuple[JsonObject, str]:
     """Score a folder of runs: every run with `score_one` (which writes RUN/scores.json and returns its
     scores, `experiments.scoring_io.score_run`), then OUT/scores.md and OUT/scores.json (in that order)
     across the runs. OUT's lock is held throughout, so `evprobe run --runs` cannot write OUT meanwhile."""
@@ -404,7 +405,7 @@ def _check_same_items(a: Side, b: Side) -> None:
 
 
 def paired_comparison(a_folder: str | Path, b_folder: str | Path, bench: Path | None = None, *,
-                      n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> tuple[dict[str, Any], str]:
+                      n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> tuple[JsonObject, str]:
     """B - A of every headline measure, paired on one set of family resamples (module docstring);
     returns the JSON-ready result and its Markdown."""
     a, b = read_side(a_folder), read_side(b_folder)

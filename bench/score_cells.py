@@ -13,30 +13,31 @@ from collections.abc import Sequence
 from typing import Any
 
 from evprobe.core.estimate_text import estimate_text
+from evprobe.core.json_types import JsonObject
 
 
-def fmt_estimate(est: dict[str, Any] | None, scale: float, digits: int, sign: bool = False, units: str = "units") -> str:
+def fmt_estimate(est: JsonObject | None, scale: float, digits: int, sign: bool = False, units: str = "units") -> str:
     """An estimate's JSON as text, scaled (core.estimate_text, the one formatter); `units` names what
     an estimate identical in every unit counts."""
     return estimate_text(est, digits, scale=scale, sign=sign, units=units)  # the one formatter (core.estimate_text)
 
 
-def pct(est: dict[str, Any] | None) -> str:
+def pct(est: JsonObject | None) -> str:
     """A rate as a percentage: `58.5 [55.6, 61.5] (n=576)`."""
     return fmt_estimate(est, 100.0, 1)
 
 
-def cost(est: dict[str, Any] | None) -> str:
+def cost(est: JsonObject | None) -> str:
     """A cost in assigned units: `0.99 [0.96, 1.02] (n=576)`."""
     return fmt_estimate(est, 1.0, 2)
 
 
-def points(est: dict[str, Any] | None) -> str:
+def points(est: JsonObject | None) -> str:
     """A paired difference of rates in percentage points: `+14.2 [+8.7, +20.5] (n=288)`."""
     return fmt_estimate(est, 100.0, 1, sign=True)
 
 
-def plain(est: dict[str, Any] | None, units: str = "units") -> str:
+def plain(est: JsonObject | None, units: str = "units") -> str:
     """A score printed as a number with three decimals (PECS): `0.292 [0.250, 0.331] (n=5184)`."""
     return fmt_estimate(est, 1.0, 3, units=units)
 
@@ -106,7 +107,7 @@ COSTS = {"mean_cost"}  # headline measures in cost units, not rates
 PLAIN = {"pecs"}  # a score in [0, 1] printed as a plain number, as seed 002 does
 
 
-def headline_cell(name: str, est: dict[str, Any] | None) -> str:
+def headline_cell(name: str, est: JsonObject | None) -> str:
     if name in COSTS:
         return cost(est)
     if name in PLAIN:
@@ -114,7 +115,7 @@ def headline_cell(name: str, est: dict[str, Any] | None) -> str:
     return pct(est)
 
 
-def difference_cell(name: str, est: dict[str, Any] | None) -> str:
+def difference_cell(name: str, est: JsonObject | None) -> str:
     """A paired difference of a headline measure: rates in percentage points, costs and PECS signed."""
     if name in COSTS:
         return fmt_estimate(est, 1.0, 2, sign=True)

@@ -11,7 +11,6 @@ same on every family resample, such as the random test's cost) prints without an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from evprobe.bench.score_cells import (
     at,
@@ -34,9 +33,10 @@ from evprobe.bench._score_sections import (
     variants_section,
 )
 from evprobe.core.estimate_text import missing_text
+from evprobe.core.json_types import JsonObject
 
 
-def scores_markdown(scores: dict[str, Any], title: str) -> str:
+def scores_markdown(scores: JsonObject, title: str) -> str:
     """Every section of a scored run as Markdown tables (the order of seed 000's appendix)."""
     s = scores
     parts = [f"# {title}\n"]
@@ -51,7 +51,7 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
             f"{meta.get('n_records')} records on {meta.get('n_items')} items.\n"
         )
 
-    def rows(names: Sequence[str], source: dict[str, Any], fmt=pct) -> list[list[str]]:
+    def rows(names: Sequence[str], source: JsonObject, fmt=pct) -> list[list[str]]:
         return [[label(n), fmt(source.get(n))] for n in names]
 
     parts.append(
@@ -292,7 +292,7 @@ def scores_markdown(scores: dict[str, Any], title: str) -> str:
     return "\n".join(parts)
 
 
-def compare_markdown(named_scores: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def compare_markdown(named_scores: Sequence[tuple[str, JsonObject]]) -> str:
     """Several runs side by side: one row per headline measure, one column per run."""
     header = ["measure", *[name for name, _ in named_scores]]
     rows = [
@@ -306,12 +306,12 @@ def compare_markdown(named_scores: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return table
 
 
-def _compare_pecs(header: list[str], sections: list[dict[str, Any]]) -> str:
+def _compare_pecs(header: list[str], sections: list[JsonObject]) -> str:
     """PECS per dataset of each run (seed 002's Table 9: datasets as rows, settings as columns), their
     equal-weight mean and the zero-boundary count; a run scored without them shows NA with why."""
     names = list(dict.fromkeys(n for section in sections for n in section.get("datasets", {})))
 
-    def cell(section: dict[str, Any], *path: str) -> str:
+    def cell(section: JsonObject, *path: str) -> str:
         node = at(section, *path)
         if node is None:
             return missing_text(section.get("reason") or "not in this run's scores: rescore it")

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from evprobe.core.bootstrap import (
     DEFAULT_N_BOOT,
@@ -46,9 +46,11 @@ from evprobe.core.bootstrap import (
     INTERVAL_METHOD,
     Estimate,
     FamilyBootstrap,
+    Resampled,
 )
+from evprobe.core.json_types import JsonObject, JsonValue
 from evprobe.bench import doubt, pecs, sub_scenarios, void_scoring
-from evprobe.bench.tally import Key, Tally
+from evprobe.bench.tally import Key, ScoreSection, ScoreValue, Tally
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
 from evprobe.bench.level_differences import level_differences, paired_difference
@@ -95,7 +97,7 @@ def score(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = DEFAULT_SEED,
     prices: Prices | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Every measure of a run, with family-bootstrap intervals (see the module docstring).
 
     `prices` are the action prices of the benchmark (default: stop 0, tests 1, report 2); the
@@ -143,28 +145,35 @@ def score(
         else:
             parts[item.injection][1].append(rec)
     base_items, base_records = parts.pop(0, ([], []))
-    base_kept: dict[str, Any] = {}
-    out = _score_set(base_items, base_records, n_boot=n_boot, seed=seed, prices=prices,
-                     numeric=(numeric_items.get(0, []), numeric_records.get(0, {})), keep=base_kept)
+    out, base_kept = _score_set(base_items, base_records, n_boot=n_boot, seed=seed, prices=prices,
+                                numeric=(numeric_items.get(0, []), numeric_records.get(0, {})))
     if parts:
         levels, differences = {}, {}
         for level in sorted(parts):
             level_items, level_records = parts[level]
-            kept: dict[str, Any] = {}
-            full = _score_set(level_items, level_records, n_boot=n_boot, seed=seed, prices=prices, keep=kept,
-                              numeric=(numeric_items.get(level, []), numeric_records.get(level, {})))
+            full, kept = _score_set(level_items, level_records, n_boot=n_boot, seed=seed, prices=prices,
+                                    numeric=(numeric_items.get(level, []), numeric_records.get(level, {})))
             levels[str(level)] = {name: full[name] for name in LEVEL_SECTIONS if name in full}
-            same = kept["families"] == base_kept["families"]  # same ids in the same order: the same resamples
-            differences[str(level)] = level_differences(kept["resampled"], base_kept["resampled"], same)
+            same = kept.families == base_kept.families  # same ids in the same order: the same resamples
+            differences[str(level)] = level_differences(kept.resampled, base_kept.resampled, same)
         out["injection"] = {"levels": levels, "level_0": "the main measures above",
                             "differences": _jsonable(differences), "differences_method": LEVEL_DIFFERENCE_METHOD}
     if voids:
-        out[void_scoring.SECTION] = _void_section(index, voids, every_record, base_kept["families"], n_boot, seed)
+        out[void_scoring.SECTION] = _void_section(index, voids, every_record, base_kept.families, n_boot, seed)
     return out
 
 
+@dataclass(frozen=True)
+class _Resamples:
+    """One scored set's bootstrap families (in order) and every measure's resamples: what the paired
+    level differences of the injection block need."""
+
+    families: tuple[str, ...]
+    resampled: dict[Key, Resampled]
+
+
 def _void_section(index: dict[str, Item], voids: list[Item], records: list[Record], families: tuple[str, ...],
-                  n_boot: int, seed: int) -> dict[str, Any]:
+                  n_boot: int, seed: int) -> JsonValue:
     """The void block's section (bench.void_scoring) from the decoded replies of every record but the
     numeric estimates' (no void or twin is one; their numbers are bench.numeric_scoring's)."""
     decoded: dict[str, str | None] = {}
@@ -185,11 +194,9 @@ def _score_set(
     seed: int,
     prices: Prices,
     numeric: tuple[Sequence[Item], dict[str, Record]] = ((), {}),
-    keep: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Every measure over one set of decision items (the main items, or one injection level's).
-    `keep`, when given, receives the bootstrap's families and every measure's resamples (for the
-    paired level differences)."""
+) -> tuple[JsonObject, _Resamples]:
+    """Every measure over one set of decision items (the main items, or one injection level's),
+    with the bootstrap's families and every measure's resamples (for the paired level differences)."""
     bench = Bench.build(items)
     replies = Replies.build(bench, records)
     boot = FamilyBootstrap(bench.families, n_boot, seed)
@@ -211,10 +218,8 @@ def _score_set(
         {**replies.records, **numeric_records}, bench.family_of,
     )
     resampled, est = tally.resolve()
-    if keep is not None:
-        keep.update(families=tuple(boot.families), resampled=resampled)
 
-    out: dict[str, Any] = {}
+    out: ScoreSection = {}
     for key, estimate in est.items():
         _put(out, key, estimate)
     out["resolved_and_correct"] = est[("policies", "model", "correct")]
@@ -248,7 +253,7 @@ def _score_set(
     }
     ordered = {name: out.pop(name) for name in (*HEADLINE, *SECTIONS)}
     ordered.update(out)
-    return _jsonable(ordered)
+    return _jsonable(ordered), _Resamples(tuple(boot.families), resampled)  # type: ignore[return-value]
 
 
 def _present(bench: Bench, replies: Replies, request: str) -> bool:
@@ -259,14 +264,14 @@ def _present(bench: Bench, replies: Replies, request: str) -> bool:
     )
 
 
-def _put(tree: dict[str, Any], key: Key, value: Any) -> None:
+def _put(tree: ScoreSection, key: Key, value: ScoreValue) -> None:
     node = tree
     for part in key[:-1]:
         node = node.setdefault(part, {})
     node[key[-1]] = value
 
 
-def _jsonable(x: Any) -> Any:
+def _jsonable(x: ScoreValue) -> JsonValue:
     if isinstance(x, Estimate):
         return x.to_json()
     if isinstance(x, dict):
@@ -276,7 +281,7 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _variants(bench: Bench, replies: Replies, boot: FamilyBootstrap) -> dict[str, Any]:
+def _variants(bench: Bench, replies: Replies, boot: FamilyBootstrap) -> ScoreSection:
     """Min-cost choice of each variant on the subset families, its paired difference from the
     matched base selections (same resampled subset families), and the repeat rate among single
     property purchases (repeat = the test of the property the matched base decision measured
@@ -329,7 +334,7 @@ def _variants(bench: Bench, replies: Replies, boot: FamilyBootstrap) -> dict[str
             tally.skip((variant, "min_cost_choice"), f"no {variant} records")
             tally.skip((variant, "repeat"), f"no {variant} records")
     resampled, est = tally.resolve()
-    out: dict[str, Any] = {"families": len(bench.subset), "seed": sub.seed}
+    out: ScoreSection = {"families": len(bench.subset), "seed": sub.seed}
     for key, value in est.items():
         _put(out, key, value)
     for variant in VARIANTS:
@@ -341,7 +346,7 @@ def _variants(bench: Bench, replies: Replies, boot: FamilyBootstrap) -> dict[str
     return out
 
 
-def _coverage(bench: Bench, replies: Replies) -> dict[str, dict[str, Any]]:
+def _coverage(bench: Bench, replies: Replies) -> dict[str, dict[str, int | float]]:
     """Records / items per request type (base requests) and per variant."""
     items: dict[str, int] = defaultdict(int)
     have: dict[str, int] = defaultdict(int)

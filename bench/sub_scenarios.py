@@ -66,11 +66,11 @@ def tally_cells(tally: Tally, bench: Bench, replies: Replies, present: dict[str,
     return {cell: len(decisions) for cell, decisions in cells.items()}
 
 
-def section(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], decisions: dict[str, int]) -> dict[str, Any]:
+def section(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], decisions: dict[str, int]) -> dict[str, dict[str, int | Estimate]]:
     """Per sub-scenario: its decisions, the tallied measures and PECS."""
-    out: dict[str, Any] = {}
+    out: dict[str, dict[str, int | Estimate]] = {}
     for cell, n in decisions.items():
-        block: dict[str, Any] = {"decisions": n, **{m: est[(SECTION, cell, m)] for m in MEASURES}}
+        block: dict[str, int | Estimate] = {"decisions": n, **{m: est[(SECTION, cell, m)] for m in MEASURES}}
         parts = [resampled.get((SECTION, cell, m)) for m in ("acc", "abs_rec", "false_abs")]
         block["pecs"] = (pecs.pecs_estimate(parts, parts[0].n + parts[1].n)  # type: ignore[arg-type, union-attr]
                          if all(p is not None for p in parts) else Estimate.empty(NO_ANSWERS))

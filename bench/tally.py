@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import TypeAlias
 
 import numpy as np
 
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap, Resampled, families_of
+from evprobe.core.json_types import JsonValue
 
 Key = tuple[str, ...]  # a measure's place in the output, e.g. ("policies", "model", "correct")
+# A section of scores.json before it is written: JSON whose leaves may still be Estimates
+# (bench.scoring._jsonable and bench.pecs.section_json turn each into its JSON).
+ScoreValue: TypeAlias = Estimate | JsonValue | list["ScoreValue"] | dict[str, "ScoreValue"]
+ScoreSection: TypeAlias = dict[str, ScoreValue]
 
 
 class Tally:

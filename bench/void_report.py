@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from evprobe.bench.score_cells import pct, plain, points, section_text, table_text
+from evprobe.core.json_types import JsonObject
 
 TITLE = "Voids (seed 002, sections 3.2 and 5.2)"
 NOTE = ("Each void is matched with its sufficient twin, so only the void differs: an occluded sheet under the "
@@ -14,7 +13,7 @@ NOTE = ("Each void is matched with its sufficient twin, so only the void differs
         "built on the same twins, so each family resample draws both.")
 
 
-def voids_section(s: dict[str, Any]) -> str:
+def voids_section(s: JsonObject) -> str:
     types = s.get("types", {})
     rows = [[f"{v} ({modality})", pct(s[v].get("abs_rec")), pct(s[v].get("twin_acc")),
              pct(s[v].get("twin_false_abs")), plain(s[v].get("pecs"))] for v, modality in types.items()]

@@ -32,11 +32,11 @@ seed).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evprobe.bench import pecs
 from evprobe.bench.level_differences import paired_difference
-from evprobe.bench.tally import Key, Tally
+from evprobe.bench.tally import Key, ScoreSection, Tally
 from evprobe.bench.voids import VOID_TYPES
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap, Resampled
 
@@ -97,7 +97,7 @@ def tally_voids(tally: Tally, voids: Iterable[Item], items: Mapping[str, Item], 
 
 
 def score_voids(items: Mapping[str, Item], voids: Iterable[Item], decoded: Mapping[str, str | None],
-                families: Sequence[str], *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+                families: Sequence[str], *, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> ScoreSection:
     """The void section (module docstring) from decoded replies, on a `FamilyBootstrap` of `families`
     (the main score's: the same families and seed give the same resamples)."""
     voids = list(voids)
@@ -109,10 +109,10 @@ def score_voids(items: Mapping[str, Item], voids: Iterable[Item], decoded: Mappi
     return section(resampled, est, voids)
 
 
-def section(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], voids: Iterable[Item]) -> dict[str, Any]:
+def section(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], voids: Iterable[Item]) -> ScoreSection:
     """The `voids` section of scores.json from the tallied measures (module docstring)."""
     present = [v for v in VOID_TYPES if any(it.void == v for it in voids)]
-    out: dict[str, Any] = {"types": {v: VOID_TYPES[v] for v in present}}
+    out: ScoreSection = {"types": {v: VOID_TYPES[v] for v in present}}
     for void in present:
         block = {name: est[(SECTION, void, name)] for name in PER_TYPE if (SECTION, void, name) in est}
         parts = [resampled.get(_pecs_key(None, void, p)) for p in pecs.PARTS]
@@ -134,19 +134,19 @@ def section(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], voi
     return out
 
 
-def _gap(resampled: Mapping[Key, Resampled], system: str | None) -> dict[str, Any]:
+def _gap(resampled: Mapping[Key, Resampled], system: str | None) -> dict[str, Estimate | float]:
     """AbsRec(unstated) - AbsRec(occluded), paired; the ratio of the point values where both are above 0."""
     textual, visual = (resampled.get(_pecs_key(system, v, "abs_rec")) for v in ("unstated", "occluded"))
     if textual is None or visual is None:
         return {"textual_minus_visual": Estimate.empty("needs answer records of both void types")}
-    out: dict[str, Any] = {"textual_minus_visual": paired_difference(textual, visual)}
+    out: dict[str, Estimate | float] = {"textual_minus_visual": paired_difference(textual, visual)}
     if textual.value > 0 and visual.value > 0:
         out["ratio_of_points"] = float(textual.value / visual.value)
     return out
 
 
 def _pecs_datasets(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], systems: list[str],
-                   present: list[str]) -> dict[str, Any]:
+                   present: list[str]) -> ScoreSection:
     """bench.pecs' per-dataset section with datasets (system, void type), pooled over every void pair."""
     keyed: dict[Key, Resampled] = {}
     estimates: dict[Key, Estimate] = {}
