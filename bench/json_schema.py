@@ -22,6 +22,7 @@ from evprobe.bench.records import RUN_META_FILE
 from evprobe.core.errors import InputError
 from evprobe.core.files import key_line
 from evprobe.core.json_files import read_json_object
+from evprobe.core.json_types import JsonObject
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,7 +35,7 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 RUN_FIX = "restore the file, or rerun `evprobe run` into a new --out"
 
 
-def read_model(path: str | Path, model: type[M], fix: str, *, missing: str | None = None) -> tuple[M, dict[str, Any]]:
+def read_model(path: str | Path, model: type[M], fix: str, *, missing: str | None = None) -> tuple[M, JsonObject]:
     """(`model` of the JSON object in `path`, the object as written); any fault is one InputError
     line naming FILE:LINE, the field and `fix` (`missing`: the fix for a file that is not there)."""
     from evprobe.bench.schema import describe

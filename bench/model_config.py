@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from evprobe.core.errors import ConfigError
+from evprobe.core.json_types import JsonObject
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
@@ -138,7 +139,7 @@ def as_model_config(value: ModelConfig | str) -> ModelConfig:
     raise TypeError(f"model must be a ModelConfig or a model string, got {type(value).__name__}")
 
 
-def model_from_record(config: dict[str, Any]) -> dict[str, Any]:
+def model_from_record(config: JsonObject) -> dict[str, Any]:
     """A config as a job's meta recorded it (`asdict`), with its model a ModelConfig again. A meta
     written before the model was one key (a model string beside flat dtype, device_map, ... keys)
     is read too: those keys fold into the ModelConfig."""

@@ -34,6 +34,7 @@ from evprobe.bench.reference import Prices
 from evprobe.bench.voids import VOID_TYPES
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.job_summary import Session
+from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import folder_lock
 from evprobe.core.flags import HELP, setting
 
@@ -241,7 +242,7 @@ class RunJob(Job):
     def batch_size(self) -> int:
         return self.config.batch_size
 
-    def pinned(self) -> dict[str, Any]:
+    def pinned(self) -> JsonObject:
         c = self.config
         # Everything that changes a record: a rerun into the same folder must agree on all of it.
         m = c.model
@@ -264,7 +265,7 @@ class RunJob(Job):
         return out
 
     @cached_property
-    def input_pins(self) -> dict[str, Any]:
+    def input_pins(self) -> JsonObject:
         """The pins hashed once (pinned() is asked before and after open()): the prompt template text
         (`prompt_template_sha256`), every image of the benchmark (a rerun may select more of them)
         and the model's files (hooks.fingerprint; none for a policy)."""
@@ -278,7 +279,7 @@ class RunJob(Job):
                    {"model_source": "in_memory"} if self.handle is not None else
                    {"model_source": "served"} if c.spec.served else model_fingerprint(c.source))}
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> JsonObject:
         return {**self.pinned(), "bench": str(self.bench.resolve()),
                 "max_new_tokens": max_new_tokens(self.config.protocol, self.config.regime),
                 "config": recorded_config(self.config)}
@@ -287,7 +288,7 @@ class RunJob(Job):
         return JsonlRows(folder / RECORDS_FILE, lambda row: (row["item_id"], ""), what="record", check=record_problem)
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any], out: Path) -> RunJob:
+    def from_meta(cls, meta: JsonObject, out: Path) -> RunJob:
         config = model_from_record(meta["config"])
         # JSON's lists back to the tuples of the config (a key absent from a run.json written
         # before its flag takes the default: every injection level, no prices, ...)
@@ -297,7 +298,7 @@ class RunJob(Job):
         return cls(RunConfig.of(**{**config, "out": str(out), "shard": None}))
 
 
-    def merged_meta(self, metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def merged_meta(self, metas: Sequence[JsonObject]) -> JsonObject:
         meta = super().merged_meta(metas)
         session = meta.pop("last_session", None)  # run.json's order: ..., n_selected, n_records, last_session
         meta.pop("resources", None)
@@ -362,7 +363,7 @@ class RunJob(Job):
         if self.backend is not None:
             self.backend.close()
 
-    def resources(self) -> dict[str, Any] | None:
+    def resources(self) -> JsonObject | None:
         """What the backend spent in this session (run.json's `resources`), or None for a policy."""
         return None if self.backend is None else {"backend": self.config.backend, **self.backend.resources.to_json()}
 
@@ -380,7 +381,7 @@ class RunJob(Job):
         prepare = getattr(self.backend, "prepare", None)
         return None if prepare is None else prepare(self.model_prompts([u.value for u in batch]))
 
-    def compute(self, batch: list[Unit], condition: str, prepared: Any = None) -> list[dict[str, Any]]:
+    def compute(self, batch: list[Unit], condition: str, prepared: Any = None) -> list[JsonObject]:
         items = [u.value for u in batch]
         t = time.perf_counter()
         replies = self.reply_batch(items, prepared)  # type: ignore[misc]
@@ -404,8 +405,8 @@ class RunSummary:
     n_selected: int
     n_records: int
     last_session: Session
-    resources: dict[str, Any] | None
-    record: dict[str, Any]
+    resources: JsonObject | None
+    record: JsonObject
 
 
 def run(config: RunConfig, *, progress: bool = True, handle: Handle | None = None) -> RunSummary:

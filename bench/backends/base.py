@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from evprobe.core.json_types import JsonObject
+
 
 @dataclass(frozen=True)
 class ModelPrompt:
@@ -86,12 +88,12 @@ class BackendOptions:
         """Refuse, with an InputError of one line naming the flag and the fix, settings that cannot run
         (`config`: the whole RunConfig, for checks across settings); called before any work."""
 
-    def pins(self) -> dict[str, Any]:
+    def pins(self) -> JsonObject:
         """What these settings pin in run.json before the backend loads (a rerun must agree); the
         loaded backend's `pins()` adds what only it can tell."""
         return {}
 
-    def recorded(self) -> dict[str, Any]:
+    def recorded(self) -> JsonObject:
         """These settings as run.json's `config` records them, flat beside the run's own keys (a
         backend overrides it to hide secrets, e.g. credentials in a URL)."""
         from dataclasses import asdict
@@ -109,7 +111,7 @@ class Resources:
     generated_tokens: int = 0
     seconds: float = 0.0
     peak_memory_bytes: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific counts (retries, cache hits, cost)
+    extra: JsonObject = field(default_factory=dict)  # backend-specific counts (retries, cache hits, cost)
 
     def add(self, replies: Sequence[Reply], seconds: float, calls: int = 1) -> None:
         self.calls += calls
@@ -117,14 +119,14 @@ class Resources:
         self.prompt_tokens += sum(r.n_prompt_tokens or 0 for r in replies)
         self.generated_tokens += sum(r.n_new_tokens or 0 for r in replies)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         tps = self.generated_tokens / self.seconds if self.seconds > 0 else None
         return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
                 "seconds": round(self.seconds, 3), "generated_tokens_per_s": None if tps is None else round(tps, 2),
                 "peak_memory_bytes": self.peak_memory_bytes, **self.extra}
 
 
-def add_resources(before: dict[str, Any] | None, session: dict[str, Any]) -> dict[str, Any]:
+def add_resources(before: JsonObject | None, session: JsonObject) -> JsonObject:
     """run.json's `resources` after one more session that called the model: calls, tokens, seconds
     and the backend's own counts (retries and their reasons, cache hits, cost) summed, peak memory
     the largest of any session, tokens/s recomputed from the sums; `sessions` counts the sessions
@@ -171,6 +173,6 @@ class Backend(Protocol):
 
     def __call__(self, prompts: list[ModelPrompt], prepared: Any = None) -> list[Reply]: ...
 
-    def pins(self) -> dict[str, Any]: ...
+    def pins(self) -> JsonObject: ...
 
     def close(self) -> None: ...

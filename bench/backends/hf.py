@@ -14,6 +14,7 @@ from evprobe.bench.backends.base import BackendOptions, ModelPrompt, Reply, Reso
 from evprobe.bench.backends.registry import register_backend
 from evprobe.core.errors import InputError
 from evprobe.core.flags import setting
+from evprobe.core.json_types import JsonObject
 
 if TYPE_CHECKING:
     from evprobe.bench.runner import RunConfig
@@ -46,7 +47,7 @@ class HfOptions(BackendOptions):
             if value not in choices:
                 raise InputError(f"--{name} {value!r} is not one of {', '.join(choices)}")
 
-    def pins(self) -> dict[str, Any]:
+    def pins(self) -> JsonObject:
         # floating-point order of the model's arithmetic; None when the default, so a run.json
         # written before these settings resumes
         return {"decode_cache": None if self.decode_cache == "dynamic" else self.decode_cache,
@@ -143,7 +144,7 @@ class HFBackend:
         self.resources.peak_memory_bytes = _peak_memory(self.handle)
         return replies
 
-    def pins(self) -> dict[str, Any]:
+    def pins(self) -> JsonObject:
         from evprobe.hooks.fingerprint import loaded_fingerprint
 
         return loaded_fingerprint(self.handle)

@@ -15,6 +15,7 @@ from evprobe.bench.backends.base import BackendOptions
 from evprobe.bench.backends.registry import register_backend
 from evprobe.core.errors import InputError
 from evprobe.core.flags import setting
+from evprobe.core.json_types import JsonObject
 
 if TYPE_CHECKING:
     from evprobe.bench.backends.openai_client import OpenAIBackend
@@ -62,7 +63,7 @@ class OpenAIOptions(BackendOptions):
         if self.usd_per_mtok is not None and (len(self.usd_per_mtok) != 2 or min(self.usd_per_mtok) < 0):
             raise InputError(f"--usd-per-mtok takes two non-negative prices, IN,OUT, got {self.usd_per_mtok!r}")
 
-    def recorded(self) -> dict[str, Any]:
+    def recorded(self) -> JsonObject:
         from evprobe.bench.backends.redact import shown_url
 
         # the URL's credentials (user:password@, ?api_key=) never on disk

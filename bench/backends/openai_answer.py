@@ -17,6 +17,7 @@ from typing import Any
 
 from evprobe.bench.backends.base import Reply
 from evprobe.core.errors import shown
+from evprobe.core.json_types import JsonObject, JsonValue
 
 ERROR_CHARS = 500  # the server's words kept in a record or a message
 # The longest text one token can stand for: tokenizers hold tokens of up to a few dozen characters
@@ -105,7 +106,7 @@ def _logprob(value: Any) -> float | None:
 _MARKERS = re.compile("[\u2581\u0120]")  # SentencePiece's and byte-level BPE's word-start markers
 
 
-def _letter_logprobs(choice: dict[str, Any], letters: tuple[str, ...]) -> tuple[dict[str, float] | None, str | None]:
+def _letter_logprobs(choice: JsonObject, letters: tuple[str, ...]) -> tuple[dict[str, float] | None, str | None]:
     """Each letter's log p at the first generated token, from the answer's alternatives there, and
     why some or all are missing (None when every letter is there): not among the alternatives, or
     given a value that is no log-probability (left out, never clipped to 0.0)."""
@@ -120,7 +121,7 @@ def _letter_logprobs(choice: dict[str, Any], letters: tuple[str, ...]) -> tuple[
     pairs = [(tok, v) for tok, v in pairs if isinstance(tok, str)]
     exact = dict(pairs)  # the token itself; the first token's own entry last, as the server states it
     loose: dict[str, float] = {}  # after a word-start marker or space: the likeliest such token
-    loose_bad: dict[str, Any] = {}
+    loose_bad: dict[str, JsonValue] = {}
     for tok, v in pairs:
         bare, value = _MARKERS.sub(" ", tok).strip(), _logprob(v)
         if value is None:
@@ -128,7 +129,7 @@ def _letter_logprobs(choice: dict[str, Any], letters: tuple[str, ...]) -> tuple[
         else:
             loose[bare] = max(value, loose.get(bare, -math.inf))
     found: dict[str, float] = {}
-    bad: dict[str, Any] = {}
+    bad: dict[str, JsonValue] = {}
     for x in letters:
         if x in exact:
             value = _logprob(exact[x])

@@ -99,6 +99,7 @@ from evprobe.bench.backends.http_cache import RequestCache, request_key, untrust
 from evprobe.bench.backends.openai_answer import ERROR_CHARS, AnswerBounds, read_answer
 from evprobe.bench.backends.redact import key_env_name, redactor, shown_url
 from evprobe.core.errors import InputError
+from evprobe.core.json_types import JsonObject, JsonValue
 
 if TYPE_CHECKING:
     from evprobe.bench.backends.openai import OpenAIOptions
@@ -312,14 +313,14 @@ class OpenAIBackend:
         return reply, True
 
     def _request(self, prompt: ModelPrompt, images: list[tuple[bytes, str]],
-                 logprobs: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+                 logprobs: bool) -> tuple[JsonObject, JsonObject]:
         """The request body and the same body keyed for the cache (image hashes for their bytes)."""
-        def message(urls: list[str]) -> list[dict[str, Any]]:
+        def message(urls: list[str]) -> list[JsonValue]:
             content = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
             return [{"role": "user", "content": [*content, {"type": "text", "text": prompt.text}]}]
 
         s = self.sampling
-        common: dict[str, Any] = {"model": self.model, "max_tokens": self.limit, "temperature": float(s.temperature)}
+        common: JsonObject = {"model": self.model, "max_tokens": self.limit, "temperature": float(s.temperature)}
         if not s.greedy:
             common.update(top_p=float(s.top_p), seed=s.call_seed([prompt.key]))
         if logprobs:
@@ -332,7 +333,7 @@ class OpenAIBackend:
                                                 for data, mime in images])}
         return {**body, "stream": False}, keyed
 
-    def _post(self, body: dict[str, Any], item: str, cap: int) -> Body:
+    def _post(self, body: JsonObject, item: str, cap: int) -> Body:
         """POST the body, retrying connection errors, timeouts, 429 and 5xx; the answer otherwise,
         each try within the deadline and read up to `cap` bytes."""
         url = f"{self.url}/chat/completions"
@@ -408,7 +409,7 @@ class OpenAIBackend:
 
     # --- the Backend protocol ---------------------------------------------------------------------
 
-    def pins(self) -> dict[str, Any]:
+    def pins(self) -> JsonObject:
         return {"served_model": self.model}
 
     def close(self) -> None:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from evprobe.bench.backends.base import Backend, BackendOptions
 from evprobe.core.errors import InputError
+from evprobe.core.json_types import JsonObject
 
 if TYPE_CHECKING:
     from evprobe.bench.runner import RunConfig
@@ -230,7 +231,7 @@ def options_for(backend: str, given: BackendOptions | None) -> BackendOptions:
     raise InputError(foreign(changed[0], owner, backend))
 
 
-def recorded_config(config: RunConfig) -> dict[str, Any]:
+def recorded_config(config: RunConfig) -> JsonObject:
     """run.json's `config`: the run's settings with the backends' flat beside them, every built-in
     backend's (the others' at their defaults), then the chosen one's own (`BackendOptions.recorded`:
     secrets hidden). The built-ins' keys are kept because they were RunConfig fields: a run.json

@@ -38,6 +38,7 @@ from evprobe.bench.backends.base import BackendOptions, ModelPrompt, Reply, Reso
 from evprobe.bench.backends.registry import register_backend
 from evprobe.core.errors import InputError
 from evprobe.core.flags import setting
+from evprobe.core.json_types import JsonObject
 
 if TYPE_CHECKING:
     from evprobe.bench.runner import RunConfig
@@ -301,7 +302,7 @@ class VLLMBackend:
                 logprobs = {x: float(first[i].logprob) for x, i in zip(prompt.letters, letter_ids)}
         return Reply(text, len(out.prompt_token_ids), len(ids), option_logprobs=logprobs, logprobs_missing=missing)
 
-    def pins(self) -> dict[str, Any]:
+    def pins(self) -> JsonObject:
         """What a rerun must agree on beyond the runner's pins (which hash the model's files): the
         vLLM version, the parallel layout (it changes the order of floating-point sums), the dtype
         the engine runs in and the chat template (hf's names for those two)."""
