@@ -46,13 +46,14 @@ from evprobe.bench.checks_voids import check_voids
 from evprobe.bench.checks_clips import check_clip_words
 from evprobe.bench._checks_pixels import check_hidden_images, check_pixels, check_rerender
 from evprobe.bench.oracle_items import expected_items
-from evprobe.bench.clips import benchmark_clip
+from evprobe.bench.clips import ClipSpec, benchmark_clip
 from evprobe.bench.decode import PixelBudget
 from evprobe.bench.family import Family
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import read_families, read_items, read_meta, stale_manifests
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
+from evprobe.core.json_types import JsonObject
 
 # Threshold margin. The seed's Table 9 reports 17.2%. With Table 8's fixed multipliers the
 # smallest margin does not depend on the draw: for the spring (mass x2, stiffness x4) the closest
@@ -81,7 +82,7 @@ APPROXIMATE_FIELDS = ("threshold", "reference_value")  # six significant digits 
 class CheckReport:
     rows: list[tuple[str, str, bool]] = field(default_factory=list)  # (check, result, passed)
     failures: list[str] = field(default_factory=list)
-    numbers: dict[str, Any] = field(default_factory=dict)
+    numbers: JsonObject = field(default_factory=dict)
 
     def add(self, name: str, result: str, passed: bool, why: str = "") -> None:
         self.rows.append((name, result, passed))
@@ -96,7 +97,7 @@ class CheckReport:
         lines += [f"  failure: {f}" for f in self.failures]
         return "\n".join(lines)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "checks": [{"check": n, "result": r, "passed": ok} for n, r, ok in self.rows],
             "failures": self.failures,
@@ -119,8 +120,8 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     items = [it for it in every_item if it.void is None]  # void items: their own rows (bench.checks_voids)
     prices = _prices(root)
     meta = read_meta(root)
-    blocks = {"numeric": bool(meta.get("numeric")), "levels": list(meta.get("injection_levels") or []),
-              "voids": list(meta.get("voids") or []), "clip": benchmark_clip(meta)}
+    blocks = _Blocks(bool(meta.get("numeric")), list(meta.get("injection_levels") or []),
+                     list(meta.get("voids") or []), benchmark_clip(meta))
     report = CheckReport()
     stale = stale_manifests(root)  # the manifests are read unverified above, to compare every field
     report.add("Manifests match the hashes in bench.json", f"{2 - len(stale)}/2", not stale, "; ".join(stale))
@@ -140,18 +141,29 @@ def run_checks(bench_dir: str | Path, *, rerender: bool = False) -> CheckReport:
     report.numbers.update(histories=len(histories), decisions=len(base_select))
     _check_pairs(report, base_select)
     digests = check_hidden_images(report, root, oracles, items)
-    check_pixels(report, root, oracles, digests, blocks["clip"])
-    if blocks["clip"] is not None:
+    check_pixels(report, root, oracles, digests, blocks.clip)
+    if blocks.clip is not None:
         check_clip_words(report, every_item)
-    if blocks["levels"]:
-        check_levels(report, items, oracles, blocks["levels"])
-    if blocks["numeric"]:
+    if blocks.levels:
+        check_levels(report, items, oracles, blocks.levels)
+    if blocks.numeric:
         check_numeric(report, items)
-    if blocks["voids"]:
+    if blocks.voids:
         check_voids(report, root, every_item, oracles)
     if rerender:
-        check_rerender(report, root, families, blocks["clip"])
+        check_rerender(report, root, families, blocks.clip)
     return report
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """The opt-in blocks bench.json says the benchmark holds: numeric estimates, injection levels,
+    void types, and the clips its sheets are shown as (None for still sheets)."""
+
+    numeric: bool
+    levels: list[int]
+    voids: list[str]
+    clip: ClipSpec | None
 
 
 def _prices(root: Path) -> dict[str, float]:
@@ -285,18 +297,18 @@ def _check_items(
     unusable: dict[str, str],
     items: list[Item],
     prices: dict[str, float],
-    blocks: dict[str, Any],
+    blocks: _Blocks,
 ) -> None:
-    expected: dict[str, dict[str, Any]] = {}
+    expected: dict[str, JsonObject] = {}
     for fam in oracles.values():
         try:
-            expected.update(expected_items(fam, prices, numeric=blocks["numeric"], levels=blocks["levels"],
-                                           voids=blocks["voids"], clip=blocks["clip"] is not None))
+            expected.update(expected_items(fam, prices, numeric=blocks.numeric, levels=blocks.levels,
+                                           voids=blocks.voids, clip=blocks.clip is not None))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InputError(
                 f"families.jsonl: family {fam.family_id}: unusable menus or calibration ({err!r}); regenerate"
             ) from None
-    actual: dict[str, dict[str, Any]] = {}
+    actual: dict[str, JsonObject] = {}
     duplicates, unchecked = [], []
     for it in items:
         if it.item_id in actual:

@@ -49,6 +49,7 @@ from evprobe.bench.numbers import fmt, round_sig
 from evprobe.bench.render import PANEL, SIZE, STYLES, panel_origin, render_panel
 from evprobe.bench.systems import get_system
 from evprobe.core.errors import InputError
+from evprobe.core.json_types import JsonObject
 
 EVIDENCE_KINDS: tuple[str, ...] = ("sheet", "clip")
 SEED_FRAMES = 32  # seed 002, appendix A: the replication models read 32 frames at 2 FPS
@@ -83,17 +84,17 @@ class ClipSpec:
         q = self.frames // 4
         return (q, 2 * q, 3 * q, 4 * q)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"frames": self.frames, "fps": float(self.fps)}
 
 
-def benchmark_clip(meta: dict[str, Any]) -> ClipSpec | None:
+def benchmark_clip(meta: JsonObject) -> ClipSpec | None:
     """The clips of a benchmark from its bench.json (`manifest.read_meta`), or None for sheets."""
     evidence = meta.get("evidence")
     return None if evidence is None else ClipSpec(int(evidence["frames"]), float(evidence["fps"]))
 
 
-def check_clips_as_video(bench: str | Path, meta: dict[str, Any]) -> None:
+def check_clips_as_video(bench: str | Path, meta: JsonObject) -> None:
     """`--video-input native` on benchmark `bench` (its bench.json `meta`): refused in one line on a
     benchmark of sheets, before a model loads (`evprobe run` and `evprobe capture`)."""
     if benchmark_clip(meta) is None:

@@ -19,6 +19,7 @@ from evprobe.bench.numbers import round_sig
 from evprobe.bench.reference import ACTIONS, ANSWERS
 from evprobe.bench.systems import MASS_MULTIPLIER, MASS_RANGE, SYSTEM_NAMES, G, get_system
 from evprobe.bench.worlds import WORLDS, World, threshold_pair
+from evprobe.core.json_types import JsonObject
 
 LETTERS = "ABCDE"
 
@@ -55,11 +56,11 @@ class Family:
         """Target outcome of every world, eq. (1)."""
         return outcome_table(self.system, self.candidates, self.constants)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> Family:
+    def from_json(cls, row: JsonObject) -> Family:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
 

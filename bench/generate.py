@@ -48,6 +48,7 @@ from evprobe.bench.manifest import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, IT
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json, atomic_write_jsonl
 from evprobe.core.json_files import parse_json
+from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import LOCK_FILE, folder_lock, same_file
 from evprobe.core.progress import Progress
 from evprobe.bench.reference import Prices
@@ -210,7 +211,7 @@ def generate(
     force: bool = False,
     workers: int = 1,
     progress: bool = True,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Write families.jsonl, items.jsonl, bench.json and images/ to `out_dir`; return bench.json.
 
     `force` replaces a benchmark already in `out_dir` (never any other non-empty folder); stale
@@ -227,7 +228,7 @@ def generate(
         return _generate(out, config, force, workers, progress)
 
 
-def _generate(out: Path, config: GenerateConfig, force: bool, workers: int, progress: bool) -> dict[str, Any]:
+def _generate(out: Path, config: GenerateConfig, force: bool, workers: int, progress: bool) -> JsonObject:
     """`generate` once OUT's lock is held."""
     _check_replaceable(out, force)
     started = time.perf_counter()
@@ -485,7 +486,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def main_summary(meta: dict[str, Any], out: Path) -> str:
+def main_summary(meta: JsonObject, out: Path) -> str:
     return (
         f"wrote {meta['n_families']} families, {meta['n_items']} items and "
         f"{meta['n_images']} images to {out} in {meta['seconds']} s"

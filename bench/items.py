@@ -40,6 +40,7 @@ from evprobe.bench.reference import (
 )
 from evprobe.bench.worlds import History, World, compatible, history_of, world_name
 from evprobe.core.jobs import Unit
+from evprobe.core.json_types import JsonObject
 
 REQUESTS: tuple[str, ...] = (
     "select",
@@ -100,7 +101,7 @@ class Item:
     void: str | None = None
     twin_id: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         row = asdict(self)
         for name, default in OMIT_WHEN_DEFAULT.items():
             if row[name] == default:
@@ -108,13 +109,13 @@ class Item:
         return row
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> Item:
+    def from_json(cls, row: JsonObject) -> Item:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row or name not in OMIT_WHEN_DEFAULT})
 
 
 # Fields added after the format's first benchmarks: left out of a row when they hold this value,
 # and read as this value when a row lacks them (`bench.schema` gives them the same default).
-OMIT_WHEN_DEFAULT: dict[str, Any] = {"injection": 0, "void": None, "twin_id": None}
+OMIT_WHEN_DEFAULT: JsonObject = {"injection": 0, "void": None, "twin_id": None}
 
 
 def item_units(items: Sequence[Item]) -> list[Unit]:

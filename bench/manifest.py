@@ -28,6 +28,7 @@ from evprobe.core.files import key_line
 from evprobe.core.json_files import read_json_text
 
 from evprobe.bench.layout import FAMILIES_FILE, FORMAT_KEY, FORMAT_VERSION, ITEMS_FILE, META_FILE
+from evprobe.core.json_types import JsonObject
 
 __all__ = ["FAMILIES_FILE", "FORMAT_KEY", "FORMAT_VERSION", "ITEMS_FILE", "META_FILE", "load_item_images",
            "read_families", "read_items", "read_meta", "resolve_image", "stale_manifests"]
@@ -90,7 +91,7 @@ def _rows(path: Path, what: str, cls: type[T], model: Any, problem: Callable[[An
     return data, numbers, out
 
 
-def read_meta(bench_dir: str | Path) -> dict[str, Any]:
+def read_meta(bench_dir: str | Path) -> JsonObject:
     """bench.json, validated (`bench.schema.BenchMeta`); the JSON object as written.
 
     A bench.json without `format_version` (written before the key existed) is accepted when it is
@@ -121,7 +122,7 @@ def read_meta(bench_dir: str | Path) -> dict[str, Any]:
     return meta
 
 
-def _verify(path: Path, data: bytes, meta: dict[str, Any], key: str, count_key: str | None, count: int) -> None:
+def _verify(path: Path, data: bytes, meta: JsonObject, key: str, count_key: str | None, count: int) -> None:
     """The file's bytes hash to bench.json's `key`, and it holds bench.json's `count_key` rows
     (when `count_key` is given)."""
     meta_path = path.parent / META_FILE
@@ -236,7 +237,7 @@ def load_item_images(bench_dir: str | Path, rels: Iterable[str], *, clips_as_vid
     return load_images((resolve_image(bench_dir, rel) for rel in rels), clips_as_video=clips_as_video)
 
 
-def check_item_images(bench: str | Path, items: Iterable[Any], meta: dict[str, Any]) -> int:
+def check_item_images(bench: str | Path, items: Iterable[Any], meta: JsonObject) -> int:
     """The preflight of a job that reads `items`' images (`evprobe run`, `evprobe capture`), before a model
     loads or a request is sent: each image file once, within the pixel budget, at the benchmark's frame
     count (1 for sheets, bench.json's `evidence` for clips) and whole (`bench.decode.check_files`); the

@@ -8,6 +8,7 @@ from typing import Any
 
 from evprobe.core.errors import InputError
 from evprobe.core.files import append_log_lines, read_complete_lines
+from evprobe.core.json_types import JsonObject
 
 RECORDS_FILE = "records.jsonl"
 RUN_META_FILE = "run.json"
@@ -40,7 +41,7 @@ class Record:
     logprobs_missing: str | None = None  # why option_logprobs is None although it was asked for
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         row = asdict(self)
         for name in OPTIONAL_FIELDS:
             if row[name] is None:
@@ -48,7 +49,7 @@ class Record:
         return row
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> Record:
+    def from_json(cls, row: JsonObject) -> Record:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row or name not in OPTIONAL_FIELDS})
 
 
