@@ -39,9 +39,9 @@ time with `--out OUT/run-r --seed S+r-1` instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -50,7 +50,9 @@ from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE
 from evprobe.bench.runner import POLICY_PREFIX, RunConfig, RunSummary, run
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_json
+from evprobe.core.job_summary import Session
 from evprobe.core.json_files import read_json_object
+from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import LOCK_FILE, folder_lock
 from evprobe.core.progress import note
 
@@ -125,19 +127,19 @@ def refuse_runs_folder(config: RunConfig) -> None:
                          "or choose another --out")
 
 
-def _pins(config: RunConfig) -> dict[str, Any]:
+def _pins(config: RunConfig) -> JsonObject:
     """What runs.json says of the setting besides the seed (each run's run.json pins the rest)."""
     return {"model": config.source, "temperature": float(config.temperature), "top_p": float(config.top_p)}
 
 
-def _index(config: RunConfig, runs: int) -> dict[str, Any]:
+def _index(config: RunConfig, runs: int) -> JsonObject:
     c = config
     return {"kind": RUNS_KIND, "seed": c.seed, **_pins(c),
             "runs": [{"run": r, "folder": run_folder_name(r), "seed": run_seed(c.seed, r), "n_selected": None,
                       "n_records": None} for r in range(1, runs + 1)]}
 
 
-def _check_out(config: RunConfig, runs: int) -> dict[str, Any] | None:
+def _check_out(config: RunConfig, runs: int) -> JsonObject | None:
     """OUT's runs.json as written (None for a new or empty OUT); refuses an OUT it cannot continue."""
     out = Path(config.out)
     if not out.exists():
@@ -166,11 +168,30 @@ def _check_out(config: RunConfig, runs: int) -> dict[str, Any] | None:
     return old
 
 
+@dataclass(frozen=True)
+class RepeatedRun:
+    """One run of a folder of runs as runs.json lists it, with this session's work on it."""
+
+    run: int
+    folder: str
+    seed: int
+    n_selected: int
+    n_records: int
+    last_session: Session
+
+
+@dataclass(frozen=True)
+class RepeatedRuns:
+    """What `run_repeated` did: OUT and each of its runs (runs.json's entries, with their last session)."""
+
+    out: str
+    runs: tuple[RepeatedRun, ...]
+
+
 def run_repeated(config: RunConfig, runs: int, progress: bool = True,
-                 run_one: Callable[[RunConfig], RunSummary] | None = None) -> dict[str, Any]:
-    """Write runs 1..`runs` of `config` into OUT/run-1 ... (module docstring); returns the summary,
-    {"out", "runs": [{"run", "folder", "seed", "n_selected", "n_records", "last_session"}, ...]},
-    which runs.json also holds (without last_session).
+                 run_one: Callable[[RunConfig], RunSummary] | None = None) -> RepeatedRuns:
+    """Write runs 1..`runs` of `config` into OUT/run-1 ... (module docstring); returns what it did
+    (`RepeatedRuns`: each run's entry of runs.json, with its last session).
 
     run_one: how one run is run (default `bench.runner.run` with `progress`); given a config whose
     `out` is the run's folder, `seed` its seed and `runs` 1."""
@@ -191,20 +212,21 @@ def run_repeated(config: RunConfig, runs: int, progress: bool = True,
                 note("run", f"run {entry['run']} of {runs} (seed {entry['seed']}) in {out / entry['folder']}")
             summary = one(replace(config, out=str(out / entry["folder"]), seed=entry["seed"], runs=1))
             entry.update(n_selected=summary.n_selected, n_records=summary.n_records)
-            sessions.append(summary.last_session.to_json())
+            sessions.append(summary.last_session)
             atomic_write_json(out / RUNS_FILE, index)
-    return {"out": str(out), "runs": [{**entry, "last_session": s} for entry, s in zip(index["runs"], sessions)]}
+    return RepeatedRuns(str(out), tuple(RepeatedRun(e["run"], e["folder"], e["seed"], e["n_selected"], e["n_records"], s)
+                                        for e, s in zip(index["runs"], sessions)))
 
 
-def runs_line(summary: dict[str, Any]) -> str:
+def runs_line(summary: RepeatedRuns) -> str:
     """One line of what `run_repeated` did, for the command line."""
-    runs = summary["runs"]
-    counts = ", ".join(f"{e['folder']} {e['n_records']}/{e['n_selected']} (seed {e['seed']})" for e in runs)
-    new = sum((e.get("last_session") or {}).get("items") or 0 for e in runs)
-    seconds = sum((e.get("last_session") or {}).get("seconds") or 0.0 for e in runs)
-    return (f"{len(runs)} runs in {summary['out']}: {counts} records ({new} new in {round(seconds, 3)} s); "
-            f"score them with `evprobe score {summary['out']}`")
+    runs = summary.runs
+    counts = ", ".join(f"{e.folder} {e.n_records}/{e.n_selected} (seed {e.seed})" for e in runs)
+    new = sum(e.last_session.items or 0 for e in runs)
+    seconds = sum(e.last_session.seconds or 0.0 for e in runs)
+    return (f"{len(runs)} runs in {summary.out}: {counts} records ({new} new in {round(seconds, 3)} s); "
+            f"score them with `evprobe score {summary.out}`")
 
 
-__all__ = ["RUNS_FILE", "RunsIndex", "check_runs", "is_runs_folder", "read_runs", "refuse_runs_folder",
+__all__ = ["RUNS_FILE", "RepeatedRun", "RepeatedRuns", "RunsIndex", "check_runs", "is_runs_folder", "read_runs", "refuse_runs_folder",
            "run_repeated", "run_seed", "runs_line"]

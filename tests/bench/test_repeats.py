@@ -88,7 +88,7 @@ def test_a_killed_run_of_runs_continues_each_folder(three_runs: Path, small_benc
     (out / "run-2" / "records.jsonl").write_bytes(b"".join(lines[:100]) + lines[100][:17])  # killed mid-append
     shutil.rmtree(out / "run-3")  # never started
     summary = run_repeated(_config(small_bench, out, seed=5), 3, progress=False)
-    assert [e["last_session"]["items"] for e in summary["runs"]] == [0, 212, 312]
+    assert [e.last_session.items for e in summary.runs] == [0, 212, 312]
     assert {r: _lines(out / f"run-{r}") for r in (1, 2, 3)} == before
 
 
@@ -106,7 +106,7 @@ def test_what_a_folder_of_runs_refuses_and_what_it_adds(three_runs: Path, small_
     with pytest.raises(InputError, match="folder of 3 runs"):
         refuse_runs_folder(_config(small_bench, out, seed=5))
     summary = run_repeated(_config(small_bench, out, seed=5, limit=10), 4, progress=False)
-    assert [e["seed"] for e in summary["runs"]] == [5, 6, 7, 8] and summary["runs"][3]["n_records"] == 10
+    assert [e.seed for e in summary.runs] == [5, 6, 7, 8] and summary.runs[3].n_records == 10
     assert len(read_runs(out).runs) == 4
     single = tmp_path / "single"
     run(_config(small_bench, single, limit=5), progress=False)
