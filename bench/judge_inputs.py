@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evprobe.bench.backends.redact import key_env_name, shown_url
 from evprobe.bench.items import Item
@@ -17,6 +17,10 @@ from evprobe.bench.judge_reader import judge_words
 from evprobe.bench.protocols import ANSWER_REQUESTS
 from evprobe.core.errors import InputError, printable
 from evprobe.core.files import read_complete_lines
+
+if TYPE_CHECKING:
+    from evprobe.bench.json_schema import RunMeta
+    from evprobe.bench.records import Record
 
 RECORDS_FIX = "pass the run's benchmark with --bench DIR, or move records.jsonl aside and rerun `evprobe run`"
 
@@ -61,7 +65,7 @@ def key_envs(names: list[str] | None, n_judges: int) -> list[str | None]:
     return names
 
 
-def checked_inputs(run: Path, bench: Path | None) -> tuple[Any, list[Item], dict[str, Any]]:
+def checked_inputs(run: Path, bench: Path | None) -> tuple[RunMeta, list[Item], dict[str, Record]]:
     """(run.json, the benchmark's items, the run's records), every one checked against its schema
     and the records against the items: a fault is one line naming file, line, field and fix."""
     from evprobe.bench.json_schema import read_run_meta

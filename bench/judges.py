@@ -48,6 +48,7 @@ import io
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,12 +58,14 @@ import numpy as np
 
 from evprobe.bench import pecs
 from evprobe.bench.items import Item
+from evprobe.bench.records import Record
 from evprobe.bench.judge_inputs import Judge, checked_inputs, key_envs
 from evprobe.bench.judge_reader import check_options, judge_words, read_label
 from evprobe.bench.protocols import build_prompt
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import folder_lock
 
 JUDGE_OPTIONS = {"A": "It answers yes.", "B": "It answers no.",
@@ -224,7 +227,7 @@ def _as_judged(item: Item, record: Any, panel: str | None) -> Any:
     return replace(record, valid=True, route="panel", choice=letter, answer=panel)
 
 
-def _write(out: Path, rows: list[dict[str, Any]], every: list[Item], records: dict[str, Any], judged_records: list[Any],
+def _write(out: Path, rows: list[JsonObject], every: list[Item], records: dict[str, Record], judged_records: list[Record],
            judges: list[Judge], envs: list[str | None], per_stratum: int, n_boot: int, seed: int) -> JudgeSummary:
     """judge.json / .md, the judged records and scores, and audit.csv. every: the benchmark's items;
     records: the run's own (rule-judged) records."""
@@ -265,16 +268,16 @@ def _write(out: Path, rows: list[dict[str, Any]], every: list[Item], records: di
     return JudgeSummary(out, len(rows), kappa, files)
 
 
-def _share(rows: list[dict[str, Any]], hit: Any) -> dict[str, Any]:
+def _share(rows: list[JsonObject], hit: Callable[[JsonObject], bool]) -> JsonObject:
     """A plain share with its count (agreement among the replies given; no interval: a description)."""
     n = len(rows)
     return {"value": (sum(bool(hit(r)) for r in rows) / n) if n else None, "n": n}
 
 
-def _audit(rows: list[dict[str, Any]], names: list[str], per_stratum: int, seed: int) -> bytes:
+def _audit(rows: list[JsonObject], names: list[str], per_stratum: int, seed: int) -> bytes:
     """Up to `per_stratum` replies of each (request, rule, panel) cell, seeded; a blank `human` column."""
     rng = np.random.default_rng(seed)
-    strata: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    strata: dict[tuple[str, str, str], list[JsonObject]] = {}
     for r in rows:
         strata.setdefault((r["request"], str(r["rule"]), str(r["panel"])), []).append(r)
     buf = io.StringIO()
@@ -289,11 +292,11 @@ def _audit(rows: list[dict[str, Any]], names: list[str], per_stratum: int, seed:
     return buf.getvalue().encode("utf-8")
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: JsonObject) -> str:
     from evprobe.bench.score_cells import pct, plain
     from evprobe.core.estimate_text import missing_text
 
-    def share(s: dict[str, Any]) -> str:
+    def share(s: JsonObject) -> str:
         return missing_text("no replies to compare") if s["value"] is None else f"{100 * s['value']:.1f}% (n={s['n']})"
 
     lines = ["# Free-form replies judged by a panel (seed 002, section 4.2 and appendix D)", "",
