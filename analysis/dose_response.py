@@ -33,10 +33,11 @@ once the label carries nothing); per setting, the probe's percentile, z and two-
 null's effects (analysis.specificity.null_stats; the band is their central 95% from 40 directions on).
 Ablation (`ablation=True`): the direction projected out of each layer's output (hooks.ablation), no
 dose, read and estimated like a dose (direction "ablation"), as `evprobe dose-response` reads it.
-Cross-fitted: the families are split into two seeded halves; on each half the layer x dose that
-moves the `goal_group`'s log-odds furthest toward `goal` (+1 raises the target's log-odds, -1
-lowers it; ties to the smaller |alpha|, then the lower layer) is chosen and the other half is read
-there, so every item is scored once at a setting chosen without it; every null direction goes
+Cross-fitted (analysis.dose_grid, the analysis `evprobe dose-response` runs with its own readout and
+choice rule): the families are split into two seeded halves; on each half the layer x dose that
+moves the `goal_group`'s log-odds (or `choice`'s measure) furthest toward `goal` (+1 raises the
+target's log-odds, -1 lowers it; ties to the smaller |alpha|, then the lower layer) is chosen and
+the other half is read there, so every item is scored once at a setting chosen without it; every null direction goes
 through the same choice, and the verdict is the pipeline's rank test against each null
 (analysis.specificity: p = (1 + #{null directions at least as far toward the goal}) / (K + 1), beyond
 a null when p <= 0.05, with the margin over its nearest direction); "specific to this direction" only
@@ -52,14 +53,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.analysis.dose_grid import TARGET_CHOICE, TARGET_READOUT, ChoiceRule, cross_fit, set_means
 from evprobe.analysis.effects import Cells, cell_estimates, cells, estimate_columns
 from evprobe.analysis.inputs import MAX_BOOT, MAX_NULL, dose_arguments, integer, prompt_lengths, unit_norms
 from evprobe.analysis.label_null import NEAR_COSINE, FitRows, LabelFreeNull, direction_rows, fit_rows_null
 from evprobe.analysis.specificity import (
     HALVES,
     Verdict,
-    crossfit_scores,
-    group_means,
     joint_verdict,
     null_stats,
     specificity_stats,
@@ -197,6 +197,7 @@ def steering_dose_response(
     seed: int = 20260905,
     random_seed: int | None = None,
     split_seed: int = 0,
+    choice: ChoiceRule = TARGET_CHOICE,
     batch_size: int = 8,
     max_rows: int = 256,
     allow_other_model: bool = False,
@@ -222,6 +223,10 @@ def steering_dose_response(
     ablation: also read each layer with the direction projected out of its output (hooks.ablation.ablate:
         every position and step), which has no dose: direction "ablation", alpha NaN, its readouts
         and paired changes against the unsteered model (is the direction used at that layer?).
+    choice: how each cross-fit half picks the layer x dose (analysis.dose_grid.ChoiceRule): by default
+        the goal group's log-odds moved furthest toward `goal`; ChoiceRule("chose") moves the rate of
+        choosing the target instead, and a `guard` rate caps a setting (the benchmark's rule: the stop
+        rate, while at most 10% choose a useless test). The verdict is read on the log-odds either way.
     seed: the family bootstrap's, and the random directions' unless `random_seed` is given (the
         pipeline seeds them apart: its `seed` and `random_seed`).
     """
@@ -261,6 +266,9 @@ def steering_dose_response(
     masks = {g: np.ones(len(prompts), bool) if g == "all" else group_of == g for g in group_names}
     if not isinstance(goal_group, str) or goal_group not in masks:
         raise InputError(f"goal_group {goal_group!r} is not a group; choose from {', '.join(group_names)}")
+    if not isinstance(choice, ChoiceRule):
+        raise InputError(f"choice must be an evprobe ChoiceRule (analysis.dose_grid), got {shown(choice, 40)}")
+    choice.columns(TARGET_READOUT)  # a measure this readout lacks: one line before any forward
     n_directions = len(steps) * (1 + len(extra) + n_random + n_relabel)  # a forward's rows: directions x prompts
     prompt_lengths(handle, list(prompts), list(images), batch_size, min(max(max_rows, batch_size),
                                                                        n_directions * min(batch_size, len(prompts))))
@@ -343,13 +351,16 @@ def steering_dose_response(
                 for c, (g, measure) in enumerate(cell_of):
                     add(name, layer_, alpha, g, measure, steered[c])
                     add(name, layer_, alpha, g, f"{measure}_change", changes[c])
+            # each null's directions' effects (analysis.dose_grid.set_means: the command's null band reads them so)
+            base_means = set_means(base[:, None, :], list(masks.values()))[0]  # (G, M)
+            probe_means = set_means(values[layer_][ai, :1].transpose(1, 0, 2), list(masks.values()))[0]  # (G, M)
             for kind, by in nulls.items():
-                for g, mask in masks.items():
+                k_effects = set_means(by[layer_][ai].transpose(1, 0, 2), list(masks.values())) - base_means  # (K, G, M)
+                for gi, g in enumerate(masks):
                     for m, measure in enumerate(MEASURES):
-                        probe = float(np.mean(values[layer_][ai, 0][mask, m] - base[mask, m]))
-                        k_effects = (by[layer_][ai][:, mask, m] - base[mask, m]).mean(axis=1)  # (K,)
+                        probe = float(probe_means[gi, m] - base_means[gi, m])
                         null_rows.append({"null": kind, "layer": layer_, "alpha": alpha, "group": g,
-                                          "measure": f"{measure}_change", **null_stats(probe, k_effects)})
+                                          "measure": f"{measure}_change", **null_stats(probe, k_effects[:, gi, m])})
     for layer_, v in sorted(vectors.items()) if ablation else ():
         with ablate(handle, v, layers=[layer_]):
             kept = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size),
@@ -365,7 +376,7 @@ def steering_dose_response(
         item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "unsteered", "layer": None,
                           "alpha": 0.0, "log_odds": base[i, 0], "chose": base[i, 1]})
     near = {"random": _near(rand, vectors), "label-free": _near_free(label_free)}
-    crossfit, verdict = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed,
+    crossfit, verdict = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed, choice,
                                   lambda scored: cell_estimates(read(scored), base_cells)[1], near)
     return DoseResponseResult(effects=pd.DataFrame(effects), null=pd.DataFrame(null_rows),
                               crossfit=pd.DataFrame(crossfit), items=pd.DataFrame(item_rows), units=unit, goal=goal,
@@ -433,34 +444,33 @@ def _near_free(label_free: dict[int, LabelFreeNull]) -> dict[int, float]:
 
 def _crossfit(values: dict[int, np.ndarray], nulls: dict[str, dict[int, np.ndarray]], base: np.ndarray,
               steps: list[float], fam: np.ndarray, masks: dict[str, np.ndarray], goal: int, goal_group: str,
-              split_seed: int, changes_of: Callable[[np.ndarray], list[Estimate]],
+              split_seed: int, choice: ChoiceRule, changes_of: Callable[[np.ndarray], list[Estimate]],
               near: dict[str, dict[int, float]]) -> tuple[list[dict[str, Any]], Verdict]:
-    """The cross-fitted effect of the probe and of each null direction (module docstring), rows per
-    group x measure x null, and the joint verdict on the goal group's log-odds.
+    """The cross-fitted effect of the probe and of each null direction (module docstring;
+    analysis.dose_grid.cross_fit, the command's too), rows per group x measure x null, and the joint
+    verdict on the goal group's log-odds.
     changes_of: per-item readouts (n, 2) -> the Estimates of their paired changes, cells group x measure."""
     half_of = split_halves({"all": sorted(set(fam))}, split_seed)
     half = np.array([half_of[f] for f in fam])
     cands = [(layer_, alpha) for layer_ in sorted(values) for alpha in steps]
-    kinds = [k for k, by in nulls.items() if by and next(iter(by.values())).shape[1]]  # the nulls that ran
-    sizes = [next(iter(nulls[k].values())).shape[1] for k in kinds]
-    # (C, n, 1 + K_random + K_free, M): the probe first, then each null's directions, at every candidate setting
-    stack = np.stack([np.concatenate([values[layer_][steps.index(a), :1],
-                                      *(nulls[k][layer_][steps.index(a)] for k in kinds)], axis=0)
-                      .transpose(1, 0, 2) for layer_, a in cands])
-    # each direction's best setting on one half (log-odds moved furthest toward the goal), scored on the other
-    scored, choices, _ = crossfit_scores(cands, stack, base, half, HALVES, masks[goal_group], 0, goal)
-    chosen = {h: cands[int(choices[h][0])] for h in HALVES}
+    probe = np.stack([values[layer_][steps.index(a), 0] for layer_, a in cands])  # (C, n, M)
+    # (C, n, K, M) per null that ran: its directions at every candidate setting
+    sets = {k: np.stack([by[layer_][steps.index(a)].transpose(1, 0, 2) for layer_, a in cands])
+            for k, by in nulls.items() if by and next(iter(by.values())).shape[1]}
+    # each direction's best setting on one half (the rule's measure moved furthest toward the goal), scored on the other
+    cf = cross_fit(cands, probe, sets, base, half, masks[goal_group], TARGET_READOUT, choice, goal)
+    chosen = {h: cf.chosen(h) for h in HALVES}
     rows, goal_stats = [], {}
-    changes = iter(changes_of(scored[:, 0, :]))  # cells in group x measure order
+    changes = iter(changes_of(cf.probe()))  # cells in group x measure order
     for g, mask in masks.items():
+        effects = {kind: cf.null_effects(kind, base, mask) for kind in cf.kinds}  # (K, M) each
         for m, measure in enumerate(MEASURES):
             e = next(changes)
-            every = group_means(scored[:, 1:, :], mask)[:, m] - base[mask, m].mean()  # (K_all,)
-            for j, kind in enumerate(kinds or [None]):
-                null_effects = every[sum(sizes[:j]): sum(sizes[:j + 1])] if kind else np.zeros(0)
+            for kind in cf.kinds or (None,):
+                null_effects = effects[kind][:, m] if kind else np.zeros(0)
                 share = max(near[kind][c[0]] for c in chosen.values()) if kind else None
-                probe = float(e.value) if e.value is not None else None
-                stats = specificity_stats(probe, null_effects, -goal, goals=1, near_share=share) \
+                probe_effect = float(e.value) if e.value is not None else None
+                stats = specificity_stats(probe_effect, null_effects, -goal, goals=1, near_share=share) \
                     if g == goal_group and measure == "log_odds" else null_stats(e.value, null_effects)
                 if g == goal_group and measure == "log_odds" and kind:
                     goal_stats[kind] = dict(stats)

@@ -85,9 +85,9 @@ several systems; `generate.` prefix for the generated-reply readout).
 The subpackage, one concept per module: `config` (the typed config, the dose key), `plan` (what a
 run steers: directions per layer, target items, conditions), `units` (alpha's unit), `readouts`
 (one forward per batch and condition), `controls` and `relabel` (the specificity controls and the
-relabelled null), `null`, `crossfit` and `specificity` (the null's statistics, the cross-fitted
-choice, the rank test; analysis.dose_response uses them on a user's own prompts), `stats`
-(aggregates), `formatting`, `text` and `report` (how numbers print, the generated sentences, the
+relabelled null), `null` and `crossfit` (the null band from the set rows; the cross-fitted headline:
+the benchmark's readout and choice rule handed to the analysis layer's one cross-fit,
+analysis.dose_grid, which `steering_dose_response` runs on a user's prompts), `stats` (aggregates), `formatting`, `text` and `report` (how numbers print, the generated sentences, the
 files), `job` (the job and the command).
 """
 

@@ -25,17 +25,18 @@ reported too, with which half chose what.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.analysis.dose_grid import ChoiceRule, Readout, cross_fit
+from evprobe.analysis.effects import Cells, change_families, spans_of
 from evprobe.analysis.label_null import NEAR_COSINE
 from evprobe.analysis.specificity import (
     HALVES,
     NULL_SETS,
     Verdict,
-    choose_settings,
     joint_verdict,
     null_stats,
     specificity_stats,
@@ -52,9 +53,13 @@ from evprobe.experiments.dose_response.results import (
     NullPlace,
     Split,
 )
-from evprobe.experiments.dose_response.specificity import USELESS_CEILING, crossfit_effects
+from evprobe.experiments.steering_conventions import alpha_key
 
 GOALS = (("induce measuring", "resolved", "unresolved", +1), ("induce stopping", "unresolved", "resolved", -1))
+USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer.checks)
+# The benchmark's choice rule (module docstring), one parameter of the analysis layer's cross-fit.
+BENCHMARK_CHOICE = ChoiceRule("stop_rate", guard="useless_test_rate", ceiling=USELESS_CEILING)
+Masks = dict[tuple[str, str], np.ndarray]
 
 
 def item_halves(items: list[Any], seed: int) -> tuple[np.ndarray, dict[str, str]]:
@@ -66,27 +71,6 @@ def item_halves(items: list[Any], seed: int) -> tuple[np.ndarray, dict[str, str]
             fams.append(it.family_id)
     half_of = split_halves(by_system, seed)
     return np.array([half_of[it.family_id] for it in items]), half_of
-
-
-def _mean(V: np.ndarray, mask: np.ndarray, j: int) -> float:
-    x = V[mask, j]
-    x = x[~np.isnan(x)]
-    return float(x.mean()) if len(x) else float("nan")
-
-
-def _choose(cands: list[tuple[int, float]], values: dict[str, np.ndarray], mask: np.ndarray, sign: int,
-            measures: tuple[str, ...], chosen_on: str) -> Choice:
-    """The setting chosen on `mask`'s items, half `chosen_on` (module docstring; the rule is
-    analysis.specificity.choose_settings, which the null directions go through too)."""
-    js, ju = measures.index("stop_rate"), measures.index("useless_test_rate")
-    base = _mean(values["base"], mask, js)
-    V = [values[f"L{layer}.probe.{alpha_key(alpha)}"] for layer, alpha in cands]
-    shift = np.array([[-sign * (_mean(v, mask, js) - base)] for v in V])  # (C, 1); + = toward the goal
-    useless = np.array([[_mean(v, mask, ju)] for v in V])  # (C, 1)
-    chosen, broken = choose_settings(cands, shift, useless, USELESS_CEILING)
-    c = int(chosen[0])
-    return Choice(chosen_on, cands[c][0], cands[c][1], float(shift[c, 0]), float(useless[c, 0]), bool(broken[0]),
-                  int(mask.sum()))
 
 
 def near_share(plan: Any, kind: str, layers: set[int]) -> float | None:
@@ -101,9 +85,11 @@ def near_share(plan: Any, kind: str, layers: set[int]) -> float | None:
     return float(np.mean(np.abs(cos) >= NEAR_COSINE))
 
 
-def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], values_of: Any, ratios: Any,
-             est: Any, spans: Any) -> tuple[list[Headline], Split]:
-    """The cross-fitted headline rows (one per goal) and the split."""
+def crossfit(plan: Any, readout: str, done: dict, spec: Readout, values_of: Any,
+             cells_of: Callable[[np.ndarray, Masks], Cells], est: Any) -> tuple[list[Headline], Split]:
+    """The cross-fitted headline rows (one per goal) and the split: analysis.dose_grid.cross_fit with
+    the benchmark's readout (`spec`, per-item values from `values_of`) and choice rule.
+    cells_of: (items, M) values and masks -> their cells (the run's bootstrap)."""
     items = plan.items
     seed, rule = plan.config.split_seed, "whole families, seeded, stratified by system"
     if len({it.family_id for it in items}) < 2:
@@ -112,33 +98,35 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
     split = Split(seed, rule, tuple((h, tuple(sorted(f for f, x in half_of.items() if x == h))) for h in HALVES))
     resolved = np.array([bool(it.resolved) for it in items])
     groups = {"resolved": resolved, "unresolved": ~resolved}
+    measures = spec.measures
     keys = ["base"] + [f"L{layer}.probe.{alpha_key(a)}" for layer in plan.layers for a in plan.config.alphas if a != 0]
     values = {k: values_of(readout, [done[(it.item_id, k)] for it in items]) for k in keys}  # each (items, M)
     out = []
     n_goals = sum(any(a * sign > 0 for a in plan.config.alphas) for *_, sign in GOALS)  # claims sharing the 5%
     for goal, target, other, sign in GOALS:
         cands = [(layer, float(a)) for layer in plan.layers for a in sorted(plan.config.alphas) if a * sign > 0]
-        if not cands:
+        if not cands or not all((groups[target] & (half == h)).any() for h in HALVES):
             continue
+        nulls = {kind: np.stack([set_values(readout, items, [done[(it.item_id, f"L{layer}.{kind}.{alpha_key(a)}")]
+                                                             for it in items], measures, values_of)
+                                 for layer, a in cands])  # (C, items, K, M)
+                 for kind in NULL_SETS if set_size(plan, kind)}
+        probe = np.stack([values[f"L{layer}.probe.{alpha_key(a)}"] for layer, a in cands])  # (C, items, M)
+        # sign +1 (induce measuring) lowers the stop rate: toward = -sign
+        cf = cross_fit(cands, probe, nulls, values["base"], half, groups[target], spec, BENCHMARK_CHOICE, -sign)
         choices = {}
         for h in HALVES:
-            fit_mask = groups[target] & (half == h)
-            if not fit_mask.any():
-                break
-            choices[h] = _choose(cands, values, fit_mask, sign, measures, h)
-        if len(choices) < 2:
-            continue
-        scored_at = {h: choices["B" if h == "A" else "A"] for h in HALVES}  # the half scored at the other's choice
-        cond = [f"L{scored_at[half[i]].layer}.probe.{alpha_key(scored_at[half[i]].alpha)}"
-                for i in range(len(items))]
-        rows = [done[(it.item_id, cond[i])] for i, it in enumerate(items)]
+            c = int(cf.choices[h][0])
+            choices[h] = Choice(h, cands[c][0], cands[c][1], float(cf.shift[h][c]), float(cf.guard[h][c]),
+                                bool(cf.broken[h][0]), int((groups[target] & (half == h)).sum()))
         masks = {(g, scope): groups[g] & (np.ones(len(items), bool) if scope == "pooled" else half == scope)
                  for g in (target, other) for scope in ("pooled", *HALVES)}
-        observed, draws, n = ratios(readout, rows, masks)
-        base_rows = [done[(it.item_id, "base")] for it in items]
-        base_obs, _, _ = ratios(readout, base_rows, masks)
-        lo, hi, dlo, dhi, fams, dfams = spans(readout, rows, base_rows, masks)  # experiments.dose_response.stats.intervals
-        blo, bhi, _, _, bfams, _ = spans(readout, base_rows, base_rows, masks)
+        cur, base = cells_of(cf.probe(), masks), cells_of(values["base"], masks)
+        observed, n, base_obs = cur.observed, cur.n, base.observed
+        lo, hi, dlo, dhi = spans_of(cur, base)
+        fams, dfams = cur.n_families, change_families(cur, base)
+        blo, bhi, _, _ = spans_of(base, base)
+        bfams = base.n_families
         M = len(measures)
         cells = {(g, scope, m): c * M + j for c, (g, scope) in enumerate(masks) for j, m in enumerate(measures)}
 
@@ -149,28 +137,22 @@ def crossfit(plan: Any, readout: str, done: dict, measures: tuple[str, ...], val
             return est(observed[c], lo[c], hi[c], n[c], fams[c])
 
         null: dict[str, dict[tuple[str, str], NullPlace]] = {}
-        for kind in NULL_SETS:
-            if not set_size(plan, kind):
-                continue
-            sets = {(layer, a): set_values(readout, items, [done[(it.item_id, f"L{layer}.{kind}.{alpha_key(a)}")]
-                                                            for it in items], measures, values_of)
-                    for layer, a in cands}  # each (items, K, M)
+        for kind in cf.kinds:
             near = near_share(plan, kind, {int(c.layer) for c in choices.values()})
-            effects = crossfit_effects(cands, values["base"], sets, half, HALVES, groups[target],
-                                       {g: groups[g] for g in (target, other)}, sign, measures)
             null[kind] = {}
             for g in (target, other):
+                effects = cf.null_effects(kind, values["base"], groups[g])  # (K, M)
                 for m in ("stop_rate", "log_odds"):
                     if m not in measures:
                         continue
                     c = cells[(g, "pooled", m)]
-                    probe = None if np.isnan(observed[c]) else float(observed[c] - base_obs[c])
-                    eff = effects[g][:, measures.index(m)]
+                    probe_effect = None if np.isnan(observed[c]) else float(observed[c] - base_obs[c])
+                    eff = effects[:, measures.index(m)]
                     if g == target:
-                        stats = specificity_stats(probe, eff, sign, n_goals, near)
+                        stats = specificity_stats(probe_effect, eff, sign, n_goals, near)
                         null[kind][(g, m)] = NullPlace.of(stats, stats["effects"])
                     else:
-                        null[kind][(g, m)] = NullPlace.of(null_stats(probe, eff), eff)
+                        null[kind][(g, m)] = NullPlace.of(null_stats(probe_effect, eff), eff)
 
         def group_block(g: str) -> GroupBlock:
             c0 = cells[(g, "pooled", "stop_rate")]
@@ -198,4 +180,4 @@ def _verdict(measure: str, by_kind: dict[str, NullPlace | None]) -> tuple[str, V
     return measure, joint_verdict({kind: None if p is None else p.to_json() for kind, p in by_kind.items()})
 
 
-__all__ = ["GOALS", "crossfit", "item_halves", "near_share"]
+__all__ = ["BENCHMARK_CHOICE", "GOALS", "USELESS_CEILING", "crossfit", "item_halves", "near_share"]

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
+from evprobe.analysis.dose_grid import set_means
 from evprobe.analysis.specificity import null_stats
 from evprobe.bench.items import Item
 from evprobe.experiments.steering_conventions import alpha_key
@@ -38,7 +40,7 @@ Masks = dict[tuple[str, str], np.ndarray]  # (group, system) -> (items,) bool
 Stats = dict[tuple[str, str, str, str], tuple[Estimate, Estimate]]
 
 
-def pseudo_rows(readout: str, item: Item, row: dict[str, Any]) -> list[dict[str, Any]]:
+def pseudo_rows(readout: str, item: Item, row: JsonObject) -> list[JsonObject]:
     """A set row as K single-direction rows in the `lp` / `gen` shape dose_stats reads."""
     out = []
     if readout == "logprobs":
@@ -59,24 +61,11 @@ def pseudo_rows(readout: str, item: Item, row: dict[str, Any]) -> list[dict[str,
     return out
 
 
-def set_values(readout: str, items: list[Item], rows: list[dict[str, Any]], measures: tuple[str, ...],
+def set_values(readout: str, items: list[Item], rows: list[JsonObject], measures: tuple[str, ...],
                values_of: Any) -> np.ndarray:
     """(items, K, measures) values of one set condition; NaN where undefined."""
     per = [values_of(readout, pseudo_rows(readout, it, row)) for it, row in zip(items, rows, strict=True)]  # (K, M)
     return np.stack(per)
-
-
-def point_estimates(V: np.ndarray, masks: Masks) -> np.ndarray:
-    """(K, cells) means over each mask's items where defined, cells ordered (group, system) x measure;
-    NaN where a cell has no defined item. V: (items, K, measures)."""
-    cols = []
-    for m in masks.values():
-        sub = V[m]  # (n, K, M)
-        defined = ~np.isnan(sub)
-        total, count = np.where(defined, sub, 0.0).sum(axis=0), defined.sum(axis=0)  # (K, M) each
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cols.append(np.where(count > 0, total / np.maximum(count, 1), np.nan))  # (K, M)
-    return np.concatenate(cols, axis=1)
 
 
 def set_size(plan: Any, kind: str) -> int:
@@ -108,7 +97,7 @@ def null_band(plan: Any, readout: str, done: dict, stats: Stats, masks: Masks, m
                 key = f"L{layer}.{kind}.{alpha_key(alpha)}"
                 V = set_values(readout, plan.items, [done[(it.item_id, key)] for it in plan.items], measures,
                                values_of)
-                values = point_estimates(V, masks)  # (K, cells)
+                values = set_means(V, list(masks.values())).reshape(len(V[0]), -1)  # (K, cells)
             pkey = "base" if alpha == 0 else f"L{layer}.probe.{alpha_key(alpha)}"
             for c, (group, system, measure) in enumerate(cells):
                 base = stats[("base", group, system, measure)][0].value
@@ -179,4 +168,4 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
     return out
 
 
-__all__ = ["control_rows", "null_band", "point_estimates", "pseudo_rows", "set_size", "set_values"]
+__all__ = ["control_rows", "null_band", "pseudo_rows", "set_size", "set_values"]

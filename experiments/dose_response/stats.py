@@ -10,12 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
+from evprobe.analysis.dose_grid import Readout
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.dose_response.crossfit import crossfit
 from evprobe.experiments.dose_response.meta import report_meta
 from evprobe.experiments.dose_response.null import Stats, control_rows, null_band
 from evprobe.experiments.dose_response.plan import Plan
+from evprobe.experiments.dose_response.units import AlphaUnits
 from evprobe.experiments.dose_response.results import (
     Ablation,
     ByLayer,
@@ -38,14 +41,19 @@ from evprobe.analysis.effects import (
 )
 
 GROUPS = ("resolved", "unresolved", "all")
-MEASURES: dict[str, tuple[str, ...]] = {
-    "logprobs": ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "log_odds"),
-    "generate": ("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate"),
+# The benchmark's readouts (analysis.dose_grid.Readout): every measure but the log-odds is a share of
+# 0/1 items, with core.proportion's interval too.
+READOUTS = {
+    "logprobs": Readout(("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "log_odds"),
+                        rates=("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy")),
+    "generate": Readout(("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy", "invalid_rate"),
+                        rates=("stop_rate", "missing_test_rate", "useless_test_rate", "min_cost_accuracy",
+                               "invalid_rate")),
 }
-NOT_PROPORTIONS = {"log_odds"}  # every other measure is a share of 0/1 items: core.proportion's interval too
+MEASURES: dict[str, tuple[str, ...]] = {readout: spec.measures for readout, spec in READOUTS.items()}
 
 
-def _values(readout: str, rows: list[dict[str, Any]]) -> np.ndarray:
+def _values(readout: str, rows: list[JsonObject]) -> np.ndarray:
     """(items, measures) float array of one condition's rows; NaN where a measure is undefined."""
     out = np.full((len(rows), len(MEASURES[readout])), np.nan)
     for i, row in enumerate(rows):
@@ -84,21 +92,21 @@ def _est(value: float, lo: float, hi: float, n: int, n_families: int) -> Estimat
     return estimate_of(value, lo, hi, n, n_families=int(n_families))
 
 
-def _cells(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
+def _cells(readout: str, rows: list[JsonObject], masks: dict[tuple[str, str], np.ndarray],
            boot: FamilyBootstrap, fam: np.ndarray) -> Cells:
     """One condition's cells, ordered (group, system) x measure (analysis.effects.cells,
     the estimator steering_dose_response uses too)."""
-    return cells(_values(readout, rows), masks, boot, fam, [m not in NOT_PROPORTIONS for m in MEASURES[readout]])
+    return cells(_values(readout, rows), masks, boot, fam, READOUTS[readout].proportions)
 
 
-def _ratios(readout: str, rows: list[dict[str, Any]], masks: dict[tuple[str, str], np.ndarray],
+def _ratios(readout: str, rows: list[JsonObject], masks: dict[tuple[str, str], np.ndarray],
             boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(observed (C,), draws (B, C), n (C,)) of one condition's cells (see Cells)."""
     c = _cells(readout, rows, masks, boot, fam)
     return c.observed, c.draws, c.n
 
 
-def intervals(readout: str, rows: list[dict[str, Any]], base_rows: list[dict[str, Any]],
+def intervals(readout: str, rows: list[JsonObject], base_rows: list[JsonObject],
               masks: dict[tuple[str, str], np.ndarray], boot: FamilyBootstrap, fam: np.ndarray
               ) -> tuple[np.ndarray, ...]:
     """spans_of for rows given as records (what the null's controls and the crossfit pass), with the
@@ -108,7 +116,7 @@ def intervals(readout: str, rows: list[dict[str, Any]], base_rows: list[dict[str
     return (*spans_of(cur, base), cur.n_families, change_families(cur, base))
 
 
-def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]], row_keys: list[str],
+def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], JsonObject], row_keys: list[str],
            masks: dict[tuple[str, str], np.ndarray], boot: FamilyBootstrap, fam: np.ndarray) -> Stats:
     """(estimate, paired change against alpha = 0) of every cell of every condition.
 
@@ -116,7 +124,7 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]]
     cells are computed once and pair each change with alpha = 0 on the same resamples."""
     cell_names = [(g, s, m) for (g, s) in masks for m in MEASURES[readout]]
 
-    def rows(key: str) -> list[dict[str, Any]]:
+    def rows(key: str) -> list[JsonObject]:
         return [done[(it.item_id, key)] for it in plan.items]
 
     base = _cells(readout, rows("base"), masks, boot, fam)
@@ -133,8 +141,8 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], dict[str, Any]]
     return stats
 
 
-def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
-              units: dict[str, dict[str, Any]] | None = None) -> DoseResult:
+def aggregate(plan: Plan, done: dict[tuple[str, str], JsonObject],
+              units: AlphaUnits | None = None) -> DoseResult:
     """All aggregates of the selected items (DoseResult, to_json: dose_response.json): curves (`rows`), the random null
     (`null_band`, experiments.dose_response.null), the controls, the ablation, the cross-fitted `headline`
     (experiments.dose_response.crossfit), the per-layer extremes (`by_layer`) and the generated text."""
@@ -160,10 +168,10 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
     by_layer: list[ByLayer] = []
     ablation: list[Ablation] = []
 
-    def ratios(readout: str, rows: list[dict[str, Any]], cell_masks: dict[tuple[str, str], np.ndarray]):
+    def ratios(readout: str, rows: list[JsonObject], cell_masks: dict[tuple[str, str], np.ndarray]):
         return _ratios(readout, rows, cell_masks, boot, fam)
 
-    def spans(readout: str, rows: list[dict[str, Any]], base_rows: list[dict[str, Any]],
+    def spans(readout: str, rows: list[JsonObject], base_rows: list[JsonObject],
               cell_masks: dict[tuple[str, str], np.ndarray]) -> tuple[np.ndarray, ...]:
         return intervals(readout, rows, base_rows, cell_masks, boot, fam)
 
@@ -191,7 +199,9 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]],
                                  (base_obs, base_draws), spans, random_effects, stats, relabel_effects)
         by_layer += _by_layer(plan_r, readout, stats, band)
         ablation += _ablation(plan_r, readout, stats)
-        headline, split = crossfit(plan_r, readout, done, MEASURES[readout], _values, ratios, _est, spans)
+        headline, split = crossfit(plan_r, readout, done, READOUTS[readout], _values,
+                                   lambda values, cell_masks: cells(values, cell_masks, boot, fam,
+                                                                    READOUTS[readout].proportions), _est)
         headlines += headline
     meta = report_meta(plan, families, systems, scopes, units or {}, split)
     text = paragraphs(meta, headlines, controls, ablation)

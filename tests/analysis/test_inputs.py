@@ -182,6 +182,8 @@ def _dose(handle, prompts=PROMPTS, **kw):
     (dict(direction=np.full(64, 1e308)), None),  # accepted: normalised without overflow (was a zero vector)
     (dict(direction="vec"), r"direction at layer 1: could not convert"),
     (dict(images=[[]]), r"images must hold one list of images per prompt \(4 lists"),
+    (dict(choice="chose"), r"choice must be an evprobe ChoiceRule \(analysis.dose_grid\), got 'chose'"),
+    (dict(choice=evprobe.ChoiceRule("stop_rate")), r"measure 'stop_rate' is not read here; choose from log_odds, chose"),
 ])
 def test_each_bad_argument_is_one_line_before_any_forward(tiny_llava, change, message) -> None:
     prompts = change.pop("prompts", PROMPTS)
@@ -278,3 +280,23 @@ def test_probe_layers_checks_its_inputs_before_any_forward(tiny_llava, tmp_path,
                 out=tmp_path / "sweep")
     _one_line(message, lambda: evprobe.probe_layers(tiny_llava, **{**args, **change}))
     assert not (tmp_path / "sweep").exists()  # refused before anything was written
+
+
+def test_the_choice_rule_is_a_parameter_each_half_chooses_by(tiny_llava) -> None:
+    """Each half's chosen dose is the one whose mean of the rule's measure (over that half's items,
+    read from the result's per-item table) is furthest toward the goal, ties to the smaller |alpha|."""
+    from evprobe.analysis.specificity import split_halves
+
+    chosen = []
+    for rule, measure in ((None, "log_odds"), (evprobe.ChoiceRule("chose"), "chose")):
+        result = _dose(tiny_llava, alphas=(-2.0, -1.0, 1.0, 2.0, 4.0, 8.0, 16.0), n_random=3,
+                       **({} if rule is None else {"choice": rule}))
+        chosen.append(tuple(result.crossfit[f"chosen_on_{h}_alpha"].iloc[0] for h in "AB"))
+        items = result.items[result.items.direction == "probe"]
+        half = split_halves({"all": ["a", "b", "c", "d"]}, 0)
+        for h in "AB":
+            mine = items[items.family.map(half) == h]
+            means = mine.groupby("alpha")[measure].mean()
+            best = max(means.items(), key=lambda kv: (round(kv[1], 9), -abs(kv[0])))[0]
+            assert result.crossfit[f"chosen_on_{h}_alpha"].iloc[0] == best, (measure, h, means.to_dict())
+    assert chosen[0] != chosen[1]  # here the two rules choose apart: the rule is not ignored

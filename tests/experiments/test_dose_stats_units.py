@@ -7,9 +7,7 @@ import pytest
 
 from evprobe.analysis.specificity import split_halves
 from evprobe.core.bootstrap import Estimate
-from evprobe.experiments.dose_response.crossfit import _choose
 from evprobe.analysis.specificity import null_stats
-from evprobe.experiments.dose_response.null import point_estimates
 from evprobe.experiments.dose_response.text import ablation_sentence
 
 
@@ -26,13 +24,6 @@ def test_null_stats_place_the_probe_among_random_effects() -> None:
     assert null_stats(None, random)["percentile"] is None
 
 
-def test_point_estimates_skip_undefined_items() -> None:
-    V = np.array([[[1.0], [0.0]], [[np.nan], [1.0]], [[0.0], [1.0]]])  # (items 3, K 2, measures 1)
-    masks = {("all", "all"): np.array([True, True, True]), ("g", "all"): np.array([False, True, False])}
-    got = point_estimates(V, masks)  # (K, cells)
-    assert got[:, 0] == pytest.approx([0.5, 2 / 3]) and np.isnan(got[0, 1]) and got[1, 1] == 1.0
-
-
 def test_split_halves_whole_families_stratified_and_seeded() -> None:
     fams = {"spring": [f"spring-{i:03d}" for i in range(7)], "sliding": [f"sliding-{i:03d}" for i in range(6)]}
     a = split_halves(fams, 0)
@@ -42,22 +33,6 @@ def test_split_halves_whole_families_stratified_and_seeded() -> None:
         n_a = sum(a[f] == "A" for f in fs)
         assert abs(n_a - (len(fs) - n_a)) <= 1  # both halves hold every system
     assert abs(sum(v == "A" for v in a.values()) - sum(v == "B" for v in a.values())) <= 1
-
-
-def test_choice_moves_toward_the_goal_and_refuses_broken_settings() -> None:
-    measures = ("stop_rate", "useless_test_rate")
-    mask = np.ones(4, bool)
-    base = np.array([[1.0, 0.0]] * 4)
-    values = {"base": base,
-              "L1.probe.+1": np.array([[0.0, 0.5]] * 4),  # moves all the way but breaks (50% useless)
-              "L2.probe.+1": np.array([[0.5, 0.0]] * 4),  # moves half, sane
-              "L2.probe.+0.5": np.array([[0.5, 0.0]] * 4)}  # the same at a smaller dose: the tie goes here
-    got = _choose([(1, 1.0), (2, 1.0), (2, 0.5)], values, mask, +1, measures, "A")
-    assert (got.layer, got.alpha, got.broken) == (2, 0.5, False)
-    assert got.fit_shift_toward_goal == pytest.approx(0.5)
-    assert (got.chosen_on, got.scored_on, got.fit_n_items) == ("A", "B", 4)
-    only_broken = _choose([(1, 1.0)], values, mask, +1, measures, "B")
-    assert only_broken.broken and only_broken.layer == 1 and only_broken.scored_on == "A"
 
 
 def test_ablation_sentence_reads_the_intervals() -> None:
@@ -100,26 +75,6 @@ def test_choose_settings_vectorised_matches_the_probes_rule() -> None:
     assert list(chosen) == [2, 2, 1] and not broken.any()
     chosen, broken = choose_settings(cands, shift, np.ones_like(useless))  # every setting breaks: furthest, flagged
     assert list(chosen) == [0, 2, 2] and broken.all()  # direction 2: the tie goes to the smaller dose
-
-
-def test_crossfit_effects_score_each_direction_at_its_own_choice_on_the_other_half() -> None:
-    from evprobe.experiments.dose_response.specificity import crossfit_effects
-
-    measures = ("stop_rate", "useless_test_rate")
-    half = np.array(["A", "A", "B", "B"])
-    target = np.array([True, True, True, True])
-    base = np.array([[1.0, 0.0]] * 4)
-    # two directions, two doses; direction 0 moves at +1 only on half A, at +0.5 only on half B, so each
-    # half chooses for the other the dose that moves *its own* items: scored, it moves nothing
-    d1 = np.zeros((4, 2, 2))
-    d1[:, :, 0] = [[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]]  # (items, K): stop rate at +1
-    d05 = np.zeros((4, 2, 2))
-    d05[:, :, 0] = [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [0.0, 1.0]]  # at +0.5
-    eff = crossfit_effects([(1, 1.0), (1, 0.5)], base, {(1, 1.0): d1, (1, 0.5): d05}, half, ("A", "B"),
-                           target, {"resolved": target}, +1, measures)
-    # direction 0: A chose +1 (moves A by -1), scored on B at +1: B stays at 1 -> 0 change; B chose +0.5, scored
-    # on A at +0.5: A stays at 1 -> 0; direction 1 moves at +1 everywhere: -1
-    assert eff["resolved"][:, 0] == pytest.approx([0.0, -1.0])
 
 
 def test_specificity_is_a_rank_test_with_its_promised_false_verdict_rate() -> None:
