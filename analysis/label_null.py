@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.core.errors import InputError
 from evprobe.probes.directions import FitRows  # the value lives beside Direction, which can carry one
 
@@ -89,7 +90,7 @@ class LabelFreeNull:
             raise InputError(f"table {table!r} is not one of LabelFreeNull's: directions")
         return pd.DataFrame({"direction": np.arange(self.k), "cosine_with_probe": self.cosines})
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JsonObject:
         """JSON-able summary: size, source, sha256, cosines with the probe and the near share."""
         c = self.cosines
         return {"n": self.k, "source": self.source, "sha256": self.sha256, "n_flip_families": self.n_flip_families,

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.analysis.effects import estimate_columns
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError, shown
@@ -97,8 +98,8 @@ class PatchingSummary:
             raise InputError(f"measure {measure!r} is not one of pair patching's: {', '.join(MEASURES)}")
         return getattr(self, measure)
 
-    def to_json(self) -> dict[str, Any]:
-        def cells(g: Grid) -> list[list[dict[str, Any]]]:
+    def to_json(self) -> JsonObject:
+        def cells(g: Grid) -> list[list[JsonObject]]:
             return [[e.to_json() for e in row] for row in g]
 
         return {"layers": list(self.layers), "positions": list(self.positions), "n_rows": self.n_rows,

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import count_text
 
@@ -54,7 +55,7 @@ def _mean_change_scale(cells: list[list[dict]]) -> tuple[float, float]:
     return -max(top, MIN_GAP), max(top, MIN_GAP)
 
 
-def heatmap_png(summary: dict[str, Any], path: Path, measures: tuple[str, ...] = ("share_of_gap", "decoded_flip"),
+def heatmap_png(summary: JsonObject, path: Path, measures: tuple[str, ...] = ("share_of_gap", "decoded_flip"),
                 row_label: str = "decoder layer", decoded: str = "letter") -> None:
     """One panel per measure, row (layer or site) x patched positions: the mean change of the
     log-odds (nats), the share of the source-target gap the patch recovers, the decoded flips; each
@@ -85,7 +86,7 @@ def heatmap_png(summary: dict[str, Any], path: Path, measures: tuple[str, ...] =
     plt.close(fig)
 
 
-def head_heatmap_png(summary: dict[str, Any], path: Path) -> None:
+def head_heatmap_png(summary: JsonObject, path: Path) -> None:
     """An attn_head job's figure: per position set, two layer x head panels (the share of the gap
     recovered, and decoded flips), each cell with its value and 95% interval."""
     import matplotlib

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.core.decimals import fixed
 
 SPECIFIC_P = 0.05
@@ -134,7 +135,7 @@ def null_stats(probe_effect: float | None, effects: np.ndarray) -> dict[str, Any
     they do not vary) and the two-sided p_null = (1 + #{|null - mean| >= |probe - mean|}) / (K + 1)."""
     e = effects[~np.isnan(effects)]
     k = len(e)
-    out: dict[str, Any] = {"n_directions": k, "mean": None, "sd": None, "lo": None, "hi": None,
+    out: JsonObject = {"n_directions": k, "mean": None, "sd": None, "lo": None, "hi": None,
                            "probe_effect": probe_effect, "percentile": None, "z": None, "p_null": None}
     if not k:
         return out
@@ -191,7 +192,7 @@ class Verdict:
     def text(self) -> str:
         return joint_text(self)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"specific": self.specific, "against": list(self.against), "missing": list(self.missing)}
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.experiments.config import ConfigError
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def control_directions(names: tuple[str, ...], named: Direction, every: dict[str
     return out
 
 
-def controls_record(controls: dict[int, list[ControlDirection]]) -> dict[str, list[dict[str, Any]]]:
+def controls_record(controls: dict[int, list[ControlDirection]]) -> JsonObject:
     """JSON-able: per layer, each control's name, source and cosine with the probe direction."""
     return {str(layer): [{"name": c.name, "source": c.source, "cosine_with_probe": round(c.cosine_with_probe, 6)}
                          for c in cs] for layer, cs in controls.items()}

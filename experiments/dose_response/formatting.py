@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from evprobe.core.json_types import JsonObject
 from evprobe.core.bootstrap import Estimate
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import estimate_text
@@ -26,7 +27,7 @@ def fmt_estimate(e: Estimate | Mapping[str, Any] | None, measure: str, sign: boo
     return estimate_text(e, digits, scale=scale, sign=sign or measure == "log_odds")
 
 
-def crossfit_setting(headline: dict[str, Any]) -> str:
+def crossfit_setting(headline: JsonObject) -> str:
     """Where a cross-fitted headline row steered: `L3 alpha +0.875, L3 alpha +1` (each half's choice,
     once each)."""
     return ", ".join(sorted({f"L{c['layer']} alpha {c['alpha']:+g}" for c in headline["choices"]}))

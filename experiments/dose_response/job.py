@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from evprobe.core.json_types import JsonObject
 from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import load_item_images
 from evprobe.core.capture_schema import row_problem
@@ -33,7 +34,7 @@ from evprobe.experiments.dose_response.report import fmt_estimate, write_reports
 from evprobe.experiments.dose_response.results import Headline
 from evprobe.analysis.specificity import NULL_SETS
 from evprobe.experiments.dose_response.stats import aggregate
-from evprobe.experiments.dose_response.units import units_for
+from evprobe.experiments.dose_response.units import AlphaUnits, read_units, units_for, units_json
 
 @dataclass(frozen=True)
 class DoseResponseReport:
@@ -96,7 +97,7 @@ class DoseResponseJob(Job):
         self.old = read_meta(self.meta_path())
         self.recorded = (self.old or {}).get("layer_directions") or {}  # the layers this folder steered so far
         self.handle: Any = None
-        self.alpha_units: dict[str, dict[str, Any]] = dict((self.old or {}).get("alpha_units") or {})  # experiments.dose_response.units
+        self.alpha_units: AlphaUnits = read_units((self.old or {}).get("alpha_units"))  # experiments.dose_response.units
         self.images: dict[str, list[Any]] = {}  # the current batch's images by item id
 
     def units(self) -> list[Unit]:
@@ -112,7 +113,7 @@ class DoseResponseJob(Job):
     def batch_size(self) -> int:
         return self.plan.batch_size
 
-    def pinned(self) -> dict[str, Any]:
+    def pinned(self) -> JsonObject:
         # Each layer's vector (sha256, mean norm) is pinned layer by layer, not as one value: another vector
         # at a layer steered here is refused, a new layer only adds rows (as README says). The settings
         # first: a changed seed or n_relabel is named as such, not as the relabelled vectors it changes.
@@ -125,8 +126,8 @@ class DoseResponseJob(Job):
             out.update(loaded_pins(self.handle))
         return out
 
-    def meta(self) -> dict[str, Any]:
-        return {**run_meta(self.plan, self.recorded), "alpha_units": self.alpha_units, **self.pinned()}
+    def meta(self) -> JsonObject:
+        return {**run_meta(self.plan, self.recorded), "alpha_units": units_json(self.alpha_units), **self.pinned()}
 
     def store_at(self, folder: Path) -> JsonlRows:
         return JsonlRows(folder / RESULTS_FILE, _row_key, what="dose-response row", check=_row_problem)
@@ -155,7 +156,7 @@ class DoseResponseJob(Job):
                                   headline=result.headline)
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any], out: Path) -> DoseResponseJob:
+    def from_meta(cls, meta: JsonObject, out: Path) -> DoseResponseJob:
         return cls(load_config(DoseResponseConfig, {**meta["config"], "out": str(out), "shard": None},
                                where=f"the shards' {RUN_META_FILE}"))
 

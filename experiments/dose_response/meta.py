@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from evprobe.core.json_types import JsonObject
 from evprobe.analysis.effects import INTERVAL_METHOD
 from evprobe.analysis.specificity import SPECIFIC_P
 from evprobe.experiments.dose_response.controls import controls_record
@@ -14,6 +15,7 @@ from evprobe.experiments.dose_response.null import set_size
 from evprobe.experiments.dose_response.plan import Plan
 from evprobe.experiments.dose_response.relabel import relabel_record
 from evprobe.experiments.dose_response.results import Split
+from evprobe.experiments.dose_response.units import MeasuredUnit, units_json
 
 NULL_BAND_RULE = ("n_random seeded random unit directions at the same layer and raw dose; the probe's "
                   "paired effect vs alpha 0 placed among theirs (percentile, z, p_null); band = 2.5-97.5 "
@@ -36,7 +38,7 @@ class LayerNorm:
     n_fit_items: int
     unit_norm: float | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "mean_norm": self.mean_norm, "n_fit_items": self.n_fit_items,
                 "unit_norm": self.unit_norm}
 
@@ -63,7 +65,7 @@ class ReportMeta:
     flipped: bool
     sign_convention: str
     units: str
-    alpha_units: Mapping[str, Mapping[str, Any]]
+    alpha_units: Mapping[int, MeasuredUnit]
     layers: tuple[LayerNorm, ...]
     controls: Mapping[str, Any]
     split: Split | None
@@ -95,11 +97,11 @@ class ReportMeta:
     def scope_count(self, scope: str) -> ScopeCount:
         return next(c for c in self.scope_counts if c.scope == scope)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "model": self.model, "model_name": self.model_name, "direction": self.direction,
             "direction_provenance": self.direction_provenance, "flipped": self.flipped,
-            "sign_convention": self.sign_convention, "units": self.units, "alpha_units": self.alpha_units,
+            "sign_convention": self.sign_convention, "units": self.units, "alpha_units": units_json(self.alpha_units),
             "layers": {str(n.layer): n.to_json() for n in self.layers}, "controls": self.controls,
             "split": {} if self.split is None else self.split.to_json(), "alphas": list(self.alphas),
             "n_random": self.n_random, "random_seed": self.random_seed, "ablation": self.ablation,
@@ -117,7 +119,7 @@ class ReportMeta:
 
 
 def report_meta(plan: Plan, families: list[str], systems: list[str], scopes: list[str],
-                units: Mapping[str, Mapping[str, Any]], split: Split | None) -> ReportMeta:
+                units: Mapping[int, MeasuredUnit], split: Split | None) -> ReportMeta:
     """The run's meta from its plan (the selected items), the alpha units and the cross-fit's split."""
     config = plan.config
     n_res = sum(bool(it.resolved) for it in plan.items)
@@ -131,7 +133,7 @@ def report_meta(plan: Plan, families: list[str], systems: list[str], scopes: lis
                f"({config.positions}), unsteered, on {len(plan.norm_items)} {plan.norm_source} "
                "(experiments.dose_response.units)"),
         alpha_units=units,
-        layers=tuple(LayerNorm(layer, d.name, d.mean_norm, d.n_items, (units.get(str(layer)) or {}).get("unit_norm"))
+        layers=tuple(LayerNorm(layer, d.name, d.mean_norm, d.n_items, units[layer].unit_norm if layer in units else None)
                      for layer, d in plan.directions.items()),
         controls=controls_record(plan.controls), split=split, alphas=tuple(sorted(config.alphas)),
         n_random=config.n_random, random_seed=config.random_seed, ablation=config.ablation,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.bench.items import Item
 from evprobe.bench.manifest import META_FILE as BENCH_META_FILE
 from evprobe.bench.manifest import read_items, read_meta
@@ -86,7 +87,7 @@ class Plan:
     controls: dict[int, list[ControlDirection]]  # per layer, the specificity controls (config order)
     conditions: list[Condition]
     name: str  # the named direction
-    provenance: dict[str, Any]  # the named direction's provenance (without the item list)
+    provenance: JsonObject  # the named direction's provenance (without the item list)
     flipped: bool  # the stored vectors point toward stopping and were negated
     norm_items: list[Item]  # the items the alpha unit is measured on (experiments.dose_response.units)
     norm_source: str  # "fit items" (select prompts of the items the directions were fitted on) or "target items"
@@ -94,7 +95,7 @@ class Plan:
     excluded: list[str]  # of those, the ones present in the benchmark and dropped (heldout)
     d_model: int
     n_layers: int | None  # known before loading (tiny archs, capture meta), else None
-    pinned: dict[str, Any]
+    pinned: JsonObject
 
     @property
     def batch_size(self) -> int:
@@ -331,7 +332,7 @@ def make_plan(config: DoseResponseConfig) -> Plan:
                 pinned=pinned)
 
 
-def layer_record(plan: Plan) -> dict[str, dict[str, Any]]:
+def layer_record(plan: Plan) -> JsonObject:
     """meta.json's `layer_directions`: per steered layer, the vector's name, sha256 and mean norm (and
     the relabelled set's sha256, which depends on the capture the direction was fitted on)."""
     out = {str(layer): {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
@@ -341,7 +342,7 @@ def layer_record(plan: Plan) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_layers(plan: Plan, recorded: dict[str, Any]) -> None:
+def check_layers(plan: Plan, recorded: JsonObject) -> None:
     """Refuse another vector (sha256 or mean norm) at a layer the folder already steered (`recorded`:
     its meta's layer_directions); a layer new to the folder only adds rows."""
     for layer, now in layer_record(plan).items():
@@ -357,7 +358,7 @@ def check_layers(plan: Plan, recorded: dict[str, Any]) -> None:
                               "out folder for a different direction")
 
 
-def run_meta(plan: Plan, recorded: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_meta(plan: Plan, recorded: JsonObject | None = None) -> JsonObject:
     """meta.json: the pinned settings, every layer steered in this folder so far, paths and configs."""
     return {
         **plan.pinned,

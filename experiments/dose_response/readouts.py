@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.bench.items import Item
 from evprobe.bench.protocols import build_prompt
 from evprobe.experiments.dose_response.config import LETTERS
 from evprobe.experiments.dose_response.plan import Condition, Plan
-from evprobe.experiments.dose_response.units import unit_of
+from evprobe.experiments.dose_response.units import AlphaUnits, unit_of
 from evprobe.hooks.dose import Dose
 
 
@@ -44,7 +45,7 @@ def useless_test(item: Item, action: str | None) -> bool:
     return action == ("test_mass" if item.initial_property == "mass" else "test_other")
 
 
-def logprob_readout(item: Item, logp: np.ndarray) -> dict[str, Any]:
+def logprob_readout(item: Item, logp: np.ndarray) -> JsonObject:
     """Choice and measures from one row of option log-probs, logp: (len(LETTERS),) float64."""
     assert item.options is not None
     letters = sorted(item.options)
@@ -65,7 +66,7 @@ def logprob_readout(item: Item, logp: np.ndarray) -> dict[str, Any]:
     }
 
 
-def generate_readout(item: Item, text: str, regime: str, n_new: int) -> dict[str, Any]:
+def generate_readout(item: Item, text: str, regime: str, n_new: int) -> JsonObject:
     """The parsed greedy reply; invalid replies stop nothing and choose nothing (they stay counted)."""
     from evprobe.bench.parse import parse_reply
 
@@ -96,7 +97,7 @@ def set_vectors(plan: Plan, cond: Condition) -> np.ndarray:
     return np.stack([c.vector for c in plan.controls[cond.layer]])
 
 
-def dose_of(cond: Condition, units: dict[str, dict[str, Any]]) -> Dose:
+def dose_of(cond: Condition, units: AlphaUnits) -> Dose:
     """The condition's Dose: alpha x the layer's unit (experiments.dose_response.units), which knows the
     positions its norm was read at."""
     assert cond.layer is not None and cond.alpha is not None
@@ -104,7 +105,7 @@ def dose_of(cond: Condition, units: dict[str, dict[str, Any]]) -> Dose:
 
 
 @contextmanager
-def _intervention(handle: Any, plan: Plan, cond: Condition, units: dict[str, dict[str, Any]]) -> Iterator[None]:
+def _intervention(handle: Any, plan: Plan, cond: Condition, units: AlphaUnits) -> Iterator[None]:
     """The hooks of one single-direction condition around the readout calls (nothing for the baseline)."""
     from evprobe.hooks.ablation import ablate
     from evprobe.hooks.steering import Steering, steer
@@ -138,14 +139,14 @@ def _encoded(handle: Any, prompts: list[str], images: list[list[Any]], batch: li
     return _ENC[key]
 
 
-def _base_row(it: Item, cond: Condition) -> dict[str, Any]:
+def _base_row(it: Item, cond: Condition) -> JsonObject:
     return {"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "resolved": it.resolved,
             "variant": it.variant, "condition": cond.key, "kind": cond.kind, "layer": cond.layer,
             "alpha": cond.alpha, "direction_index": cond.index}
 
 
 def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
-              prompts: list[str], units: dict[str, dict[str, Any]]) -> list[dict]:
+              prompts: list[str], units: AlphaUnits) -> list[dict]:
     """One row per item holding every direction of the set: `lp_set` {choice: K letters, log_odds: K
     floats} and/or `gen_set` {action: K actions or null, valid: K 0/1}, direction order as the plan's.
     Everything else (stop, missing, useless, min cost) follows from the choice and the item."""
@@ -189,7 +190,7 @@ def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], image
 
 
 def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
-             units: dict[str, dict[str, Any]]) -> list[dict]:
+             units: AlphaUnits) -> list[dict]:
     """The rows of one condition for one batch of items. units: experiments.dose_response.units.units_for."""
     from evprobe import hooks
 

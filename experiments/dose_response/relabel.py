@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evprobe.core.json_types import JsonObject
 from evprobe.analysis.label_null import DEFAULT_N_NULL, LabelFreeNull, direction_rows, fit_rows_null
 from evprobe.core.errors import InputError
 from evprobe.experiments.config import ConfigError
@@ -54,7 +55,7 @@ def relabel_directions(n: int, named: Direction, chosen: dict[int, Direction],
     return out
 
 
-def relabel_record(sets: dict[int, LabelFreeNull]) -> dict[str, dict[str, Any]]:
+def relabel_record(sets: dict[int, LabelFreeNull]) -> JsonObject:
     """JSON-able: per layer, the set's size, source, sha256, its cosines with the probe and the share
     within |cos| 0.9 (analysis.label_null.LabelFreeNull.record)."""
     return {str(layer): s.record() for layer, s in sets.items()}

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from evprobe.core.json_types import JsonObject
 from evprobe.analysis.specificity import Verdict
 from evprobe.core.bootstrap import Estimate
 
@@ -35,7 +36,7 @@ class CurveRow:
     estimate: Estimate
     change: Estimate
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"readout": self.readout, "layer": self.layer, "kind": self.kind, "alpha": self.alpha,
                 "group": self.group, "system": self.system, "measure": self.measure, **self.estimate.to_json(),
                 "delta_vs_0": self.change.to_json()}
@@ -80,7 +81,7 @@ class NullBandRow:
     def place(self) -> Place:
         return Place(self.percentile, self.z, self.p_null, self.n_directions)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"readout": self.readout, "layer": self.layer, "alpha": self.alpha, "group": self.group,
                 "system": self.system, "measure": self.measure, "mean": self.mean, "band_lo": self.band_lo,
                 "band_hi": self.band_hi, "effect_mean": self.effect_mean, "effect_sd": self.effect_sd,
@@ -109,7 +110,7 @@ class ControlRow:
     relabel_percentile: float | None
     relabel_p_null: float | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"readout": self.readout, "layer": self.layer, "alpha": self.alpha, "control": self.control,
                 "cosine_with_probe": self.cosine_with_probe, "group": self.group, "system": self.system,
                 "measure": self.measure, **self.estimate.to_json(), "delta_vs_0": self.change.to_json(),
@@ -131,7 +132,7 @@ class Ablation:
     log_odds_change: Estimate | None  # None: the readout has no log-odds
     sentence: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {"readout": self.readout, "layer": self.layer, "group": self.group,
                "stop_rate_at_0": self.stop_rate_at_0.to_json(), "stop_rate": self.stop_rate.to_json(),
                "change": self.change.to_json()}
@@ -169,7 +170,7 @@ class ByLayer:
     other_null: NullBandRow | None
     log_odds: LogOddsAtExtreme | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {"readout": self.readout, "layer": self.layer, "goal": self.goal, "group": self.group,
                "alpha": self.alpha, "stop_rate_at_0": self.stop_rate_at_0.to_json(),
                "stop_rate": self.stop_rate.to_json(), "change": self.change.to_json(),
@@ -200,7 +201,7 @@ class Choice:
     def scored_on(self) -> str:
         return "B" if self.chosen_on == "A" else "A"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"chosen_on": self.chosen_on, "scored_on": self.scored_on, "layer": self.layer, "alpha": self.alpha,
                 "fit_shift_toward_goal": self.fit_shift_toward_goal, "fit_useless_rate": self.fit_useless_rate,
                 "broken": self.broken, "fit_n_items": self.fit_n_items}
@@ -247,7 +248,7 @@ class NullPlace:
     def place(self) -> Place:
         return Place(self.percentile, self.z, self.p_null, self.n_directions)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {"n_directions": self.n_directions, "mean": self.mean, "sd": self.sd, "lo": self.lo, "hi": self.hi,
                "probe_effect": self.probe_effect, "percentile": self.percentile, "z": self.z, "p_null": self.p_null,
                "effects": list(self.effects)}
@@ -278,7 +279,7 @@ class HalfChange:
     change: Estimate
     log_odds_change: Estimate | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {"change": self.change.to_json()}
         if self.log_odds_change is not None:
             out["log_odds_change"] = self.log_odds_change.to_json()
@@ -305,8 +306,8 @@ class GroupBlock:
     def verdict(self, measure: str) -> Verdict | None:
         return next((v for m, v in self.specific or () if m == measure), None)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "group": self.group, "stop_rate_at_0": self.stop_rate_at_0.to_json(),
             "stop_rate": self.stop_rate.to_json(), "change": self.change.to_json(),
             "useless_rate": self.useless_rate.to_json(), "by_half": {h.half: h.to_json() for h in self.by_half},
@@ -331,7 +332,7 @@ class Headline:
     target: GroupBlock
     other: GroupBlock
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"readout": self.readout, "goal": self.goal, "group": self.group, "sign": "+" if self.sign > 0 else "-",
                 "choices": [c.to_json() for c in self.choices], "target": self.target.to_json(),
                 "other": self.other.to_json()}
@@ -346,8 +347,8 @@ class Split:
     families: tuple[tuple[str, tuple[str, ...]], ...] | None  # (half, its families)
     skipped: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"seed": self.seed, "rule": self.rule}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"seed": self.seed, "rule": self.rule}
         if self.skipped is not None:
             out["skipped"] = self.skipped
         if self.families is not None:
@@ -370,7 +371,7 @@ class DoseResult:
     meta: ReportMeta
     text: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"rows": [r.to_json() for r in self.rows], "null_band": [b.to_json() for b in self.null_band],
                 "relabel_band": [b.to_json() for b in self.relabel_band],
                 "controls": [c.to_json() for c in self.controls], "headline": [h.to_json() for h in self.headline],

@@ -161,11 +161,11 @@ def paragraphs(meta: ReportMeta, headline: Sequence[Headline], controls: Sequenc
     out = []
     units = meta.alpha_units
     if units:
-        parts = [f"L{k}: {v['unit_norm']:.4g} (directions.json's {v['directions_position']}-position mean norm "
-                 f"{v['directions_mean_norm']:.4g})" for k, v in sorted(units.items(), key=lambda kv: int(kv[0]))]
+        parts = [f"L{k}: {v.unit_norm:.4g} (directions.json's {v.directions_position}-position mean norm "
+                 f"{v.directions_mean_norm:.4g})" for k, v in sorted(units.items())]
         out.append(f"**Units.** alpha = 1 adds one mean residual norm of what is edited: the mean per-token norm over "
                    f"the {meta.positions} input positions (the prompt's, and the answer prefix's if any), measured unsteered on "
-                   f"{next(iter(units.values()))['n_items']} {next(iter(units.values()))['items']} ({'; '.join(parts)}). "
+                   f"{next(iter(units.values())).n_items} {next(iter(units.values())).items} ({'; '.join(parts)}). "
                    "Doses in these units compare across layers; they do not say how far a layer's decision boundary is.")
     if not headline:
         why = (meta.split and meta.split.skipped) or "no dose of the needed sign"

@@ -23,10 +23,14 @@ of measuring again, so every row of a folder uses the same raw doses even across
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from evprobe.bench.manifest import load_item_images
 from evprobe.bench.protocols import build_prompt
+from evprobe.core.errors import InputError, shown
+from evprobe.core.json_types import JsonObject, JsonValue
 from evprobe.experiments.dose_response.plan import Plan
 from evprobe.hooks.dose import DoseUnit
 
@@ -35,36 +39,88 @@ def _round6(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def measure_units(handle: Any, plan: Plan, layers: list[int]) -> dict[str, dict[str, Any]]:
-    """{layer: {unit_norm, positions, n_items, n_tokens, items, directions_mean_norm}} for `layers`."""
+@dataclass(frozen=True)
+class MeasuredUnit:
+    """One layer's unit of alpha as a run measured it (module docstring): meta.json's `alpha_units`
+    entry for the layer. items: which prompts (Plan.norm_source); directions_*: directions.json's
+    mean norm and the position it was read at, printed beside it."""
+
+    layer: int
+    unit_norm: float
+    positions: str
+    n_items: int | None
+    n_tokens: int | None
+    items: str | None
+    directions_mean_norm: float | None
+    directions_position: str | None
+
+    def to_json(self) -> JsonObject:
+        return {"unit_norm": self.unit_norm, "positions": self.positions, "n_items": self.n_items,
+                "n_tokens": self.n_tokens, "items": self.items, "directions_mean_norm": self.directions_mean_norm,
+                "directions_position": self.directions_position}
+
+    @classmethod
+    def from_json(cls, layer: int, record: JsonValue) -> MeasuredUnit:
+        """A recorded entry (an older folder's may lack the counts); a damaged one is one line."""
+        norm = record.get("unit_norm") if isinstance(record, dict) else None
+        if isinstance(norm, bool) or not isinstance(norm, int | float) or not norm > 0:
+            raise InputError(f"meta.json: alpha_units[{str(layer)!r}] needs a unit_norm > 0, got "
+                             f"{shown(record, 60)}; move the folder aside")
+        assert isinstance(record, dict)
+        return cls(layer, float(norm), str(record.get("positions")), record.get("n_items"),  # type: ignore[arg-type]
+                   record.get("n_tokens"), record.get("items"), record.get("directions_mean_norm"),  # type: ignore[arg-type]
+                   record.get("directions_position"))  # type: ignore[arg-type]
+
+    def dose_unit(self) -> DoseUnit:
+        """As the intervention core's unit of alpha (hooks.dose), which knows its positions."""
+        return DoseUnit(self.layer, self.unit_norm, self.positions,
+                        f"mean residual norm over {self.n_tokens} edited positions of {self.n_items} select prompts, "
+                        "unsteered")
+
+
+AlphaUnits = dict[int, MeasuredUnit]  # per steered layer, in the order they were measured
+
+
+def measure_units(handle: Any, plan: Plan, layers: list[int]) -> AlphaUnits:
+    """The units of `layers`, measured unsteered on the plan's norm items at its positions."""
     from evprobe.hooks.steer_rows import residual_norms_at
 
     items = plan.norm_items
     prompts = [build_prompt(it, "direct", plan.config.regime) for it in items]
     images = [load_item_images(plan.bench, it.images) for it in items]
     norms = residual_norms_at(handle, prompts, images, layers, plan.config.positions, batch_size=plan.batch_size)
-    return {str(layer): {"unit_norm": _round6(mean), "positions": plan.config.positions, "n_items": len(items),
-                         "n_tokens": count, "items": plan.norm_source,
-                         "directions_mean_norm": plan.directions[layer].mean_norm,
-                         "directions_position": plan.provenance.get("position")}
+    return {layer: MeasuredUnit(layer, _round6(mean), plan.config.positions, len(items), count, plan.norm_source,
+                                plan.directions[layer].mean_norm, plan.provenance.get("position"))
             for layer, (mean, count) in norms.items()}
 
 
-def unit_of(units: dict[str, dict[str, Any]], layer: int) -> DoseUnit:
-    """A layer's recorded unit (meta.json's `alpha_units` entry, keyed by the layer as text) as a DoseUnit."""
-    record = units[str(layer)]
-    return DoseUnit(int(layer), float(record["unit_norm"]), record["positions"],
-                    f"mean residual norm over {record.get('n_tokens')} edited positions of {record.get('n_items')} "
-                    "select prompts, unsteered")
+def read_units(record: JsonValue) -> AlphaUnits:
+    """meta.json's `alpha_units` ({layer as text: entry}; None or absent: none yet)."""
+    if record is None:
+        return {}
+    if not isinstance(record, Mapping) or not all(isinstance(k, str) and k.isdigit() for k in record):
+        raise InputError(f"meta.json: alpha_units must map layers to units, got {shown(record, 60)}; move the "
+                         "folder aside")
+    return {int(k): MeasuredUnit.from_json(int(k), v) for k, v in record.items()}
 
 
-def units_for(handle: Any, plan: Plan, recorded: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+def units_json(units: Mapping[int, MeasuredUnit]) -> JsonObject:
+    """meta.json's `alpha_units`: {layer as text: entry}, in the order measured."""
+    return {str(layer): u.to_json() for layer, u in units.items()}
+
+
+def unit_of(units: Mapping[int, MeasuredUnit], layer: int) -> DoseUnit:
+    """A layer's recorded unit as a DoseUnit."""
+    return units[layer].dose_unit()
+
+
+def units_for(handle: Any, plan: Plan, recorded: AlphaUnits) -> AlphaUnits:
     """The folder's recorded units where they match this run's positions, measured for the rest."""
-    known = {k: v for k, v in (recorded or {}).items() if v.get("positions") == plan.config.positions}
-    missing = [layer for layer in plan.layers if str(layer) not in known]
+    known = {layer: u for layer, u in recorded.items() if u.positions == plan.config.positions}
+    missing = [layer for layer in plan.layers if layer not in known]
     if missing:
         known.update(measure_units(handle, plan, missing))
     return known
 
 
-__all__ = ["measure_units", "unit_of", "units_for"]
+__all__ = ["AlphaUnits", "MeasuredUnit", "measure_units", "read_units", "unit_of", "units_for", "units_json"]

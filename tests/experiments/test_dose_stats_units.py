@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -127,3 +129,26 @@ def test_a_control_along_the_probe_is_named_and_left_out_of_the_controls_verdict
     assert "history, shuffled move it at least half as far as the probe" in far
     only = text([control("shuffled", -0.95, -8.28)])
     assert "no control left to compare" in only
+
+
+def test_alpha_units_are_typed_and_read_back_as_written() -> None:
+    """meta.json's alpha_units as MeasuredUnits: written key for key as read, a damaged entry one line."""
+    from evprobe.core.errors import InputError
+    from evprobe.experiments.dose_response.units import read_units, unit_of, units_json
+
+    record = {"3": {"unit_norm": 2.5, "positions": "all", "n_items": 8, "n_tokens": 96, "items": "fit items",
+                    "directions_mean_norm": 3.1, "directions_position": "last"},
+              "1": {"unit_norm": 1.25, "positions": "all", "n_items": 8, "n_tokens": 96, "items": "fit items",
+                    "directions_mean_norm": 1.0, "directions_position": "last"}}
+    units = read_units(record)
+    assert list(units) == [3, 1] and units_json(units) == record  # the order measured, every key
+    dose = unit_of(units, 3).dose(-0.5)
+    assert dose.raw == -1.25 and dose.unit.positions == "all"
+    assert read_units(None) == {}
+    for bad, where in (({"3": {"unit_norm": 0}}, "alpha_units['3'] needs a unit_norm > 0"),
+                       ({"3": {"unit_norm": True}}, "alpha_units['3'] needs a unit_norm > 0"),
+                       ({"L3": record["3"]}, "alpha_units must map layers to units"),
+                       ([1.0], "alpha_units must map layers to units")):
+        with pytest.raises(InputError, match=re.escape(where)) as err:
+            read_units(bad)
+        assert "move the folder aside" in str(err.value) and "\n" not in str(err.value)
