@@ -36,13 +36,26 @@ from evprobe.experiments.gating.config import (
     RUN_META_FILE,
 )
 from evprobe.experiments.gating.plan import GateDirection, Plan, make_plan, prepare
-from evprobe.experiments.gating.report import aggregate, markdown, pct, pct_value, plot
+from evprobe.experiments.gating.report import GateTable, aggregate, markdown, pct, pct_value, plot
 from evprobe.core.json_types import JsonObject
 
 # ---------------------------------------------------------------- steering and readout
 
 
-def readout(item: Item, logp: np.ndarray) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GateReadout:
+    """An item's readout: the top option letter, its option, and whether it abstains (answer:
+    undetermined) or measures (select: a test)."""
+
+    choice: str
+    option: str
+    abstain: bool
+
+    def to_json(self) -> JsonObject:
+        return {"choice": self.choice, "option": self.option, "abstain": self.abstain}
+
+
+def readout(item: Item, logp: np.ndarray) -> GateReadout:
     """Top option letter and whether it abstains (answer: undetermined) or measures (select: a test)."""
     assert item.options is not None
     letters = sorted(item.options)
@@ -50,7 +63,7 @@ def readout(item: Item, logp: np.ndarray) -> dict[str, Any]:
     choice = letters[int(np.argmax(values))]  # first maximum: ties go to the earlier letter
     option = item.options[choice]
     abstain = option == "undetermined" if REQUEST_KINDS[item.request] == "answer" else option != "stop"
-    return {"choice": choice, "option": option, "abstain": abstain}
+    return GateReadout(choice, option, abstain)
 
 
 class GatingJob(Job):
@@ -142,15 +155,15 @@ class GatingJob(Job):
         return [{"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "request": it.request,
                  "resolved": bool(it.resolved), "condition": key, "inference": inference, "direction": direction,
                  "alpha": alpha, "logprobs": {x: float(logp[r, i]) for i, x in enumerate(LETTERS)},
-                 **readout(it, logp[r])} for r, it in enumerate(items)]
+                 **readout(it, logp[r]).to_json()} for r, it in enumerate(items)]
 
     def finish(self, rows: dict[tuple[str, str], JsonObject], summary: JobSummary[Any]) -> GatingReport:
         plan = replace(self.plan, targets=[u.value for u in self.my_units()])  # a shard reports its own items
         result = aggregate(plan, rows, self.layer, self.best, self.directions, self.cosine)
-        atomic_write_bytes(self.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
+        atomic_write_bytes(self.out / JSON_FILE, (json.dumps(result.to_json(), indent=1) + "\n").encode("utf-8"))
         atomic_write_bytes(self.out / MD_FILE, markdown(result).encode("utf-8"))
         plot(result, self.out / PNG_FILE)
-        return GatingReport(layer=self.layer, n_items=len(plan.targets), tables=tuple(result["tables"]),
+        return GatingReport(layer=self.layer, n_items=len(plan.targets), tables=result.tables,
                             files=(JSON_FILE, MD_FILE, PNG_FILE, RESULTS_FILE))
 
     @classmethod
@@ -170,7 +183,7 @@ class GatingReport:
 
     layer: int
     n_items: int
-    tables: tuple[JsonObject, ...]
+    tables: tuple[GateTable, ...]
     files: tuple[str, ...]
 
 
@@ -214,8 +227,8 @@ def run_gating(args: argparse.Namespace) -> int:
     assert report is not None  # one run computes every row it selects
     print(f"layer {report.layer}: {s.counts_text(report.n_items, 'held-out items')}")
     for t in report.tables:
-        cells = "; ".join(f"dir {k.split('|')[0]}/inf {k.split('|')[1]}: {pct_value(c['base'])} -> "
-                          f"{pct(c['steered'])}" for k, c in t["cells"].items())
-        print(f"  {t['kind']} {t['group']} alpha {alpha_key(t['alpha'])}: {cells}")
+        cells = "; ".join(f"dir {k.split('|')[0]}/inf {k.split('|')[1]}: {pct_value(c.base)} -> "
+                          f"{pct(c.steered)}" for k, c in t.cells.items())
+        print(f"  {t.kind} {t.group} alpha {alpha_key(t.alpha)}: {cells}")
     print(f"wrote {', '.join(report.files)} in {s.out}")
     return 0

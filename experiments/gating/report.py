@@ -3,33 +3,132 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import count_text, estimate_text, missing_text
-from evprobe.core.bootstrap import INTERVAL_METHOD, FamilyBootstrap, Resampled, families_of
+from evprobe.core.bootstrap import INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled, families_of
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.gating.config import ALPHA_AXIS, GROUPS, MEASURE, POSITION, REGIMES, REQUEST_KINDS
 from evprobe.experiments.gating.plan import GateDirection, Plan
+from evprobe.core.json_types import JsonObject
+
+# ---------------------------------------------------------------- the result
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """One rate of gating.json's `rows`: a request kind x group cell under one inference regime,
+    direction and dose, with its paired change from the base (alpha 0) of that regime."""
+
+    kind: str
+    group: str
+    inference: str
+    direction: str
+    alpha: float
+    rate: Estimate
+    change: Estimate
+
+    def to_json(self) -> JsonObject:
+        return {"kind": self.kind, "group": self.group, "inference": self.inference, "direction": self.direction,
+                "alpha": self.alpha, "rate": self.rate.to_json(), "change": self.change.to_json()}
+
+
+@dataclass(frozen=True)
+class GateCell:
+    """One direction x inference cell of a table: the base and steered rates and their paired change."""
+
+    base: Estimate
+    steered: Estimate
+    change: Estimate
+
+    def to_json(self) -> JsonObject:
+        return {"base": self.base.to_json(), "steered": self.steered.to_json(), "change": self.change.to_json()}
+
+
+@dataclass(frozen=True)
+class GateTable:
+    """One Table-4-style 2x2 table (a request kind, a group and a dose); `cells` keyed
+    `direction|inference`."""
+
+    kind: str
+    group: str
+    alpha: float
+    cells: dict[str, GateCell]
+
+    def to_json(self) -> JsonObject:
+        return {"kind": self.kind, "group": self.group, "alpha": self.alpha,
+                "cells": {k: c.to_json() for k, c in self.cells.items()}}
+
+
+@dataclass(frozen=True)
+class GatingMeta:
+    """gating.json's `meta`: the model, layer and directions, the split and the conventions."""
+
+    model: str
+    model_name: str
+    layer: int
+    layer_choice: JsonObject | None  # the nested best of the fitting sweep (its JSON), None: a given layer
+    position_fitted: str
+    steered_positions: str
+    requests: tuple[str, ...]
+    alphas: tuple[float, ...]
+    directions: dict[str, GateDirection]
+    cosine_standard_guided: float
+    fit_families: tuple[str, ...]
+    heldout_families: tuple[str, ...]
+    n_items: int
+    n_families: int
+    n_controls: int
+    n_voids: int
+    split: str
+    sign: str
+    units: str
+    interval_method: str
+    n_boot: int
+    seed: int
+    n_unit: str
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {f.name: getattr(self, f.name) for f in fields(self)}  # the fields' order is the keys'
+        out.update(requests=list(self.requests), alphas=list(self.alphas),
+                   directions={r: {"name": d.name, "mean_norm": d.mean_norm, "n_fit_items": d.n_items}
+                               for r, d in self.directions.items()},
+                   fit_families=list(self.fit_families), heldout_families=list(self.heldout_families))
+        return out
+
+
+@dataclass(frozen=True)
+class GatingResult:
+    """Every number of the reports (gating.json): the meta, the rates per condition and the tables."""
+
+    meta: GatingMeta
+    rows: tuple[GateRow, ...]
+    tables: tuple[GateTable, ...]
+
+    def to_json(self) -> JsonObject:
+        return {"meta": self.meta.to_json(), "rows": [r.to_json() for r in self.rows],
+                "tables": [t.to_json() for t in self.tables]}
+
 
 # ---------------------------------------------------------------- aggregation
 
 
-def _est(part: Resampled) -> dict[str, Any]:
+def _est(part: Resampled) -> Estimate:
     # the held-out families holding an item of the cell: the interval's effective n (issue 52)
-    return FamilyBootstrap.estimate(part).in_families(families_of(part)).to_json()
+    return FamilyBootstrap.estimate(part).in_families(families_of(part))
 
 
-def _change(part: Resampled, base: Resampled) -> dict[str, Any]:
+def _change(part: Resampled, base: Resampled) -> Estimate:
     """steered - base on the same resamples, with the families holding an item of either."""
-    return FamilyBootstrap.difference(part, base).in_families(families_of(part, base)).to_json()
+    return FamilyBootstrap.difference(part, base).in_families(families_of(part, base))
 
 
-def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: int, best: dict[str, Any] | None,
-              directions: dict[str, GateDirection], cos: float) -> dict[str, Any]:
+def aggregate(plan: Plan, done: dict[tuple[str, str], JsonObject], layer: int, best: JsonObject | None,
+              directions: dict[str, GateDirection], cos: float) -> GatingResult:
     """Every number of the reports over `plan.targets`; `cos` = cosine(standard, guided direction)."""
     config = plan.config
     families = sorted({it.family_id for it in plan.targets})
@@ -53,8 +152,7 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: in
         base = by_key[f"{inference}.base"]
         for (kind, group), part in by_key[key].items():
             for d in ([direction] if direction else list(REGIMES)):  # the base belongs to both direction rows
-                rows.append({"kind": kind, "group": group, "inference": inference, "direction": d, "alpha": alpha,
-                             "rate": _est(part), "change": _change(part, base[(kind, group)])})
+                rows.append(GateRow(kind, group, inference, d, alpha, _est(part), _change(part, base[(kind, group)])))
     tables = []
     for kind in kinds:
         for a in sorted({abs(x) for x in config.doses}):
@@ -66,108 +164,102 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], dict[str, Any]], layer: in
                     for inf in REGIMES:
                         part = by_key[f"{inf}.dir_{d}.{alpha_key(alpha)}"][(kind, group)]
                         base = by_key[f"{inf}.base"][(kind, group)]
-                        cells[f"{d}|{inf}"] = {"base": _est(base), "steered": _est(part),
-                                               "change": _change(part, base)}
-                tables.append({"kind": kind, "group": group, "alpha": alpha, "cells": cells})
-    return {
-        "meta": {
-            "model": plan.model.model, "model_name": plan.model.name, "layer": layer, "layer_choice": best,
-            "position_fitted": POSITION, "steered_positions": "all prompt positions",
-            "requests": list(config.requests), "alphas": sorted(float(a) for a in config.alphas),
-            "directions": {r: {"name": d.name, "mean_norm": d.mean_norm, "n_fit_items": d.n_items}
-                           for r, d in directions.items()},
-            "cosine_standard_guided": cos,
-            "fit_families": plan.fit_families, "heldout_families": plan.heldout_families,
-            "n_items": len(plan.targets), "n_families": len(families),
-            "n_controls": int(resolved.sum()), "n_voids": int((~resolved).sum()),
-            "split": f"per system, first floor(n/2) of default_rng([{config.split_seed}, k]).permutation fit",
-            "sign": "+ alpha = toward abstaining / measuring (resolved=True directions negated)",
-            "units": "alpha in multiples of the layer's mean residual norm (each direction's own regime)",
-            "interval_method": INTERVAL_METHOD, "n_boot": config.n_boot, "seed": config.seed,
-            "n_unit": "n = items in the denominator",
-        },
-        "rows": rows,
-        "tables": tables,
-    }
+                        cells[f"{d}|{inf}"] = GateCell(_est(base), _est(part), _change(part, base))
+                tables.append(GateTable(kind, group, alpha, cells))
+    meta = GatingMeta(
+        model=plan.model.model, model_name=plan.model.name, layer=layer, layer_choice=best,
+        position_fitted=POSITION, steered_positions="all prompt positions",
+        requests=tuple(config.requests), alphas=tuple(sorted(float(a) for a in config.alphas)),
+        directions=dict(directions), cosine_standard_guided=cos,
+        fit_families=tuple(plan.fit_families), heldout_families=tuple(plan.heldout_families),
+        n_items=len(plan.targets), n_families=len(families),
+        n_controls=int(resolved.sum()), n_voids=int((~resolved).sum()),
+        split=f"per system, first floor(n/2) of default_rng([{config.split_seed}, k]).permutation fit",
+        sign="+ alpha = toward abstaining / measuring (resolved=True directions negated)",
+        units="alpha in multiples of the layer's mean residual norm (each direction's own regime)",
+        interval_method=INTERVAL_METHOD, n_boot=config.n_boot, seed=config.seed,
+        n_unit="n = items in the denominator",
+    )
+    return GatingResult(meta, tuple(rows), tuple(tables))
 
 
 # ---------------------------------------------------------------- reports
 
 
-def pct(e: dict[str, Any], sign: bool = False) -> str:
+def pct(e: Estimate, sign: bool = False) -> str:
     """`54.0 [40.0, 68.0] (n=50)` in percent; `NA (n=0)` when the denominator is empty (core.estimate_text)."""
     return estimate_text(e, 1, scale=100.0, sign=sign)
 
 
-def pct_value(e: dict[str, Any]) -> str:
+def pct_value(e: Estimate) -> str:
     """The value alone in percent (`54.0`), where the line gives its interval elsewhere."""
-    return missing_text("n=0") if e.get("value") is None else fixed(100 * e["value"], 1)
+    return missing_text("n=0") if e.value is None else fixed(100 * e.value, 1)
 
 
-def markdown(result: dict[str, Any]) -> str:
-    meta = result["meta"]
-    choice = meta["layer_choice"]
+def markdown(result: GatingResult) -> str:
+    meta = result.meta
+    choice = meta.layer_choice
     how = ("given in the config" if choice is None else
            f"nested best of a resolved sweep on the fitting families (held-out AUROC {choice['auroc']:.3f} "
            f"[{choice['ci'][0]:.3f}, {choice['ci'][1]:.3f}], n={choice['n']})")
     lines = [
-        f"# Prompt gating: {meta['model_name']} ({meta['model']}), layer {meta['layer']}",
+        f"# Prompt gating: {meta.model_name} ({meta.model}), layer {meta.layer}",
         "",
-        f"- Layer {meta['layer']}: {how}.",
-        f"- Directions: mass-mean resolved at position {meta['position_fitted']}, "
-        + "; ".join(f"{r}: {d['name']} (mean norm {d['mean_norm']:.4g}, fitted on n={d['n_fit_items']} items)"
-                    for r, d in meta["directions"].items())
-        + f"; cosine(standard, guided) = {fixed(meta['cosine_standard_guided'], 3, sign=True)}.",
-        (f"- Split: {meta['split']}; fitted on {len(meta['fit_families'])} families, steered and scored on "
-        f"{meta['n_families']} held-out families (n={meta['n_items']} items: {meta['n_controls']} controls, "
-        f"{meta['n_voids']} voids)."),
-        f"- Sign: {meta['sign']}; units: {meta['units']}; steering at {meta['steered_positions']}.",
+        f"- Layer {meta.layer}: {how}.",
+        f"- Directions: mass-mean resolved at position {meta.position_fitted}, "
+        + "; ".join(f"{r}: {d.name} (mean norm {d.mean_norm:.4g}, fitted on n={d.n_items} items)"
+                    for r, d in meta.directions.items())
+        + f"; cosine(standard, guided) = {fixed(meta.cosine_standard_guided, 3, sign=True)}.",
+        (f"- Split: {meta.split}; fitted on {len(meta.fit_families)} families, steered and scored on "
+        f"{meta.n_families} held-out families (n={meta.n_items} items: {meta.n_controls} controls, "
+        f"{meta.n_voids} voids)."),
+        f"- Sign: {meta.sign}; units: {meta.units}; steering at {meta.steered_positions}.",
         ("- Readout: the top option letter of the next-token log-probs (direct protocol). Answer requests: "
         "abstention = the undetermined option; select requests: measure rate = a test (100 - stop rate)."),
         (f"- Cells: `base% -> steered% [95% interval of steered] (n)`; base = alpha 0 under the same inference "
-        f"regime. Intervals: {meta['interval_method']}; B={meta['n_boot']}, seed {meta['seed']}. {meta['n_unit']}."),
+        f"regime. Intervals: {meta.interval_method}; B={meta.n_boot}, seed {meta.seed}. {meta.n_unit}."),
     ]
-    for t in result["tables"]:
-        name, what = MEASURE[t["kind"]]
-        who = "controls (answerable)" if t["group"] == "controls" else "voids (unanswerable)"
-        lines += ["", f"## {t['kind']} requests: {name} on {who}, alpha = {alpha_key(t['alpha'])}", "",
+    for t in result.tables:
+        name, what = MEASURE[t.kind]
+        who = "controls (answerable)" if t.group == "controls" else "voids (unanswerable)"
+        lines += ["", f"## {t.kind} requests: {name} on {who}, alpha = {alpha_key(t.alpha)}", "",
                   f"{what}, percent. Rows: direction regime; columns: inference regime.", "",
                   "| direction \\ inference | standard | guided |", "|---|---|---|"]
         for d in REGIMES:
-            cells = [t["cells"][f"{d}|{inf}"] for inf in REGIMES]
+            cells = [t.cells[f"{d}|{inf}"] for inf in REGIMES]
             lines.append(f"| {d} | " + " | ".join(
-                f"{pct_value(c['base'])} -> {pct(c['steered'])}" for c in cells) + " |")
+                f"{pct_value(c.base)} -> {pct(c.steered)}" for c in cells) + " |")
         lines += ["", "Paired change (steered - base, points):", "", "| direction \\ inference | standard | guided |",
                   "|---|---|---|"]
         for d in REGIMES:
-            lines.append(f"| {d} | " + " | ".join(pct(t["cells"][f"{d}|{inf}"]["change"], sign=True)
+            lines.append(f"| {d} | " + " | ".join(pct(t.cells[f"{d}|{inf}"].change, sign=True)
                                                  for inf in REGIMES) + " |")
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict[str, Any], path: Path) -> Path:
+def plot(result: GatingResult, path: Path) -> Path:
     """Rate vs dose: one panel per request kind x group, a line per direction x inference regime."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["kind"], r["group"]) for r in result["rows"]})
+    panels = sorted({(r.kind, r.group) for r in result.rows})
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
     styles = {("standard", "standard"): ("C0", "-"), ("standard", "guided"): ("C0", "--"),
               ("guided", "standard"): ("C1", "-"), ("guided", "guided"): ("C1", "--")}
     for ax, (kind, group) in zip(axes[0], panels):
         n, families = 0, None
         for (d, inf), (color, ls) in styles.items():
-            pts = sorted((r for r in result["rows"] if (r["kind"], r["group"], r["direction"], r["inference"])
-                          == (kind, group, d, inf)), key=lambda r: r["alpha"])
-            x = [r["alpha"] for r in pts]
-            y = [np.nan if r["rate"]["value"] is None else 100 * r["rate"]["value"] for r in pts]
-            lo = [np.nan if r["rate"]["ci"][0] is None else 100 * r["rate"]["ci"][0] for r in pts]
-            hi = [np.nan if r["rate"]["ci"][1] is None else 100 * r["rate"]["ci"][1] for r in pts]
-            n = max([n, *(r["rate"]["n"] for r in pts)])
+            pts = sorted((r for r in result.rows if (r.kind, r.group, r.direction, r.inference)
+                          == (kind, group, d, inf)), key=lambda r: r.alpha)
+            x = [r.alpha for r in pts]
+            y = [np.nan if r.rate.value is None else 100 * r.rate.value for r in pts]
+            lo = [np.nan if r.rate.ci[0] is None else 100 * r.rate.ci[0] for r in pts]
+            hi = [np.nan if r.rate.ci[1] is None else 100 * r.rate.ci[1] for r in pts]
+            n = max([n, *(r.rate.n for r in pts)])
             # the bands rest on the families holding the panel's items (the same at every dose)
-            families = max((r["rate"]["n_families"] for r in pts if r["rate"].get("n_families") is not None),
+            families = max((r.rate.n_families for r in pts if r.rate.n_families is not None),
                            default=families)
             ax.plot(x, y, marker="o", color=color, ls=ls, label=f"direction {d}, inference {inf}")
             ax.fill_between(x, lo, hi, color=color, alpha=0.1)
@@ -177,8 +269,8 @@ def plot(result: dict[str, Any], path: Path) -> Path:
         ax.set_ylabel(f"{MEASURE[kind][0]} (% of items)", fontsize=8)
         ax.set_title(f"{kind} requests, {group}\nitems {count_text(n, families)}", fontsize=9)
     axes[0][0].legend(fontsize=7, loc="best")
-    meta = result["meta"]
-    fig.suptitle(f"Prompt gating: {meta['model_name']}, layer {meta['layer']}, {meta['n_families']} held-out families; "
+    meta = result.meta
+    fig.suptitle(f"Prompt gating: {meta.model_name}, layer {meta.layer}, {meta.n_families} held-out families; "
                  "bands: 95% family-bootstrap intervals", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

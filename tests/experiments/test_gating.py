@@ -222,21 +222,28 @@ def test_parser_registers(tmp_path: Path) -> None:
 def test_the_figure_panels_say_their_families(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each panel's title states its items with the families its bands rest on (gating.json's count),
     in the printers' wording; a title that dropped the count fails."""
+    from dataclasses import fields
+
     import matplotlib.axes
 
+    from evprobe.core.bootstrap import Estimate
     from evprobe.core.estimate_text import count_text
-    from evprobe.experiments.gating.report import plot
+    from evprobe.experiments.gating.report import GateRow, GatingMeta, GatingResult, plot
 
-    def rate(n: int, families: int) -> dict:
-        return {"value": 0.5, "ci": [0.3, 0.7], "n": n, "n_families": families}
+    def rate(n: int, families: int) -> Estimate:
+        return Estimate(0.5, (0.3, 0.7), n, n_families=families)
 
-    rows = [{"kind": kind, "group": "controls", "direction": d, "inference": i, "alpha": a, "rate": rate(n, f)}
-            for kind, n, f in (("answer", 24, 12), ("select", 10, 5)) for d in REGIMES for i in REGIMES
-            for a in (0.0, 1.0)]
+    rows = tuple(GateRow(kind=kind, group="controls", direction=d, inference=i, alpha=a, rate=rate(n, f),
+                         change=rate(n, f))
+                 for kind, n, f in (("answer", 24, 12), ("select", 10, 5)) for d in REGIMES for i in REGIMES
+                 for a in (0.0, 1.0))
+    # the figure reads the model's name, the layer and the held-out families of the meta only
+    meta = GatingMeta(**{**{f.name: None for f in fields(GatingMeta)},
+                         "model_name": "m", "layer": 2, "n_families": 17})
     titles: list[str] = []
     set_title = matplotlib.axes.Axes.set_title
     monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
                         lambda self, label, *a, **k: (titles.append(label), set_title(self, label, *a, **k))[1])
-    plot({"rows": rows, "meta": {"model_name": "m", "layer": 2, "n_families": 17}}, tmp_path / "g.png")
+    plot(GatingResult(meta, rows, ()), tmp_path / "g.png")
     assert titles == [f"answer requests, controls\nitems {count_text(24, 12)}",
                       f"select requests, controls\nitems {count_text(10, 5)}"]
