@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
@@ -29,7 +28,7 @@ from evprobe.experiments.layer_sweep.config import (
     Plan,
     make_plan,
 )
-from evprobe.experiments.layer_sweep.report import auc_text, best_layers, markdown, plot
+from evprobe.experiments.layer_sweep.report import BestLayer, auc_text, best_layers, markdown, plot
 from evprobe.experiments.layer_sweep.steps import run_capture, run_directions, run_sweep
 
 
@@ -38,7 +37,7 @@ class LayerSweepSummary:
     """What `layer_sweep` did. captured: capture rows computed in this session; shard: the --shard
     K/N it captured (then it swept nothing: `evprobe merge` sweeps); complete: every capture row of
     the selection is there; swept / reused: the labels swept now / found swept; best: (label title,
-    its nested best layer record or None); files: what it wrote in `out` (none on a launcher's
+    its nested best layer (a BestLayer) or None); files: what it wrote in `out` (none on a launcher's
     rank > 0, which only captures)."""
 
     out: Path
@@ -49,7 +48,7 @@ class LayerSweepSummary:
     swept: tuple[str, ...] = ()
     reused: tuple[str, ...] = ()
     directions_fitted: bool = False
-    best: tuple[tuple[str, dict[str, Any] | None], ...] = ()
+    best: tuple[tuple[str, BestLayer | None], ...] = ()
     files: tuple[str, ...] = ()
 
 
@@ -80,13 +79,13 @@ def _layer_sweep(plan: Plan, progress: bool) -> LayerSweepSummary:
         (swept if run_sweep(plan, label, progress) else reused).append(label)
     directions_fitted = run_directions(plan)
     result = best_layers(plan)
-    atomic_write_bytes(plan.out / JSON_FILE, (json.dumps(result, indent=1) + "\n").encode("utf-8"))
+    atomic_write_bytes(plan.out / JSON_FILE, (json.dumps(result.to_json(), indent=1) + "\n").encode("utf-8"))
     atomic_write_bytes(plan.out / MD_FILE, markdown(result).encode("utf-8"))
     plot(result, plan.out)
     return LayerSweepSummary(
         out=plan.out, n_items=plan.n_items, captured=captured, shard=None, complete=True, swept=tuple(swept),
         reused=tuple(reused), directions_fitted=directions_fitted,
-        best=tuple((r["title"], r["best"]) for r in result["labels"]),
+        best=tuple((r.title, r.best) for r in result.labels),
         files=(JSON_FILE, MD_FILE, PNG_FILE, f"{SWEEPS_DIR}/<label>/sweep.*", f"{DIRECTIONS_DIR}/geometry.png"))
 
 
@@ -156,7 +155,7 @@ def run_layer_sweep(args: argparse.Namespace) -> int:
           f"reused {', '.join(summary.reused) or '-'}")
     for title, best in summary.best:
         where = "no nested best" if best is None else (
-            f"L{best['layer']}/{best['position']} AUROC {auc_text(best)}")
+            f"L{best.layer}/{best.position} AUROC {auc_text(best.to_json())}")
         print(f"  {title}: {where}")
     print(f"wrote {', '.join(summary.files)} in {summary.out}")
     return 0
