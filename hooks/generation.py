@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -20,6 +20,22 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from evprobe.hooks.handle import Handle
+
+
+class GenerateOptions(TypedDict):
+    """The options of a steered generation (hooks.steering), as transformers' generate takes them: greedy,
+    one beam, sampling settings cleared, the scores returned."""
+
+    max_new_tokens: int
+    do_sample: bool
+    num_beams: int
+    pad_token_id: int | None
+    temperature: None
+    top_p: None
+    top_k: None
+    output_scores: bool
+    return_dict_in_generate: bool
+    min_new_tokens: NotRequired[int]
 
 
 @dataclass(frozen=True)

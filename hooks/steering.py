@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from evprobe.hooks.dose import Dose
+    from evprobe.hooks.generation import GenerateOptions
     from evprobe.hooks.handle import Handle
     from evprobe.hooks.sites.vocabulary import Site
 
@@ -386,14 +387,14 @@ class SteeredRun:
     edited: tuple[int, ...]
 
 
-def _generate_kwargs(handle: Any, max_new_tokens: int | None, min_new_tokens: int | None) -> dict[str, Any]:
+def _generate_kwargs(handle: Any, max_new_tokens: int | None, min_new_tokens: int | None) -> GenerateOptions:
     if max_new_tokens is None:
         raise TypeError("steered generation needs max_new_tokens (e.g. max_new_tokens=16)")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                              pad_token_id=handle.tokenizer.pad_token_id, temperature=None, top_p=None,
-                              top_k=None, output_scores=True, return_dict_in_generate=True)
+    kw: GenerateOptions = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                               pad_token_id=handle.tokenizer.pad_token_id, temperature=None, top_p=None,
+                               top_k=None, output_scores=True, return_dict_in_generate=True)
     if min_new_tokens is not None:
         kw["min_new_tokens"] = min_new_tokens
     return kw
@@ -409,7 +410,7 @@ def _run(out: Any, prompt_len: int, edited: Sequence[int]) -> SteeredRun:
 
 def _prepared(handle: Handle, prompts: Sequence[str], images: Sequence[Sequence[Image.Image]] | None,
               steering: Steering | Sequence[Steering] | None, max_new_tokens: int | None, min_new_tokens: int | None,
-              allow_other_model: bool) -> tuple[list[Steering], dict[str, Any], Any, int]:
+              allow_other_model: bool) -> tuple[list[Steering], GenerateOptions, Any, int]:
     """(steerings, generate kwargs, encoded inputs, prompt length) of a steered generation; every
     Steering is checked against the model before the inputs are built. The tests' nnsight twin
     (tests/hooks/nnsight_twins.py) shares it, so only the edit differs."""
