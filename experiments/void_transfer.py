@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from evprobe.core.errors import ConfigError, InputError
 from evprobe.core.estimate_text import estimate_text
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.flags import setting
+from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import folder_lock
 from evprobe.experiments.config import (
     ModelConfig,
@@ -104,10 +106,79 @@ def load_void_transfer_config(ref: str | Path, overrides: dict[str, Any] | None 
 
 
 @dataclass(frozen=True)
+class NullTest:
+    """A steering effect's one-sided rank test against one null's directions: p, the margin in nats
+    over the nearest null direction, and the null's directions."""
+
+    p: float
+    margin: float
+    n: int
+
+    def to_json(self) -> JsonObject:
+        return {"p": self.p, "margin": self.margin, "n": self.n}
+
+
+@dataclass(frozen=True)
+class SteeringEffect:
+    """The cross-fitted effect of one steering run: abstention rate and log-odds changes, the setting
+    each half chose, the rank test against each null run (keyed random / label-free) with the joint
+    verdict, and the directions of each null (0: not run)."""
+
+    abstention_change: Estimate
+    log_odds_change: Estimate
+    chosen: tuple[str, ...]
+    nulls: dict[str, NullTest]
+    specific: bool
+    verdict: str
+    n_random: int
+    n_relabel: int
+
+    def to_json(self) -> JsonObject:
+        return {"abstention_change": self.abstention_change.to_json(),
+                "log_odds_change": self.log_odds_change.to_json(), "chosen": list(self.chosen),
+                "nulls": {k: t.to_json() for k, t in self.nulls.items()}, "specific": self.specific,
+                "verdict": self.verdict, "n_random": self.n_random, "n_relabel": self.n_relabel}
+
+
+@dataclass(frozen=True)
+class VoidPath:
+    """One source -> target path: the probe's transfer AUROC, the source direction suppressing
+    abstention on the target's voids, and inducing it on the twins (the source's alone)."""
+
+    source: str
+    target: str
+    probe_auroc: Estimate
+    suppress_on_voids: SteeringEffect
+    induce_on_twins: SteeringEffect
+
+    def to_json(self) -> JsonObject:
+        return {"source": self.source, "target": self.target, "probe_auroc": self.probe_auroc.to_json(),
+                "suppress_on_voids": self.suppress_on_voids.to_json(),
+                "induce_on_twins": self.induce_on_twins.to_json()}
+
+
+@dataclass(frozen=True)
+class VoidTransferMeta:
+    """void_transfer.json's settings: the config, the family split, the nulls' sizes, the position."""
+
+    config: JsonObject
+    fit_families: tuple[str, ...]
+    heldout_families: tuple[str, ...]
+    n_random: int
+    n_relabel: int
+    position: str = POSITION
+
+    def to_json(self) -> JsonObject:
+        return {"format": FORMAT, "config": self.config, "fit_families": list(self.fit_families),
+                "heldout_families": list(self.heldout_families), "n_random": self.n_random,
+                "n_relabel": self.n_relabel, "position": self.position}
+
+
+@dataclass(frozen=True)
 class VoidTransferReport:
     """What a finished run wrote: one row per source -> target path (void_transfer.json's `paths`)."""
 
-    paths: tuple[dict[str, Any], ...]
+    paths: tuple[VoidPath, ...]
     files: tuple[str, ...]
 
 
@@ -211,79 +282,82 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
         for source in sorted(pairs):
             cell = transfer.cell(source, target)
             probe = (cell.best.auroc if cell.best is not None else Estimate.empty(cell.reason or "no probe fit"))
-            rows.append({"source": source, "target": target, "probe_auroc": probe.to_json(),
-                         "suppress_on_voids": _effect(steer(target_pairs, "void", source, -1)),
-                         "induce_on_twins": induce[source]})
-    meta = {"format": FORMAT, "config": _jsonable(config), "fit_families": fit, "heldout_families": held,
-            "n_random": config.n_random, "n_relabel": config.n_relabel, "position": POSITION}
-    atomic_write_json(out / JSON_FILE, {**meta, "paths": rows})
+            rows.append(VoidPath(source, target, probe, _effect(steer(target_pairs, "void", source, -1)),
+                                 induce[source]))
+    meta = VoidTransferMeta(_jsonable(config), tuple(fit), tuple(held), config.n_random, config.n_relabel)
+    atomic_write_json(out / JSON_FILE, {**meta.to_json(), "paths": [r.to_json() for r in rows]})
     atomic_write_bytes(out / MD_FILE, markdown(rows, meta).encode("utf-8"))
     return VoidTransferReport(paths=tuple(rows), files=(JSON_FILE, MD_FILE, "sweep/", "directions/", "acts/"))
 
 
-def _jsonable(config: VoidTransferConfig) -> dict[str, Any]:
+def _jsonable(config: VoidTransferConfig) -> JsonObject:
     return json.loads(json.dumps(as_dict(config), default=str))
 
 
-def _est(row: Any) -> dict[str, Any]:
+def _est(row: Any) -> Estimate:
     """A crossfit frame row's estimate as JSON (core.bootstrap's: an identical one has no interval),
     with the held-out families its interval rests on (the frame's n_families; a frame holding a None
     there reads it as NaN)."""
     families = row.get("n_families")
     count = None if families is None or families != families else int(families)
     if bool(row["identical"]):
-        return Estimate.identical_units(float(row["value"]), int(row["n"])).in_families(count).to_json()
-    return Estimate(float(row["value"]), (float(row["lo"]), float(row["hi"])), int(row["n"])).in_families(count).to_json()
+        return Estimate.identical_units(float(row["value"]), int(row["n"])).in_families(count)
+    return Estimate(float(row["value"]), (float(row["lo"]), float(row["hi"])), int(row["n"])).in_families(count)
 
 
-def _effect(result: Any) -> dict[str, Any]:
+def _effect(result: Any) -> SteeringEffect:
     """The cross-fitted effect of one steering run (its `all` group): abstention rate and log-odds
     changes, the setting each half chose, and the rank test against each null on the log-odds (p,
     margin over the nearest null direction) with the joint verdict (analysis.specificity)."""
     cf = result.crossfit[result.crossfit["group"] == "all"]
     goal = cf[cf["measure"] == "log_odds_change"]
     first = goal.iloc[0]
-    nulls = {str(r["null"]): {"p": float(r["p_goal"]), "margin": float(r["margin"]), "n": int(r["null_n_directions"])}
+    nulls = {str(r["null"]): NullTest(float(r["p_goal"]), float(r["margin"]), int(r["null_n_directions"]))
              for _, r in goal.iterrows() if r["null"] is not None and r["p_goal"] == r["p_goal"]}
-    return {"abstention_change": _est(cf[cf["measure"] == "chose_change"].iloc[0]), "log_odds_change": _est(first),
-            "chosen": [setting_text(first[f"chosen_on_{h}_layer"], first[f"chosen_on_{h}_alpha"]) for h in "AB"], "nulls": nulls,
-            "specific": result.verdict.specific, "verdict": result.verdict.text,
-            "n_random": (nulls.get("random") or {}).get("n", 0), "n_relabel": (nulls.get("label-free") or {}).get("n", 0)}
+    return SteeringEffect(
+        abstention_change=_est(cf[cf["measure"] == "chose_change"].iloc[0]), log_odds_change=_est(first),
+        chosen=tuple(setting_text(first[f"chosen_on_{h}_layer"], first[f"chosen_on_{h}_alpha"]) for h in "AB"),
+        nulls=nulls, specific=result.verdict.specific, verdict=result.verdict.text,
+        n_random=nulls["random"].n if "random" in nulls else 0,
+        n_relabel=nulls["label-free"].n if "label-free" in nulls else 0)
 
 
-def _cell(effect: dict[str, Any]) -> list[str]:
+def _cell(effect: SteeringEffect) -> list[str]:
     def place(kind: str) -> str:
-        n = effect["nulls"].get(kind)
-        return "not run" if n is None else f"{n['p']:.3f} (margin {n['margin']:+.2f})"
+        n = effect.nulls.get(kind)
+        return "not run" if n is None else f"{n.p:.3f} (margin {n.margin:+.2f})"
 
-    return [estimate_text(effect["abstention_change"], 1, scale=100.0, sign=True),
-            estimate_text(effect["log_odds_change"], 2, sign=True), "; ".join(effect["chosen"]),
-            place("random"), place("label-free"), effect["verdict"]]
+    return [estimate_text(effect.abstention_change, 1, scale=100.0, sign=True),
+            estimate_text(effect.log_odds_change, 2, sign=True), "; ".join(effect.chosen),
+            place("random"), place("label-free"), effect.verdict]
 
 
-def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+def markdown(rows: Sequence[VoidPath], meta: VoidTransferMeta) -> str:
     lines = ["# Probes and steering across void types (seed 002, Tables 3 and 22-24)", "",
-             f"- directions: mass-mean `resolved` at position {meta['position']}, one per void type and layer, fitted "
-             f"on {len(meta['fit_families'])} families; steered on the other {len(meta['heldout_families'])}",
+             f"- directions: mass-mean `resolved` at position {meta.position}, one per void type and layer, fitted "
+             f"on {len(meta.fit_families)} families; steered on the other {len(meta.heldout_families)}",
              "- probe AUROC: trained on the source type's pairs, tested on the target type's (the layer chosen on the "
              "source only; family folds)",
              "- suppress: the source direction toward answering on the target's voids (goal: lower the "
              "\"undetermined\" log-odds); induce: toward abstaining on the twins (shared by both void types, so it "
              "depends on the source alone). Each effect is taken at the layer and dose one half of the families "
              "chose, scored on the other (both halves shown), against alpha = 0, beside "
-             f"{meta['n_random']} random directions of the same norm and {meta.get('n_relabel', 0)} label-free directions "
+             f"{meta.n_random} random directions of the same norm and {meta.n_relabel} label-free directions "
              "(fitted like the source's direction on its fit rows once the label carries nothing), each given the same "
              "choice (one-sided rank test, p and the margin in nats over the nearest null direction; specific to the "
              "direction when p <= 0.05 against both)",
              "", "| source -> target | probe AUROC | suppress on voids: abstention (points) | log-odds (nats) | chosen | "
              "p vs random | p vs label-free | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['source']} -> {r['target']} | {estimate_text(r['probe_auroc'], 3)} | "
-                     + " | ".join(_cell(r["suppress_on_voids"])) + " |")
+        lines.append(f"| {r.source} -> {r.target} | {estimate_text(r.probe_auroc, 3)} | "
+                     + " | ".join(_cell(r.suppress_on_voids)) + " |")
     lines += ["", "| source -> twins | induce: abstention (points) | log-odds (nats) | chosen | p vs random | "
               "p vs label-free | verdict |", "|---|---|---|---|---|---|---|"]
-    for source, effect in dict.fromkeys((r["source"], json.dumps(r["induce_on_twins"])) for r in rows):
-        lines.append(f"| {source} | " + " | ".join(_cell(json.loads(effect))) + " |")
+    induce: dict[tuple[str, str], SteeringEffect] = {}  # a row per source and distinct effect, in the paths' order
+    for r in rows:
+        induce.setdefault((r.source, json.dumps(r.induce_on_twins.to_json())), r.induce_on_twins)
+    for (source, _), effect in induce.items():
+        lines.append(f"| {source} | " + " | ".join(_cell(effect)) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -302,9 +376,9 @@ def run_void_transfer(args: argparse.Namespace) -> int:
     config = experiment_config(VoidTransferConfig, args)
     report = void_transfer(config, progress=not args.quiet)
     for r in report.paths:
-        e = r["suppress_on_voids"]
-        print(f"{r['source']} -> {r['target']}: probe AUROC {estimate_text(r['probe_auroc'], 3)}; on the voids' "
-              f"abstention {estimate_text(e['abstention_change'], 1, scale=100.0, sign=True)} points; {e['verdict']}")
+        e = r.suppress_on_voids
+        print(f"{r.source} -> {r.target}: probe AUROC {estimate_text(r.probe_auroc, 3)}; on the voids' "
+              f"abstention {estimate_text(e.abstention_change, 1, scale=100.0, sign=True)} points; {e.verdict}")
     print(f"wrote {', '.join(report.files)} in {config.out}")
     return 0
 

@@ -108,7 +108,7 @@ def test_a_crossfit_row_keeps_its_family_count() -> None:
     frame = pd.DataFrame([{"value": 0.25, "lo": 0.1, "hi": 0.4, "n": 24, "n_families": 12, "identical": False},
                           {"value": 0.0, "lo": None, "hi": None, "n": 24, "n_families": 5, "identical": True},
                           {"value": 0.25, "lo": 0.1, "hi": 0.4, "n": 24, "n_families": None, "identical": False}])
-    with_ci, identical, unknown = (_est(row) for _, row in frame.iterrows())
+    with_ci, identical, unknown = (_est(row).to_json() for _, row in frame.iterrows())
     assert with_ci == {"value": 0.25, "ci": [0.1, 0.4], "n": 24, "n_families": 12}
     assert identical["identical_units"] and identical["n_families"] == 5
     assert "n_families" not in unknown
