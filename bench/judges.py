@@ -21,8 +21,10 @@ the panel's), `records.jsonl` (the run's records with the panel's decisions as a
 (those records scored by `bench.scoring.score`, the same families and seed as the run's own scores),
 `judge.json` and `judge.md` (Fleiss' kappa over the replies every judge decided, with a family-
 bootstrap interval; unanimity; each pair's agreement; the panel against the rule; the rule-judged and
-the panel-judged answer scores side by side) and `audit.csv`, a stratified sample for a human audit:
-up to `per_stratum` replies of each (request, rule reading, panel decision) cell, seeded, with an
+the panel-judged answer scores side by side; and, as seed 002's Table 7, the same agreement per task x
+dataset cell, each with its family-bootstrap interval, n and families: `bench.judge_agreement`, whose
+docstring says what plays the seed's task (control or void item) and dataset (the system)) and
+`audit.csv`, a stratified sample for a human audit: up to `per_stratum` replies of each (request, rule reading, panel decision) cell, seeded, with an
 empty `human` column.
 
 Like every writer, it checks before it asks: run.json (`bench.json_schema.RunMeta`), the benchmark
@@ -34,8 +36,8 @@ command writing it, refuses the judge, and nothing changes the records under it)
 RUN/judged. Keys come only from the environment (`--api-key-env NAME`, as `evprobe run --backend
 openai`); judge.json names the variable, never its value, and a URL's password is left out.
 
-Fleiss' kappa (Fleiss 1971) is written out here (`fleiss_kappa`, a few lines) rather than taken from
-statsmodels, which evprobe does not otherwise need; a test checks it on the published example.
+Fleiss' kappa (Fleiss 1971) is written out in `bench.judge_agreement` (`fleiss_kappa`, a few lines)
+rather than taken from statsmodels, which evprobe does not otherwise need; a test checks it on the published example.
 Its interval resamples families (`FamilyBootstrap`): kappa is a function of per-family sums (the
 agreement P_i and the category counts), so every resample recomputes it from its families. Coverage
 where the truth is known (benchmarks/coverage_fleiss_kappa.py): 92.3-95.2%.
@@ -55,14 +57,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from evprobe.bench import pecs
 from evprobe.bench.items import Item
-from evprobe.bench.records import Record
+from evprobe.bench.judge_agreement import fleiss_kappa, kappa_estimate
 from evprobe.bench.judge_inputs import Judge, checked_inputs, key_envs
 from evprobe.bench.judge_reader import check_options, judge_words, read_label
 from evprobe.bench.protocols import build_prompt
-from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap
+from evprobe.bench.records import Record
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.json_types import JsonObject
@@ -98,39 +99,6 @@ def panel_decision(decisions: list[str | None]) -> str | None:
         return None
     best, n = counts.most_common(1)[0]
     return best if n * 2 > len(decisions) and best != "unclear" else None
-
-
-def fleiss_kappa(table: np.ndarray) -> float:
-    """Fleiss' kappa of an (N subjects, k categories) table of rater counts, every row summing to n >= 2."""
-    table = np.asarray(table, dtype=float)
-    n = table.sum(axis=1)
-    if table.ndim != 2 or len(table) == 0 or np.any(n != n[0]) or n[0] < 2:
-        raise ValueError("Fleiss' kappa needs subjects rated by the same number (2 or more) of raters")
-    p_j = table.sum(axis=0) / table.sum()
-    p_i = ((table ** 2).sum(axis=1) - n) / (n * (n - 1))
-    p_e = float((p_j ** 2).sum())
-    return float("nan") if p_e == 1.0 else float((p_i.mean() - p_e) / (1.0 - p_e))
-
-
-def kappa_estimate(table: np.ndarray, families: list[str], n_boot: int, seed: int) -> Estimate:
-    """Fleiss' kappa with a family-bootstrap percentile interval (module docstring)."""
-    table = np.asarray(table, dtype=float)
-    if len(table) == 0:
-        return Estimate.empty("no reply decided by every judge")
-    boot = FamilyBootstrap(sorted(set(families)), n_boot, seed)
-    fidx = boot.family_index(families)
-    n = table.sum(axis=1)[0]
-    agree = ((table ** 2).sum(axis=1) - n) / (n * (n - 1))  # (N,) P_i
-    ones = np.ones(len(table))
-    parts = boot.resample_many(np.stack([boot.per_family(fidx, agree), *[boot.per_family(fidx, table[:, j] / n)
-                                                                         for j in range(table.shape[1])]], axis=1),
-                               np.stack([boot.per_family(fidx, ones)] * (1 + table.shape[1]), axis=1))
-
-    def kappa(p_bar: Any, *p_j: Any) -> Any:
-        p_e = sum(p ** 2 for p in p_j)
-        return (p_bar - p_e) / (1.0 - p_e)
-
-    return pecs.combined_estimate(kappa, parts, len(table))  # a value every resample gives: no interval, and why
 
 
 def _open_backends(judges: list[Judge], envs: list[str | None], out: Path, concurrency: int,
@@ -231,6 +199,7 @@ def _write(out: Path, rows: list[JsonObject], every: list[Item], records: dict[s
            judges: list[Judge], envs: list[str | None], per_stratum: int, n_boot: int, seed: int) -> JudgeSummary:
     """judge.json / .md, the judged records and scores, and audit.csv. every: the benchmark's items;
     records: the run's own (rule-judged) records."""
+    from evprobe.bench.judge_agreement import agreement_cells, cells_json
     from evprobe.bench.scoring import score
 
     names = [j.name for j in judges]
@@ -256,6 +225,9 @@ def _write(out: Path, rows: list[JsonObject], every: list[Item], records: dict[s
         "scores": {name: {k: s.get(k) for k in ("pecs", "pecs_acc", "pecs_abs_rec", "pecs_false_abs")}
                    for name, s in (("rule", rule_scores), ("panel", panel_scores))},
         "n_boot": n_boot, "seed": seed,
+        # seed 002's Table 7: the same agreement per task x dataset (bench.judge_agreement)
+        "agreement_by_task_dataset": cells_json(agreement_cells(rows, {it.item_id: it for it in every}, names,
+                                                                CATEGORIES, n_boot, seed)),
     }
     atomic_write_bytes(out / "judgments.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
     atomic_write_bytes(out / "records.jsonl", "".join(json.dumps(r.to_json()) + "\n" for r in judged_records)
@@ -316,6 +288,10 @@ def markdown(result: JsonObject) -> str:
         lines.append(f"| {label} | {cell(rule.get(key))} | {cell(panel.get(key))} |")
     lines += ["", "Rule reading | panel decision (counts): "
               + ", ".join(f"{k} {v}" for k, v in result["confusion"].items())]
+    if "agreement_by_task_dataset" in result:
+        from evprobe.bench.judge_agreement import cells_markdown
+
+        lines += ["", *cells_markdown(result["agreement_by_task_dataset"])]
     return "\n".join(lines) + "\n"
 
 
