@@ -13,7 +13,10 @@ differ only in what they pass:
   the smaller |alpha|, then the lower layer (analysis.specificity.choose_settings). Yours: the
   log-odds, no guard; the benchmark's: the stop rate while at most 10% choose a useless test.
 
-`cross_fit` runs that rule for every direction at once, the probe and each null's directions alike
+`GridEstimator` gives every condition's estimates and paired changes against alpha = 0 on one family
+bootstrap (analysis.effects, over the caller's groups of items: yours, or the benchmark's groups x
+systems) and the null directions' effects against the same unsteered cells. `cross_fit` runs the
+choice rule for every direction at once, the probe and each null's directions alike
 (each chooses on one half of the families and is scored on the other), so a null direction's
 cross-fitted effect is what the probe's would be were it one more direction of that null.
 `set_means` is the null directions' per-setting means over each group of items (NaN-aware).
@@ -26,7 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evprobe.analysis.effects import Cells, cell_estimates, cells
 from evprobe.analysis.specificity import HALVES, choose_settings, group_means, scored_at
+from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError
 
 Setting = tuple[int, float]  # (layer, alpha)
@@ -131,11 +136,47 @@ def cross_fit(cands: Sequence[Setting], probe: np.ndarray, nulls: Mapping[str, n
                     tuple(int(nulls[k].shape[2]) for k in kinds))
 
 
+@dataclass(frozen=True)
+class GridEstimator:
+    """One readout's cells over fixed groups of items (`masks`, each (items,) bool) on one family
+    bootstrap: cells are ordered mask x measure (analysis.effects.cells); `base` the unsteered one's."""
+
+    readout: Readout
+    masks: tuple[np.ndarray, ...]
+    boot: FamilyBootstrap
+    family_index: np.ndarray  # (items,) each item's family in `boot`
+    base: Cells
+
+    @classmethod
+    def of(cls, readout: Readout, base: np.ndarray, masks: Mapping[object, np.ndarray] | Sequence[np.ndarray],
+           boot: FamilyBootstrap, family_index: np.ndarray) -> GridEstimator:
+        """From the unsteered readouts (items, M)."""
+        ms = tuple(masks.values()) if isinstance(masks, Mapping) else tuple(masks)
+        return cls(readout, ms, boot, family_index, cells(base, ms, boot, family_index, readout.proportions))
+
+    def on(self, masks: Mapping[object, np.ndarray] | Sequence[np.ndarray]) -> GridEstimator:
+        """The same readout and bootstrap over other groups of the same items."""
+        return GridEstimator.of(self.readout, self.base.values, masks, self.boot, self.family_index)
+
+    def cells(self, values: np.ndarray) -> Cells:
+        """One condition's cells from its readouts (items, M)."""
+        return cells(values, self.masks, self.boot, self.family_index, self.readout.proportions)
+
+    def estimates(self, values: np.ndarray) -> tuple[list[Estimate], list[Estimate]]:
+        """One condition's Estimates and those of its paired changes against alpha = 0, in cell order."""
+        return cell_estimates(self.cells(values), self.base)
+
+    def null_effects(self, values: np.ndarray) -> np.ndarray:
+        """(K, cells) the effects of K null directions, values (items, K, M): each one's mean readout
+        over a cell's items (NaN-aware) minus the unsteered cell's (no bootstrap per direction)."""
+        return set_means(values, self.masks).reshape(values.shape[1], len(self.base.observed)) - self.base.observed
+
+
 def set_means(values: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:
     """(K, groups, M) the K directions' mean readouts over each mask's items, NaN-aware (NaN where a
     group has no defined item). values: (items, K, M)."""
     return np.stack([group_means(values, m) for m in masks], axis=1)
 
 
-__all__ = ["TARGET_CHOICE", "TARGET_READOUT", "ChoiceRule", "CrossFit", "Readout", "Setting", "cross_fit",
-           "set_means"]
+__all__ = ["TARGET_CHOICE", "TARGET_READOUT", "ChoiceRule", "CrossFit", "GridEstimator", "Readout", "Setting",
+           "cross_fit", "set_means"]

@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evprobe.analysis.dose_grid import TARGET_CHOICE, TARGET_READOUT, ChoiceRule, cross_fit, set_means
-from evprobe.analysis.effects import Cells, cell_estimates, cells, estimate_columns
+from evprobe.analysis.dose_grid import TARGET_CHOICE, TARGET_READOUT, ChoiceRule, GridEstimator, cross_fit
+from evprobe.analysis.effects import estimate_columns
 from evprobe.analysis.inputs import MAX_BOOT, MAX_NULL, dose_arguments, integer, prompt_lengths, unit_norms
 from evprobe.analysis.label_null import NEAR_COSINE, FitRows, LabelFreeNull, direction_rows, fit_rows_null
 from evprobe.analysis.specificity import (
@@ -324,43 +324,37 @@ def steering_dose_response(
         nulls["label-free"][layer_] = out[a * (d_ + k):].reshape(a, k2, len(prompts), 2)
 
     boot = FamilyBootstrap(sorted(set(fam)), n_boot, seed)
-    fidx = boot.family_index(list(fam))
+    # every estimate, change and null effect over the groups on one bootstrap (analysis.dose_grid: the command's too)
+    grid = GridEstimator.of(TARGET_READOUT, base, masks, boot, boot.family_index(list(fam)))
     effects, null_rows, item_rows = [], [], []
     cell_of = [(g, measure) for g in masks for measure in MEASURES]  # the cells' order (analysis.effects)
-
-    def read(per_item: np.ndarray) -> Cells:
-        """(n, 2) log-odds and choices -> their cells per group (the choice is a proportion)."""
-        return cells(per_item, masks, boot, fidx, [measure == "chose" for measure in MEASURES])
-
-    base_cells = read(base)
 
     def add(name: str, layer_: int | None, alpha: float | None, group: str, measure: str, e: Estimate) -> None:
         effects.append({"direction": name, "layer": layer_, "alpha": alpha, "group": group, "measure": measure,
                         **estimate_columns(e)})
 
-    for (g, measure), e in zip(cell_of, cell_estimates(base_cells, base_cells)[0], strict=True):
+    for (g, measure), e in zip(cell_of, grid.estimates(base)[0], strict=True):
         add("unsteered", None, 0.0, g, measure, e)
     for layer_ in sorted(vectors):
         for ai, alpha in enumerate(steps):
+            probe_changes: list[Estimate] = []  # the probe's (names[0]) paired changes, placed among each null's
             for di, name in enumerate(names):
                 vals = values[layer_][ai, di]  # (n, 2)
                 for i in range(len(prompts)):
                     item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": name,
                                       "layer": layer_, "alpha": alpha, "log_odds": vals[i, 0], "chose": vals[i, 1]})
-                steered, changes = cell_estimates(read(vals), base_cells)
+                steered, changes = grid.estimates(vals)
+                if di == 0:
+                    probe_changes = changes
                 for c, (g, measure) in enumerate(cell_of):
                     add(name, layer_, alpha, g, measure, steered[c])
                     add(name, layer_, alpha, g, f"{measure}_change", changes[c])
-            # each null's directions' effects (analysis.dose_grid.set_means: the command's null band reads them so)
-            base_means = set_means(base[:, None, :], list(masks.values()))[0]  # (G, M)
-            probe_means = set_means(values[layer_][ai, :1].transpose(1, 0, 2), list(masks.values()))[0]  # (G, M)
             for kind, by in nulls.items():
-                k_effects = set_means(by[layer_][ai].transpose(1, 0, 2), list(masks.values())) - base_means  # (K, G, M)
-                for gi, g in enumerate(masks):
-                    for m, measure in enumerate(MEASURES):
-                        probe = float(probe_means[gi, m] - base_means[gi, m])
-                        null_rows.append({"null": kind, "layer": layer_, "alpha": alpha, "group": g,
-                                          "measure": f"{measure}_change", **null_stats(probe, k_effects[:, gi, m])})
+                k_effects = grid.null_effects(by[layer_][ai].transpose(1, 0, 2))  # (K, cells)
+                for c, (g, measure) in enumerate(cell_of):
+                    null_rows.append({"null": kind, "layer": layer_, "alpha": alpha, "group": g,
+                                      "measure": f"{measure}_change",
+                                      **null_stats(probe_changes[c].value, k_effects[:, c])})
     for layer_, v in sorted(vectors.items()) if ablation else ():
         with ablate(handle, v, layers=[layer_]):
             kept = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size),
@@ -368,7 +362,7 @@ def steering_dose_response(
         for i in range(len(prompts)):
             item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "ablation",
                               "layer": layer_, "alpha": None, "log_odds": kept[i, 0], "chose": kept[i, 1]})
-        values_at, changes = cell_estimates(read(kept), base_cells)
+        values_at, changes = grid.estimates(kept)
         for c, (g, measure) in enumerate(cell_of):
             add("ablation", layer_, None, g, measure, values_at[c])
             add("ablation", layer_, None, g, f"{measure}_change", changes[c])
@@ -377,7 +371,7 @@ def steering_dose_response(
                           "alpha": 0.0, "log_odds": base[i, 0], "chose": base[i, 1]})
     near = {"random": _near(rand, vectors), "label-free": _near_free(label_free)}
     crossfit, verdict = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed, choice,
-                                  lambda scored: cell_estimates(read(scored), base_cells)[1], near)
+                                  lambda scored: grid.estimates(scored)[1], near)
     return DoseResponseResult(effects=pd.DataFrame(effects), null=pd.DataFrame(null_rows),
                               crossfit=pd.DataFrame(crossfit), items=pd.DataFrame(item_rows), units=unit, goal=goal,
                               goal_group=goal_group, verdict=verdict, label_free=label_free, notes=tuple(notes))

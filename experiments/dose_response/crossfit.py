@@ -25,13 +25,12 @@ reported too, with which half chose what.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from evprobe.analysis.dose_grid import ChoiceRule, Readout, cross_fit
-from evprobe.analysis.effects import Cells, change_families, spans_of
+from evprobe.analysis.dose_grid import ChoiceRule, GridEstimator, cross_fit
+from evprobe.analysis.effects import change_families, spans_of
 from evprobe.analysis.label_null import NEAR_COSINE
 from evprobe.analysis.specificity import (
     HALVES,
@@ -59,7 +58,6 @@ GOALS = (("induce measuring", "resolved", "unresolved", +1), ("induce stopping",
 USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer.checks)
 # The benchmark's choice rule (module docstring), one parameter of the analysis layer's cross-fit.
 BENCHMARK_CHOICE = ChoiceRule("stop_rate", guard="useless_test_rate", ceiling=USELESS_CEILING)
-Masks = dict[tuple[str, str], np.ndarray]
 
 
 def item_halves(items: list[Any], seed: int) -> tuple[np.ndarray, dict[str, str]]:
@@ -85,11 +83,11 @@ def near_share(plan: Any, kind: str, layers: set[int]) -> float | None:
     return float(np.mean(np.abs(cos) >= NEAR_COSINE))
 
 
-def crossfit(plan: Any, readout: str, done: dict, spec: Readout, values_of: Any,
-             cells_of: Callable[[np.ndarray, Masks], Cells], est: Any) -> tuple[list[Headline], Split]:
+def crossfit(plan: Any, readout: str, done: dict, grid: GridEstimator, values_of: Any,
+             est: Any) -> tuple[list[Headline], Split]:
     """The cross-fitted headline rows (one per goal) and the split: analysis.dose_grid.cross_fit with
-    the benchmark's readout (`spec`, per-item values from `values_of`) and choice rule.
-    cells_of: (items, M) values and masks -> their cells (the run's bootstrap)."""
+    the benchmark's readout (grid.readout; per-item values from `values_of`) and choice rule, scored
+    by the run's estimator (`grid`) over the goal's groups and halves."""
     items = plan.items
     seed, rule = plan.config.split_seed, "whole families, seeded, stratified by system"
     if len({it.family_id for it in items}) < 2:
@@ -98,6 +96,7 @@ def crossfit(plan: Any, readout: str, done: dict, spec: Readout, values_of: Any,
     split = Split(seed, rule, tuple((h, tuple(sorted(f for f, x in half_of.items() if x == h))) for h in HALVES))
     resolved = np.array([bool(it.resolved) for it in items])
     groups = {"resolved": resolved, "unresolved": ~resolved}
+    spec = grid.readout
     measures = spec.measures
     keys = ["base"] + [f"L{layer}.probe.{alpha_key(a)}" for layer in plan.layers for a in plan.config.alphas if a != 0]
     values = {k: values_of(readout, [done[(it.item_id, k)] for it in items]) for k in keys}  # each (items, M)
@@ -121,7 +120,8 @@ def crossfit(plan: Any, readout: str, done: dict, spec: Readout, values_of: Any,
                                 bool(cf.broken[h][0]), int((groups[target] & (half == h)).sum()))
         masks = {(g, scope): groups[g] & (np.ones(len(items), bool) if scope == "pooled" else half == scope)
                  for g in (target, other) for scope in ("pooled", *HALVES)}
-        cur, base = cells_of(cf.probe(), masks), cells_of(values["base"], masks)
+        scoring = grid.on(masks)
+        cur, base = scoring.cells(cf.probe()), scoring.base
         observed, n, base_obs = cur.observed, cur.n, base.observed
         lo, hi, dlo, dhi = spans_of(cur, base)
         fams, dfams = cur.n_families, change_families(cur, base)

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.json_types import JsonObject
-from evprobe.analysis.dose_grid import set_means
+from evprobe.analysis.dose_grid import GridEstimator
+from evprobe.analysis.effects import change_families, spans_of
 from evprobe.analysis.specificity import null_stats
 from evprobe.bench.items import Item
 from evprobe.experiments.steering_conventions import alpha_key
@@ -77,37 +78,39 @@ def set_size(plan: Any, kind: str) -> int:
     return next(iter(plan.relabel.values())).k if plan.relabel and plan.config.n_relabel else 0
 
 
-def null_band(plan: Any, readout: str, done: dict, stats: Stats, masks: Masks, measures: tuple[str, ...],
+def null_band(plan: Any, readout: str, done: dict, stats: Stats, masks: Masks, grid: GridEstimator,
               values_of: Any, kind: str = "random") -> tuple[list[NullBandRow], dict[tuple, np.ndarray]]:
     """Per layer x dose x cell the null of the `kind` set (random, or relabel: experiments.dose_response.relabel)
     as rows (module docstring), and its effects (K,) by (layer, alpha, group, system, measure)
-    for the controls.
+    for the controls; the effects are analysis.dose_grid's (grid.null_effects: the null directions'
+    means over each cell's items minus the unsteered cell's, as steering_dose_response's).
 
     Each row keeps `mean` (the directions' mean *value*, as before) beside the effects."""
     config, out, effects_by = plan.config, [], {}
     n_dirs = set_size(plan, kind)
     if not n_dirs:
         return out, effects_by
+    measures = grid.readout.measures
     cells = [(g, s, m) for (g, s) in masks for m in measures]
     for layer in plan.layers:
         for alpha in sorted(config.alphas):
             if alpha == 0:
-                values = None
+                effects = None
             else:
                 key = f"L{layer}.{kind}.{alpha_key(alpha)}"
                 V = set_values(readout, plan.items, [done[(it.item_id, key)] for it in plan.items], measures,
                                values_of)
-                values = set_means(V, list(masks.values())).reshape(len(V[0]), -1)  # (K, cells)
+                effects = grid.null_effects(V)  # (K, cells)
             pkey = "base" if alpha == 0 else f"L{layer}.probe.{alpha_key(alpha)}"
             for c, (group, system, measure) in enumerate(cells):
                 base = stats[("base", group, system, measure)][0].value
                 probe = stats[(pkey, group, system, measure)][0]
                 if base is None:
                     continue
-                if values is None:  # alpha 0: every direction is the unsteered model
+                if effects is None:  # alpha 0: every direction is the unsteered model
                     eff = np.zeros(n_dirs)
                 else:
-                    eff = values[:, c] - base
+                    eff = effects[:, c]
                 effects_by[(layer, float(alpha), group, system, measure)] = eff
                 pe = None if probe.value is None else probe.value - base
                 s = null_stats(pe if alpha != 0 else None, eff)
@@ -122,8 +125,7 @@ def null_band(plan: Any, readout: str, done: dict, stats: Stats, masks: Masks, m
     return out, effects_by
 
 
-def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tuple[str, ...], ratios: Any,
-                 est: Any, base: tuple[np.ndarray, np.ndarray], spans: Any,
+def control_rows(plan: Any, readout: str, done: dict, masks: Masks, grid: GridEstimator, values_of: Any, est: Any,
                  random_effects: dict[tuple, np.ndarray], stats: Stats,
                  relabel_effects: dict[tuple, np.ndarray] | None = None) -> list[ControlRow]:
     """Each control at each layer x nonzero dose, system `all`: value and paired change with their
@@ -132,9 +134,8 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
     out: list[ControlRow] = []
     if not plan.config.controls:
         return out
-    base_obs, _ = base
-    base_rows = [done[(it.item_id, "base")] for it in plan.items]
-    cells = [(g, s, m) for (g, s) in masks for m in measures]
+    base_obs = grid.base.observed
+    cells = [(g, s, m) for (g, s) in masks for m in grid.readout.measures]
     for layer in plan.layers:
         names = [c.name for c in plan.controls[layer]]
         cosines = [c.cosine_with_probe for c in plan.controls[layer]]
@@ -145,8 +146,10 @@ def control_rows(plan: Any, readout: str, done: dict, masks: Masks, measures: tu
             per_item = [pseudo_rows(readout, it, done[(it.item_id, key)]) for it in plan.items]
             for j, name in enumerate(names):
                 rows = [p[j] for p in per_item]
-                observed, draws, n = ratios(readout, rows, masks)
-                lo, hi, dlo, dhi, fams, dfams = spans(readout, rows, base_rows, masks)  # experiments.dose_response.stats.intervals
+                cur = grid.cells(values_of(readout, rows))  # the estimator of the probe's curves
+                observed, n = cur.observed, cur.n
+                lo, hi, dlo, dhi = spans_of(cur, grid.base)
+                fams, dfams = cur.n_families, change_families(cur, grid.base)
                 for c, (group, system, measure) in enumerate(cells):
                     if system != "all":
                         continue

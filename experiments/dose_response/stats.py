@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from evprobe.core.json_types import JsonObject
-from evprobe.analysis.dose_grid import Readout
+from evprobe.analysis.dose_grid import GridEstimator, Readout
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.dose_response.crossfit import crossfit
@@ -31,14 +31,7 @@ from evprobe.experiments.dose_response.results import (
     Split,
 )
 from evprobe.experiments.dose_response.text import ablation_sentence, paragraphs
-from evprobe.analysis.effects import (
-    Cells,
-    cell_estimates,
-    cells,
-    change_families,
-    estimate_of,
-    spans_of,
-)
+from evprobe.analysis.effects import estimate_of
 
 GROUPS = ("resolved", "unresolved", "all")
 # The benchmark's readouts (analysis.dose_grid.Readout): every measure but the log-odds is a share of
@@ -92,32 +85,8 @@ def _est(value: float, lo: float, hi: float, n: int, n_families: int) -> Estimat
     return estimate_of(value, lo, hi, n, n_families=int(n_families))
 
 
-def _cells(readout: str, rows: list[JsonObject], masks: dict[tuple[str, str], np.ndarray],
-           boot: FamilyBootstrap, fam: np.ndarray) -> Cells:
-    """One condition's cells, ordered (group, system) x measure (analysis.effects.cells,
-    the estimator steering_dose_response uses too)."""
-    return cells(_values(readout, rows), masks, boot, fam, READOUTS[readout].proportions)
-
-
-def _ratios(readout: str, rows: list[JsonObject], masks: dict[tuple[str, str], np.ndarray],
-            boot: FamilyBootstrap, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(observed (C,), draws (B, C), n (C,)) of one condition's cells (see Cells)."""
-    c = _cells(readout, rows, masks, boot, fam)
-    return c.observed, c.draws, c.n
-
-
-def intervals(readout: str, rows: list[JsonObject], base_rows: list[JsonObject],
-              masks: dict[tuple[str, str], np.ndarray], boot: FamilyBootstrap, fam: np.ndarray
-              ) -> tuple[np.ndarray, ...]:
-    """spans_of for rows given as records (what the null's controls and the crossfit pass), with the
-    families each cell's interval and each change's interval were computed on: (lo, hi, dlo, dhi,
-    families, change families), each (C,)."""
-    cur, base = _cells(readout, rows, masks, boot, fam), _cells(readout, base_rows, masks, boot, fam)
-    return (*spans_of(cur, base), cur.n_families, change_families(cur, base))
-
-
 def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], JsonObject], row_keys: list[str],
-           masks: dict[tuple[str, str], np.ndarray], boot: FamilyBootstrap, fam: np.ndarray) -> Stats:
+           masks: dict[tuple[str, str], np.ndarray], grid: GridEstimator) -> Stats:
     """(estimate, paired change against alpha = 0) of every cell of every condition.
 
     One condition at a time keeps memory at O(B x cells) however large the grid; the baseline's
@@ -127,10 +96,9 @@ def _stats(plan: Plan, readout: str, done: dict[tuple[str, str], JsonObject], ro
     def rows(key: str) -> list[JsonObject]:
         return [done[(it.item_id, key)] for it in plan.items]
 
-    base = _cells(readout, rows("base"), masks, boot, fam)
     stats: Stats = {}
     for key in row_keys:
-        values, changes = cell_estimates(_cells(readout, rows(key), masks, boot, fam), base)
+        values, changes = grid.estimates(_values(readout, rows(key)))
         for c, (group, system, measure) in enumerate(cell_names):
             value = values[c]
             # alpha = 0 against itself is 0 by definition, whatever the sample: fixed by design
@@ -168,13 +136,6 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], JsonObject],
     by_layer: list[ByLayer] = []
     ablation: list[Ablation] = []
 
-    def ratios(readout: str, rows: list[JsonObject], cell_masks: dict[tuple[str, str], np.ndarray]):
-        return _ratios(readout, rows, cell_masks, boot, fam)
-
-    def spans(readout: str, rows: list[JsonObject], base_rows: list[JsonObject],
-              cell_masks: dict[tuple[str, str], np.ndarray]) -> tuple[np.ndarray, ...]:
-        return intervals(readout, rows, base_rows, cell_masks, boot, fam)
-
     split: Split | None = None
     for readout in config.readouts:
         if not config.reads_sets(readout):
@@ -183,25 +144,25 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], JsonObject],
             plan_r = replace(plan, config=replace(config, n_random=0, n_relabel=0, controls=()))
         else:
             plan_r = plan
-        stats = _stats(plan, readout, done, row_keys, masks, boot, fam)
+        # one estimator per readout (analysis.dose_grid, steering_dose_response's too): every cell, change and
+        # null effect over (group, system) on the run's one bootstrap, paired with alpha = 0
+        grid = GridEstimator.of(READOUTS[readout], _values(readout, [done[(it.item_id, "base")] for it in plan.items]),
+                                masks, boot, fam)
+        stats = _stats(plan, readout, done, row_keys, masks, grid)
         for layer, label, alpha, key in points:
             for (group, system) in masks:
                 for measure in MEASURES[readout]:
                     value, change = stats[(key, group, system, measure)]
                     rows.append(CurveRow(readout, layer, label, alpha, group, system, measure, value, change))
-        band, random_effects = null_band(plan_r, readout, done, stats, masks, MEASURES[readout], _values)
+        band, random_effects = null_band(plan_r, readout, done, stats, masks, grid, _values)
         bands += band
-        relabel_band, relabel_effects = null_band(plan_r, readout, done, stats, masks, MEASURES[readout], _values,
-                                                  kind="relabel")
+        relabel_band, relabel_effects = null_band(plan_r, readout, done, stats, masks, grid, _values, kind="relabel")
         relabel_bands += relabel_band
-        base_obs, base_draws, _ = _ratios(readout, [done[(it.item_id, "base")] for it in plan.items], masks, boot, fam)
-        controls += control_rows(plan_r, readout, done, masks, MEASURES[readout], ratios, _est,
-                                 (base_obs, base_draws), spans, random_effects, stats, relabel_effects)
+        controls += control_rows(plan_r, readout, done, masks, grid, _values, _est, random_effects, stats,
+                                 relabel_effects)
         by_layer += _by_layer(plan_r, readout, stats, band)
         ablation += _ablation(plan_r, readout, stats)
-        headline, split = crossfit(plan_r, readout, done, READOUTS[readout], _values,
-                                   lambda values, cell_masks: cells(values, cell_masks, boot, fam,
-                                                                    READOUTS[readout].proportions), _est)
+        headline, split = crossfit(plan_r, readout, done, grid, _values, _est)
         headlines += headline
     meta = report_meta(plan, families, systems, scopes, units or {}, split)
     text = paragraphs(meta, headlines, controls, ablation)
