@@ -50,9 +50,6 @@ from evprobe.core.prefetch import prefetched
 from evprobe.core.progress import Progress, note, progress_label
 from evprobe.core.shard import Shard, shard_of_ids
 
-# A row of a job's store: one JSONL line. Kept as a name for the jobs that still import it
-# (experiments.dose_response.job, experiments.patching.job); new code writes JsonObject.
-Row = JsonObject
 RowKey = tuple[str, str]  # (unit key, condition)
 FORMAT_KEY = "kind"  # every job folder's meta names its job kind; merge dispatches on it
 # Meta keys that differ between the shards of one job by nature (what ran where, and when).

@@ -21,7 +21,7 @@ from evprobe.core.capture_schema import index_row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import append_log_lines, atomic_write_bytes, cut_torn_tail, open_for_writing, refuse_link
 from evprobe.core.json_files import read_json_lines
-from evprobe.core.jobs import Row, RowKey, RowStore
+from evprobe.core.jobs import RowKey, RowStore
 from evprobe.core.json_types import JsonObject
 
 ACTS_FILE = "acts.npy"
@@ -90,7 +90,7 @@ class CaptureRows(RowStore):
         self.acts_path, self.index_path = folder / ACTS_FILE, folder / INDEX_FILE
         self.fd: int | None = None
 
-    def done(self, *, warn: bool = True) -> dict[RowKey, Row]:
+    def done(self, *, warn: bool = True) -> dict[RowKey, JsonObject]:
         return {(row["item_id"], ""): row for row in load_index(self.index_path, self.item_ids, warn=warn).values()}
 
     def repair(self) -> None:
@@ -106,7 +106,7 @@ class CaptureRows(RowStore):
         self.offset = acts_offset(self.acts_path, shape)
         self.row_bytes = int(np.prod(shape[1:])) * 2
 
-    def append(self, rows: list[Row]) -> None:
+    def append(self, rows: list[JsonObject]) -> None:
         fd = open_for_writing(self.acts_path, os.O_WRONLY)
         try:
             for row in rows:

@@ -14,7 +14,7 @@ from evprobe.bench.items import Item, item_units
 from evprobe.bench.manifest import load_item_images
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.files import atomic_write_json
-from evprobe.core.jobs import FORMAT_KEY, Job, JsonlRows, Row, RowKey, Unit, check_pinned, read_meta, run_job
+from evprobe.core.jobs import FORMAT_KEY, Job, JsonlRows, RowKey, Unit, check_pinned, read_meta, run_job
 from evprobe.core.job_summary import JobSummary
 from evprobe.experiments.config import (
     ConfigError,
@@ -59,11 +59,11 @@ def _row_problem(row: Any) -> str | None:
     return row_problem(row, ROW_TYPES, ROW_REQUIRED, "dose-response row")
 
 
-def _row_key(row: Row) -> RowKey:
+def _row_key(row: JsonObject) -> RowKey:
     return row["item_id"], row["condition"]
 
 
-def load_results(path: Path) -> dict[RowKey, Row]:
+def load_results(path: Path) -> dict[RowKey, JsonObject]:
     """Finished rows of a results.jsonl by (item_id, condition); read only (a torn last line is left
     out, not cut); a bad line elsewhere or a duplicate is an error naming the line."""
     return JsonlRows(path, _row_key, what="dose-response row", check=_row_problem).done()
@@ -145,11 +145,11 @@ class DoseResponseJob(Job):
             self.images = {it.item_id: load_item_images(self.plan.bench, it.images) for it in items}
         return [self.images[it.item_id] for it in items]
 
-    def compute(self, batch: list[Unit], condition: str) -> list[Row]:
+    def compute(self, batch: list[Unit], condition: str) -> list[JsonObject]:
         items = [u.value for u in batch]
         return rows_for(self.handle, self.plan, self.by_key[condition], items, self._images(items), self.alpha_units)
 
-    def finish(self, rows: dict[RowKey, Row], summary: JobSummary[Any]) -> DoseResponseReport:
+    def finish(self, rows: dict[RowKey, JsonObject], summary: JobSummary[Any]) -> DoseResponseReport:
         plan = replace(self.plan, items=[u.value for u in self.my_units()], out=self.out)
         result = aggregate(plan, rows, self.alpha_units)
         return DoseResponseReport(n_items=len(plan.items), files=tuple(write_reports(plan, result)),

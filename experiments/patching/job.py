@@ -54,7 +54,7 @@ from evprobe.core.estimate_text import estimate_text
 from evprobe.core.capture_schema import row_problem
 from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
-from evprobe.core.jobs import Job, JsonlRows, Row, RowKey, Unit, read_meta, run_job
+from evprobe.core.jobs import Job, JsonlRows, RowKey, Unit, read_meta, run_job
 from evprobe.core.job_summary import JobSummary
 from evprobe.experiments.capture.config import check_layer_spec, parse_layers, question_marker
 from evprobe.experiments.pins import input_pins, loaded_pins
@@ -258,12 +258,12 @@ class PatchingJob(Job):
             prompt = build_prompt(target, c.protocol, c.regime)
             position_sets(self.handle, target, prompt, load_item_images(self.bench, target.images), c.positions)
 
-    def compute(self, batch: list[Unit], condition: str) -> list[Row]:
+    def compute(self, batch: list[Unit], condition: str) -> list[JsonObject]:
         assert self.handle is not None
         source, target = batch[0].value
         return [_patch_one(self.handle, self.bench, source, target, self.layers() or [], self.config)]
 
-    def finish(self, rows: dict[RowKey, Row], summary: JobSummary[Any]) -> PatchingReport:
+    def finish(self, rows: dict[RowKey, JsonObject], summary: JobSummary[Any]) -> PatchingReport:
         session = summary.last_session.to_json() if summary.last_session is not None else {}
         meta = read_meta(self.meta_path()) or {}
         if meta.get("last_session") != session:  # a merge takes its seconds from the shards' metas
@@ -273,7 +273,7 @@ class PatchingJob(Job):
                               session.get("seconds") or 0.0, n_heads=self._n_heads(ordered))
         return PatchingReport(n_pairs=len(ordered) // 2, files=PATCHING_FILES, summary=table)
 
-    def _n_heads(self, rows: list[Row]) -> int | None:
+    def _n_heads(self, rows: list[JsonObject]) -> int | None:
         """The head count of an attn_head job (from its rows: a merge has no model loaded)."""
         if self.config.site != "attn_head" or not rows:
             return None
@@ -355,7 +355,7 @@ def position_sets(handle: Handle, target: Item, prompt: str, images: list[Any],
 
 
 def _patch_one(handle: Handle, bench: Path, source: Item, target: Item, layers: list[int],
-               config: PatchingConfig) -> Row:
+               config: PatchingConfig) -> JsonObject:
     """One pair direction through the own-data row (analysis.patching.patch_row): the
     reference options are the answers (the construction switches the action within every image pair)."""
     from evprobe.hooks.sites.vocabulary import Site
