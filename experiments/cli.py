@@ -240,10 +240,12 @@ def add_judge_parser(sub: argparse._SubParsersAction) -> None:
         "scored), judge.json and judge.md (Fleiss' kappa with a family-bootstrap interval, agreement, the rule-"
         "and panel-judged scores side by side) and audit.csv (a stratified sample for a human audit). A judge reply "
         "is a decision only when it is one letter (alone, bracketed, with a period, or followed by its own option "
-        "words); anything else is kept as no decision with the judge's words.",
+        "words); anything else is kept as no decision with the judge's words. With --score-audit FILE (and no RUN "
+        "or --judge) it scores a filled audit.csv instead: the panel against the human column.",
     )
-    p.add_argument("run_dir", metavar="RUN", type=Path, help="run folder written by `evprobe run --protocol free`")
-    p.add_argument("--judge", action="append", required=True, metavar="MODEL@URL",
+    p.add_argument("run_dir", metavar="RUN", type=Path, nargs="?",
+                   help="run folder written by `evprobe run --protocol free`")
+    p.add_argument("--judge", action="append", metavar="MODEL@URL",
                    help="a judge: the model a server serves and its base URL (repeat; two or more, three as the seed)")
     p.add_argument("--api-key-env", action="append", metavar="NAME",
                    help="the environment variable holding the judges' API key (never the key itself; read once, "
@@ -255,12 +257,28 @@ def add_judge_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight per judge")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples of whole families")
     p.add_argument("--seed", type=int, default=20260905, help="bootstrap and audit-sample seed")
+    p.add_argument("--score-audit", type=Path, default=None, metavar="FILE",
+                   help="score a filled audit.csv (its human column) against the panel, beside judgments.jsonl: "
+                        "accuracy, precision, recall, F1 (the abstention class) and Cohen's kappa, with intervals; "
+                        "writes FILE's <stem>_score.json and .md")
     p.set_defaults(run=_run_judge)
 
 
 def _run_judge(args: argparse.Namespace) -> int:
     from evprobe.bench.judges import Judge, judge_run
+    from evprobe.core.errors import InputError
 
+    if args.score_audit is not None:
+        if args.run_dir is not None or args.judge:
+            raise InputError("--score-audit FILE scores a filled audit.csv alone: give no RUN and no --judge with it")
+        from evprobe.bench.audit_scoring import score_audit, summary_line
+
+        scored = score_audit(args.score_audit, n_boot=args.n_boot, seed=args.seed)
+        print(summary_line(scored))
+        print(f"wrote {', '.join(scored.files)} in {args.score_audit.parent}")
+        return 0
+    if args.run_dir is None or not args.judge:
+        raise InputError("give RUN and two or more --judge MODEL@URL (or --score-audit FILE alone)")
     judges = [Judge.parse(spec) for spec in args.judge]
     s = judge_run(args.run_dir, judges, bench=args.bench, api_key_env=args.api_key_env, per_stratum=args.per_stratum,
                   concurrency=args.concurrency, n_boot=args.n_boot, seed=args.seed)
