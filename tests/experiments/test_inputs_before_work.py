@@ -296,7 +296,7 @@ def test_the_ladder_reads_a_damaged_dose_response_or_scores_json_in_one_line(tmp
         with pytest.raises(InputError, match="dose_response.json:1: " + said.replace("[", r"\[").replace("]", r"\]")):
             steering_by_level((str(folder),))
     (folder / "dose_response.json").write_text(json.dumps(DOSE))
-    assert steering_by_level((str(folder),))[1]["stop"]["setting"] == "L3 alpha +1"
+    assert steering_by_level((str(folder),))[1]["stop"].setting == "L3 alpha +1"
 
 
 # -- settings refused at config time: no model loads, --out is never made -------------------------
