@@ -40,7 +40,8 @@ Fleiss' kappa (Fleiss 1971) is written out in `bench.judge_agreement` (`fleiss_k
 rather than taken from statsmodels, which evprobe does not otherwise need; a test checks it on the published example.
 Its interval resamples families (`FamilyBootstrap`): kappa is a function of per-family sums (the
 agreement P_i and the category counts), so every resample recomputes it from its families. Coverage
-where the truth is known (benchmarks/coverage_fleiss_kappa.py): 92.3-95.2%.
+where the truth is known (benchmarks/coverage_fleiss_kappa.py, the percentile interval hulled with the
+jackknife t interval of `bench.judge_agreement`): 94.2-97.2% at 8, 30 and 144 families.
 """
 
 from __future__ import annotations

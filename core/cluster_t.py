@@ -21,9 +21,30 @@ one `core.proportion` turns into an effective sample size), and the interval R -
 R1 - R0 of two ratios on the same families takes e_f = e1_f - e0_f, F_c the families holding a unit
 of either. With fewer than two such families nothing estimates the variance: the interval is NaN
 (no bound), and the hull takes the other intervals' bounds.
+
+Smooth statistics (`jackknife_interval`). F1 and Cohen's kappa of the judge audit
+(`bench.audit_scoring`) and Fleiss' kappa of the judge panel, pooled and per task x dataset cell
+(`bench.judge_agreement`), are smooth functions of several ratios over families; their family
+bootstrap gave a plain percentile interval, too narrow with few families for the reason above
+(`benchmarks/coverage_audit_scoring.py`: 87.0-89.4% at 8 families). Their reported interval is the
+hull of that percentile interval and theta -+ t_{0.975, F_j - 1} x the delete-one-family jackknife
+standard error, sqrt((F_j - 1)/F_j sum_i (theta_(i) - mean theta_(.))^2), theta_(i) the statistic
+recomputed without family i (the ratios from the totals less that family's sums), over the F_j
+families whose deletion leaves it defined; clipped to the statistic's range (F1 in [0, 1], a kappa
+in [-1, 1]). The jackknife over clusters with t on F - 1 degrees of freedom is the classic
+cluster-robust choice for a smooth statistic (Cameron & Miller 2015, section VI; for one ratio it
+is close to the linearised variance above). Chosen by measurement against
+the bootstrap standard error x sqrt(F/(F-1)) with the same t: on the same simulated audits and panels
+(1,000 replicates a row) both reach the target at 8 families, the jackknife slightly higher (F1 93.9
+vs 93.2%, kappa 94.0 vs 93.2% in the weak audit) for a similar width (+3% wider on kappa), and it
+needs no second random draw: the interval is a deterministic function of the data and the
+bootstrap's percentile ends. With fewer than two defined deletions the percentile interval stands
+alone; a statistic every resample reproduces keeps no interval.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -108,5 +129,43 @@ def family_count(den: np.ndarray) -> np.ndarray:
     return (_columns(den) > 0).sum(axis=0)
 
 
-__all__ = ["LEVEL", "METHOD", "change_interval", "correlation", "family_count", "ratio_interval", "residuals",
-           "t_interval", "variance"]
+def jackknife_interval(fn: Callable[..., np.ndarray], num: np.ndarray, den: np.ndarray, value: float,
+                       percentile: tuple[float | None, float | None], bounds: tuple[float, float] = (-np.inf, np.inf),
+                       level: float = LEVEL) -> tuple[float | None, float | None]:
+    """The hull of a smooth statistic's percentile interval with its delete-one-family jackknife t
+    interval, clipped to the statistic's range `bounds` (module docstring, "Smooth statistics").
+
+    `fn` maps M ratios (one array each) to the statistic; `num`, `den` (F, M) are the ratios' per-family
+    sums, `value` the statistic on all families, `percentile` its family-bootstrap percentile interval.
+    A percentile interval of (None, None) (no interval: every resample reproduces the value) stays so.
+    """
+    if percentile[0] is None or percentile[1] is None:
+        return percentile
+    lo, hi = float(percentile[0]), float(percentile[1])
+    se, count = jackknife_se(fn, num, den)
+    if np.isfinite(se) and np.isfinite(value):
+        t_lo, t_hi = t_interval(np.array([value]), np.array([se**2]), np.array([count]), level)
+        lo, hi = min(lo, float(t_lo[0])), max(hi, float(t_hi[0]))
+    return max(lo, bounds[0]), min(hi, bounds[1])
+
+
+def jackknife_se(fn: Callable[..., np.ndarray], num: np.ndarray, den: np.ndarray) -> tuple[float, int]:
+    """(se, F_j): the delete-one-family jackknife standard error of fn(ratios) over the families holding
+    a unit, sqrt((F_j - 1) / F_j sum_i (theta_(i) - mean theta_(.))^2), theta_(i) the statistic without
+    family i (its ratios from the totals less that family's sums), over the F_j families whose deletion
+    leaves it defined; NaN where F_j < 2."""
+    num, den = _columns(num), _columns(den)
+    held = (den > 0).any(axis=1)
+    rest_num, rest_den = num.sum(axis=0) - num[held], den.sum(axis=0) - den[held]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = np.where(rest_den > 0, rest_num / np.where(rest_den > 0, rest_den, 1.0), np.nan)
+        theta = np.asarray(fn(*ratios.T), dtype=float).reshape(-1)
+    theta = theta[np.isfinite(theta)]
+    count = len(theta)
+    if count < 2:
+        return float("nan"), count
+    return float(np.sqrt((count - 1) / count * ((theta - theta.mean()) ** 2).sum())), count
+
+
+__all__ = ["LEVEL", "METHOD", "change_interval", "correlation", "family_count", "jackknife_interval", "jackknife_se",
+           "ratio_interval", "residuals", "t_interval", "variance"]

@@ -85,3 +85,52 @@ def test_coverage_at_eight_families_where_the_truth_is_known() -> None:
     v, _ = cluster_t.variance(e, held)
     z = 1.959964 * np.sqrt(v)
     assert np.mean((ratio - z <= 0.3) & (0.3 <= ratio + z)) < 0.93
+
+
+# -- smooth statistics (F1, kappas): the delete-one-family jackknife t hull ------------------------------------
+
+
+def test_jackknife_se_known_answer_on_a_tiny_array() -> None:
+    """Known answer, by hand: families with values 1, 2, 3, 4 (one unit each) and the statistic r^2.
+    Leaving one out gives means 3, 8/3, 7/3, 2, so theta_(i) = 9, 64/9, 49/9, 4; the jackknife SE is
+    sqrt(3/4 sum (theta_(i) - mean)^2). A divisor F instead of (F - 1)/F, or the full-sample value in
+    place of the leave-one-out mean, moves it."""
+    theta = np.array([9.0, 64 / 9, 49 / 9, 4.0])
+    want = np.sqrt(3 / 4 * ((theta - theta.mean()) ** 2).sum())
+    se, count = cluster_t.jackknife_se(lambda r: r**2, np.array([1.0, 2.0, 3.0, 4.0]), np.ones(4))
+    assert count == 4 and se == pytest.approx(want, rel=1e-12)
+    assert se == pytest.approx(3.2332, abs=1e-4)  # by hand: mean 230/36, sum of squares 13.938
+
+
+def test_jackknife_se_of_a_mean_is_the_standard_error_of_family_means() -> None:
+    """For a linear statistic (a mean of equal families) the jackknife SE is s / sqrt(F) exactly."""
+    y = np.random.default_rng(5).normal(size=7)
+    se, count = cluster_t.jackknife_se(lambda r: r, y, np.ones(7))
+    assert count == 7 and se == pytest.approx(stats.sem(y), rel=1e-12)
+
+
+def test_jackknife_se_skips_empty_families_and_undefined_deletions() -> None:
+    """A family without units is not counted; a deletion that leaves the statistic undefined is left out."""
+    se, count = cluster_t.jackknife_se(lambda r: r, np.array([1.0, 2.0, 0.0, 3.0]), np.array([1.0, 1.0, 0.0, 1.0]))
+    assert count == 3 and se == pytest.approx(stats.sem([1.0, 2.0, 3.0]), rel=1e-12)
+    se, count = cluster_t.jackknife_se(lambda r: 1 / (r - 2.0), np.array([1.0, 2.0, 3.0]), np.ones(3))
+    assert count == 2  # leaving out the 2 gives mean 2: 1/0, undefined
+    se, count = cluster_t.jackknife_se(lambda r: r, np.array([1.0]), np.ones(1))
+    assert count == 0 and np.isnan(se)  # one family: its deletion leaves nothing
+
+
+def test_jackknife_interval_widens_a_too_narrow_percentile_interval() -> None:
+    """A percentile interval narrower than value -+ t_{F-1} jackknife SE becomes that t interval; a wider
+    one stays; the hull is clipped to the statistic's range; no percentile interval stays none."""
+    num, den = np.array([1.0, 2.0, 3.0, 4.0]), np.ones(4)
+    fn = lambda r: r / 4  # noqa: E731  (a statistic in [0, 1] here)
+    value = 2.5 / 4
+    se, _ = cluster_t.jackknife_se(fn, num, den)
+    half = stats.t.ppf(0.975, 3) * se
+    lo, hi = cluster_t.jackknife_interval(fn, num, den, value, (value - 0.01, value + 0.01))
+    assert (lo, hi) == pytest.approx((value - half, value + half), rel=1e-12) and hi - lo > 0.02
+    assert cluster_t.jackknife_interval(fn, num, den, value, (-5.0, 5.0)) == (-5.0, 5.0)
+    assert cluster_t.jackknife_interval(fn, num, den, value, (-5.0, 5.0), (0.0, 1.0)) == (0.0, 1.0)
+    lo, hi = cluster_t.jackknife_interval(fn, num, den, value, (0.6, 0.65), (0.0, 0.7))
+    assert hi == 0.7 and lo == pytest.approx(value - half)
+    assert cluster_t.jackknife_interval(fn, num, den, value, (None, None)) == (None, None)
