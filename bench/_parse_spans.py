@@ -84,6 +84,25 @@ _UNDETERMINED = [
     r"\b(?:impossible|not possible) to (?:tell|know|say|determine|decide)\b",
     r"\bno way to (?:tell|know)\b",
 ]
+# Seed 002's evasive non-answers (appendix D.2: "neither", "none of the above", "not applicable"
+# and close variants), more names of undetermined under its rubric only (bench.parse's docstring).
+# "neither" and "none" count where they stand as the answer (before a clause end, or naming the
+# options: "neither one", "none of the above"); "neither the mass nor the friction ..." stays a
+# negation cue. "I don't know" and "cannot tell" are names of undetermined under both readings.
+_STANDS = r"(?=\s*+(?:[.!?;:,\n)\]\"'”—–]|\Z))"  # a clause or the text ends after it
+_EVASIVE = [
+    r"\bneither\s+(?:a\s+)?(?:yes\s+nor\s+(?:a\s+)?no|no\s+nor\s+(?:a\s+)?yes)\b",
+    r"\bneither\s+(?:one|option|answer|choice|of\s+(?:them|these|those|the\s+(?:two|above|options"
+    r"|answers|choices)))\b",
+    r"\bneither\b" + _STANDS,
+    r"\bnone\s+of\s+(?:them|these|those|the\s+(?:above|two|options|answers|choices))\b",
+    r"\bnone\b" + _STANDS,
+    r"\bnot\s+(?:applicable|answerable)\b",
+    r"(?<![\w/])n/a(?![\w/])",
+    r"\bunanswerable\b",
+    r"\b(?:cannot|can not|can'?t) be answered\b",
+    r"\b(?:cannot|can not|can'?t|won'?t|will not|refuse to|decline to) answer\b",  # refused to answer
+]
 
 
 @dataclass(frozen=True)
@@ -99,8 +118,9 @@ def is_answer_item(item: Item) -> bool:
     return bool(item.options) and set(item.options.values()) <= set(ANSWERS)  # type: ignore[union-attr]
 
 
-def _name_patterns(item: Item) -> dict[str, list[str]]:
-    """Regexes naming each option's meaning (case-insensitive), keyed by the option's value."""
+def _name_patterns(item: Item, evasive: bool = False) -> dict[str, list[str]]:
+    """Regexes naming each option's meaning (case-insensitive), keyed by the option's value;
+    `evasive`: seed 002's evasive non-answers name undetermined too (answer requests only)."""
     if item.request == "select":
         other = re.escape(get_system(item.system).other)
         contents = rf"(?:\s*(?:the|mass|{other}|tests?|and|of|both|[,&+]))*"
@@ -126,7 +146,8 @@ def _name_patterns(item: Item) -> dict[str, list[str]]:
             ],
         }
     if is_answer_item(item):
-        return {"yes": [r"\byes\b"], "no": [r"\bno\b"], "undetermined": list(_UNDETERMINED)}
+        return {"yes": [r"\byes\b"], "no": [r"\bno\b"],
+                "undetermined": _UNDETERMINED + (_EVASIVE if evasive else [])}
     return {}
 
 
@@ -156,12 +177,13 @@ def _is_article(text: str, pos: int) -> bool:
     return not _VOWEL_SOUND.match(word) and word not in _NOT_AFTER_ARTICLE
 
 
-def find_spans(item: Item, text: str, letters: bool = True) -> tuple[list[Span], str | None]:
-    """Option references, negation cues and hedges in `text`, in order; and for numeric requests
+def find_spans(item: Item, text: str, letters: bool = True, evasive: bool = False) -> tuple[list[Span], str | None]:
+    """Option references, negation cues and hedges in `text`, in order (`evasive`: seed 002's
+    evasive non-answers are names of undetermined, `_EVASIVE`); and for numeric requests
     a misread that overrides the references: "non_finite", "ambiguous_comma", "malformed_number"
     or "wrong_unit" (numbers were written, but each with a unit of another kind), else None."""
     candidates: list[Span] = []
-    for value, patterns in _name_patterns(item).items():
+    for value, patterns in _name_patterns(item, evasive).items():
         key = _letter_of(item, value)
         for p in patterns:
             candidates += [Span(m.start(), m.end(), "name", key) for m in re.finditer(p, text, re.I)]

@@ -76,6 +76,40 @@ it is unambiguous:
   out of range. A sign counts only when attached and not preceded by a digit or letter ("0.4-0.5"
   is two numbers, "-0.45" is negative).
 
+Two readings of hedges and evasive words (`rubric`, `Rubric`):
+
+- "strict": the rules above. A hedge makes the reply `invalid:hedged`; "neither", "none", "none of
+  the above", "not applicable" name no option ("Neither." is `invalid:no_option`, "Neither yes
+  nor no." `invalid:negated`). Every letter protocol (direct, brief) reads this way, and so did the
+  free protocol before the seed's rubric was built: a free run whose run.json has no `rubric` pin
+  was read "strict" (its records keep that reading; `evprobe score` reads the records, never the
+  replies again, so rescoring it gives what it gave).
+- "seed002": seed 002's two-track rubric (appendix D.2), the free protocol's default reading
+  (`FREE_RUBRIC`; letters=False), because the free protocol is seed 002's and its judges decide
+  "abstained or answered" this way. (1) "If the model hedges but still commits to an answer ...
+  that counts as PROVIDED AN ANSWER": a hedge (the words above) with exactly one option read, no
+  alternative, conflict or negation, is that option ("I'm not sure, but it appears to be yes."
+  is yes, "Probably yes." is yes, "Maybe it cannot be determined." is undetermined). "I think ...
+  or" offers an alternative and stays `invalid:hedged`. (2) "if the model says 'neither' or
+  'none' on a binary question, that is ABSTAINED", and the evasive non-answers "neither", "none
+  of the above", "I don't know", "cannot tell", "not applicable": on the answer requests (yes/no
+  questions with an undetermined option) they are names of undetermined (`_parse_spans._EVASIVE`):
+  "neither" and "none" where they stand as the answer (before a clause end: "Neither.", "None,
+  since ..."; or naming the options: "neither one", "neither answer", "neither yes nor no", "none
+  of the above", "none of them"), "not applicable", "n/a", "not answerable", "unanswerable",
+  "cannot be answered" and refusals ("I cannot answer", "I won't answer"). "I don't know" and
+  "cannot tell" are undetermined under both readings. "Neither the mass nor the friction is
+  known, so no." stays "no": there "neither" negates no option. On every other request (select,
+  the numeric ones) nothing has an undetermined meaning to map these words to, so they read as
+  under "strict" (a negation cue, or no option: invalid); only the hedge rule changes there.
+- Under both, conflicting answers ("yes, no wait, no"), negated ones ("not yes") and alternatives
+  ("yes or no") are invalid, and so is a reply that names no option: a bare hedge ("I'm not
+  sure.", "Probably not.") or an answer in other words ("it appears to slide farther") is
+  `invalid:no_option`; the LLM panel (`bench.judges`) reads those. Invalid stays in every
+  denominator, never picked for. A free run's run.json pins the reading (`"rubric": "seed002"`;
+  a letter run's has no such key, so its run.json is what it was), so resuming a free run read
+  "strict" (no pin) or merging its shards with newer ones is refused in one line, never mixed.
+
 When several problems occur, the reason reported is the first of: non_finite, ambiguous_comma,
 malformed_number, negated, alternatives, conflicting_options (several_numbers), hedged,
 out_of_range. A reply with no option reference at all is `invalid:no_option` (read_ruler:
@@ -94,6 +128,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from evprobe.bench.calibration import (
     COAST_TRACK,
@@ -117,6 +152,9 @@ from evprobe.bench._parse_spans import (
 LONGEST_RULER = max(MASS_TRACK, COAST_TRACK, REBOUND_RULER, SPRING_RULER, FALL_RULER)  # m
 RULER_MAX = 1000.0 * LONGEST_RULER  # m; see the module docstring
 DIRECT_MAX_CHARS = 80  # a longer reply that starts with a letter is read, but routed `letter`
+Rubric = Literal["seed002", "strict"]  # how hedges and evasive words are read (module docstring)
+RUBRICS: tuple[Rubric, ...] = ("seed002", "strict")
+FREE_RUBRIC: Rubric = "seed002"  # the free protocol's reading (letters=False), pinned in its run.json
 
 # An ANSWER line is what `^\s*[*_#>\s]*answer\s*[*_]*\s*[:：]\s*(.*?)\s*$` (re.I | re.M) finds with
 # findall. That pattern is cubic on blank lines (three quantifiers over the same white space), so
@@ -147,11 +185,11 @@ class _Reading:
     refs: tuple[Span, ...]
 
 
-def _read(item: Item, text: str, letters: bool = True) -> _Reading | str:
+def _read(item: Item, text: str, letters: bool = True, rubric: Rubric = "strict") -> _Reading | str:
     """The one option `text` points to, or the reason why there is none."""
     text = text.replace("’", "'").replace("‘", "'").replace("−", "-")  # same length: spans hold
     ruler = item.request in NUMBER_REQUESTS
-    spans, misread = find_spans(item, text, letters)
+    spans, misread = find_spans(item, text, letters, evasive=rubric == "seed002")
     refs = [s for s in spans if s.kind in ("letter", "name", "number")]
     if misread in ("non_finite", "ambiguous_comma", "malformed_number"):
         return misread
@@ -163,7 +201,9 @@ def _read(item: Item, text: str, letters: bool = True) -> _Reading | str:
         return "alternatives"
     if len({ref_key(r) for r in refs}) > 1:
         return "several_numbers" if ruler else "conflicting_options"
-    if any(s.kind == "hedge" for s in spans) or think_or(text):
+    # seed002: a hedge that still commits to one answer is that answer; "I think ... or" offers
+    # an alternative, so it is hedged under both readings
+    if rubric == "strict" and any(s.kind == "hedge" for s in spans) or think_or(text):
         return "hedged"
     first = refs[0]
     if ruler:
@@ -187,9 +227,9 @@ def _parsed(item: Item, reading: _Reading, route: str) -> Parsed:
     return Parsed(True, route, choice=letter, value=float(value))
 
 
-def _final(item: Item, token: str, route: str, unreadable: str, letters: bool = True) -> Parsed:
+def _final(item: Item, token: str, route: str, unreadable: str, letters: bool, rubric: Rubric) -> Parsed:
     """Read a final answer (an ANSWER line or a json `final_answer`): no fallback to the working."""
-    got = _read(item, token, letters)
+    got = _read(item, token, letters, rubric)
     if isinstance(got, str):
         return invalid(unreadable if got in ("no_option", "no_number") else got)
     return _parsed(item, got, route)
@@ -227,9 +267,23 @@ def _answer_line(text: str) -> str | None:
     return last
 
 
-def parse_reply(item: Item, reply: str, regime: str = "standard", *, letters: bool = True) -> Parsed:
+def reading_of(letters: bool, rubric: Rubric | None = None) -> Rubric:
+    """The rubric `parse_reply` reads with: `rubric`, else `FREE_RUBRIC` for the free protocol's
+    replies (letters=False) and "strict" for the letter protocols'."""
+    if rubric is None:
+        return "strict" if letters else FREE_RUBRIC
+    if rubric not in RUBRICS:
+        raise ValueError(f"unknown rubric {rubric!r}; choose from {', '.join(RUBRICS)}")
+    return rubric
+
+
+def parse_reply(item: Item, reply: str, regime: str = "standard", *, letters: bool = True,
+                rubric: Rubric | None = None) -> Parsed:
     """Read one reply to `item`; see the module docstring for the order and the rules. `letters=False`
-    (the free protocol, whose prompts show no option letters): only names count, never a letter."""
+    (the free protocol, whose prompts show no option letters): only names count, never a letter.
+    `rubric` (`reading_of`): "seed002" reads a hedged commitment as its answer and seed 002's
+    evasive non-answers as undetermined; "strict" reads both invalid (every run before it existed)."""
+    rubric = reading_of(letters, rubric)
     text = reply.strip()
     lowered = text.lower()
     if "</think>" in lowered:  # a thinking model's reasoning block: the reply is what follows it (bench.doubt)
@@ -247,11 +301,12 @@ def parse_reply(item: Item, reply: str, regime: str = "standard", *, letters: bo
             except (ValueError, RecursionError):  # bad JSON, an integer too long for int(), nesting too deep
                 obj = None
             if isinstance(obj, dict) and "final_answer" in obj:
-                return _final(item, str(obj["final_answer"]), "json", "json_final_answer_unreadable", letters)
+                return _final(item, str(obj["final_answer"]), "json", "json_final_answer_unreadable", letters,
+                              rubric)
     line = _answer_line(text)
     if line is not None:
-        return _final(item, line, "answer_line", "answer_line_unreadable", letters)
-    got = _read(item, text, letters)
+        return _final(item, line, "answer_line", "answer_line_unreadable", letters, rubric)
+    got = _read(item, text, letters, rubric)
     if isinstance(got, str):
         return invalid(got)
     if item.request in NUMBER_REQUESTS:

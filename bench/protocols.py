@@ -6,8 +6,10 @@ Protocols (seed 000, section 4 and B.2): `direct` asks for the option code withi
 asks the answer requests only, with no option letters: the menu and its instruction are replaced by
 `FREE_QUESTION`, so abstaining is the model's own idea, and the reply is read by its words alone
 (`bench.parse.parse_reply(..., letters=False)`: "yes", "no", "cannot be determined", "the evidence
-does not settle it", ...; hedged, negated or conflicting words are invalid, kept in every
-denominator); 96 tokens.
+does not settle it", ...) with seed 002's rubric (appendix D.2, `bench.parse.FREE_RUBRIC`, pinned in
+run.json as `rubric`): a hedged reply that commits to one answer is that answer, "neither", "none
+of the above", "not applicable" abstain; negated, conflicting or alternative words are invalid,
+kept in every denominator; 96 tokens.
 
 Regimes (seed 002, appendix C, adapted to this benchmark): `standard` adds nothing; `guided`
 tells the model not to guess when the evidence is insufficient; `json` asks for a JSON object with

@@ -26,7 +26,7 @@ from evprobe.core.files import atomic_write_json
 from evprobe.bench.backends.base import Backend, BackendOptions, ModelPrompt, Reply, Sampling, add_resources
 from evprobe.bench.backends.registry import (DEFAULT_BACKEND, BackendSpec, backend_spec, backend_specs, foreign,
                                              options_for, recorded_config, reserve_flags, split_settings)
-from evprobe.bench.parse import Parsed, parse_reply
+from evprobe.bench.parse import FREE_RUBRIC, Parsed, parse_reply
 from evprobe.bench.policies import POLICIES, make_policy
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens, prompt_template_sha256
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records, record_problem
@@ -259,7 +259,8 @@ class RunJob(Job):
                "top_p": None if c.temperature == 0 or c.top_p == 1 else float(c.top_p),
                "option_logprobs": True if c.option_logprobs else None,
                "video_input": None if c.video_input == "frames" else c.video_input,
-               "thinking": m.thinking}  # None when unset (the template's default), likewise
+               "thinking": m.thinking,  # None when unset (the template's default), likewise
+               **({"rubric": FREE_RUBRIC} if c.protocol == "free" else {})}  # how free replies are read (bench.parse)
         if self.backend is not None:  # after open(): what only the loaded model or the server tells
             out.update(self.backend.pins())
         return out

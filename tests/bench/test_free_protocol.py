@@ -49,7 +49,8 @@ REPLIES = [
     ("No.", "no"),
     ("The evidence does not settle the answer.", "undetermined"),
     ("It cannot be determined from the sheet.", "undetermined"),
-    ("Probably yes.", None),  # hedged
+    ("Probably yes.", "yes"),  # hedged, but commits: seed 002's rubric (tests/bench/test_parse_rubric.py)
+    ("None of the above.", "undetermined"),  # an evasive non-answer abstains (seed 002, D.2)
     ("Yes or no, depending on the friction.", None),  # alternatives
     ("A block this heavy would not slide that far, so no.", "no"),  # the article is no option letter
     ("C", None),  # a letter names nothing where none was shown

@@ -72,6 +72,11 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "long_word": lambda n: _fill("a", n, "", "n't"),
     "equals": lambda n: _fill(" ", n, "A", "="),
     "mixed": lambda n: _fill("**ANSWER**:  \n> - `1.2.3` 0x1F  \t# not A or B maybe\n\n", n),
+    # seed 002's evasive words (the free protocol's reading): "neither"/"none" and the white space after them
+    "neither_spaces": lambda n: _fill("neither" + " " * 50, n),
+    "neither_nor": lambda n: _fill("neither yes nor ", n, "", "no"),
+    "none_of": lambda n: _fill("none of ", n, "", "the above"),
+    "n_a": lambda n: _fill("n/a/", n),
 }
 
 
@@ -108,6 +113,8 @@ def _readers(items: dict[str, Item], text: str) -> dict[str, Callable[[], object
     calls: dict[str, Callable[[], object]] = {
         f"parse_reply[{r}]": (lambda it=it: parse_reply(it, text)) for r, it in items.items()
     }
+    calls["parse_reply[answer_after_test, free]"] = lambda: parse_reply(items["answer_after_test"], text,
+                                                                         letters=False)  # rubric seed002
     calls["parse_reply[select, json]"] = lambda: parse_reply(items["select"], text, "json")
     calls["parse_reply[read_ruler, json]"] = lambda: parse_reply(items["read_ruler"], text, "json")
     calls["numerals"] = lambda: numerals(text)
