@@ -98,7 +98,7 @@ _EVASIVE = [
     r"\bnone\s+of\s+(?:them|these|those|the\s+(?:above|two|options|answers|choices))\b",
     r"\bnone\b" + _STANDS,
     r"\bnot\s+(?:applicable|answerable)\b",
-    r"(?<![\w/])n/a(?![\w/])",
+    r"(?<![\w/])n ?/ ?a(?![\w/])",  # "N/A", "n / a"
     r"\bunanswerable\b",
     r"\b(?:cannot|can not|can'?t) be answered\b",
     r"\b(?:cannot|can not|can'?t|won'?t|will not|refuse to|decline to) answer\b",  # refused to answer

@@ -64,6 +64,7 @@ KNOWN = [
     ("Can't tell from this sheet.", UNDET, UNDET),
     ("Not applicable.", UNDET, "invalid:no_option"),
     ("N/A", UNDET, "invalid:no_option"),
+    ("n / a.", UNDET, "invalid:no_option"),
     # ABSTAINED: "refused to answer or said the question cannot be determined"
     ("I cannot answer this from the evidence given.", UNDET, "invalid:no_option"),
     ("The question is unanswerable.", UNDET, "invalid:no_option"),
@@ -108,9 +109,9 @@ def test_the_seed_rubric_and_the_strict_reading_on_known_replies(
 def test_the_table_differs_where_the_seed_says_it_should() -> None:
     """The rows where the two readings differ are exactly hedged commitments and evasive words."""
     differ = [(a, b) for _, a, b in KNOWN if a != b]
-    assert len(KNOWN) == 44 and len(differ) == 19
+    assert len(KNOWN) == 45 and len(differ) == 20
     read = [(a, b) for a, b in differ if a.startswith("name:")]  # read by the seed's rubric alone
-    assert len(read) == 17 and {b for _, b in read} == {"invalid:hedged", "invalid:no_option", "invalid:negated"}
+    assert len(read) == 18 and {b for _, b in read} == {"invalid:hedged", "invalid:no_option", "invalid:negated"}
     # the other two say an evasive word and an answer: a conflict, never picked for
     assert [a for a, _ in differ if not a.startswith("name:")] == ["invalid:conflicting_options"] * 2
 
