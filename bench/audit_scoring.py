@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import stat
 from collections import Counter
@@ -62,6 +61,7 @@ from evprobe.core.bootstrap import (
     FamilyBootstrap,
 )
 from evprobe.core import cluster_t
+from evprobe.core.json_files import parse_json
 from evprobe.core.errors import InputError, shown
 from evprobe.core.files import atomic_write_bytes, atomic_write_json
 from evprobe.core.json_types import JsonObject
@@ -133,9 +133,9 @@ def _judgments(path: Path) -> dict[str, tuple[str, str]]:
     for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except ValueError:
+        try:  # core's one JSON parser: nesting bounded before parsing (json.loads recursed into a RecursionError)
+            row = parse_json(line, path, fix, line=number)
+        except InputError:
             row = None
         if not (isinstance(row, dict) and isinstance(row.get("item_id"), str)
                 and isinstance(row.get("family_id"), str) and row.get("panel") in (*LABELS[:3], None)):

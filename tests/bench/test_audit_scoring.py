@@ -163,3 +163,13 @@ def test_score_audit_on_the_judge_commands_own_audit(free_run: Path, tmp_path: P
     assert main(["judge", str(free_run), "--score-audit", str(audit)]) == 2
     assert "give no RUN and no --judge" in capsys.readouterr().err
     assert main(["judge"]) == 2 and "--score-audit FILE alone" in capsys.readouterr().err
+
+
+def test_a_deeply_nested_judgments_line_is_one_line_not_a_recursion_error(tmp_path: Path) -> None:
+    """json.loads recursed into a RecursionError traceback on 200,000 nested brackets; the line is now
+    read by core.json_files.parse_json (nesting checked before parsing) and refused like any bad row."""
+    audit = _folder(tmp_path)
+    judgments = audit.parent / "judgments.jsonl"
+    judgments.write_text(judgments.read_text() + "[" * 200_000 + "]" * 200_000 + "\n")
+    with pytest.raises(audit_scoring.InputError, match=r"judgments\.jsonl, line \d+: not a judgments row"):
+        audit_scoring._judgments(judgments)
