@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evprobe.analysis.effects import Cells, cell_estimates, cells
-from evprobe.analysis.specificity import HALVES, choose_settings, group_means, scored_at
+from evprobe.analysis.specificity import HALVES, group_means, half_choices, scored_at
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.core.errors import InputError
 
@@ -123,13 +123,9 @@ def cross_fit(cands: Sequence[Setting], probe: np.ndarray, nulls: Mapping[str, n
     kinds = tuple(k for k, v in nulls.items() if v.shape[2])
     stack = np.concatenate([probe[:, :, None, :], *(nulls[k] for k in kinds)], axis=2)  # (C, items, D, M)
     choices, broken, shift, guard = {}, {}, {}, {}
-    for h in HALVES:
-        on = fit & (half == h)
-        base_mean = np.nanmean(base[on, col]) if on.any() else np.nan
-        per = np.stack([group_means(stack[c], on) for c in range(len(cands))])  # (C, D, M)
-        moved = toward * (per[:, :, col] - base_mean)  # (C, D): + = toward the goal
-        rates = per[:, :, guard_col] if guard_col is not None else np.zeros(moved.shape)
-        choices[h], broken[h] = choose_settings(cands, moved, rates, rule.ceiling)
+    for h in HALVES:  # analysis.specificity's per-half rule (crossfit_scores'), keeping the probe's numbers
+        choices[h], broken[h], moved, rates = half_choices(cands, stack, base, fit & (half == h), col, toward,
+                                                           guard_col, rule.ceiling)
         shift[h] = moved[:, 0]
         guard[h] = rates[:, 0] if guard_col is not None else np.full(len(cands), np.nan)
     return CrossFit(tuple(cands), choices, broken, shift, guard, scored_at(stack, choices, half, HALVES), kinds,

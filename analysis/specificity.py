@@ -121,12 +121,22 @@ def crossfit_scores(cands: Sequence[tuple[int, float]], stack: np.ndarray, base:
     Returns (scored (items, K, M), choices {half: (K,)}, broken {half: (K,)})."""
     choices, broken = {}, {}
     for h in halves:
-        on = fit & (half == h)
-        base_mean = np.nanmean(base[on, col]) if on.any() else np.nan
-        per = np.stack([group_means(stack[c], on) for c in range(len(cands))])  # (C, K, M)
-        useless = per[:, :, guard] if guard is not None else np.zeros(per.shape[:2])
-        choices[h], broken[h] = choose_settings(cands, toward * (per[:, :, col] - base_mean), useless, ceiling)
+        choices[h], broken[h], _, _ = half_choices(cands, stack, base, fit & (half == h), col, toward, guard, ceiling)
     return scored_at(stack, choices, half, halves), choices, broken
+
+
+def half_choices(cands: Sequence[tuple[int, float]], stack: np.ndarray, base: np.ndarray, on: np.ndarray, col: int,
+                 toward: int, guard: int | None = None, ceiling: float = 0.10
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One half's choice for every direction (crossfit_scores; `on`: that half's fitting items):
+    (chosen candidate (K,), every candidate broke (K,), the move toward the goal (C, K) and the guard
+    rate (C, K; zeros without a guard)) at each candidate."""
+    base_mean = np.nanmean(base[on, col]) if on.any() else np.nan
+    per = np.stack([group_means(stack[c], on) for c in range(len(cands))])  # (C, K, M)
+    moved = toward * (per[:, :, col] - base_mean)  # (C, K): + = toward the goal
+    rates = per[:, :, guard] if guard is not None else np.zeros(per.shape[:2])
+    chosen, broken = choose_settings(cands, moved, rates, ceiling)
+    return chosen, broken, moved, rates
 
 
 def null_stats(probe_effect: float | None, effects: np.ndarray) -> dict[str, Any]:
@@ -250,5 +260,5 @@ def joint_text(verdict: Verdict | Mapping[str, Any]) -> str:
 
 
 __all__ = ["FULL_BAND", "HALVES", "NULL_NAMES", "NULL_SETS", "NULL_SHORT", "SPECIFIC_P", "Verdict", "band_name",
-           "choose_settings", "crossfit_scores", "group_means", "joint_text", "joint_verdict", "null_stats", "scored_at",
-           "specificity_stats", "split_halves", "verdict_text"]
+           "choose_settings", "crossfit_scores", "group_means", "half_choices", "joint_text", "joint_verdict",
+           "null_stats", "scored_at", "specificity_stats", "split_halves", "verdict_text"]

@@ -55,7 +55,7 @@ from evprobe.experiments.dose_response.results import (
 from evprobe.experiments.steering_conventions import alpha_key
 
 GOALS = (("induce measuring", "resolved", "unresolved", +1), ("induce stopping", "unresolved", "resolved", -1))
-USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (as experiments.known_answer.checks)
+USELESS_CEILING = 0.10  # above this share of useless tests a setting counts as broken (known-answer checks read it too)
 # The benchmark's choice rule (module docstring), one parameter of the analysis layer's cross-fit.
 BENCHMARK_CHOICE = ChoiceRule("stop_rate", guard="useless_test_rate", ceiling=USELESS_CEILING)
 

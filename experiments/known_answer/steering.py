@@ -14,12 +14,12 @@ from evprobe.core.decimals import fixed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evprobe.experiments.dose_response.crossfit import USELESS_CEILING  # above it, a setting (the model) is broken
 from evprobe.experiments.known_answer.counts import Expectations, Expected, n_problems
 from evprobe.core.estimate_text import estimate_text, missing_text
 from evprobe.core.json_types import JsonObject
 from evprobe.experiments.known_answer.rows import CheckRow, check_row
 
-USELESS_CEILING = 0.10  # above this share of useless tests, the model is broken
 MONOTONE_SLACK = 0.02
 NULL_FRACTION = 0.25
 STEER_TARGET = 0.40
