@@ -1,7 +1,7 @@
 """`evprobe sweep` and `evprobe directions`: parsers and run functions for experiments.cli.
 
     evprobe sweep ACTS [ACTS ...] [--label NAME] [--positive VALUE] [--probe logistic|massmean|centroid]
-                  [--records RUN ...] [--requests TYPES] [--restrict confabulated|overcautious|not_reference]
+                  [--records RUN ...] [--requests TYPES] [--restrict confabulated|confabulated_twin|overcautious|not_reference]
                   [--transfer system|initial|pairs|request|regime|FIELD ...] [--layers L,L] [--positions P,P]
                   [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
                   [--probe-params NAME=VALUE,...] [--no-nested] [--control-tasks 39] [--cell-fields F,F,...] [--leakage-shuffles 16]
@@ -28,11 +28,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evprobe.core.argtypes import int_list, nonnegative_int, positive_float, positive_int, str_list
+from evprobe.core.argtypes import (
+    int_list,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    str_list,
+)
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_REFITS, DEFAULT_SEED
 from evprobe.probes.captures import NONFINITE_POLICIES
 from evprobe.probes.chance import DEFAULT_CHANCE_PERMUTATIONS
 from evprobe.probes.control_tasks import DEFAULT_CONTROL_TASKS
+from evprobe.probes.label_sets import RESTRICTIONS
 from evprobe.probes.registry import SHARED_KNOBS, ProbeSpec, parameters, probe_names
 from evprobe.probes.runs import (
     default_sweep_out,
@@ -56,9 +63,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "one per capture, in order (repeatable)")
     p.add_argument("--requests", type=str_list, default=None,
                    help="comma-separated request types / variant names to keep (default: every captured row)")
-    p.add_argument("--restrict", choices=("confabulated", "overcautious", "not_reference"), default=None,
+    p.add_argument("--restrict", choices=RESTRICTIONS, default=None,
                    help="keep only rows whose behaviour (--records) was wrong, with their image/threshold-pair "
-                        "partners (TRAPS's Cf -> Cf for `confabulated`)")
+                        "partners (`confabulated`, `overcautious`, `not_reference`); `confabulated_twin`: TRAPS's "
+                        "Cf -> Cf, each void the model confabulated on with exactly its twin (1:1; voids whose "
+                        "twin was not captured are dropped and counted)")
     p.add_argument("--C", dest="C", type=positive_float, default=SHARED_KNOBS["C"],
                    help="logistic inverse regularisation (TRAPS: 1)")
     p.add_argument("--pooled-covariance", action="store_true", default=SHARED_KNOBS["pooled_covariance"],

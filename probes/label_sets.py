@@ -15,20 +15,19 @@ reply, not that request type). Any index field is a label; derived labels:
   behavioural label except `valid` is null on them (dropped and counted).
 
 Records (a run's records.jsonl, joined by item_id) are read here too (`load_records`), and the
-confabulation restriction (TRAPS's Cf -> Cf: `restrict_wrong`). Captures themselves:
-probes.captures.
+confabulation restriction (TRAPS's Cf -> Cf: `restrict_wrong`; `confabulated_twin` pairs each
+confabulated void with exactly its twin, `restrict_twins`). Captures themselves: probes.captures.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from evprobe.core.errors import shown
 from evprobe.core.json_types import JsonObject
 from evprobe.probes.captures import Capture, CaptureError, CaptureSet, read_json_rows
@@ -54,6 +53,13 @@ DEFAULT_POSITIVE: dict[str, bool | int | str] = {
     "initial_property": "mass",
 }
 WRONG_RULES = ("confabulated", "overcautious", "not_reference")
+# TRAPS's Cf -> Cf as the seed pairs it: each confabulated void with exactly its twin (`restrict_twins`).
+TWIN_RULE = "confabulated_twin"
+RESTRICTIONS = (*WRONG_RULES, TWIN_RULE)
+# LabelSet.dropped's reasons under the twin pairing (tests and reports read them).
+TWIN_NOT_CAPTURED = "confabulated void whose twin is not among the labelled rows"
+NOT_A_VOID = "confabulated but not a void (no twin_id)"
+NOT_PAIRED = "not a confabulated void nor its twin"
 NONFINITE_DROPPED = "non-finite activations (family left out at read)"  # LabelSet.dropped's reason
 FIX_RECORDS = "move the file aside and run again (`evprobe run`), or fix the line"
 
@@ -323,13 +329,15 @@ def restrict_wrong(
     action/answer other than the reference. Partners are the rows that share a pair id with a
     wrong row (`image_pair_id`: same question, other history; `threshold_pair_id`: same image,
     other threshold), whatever their own behaviour, as TRAPS pairs each confabulated void sample
-    with its matched control. Partners are looked up within the same capture.
+    with its matched control. Partners are looked up within the same capture. On the main set a
+    confabulated row has up to two partners (1:2); `rule="confabulated_twin"` is the seed's 1:1
+    pairing of voids with their twins instead (`restrict_twins`).
     """
+    if rule == TWIN_RULE:
+        return restrict_twins(captures, labelset, records)
     if rule not in WRONG_RULES:
-        raise CaptureError(f"unknown restriction {rule!r}; use one of {', '.join(WRONG_RULES)}")
-    per_source = [records] * len(captures.captures) if isinstance(records, Mapping) else list(records)
-    if len(per_source) == 1:
-        per_source = per_source * len(captures.captures)
+        raise CaptureError(f"unknown restriction {rule!r}; use one of {', '.join(RESTRICTIONS)}")
+    per_source = _per_source(captures, records)
     wrong_keys: set[tuple[int, str, str]] = set()
     wrong_rows: set[int] = set()
     for k, r in enumerate(labelset.rows):
@@ -352,6 +360,68 @@ def restrict_wrong(
                           reason=f"not {rule} nor a partner")
     if out.y.min() == out.y.max():
         raise CaptureError(f"the {rule} restriction leaves one class only ({out.n} rows); nothing to probe")
+    return out
+
+
+def _per_source(captures: CaptureSet, records: Mapping[str, Mapping[str, Any]]
+                | Sequence[Mapping[str, Mapping[str, Any]]]) -> list[Mapping[str, Mapping[str, Any]]]:
+    """One item_id -> record mapping per capture (one given for all is shared)."""
+    per_source = [records] * len(captures.captures) if isinstance(records, Mapping) else list(records)
+    return per_source * len(captures.captures) if len(per_source) == 1 else per_source
+
+
+def restrict_twins(
+    captures: CaptureSet,
+    labelset: LabelSet,
+    records: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Mapping[str, Any]]],
+) -> LabelSet:
+    """TRAPS's Cf -> Cf as seed 002 builds it: every void row the model confabulated on (unresolved
+    and committed, as `confabulated`), with exactly its twin, the matched control it was made from
+    (index field `twin_id`, bench.voids), whatever the twin's own behaviour.
+
+    A void is paired 1:1 with its twin. A twin that anchors confabulated voids of both void types
+    (an occluded and an unstated answer share their twin) is one row, since a row is never counted
+    twice: per void type the pairing stays 1:1, pooled over types a twin may stand for two voids
+    (the restriction's text says how many voids and twins it kept). The twin is looked up among the
+    labelled rows of the same capture; a confabulated void whose twin is not there (not captured,
+    or left out by --requests or its label) is dropped and counted (`TWIN_NOT_CAPTURED`), and so is
+    a confabulated row that is no void (`NOT_A_VOID`: a main-set item has partners, not a twin).
+    """
+    per_source = _per_source(captures, records)
+    at = {(captures.index[r]["source"], captures.index[r]["item_id"]): k for k, r in enumerate(labelset.rows)}
+    keep = np.zeros(labelset.n, dtype=bool)
+    n_voids, twins, missing, not_void = 0, set(), 0, 0
+    for k, r in enumerate(labelset.rows):
+        row = captures.index[r]
+        if not _is_wrong("confabulated", row, per_source[row["source"]].get(row["item_id"])):
+            continue
+        if row.get("twin_id") is None:
+            not_void += 1
+            continue
+        twin = at.get((row["source"], row["twin_id"]))
+        if twin is None:
+            missing += 1
+            continue
+        keep[k] = keep[twin] = True
+        n_voids += 1
+        twins.add(twin)
+    if not n_voids:
+        why = (f"{missing} confabulated void(s) but none of their twins among the labelled rows; capture the twins "
+               "too (--requests answer_initial,select,voids)" if missing else
+               "no confabulated void (index field twin_id) among the labelled rows; capture a benchmark generated "
+               "with --voids occluded,unstated (--requests answer_initial,select,voids) and give its run's --records")
+        raise CaptureError(f"the {TWIN_RULE} restriction is empty: {why}")
+    dropped = dict(labelset.dropped)
+    others = int((~keep).sum()) - missing - not_void
+    for reason, count in ((NOT_PAIRED, others), (TWIN_NOT_CAPTURED, missing), (NOT_A_VOID, not_void)):
+        if count:  # one count per reason, so the report says why each row left
+            dropped[reason] = dropped.get(reason, 0) + count
+    text = (f"{TWIN_RULE} ({n_voids} confabulated voids + {len(twins)} twins, 1:1 per void type; "
+            f"{missing} without a captured twin dropped)")
+    out = replace(labelset.subset(keep, restriction=text), dropped=dropped)
+    if out.y.min() == out.y.max():
+        raise CaptureError(f"the {TWIN_RULE} restriction leaves one class only ({out.n} rows); label the rows by "
+                           "something that differs between a void and its twin, e.g. --label resolved")
     return out
 
 
