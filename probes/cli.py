@@ -2,7 +2,7 @@
 
     evprobe sweep ACTS [ACTS ...] [--label NAME] [--positive VALUE] [--probe logistic|massmean|centroid]
                   [--records RUN ...] [--requests TYPES] [--restrict confabulated|confabulated_twin|overcautious|not_reference]
-                  [--transfer system|initial|pairs|request|regime|FIELD ...] [--layers L,L] [--positions P,P]
+                  [--transfer system|initial|pairs|request|regime|void|void_system|FIELD ...] [--layers L,L] [--positions P,P]
                   [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
                   [--probe-params NAME=VALUE,...] [--no-nested] [--control-tasks 39] [--cell-fields F,F,...] [--leakage-shuffles 16]
                   [--jobs N] [--out DIR] [--quiet]
@@ -105,7 +105,8 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help="a registered probe (probes.registry; entry points of the group evprobe.probes add yours)")
     p.add_argument("--transfer", action="append", default=None, metavar="KIND",
                    help="also a transfer matrix: system, initial, pairs (image -> threshold pairs), request, regime "
-                        "(several ACTS), or any index field (repeatable)")
+                        "(several ACTS), void (void type), void_system (system x void type as one matrix, seed 002's "
+                        "Table 3), or any index field (repeatable)")
     p.add_argument("--layers", type=int_list, default=None, help="model layer numbers to probe (default: all captured)")
     p.add_argument("--positions", type=str_list, default=None, help="positions to probe (default: all captured)")
     p.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds of whole families")

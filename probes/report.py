@@ -331,7 +331,24 @@ def transfer_markdown(result: TransferResult) -> str:
             else:
                 cells.append(f"{fmt(c.best.auroc)} L{c.best.layer}/{c.best.position} (n={c.best.auroc.n}, {c.scheme})")
         lines.append(f"| **{a}** | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _by_category(result)) + "\n"
+
+
+def _by_category(result: TransferResult) -> list[str]:
+    """Seed 002's Table 3 layout (`void_system` only): the off-diagonal cells grouped by kind of transfer."""
+    titles = {"cross-modality": "same system, visual <-> textual", "cross-domain": "other system, same void type",
+              "cross-both": "other system and other void type"}
+    groups = {k: [c for c in result.cells if c.category == k] for k in titles}
+    if not any(groups.values()):
+        return []
+    lines = ["", "Cells by kind of transfer (seed 002, Table 3):", "", "| kind | train -> test | AUROC | layer |",
+             "|---|---|---|---|"]
+    for kind, cells in groups.items():
+        for c in cells:
+            shown = (missing_text(c.reason) if c.best is None else fmt(c.best.auroc), "" if c.best is None else
+                     f"L{c.best.layer}/{c.best.position}")
+            lines.append(f"| {kind} ({titles[kind]}) | {c.train} -> {c.test} | {shown[0]} | {shown[1]} |")
+    return lines
 
 
 def transfer_png(result: TransferResult, path: str | Path) -> Path:

@@ -18,6 +18,12 @@ Conditions (`conditions(kind)`), each a set of labelled rows:
   whose twin was captured too, with those twins' rows (index field `twin_id`), so each condition holds both classes of
   `resolved` and differs from the other only in the kind of void; the twins are shared, so cells run
   over the family folds (capture with `--requests answer_initial,voids`);
+- `void_system`: seed 002's Table 3 as one matrix, modality x domain: one condition per (system, void
+  type), named `"<system> <void>"` as bench.void_scoring's PECS datasets (a system is a physics domain,
+  the void type a modality), each that system's voids of that type with their twins. Every cell is
+  tagged with Table 3's kind of transfer (`category`): `within` (the diagonal), `cross-modality` (same
+  system, other void type: shared twins, so over the family folds), `cross-domain` (other system,
+  same void type: disjoint families) and `cross-both` (other system and other void type: disjoint);
 - any other index field: one condition per value.
 
 Train and test families are always disjoint. When two conditions share no family (system ->
@@ -58,7 +64,10 @@ from evprobe.probes.nested import FoldChoice, NestedResult, nested_estimate
 from evprobe.probes.splits import family_folds
 from evprobe.probes.sweep import SweepConfig, candidate_indices
 
-KINDS = ("system", "initial", "pairs", "half", "request", "regime", "void")
+KINDS = ("system", "initial", "pairs", "half", "request", "regime", "void", "void_system")
+# Table 3's kinds of transfer between (system, void type) conditions, by what the two share.
+CATEGORIES = {(True, True): "within", (True, False): "cross-modality", (False, True): "cross-domain",
+              (False, False): "cross-both"}
 MAX_CONDITIONS = 12
 
 
@@ -66,6 +75,7 @@ MAX_CONDITIONS = 12
 class Condition:
     name: str
     mask: np.ndarray  # (n,) bool over the labelled rows
+    cell: tuple[str, str] | None = None  # (system, void type) of a `void_system` condition
 
     @property
     def n(self) -> int:
@@ -102,16 +112,8 @@ def conditions(captures: CaptureSet, labelset: LabelSet, kind: str, seed: int = 
         image = np.array([r.get("threshold_level") == lv and r.get("history") is not None for r, lv in zip(rows, level)])
         thresh = np.array([r.get("history") == h and r.get("threshold_level") is not None for r, h in zip(rows, hist)])
         out = [Condition("image_pairs", image), Condition("threshold_pairs", thresh)]
-    elif kind == "void":
-        present = {r["item_id"] for r in rows}
-        paired = [r.get("void") is not None and r.get("twin_id") in present for r in rows]  # a void whose twin is here
-        types = sorted({r["void"] for r, p in zip(rows, paired) if p})
-        twins = {t: {r["twin_id"] for r, p in zip(rows, paired) if p and r["void"] == t} for t in types}
-        out = [Condition(t, np.array([p and r["void"] == t or r["item_id"] in twins[t] for r, p in zip(rows, paired)]))
-               for t in types]
-        if len(out) < 2:
-            raise CaptureError(f"transfer by void finds {len(out)} void type(s) among the labelled rows; capture a "
-                               "benchmark generated with --voids occluded,unstated with --requests answer_initial,voids")
+    elif kind in ("void", "void_system"):
+        out = _void_conditions(rows, by_system=kind == "void_system")
     else:
         if kind == "initial":
             values = [None if r.get("initial_property") is None else
@@ -140,6 +142,34 @@ def conditions(captures: CaptureSet, labelset: LabelSet, kind: str, seed: int = 
     return out
 
 
+def _void_conditions(rows: list[Any], by_system: bool) -> list[Condition]:
+    """Per void type (with `by_system`, per (system, void type)): its void rows whose twin is among the
+    labelled rows, with those twins' rows (a twin shared by two void types is in both conditions)."""
+    present = {r["item_id"] for r in rows}
+    paired = [r.get("void") is not None and r.get("twin_id") in present for r in rows]  # a void whose twin is here
+    keys = [(r.get("system"), r["void"]) if p else None for r, p in zip(rows, paired)]
+    if not by_system:
+        keys = [None if k is None else (None, k[1]) for k in keys]
+    cells = sorted({k for k in keys if k is not None}, key=lambda k: (k[1], str(k[0])))  # modality blocks
+    twins = {c: {r["twin_id"] for r, k in zip(rows, keys) if k == c} for c in cells}
+    out = [Condition(c[1] if not by_system else f"{c[0]} {c[1]}",
+                     np.array([k == c or r["item_id"] in twins[c] for r, k in zip(rows, keys)]),
+                     (str(c[0]), c[1]) if by_system else None) for c in cells]
+    if len(out) < 2:
+        what = "(system, void type) cell(s)" if by_system else "void type(s)"
+        raise CaptureError(f"transfer by {'void_system' if by_system else 'void'} finds {len(out)} {what} among the "
+                           "labelled rows; capture a benchmark generated with --voids occluded,unstated with "
+                           "--requests answer_initial,voids")
+    return out
+
+
+def category(train: Condition, test: Condition) -> str | None:
+    """Table 3's kind of transfer between two `void_system` conditions (None for other kinds)."""
+    if train.cell is None or test.cell is None:
+        return None
+    return CATEGORIES[(train.cell[0] == test.cell[0], train.cell[1] == test.cell[1])]
+
+
 @dataclass(frozen=True)
 class TransferCell:
     train: str
@@ -150,6 +180,7 @@ class TransferCell:
     rows: tuple[tuple[int, str, Estimate], ...]  # (layer, position, AUROC) per candidate
     best: NestedResult | None
     reason: str | None = None
+    category: str | None = None  # Table 3's kind of transfer (`void_system` only)
 
     def to_json(self) -> JsonObject:
         return {
@@ -159,6 +190,7 @@ class TransferCell:
                       "n_families": e.n_families} for l, p, e in self.rows],
             "best": None if self.best is None else self.best.to_json(),
             **({"reason": self.reason} if self.reason else {}),
+            **({"category": self.category} if self.category else {}),
         }
 
 
@@ -257,7 +289,7 @@ def transfer(
                                        test_mask=cj.mask)
             elif config.nested:
                 best = _disjoint_best(oof[i], full[i], y, fam, boot, candidates, ci.mask, cj.mask)
-            cells.append(TransferCell(ci.name, cj.name, scheme, ci.n, cj.n, rows, best, reason))
+            cells.append(TransferCell(ci.name, cj.name, scheme, ci.n, cj.n, rows, best, reason, category(ci, cj)))
     return TransferResult(
         kind=kind, label=labelset.name, positive=labelset.positive, probe=config.probe, model=captures.model,
         restriction=labelset.restriction,

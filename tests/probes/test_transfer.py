@@ -151,3 +151,70 @@ def test_void_transfer_without_pairs_says_how_to_capture_them(systems: Path) -> 
     cs = load_captures([systems])
     with pytest.raises(CaptureError, match="--voids occluded,unstated with --requests answer_initial,voids"):
         conditions(cs, labels(cs, "resolved"), "void")
+
+
+def _void_system_capture(path: Path) -> Path:
+    """40 families (sliding, bouncing), bench.voids' shape. Planted: occluded voids of both systems and
+    sliding's unstated voids move along u, bouncing's unstated voids along v (orthogonal to u)."""
+    rng = np.random.default_rng(9)
+    u, v = np.linalg.qr(rng.standard_normal((16, 2)))[0].T
+    rows, shift = [], []
+    for f in range(40):
+        system = ("sliding", "bouncing")[f % 2]
+        fam = f"{system}-{f:03d}"
+        for h in (0, 1):
+            twin = f"{fam}.answer_initial.h{h}.low"
+            rows.append({"item_id": twin, "family_id": fam, "system": system, "resolved": True})
+            shift.append(np.zeros(16))
+            for void in ("occluded", "unstated"):
+                rows.append({"item_id": f"{twin}.void-{void}", "family_id": fam, "system": system,
+                             "resolved": False, "void": void, "twin_id": twin})
+                shift.append(3.0 * (v if (system, void) == ("bouncing", "unstated") else u))
+    acts = rng.standard_normal((len(rows), 1, 1, 16)).astype(np.float32)
+    acts[:, 0, 0] += np.array(shift)
+    return write_capture(path, acts.astype(np.float16), rows, positions=["last"])
+
+
+def test_modality_by_domain_transfer_is_one_matrix_with_table_3s_kinds(tmp_path: Path) -> None:
+    cs = load_captures([_void_system_capture(tmp_path / "acts")])
+    ls = labels(cs, "resolved")
+    conds = conditions(cs, ls, "void_system")
+    names = ["bouncing occluded", "sliding occluded", "bouncing unstated", "sliding unstated"]
+    assert [c.name for c in conds] == names
+    rows = [cs.index[r] for r in ls.rows]
+    for c in conds:  # 40 voids of the cell (20 families x 2) and their 40 twins, nothing else
+        system, void = c.name.split()
+        picked = [r for r, m in zip(rows, c.mask) if m]
+        assert len(picked) == 80 and {r["system"] for r in picked} == {system}
+        assert {r.get("void") for r in picked} == {void, None}
+    res = transfer(cs, ls, "void_system", SweepConfig(probe="massmean", **FAST))
+    kinds = {(c.train, c.test): c.category for c in res.cells}
+    assert kinds[("sliding occluded", "sliding occluded")] == "within"
+    assert kinds[("sliding occluded", "sliding unstated")] == "cross-modality"
+    assert kinds[("sliding occluded", "bouncing occluded")] == "cross-domain"
+    assert kinds[("sliding occluded", "bouncing unstated")] == "cross-both"
+    assert res.cell("sliding occluded", "sliding unstated").scheme == "folds"  # shared twins
+    assert res.cell("sliding occluded", "bouncing occluded").scheme == "disjoint"
+    _, matrix = res.matrix()
+    assert np.diag(matrix).min() > 0.9
+    for a, b in (("sliding occluded", "sliding unstated"), ("sliding unstated", "bouncing occluded"),
+                 ("bouncing occluded", "sliding unstated")):  # the shared direction transfers
+        assert res.cell(a, b).best.auroc.value > 0.9
+    for a, b in (("sliding occluded", "bouncing unstated"), ("bouncing unstated", "sliding unstated"),
+                 ("bouncing unstated", "bouncing occluded")):  # the orthogonal one: chance, with an interval over it
+        est = res.cell(a, b).best.auroc
+        assert abs(est.value - 0.5) < 0.15 and est.ci[0] < 0.55 < est.ci[1]
+    data = res.to_json()
+    assert {c["category"] for c in data["cells"]} == {"within", "cross-modality", "cross-domain", "cross-both"}
+    md = transfer_markdown(res)
+    assert "| cross-both (other system and other void type) | sliding occluded -> bouncing unstated |" in md
+    # the other kinds keep their files: no category key, no grouped table
+    plain = transfer(cs, ls, "void", SweepConfig(probe="massmean", **FAST))
+    assert not any("category" in c for c in plain.to_json()["cells"])
+    assert "kind of transfer" not in transfer_markdown(plain)
+
+
+def test_modality_by_domain_transfer_needs_two_cells(systems: Path) -> None:
+    cs = load_captures([systems])
+    with pytest.raises(CaptureError, match="void_system finds 0 .system, void type. cell"):
+        conditions(cs, labels(cs, "resolved"), "void_system")
