@@ -5,7 +5,11 @@ keeps its rows. Labels and inventory of the blocks are checked with the main ite
 rebuilds them, `oracle_items.expected_items`); these rows check what makes the blocks' prompts sound,
 each from the items and the oracle alone (nothing from the generator's prompt code):
 
-Injection levels (for every level L >= 1):
+Injection levels (for every level L >= 1; the target-exclusive level -1 has its own first row):
+- "Target-exclusive prompts are level 0's less the reference objects" (level -1, seed 003 section 4.1):
+  the level-0 item's prompt with its one clause naming the ruler and the marker dot replaced by "."
+  is the level's prompt byte for byte, and that prompt names no ruler, dot, marker, last panel or
+  frame, and has no "Where to look" paragraph. Its pairs are checked by the rows below.
 - "Level prompts are level 0's plus the level's text": removing the "Where to look" paragraph and
   (level 3) the readings lines leaves the level-0 item's prompt byte for byte; levels 1-2 have no
   readings lines and level 3 has 4 per attached sheet.
@@ -37,6 +41,18 @@ from evprobe.bench.items import Item
 # A readings line: a sheet's panel or a clip's panel frame (bench.prompts.readings_text).
 _READING_LINE = re.compile(r"^(?:Readings from the .*:|- panel \d \(.*\): .* m|- frame \d+ \(.*\): .* m)$", re.M)
 GUIDANCE = "Where to look:"
+TARGET_EXCLUSIVE = -1  # bench.injection.TARGET_EXCLUSIVE (not imported: these rows read items, not prompt code)
+_REFERENCE_CLAUSE = re.compile(r"; every (?:panel|frame) has a ruler in metres, and a \w+ dot with a line to the "
+                               r"ruler marks the measured position\.")
+_REFERENCE_WORDS = re.compile(r"\bruler\b|\bdot\b|\bmarker\b|\bmarked\b|last (?:panel|frame)|bottom right", re.I)
+
+
+def _target_exclusive_ok(prompt: str, base: Item | None) -> bool:
+    """A level -1 prompt is its level-0 prompt with the one reference clause made ".", and names none."""
+    if base is None or base.injection or len(_REFERENCE_CLAUSE.findall(base.prompt)) != 1:
+        return False
+    return (prompt == _REFERENCE_CLAUSE.sub(".", base.prompt) and not _REFERENCE_WORDS.search(prompt)
+            and GUIDANCE not in prompt)
 
 
 def _without_readings(prompt: str) -> str:
@@ -55,11 +71,17 @@ def _n(x: int) -> str:
 def check_levels(report: Any, items: list[Item], oracles: dict[str, oracle.OracleFamily], levels: list[int]) -> None:
     by_id = {it.item_id: it for it in items}
     extend_bad, readings_bad, n_extend, n3 = [], [], 0, 0
+    te_bad, n_te = [], 0
     for it in items:
         if not it.injection:
             continue
-        n_extend += 1
         base = by_id.get(it.item_id.removesuffix(f".L{it.injection}"))
+        if it.injection == TARGET_EXCLUSIVE:
+            n_te += 1
+            if not _target_exclusive_ok(it.prompt, base):
+                te_bad.append(it.item_id)
+            continue
+        n_extend += 1
         stripped = _without_readings(_without_guidance(it.prompt))
         lines = sum(1 for line in it.prompt.split("\n") if line.startswith(("- panel ", "- frame ")))
         want_lines = 4 * len(it.images) if it.injection >= 3 else 0
@@ -75,12 +97,21 @@ def check_levels(report: Any, items: list[Item], oracles: dict[str, oracle.Oracl
                 if gone:
                     readings_bad.append(f"{it.item_id} lacks {sheet} reading {oracle.fmt6(gone[0])}")
                     break
-    report.add(
-        "Level prompts are level 0's plus the level's text",
-        f"{_n(n_extend - len(extend_bad))}/{_n(n_extend)} (levels {', '.join(map(str, levels))})",
-        not extend_bad and n_extend > 0,
-        f"{len(extend_bad)} differ, first {extend_bad[:3]}" if extend_bad else "no level items",
-    )
+    if TARGET_EXCLUSIVE in levels:
+        report.add(
+            "Target-exclusive prompts are level 0's less the reference objects",
+            f"{_n(n_te - len(te_bad))}/{_n(n_te)}",
+            not te_bad and n_te > 0,
+            f"{len(te_bad)} differ or name a reference, first {te_bad[:3]}" if te_bad else "no level -1 items",
+        )
+    ladder = [level for level in levels if level != TARGET_EXCLUSIVE]
+    if ladder:
+        report.add(
+            "Level prompts are level 0's plus the level's text",
+            f"{_n(n_extend - len(extend_bad))}/{_n(n_extend)} (levels {', '.join(map(str, ladder))})",
+            not extend_bad and n_extend > 0,
+            f"{len(extend_bad)} differ, first {extend_bad[:3]}" if extend_bad else "no level items",
+        )
     report.add(
         "Level 3 readings are the oracle's",
         f"{_n(n3 - len(readings_bad))}/{_n(n3)}",

@@ -3,6 +3,19 @@ requests, with the visual evidence pointed out in the prompt step by step.
 
 Levels (cumulative: each keeps the text of the levels below it):
 
+- -1 (`TARGET_EXCLUSIVE`, opt-in: `--injection te`), target-exclusive baseline: seed 003's own level 0
+  (sections 4.1 and 4.4: "prompts explicitly request the final target value ... but intentionally omit
+  any mention of the available visual evidence"). The level-0 prompt less the clause that names the
+  reference objects, "; every panel has a ruler in metres, and a <marker> dot with a line to the ruler
+  marks the measured position." (of a clip: "every frame has ..."), which becomes "." (`REFERENCE_CLAUSE`);
+  nothing else changes, so no ruler, no dot and no panel position is named (tested on every item).
+  What each measurement records ("the panels show its position at t = ...") stays: a selection's
+  options are those measurements, and without it the prompt would not say what an option buys, a
+  change of task rather than of pointer. Why -1: the main set's prompt, which names the ruler and the
+  dot but does not point at them, sits between the seed's level 0 and its level 1, so it keeps the
+  number 0 (every run, capture and score of level 0 is unchanged) and the seed's baseline is the level
+  below it. Level -1 minus level 0 measures what naming the ruler and dot is worth; level L minus
+  level -1 is the seed's ladder step (scored as `injection.differences_target_exclusive`).
 - 0, implicit baseline: today's prompt, unchanged (the main set's items).
 - 1, object awareness: a "Where to look:" paragraph after the evidence points to the reference
   objects, the last panel (bottom right) of each attached sheet, its ruler and the marker dot.
@@ -31,20 +44,22 @@ sheets, times, loads and readings), so the rendered prompt would no longer be fi
 benchmark's items hash and the protocol/regime template hash the run pins. As items, every level's
 prompt is in items.jsonl (hashed in bench.json), `evprobe check` checks each level's pairs, and
 every later stage (run records, captures, sweeps, dose-response) can group by `Item.injection`.
-`evprobe generate --injection 1,2,3` adds the levels; level 0 is always the main set's items.
+`evprobe generate --injection 1,2,3` adds the levels (`te` or -1 the target-exclusive one); level 0 is
+always the main set's items.
 
 Matched pairs at every level (checked by `evprobe check`): the two members of an image pair share
-every prompt byte at levels 0-2; at level 3 they differ only in the readings block, which is the
+every prompt byte at levels -1 to 2; at level 3 they differ only in the readings block, which is the
 history written as numbers. Threshold pairs differ only in the printed threshold. Hidden-world
 pairs of an uninformative test (appendix D) keep identical prompts at every level, because their
 sheets, and so their readings, are identical.
 
-Ids: a level-L item is its level-0 item's id with ".L<L>" appended; its decision id and pair ids
+Ids: a level-L item is its level-0 item's id with ".L<L>" appended (".L-1" at level -1); its decision id and pair ids
 carry the same suffix, so a level's decisions, pairs and answers link only among themselves.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import PurePosixPath
 
@@ -55,8 +70,13 @@ from evprobe.bench.numbers import fmt
 from evprobe.bench.prompts import readings_text, test_name
 from evprobe.bench.render import STYLES
 
-INJECTION_LEVELS: tuple[int, ...] = (0, 1, 2, 3)
+TARGET_EXCLUSIVE = -1  # seed 003's level 0 (module docstring); `--injection te`
+TE_NAME = "te"  # the level's name on the command line
+# Every level an item may carry; the ones generate adds are [1:] (the target-exclusive one last, so
+# that slice stays "every level but the main items'").
+INJECTION_LEVELS: tuple[int, ...] = (0, 1, 2, 3, TARGET_EXCLUSIVE)
 LEVEL_NAMES: dict[int, str] = {
+    TARGET_EXCLUSIVE: "target-exclusive baseline",
     0: "implicit baseline",
     1: "object awareness",
     2: "attribute awareness",
@@ -70,6 +90,10 @@ NUMERIC_INJECTED: tuple[str, ...] = ("estimate_property", "estimate_outcome")  #
 _ANCHORS: tuple[str, ...] = ("Evidence", "The attached sheet", "The first attached sheet", "The attached clip",
                              "The first attached clip")
 GUIDANCE_OPENING = "Where to look:"
+# The clause of the measurements' description (bench.prompts.PromptBuilder.tests) and of a numeric
+# estimate's sheet note (bench.numeric) that names the reference objects: the ruler and the marker dot.
+REFERENCE_CLAUSE = re.compile(r"; every (?:panel|frame) has a ruler in metres, and a [a-z]+ dot with a line to "
+                              r"the ruler marks the measured position\.")
 _ORDINALS = ("first", "second", "third")
 _COORDINATE = {
     "mass": "the {obj}'s position along the track",
@@ -84,6 +108,22 @@ _TEST_OF_KIND = {"mass": "test_mass", "coasting": "test_other", "rebound": "test
 
 def level_suffix(level: int) -> str:
     return f".L{level}"
+
+
+def parse_level(text: str) -> int:
+    """One level as the command line writes it: an integer, or `te` for the target-exclusive level."""
+    return TARGET_EXCLUSIVE if text.strip().lower() == TE_NAME else int(text)
+
+
+def target_exclusive_prompt(prompt: str) -> str:
+    """`prompt` with its one reference clause (`REFERENCE_CLAUSE`) replaced by "."; a prompt that
+    does not hold the clause exactly once is refused, so a change of the main set's wording cannot
+    leave a reference standing in the level."""
+    found = REFERENCE_CLAUSE.findall(prompt)
+    if len(found) != 1:
+        raise ValueError(f"a target-exclusive prompt removes the reference clause once; the prompt holds it "
+                         f"{len(found)} times")
+    return REFERENCE_CLAUSE.sub(".", prompt)
 
 
 def _sheet_of(rel: str) -> str:
@@ -162,10 +202,13 @@ def readings_block(family: Family, images: list[str], clip_frames: int | None = 
 
 def level_prompt(family: Family, base: Item, level: int, clip_frames: int | None = None) -> str:
     """`base`'s prompt (level 0) at `level`: the readings appended to the evidence paragraph
-    (level 3) and the guidance paragraph inserted after it (levels 1-3); nothing else changes.
+    (level 3) and the guidance paragraph inserted after it (levels 1-3), or the reference clause
+    removed (level -1); nothing else changes.
     clip_frames: the base item shows clips of that many frames (`bench.clips`)."""
     if level == 0:
         return base.prompt
+    if level not in INJECTION_LEVELS:
+        raise ValueError(f"no injection level {level}; the levels are {', '.join(map(str, INJECTION_LEVELS))}")
     if base.request not in INJECTED_REQUESTS or base.variant is not None or not base.images:
         raise ValueError(f"injection levels apply to base {', '.join(INJECTED_REQUESTS)} items, not {base.item_id}")
     clips = [rel.endswith(".clip.png") for rel in base.images]
@@ -173,6 +216,8 @@ def level_prompt(family: Family, base: Item, level: int, clip_frames: int | None
         shows = "clips" if all(clips) else "sheets" if not any(clips) else "sheets and clips"
         raise ValueError(f"{base.item_id} shows {shows} but clip_frames is {clip_frames}; give the clips' frame "
                          "count for clips, None for sheets")
+    if level == TARGET_EXCLUSIVE:
+        return target_exclusive_prompt(base.prompt)
     parts = base.prompt.split("\n\n")
     at = next(i for i, p in enumerate(parts) if p.startswith(_ANCHORS))
     if level >= 3:

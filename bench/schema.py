@@ -239,7 +239,7 @@ class BenchMeta(BaseModel):
     # The opt-in blocks (`bench.generate.GenerateConfig`): present only when generated, so the main
     # set's bench.json has the keys it always had.
     numeric: Literal[True] = Field(default=None)  # type: ignore[assignment]
-    injection_levels: Annotated[list[Literal[1, 2, 3]], Field(min_length=1)] = Field(default=None)  # type: ignore[assignment]
+    injection_levels: Annotated[list[_one_of(INJECTION_LEVELS[1:])], Field(min_length=1)] = Field(default=None)  # type: ignore
     voids: Annotated[list[Void], Field(min_length=1)] = Field(default=None)  # type: ignore[valid-type]
     evidence: EvidenceRow = Field(default=None)  # type: ignore[assignment]
 

@@ -98,7 +98,8 @@ def add_generate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--numeric", action="store_true",
                    help="add the numeric estimates (property and outcome, 8 per family; scored by threshold accuracy)")
     p.add_argument("--injection", default="", metavar="LEVELS",
-                   help="add information-injection levels of the selections and answers, e.g. 1,2,3 (level 0 is the main items)")
+                   help="add information-injection levels of the selections and answers, e.g. te,1,2,3 (level 0 is the main "
+                        "items; te, also -1: seed 003's target-exclusive baseline, no reference object named)")
     p.add_argument("--voids", default="", metavar="TYPES",
                    help="add void items matched with their sufficient twins (seed 002): occluded (visual), "
                         "unstated (textual), e.g. occluded,unstated")
@@ -116,6 +117,7 @@ def add_generate_parser(sub: argparse._SubParsersAction) -> None:
 
 def _run_generate(args: argparse.Namespace) -> int:
     from evprobe.bench.generate import GenerateConfig, generate, main_summary
+    from evprobe.bench.injection import parse_level
     from evprobe.bench.reference import Prices
     from evprobe.bench.voids import parse_voids
     from evprobe.core.errors import InputError
@@ -134,9 +136,9 @@ def _run_generate(args: argparse.Namespace) -> int:
     overrides["prices"] = Prices.parse(args.price)
     overrides["numeric"] = args.numeric
     try:
-        overrides["injection_levels"] = tuple(int(x) for x in args.injection.split(",") if x.strip())
+        overrides["injection_levels"] = tuple(parse_level(x) for x in args.injection.split(",") if x.strip())
     except ValueError:
-        raise InputError(f"--injection takes comma-separated levels among 1, 2, 3, got {args.injection!r}") from None
+        raise InputError(f"--injection takes comma-separated levels among 1, 2, 3, te, got {args.injection!r}") from None
     try:
         overrides["voids"] = parse_voids(args.voids)  # the one parser of the flag (quickstart's too)
     except ValueError as err:

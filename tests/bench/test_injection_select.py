@@ -56,7 +56,7 @@ def test_named_levels_select_only_their_items(items) -> None:
 
 
 @pytest.mark.parametrize("levels, message", [
-    ((4,), "distinct levels among 0, 1, 2, 3, got 4"),
+    ((4,), "distinct levels among 0, 1, 2, 3, -1, got 4"),
     ((1, 1), "got 1,1"),
     ((), "got none"),
 ])
