@@ -36,10 +36,14 @@ from evprobe.core.estimate_text import missing_text
 from evprobe.core.json_types import JsonObject
 
 
-def scores_markdown(scores: JsonObject, title: str) -> str:
-    """Every section of a scored run as Markdown tables (the order of seed 000's appendix)."""
+def scores_markdown(scores: JsonObject, title: str, *, reading: str | None = None) -> str:
+    """Every section of a scored run as Markdown tables (the order of seed 000's appendix); `reading`, a
+    line under the title saying which rubric read the replies (free runs only: the letter protocols'
+    scores.md is unchanged)."""
     s = scores
     parts = [f"# {title}\n"]
+    if reading is not None:
+        parts.append(f"{reading}\n")
     meta = s.get("meta", {})
     if meta:
         parts.append(

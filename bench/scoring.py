@@ -97,6 +97,7 @@ def score(
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = DEFAULT_SEED,
     prices: Prices | None = None,
+    bootstrap: type[FamilyBootstrap] = FamilyBootstrap,
 ) -> JsonObject:
     """Every measure of a run, with family-bootstrap intervals (see the module docstring).
 
@@ -109,6 +110,9 @@ def score(
     (`LEVEL_SECTIONS` under "injection" -> "levels" -> "L"), with the same bootstrap seed over the
     same families (so level L's resamples are the main set's). Every other measure uses the main
     (level-0) items only, exactly as without the blocks.
+
+    `bootstrap` makes the main measures' resamples and intervals (default `FamilyBootstrap`; the seed
+    mode passes `bench.seed_scoring.PercentileBootstrap`, seed 000's plain percentile rule).
     """
     prices = prices or Prices()
     index: dict[str, Item] = {}
@@ -146,7 +150,7 @@ def score(
             parts[item.injection][1].append(rec)
     base_items, base_records = parts.pop(0, ([], []))
     out, base_kept = _score_set(base_items, base_records, n_boot=n_boot, seed=seed, prices=prices,
-                                numeric=(numeric_items.get(0, []), numeric_records.get(0, {})))
+                                bootstrap=bootstrap, numeric=(numeric_items.get(0, []), numeric_records.get(0, {})))
     if parts:
         levels, differences = {}, {}
         for level in sorted(parts):
@@ -194,12 +198,13 @@ def _score_set(
     seed: int,
     prices: Prices,
     numeric: tuple[Sequence[Item], dict[str, Record]] = ((), {}),
+    bootstrap: type[FamilyBootstrap] = FamilyBootstrap,
 ) -> tuple[JsonObject, _Resamples]:
     """Every measure over one set of decision items (the main items, or one injection level's),
     with the bootstrap's families and every measure's resamples (for the paired level differences)."""
     bench = Bench.build(items)
     replies = Replies.build(bench, records)
-    boot = FamilyBootstrap(bench.families, n_boot, seed)
+    boot = bootstrap(bench.families, n_boot, seed)
     tally = Tally(boot)
     present = {request: _present(bench, replies, request) for request in REQUESTS}
 

@@ -296,7 +296,10 @@ def add_score_parser(sub: argparse._SubParsersAction) -> None:
         description="Score RUN/records.jsonl against its benchmark; writes RUN/scores.json and "
         "RUN/scores.md and prints the Markdown. On a folder of runs (evprobe run --runs R) scores every "
         "run, then writes OUT/scores.json and OUT/scores.md: per headline measure each run's score, the "
-        "runs' mean and sd, and an interval pooled over the runs.",
+        "runs' mean and sd, and an interval pooled over the runs. With --as seed000, scores the run as "
+        "seed 000 scored it instead (its parser, B.2, and plain percentile intervals, B.4) beside evprobe's "
+        "numbers, with the seed's control requirements (B.3) checked, and writes RUN/scores_seed000.json and "
+        ".md only.",
     )
     p.add_argument("run_dir", metavar="RUN", type=Path,
                    help="run folder written by `evprobe run` (or a folder of runs, --runs R)")
@@ -304,13 +307,28 @@ def add_score_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples of whole families")
     p.add_argument("--seed", type=int, default=20260905, help="bootstrap seed")
     p.add_argument("--quiet", action="store_true", help="write the files without printing the tables")
+    p.add_argument("--as", dest="as_seed", default=None, metavar="SEED",
+                   help="reproduce a seed's tables: seed000 (its reply parser and percentile intervals, beside "
+                        "evprobe's; seed002 and seed003 are refused, saying where evprobe already does what they do)")
     p.set_defaults(run=_run_score)
 
 
 def _run_score(args: argparse.Namespace) -> int:
     from evprobe.bench.repeats import is_runs_folder
-    from evprobe.experiments.scoring_io import score_run
+    from evprobe.experiments.scoring_io import score_run, score_run_as
 
+    if args.as_seed is not None:
+        from evprobe.bench.seed_scoring import check_seed
+        from evprobe.core.errors import InputError
+
+        check_seed(args.as_seed)  # an unknown or refused seed before the folder is read
+        if is_runs_folder(args.run_dir):
+            raise InputError(f"{args.run_dir} is a folder of runs; --as {args.as_seed} scores one run folder")
+        _, markdown, paths = score_run_as(args.run_dir, args.as_seed, args.bench, n_boot=args.n_boot, seed=args.seed)
+        if not args.quiet:
+            print(markdown)
+        print(f"wrote {paths[1]} and {paths[0]}")
+        return 0
     if is_runs_folder(args.run_dir):
         from evprobe.bench.repeats_scoring import score_runs_folder
 

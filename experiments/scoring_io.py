@@ -20,10 +20,13 @@ from evprobe.core.errors import InputError
 from evprobe.core.files import atomic_write_bytes, atomic_write_json, warn_incomplete_line
 from evprobe.core.json_files import parse_json
 from evprobe.core.lock import folder_lock
-from evprobe.bench.records import RECORDS_FILE, Record, load_records
+from evprobe.bench.items import Item
+from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records
 from evprobe.bench.reference import Prices
 from evprobe.bench.score_report import compare_markdown, scores_markdown
 from evprobe.bench.scoring import score
+from evprobe.bench.seed_report import seed_markdown
+from evprobe.bench.seed_scoring import Reproduction, check_run, check_seed, reproduce_seed000
 from evprobe.experiments.pecs_space import write_run_figure
 from evprobe.core.json_types import JsonObject
 
@@ -73,7 +76,9 @@ def score_run(
         return _score_locked(run_dir, meta, bench, n_boot, seed)
 
 
-def _score_locked(run_dir: Path, meta: RunMeta, bench: Path | None, n_boot: int, seed: int) -> tuple[JsonObject, str]:
+def _load(run_dir: Path, meta: RunMeta, bench: Path | None) -> tuple[list[Item], dict[str, Record], str | None, Prices]:
+    """The run's benchmark items, its records (and the hash of the lines read) and its prices; one-line
+    InputErrors for a missing or different benchmark and for a run with no records."""
     bench = bench if bench is not None else Path(meta.bench)
     bench_meta_path = bench / META_FILE
     if not bench_meta_path.is_file():
@@ -87,18 +92,53 @@ def _score_locked(run_dir: Path, meta: RunMeta, bench: Path | None, n_boot: int,
     records, digest = _load_hashed_records(run_dir / RECORDS_FILE)
     if not records:
         raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `evprobe run` first")
-    scores = score(items, records.values(), n_boot=n_boot, seed=seed, prices=Prices(**bench_meta["prices"]))
+    return items, records, digest, Prices(**bench_meta["prices"])
+
+
+def _reading_line(meta: RunMeta) -> str | None:
+    """scores.md's line naming the rubric that read a free run's replies (bench.parse); None for the letter
+    protocols, whose scores.md stays as it was."""
+    if meta.protocol != "free":
+        return None
+    rubric = (meta.model_extra or {}).get("rubric")
+    if rubric is None:
+        return ("Replies read by rubric strict (bench.parse): run.json pins no rubric, so the run was read "
+                "before the seed002 rubric existed.")
+    return f"Replies read by rubric {rubric} (bench.parse; pinned in run.json)."
+
+
+def _score_locked(run_dir: Path, meta: RunMeta, bench: Path | None, n_boot: int, seed: int) -> tuple[JsonObject, str]:
+    items, records, digest, prices = _load(run_dir, meta, bench)
+    scores = score(items, records.values(), n_boot=n_boot, seed=seed, prices=prices)
     scores["run"] = {"model": meta.model, "protocol": meta.protocol, "regime": meta.regime}
     scores["resources"] = (meta.model_extra or {}).get("resources")  # run.json's; None for a policy run
     scores[SCORES_RECORDS_KEY] = {"file": RECORDS_FILE, "sha256": digest, "n_records": len(records)}
     title = f"{meta.model} ({meta.protocol}, {meta.regime})"
-    markdown = scores_markdown(scores, title)
+    markdown = scores_markdown(scores, title, reading=_reading_line(meta))
     # scores.md and the PECS-space figure first: scores.json, with the records hash, is the mark that all
     # are written
     atomic_write_bytes(run_dir / SCORES_MD, markdown.encode("utf-8"))
     write_run_figure(scores, run_dir)
     atomic_write_json(run_dir / SCORES_JSON, scores)
     return scores, markdown
+
+
+def score_run_as(run_dir: Path, as_seed: str, bench: Path | None = None, *, n_boot: int = 2000,
+                 seed: int = 20260905) -> tuple[Reproduction, str, tuple[Path, Path]]:
+    """Score one run as `as_seed` scored it, beside evprobe's score (`bench.seed_scoring`); writes
+    RUN/scores_SEED.json and RUN/scores_SEED.md only (RUN/scores.* are `score_run`'s, untouched).
+    A seed without a reproduction mode, or a run its reader cannot read, is refused in one line first."""
+    check_seed(as_seed)
+    meta = run_meta(run_dir)
+    check_run(as_seed, meta.protocol, meta.regime, str(run_dir / RUN_META_FILE))
+    with folder_lock(run_dir, "evprobe score"):
+        items, records, _, prices = _load(run_dir, meta, bench)
+        _, rep = reproduce_seed000(items, list(records.values()), n_boot=n_boot, seed=seed, prices=prices)
+        markdown = seed_markdown(rep, f"{meta.model} ({meta.protocol}, {meta.regime})")
+        paths = (run_dir / f"scores_{as_seed}.md", run_dir / f"scores_{as_seed}.json")
+        atomic_write_bytes(paths[0], markdown.encode("utf-8"))
+        atomic_write_json(paths[1], rep.to_json())
+    return rep, markdown, paths
 
 
 def stale_reason(run_dir: Path) -> str | None:
