@@ -28,6 +28,15 @@ def voids_section(s: JsonObject) -> str:
             ["system", *[f"AbsRec {v} (%)" for v in types], "textual - visual (points)"],
             [[name, *[pct(block.get(v, {}).get("abs_rec")) for v in types],
               points(block.get("gap", {}).get("textual_minus_visual"))] for name, block in by_system.items()])
+    by_sub = s.get("by_sub_scenario", {})
+    if by_sub:  # seed 002, appendix K: each sub-scenario's visual AR and textual AR_ill
+        text += ("\n\nPer sub-scenario (seed 002, appendix K; a system with the property its initial test "
+                 "measured):\n\n" + table_text(
+                     ["sub-scenario", *[f"AbsRec {v} (%)" for v in types], "twin Acc (%)", "twin FalseAbs (%)",
+                      "textual - visual (points)"],
+                     [[name, *[pct(block.get(v, {}).get("abs_rec")) for v in types],
+                       pct(_twin(block, types, "twin_acc")), pct(_twin(block, types, "twin_false_abs")),
+                       points(block.get("gap", {}).get("textual_minus_visual"))] for name, block in by_sub.items()]))
     occluded = s.get("occluded", {})
     if "select_stop" in occluded:
         text += ("\n\nOccluded selections: reference action chosen " + pct(occluded.get("select_min_cost"))
@@ -48,6 +57,13 @@ def voids_section(s: JsonObject) -> str:
                  "datasets with J <= 0.\n\n" + table_text(
                      ["dataset", "Acc (%)", "AbsRec (%)", "FalseAbs (%)", "J", "PECS", "Acc x AbsRec"], rows))
     return section_text(TITLE, NOTE, text)
+
+
+
+def _twin(block: JsonObject, types: JsonObject, name: str) -> JsonObject | None:
+    """A twin measure of a sub-scenario: the first void type's (the twins of an answer void are its
+    sufficient answer requests, the same for every void type built on them)."""
+    return next((block[v][name] for v in types if name in block.get(v, {})), None)
 
 
 __all__ = ["voids_section"]

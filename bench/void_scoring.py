@@ -21,6 +21,12 @@ point values beside it only where both are above 0. Per system the same gap is i
 Coverage where the truth is known (benchmarks/coverage_void_gap.py): 93.3-96.1% at 30 and 144
 families; 4.7% false verdicts at a true gap of 0.
 
+`by_sub_scenario` (seed 002, appendix K: Table 29's AR and AR_ill) is `by_system` one level finer:
+per sub-scenario (`bench.sub_scenarios`: a system with the property its initial test measured), each
+void type's `abs_rec` (the occluded's is the visual AR, the unstated's the textual AR_ill), its twins'
+`twin_acc` and `twin_false_abs`, and the paired textual-minus-visual `gap`; a void belongs to its
+twin's sub-scenario (the same family).
+
 `pecs` holds PECS with the seed's datasets: one dataset per (system, void type), the controls being
 the type's twins in that system (`bench.pecs`: per-dataset Acc, AbsRec, FalseAbs, J, PECS and the
 naive product, the equal-weight mean with its projection bound, zero-boundary counts; pooled over
@@ -36,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from evprobe.bench import pecs
 from evprobe.bench.level_differences import paired_difference
+from evprobe.bench.sub_scenarios import cell_of
 from evprobe.bench.tally import Key, ScoreSection, Tally
 from evprobe.bench.voids import VOID_TYPES
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate, FamilyBootstrap, Resampled
@@ -51,9 +58,17 @@ PER_TYPE = ("abs_rec", "twin_acc", "twin_false_abs")
 SELECT = ("select_min_cost", "select_stop", "twin_select_stop")
 
 
-def _pecs_key(system: str | None, void: str, part: str) -> Key:
+# The groups a void type's measures are also split by: (section key, the group of a void item).
+GROUPS: dict[str, Callable[[Item], str]] = {
+    "by_system": lambda it: it.system,
+    "by_sub_scenario": lambda it: cell_of(it.system, it.initial_property),
+}
+
+
+def _pecs_key(group: tuple[str, str] | None, void: str, part: str) -> Key:
+    """The tally key of a PECS part of `void`: over every pair, or over one group's (e.g. ("by_system", s))."""
     name = {"acc": "twin_acc", "abs_rec": "abs_rec", "false_abs": "twin_false_abs"}[part]
-    return (SECTION, void, name) if system is None else (SECTION, "by_system", system, void, name)
+    return (SECTION, void, name) if group is None else (SECTION, *group, void, name)
 
 
 def _rate_pairs(tally: Tally, keys: Mapping[str, Key], pairs: list[tuple[Item, Item]],
@@ -79,9 +94,11 @@ def tally_voids(tally: Tally, voids: Iterable[Item], items: Mapping[str, Item], 
             for name in PER_TYPE:
                 tally.skip((SECTION, void, name), NO_VOID_ANSWERS)
             continue
-        for system in (None, *dict.fromkeys(it.system for it, _ in pairs)):
-            _rate_pairs(tally, {p: _pecs_key(system, void, p) for p in pecs.PARTS},
-                        [(v, t) for v, t in pairs if system in (None, v.system)], decoded, family_of)
+        _rate_pairs(tally, {p: _pecs_key(None, void, p) for p in pecs.PARTS}, pairs, decoded, family_of)
+        for kind, group_of in GROUPS.items():
+            for group in dict.fromkeys(group_of(it) for it, _ in pairs):
+                _rate_pairs(tally, {p: _pecs_key((kind, group), void, p) for p in pecs.PARTS},
+                            [(v, t) for v, t in pairs if group_of(v) == group], decoded, family_of)
     pooled = [pair for pairs in answers.values() for pair in pairs]
     if pooled:
         _rate_pairs(tally, {p: (SECTION, "pooled", p) for p in pecs.PARTS}, pooled, decoded, family_of)
@@ -126,17 +143,24 @@ def section(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], voi
                 block["stop_gap"] = paired_difference(twin, void_stop)
         out[void] = block
     out["gap"] = _gap(resampled, None)
-    systems = list(dict.fromkeys(k[2] for k in resampled if k[:2] == (SECTION, "by_system")))
-    out["by_system"] = {s: {**{v: {name: est[(SECTION, "by_system", s, v, name)] for name in PER_TYPE
-                                   if (SECTION, "by_system", s, v, name) in est} for v in present},
-                            "gap": _gap(resampled, s)} for s in systems}
-    out["pecs"] = _pecs_datasets(resampled, est, systems, present)
+    out["by_system"] = _by_group(resampled, est, "by_system", present)
+    out["pecs"] = _pecs_datasets(resampled, est, list(out["by_system"]), present)
+    out["by_sub_scenario"] = _by_group(resampled, est, "by_sub_scenario", present)  # last: older keys keep their place
     return out
 
 
-def _gap(resampled: Mapping[Key, Resampled], system: str | None) -> dict[str, Estimate | float]:
+def _by_group(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], kind: str,
+              present: list[str]) -> ScoreSection:
+    """Per group of `kind` (GROUPS): each void type's PER_TYPE measures and the paired gap."""
+    groups = list(dict.fromkeys(k[2] for k in resampled if k[:2] == (SECTION, kind)))
+    return {g: {**{v: {name: est[(SECTION, kind, g, v, name)] for name in PER_TYPE
+                       if (SECTION, kind, g, v, name) in est} for v in present},
+                "gap": _gap(resampled, (kind, g))} for g in groups}
+
+
+def _gap(resampled: Mapping[Key, Resampled], group: tuple[str, str] | None) -> dict[str, Estimate | float]:
     """AbsRec(unstated) - AbsRec(occluded), paired; the ratio of the point values where both are above 0."""
-    textual, visual = (resampled.get(_pecs_key(system, v, "abs_rec")) for v in ("unstated", "occluded"))
+    textual, visual = (resampled.get(_pecs_key(group, v, "abs_rec")) for v in ("unstated", "occluded"))
     if textual is None or visual is None:
         return {"textual_minus_visual": Estimate.empty("needs answer records of both void types")}
     out: dict[str, Estimate | float] = {"textual_minus_visual": paired_difference(textual, visual)}
@@ -153,7 +177,7 @@ def _pecs_datasets(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimat
     for s in systems:
         for v in present:
             for p in pecs.PARTS:
-                src = _pecs_key(s, v, p)
+                src = _pecs_key(("by_system", s), v, p)
                 if src in resampled:
                     keyed[(pecs.SECTION, "datasets", f"{s} {v}", p)] = resampled[src]
                     estimates[(pecs.SECTION, "datasets", f"{s} {v}", p)] = est[src]

@@ -210,6 +210,9 @@ def test_the_exact_reader_abstains_on_every_void_and_answers_every_twin(void_ben
         assert voids[void]["abs_rec"]["value"] == 1.0 and voids[void]["twin_acc"]["value"] == 1.0
         assert voids[void]["twin_false_abs"]["value"] == 0.0
     assert voids["occluded"]["select_min_cost"]["value"] == 1.0 and voids["occluded"]["select_stop"]["value"] == 0.0
+    assert len(voids["by_sub_scenario"]) == 6 and all(  # appendix K: every sub-scenario's AR and AR_ill
+        cell[v]["abs_rec"]["value"] == 1.0 and cell[v]["abs_rec"]["n"] == 2  # 1 family: its 2 voids
+        for cell in voids["by_sub_scenario"].values() for v in VOID_TYPES)
     assert "## Voids (seed 002, sections 3.2 and 5.2)" in (run / "scores.md").read_text()
 
 
@@ -261,6 +264,17 @@ def test_planted_void_behaviour_is_scored_with_its_known_answers(items: list[Ite
     assert v["pecs"]["zero_boundary"]["count"] == 3 and v["pecs"]["equal_weight_mean"]["pecs"]["value"] == 0.5
     text = scores_markdown(scores, "planted")
     assert "Textual minus visual AbsRec, in percentage points: +100.0 [" in text
+    # seed 002, appendix K: per sub-scenario, the textual AR_ill is 1 and the visual AR 0 (the invalid
+    # occluded replies stay in its denominator), over its 24 families' 48 voids of each type
+    subs = v["by_sub_scenario"]
+    assert list(subs) == list(scores["by_sub_scenario"])  # the main score's six sub-scenarios, in its order
+    for cell in subs.values():
+        assert cell["unstated"]["abs_rec"]["value"] == 1.0 and cell["unstated"]["abs_rec"]["ci"][0] < 1.0
+        assert cell["occluded"]["abs_rec"]["value"] == 0.0 and cell["occluded"]["abs_rec"]["ci"][1] > 0.0
+        assert cell["occluded"]["abs_rec"]["n"] == 48 and cell["occluded"]["abs_rec"]["n_families"] == 24
+        assert cell["occluded"]["twin_acc"]["value"] == 1.0 and cell["gap"]["textual_minus_visual"]["value"] == 1.0
+    assert sum(c["occluded"]["abs_rec"]["n"] for c in subs.values()) == n
+    assert "| sliding, mass first | 0.0 [" in text and "Per sub-scenario (seed 002, appendix K;" in text
 
 
 def test_a_void_without_its_twins_record_is_left_out_and_no_records_say_why(items: list[Item]) -> None:
