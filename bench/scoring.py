@@ -53,6 +53,7 @@ from evprobe.bench import doubt, pecs, sub_scenarios, void_scoring
 from evprobe.bench.tally import Key, ScoreSection, ScoreValue, Tally
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
+from evprobe.bench.ladder_scoring import ladder_keys
 from evprobe.bench.level_differences import level_differences, paired_difference
 from evprobe.bench.numeric_scoring import numeric_measures
 from evprobe.bench.records import Record
@@ -153,15 +154,18 @@ def score(
                                 bootstrap=bootstrap, numeric=(numeric_items.get(0, []), numeric_records.get(0, {})))
     if parts:
         levels, differences = {}, {}
+        scored = {0: (base_kept.families, base_kept.resampled)}  # bench.ladder_scoring's inputs
         for level in sorted(parts):
             level_items, level_records = parts[level]
             full, kept = _score_set(level_items, level_records, n_boot=n_boot, seed=seed, prices=prices,
                                     numeric=(numeric_items.get(level, []), numeric_records.get(level, {})))
+            scored[level] = (kept.families, kept.resampled)
             levels[str(level)] = {name: full[name] for name in LEVEL_SECTIONS if name in full}
             same = kept.families == base_kept.families  # same ids in the same order: the same resamples
             differences[str(level)] = level_differences(kept.resampled, base_kept.resampled, same)
         out["injection"] = {"levels": levels, "level_0": "the main measures above",
-                            "differences": _jsonable(differences), "differences_method": LEVEL_DIFFERENCE_METHOD}
+                            "differences": _jsonable(differences), "differences_method": LEVEL_DIFFERENCE_METHOD,
+                            **ladder_keys(scored)}
     if voids:
         out[void_scoring.SECTION] = _void_section(index, voids, every_record, base_kept.families, n_boot, seed)
     return out
