@@ -192,6 +192,12 @@ def degenerate(e: Estimate) -> bool:
     return e.value is not None and not e.fixed and lo is not None and lo == hi
 
 
+def _reads(item: Item, rec: Record) -> bool:
+    """Whether the seed's reader reads this record: a main item (no void, injection level 0) of one of
+    seed 000's requests, with a reply from the model (a backend error has none)."""
+    return item.request in SEED000_REQUESTS and item.void is None and not item.injection and rec.error is None
+
+
 def reread(items: dict[str, Item], records: Iterable[Record]) -> tuple[list[Record], Counter[str]]:
     """The records with seed 000's reading of their replies (main items of seed 000's requests; every
     other record, and a record whose backend returned no reply, as read), and per request the number
@@ -200,7 +206,7 @@ def reread(items: dict[str, Item], records: Iterable[Record]) -> tuple[list[Reco
     differ: Counter[str] = Counter()
     for rec in records:
         item = items[rec.item_id]
-        if item.request not in SEED000_REQUESTS or item.void is not None or item.injection or rec.error is not None:
+        if not _reads(item, rec):
             out.append(rec)
             continue
         p = read_seed000(item, rec.reply)
@@ -245,8 +251,7 @@ def reproduce_seed000(items: Sequence[Item], records: Sequence[Record], *, n_boo
         for key, threshold, plan in (*REQUIREMENTS, *validity)
         if key[0] != "validity" or _at(own, key).value is not None  # applicable: requests the run has
     )
-    n_read = sum(1 for rec in records if index[rec.item_id].request in SEED000_REQUESTS
-                 and index[rec.item_id].void is None and not index[rec.item_id].injection)
+    n_read = sum(1 for rec in records if _reads(index[rec.item_id], rec))
     return own, Reproduction("seed000", rows, requirements, dict(sorted(differ.items())), n_read, n_boot, seed)
 
 

@@ -70,7 +70,9 @@ def _edited(src: Path, dst: Path, bench: Path, reply_for: Callable[[Item, int], 
 
 
 def _digest(run_dir: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.glob("scores.*"))}
+    """Hashes of the files `--as` must leave as they were: the run's own and evprobe's scores."""
+    paths = [*sorted(run_dir.glob("scores.*")), run_dir / "records.jsonl", run_dir / "run.json"]
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
 
 
 def test_reference_known_answer_and_scores_untouched(runs) -> None:
@@ -78,7 +80,7 @@ def test_reference_known_answer_and_scores_untouched(runs) -> None:
     assert main(["score", str(run_dir), "--quiet"]) == 0
     before = _digest(run_dir)
     rep = _seed(run_dir)
-    assert _digest(run_dir) == before  # scores.json and scores.md as `evprobe score` wrote them
+    assert len(before) == 4 and _digest(run_dir) == before  # scores.*, records, run.json as they were
     assert rep["read_differently"] == {} and rep["n_read"] == 312
     for key in ("min_cost_choice", "both_correct_image_pairs", "resolved_and_correct", "controls.both_given",
                 "validity.validity_select"):
@@ -246,3 +248,22 @@ def test_the_coverage_benchmark_runs_quick(capsys) -> None:
     assert len(rows) == 6
     seed_cov, own_cov = [float(r[4]) for r in rows], [float(r[-1]) for r in rows]
     assert min(seed_cov) < 0.9 and min(own_cov) >= 0.9  # the seed's rule under-covers near the boundary
+
+
+def test_backend_errors_and_other_requests_keep_evprobes_reading(runs, small_bench: Path) -> None:
+    """A record whose backend returned no reply has nothing to re-read: it stays as recorded, and is
+    neither read nor counted as read differently."""
+    from dataclasses import replace
+
+    from evprobe.bench.records import load_records
+    from evprobe.bench.seed_scoring import reread
+
+    items = {it.item_id: it for it in read_items(small_bench, validate_images=False)}
+    records = list(load_records(runs("reference") / "records.jsonl").values())
+    first = next(r for r in records if r.request == "select")
+    failed = replace(first, reply="", valid=False, route="invalid:backend", choice=None, action=None,
+                     error="HTTP 500")
+    out, differ = reread(items, [failed if r is first else r for r in records])
+    assert out[records.index(first)] == failed and differ == {}
+    out, differ = reread(items, [replace(failed, error=None) if r is first else r for r in records])
+    assert out[records.index(first)].route == "invalid:no_option" and differ == {}  # re-read: invalid both ways
