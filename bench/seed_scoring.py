@@ -12,8 +12,9 @@ What "as the seed" means, per seed (docs/reference/scoring.md, "Reproducing a se
 - seed002 and seed003: refused in one line, each saying where evprobe already does what the seed
   does (`NO_DIFFERENCE`): seed 002's reading of free replies is evprobe's default rubric for the
   free protocol (`bench.parse.FREE_RUBRIC`), its LLM panel is `evprobe judge`, and its mean +- sd
-  over runs is `evprobe score` on a folder of runs; seed 003 defines threshold accuracy (eq. 6),
-  which is evprobe's own (`bench.threshold`), and neither a reader nor an interval.
+  over runs is `evprobe score` on a folder of runs; seed 003 defines threshold accuracy (eq. 6) and
+  its unweighted mean over tasks, which are evprobe's own (`bench.threshold`, `bench.task_means`),
+  and neither a reader nor an interval.
 
 The seed-mode numbers come from `bench.scoring.score` itself, given the re-read records and a
 bootstrap whose estimates are the plain percentile interval (`PercentileBootstrap`), on the same
@@ -48,8 +49,9 @@ NO_DIFFERENCE: dict[str, str] = {
         "is `evprobe score` on a folder of runs (evprobe run --runs 3)"
     ),
     "seed003": (
-        "seed 003 has no reproduction mode: it defines threshold accuracy (eq. 6), which evprobe scores as "
-        "written (scores.json 'numeric': acc_5 ... acc_30), and no reader or interval of its own"
+        "seed 003 has no reproduction mode: it defines threshold accuracy (eq. 6) and its unweighted mean over "
+        "tasks, which evprobe scores as written (scores.json 'numeric': acc_5 ... acc_30; bench.task_means), and "
+        "no reader or interval of its own"
     ),
 }
 PERCENTILE_METHOD = (
