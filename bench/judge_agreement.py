@@ -12,6 +12,11 @@ undetermined, unclear: abstention and the answer at once), so here:
 - the **dataset** is the physical system (sliding, bouncing, spring...), as in `bench.pecs.DATASET`:
   a run has one regime and one kind of void, and each family belongs to one system.
 
+Under `evprobe judge --panel seed002` (`bench.seed002_panel`) each judge makes the seed's two
+decisions, so the tasks are the seed's own: `void-abstain`, `ctrl-abstain` (the abstention judge's
+abstained / answered on voids and on controls) and `correctness` (each judge's extracted value
+matched against the ground truth, on controls); `grouped_cells` takes such per-task rows.
+
 Per cell, over the replies every judge decided (the pooled kappa's replies): Fleiss' kappa
 (`bench.judges.kappa_estimate`, the pooled one's code and resamples), the unanimous share (every
 judge gave the same decision), the mean pairwise agreement (per reply, the share of judge pairs that
@@ -168,13 +173,20 @@ def agreement_cells(rows: Sequence[JsonObject], items: Mapping[str, Item], names
     for r in rows:
         item = items[str(r["item_id"])]
         groups.setdefault((task_of(item), item.system), []).append(r)
-    order = sorted(groups, key=lambda k: (TASKS.index(k[0]), k[1]))
-    return tuple(cell(t, d, groups[(t, d)], names, categories, n_boot, seed) for t, d in order)
+    return grouped_cells(groups, names, {t: categories for t in TASKS}, n_boot, seed)
 
 
-def cells_json(cells: Sequence[AgreementCell]) -> JsonObject:
-    """judge.json's `agreement_by_task_dataset`."""
-    return {"task": TASK, "dataset": DATASET, "min_replies": MIN_REPLIES, "cells": [c.to_json() for c in cells]}
+def grouped_cells(groups: Mapping[tuple[str, str], Sequence[JsonObject]], names: Sequence[str],
+                  categories: Mapping[str, Sequence[str]], n_boot: int, seed: int) -> tuple[AgreementCell, ...]:
+    """One cell per (task, dataset) group, tasks in `categories`' order, datasets sorted; each
+    task's rows hold that task's decisions in `judges`, from `categories[task]`."""
+    order = sorted(groups, key=lambda k: (list(categories).index(k[0]), k[1]))
+    return tuple(cell(t, d, groups[(t, d)], names, categories[t], n_boot, seed) for t, d in order)
+
+
+def cells_json(cells: Sequence[AgreementCell], task: str = TASK) -> JsonObject:
+    """judge.json's `agreement_by_task_dataset`; task: what a task is."""
+    return {"task": task, "dataset": DATASET, "min_replies": MIN_REPLIES, "cells": [c.to_json() for c in cells]}
 
 
 def cells_markdown(section: JsonObject) -> list[str]:
@@ -204,6 +216,7 @@ __all__ = [
     "cell",
     "cells_json",
     "cells_markdown",
+    "grouped_cells",
     "fleiss_kappa",
     "kappa_estimate",
     "pair_agreement",

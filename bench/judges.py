@@ -27,6 +27,13 @@ docstring says what plays the seed's task (control or void item) and dataset (th
 `audit.csv`, a stratified sample for a human audit: up to `per_stratum` replies of each (request, rule reading, panel decision) cell, seeded, with an
 empty `human` column.
 
+That is the default panel (`--panel fourway`). `--panel seed002` asks seed 002's own two judges
+instead (appendix D.2 abstention and D.3 correctness, their prompts verbatim, JSON replies read
+strictly, temperature 0.8 and 512 tokens: `bench.seed002_judges`, `bench.seed002_panel`). judge.json
+pins the panel (`"panel"`; a judge.json without the key is the four-way panel's), and a folder one
+panel wrote refuses the other in one line (`check_panel`). The server plumbing both share (opening,
+asking, the judges' words kept): `bench.judge_server`.
+
 Like every writer, it checks before it asks: run.json (`bench.json_schema.RunMeta`), the benchmark
 (its items hash must be the run's), every record (schema, an item of the benchmark, that item's
 request, an answer request) are each a one-line InputError naming file, line, field and fix, and
@@ -46,27 +53,29 @@ jackknife t interval of `bench.judge_agreement`): 94.2-97.2% at 8, 30 and 144 fa
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import os
 from collections import Counter
-from collections.abc import Callable
-from contextlib import ExitStack, closing
-from dataclasses import dataclass
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from evprobe.bench.items import Item
 from evprobe.bench.judge_agreement import fleiss_kappa, kappa_estimate
 from evprobe.bench.judge_inputs import Judge, checked_inputs, key_envs
-from evprobe.bench.judge_reader import check_options, judge_words, read_label
+from evprobe.bench.judge_reader import check_options, read_label
+from evprobe.bench.judge_server import ask, open_backends, secrets_of
+from evprobe.bench.judged_files import (
+    JudgeSummary,
+    as_judged,
+    audit,
+    rule_against_panel,
+    scores_table,
+    share,
+    write_judged,
+)
 from evprobe.bench.protocols import build_prompt
 from evprobe.bench.records import Record
-from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate
-from evprobe.core.errors import InputError
-from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
+from evprobe.core.errors import InputError, shown
 from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import folder_lock
 
@@ -83,6 +92,8 @@ JUDGE_PROMPT = (
 )
 check_options(JUDGE_OPTIONS)  # no option's words name another letter: two letters never read as one
 JUDGED = "judged"
+FOURWAY, SEED002 = "fourway", "seed002"  # the panels (judge.json's `panel`)
+PANELS = (FOURWAY, SEED002)
 LOCK_FIX = "wait for it to finish, then judge the run"
 
 
@@ -102,58 +113,14 @@ def panel_decision(decisions: list[str | None]) -> str | None:
     return best if n * 2 > len(decisions) and best != "unclear" else None
 
 
-def _open_backends(judges: list[Judge], envs: list[str | None], out: Path, concurrency: int,
-                   stack: ExitStack) -> list[Any]:
-    """One openai backend per judge, each opened (its server lists the model, its key accepted)
-    before any judge is asked: a bad last judge costs no request of the first."""
-    from evprobe.bench.backends.openai import open_backend
-    from evprobe.bench.runner import RunConfig
-
-    backends = []
-    for judge, env in zip(judges, envs, strict=True):
-        # one request cache for the panel: its key holds the served model, so judges never share an answer
-        config = RunConfig.of(model=judge.model, bench=str(out), out=str(out), backend="openai",
-                              base_url=judge.base_url, api_key_env=env, concurrency=concurrency,
-                              http_cache=str(out / "http-cache"))
-        backends.append(stack.enter_context(closing(open_backend(config))))
-    return backends
-
-
-def _ask(backend: Any, prompts: list[tuple[str, str]], secrets: list[str]) -> dict[str, tuple[str | None, Any]]:
-    """key -> (the judge's decision, None or {"reply" | "error": its words}) for one judge."""
-    from evprobe.bench.backends.base import ModelPrompt
-
-    replies = backend([ModelPrompt(key=key, text=text) for key, text in prompts])
-    out: dict[str, tuple[str | None, Any]] = {}
-    for (key, _), r in zip(prompts, replies, strict=True):
-        decision = None if r.error else judge_decision(r.text)
-        words = None if decision is not None else {"error" if r.error else "reply": _words(r.error or r.text, secrets)}
-        out[key] = decision, words
-    return out
-
-
-def _words(text: str, secrets: list[str]) -> str:
-    """A judge's words as judgments.jsonl keeps them: no key (a server may echo it), cut, escaped."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return judge_words(text)
-
-
-@dataclass(frozen=True)
-class JudgeSummary:
-    """What `judge_run` wrote: the folder, the replies judged, kappa and the panel-judged scores."""
-
-    out: Path
-    n_replies: int
-    kappa: Estimate
-    files: tuple[str, ...]
-
-
 def judge_run(run_dir: str | Path, judges: list[Judge], *, bench: str | Path | None = None,
               api_key_env: list[str] | None = None, per_stratum: int = 5, concurrency: int = 4,
-              n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> JudgeSummary:
-    """Judge a free-protocol run's answer replies with the panel (module docstring); writes RUN/judged/."""
+              n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED, panel: str = FOURWAY) -> JudgeSummary:
+    """Judge a free-protocol run's answer replies with the panel (module docstring); writes RUN/judged/.
+    panel: FOURWAY (one four-way question) or SEED002 (the seed's two judges, `bench.seed002_panel`)."""
     run = Path(run_dir)
+    if panel not in PANELS:
+        raise InputError(f"--panel {panel!r}: choose one of {', '.join(PANELS)}")
     if len(judges) < 2 or len({j.name for j in judges}) != len(judges):
         raise InputError("give two or more distinct judges (--judge MODEL@URL, repeated); agreement needs two raters")
     envs = key_envs(api_key_env, len(judges))
@@ -161,39 +128,51 @@ def judge_run(run_dir: str | Path, judges: list[Judge], *, bench: str | Path | N
 
     read_run_meta(run)  # a folder that is no run is refused before the lock would make RUN/judged in it
     with folder_lock(run, "evprobe judge", fix=LOCK_FIX), folder_lock(run / JUDGED, "evprobe judge", fix=LOCK_FIX):
+        check_panel(run / JUDGED, panel)
         meta, every, records = checked_inputs(run, None if bench is None else Path(bench))
         answered = [(it, records[it.item_id]) for it in every
                     if it.item_id in records and records[it.item_id].error is None]
         if not answered:
             raise InputError(f"{run}: no answer replies to judge")
+        if panel == SEED002:
+            from evprobe.bench.seed002_panel import judge_seed002
+
+            return judge_seed002(run / JUDGED, meta, every, records, answered, judges, envs, per_stratum, concurrency,
+                                 n_boot, seed)
         prompts = [(it.item_id, JUDGE_PROMPT.format(question=build_prompt(it, "free", meta.regime), reply=r.reply))
                    for it, r in answered]
         out = run / JUDGED
-        secrets = [os.environ[e].strip() for e in set(envs) if e is not None and os.environ.get(e, "").strip()]
+        secrets = secrets_of(envs)
         with ExitStack() as stack:
-            backends = _open_backends(judges, envs, out, concurrency, stack)
-            decided = {j.name: _ask(b, prompts, secrets) for j, b in zip(judges, backends)}
+            backends = open_backends(judges, envs, out, concurrency, stack)
+            decided = {j.name: ask(b, prompts, secrets, lambda _, text: judge_decision(text))
+                       for j, b in zip(judges, backends)}
         # a reply the backend never gave (`error`) has nothing to judge: it stays as it is, invalid, in
         # the denominators of both scorings
         rows, judged_records = [], [r for r in records.values() if r.error is not None]
         for it, r in answered:
-            each = [decided[j.name][it.item_id][0] for j in judges]
-            panel = panel_decision(each)
-            invalid = {j.name: decided[j.name][it.item_id][1] for j in judges if decided[j.name][it.item_id][1]}
+            each = [decided[j.name][it.item_id].decision for j in judges]
+            panel_says = panel_decision(each)
+            invalid = {j.name: decided[j.name][it.item_id].words for j in judges if decided[j.name][it.item_id].words}
             rows.append({"item_id": it.item_id, "family_id": it.family_id, "request": it.request,
                          "rule": r.answer if r.valid else None, "judges": dict(zip([j.name for j in judges], each)),
-                         "panel": panel, **({"invalid": invalid} if invalid else {})})
-            judged_records.append(_as_judged(it, r, panel))
+                         "panel": panel_says, **({"invalid": invalid} if invalid else {})})
+            judged_records.append(as_judged(it, r, panel_says))
         return _write(out, rows, every, records, judged_records, judges, envs, per_stratum, n_boot, seed)
 
 
-def _as_judged(item: Item, record: Any, panel: str | None) -> Any:
-    from dataclasses import replace
+def check_panel(out: Path, panel: str) -> None:
+    """Refuse to judge a folder another panel wrote (judge.json's `panel`; a judge.json written before
+    the key existed is the four-way panel's): the two would mix in one judgments.jsonl and audit."""
+    from evprobe.core.json_files import read_json_object
 
-    if panel is None:
-        return replace(record, valid=False, route="invalid:panel_undecided", choice=None, answer=None)
-    letter = next(k for k, v in (item.options or {}).items() if v == panel)
-    return replace(record, valid=True, route="panel", choice=letter, answer=panel)
+    path = out / "judge.json"
+    if not path.is_file():
+        return
+    had = read_json_object(path, f"move {out} aside and judge again")[0].get("panel", FOURWAY)
+    if had != panel:
+        raise InputError(f"{path}: field 'panel' is {shown(had)} (written by `evprobe judge --panel {had}`), this is "
+                         f"--panel {panel}; move {out} aside to judge with another panel, or pass --panel {had}")
 
 
 def _write(out: Path, rows: list[JsonObject], every: list[Item], records: dict[str, Record], judged_records: list[Record],
@@ -201,72 +180,37 @@ def _write(out: Path, rows: list[JsonObject], every: list[Item], records: dict[s
     """judge.json / .md, the judged records and scores, and audit.csv. every: the benchmark's items;
     records: the run's own (rule-judged) records."""
     from evprobe.bench.judge_agreement import agreement_cells, cells_json
-    from evprobe.bench.scoring import score
 
     names = [j.name for j in judges]
     full = [r for r in rows if all(r["judges"][n] is not None for n in names)]
     table = np.array([[sum(r["judges"][n] == c for n in names) for c in CATEGORIES] for r in full], dtype=float)
     kappa = kappa_estimate(table.reshape(-1, len(CATEGORIES)), [r["family_id"] for r in full], n_boot, seed)
-    pairs = {f"{a} / {b}": _share([r for r in rows if r["judges"][a] is not None and r["judges"][b] is not None],
+    pairs = {f"{a} / {b}": share([r for r in rows if r["judges"][a] is not None and r["judges"][b] is not None],
                                   lambda r: r["judges"][a] == r["judges"][b]) for i, a in enumerate(names)
              for b in names[i + 1:]}
-    rule_scores = score(every, records.values(), n_boot=n_boot, seed=seed)
-    panel_scores = score(every, judged_records, n_boot=n_boot, seed=seed)
+    compared, panel_scores = rule_against_panel(rows, every, records.values(), judged_records, n_boot, seed)
     result = {
+        "panel": FOURWAY,
         "judges": [{"model": j.model, "base_url": j.shown_url, "api_key_env": e} for j, e in zip(judges, envs)],
         "prompt": JUDGE_PROMPT,
         "n_replies": len(rows), "n_decided_by_all": len(full),
         "no_decision": {n: sum(r["judges"][n] is None for r in rows) for n in names},
-        "fleiss_kappa": kappa.to_json(), "unanimous": _share(full, lambda r: len(set(r["judges"].values())) == 1),
+        "fleiss_kappa": kappa.to_json(), "unanimous": share(full, lambda r: len(set(r["judges"].values())) == 1),
         "pairwise_agreement": pairs,
         "panel_undecided": sum(r["panel"] is None for r in rows),
-        "rule_vs_panel": _share([r for r in rows if r["panel"] is not None], lambda r: r["rule"] == r["panel"]),
-        "confusion": {f"{a}|{b}": n for (a, b), n in sorted(Counter((str(r["rule"]), str(r["panel"])) for r in rows)
-                                                             .items())},
-        "scores": {name: {k: s.get(k) for k in ("pecs", "pecs_acc", "pecs_abs_rec", "pecs_false_abs")}
-                   for name, s in (("rule", rule_scores), ("panel", panel_scores))},
+        **compared,
         "n_boot": n_boot, "seed": seed,
         # seed 002's Table 7: the same agreement per task x dataset (bench.judge_agreement)
         "agreement_by_task_dataset": cells_json(agreement_cells(rows, {it.item_id: it for it in every}, names,
                                                                 CATEGORIES, n_boot, seed)),
     }
-    atomic_write_bytes(out / "judgments.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
-    atomic_write_bytes(out / "records.jsonl", "".join(json.dumps(r.to_json()) + "\n" for r in judged_records)
-                       .encode("utf-8"))
-    atomic_write_json(out / "scores.json", panel_scores)
-    atomic_write_json(out / "judge.json", result)
-    atomic_write_bytes(out / "judge.md", markdown(result).encode("utf-8"))
-    atomic_write_bytes(out / "audit.csv", _audit(rows, names, per_stratum, seed))
-    files = ("judgments.jsonl", "records.jsonl", "scores.json", "judge.json", "judge.md", "audit.csv")
+    files = write_judged(out, rows, judged_records, panel_scores, result, markdown(result),
+                         audit(rows, names, per_stratum, seed))
     return JudgeSummary(out, len(rows), kappa, files)
 
 
-def _share(rows: list[JsonObject], hit: Callable[[JsonObject], bool]) -> JsonObject:
-    """A plain share with its count (agreement among the replies given; no interval: a description)."""
-    n = len(rows)
-    return {"value": (sum(bool(hit(r)) for r in rows) / n) if n else None, "n": n}
-
-
-def _audit(rows: list[JsonObject], names: list[str], per_stratum: int, seed: int) -> bytes:
-    """Up to `per_stratum` replies of each (request, rule, panel) cell, seeded; a blank `human` column."""
-    rng = np.random.default_rng(seed)
-    strata: dict[tuple[str, str, str], list[JsonObject]] = {}
-    for r in rows:
-        strata.setdefault((r["request"], str(r["rule"]), str(r["panel"])), []).append(r)
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["stratum", "item_id", "reply_to", "rule", *names, "panel", "human"])
-    for key in sorted(strata):
-        members = strata[key]
-        for i in sorted(rng.choice(len(members), size=min(per_stratum, len(members)), replace=False)):
-            r = members[i]
-            w.writerow(["|".join(key), r["item_id"], r["request"], r["rule"],
-                        *[r["judges"][n] for n in names], r["panel"], ""])
-    return buf.getvalue().encode("utf-8")
-
-
 def markdown(result: JsonObject) -> str:
-    from evprobe.bench.score_cells import pct, plain
+    from evprobe.bench.score_cells import plain
     from evprobe.core.estimate_text import missing_text
 
     def share(s: JsonObject) -> str:
@@ -281,12 +225,7 @@ def markdown(result: JsonObject) -> str:
              "- pairwise agreement: " + "; ".join(f"{k} {share(v)}" for k, v in result["pairwise_agreement"].items()),
              f"- panel undecided (split, or a majority for D): {result['panel_undecided']} (scored invalid); the rule's "
              f"reading equals the panel's on {share(result['rule_vs_panel'])} of the decided replies", "",
-             "| measure | judged by rule (the parser) | judged by the panel |", "|---|---|---|"]
-    rule, panel = result["scores"]["rule"], result["scores"]["panel"]
-    for key, label, cell in (("pecs", "PECS", plain), ("pecs_acc", "Acc (controls correct)", pct),
-                             ("pecs_abs_rec", "AbsRec (voids abstained)", pct),
-                             ("pecs_false_abs", "FalseAbs (controls abstained)", pct)):
-        lines.append(f"| {label} | {cell(rule.get(key))} | {cell(panel.get(key))} |")
+             *scores_table(result["scores"])]
     lines += ["", "Rule reading | panel decision (counts): "
               + ", ".join(f"{k} {v}" for k, v in result["confusion"].items())]
     if "agreement_by_task_dataset" in result:

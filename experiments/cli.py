@@ -259,6 +259,11 @@ def add_judge_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=positive_int, default=4, help="requests in flight per judge")
     p.add_argument("--n-boot", type=positive_int, default=2000, help="bootstrap resamples of whole families")
     p.add_argument("--seed", type=int, default=20260905, help="bootstrap and audit-sample seed")
+    p.add_argument("--panel", choices=("fourway", "seed002"), default="fourway",
+                   help="fourway: one question per reply (yes / no / cannot be determined / unclear, a letter); "
+                        "seed002: seed 002's two judges (appendix D.2 abstention, D.3 correctness on controls; its "
+                        "prompts verbatim, JSON replies, temperature 0.8, 512 tokens). Pinned in judge.json: a "
+                        "folder judged by one panel refuses the other")
     p.add_argument("--score-audit", type=Path, default=None, metavar="FILE",
                    help="score a filled audit.csv (its human column) against the panel, beside judgments.jsonl: "
                         "accuracy, precision, recall, F1 (the abstention class) and Cohen's kappa, with intervals; "
@@ -283,8 +288,9 @@ def _run_judge(args: argparse.Namespace) -> int:
         raise InputError("give RUN and two or more --judge MODEL@URL (or --score-audit FILE alone)")
     judges = [Judge.parse(spec) for spec in args.judge]
     s = judge_run(args.run_dir, judges, bench=args.bench, api_key_env=args.api_key_env, per_stratum=args.per_stratum,
-                  concurrency=args.concurrency, n_boot=args.n_boot, seed=args.seed)
-    print(f"{s.n_replies} replies judged by {len(judges)} judges; Fleiss' kappa {s.kappa.text(3)}")
+                  concurrency=args.concurrency, n_boot=args.n_boot, seed=args.seed, panel=args.panel)
+    what = "abstention " if args.panel == "seed002" else ""
+    print(f"{s.n_replies} replies judged by {len(judges)} judges; {what}Fleiss' kappa {s.kappa.text(3)}")
     print(f"wrote {', '.join(s.files)} in {s.out}")
     return 0
 
