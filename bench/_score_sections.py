@@ -143,6 +143,7 @@ REASONING_LABELS = {
     "doubt_on_controls": "traces doubting, on controls (resolved)",
     "converted": "doubting void replies that abstain",
     "overridden": "doubting void replies that answer yes or no anyway",
+    "doubt_among_void_failures": "traces doubting, among void failures (yes/no on voids; seed 002's Doubt)",
 }
 
 

@@ -16,7 +16,15 @@ each a rate with a family-bootstrap interval:
 - `doubt_on_voids`, `doubt_on_controls`: traces that express doubt, among traced replies;
 - `converted`: doubting void replies whose final answer abstains ("undetermined");
 - `overridden`: doubting void replies whose final answer is yes or no (the seed's confabulation
-  despite doubt); an invalid final answer is neither, and stays in both denominators.
+  despite doubt); an invalid final answer is neither, and stays in both denominators;
+- `doubt_among_void_failures`: seed 002's own doubt rate (appendix N, O.1 axis 4, Table 35's
+  "Doubt"), on its denominator: the void failures (O.2: void replies that did not abstain but gave a
+  definitive answer, here yes or no) with a trace, and among them those whose trace doubts. The
+  seed's rate is a share of confabulations; `doubt_on_voids` is a share of every traced void reply,
+  and `overridden` a share of the doubting ones: three denominators, named apart. An invalid void
+  reply gave no definitive answer, so it is no failure in the seed's sense and not in this
+  denominator (it stays in the others); an untraced failure has no trace to read (the seed reads a
+  non-thinking model's visible output instead: `evprobe confabulation` classifies those).
 
 A reasoning on/off pair is two runs of the same items (a thinking and a non-thinking variant of a
 model, or `--protocol brief` and `direct`): `evprobe compare --paired RUN_OFF RUN_ON` gives the paired
@@ -35,7 +43,7 @@ if TYPE_CHECKING:
     from evprobe.bench.score_index import Bench, Replies
 
 SECTION = "reasoning"
-MEASURES = ("traced", "doubt_on_voids", "doubt_on_controls", "converted", "overridden")
+MEASURES = ("traced", "doubt_on_voids", "doubt_on_controls", "converted", "overridden", "doubt_among_void_failures")
 _THINK = re.compile(r"<think>(.*?)</think>", re.S | re.I)
 _ANSWER_LINE = re.compile(r"^[ \t*_#>-]*answer\s*:", re.I | re.M)
 DOUBT = re.compile(
@@ -81,6 +89,8 @@ def tally_doubt(tally: Tally, bench: Bench, replies: Replies) -> bool:
     tally.rate((SECTION, "doubt_on_controls"), ((f, d) for f, resolved, d, _ in traced if resolved))
     tally.rate((SECTION, "converted"), ((f, a == pecs.ABSTAIN) for f, a in doubting))
     tally.rate((SECTION, "overridden"), ((f, a in ("yes", "no")) for f, a in doubting))
+    tally.rate((SECTION, "doubt_among_void_failures"),
+               ((f, d) for f, resolved, d, a in traced if not resolved and a in ("yes", "no")))
     return True
 
 

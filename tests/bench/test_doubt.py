@@ -85,3 +85,35 @@ def test_direct_replies_have_no_reasoning_section() -> None:
     items = build(GenerateConfig(families_per_system=1, subset_per_cell=0))[1]
     recs = [_answer(it, it.reference_option, it.reference_answer) for it in items if it.request == "answer_initial"]
     assert "reasoning" not in score(items, recs, n_boot=100)
+
+
+def test_doubt_among_void_failures_is_the_seeds_denominator() -> None:
+    """Seed 002's doubt rate (appendix N, Table 35) is a share of the void failures (yes/no answers on
+    voids), not of every traced void reply: planted so the two differ. Sliding voids doubt and abstain
+    (no failure), bouncing voids answer yes without doubt, the rest answer yes in doubt, and every
+    fourth of those is unreadable instead (no definitive answer: no failure)."""
+    items = build(GenerateConfig(families_per_system=4, subset_per_cell=0))[1]
+    recs, k = [], 0
+    for it in items:
+        if it.request not in ("answer_initial", "answer_after_test"):
+            continue
+        if it.resolved:
+            recs.append(_answer(it, f"The sheet settles it.\nANSWER: {it.reference_answer}", it.reference_answer))
+        elif it.system == "sliding":
+            recs.append(_answer(it, "I can't tell which friction it is.\nANSWER: undetermined", "undetermined"))
+        elif it.system == "bouncing":
+            recs.append(_answer(it, "The ball is light, so it bounces high.\nANSWER: yes", "yes"))
+        else:
+            k += 1
+            recs.append(_answer(it, "I am not sure.\nANSWER: perhaps", None) if k % 4 == 0
+                        else _answer(it, "I am not sure, but I will say yes.\nANSWER: yes", "yes"))
+    r = score(items, recs, n_boot=300)["reasoning"]
+    system = {it.item_id: it.system for it in items}
+    failures = [x for x in recs if x.answer == "yes" and system[x.item_id] != "sliding"
+                and not next(it for it in items if it.item_id == x.item_id).resolved]
+    doubting = [x for x in failures if system[x.item_id] != "bouncing"]
+    got = r["doubt_among_void_failures"]
+    assert got["n"] == len(failures) and got["value"] == pytest.approx(len(doubting) / len(failures))
+    assert 0 < got["value"] < 1 and got["ci"][0] < got["value"] < got["ci"][1]
+    assert got["value"] != pytest.approx(r["doubt_on_voids"]["value"])  # another denominator, another number
+    assert "traces doubting, among void failures" in scores_markdown(score(items, recs, n_boot=100), "t")
