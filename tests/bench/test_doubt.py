@@ -3,6 +3,8 @@ and the conversion measures on planted replies with known answers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from evprobe.bench.doubt import expresses_doubt, reasoning_trace
@@ -52,10 +54,9 @@ def _answer(it: Item, text: str, answer: str | None) -> Record:
                   answer=answer, value=None, n_prompt_tokens=None, n_new_tokens=None, seconds=0.0)
 
 
-def test_planted_doubt_converts_as_planted() -> None:
-    """On voids every trace doubts; in sliding families the doubt converts (abstain), elsewhere it is
-    overridden (the reference answer of the resolved twin world: yes), and one reply in five of the
-    bouncing ones has an unreadable final line (invalid: in both denominators). Controls never doubt."""
+def _planted(void: Callable[[Item, int], Record]) -> tuple[list[Item], list[Record]]:
+    """Four families a system; controls answer right with a trace that settles it; the k-th void's
+    record is void(item, k)."""
     items = build(GenerateConfig(families_per_system=4, subset_per_cell=0))[1]
     recs, k = [], 0
     for it in items:
@@ -65,12 +66,22 @@ def test_planted_doubt_converts_as_planted() -> None:
             recs.append(_answer(it, f"The sheet settles it.\nANSWER: {it.reference_answer}", it.reference_answer))
             continue
         k += 1
+        recs.append(void(it, k))
+    return items, recs
+
+
+def test_planted_doubt_converts_as_planted() -> None:
+    """On voids every trace doubts; in sliding families the doubt converts (abstain), elsewhere it is
+    overridden (the reference answer of the resolved twin world: yes), and one reply in five of the
+    bouncing ones has an unreadable final line (invalid: in both denominators). Controls never doubt."""
+    def void(it: Item, k: int) -> Record:
         if it.system == "sliding":
-            recs.append(_answer(it, "I can't tell which friction it is.\nANSWER: undetermined", "undetermined"))
-        elif it.system == "bouncing" and k % 5 == 0:
-            recs.append(_answer(it, "I am not sure.\nANSWER: perhaps", None))
-        else:
-            recs.append(_answer(it, "I am not sure, but I will say yes.\nANSWER: yes", "yes"))
+            return _answer(it, "I can't tell which friction it is.\nANSWER: undetermined", "undetermined")
+        if it.system == "bouncing" and k % 5 == 0:
+            return _answer(it, "I am not sure.\nANSWER: perhaps", None)
+        return _answer(it, "I am not sure, but I will say yes.\nANSWER: yes", "yes")
+
+    items, recs = _planted(void)
     r = score(items, recs, n_boot=300)["reasoning"]
     voids = [x for x in recs if not next(it for it in items if it.item_id == x.item_id).resolved]
     assert r["traced"]["value"] == 1.0 and r["doubt_on_voids"]["value"] == 1.0 and r["doubt_on_controls"]["value"] == 0.0
@@ -92,21 +103,15 @@ def test_doubt_among_void_failures_is_the_seeds_denominator() -> None:
     voids), not of every traced void reply: planted so the two differ. Sliding voids doubt and abstain
     (no failure), bouncing voids answer yes without doubt, the rest answer yes in doubt, and every
     fourth of those is unreadable instead (no definitive answer: no failure)."""
-    items = build(GenerateConfig(families_per_system=4, subset_per_cell=0))[1]
-    recs, k = [], 0
-    for it in items:
-        if it.request not in ("answer_initial", "answer_after_test"):
-            continue
-        if it.resolved:
-            recs.append(_answer(it, f"The sheet settles it.\nANSWER: {it.reference_answer}", it.reference_answer))
-        elif it.system == "sliding":
-            recs.append(_answer(it, "I can't tell which friction it is.\nANSWER: undetermined", "undetermined"))
-        elif it.system == "bouncing":
-            recs.append(_answer(it, "The ball is light, so it bounces high.\nANSWER: yes", "yes"))
-        else:
-            k += 1
-            recs.append(_answer(it, "I am not sure.\nANSWER: perhaps", None) if k % 4 == 0
-                        else _answer(it, "I am not sure, but I will say yes.\nANSWER: yes", "yes"))
+    def void(it: Item, k: int) -> Record:
+        if it.system == "sliding":
+            return _answer(it, "I can't tell which friction it is.\nANSWER: undetermined", "undetermined")
+        if it.system == "bouncing":
+            return _answer(it, "The ball is light, so it bounces high.\nANSWER: yes", "yes")
+        return (_answer(it, "I am not sure.\nANSWER: perhaps", None) if k % 4 == 0
+                else _answer(it, "I am not sure, but I will say yes.\nANSWER: yes", "yes"))
+
+    items, recs = _planted(void)
     r = score(items, recs, n_boot=300)["reasoning"]
     system = {it.item_id: it.system for it in items}
     failures = [x for x in recs if x.answer == "yes" and system[x.item_id] != "sliding"
