@@ -5,6 +5,7 @@
                   [--transfer system|initial|pairs|request|regime|void|void_system|FIELD ...] [--layers L,L] [--positions P,P]
                   [--folds 5] [--n-boot 2000] [--seed 20260905] [--C 1.0] [--pooled-covariance]
                   [--probe-params NAME=VALUE,...] [--no-nested] [--control-tasks 39] [--cell-fields F,F,...] [--leakage-shuffles 16]
+                  [--catch-by FIELD,FIELD --catch-layer L [--catch-position P]]
                   [--jobs N] [--out DIR] [--quiet]
                   [--nonfinite refuse|drop]
     evprobe directions ACTS [ACTS ...] --layer L[,L ...] [--position last] [--label NAME] [--positive VALUE]
@@ -107,6 +108,13 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help="also a transfer matrix: system, initial, pairs (image -> threshold pairs), request, regime "
                         "(several ACTS), void (void type), void_system (system x void type as one matrix, seed 002's "
                         "Table 3), or any index field (repeatable)")
+    p.add_argument("--catch-by", type=str_list, default=None, metavar="FIELD,FIELD",
+                   help="also catch rates per group of these index fields (seed 002, appendix H: "
+                        "system,initial_property are the sub-scenarios) at --catch-layer: per group and class, the "
+                        "share of its rows the probe assigns to it out of fold (catch-rates.json / .md)")
+    p.add_argument("--catch-layer", type=int, default=None, help="the model layer of --catch-by (the seed: 32)")
+    p.add_argument("--catch-position", default=None, help="the position of --catch-by (default: last if captured, "
+                   "else the first)")
     p.add_argument("--layers", type=int_list, default=None, help="model layer numbers to probe (default: all captured)")
     p.add_argument("--positions", type=str_list, default=None, help="positions to probe (default: all captured)")
     p.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds of whole families")
@@ -145,20 +153,45 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 def run_sweep(args: argparse.Namespace) -> int:
     config = sweep_config(args)
+    if (args.catch_by is None) != (args.catch_layer is None):
+        raise ValueError("--catch-by and --catch-layer go together: name the fields and the layer, e.g. "
+                         "--catch-by system,initial_property --catch-layer 32")
     captures, labelset = _labelled(args)
+    if args.catch_by:  # the layer and position checked before the sweep's work
+        captures.layer_index(args.catch_layer)
+        position = args.catch_position or ("last" if "last" in captures.positions else captures.positions[0])
+        captures.position_index(position)
     out = args.out or default_sweep_out(args.acts[0], labelset, args.probe)
     run = sweep_to_folder(captures, labelset, out, config, transfer=args.transfer or (),
                           progress=None if args.quiet else "sweep")
     for w in run.result.warnings:
         print(f"evprobe sweep: WARNING: {w}", file=sys.stderr)
     print(_summary(run.result))
-    print(f"wrote {', '.join(run.written)} in {out}")
+    written = list(run.written)
+    if args.catch_by:
+        written += _write_catch_rates(captures, labelset, out, config, args.catch_by, args.catch_layer, position)
+    print(f"wrote {', '.join(written)} in {out}")
     return 0
+
+
+def _write_catch_rates(captures: Any, labelset: Any, out: Path, config: Any, by: list[str], layer: int,
+                       position: str) -> list[str]:
+    """catch-rates.json and catch-rates.md in `out` (probes.catch_rates); their names."""
+    from evprobe.core.files import atomic_write_bytes
+    from evprobe.core.lock import folder_lock
+    from evprobe.probes.catch_rates import catch_markdown, catch_rates
+    from evprobe.probes.runs import write_json
+
+    result = catch_rates(captures, labelset, by, layer, position, config)
+    with folder_lock(out, "evprobe sweep"):
+        write_json(out / "catch-rates.json", result.to_json())
+        atomic_write_bytes(out / "catch-rates.md", catch_markdown(result).encode("utf-8"))
+    return ["catch-rates.json", "catch-rates.md"]
 
 
 # Flags of `evprobe sweep` that are not SweepConfig fields: what to read, label and write.
 SWEEP_INPUT_FLAGS = frozenset({"acts", "label", "positive", "records", "requests", "restrict", "nonfinite",
-                               "transfer", "out", "quiet"})
+                               "transfer", "out", "quiet", "catch_by", "catch_layer", "catch_position"})
 
 
 def sweep_config(args: argparse.Namespace) -> Any:
