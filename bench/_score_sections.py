@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evprobe.bench.score_cells import headline_cell, label, pct, plain, points, section_text, table_text
+from evprobe.bench.score_cells import headline_cell, label, pct, plain, points, rates_section, section_text, table_text
 from evprobe.core.estimate_text import missing_text
 from evprobe.core.json_types import JsonObject
 
@@ -149,12 +149,11 @@ REASONING_LABELS = {
 
 def reasoning_section(block: JsonObject) -> str:
     """Doubt in the reasoning traces and what became of it (bench.doubt)."""
-    return section_text(
+    return rates_section(
         "Doubt in reasoning (seed 002, section 5.3)",
         "A trace is the reasoning before the final answer (a <think> block, or the working above the ANSWER "
         "line); it doubts when it says the evidence is uncertain or insufficient. Invalid final answers stay in "
-        "the denominators.",
-        table_text(["measure", "rate (%)"], [[label, pct(block.get(name))] for name, label in REASONING_LABELS.items()]))
+        "the denominators.", REASONING_LABELS, block)
 
 
 def pecs_datasets_section(section: JsonObject, s: JsonObject) -> str:

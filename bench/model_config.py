@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 from evprobe.core.errors import ConfigError
 from evprobe.core.json_types import JsonObject
 
+PROTOCOL_BUDGET_KEYS = {p: f"max_new_tokens_{p}" for p in ("direct", "brief", "free")}  # bench.protocols' protocols
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
@@ -47,7 +48,11 @@ class ModelConfig:
     device_map: None = CPU; "auto" spreads over the visible GPUs, then CPU, then disk (accelerate).
     max_memory: accelerate's budget per device with device_map, e.g. "0=70GiB,1=70GiB,cpu=200GiB".
     offload_folder: where modules that fit nowhere else are offloaded (with device_map).
-    max_new_tokens_direct / max_new_tokens_brief: generation limits of the two protocols.
+    max_new_tokens_direct / _brief / _free: each protocol's reply budget (bench.budgets; `evprobe run
+        --max-new-tokens` and `--budget` override them); max_new_tokens_json: the least a reply under
+        the json regime gets (a JSON object with a reason does not fit in 16 tokens).
+    max_thinking_tokens: a reasoning block's own budget (bench.budgets: the trace is closed when it
+        runs out); None = the reply budget covers the reasoning.
     batch_size: rows per forward / generate call (of the experiments that read it from here).
     trust_remote_code: run a checkpoint's own code (never implied).
     revision: a hub commit / tag to pin; loaded through the local hub cache (see `model_source`).
@@ -71,6 +76,9 @@ class ModelConfig:
     offload_folder: str | None = None  # where layers that fit nowhere else go (device_map "disk")
     max_new_tokens_direct: int = 16
     max_new_tokens_brief: int = 256
+    max_new_tokens_free: int = 96
+    max_new_tokens_json: int = 256
+    max_thinking_tokens: int | None = None
     batch_size: int = 8
     trust_remote_code: bool = False
     revision: str | None = None
@@ -97,9 +105,12 @@ class ModelConfig:
                 raise ValueError(f"unknown tiny architecture {arch!r} in key 'model'{did_you_mean(arch, TINY_ARCHS)} "
                                  f"Choose from {', '.join(TINY_ARCHS)}")
         check_loading_keys(self)
-        for key in ("max_new_tokens_direct", "max_new_tokens_brief", "batch_size"):
+        for key in ("max_new_tokens_direct", "max_new_tokens_brief", "max_new_tokens_free", "max_new_tokens_json",
+                    "batch_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"key {key!r} must be a positive integer, got {getattr(self, key)}")
+        if self.max_thinking_tokens is not None and self.max_thinking_tokens < 1:
+            raise ValueError(f"key 'max_thinking_tokens' must be a positive integer or null, got {self.max_thinking_tokens}")
 
     @classmethod
     def of(cls, model: str, **settings: Any) -> ModelConfig:
@@ -116,10 +127,10 @@ class ModelConfig:
         return self.model.startswith("tiny:")
 
     def max_new_tokens(self, protocol: str) -> int:
-        """The generation limit of a protocol (`direct` or `brief`)."""
-        if protocol not in ("direct", "brief"):
-            raise ValueError(f"unknown protocol {protocol!r}; choose from direct, brief")
-        return self.max_new_tokens_direct if protocol == "direct" else self.max_new_tokens_brief
+        """The reply budget of a protocol (`direct`, `brief` or `free`) under this config."""
+        if protocol not in PROTOCOL_BUDGET_KEYS:
+            raise ValueError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOL_BUDGET_KEYS)}")
+        return getattr(self, PROTOCOL_BUDGET_KEYS[protocol])
 
 
 def did_you_mean(name: str, names: Sequence[str]) -> str:

@@ -9,7 +9,8 @@ asks the answer requests only, with no option letters: the menu and its instruct
 does not settle it", ...) with seed 002's rubric (appendix D.2, `bench.parse.FREE_RUBRIC`, pinned in
 run.json as `rubric`): a hedged reply that commits to one answer is that answer, "neither", "none
 of the above", "not applicable" abstain; negated, conflicting or alternative words are invalid,
-kept in every denominator; 96 tokens.
+kept in every denominator; 96 tokens. Each protocol's budget is the model config's
+(`max_new_tokens_<protocol>`, these numbers by default) unless a run sets its own (`bench.budgets`).
 
 Regimes (seed 002, appendix C, adapted to this benchmark): `standard` adds nothing; `guided`
 tells the model not to guess when the evidence is insufficient; `json` asks for a JSON object with
@@ -28,16 +29,10 @@ from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, Item
 @dataclass(frozen=True)
 class Protocol:
     name: str
-    max_new_tokens: int
 
 
-PROTOCOLS: dict[str, Protocol] = {
-    "direct": Protocol("direct", 16),
-    "brief": Protocol("brief", 256),
-    "free": Protocol("free", 96),
-}
+PROTOCOLS: dict[str, Protocol] = {name: Protocol(name) for name in ("direct", "brief", "free")}
 REGIMES: tuple[str, ...] = ("standard", "guided", "json")
-JSON_MAX_NEW_TOKENS = 256  # a JSON object with a reason does not fit in 16 tokens
 
 BRIEF_SUFFIX = (
     "Give at most two short sentences of working. You must then end your reply with this exact "
@@ -78,8 +73,13 @@ def check_regime(name: str) -> str:
 
 
 def max_new_tokens(protocol: str, regime: str) -> int:
-    limit = get_protocol(protocol).max_new_tokens
-    return max(limit, JSON_MAX_NEW_TOKENS) if regime == "json" else limit
+    """A protocol's default reply budget under a regime: a model config's defaults (a run's own,
+    from its model config and flags: `bench.budgets.reply_budget`)."""
+    from evprobe.bench.budgets import reply_budget
+    from evprobe.bench.model_config import ModelConfig
+
+    get_protocol(protocol)
+    return reply_budget(ModelConfig("defaults", "defaults"), protocol, regime)
 
 
 def free_prompt(item: Item) -> str:

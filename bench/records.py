@@ -12,7 +12,7 @@ from evprobe.core.json_types import JsonObject
 
 RECORDS_FILE = "records.jsonl"
 RUN_META_FILE = "run.json"
-OPTIONAL_FIELDS = ("option_logprobs", "logprobs_missing", "error")  # Record fields a line may lack
+OPTIONAL_FIELDS = ("option_logprobs", "logprobs_missing", "error", "cut_off", "thinking_closed")  # Record fields a line may lack
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class Record:
     option_logprobs: dict[str, float] | None = None  # letter -> log p at the first reply token
     logprobs_missing: str | None = None  # why option_logprobs is None although it was asked for
     error: str | None = None
+    # bench.budgets: true when the reply's budget ran out before it ended (unreadable: route
+    # "invalid:cut_off"), and when a reasoning block was closed by its own budget; absent otherwise.
+    cut_off: bool | None = None
+    thinking_closed: bool | None = None
 
     def to_json(self) -> JsonObject:
         row = asdict(self)
@@ -111,7 +115,7 @@ def record_model() -> Any:
     made on first use: reading a run need not import pydantic until it reads records."""
     global _RECORD_MODEL
     if _RECORD_MODEL is None:
-        from typing import Annotated
+        from typing import Annotated, Literal
 
         from pydantic import Field
 
@@ -134,6 +138,8 @@ def record_model() -> Any:
             "option_logprobs": dict[Letter, Annotated[float, Field(allow_inf_nan=False, le=0)]] | None,
             "logprobs_missing": NonEmpty | None,
             "error": NonEmpty | None,
+            "cut_off": Literal[True] | None,
+            "thinking_closed": Literal[True] | None,
         })
     return _RECORD_MODEL
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evprobe.bench.clips import check_clips_as_video, check_video_path
-from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item, item_units
+from evprobe.bench.items import Item, item_units
 from evprobe.bench.model_config import ModelConfig, as_model_config, model_from_record
 from evprobe.bench.manifest import check_item_images, read_families, read_items, read_meta, resolve_image
 from evprobe.core.errors import InputError
@@ -26,12 +26,14 @@ from evprobe.core.files import atomic_write_json
 from evprobe.bench.backends.base import Backend, BackendOptions, ModelPrompt, Reply, Sampling, add_resources
 from evprobe.bench.backends.registry import (DEFAULT_BACKEND, BackendSpec, backend_spec, backend_specs, foreign,
                                              options_for, recorded_config, reserve_flags, split_settings)
-from evprobe.bench.parse import FREE_RUBRIC, Parsed, parse_reply
+from evprobe.bench.budgets import CUT_OFF_ROUTE, Budget, reply_budget, thinking_budget
+from evprobe.bench.parse import RUBRICS, Parsed, Rubric, parse_reply, reading_of
 from evprobe.bench.policies import POLICIES, make_policy
-from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, max_new_tokens, prompt_template_sha256
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records, record_problem
 from evprobe.bench.reference import Prices
-from evprobe.bench.voids import VOID_TYPES
+# what a run selects (bench.selection), importable from here as before
+from evprobe.bench.selection import INJECTION_DEFAULT, check_injection, select_items, selection_name  # noqa: F401
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.job_summary import Session
 from evprobe.core.json_types import JsonObject
@@ -43,11 +45,6 @@ from evprobe.core.flags import HELP, setting
 Handle = Any
 Replier = Callable[[list[Item], Any], list[Reply]]  # (items, prepared inputs or None) -> replies
 POLICY_PREFIX = "policy:"
-# Information-injection levels selected (`bench.injection`). `evprobe run` selects every level the
-# benchmark holds by default, as it selects every request type (its behaviour before the flag);
-# `select_items`' own default and `evprobe capture`'s is level 0 only, since activations of several
-# levels pooled in one sweep or steering fit would mix prompts that differ by design.
-INJECTION_DEFAULT: tuple[int, ...] = (0,)
 VideoInput = Literal["frames", "native"]  # how clips reach the model (bench.clips, core.video)
 HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (level L >= 1 needs a benchmark "
                   "generated with --injection L)")
@@ -88,6 +85,16 @@ class RunConfig:
     video_input: VideoInput = setting("frames", "how a clip benchmark's clips reach the model: frames (one image a "
                                                 "frame, any model) or native (one video through the model's video "
                                                 "processor; hf backend, a model with a video path)")
+    # Budgets (bench.budgets): the reply's new tokens, and a reasoning block's own.
+    max_new_tokens: int | None = setting(None, "the reply's token budget (default: the model config's "
+                                               "max_new_tokens_<protocol>; json regime: at least max_new_tokens_json)")
+    budget: str | None = setting(None, "a seed's published reply budget instead: seed000, seed002-api, "
+                                       "seed002-qwen8b or seed002-local (docs: reference/running)")
+    thinking_budget: int | None = setting(None, "a reasoning block's own token budget, on top of the reply's: the "
+                                                "block is closed when it runs out (hf backend; default: the model "
+                                                "config's max_thinking_tokens, else none)")
+    rubric: Rubric | None = setting(None, "how the free protocol's replies are read: seed002 (its default: a hedged "
+                                          "commitment is its answer, 'neither' abstains) or strict (both invalid)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", as_model_config(self.model))  # a bare model string: its defaults
@@ -101,6 +108,18 @@ class RunConfig:
         backend_options; another backend's setting is refused in one line (`registry.split_settings`)."""
         run_settings, options = split_settings(settings.get("backend", DEFAULT_BACKEND), settings)
         return cls(**run_settings, backend_options=options)
+
+    @property
+    def budget_tokens(self) -> Budget:
+        """The run's reply and thinking budgets (bench.budgets); a bad setting is one line."""
+        return Budget(reply_budget(self.model, self.protocol, self.regime, max_new_tokens=self.max_new_tokens,
+                                   preset=self.budget),
+                      thinking_budget(self.model, self.thinking_budget))
+
+    @property
+    def free_rubric(self) -> Rubric:
+        """How the free protocol's replies are read (`bench.parse`): --rubric, else seed 002's."""
+        return reading_of(False, self.rubric)
 
     @property
     def spec(self) -> BackendSpec:
@@ -117,60 +136,6 @@ class RunConfig:
 
 # the run's own settings are no backend's flags (bench.backends.registry refuses an options field of these names)
 reserve_flags((f.name for f in fields(RunConfig)), "a setting of every run")
-
-
-def select_items(items: Sequence[Item], requests: Sequence[str] | None, limit: int | None,
-                 injection: Sequence[int] | None = INJECTION_DEFAULT) -> list[Item]:
-    """Items whose request type (base items) or variant name is in `requests` and whose injection
-    level is in `injection` (None: every level), in manifest order; `limit` keeps the first N.
-
-    `select` means the base selections; name a variant (or `variants`) to include variants, and a
-    void type (`void-occluded`, `void-unstated`, or `voids` for every type; `bench.voids`) to include
-    void items, which are selected by no request name of the main set's. `requests=None` selects
-    every item, voids included.
-    Injection levels (`bench.injection`): the default, level 0, is every item of a benchmark
-    generated without `--injection` (variants and numeric items are level 0); naming a level the
-    benchmark does not hold is an error, not an empty selection.
-    """
-    if injection is not None:
-        levels = check_injection(injection)
-        present = {it.injection for it in items}
-        missing = [lv for lv in levels if lv not in present and lv != 0]
-        if missing:
-            wanted = ",".join(map(str, sorted(set(missing) | (present - {0}))))
-            raise InputError(f"the benchmark has no injection level {missing[0]} items; regenerate it with "
-                             f"`evprobe generate --injection {wanted}` or choose other --injection levels")
-        items = [it for it in items if it.injection in levels]
-    if requests is not None:
-        void_names = {f"void-{v}" for v in VOID_TYPES}
-        known = set(REQUESTS) | set(NUMERIC_REQUESTS) | set(VARIANTS) | {"variants"} | void_names | {"voids"}
-        bad = [r for r in requests if r not in known]
-        if bad:
-            raise InputError(f"unknown request type {bad[0]!r}; choose from {', '.join(sorted(known))}")
-        wanted = (set(requests) | (set(VARIANTS) if "variants" in requests else set())
-                  | (void_names if "voids" in requests else set()))
-        items = [it for it in items if selection_name(it) in wanted]
-    if limit is not None:
-        if limit <= 0:
-            raise InputError(f"--limit must be a positive integer, got {limit}")
-        items = list(items)[:limit]
-    return list(items)
-
-
-def selection_name(item: Item) -> str:
-    """The name `--requests` selects an item by: its variant, `void-<type>` for a void item, else its request."""
-    return item.variant or (f"void-{item.void}" if item.void else item.request)
-
-
-def check_injection(levels: Sequence[int]) -> tuple[int, ...]:
-    """`--injection`'s levels, validated: distinct, each among 0-3, at least one."""
-    from evprobe.bench.injection import INJECTION_LEVELS  # here: bench.injection imports the renderer (PIL)
-
-    out = tuple(levels)
-    if not out or len(set(out)) != len(out) or any(type(x) is not int or x not in INJECTION_LEVELS for x in out):
-        raise InputError(f"--injection takes distinct levels among {', '.join(map(str, INJECTION_LEVELS))}, got "
-                         f"{','.join(map(str, out)) or 'none'}")
-    return out
 
 
 class RunJob(Job):
@@ -249,7 +214,7 @@ class RunJob(Job):
         out = {"model": c.source, "protocol": c.protocol, "regime": c.regime,
                "items_sha256": self.bench_meta["items_sha256"], "dtype": m.dtype, "seed": c.seed,
                "attn_implementation": m.attn_implementation, "trust_remote_code": m.trust_remote_code,
-               "max_new_tokens": max_new_tokens(c.protocol, c.regime), **self.input_pins,
+               "max_new_tokens": c.budget_tokens.reply, **self.input_pins,
                # what the backend's settings pin (hf: decode_cache, vision_attention)
                **c.backend_options.pins(),  # type: ignore[union-attr]
                # the backend and its decoding; None at the defaults (hf, greedy, no log-probs), so
@@ -260,7 +225,9 @@ class RunJob(Job):
                "option_logprobs": True if c.option_logprobs else None,
                "video_input": None if c.video_input == "frames" else c.video_input,
                "thinking": m.thinking,  # None when unset (the template's default), likewise
-               **({"rubric": FREE_RUBRIC} if c.protocol == "free" else {})}  # how free replies are read (bench.parse)
+               # a reasoning block's own budget: absent when none, so a run.json written before resumes
+               **({"thinking_budget": c.budget_tokens.thinking} if c.budget_tokens.thinking is not None else {}),
+               **({"rubric": c.free_rubric} if c.protocol == "free" else {})}  # how free replies are read (bench.parse)
         if self.backend is not None:  # after open(): what only the loaded model or the server tells
             out.update(self.backend.pins())
         return out
@@ -282,8 +249,7 @@ class RunJob(Job):
 
     def meta(self) -> JsonObject:
         return {**self.pinned(), "bench": str(self.bench.resolve()),
-                "max_new_tokens": max_new_tokens(self.config.protocol, self.config.regime),
-                "config": recorded_config(self.config)}
+                "max_new_tokens": self.config.budget_tokens.reply, "config": recorded_config(self.config)}
 
     def store_at(self, folder: Path) -> JsonlRows:
         return JsonlRows(folder / RECORDS_FILE, lambda row: (row["item_id"], ""), what="record", check=record_problem)
@@ -452,6 +418,19 @@ def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
     if handle is not None and not c.spec.takes_handle:
         holders = " or ".join(s.name for s in backend_specs() if s.takes_handle)
         raise InputError(f"a model in memory runs on the {holders} backend, not {c.backend}")
+    if c.rubric is not None and (c.protocol != "free" or c.rubric not in RUBRICS):
+        raise InputError(f"--rubric {c.rubric}: choose from {', '.join(RUBRICS)}" if c.rubric not in RUBRICS else
+                         f"--rubric reads the free protocol's replies; protocol {c.protocol}'s are read strictly "
+                         "(bench.parse); drop --rubric")
+    budget = c.budget_tokens  # a bad budget setting: one line, before any work
+    if budget.thinking is not None:
+        if c.model.model.startswith(POLICY_PREFIX):
+            raise InputError(f"--model {c.model.model} is a scripted policy; it writes no reasoning: drop the thinking budget")
+        if not c.spec.thinking_budget:
+            able = " or ".join(s.name for s in backend_specs() if s.thinking_budget)
+            raise InputError(f"a thinking budget ({budget.thinking}) is honoured by the {able} backend, not {c.backend}, "
+                             "which cannot close a reasoning block mid-reply; drop it (the reply budget then covers "
+                             "the reasoning)")
     if c.option_logprobs and (c.protocol != "direct" or c.regime == "json"):
         raise InputError(f"--option-logprobs reads the first reply token, which holds the letter only in protocol "
                          f"direct without the json regime (this run: {c.protocol}, {c.regime}); drop the flag")
@@ -470,7 +449,10 @@ def _record(config: RunConfig, item: Item, reply: Reply, seconds: float) -> Reco
     text, n_prompt, n_new = reply.text, reply.n_prompt_tokens, reply.n_new_tokens
     # A backend that returned no readable reply: kept, invalid, with its words (never parsed).
     parsed = (Parsed(False, "invalid:backend") if reply.error is not None
-              else parse_reply(item, text, config.regime, letters=config.protocol != "free"))
+              else parse_reply(item, text, config.regime, letters=config.protocol != "free",
+                               rubric=config.free_rubric if config.protocol == "free" else None))
+    if reply.cut_off and not parsed.valid and reply.error is None:
+        parsed = Parsed(False, CUT_OFF_ROUTE)  # its own route (bench.budgets), whatever else the text lacks
     return Record(
         item_id=item.item_id,
         model=config.source,
@@ -492,4 +474,6 @@ def _record(config: RunConfig, item: Item, reply: Reply, seconds: float) -> Reco
         option_logprobs=reply.option_logprobs,
         logprobs_missing=reply.logprobs_missing,
         error=reply.error,
+        cut_off=True if reply.cut_off else None,
+        thinking_closed=True if reply.thinking_closed else None,
     )

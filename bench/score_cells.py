@@ -54,6 +54,12 @@ def section_text(title: str, note: str, table: str) -> str:
     return f"## {title}\n\n{note}\n\n{table}\n" if note else f"## {title}\n\n{table}\n"
 
 
+def rates_section(title: str, note: str, labels: dict[str, str], block: JsonObject) -> str:
+    """A section of one rate per row: each of `labels`' measures of `block` as a percentage."""
+    return section_text(title, note, table_text(["measure", "rate (%)"],
+                                                [[label, pct(block.get(name))] for name, label in labels.items()]))
+
+
 LABELS: dict[str, str] = {
     "min_cost_choice": "Minimum cost choice",
     "stop_if_enough": "Stop if enough",

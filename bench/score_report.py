@@ -22,6 +22,7 @@ from evprobe.bench.score_cells import (
     section_text,
     table_text,
 )
+from evprobe.bench import budget_scoring
 from evprobe.bench.score_index import CATEGORIES, HEADLINE, REPORT_PRICES, RULES
 from evprobe.bench._score_sections import (
     injection_section,
@@ -253,6 +254,8 @@ def scores_markdown(scores: JsonObject, title: str, *, reading: str | None = Non
         parts.append(sub_scenario_section(s["by_sub_scenario"]))
     if s.get("reasoning"):
         parts.append(reasoning_section(s["reasoning"]))
+    if s.get(budget_scoring.SECTION):
+        parts.append(budget_scoring.budget_section(s[budget_scoring.SECTION]))
     parts.append(
         section_text(
             "PECS (seed 002, section 3.4)",

@@ -49,7 +49,7 @@ from evprobe.core.bootstrap import (
     Resampled,
 )
 from evprobe.core.json_types import JsonObject, JsonValue
-from evprobe.bench import doubt, pecs, sub_scenarios, void_scoring
+from evprobe.bench import budget_scoring, doubt, pecs, sub_scenarios, void_scoring
 from evprobe.bench.tally import Key, ScoreSection, ScoreValue, Tally
 from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
@@ -226,6 +226,7 @@ def _score_set(
     doubt.tally_doubt(tally, bench, replies)  # only where replies carry reasoning traces
     numeric_items, numeric_records = numeric
     numeric_counts = numeric_measures(
+    budget_scoring.tally_budget(tally, bench, replies)  # only where a budget cut a reply off
         tally.rate, tally.mean, tally.skip, [*items, *numeric_items],
         {**replies.records, **numeric_records}, bench.family_of,
     )

@@ -47,6 +47,8 @@ class Generation:
         token (padding after it removed).
     n_prompt_tokens: prompt length in tokens, padding excluded (image tokens included).
     n_new_tokens: len(token_ids).
+    cut_off: the reply's budget ran out before an end-of-sequence token (hooks.thinking_budget for
+        a reply after a reasoning block); thinking_closed: a reasoning block was closed by its budget.
     """
 
     text: str
@@ -54,6 +56,8 @@ class Generation:
     n_prompt_tokens: int
     n_new_tokens: int
     first_logprobs: tuple[float, ...] | None = None  # generate_encoded(first_token_ids=...) only
+    cut_off: bool = False
+    thinking_closed: bool = False
 
 
 def _eos_ids(handle: Handle) -> set[int]:
@@ -131,15 +135,19 @@ def generate(
 
 def generate_encoded(handle: Handle, enc, *, max_new_tokens: int, decode_cache: str = "dynamic",
                      min_new_tokens: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
-                     seed: int | None = None, first_token_ids: Sequence[int] | None = None) -> list[Generation]:
+                     seed: int | None = None, first_token_ids: Sequence[int] | None = None,
+                     thinking_budget: int | None = None) -> list[Generation]:
     """`generate` on inputs already built (`build_inputs(..., position_ids=False,
     for_generation=True)`, on the model's device): one model.generate call for all rows of `enc`.
     min_new_tokens forces that many tokens (a timing of random weights that never stop).
     temperature 0 is greedy; above 0 samples (top_p nucleus), seeded by `seed` (torch's global
     generator: `generate` takes no generator of its own). first_token_ids: also read these tokens'
     log-probabilities at the first new position (Generation.first_logprobs), from the model's
-    logits before any sampling setting."""
+    logits before any sampling setting. thinking_budget: a reasoning block's own budget, on top of
+    max_new_tokens, which is then the reply's after the block (hooks.thinking_budget)."""
     import torch
+
+    from evprobe.hooks.thinking_budget import ThinkingBudget
 
     if temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"temperature must be >= 0 and top_p in (0, 1], got {temperature} and {top_p}")
@@ -148,10 +156,14 @@ def generate_encoded(handle: Handle, enc, *, max_new_tokens: int, decode_cache: 
     sampled = temperature > 0
     if sampled and seed is not None:
         torch.manual_seed(seed)
+    budget = None if thinking_budget is None else ThinkingBudget(handle.tokenizer, enc["input_ids"],
+                                                                  thinking=thinking_budget, reply=max_new_tokens, eos=eos)
+    extra = {} if budget is None else {"logits_processor": [budget.processor], "stopping_criteria": [budget.criteria]}
     with torch.inference_mode():
         result = handle.model.generate(
             **enc,
-            max_new_tokens=max_new_tokens,
+            **extra,
+            max_new_tokens=max_new_tokens if budget is None else budget.max_new_tokens,
             min_new_tokens=min_new_tokens,
             do_sample=sampled,
             num_beams=1,
@@ -172,12 +184,19 @@ def generate_encoded(handle: Handle, enc, *, max_new_tokens: int, decode_cache: 
     n_prompt = enc["attention_mask"].sum(dim=1).tolist()
     out = []
     for row, (row_ids, n) in enumerate(zip(new, n_prompt)):
-        cut = next((i + 1 for i, t in enumerate(row_ids) if t in eos), len(row_ids))
-        row_ids = row_ids[:cut]
+        stopped = None if budget is None else budget.rows[row].stopped_at  # the reply's budget stopped it there
+        if stopped is not None:
+            row_ids = row_ids[:stopped]  # what follows is padding
+        end = next((i + 1 for i, t in enumerate(row_ids) if t in eos), None)
+        row_ids = row_ids[:end] if end is not None else row_ids
+        limit = max_new_tokens if budget is None else budget.max_new_tokens
+        cut_off = end is None and (stopped is not None or len(row_ids) == limit)
         text = handle.tokenizer.decode(row_ids, skip_special_tokens=True)
         out.append(Generation(text=text, token_ids=tuple(row_ids), n_prompt_tokens=int(n),
                               n_new_tokens=len(row_ids),
-                              first_logprobs=None if first is None else tuple(float(x) for x in first[row])))
+                              first_logprobs=None if first is None else tuple(float(x) for x in first[row]),
+                              cut_off=cut_off,
+                              thinking_closed=budget is not None and budget.rows[row].closed_by_budget))
     return out
 
 

@@ -37,7 +37,10 @@ class Reply:
     option_logprobs: log p(letter) at the first reply token for the prompt's letters; None when not
         asked, or when the backend could not read them (`logprobs_missing` says why).
     error: the server's or engine's own words when it returned no readable reply (a malformed or
-        truncated response); the record is kept, invalid, with these words."""
+        truncated response); the record is kept, invalid, with these words.
+    cut_off: the reply's budget ran out before it ended (no end-of-sequence token within it; a
+        server's finish_reason "length"); thinking_closed: a reasoning block was closed by its own
+        budget (bench.budgets)."""
 
     text: str
     n_prompt_tokens: int | None = None
@@ -45,6 +48,8 @@ class Reply:
     option_logprobs: dict[str, float] | None = None
     logprobs_missing: str | None = None
     error: str | None = None
+    cut_off: bool = False
+    thinking_closed: bool = False
 
 
 @dataclass(frozen=True)

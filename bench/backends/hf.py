@@ -56,7 +56,7 @@ class HfOptions(BackendOptions):
 
 @register_backend("hf", options=HfOptions, help="transformers, in this process",
                   model_keys=("device_map", "max_memory", "offload_folder", "attn_implementation"),
-                  takes_handle=True, native_video=True)
+                  takes_handle=True, native_video=True, thinking_budget=True)
 def open_backend(config: RunConfig, handle: Any = None) -> HFBackend:
     if handle is None:
         from evprobe.bench.model_config import load_model
@@ -73,13 +73,13 @@ class HFBackend:
     name = "hf"
 
     def __init__(self, handle: Any, config: RunConfig) -> None:
-        from evprobe.bench.protocols import max_new_tokens
         from evprobe.hooks.vision_attention import set_vision_attention
 
         self.handle, self.config = handle, config
         options: HfOptions = config.backend_options  # type: ignore[assignment]
         self.decode_cache, self.prefetch = options.decode_cache, options.prefetch  # prefetch: the job runner reads it
-        self.limit = max_new_tokens(config.protocol, config.regime)
+        self.budget = config.budget_tokens
+        self.limit = self.budget.total  # the most new tokens a reply can take, reasoning included
         self.sampling = Sampling(config.temperature, config.top_p, config.seed)
         self.resources = Resources()
         try:
@@ -133,12 +133,13 @@ class HFBackend:
         t = time.perf_counter()
         enc = to_model(self.handle, self.prepare(prompts) if prepared is None else prepared)
         s = self.sampling
-        gens = generate_encoded(self.handle, enc, max_new_tokens=self.limit, decode_cache=self.decode_cache,
+        gens = generate_encoded(self.handle, enc, max_new_tokens=self.budget.reply, decode_cache=self.decode_cache,
                                 temperature=s.temperature, top_p=s.top_p,
                                 seed=None if s.greedy else s.call_seed([p.key for p in prompts]),
-                                first_token_ids=ids)
+                                first_token_ids=ids, thinking_budget=self.budget.thinking)
         replies = [Reply(g.text, g.n_prompt_tokens, g.n_new_tokens,
-                         option_logprobs=_letter_logprobs(p, letters, g.first_logprobs))
+                         option_logprobs=_letter_logprobs(p, letters, g.first_logprobs),
+                         cut_off=g.cut_off, thinking_closed=g.thinking_closed)
                    for p, g in zip(prompts, gens)]
         self.resources.add(replies, time.perf_counter() - t)
         self.resources.peak_memory_bytes = _peak_memory(self.handle)

@@ -81,10 +81,11 @@ def read_answer(answer: Any, letters: tuple[str, ...] | None, bounds: AnswerBoun
                                    f"(what this request allows): {words()}")
         counts.append(count)
     n_prompt, n_new = counts
+    cut = choice.get("finish_reason") == "length"  # the budget (max_tokens) ran out: bench.budgets
     if letters is None:
-        return Reply(text, n_prompt, n_new)
+        return Reply(text, n_prompt, n_new, cut_off=cut)
     found, missing = _letter_logprobs(choice, letters)
-    return Reply(text, n_prompt, n_new, option_logprobs=found, logprobs_missing=missing)
+    return Reply(text, n_prompt, n_new, option_logprobs=found, logprobs_missing=missing, cut_off=cut)
 
 
 def _count(value: Any, limit: int) -> int | None:

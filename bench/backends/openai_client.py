@@ -4,8 +4,9 @@ serve`, a hosted API) at `--base-url`.
 
 One request per item: `POST {base_url}/chat/completions` with one user turn, the item's images
 first (as `data:` URLs of the files' bytes) and then its text, as the hf backend renders it
-(`hooks.inputs.user_message`); `max_tokens` is the protocol's limit (`bench.protocols.
-max_new_tokens`), temperature and top-p are the run's, and a sampled run sends each request the
+(`hooks.inputs.user_message`); `max_tokens` is the run's reply budget (`bench.budgets`: an answer
+whose finish_reason is "length" is recorded as cut off), temperature and top-p are the run's, and a
+sampled run sends each request the
 seed `Sampling.call_seed([item id])` (a greedy one sends neither top-p nor a seed). The server
 renders its own chat template and decodes its own text: replies agree with the hf backend's on the
 same weights where its template, preprocessing and detokenizer do (tests/bench/
@@ -141,8 +142,6 @@ class OpenAIBackend:
     takes_images = True  # the server refuses images itself if its model takes none
 
     def __init__(self, config: RunConfig) -> None:
-        from evprobe.bench.protocols import max_new_tokens
-
         o: OpenAIOptions = config.backend_options  # type: ignore[assignment]
         if not o.base_url:
             raise InputError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
@@ -157,7 +156,7 @@ class OpenAIBackend:
         self.key_env = o.api_key_env
         self.secret = _api_key(o.api_key_env, self.url)
         self.redact = redactor(self.secret, self._base)
-        self.limit = max_new_tokens(config.protocol, config.regime)
+        self.limit = config.budget_tokens.reply
         self.sampling = Sampling(config.temperature, config.top_p, config.seed)
         self.timeout_s, self.max_retries = float(o.request_timeout_s), o.max_retries
         self.prices = None if o.usd_per_mtok is None else tuple(float(x) for x in o.usd_per_mtok)
@@ -271,7 +270,7 @@ class OpenAIBackend:
             if not isinstance(again, _Refused):
                 why = f"the server refused logprobs ({reply.words}); the record holds the generated reply only"
                 return Reply(again[0].text, again[0].n_prompt_tokens, again[0].n_new_tokens,
-                             logprobs_missing=why), again[1]
+                             logprobs_missing=why, cut_off=again[0].cut_off), again[1]
             reply = again
         if isinstance(reply, _Refused):
             return Reply("", error=f"{REFUSED}{reply.status}: {reply.words}"), True

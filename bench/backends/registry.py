@@ -76,7 +76,9 @@ class BackendSpec:
         loaded here (run.json pins `model_source: served`).
     takes_handle: runs a model already in memory (`run(config, handle=...)`).
     native_video: takes clips as videos (`--video-input native`); its backend has the `processor`
-        whose video path is checked."""
+        whose video path is checked.
+    thinking_budget: closes a reasoning block when its own budget runs out (`--thinking-budget`,
+        bench.budgets)."""
 
     name: str
     opener: Opener
@@ -86,6 +88,7 @@ class BackendSpec:
     served: bool = False
     takes_handle: bool = False
     native_video: bool = False
+    thinking_budget: bool = False
 
     @property
     def settings(self) -> tuple[str, ...]:
@@ -95,7 +98,7 @@ class BackendSpec:
 
 def register_backend(name: str, *, options: type[BackendOptions] = BackendOptions, help: str = "",  # noqa: A002
                      model_keys: tuple[str, ...] = (), served: bool = False, takes_handle: bool = False,
-                     native_video: bool = False) -> Callable[[Opener], Opener]:
+                     native_video: bool = False, thinking_budget: bool = False) -> Callable[[Opener], Opener]:
     """Decorator of a backend's opener (a function or a class called as `opener(config, handle)`):
     register it under `name` with its settings (`BackendSpec`); the opener is returned unchanged."""
 
@@ -115,7 +118,8 @@ def register_backend(name: str, *, options: type[BackendOptions] = BackendOption
             raise TypeError(f"backend {name!r}: {opener!r} is not callable; register a function or class taking "
                             "(config, handle) and returning a backend")
         _check_options(name, options, model_keys)
-        _SPECS[name] = BackendSpec(name, opener, options, help, tuple(model_keys), served, takes_handle, native_video)
+        _SPECS[name] = BackendSpec(name, opener, options, help, tuple(model_keys), served, takes_handle, native_video,
+                                  thinking_budget)
         return opener
 
     return add

@@ -214,12 +214,10 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, engine: VLLMEngine, config: RunConfig) -> None:
-        from evprobe.bench.protocols import max_new_tokens
-
         if engine.settings != EngineSettings.of(config):
             raise ValueError(f"this engine was started with {engine.settings}, not {EngineSettings.of(config)}")
         self.engine, self.config = engine, config
-        self.limit = max_new_tokens(config.protocol, config.regime)
+        self.limit = config.budget_tokens.reply
         self.sampling = Sampling(config.temperature, config.top_p, config.seed)
         self.takes_images = engine.takes_images
         from evprobe.hooks.handle import resolve_prompt_format, resolve_thinking
@@ -300,7 +298,8 @@ class VLLMBackend:
                 missing = f"vLLM returned no log-probability{among} for {', '.join(absent)} at the first reply token"
             else:
                 logprobs = {x: float(first[i].logprob) for x, i in zip(prompt.letters, letter_ids)}
-        return Reply(text, len(out.prompt_token_ids), len(ids), option_logprobs=logprobs, logprobs_missing=missing)
+        return Reply(text, len(out.prompt_token_ids), len(ids), option_logprobs=logprobs, logprobs_missing=missing,
+                     cut_off=cut == len(ids) == self.limit and ids[-1] not in self.engine.eos_ids)
 
     def pins(self) -> JsonObject:
         """What a rerun must agree on beyond the runner's pins (which hash the model's files): the
