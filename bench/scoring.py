@@ -55,6 +55,7 @@ from evprobe.bench.items import NUMERIC_REQUESTS, REQUESTS, VARIANTS, Item
 from evprobe.bench.level_differences import METHOD as LEVEL_DIFFERENCE_METHOD
 from evprobe.bench.ladder_scoring import ladder_keys
 from evprobe.bench.prerequisites import prerequisite_block
+from evprobe.bench.failure_stages import failure_stage_block
 from evprobe.bench.level_differences import level_differences, paired_difference
 from evprobe.bench.numeric_scoring import numeric_measures
 from evprobe.bench.records import Record
@@ -169,6 +170,7 @@ def score(
                             **ladder_keys(scored)}
         out["injection"]["prerequisites"] = prerequisite_block(items, every_record, score, n_boot=n_boot, seed=seed,
                                                                prices=prices)  # seed 003 section 4.3
+        out["injection"]["failure_stages"] = failure_stage_block(items, every_record, n_boot=n_boot, seed=seed)
     if voids:
         out[void_scoring.SECTION] = _void_section(index, voids, every_record, base_kept.families, n_boot, seed)
     return out
