@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evprobe.bench.ladder_report import ladder_text
 from evprobe.bench.score_cells import headline_cell, label, pct, plain, points, rates_section, section_text, table_text
 from evprobe.core.estimate_text import missing_text
 from evprobe.core.json_types import JsonObject
@@ -115,6 +116,7 @@ def injection_section(injection: JsonObject) -> str:
         text += "\n\nLevel minus level 0, in percentage points, paired on the same family resamples:\n\n"
         text += table_text(["measure", *[f"level {L} - level 0" for L in diffs]],
                        [[label(n), *[points(diffs[L].get(n)) for L in diffs]] for n in shown])
+    text += ladder_text(injection)  # bench.ladder_report: target-exclusive level, task means, filter, stages
     return section_text(
         "Information-injection levels (seed 003, section 4.6)",
         "Each level's selections and answers scored as a benchmark of their own (level 0 is the "

@@ -209,3 +209,26 @@ def test_the_organism_reads_no_sheet_at_the_level(te_bench: Path) -> None:
         assert all(value is not None for _, value in base.seen) and all(value is None for _, value in te.seen)
         assert replace(te, seen=base.seen) == base
     assert len(chosen) >= 8
+
+
+def test_the_commands_run_and_report_the_level(te_bench: Path, tmp_path: Path, capsys) -> None:
+    """`evprobe run --injection=-1,0` selects the level; `evprobe score` prints the V-IRD tables
+    (bench.ladder_report) under the injection section, and a run of the main items alone prints none."""
+    out = tmp_path / "run"
+    main(["run", "--model", "policy:exact-reader", "--bench", str(te_bench), "--out", str(out),
+          "--injection=-1,0", "--requests", "select"])
+    ids = [json.loads(line)["item_id"] for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(ids) == 48 and sum(i.endswith(".L-1") for i in ids) == 24
+    main(["score", str(out)])
+    md = (out / "scores.md").read_text()
+    for title in ("Level minus level -1 (target-exclusive", "Mean over tasks (seed 003", "Prerequisite filter",
+                  "Failure stages (seed 003"):
+        assert title in md, title
+    main_bench, main_only = tmp_path / "main_bench", tmp_path / "main"
+    main(["generate", "--out", str(main_bench), "--families-per-system", "1", "--subset-per-cell", "0", "--quiet"])
+    main(["run", "--model", "policy:exact-reader", "--bench", str(main_bench), "--out", str(main_only),
+          "--requests", "select"])
+    main(["score", str(main_only)])
+    capsys.readouterr()
+    text = (main_only / "scores.md").read_text()
+    assert "Mean over tasks" not in text and "injection" not in json.loads((main_only / "scores.json").read_text())
