@@ -129,11 +129,16 @@ def _share(rows: Sequence[JsonObject], hit: Callable[[JsonObject], float], n_boo
     """The mean of a per-reply value in [0, 1] with its family-bootstrap interval (a proportion)."""
     if not rows:
         return Estimate.empty("no replies to compare")
-    families = [str(r["family_id"]) for r in rows]
+    return family_rate([float(hit(r)) for r in rows], [str(r["family_id"]) for r in rows], n_boot, seed)
+
+
+def family_rate(values: Sequence[float], families: Sequence[str], n_boot: int, seed: int) -> Estimate:
+    """The mean of per-reply values in [0, 1] (each reply one unit) with the family bootstrap's
+    proportion interval (the percentile interval hulled with the cluster one: never a point)."""
     boot = FamilyBootstrap(sorted(set(families)), n_boot, seed)
-    fidx = boot.family_index(families)
-    values = np.array([float(hit(r)) for r in rows])
-    est = boot.rate(boot.per_family(fidx, values), boot.per_family(fidx, np.ones(len(rows))), binary=True)
+    fidx = boot.family_index(list(families))
+    est = boot.rate(boot.per_family(fidx, np.asarray(values, dtype=float)), boot.per_family(fidx, np.ones(len(values))),
+                    binary=True)
     return est.in_families(boot.n_families)
 
 
@@ -216,6 +221,7 @@ __all__ = [
     "cell",
     "cells_json",
     "cells_markdown",
+    "family_rate",
     "grouped_cells",
     "fleiss_kappa",
     "kappa_estimate",

@@ -132,7 +132,7 @@ class CorrectnessVerdict:
         return same_answer(self.extracted, truth)
 
 
-def _object(reply: str, keys: Sequence[str]) -> JsonObject | None:
+def strict_object(reply: str, keys: Sequence[str]) -> JsonObject | None:
     """The reply as one JSON object with exactly `keys`, else None (module docstring)."""
     text = reply.strip()
     if len(text) > MAX_REPLY_CHARS or not (text.startswith("{") and text.endswith("}")):
@@ -149,7 +149,7 @@ def _object(reply: str, keys: Sequence[str]) -> JsonObject | None:
 
 def read_abstention(reply: str) -> AbstentionVerdict | None:
     """The abstention judge's reply read strictly, else None."""
-    v = _object(reply, ("abstained", "confidence", "reasoning"))
+    v = strict_object(reply, ("abstained", "confidence", "reasoning"))
     if v is None or type(v["abstained"]) is not bool or v["confidence"] not in CONFIDENCES \
             or not isinstance(v["reasoning"], str):
         return None
@@ -158,7 +158,7 @@ def read_abstention(reply: str) -> AbstentionVerdict | None:
 
 def read_correctness(reply: str) -> CorrectnessVerdict | None:
     """The correctness judge's reply read strictly, else None."""
-    v = _object(reply, ("correct", "extracted_value", "reasoning"))
+    v = strict_object(reply, ("correct", "extracted_value", "reasoning"))
     if v is None or type(v["correct"]) is not bool or not isinstance(v["reasoning"], str):
         return None
     x = v["extracted_value"]
@@ -231,4 +231,4 @@ COMBINATION = ("abstained (strict majority of all judges) -> undetermined; answe
 __all__ = ["ABSTENTION", "ABSTENTION_PROMPT", "COMBINATION", "CORRECTNESS", "CORRECTNESS_PROMPT", "MAX_TOKENS",
            "PANEL", "SCHEMAS", "TEMPERATURE", "AbstentionVerdict", "CorrectnessVerdict", "PanelAnswer",
            "abstention_prompt", "answer_text", "combine", "correctness_prompt", "majority", "read_abstention",
-           "read_correctness", "same_answer"]
+           "read_correctness", "same_answer", "strict_object"]

@@ -125,6 +125,8 @@ for _e in (
     Experiment("score", f"{_CLI}:add_score_parser", report=ReportPart("Behaviour", "scores.md", 20)),
     Experiment("compare", f"{_CLI}:add_compare_parser"),
     Experiment("judge", f"{_CLI}:add_judge_parser", report=ReportPart("Free-form replies judged", "judge.md", 75)),
+    Experiment("confabulation", "evprobe.experiments.confabulation.classify:add_confabulation_parser",
+               report=ReportPart("Confabulation types of void failures", "confabulation.md", 76)),
     Experiment("capture", "evprobe.experiments.capture.job:add_capture_parser",
                job="evprobe.experiments.capture.job:CaptureJob"),
     Experiment("merge", "evprobe.experiments.merge:add_merge_parser"),

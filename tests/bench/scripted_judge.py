@@ -4,6 +4,7 @@
 (listing `model`) and `POST /v1/chat/completions` with `reply(prompt_text)`'s text, so every
 decision is known; it keeps every request body it got (`bodies`), so a test reads what was sent
 (temperature, max_tokens, response_format). Use as a context manager; `url` is its base URL.
+`free_run` writes the free-form run such judges read.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -63,3 +65,14 @@ class ScriptedJudge:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
+
+
+def free_run(root: Path, policy: str, families_per_system: int = 1) -> Path:
+    """A benchmark in root/bench and a scripted policy's free-form run of its answer requests in root/run."""
+    from evprobe.bench.generate import GenerateConfig, generate
+    from evprobe.experiments.cli import main
+
+    generate(root / "bench", GenerateConfig(families_per_system=families_per_system, subset_per_cell=0), progress=False)
+    assert main(["run", "--model", f"policy:{policy}", "--bench", str(root / "bench"), "--out", str(root / "run"),
+                 "--protocol", "free", "--requests", "answer_initial,answer_after_test", "--quiet"]) == 0
+    return root / "run"

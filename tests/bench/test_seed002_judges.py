@@ -18,6 +18,7 @@ from evprobe.bench.records import load_records
 from evprobe.experiments.cli import main
 
 from tests.bench.scripted_judge import ScriptedJudge
+from tests.bench.scripted_judge import free_run as scripted_free_run
 
 SEED = Path("/work/shared/seeds/002_9a822cb4fffae59b.txt")
 # The seed's text as its extraction prints it (curly quotes for LaTeX's), appendix D.2 and D.3.
@@ -137,13 +138,7 @@ def _extraction(value: str, truth: str) -> str:
 @pytest.fixture(scope="module")
 def free_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The exact reader's free-form replies ("Yes.", "No.", "The evidence does not settle the answer.")."""
-    from evprobe.bench.generate import GenerateConfig, generate
-
-    root = tmp_path_factory.mktemp("seed002")
-    generate(root / "bench", GenerateConfig(families_per_system=1, subset_per_cell=0), progress=False)
-    assert main(["run", "--model", "policy:exact-reader", "--bench", str(root / "bench"), "--out", str(root / "run"),
-                 "--protocol", "free", "--requests", "answer_initial,answer_after_test", "--quiet"]) == 0
-    return root / "run"
+    return scripted_free_run(tmp_path_factory.mktemp("seed002"), "exact-reader")
 
 
 def _script(run: Path, abstains, extracts):

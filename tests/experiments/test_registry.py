@@ -63,7 +63,7 @@ def test_one_declaration_reaches_the_cli_merge_and_the_report(toy, tmp_path: Pat
 def test_the_builtin_parts_come_in_the_reports_order_and_gating_is_one() -> None:
     assert [p.file for p in registry.report_parts()] == [
         "known_answer.md", "scores.md", "sweep.md", "geometry.md", "dose_response.md", "gating.md",
-        "void_transfer.md", "patching.md", "ladder.md", "judge.md"]
+        "void_transfer.md", "patching.md", "ladder.md", "judge.md", "confabulation.md"]
     assert set(registry.job_kinds()) == {"run", "capture", "patching", "dose-response", "layer-sweep", "gating"}
 
 
