@@ -15,6 +15,14 @@ void a void and a matched pair a matched pair, from the items, the oracle and th
 - "Textual voids differ from their twin only in the threshold": the twin's prompt prints its
   threshold once, and writing it as the symbol gives the void's prompt; the image and menu are the
   twin's.
+- "False-premise voids differ from their twin only in the question's subject, an entity the prompt
+  never introduces" (present with `false_premise` voids): the twin's question paragraph opens with
+  "The <object> ", writing the object as the triangle gives the void's prompt, and the twin's prompt
+  never names a triangle (the premise is false from the text alone); the image and menu are the twin's.
+- "Unobservable-detail voids differ from their twin only in what the question asks, a detail no
+  sentence states" (present with `unobservable` voids): replacing the last sentence of the twin's
+  question with the asked detail gives the void's prompt, the twin's prompt never mentions paint,
+  and the void's question prints no number; the image and menu are the twin's.
 """
 
 from __future__ import annotations
@@ -30,7 +38,15 @@ from evprobe.bench.clips import as_sheet, read_frames
 from evprobe.bench.detect import marker_pixel_count
 from evprobe.bench.items import Item
 from evprobe.bench.render import STYLES
-from evprobe.bench.voids import UNSTATED_SYMBOL
+from evprobe.bench.voids import FALSE_ENTITY, UNOBSERVED_PART, UNOBSERVED_QUESTION, UNSTATED_SYMBOL
+
+# The rows of the question-side voids: type -> title (a row is added only where the bench has that type).
+QUESTION_ROWS = {
+    "false_premise": "False-premise voids differ from their twin only in the question's subject, an entity the "
+                     "prompt never introduces",
+    "unobservable": "Unobservable-detail voids differ from their twin only in what the question asks, a detail "
+                    "no sentence states",
+}
 
 
 def _n(x: int) -> str:
@@ -60,11 +76,58 @@ def _unstated(twin: Item) -> str | None:
     return "\n\n".join(parts)
 
 
+def _question_part(prompt: str) -> tuple[list[str], int] | None:
+    """The prompt's paragraphs and the index of its one question paragraph, or None."""
+    parts = prompt.split("\n\n")
+    asked = [i for i, p in enumerate(parts) if p.startswith("Question: ")]
+    return (parts, asked[0]) if len(asked) == 1 else None
+
+
+def _false_premise(twin: Item) -> str | None:
+    """The twin's prompt with its question's subject ("The <object> ") written as the false entity, or
+    None when the question does not open so or the twin's prompt names the entity (no false premise)."""
+    found = _question_part(twin.prompt)
+    if found is None or FALSE_ENTITY in twin.prompt.lower():
+        return None
+    parts, i = found
+    words = parts[i].split(" ", 3)  # "Question:", "The", object, rest
+    if len(words) < 4 or words[1] != "The":
+        return None
+    parts[i] = " ".join(["Question:", "The", FALSE_ENTITY, words[3]])
+    return "\n\n".join(parts)
+
+
+def _unobservable(twin: Item, system: str) -> str | None:
+    """The twin's prompt with its question's last sentence asking the unobserved detail, or None when
+    the twin's prompt already mentions paint (the detail would be stated)."""
+    found = _question_part(twin.prompt)
+    if found is None or "paint" in twin.prompt.lower() or system not in UNOBSERVED_PART:
+        return None
+    parts, i = found
+    setup, sep, _ = parts[i].rpartition(". ")
+    if not sep:
+        return None
+    parts[i] = setup + sep + UNOBSERVED_QUESTION.format(part=UNOBSERVED_PART[system])
+    return "\n\n".join(parts)
+
+
+def _question_void_ok(it: Item, twin: Item) -> bool:
+    expected = _false_premise(twin) if it.void == "false_premise" else _unobservable(twin, twin.system)
+    if expected is None or it.prompt != expected or it.images != twin.images or it.options != twin.options:
+        return False
+    if it.void == "unobservable":  # what it asks prints no number: no threshold to judge against
+        found = _question_part(it.prompt)
+        return found is not None and not any(c.isdigit() for c in found[0][found[1]].rpartition(". ")[2])
+    return True
+
+
 def check_voids(report: Any, root: Path, items: list[Item], oracles: dict[str, oracle.OracleFamily]) -> None:
     by_id = {it.item_id: it for it in items}
     voids = [it for it in items if it.void is not None]
     twin_bad, visual_bad, textual_bad = [], [], []
     n_visual = n_textual = 0
+    question_seen: dict[str, int] = {}
+    question_bad: dict[str, list[str]] = {}
     sheets: dict[str, set[str]] = defaultdict(set)  # family -> occluded sheet paths
     for it in voids:
         twin = by_id.get(it.twin_id or "")
@@ -77,6 +140,10 @@ def check_voids(report: Any, root: Path, items: list[Item], oracles: dict[str, o
             sheets[it.family_id].update(it.images)
             if it.prompt != twin.prompt or it.options != twin.options or it.images == twin.images:
                 visual_bad.append(it.item_id)
+        elif it.void in QUESTION_ROWS:
+            question_seen[it.void] = question_seen.get(it.void, 0) + 1
+            if not _question_void_ok(it, twin):
+                question_bad.setdefault(it.void, []).append(it.item_id)
         else:
             n_textual += 1
             expected = _unstated(twin)
@@ -89,6 +156,11 @@ def check_voids(report: Any, root: Path, items: list[Item], oracles: dict[str, o
     report.add("Textual voids differ from their twin only in the threshold",
                f"{_n(n_textual - len(textual_bad))}/{_n(n_textual)}", not textual_bad,
                f"{len(textual_bad)} differ otherwise (first {textual_bad[0]})" if textual_bad else "")
+    for void, title in QUESTION_ROWS.items():
+        if void in question_seen:  # only where the bench has the type: older benches' reports are unchanged
+            bad = question_bad.get(void, [])
+            report.add(title, f"{_n(question_seen[void] - len(bad))}/{_n(question_seen[void])}", not bad,
+                       f"{len(bad)} differ otherwise (first {bad[0]})" if bad else "")
     if not sheets:
         return
     marked, n_sheets, identical, n_families = [], 0, 0, 0

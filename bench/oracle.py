@@ -66,7 +66,8 @@ WORLDS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
 INJECTED = ("select", "answer_initial", "answer_after_test")  # requests with injection levels
 # Void items (seed 002; the generator's bench.voids, restated): the requests each void type is
 # built for, from the main set's resolved decisions.
-VOIDED = {"occluded": ("select", "answer_initial"), "unstated": ("answer_initial",)}
+VOIDED = {"occluded": ("select", "answer_initial"), "unstated": ("answer_initial",), "false_premise": ("answer_initial",),
+          "unobservable": ("answer_initial",)}
 NUMERIC_REQUESTS = ("estimate_property", "estimate_outcome")
 
 # Appendix A.2 calibration targets (and the README's choices where the seed is silent).

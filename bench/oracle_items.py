@@ -140,8 +140,9 @@ def expected_items(
                 fields.update(images=[f"images/{fid}/{fam.initial}_{row['history']}.occluded.png"],
                               resolved=d.resolved, reference_action=d.action, reference_answer=d.answer,
                               reference_option=_letter(menu, value))
-            else:
-                fields.update(threshold=None, resolved=False, reference_action=None,
+            else:  # a false premise still prints its threshold; the other question-side voids state none
+                fields.update(threshold=row["threshold"] if void == "false_premise" else None, resolved=False,
+                              reference_action=None,
                               reference_answer="undetermined", reference_option=_letter(menu, "undetermined"))
             voided[f"{item_id}.void-{void}"] = {**row, **fields}
     for level in levels:

@@ -39,7 +39,7 @@ from evprobe.bench.layout import FORMAT_KEY, FORMAT_VERSION
 from evprobe.bench.reference import ACTIONS, ANSWERS, TESTS, Prices
 from evprobe.bench.render import STYLES
 from evprobe.bench.systems import SYSTEM_NAMES, SYSTEMS
-from evprobe.bench.voids import VOID_REQUESTS, VOID_TYPES
+from evprobe.bench.voids import VOID_REQUESTS, VOID_TYPES, VOID_UNSET
 from evprobe.bench.clips import ClipSpec
 from evprobe.bench.worlds import WORLDS, world_name
 from evprobe.core.errors import shown
@@ -291,12 +291,13 @@ def item_problem(row: Any) -> str | None:
     if row.void is not None and (row.variant is not None or row.injection or row.request not in VOID_REQUESTS[row.void]):
         return (f"field 'void' {row.void!r} applies to base {', '.join(VOID_REQUESTS[row.void])} items only, got a "
                 f"{row.variant or row.request} item" + (f" at injection level {row.injection}" if row.injection else ""))
-    # an unstated threshold (bench.voids) leaves the threshold and the settling action undefined
-    unset = ("threshold", "reference_action") if row.void == "unstated" else ()
+    # a textual void (bench.voids) leaves the settling action, and an unstated threshold the threshold, undefined
+    unset = VOID_UNSET[row.void] if row.void is not None else ()
     for name in REQUIRED[row.request]:
         if name in unset:
             if getattr(row, name) is not None:
-                return f"field {name!r} must be null for an unstated-threshold void item, got {getattr(row, name)!r}"
+                kind = "an unstated-threshold" if row.void == "unstated" else f"a {row.void}"
+                return f"field {name!r} must be null for {kind} void item, got {getattr(row, name)!r}"
             continue
         if getattr(row, name) is None:
             return f"field {name!r} must be set for a {row.request} item, got null"

@@ -1,6 +1,7 @@
 """Voids (seed 002, sections 3.2 and 5.2): items whose evidence or question cannot settle the answer,
 each matched with a *sufficient twin* so that only the void differs. An opt-in block
-(`evprobe generate --voids occluded,unstated`); without it items.jsonl is the main set's, byte for byte.
+(`evprobe generate --voids occluded,unstated`, and the question-side `false_premise`, `unobservable`);
+without it items.jsonl is the main set's, byte for byte.
 
 Void types (`VOID_TYPES`, each with its modality):
 
@@ -17,6 +18,23 @@ Void types (`VOID_TYPES`, each with its modality):
   question needs is missing, detectable from the text alone. Only the answer request is built (a
   selection has no option that settles an unstated threshold, so it would have no reference
   action): `reference_answer` undetermined, `threshold` and `reference_action` null.
+- `false_premise` (textual; the seed's chaotic ill-posed question, "a false premise detectable from the
+  text alone", its invalid entity): the twin's image and prompt, with the question's subject (the
+  block, ball or cart) written as an object the prompt never introduces, the seed's own example
+  entity, a triangle ("What material are the triangles made of?" when no triangles exist): "The
+  triangle starts at rest on the same surface and receives an impulse of 2.38603 N s. Will it slide
+  more than 0.6 m before it stops?". The threshold is still stated (`threshold` is the twin's, what
+  the prompt prints); `reference_answer` undetermined, `reference_action` null; answer request only.
+- `unobservable` (textual; the seed's occlusion ill-posed question, "details unobservable in the fully
+  visible video"): the twin's image and prompt, with the question's last sentence asking for a
+  detail no sheet shows and no sentence states, whether a face the side-view panels never show is
+  painted red ("The block starts at rest ... Is the face of the block that rests on the surface
+  painted red?"; the ball's inside, the cart's underside). `threshold` and `reference_action` null,
+  `reference_answer` undetermined; answer request only.
+
+The last two are the seed's question-side voids (Table 6); the seed gives no example of an
+unobservable detail, so the painted face is our choice, one that neither the physics nor the
+sheets can settle.
 
 Not built, and why (`NOT_BUILT`): the seed's *chaotic sensitivity* void needs an outcome that lies
 within the evidence's resolution of the threshold. Our worlds are discrete: once a sheet shows
@@ -27,7 +45,8 @@ for one is refused in one line).
 
 Which items: the twins are the main set's *sufficient* decisions (`resolved` true, 2 per family:
 each history at the threshold it settles): per family 2 occluded selections, 2 occluded initial
-answers and 2 unstated initial answers, 864 items on the main set. A void item's id, decision id
+answers and 2 unstated initial answers, 864 items on the main set (2 initial answers a family, 288,
+for each of false_premise and unobservable). A void item's id, decision id
 are its twin's with `.void-<type>` appended (so void decisions link only among themselves), its
 pair ids are null (the image and threshold pairs of the main set have no void counterparts), and
 `twin_id` names the twin. Scoring: `bench.void_scoring`.
@@ -47,8 +66,10 @@ from evprobe.bench.items import Item
 from evprobe.bench.prompts import PromptBuilder
 from evprobe.bench.reference import Prices, reference_action, reference_answer, resolved
 from evprobe.bench.render import PANEL, SIZE, panel_origin
+from evprobe.bench.systems import get_system
 
-VOID_TYPES: dict[str, str] = {"occluded": "visual", "unstated": "textual"}
+VOID_TYPES: dict[str, str] = {"occluded": "visual", "unstated": "textual", "false_premise": "textual",
+                              "unobservable": "textual"}
 NOT_BUILT: dict[str, str] = {
     "sensitivity": ("these worlds are discrete and every threshold lies at least 17.2% from every outcome, far "
                     "beyond the sheets' reading error, so no outcome is within the evidence's resolution of its "
@@ -56,8 +77,18 @@ NOT_BUILT: dict[str, str] = {
 }
 # The base requests each void type is built for (module docstring: an unstated threshold has no
 # settling action, so it has no selection).
-VOID_REQUESTS: dict[str, tuple[str, ...]] = {"occluded": ("select", "answer_initial"), "unstated": ("answer_initial",)}
+VOID_REQUESTS: dict[str, tuple[str, ...]] = {"occluded": ("select", "answer_initial"), "unstated": ("answer_initial",),
+                                             "false_premise": ("answer_initial",), "unobservable": ("answer_initial",)}
+# The fields a void item of each type leaves null where its request needs them (bench.schema checks it).
+VOID_UNSET: dict[str, tuple[str, ...]] = {"occluded": (), "unstated": ("threshold", "reference_action"),
+                                          "false_premise": ("reference_action",),
+                                          "unobservable": ("threshold", "reference_action")}
 UNSTATED_SYMBOL = "q"
+FALSE_ENTITY = "triangle"  # seed 002's invalid entity: "What material are the triangles made of?"
+# What an unobservable-detail void asks about, per system: a face the side-view panels never show.
+UNOBSERVED_PART: dict[str, str] = {"sliding": "the face of the block that rests on the surface",
+                                   "bouncing": "the inside of the ball", "spring": "the underside of the cart"}
+UNOBSERVED_QUESTION = "Is {part} painted red?"
 OCCLUDER = (128, 128, 128)  # an opaque mid grey, drawn on every style
 OCCLUDER_EDGE = (64, 64, 64)
 OCCLUDER_TOP = 48  # panel rows above this hold the title and the time / load label, shown as they are
@@ -119,15 +150,46 @@ def _cover(draw: ImageDraw.ImageDraw, x0: int, y0: int) -> None:
                    outline=OCCLUDER_EDGE, width=2)
 
 
-def unstated_prompt(family: Family, twin: Item, prices: Prices = Prices()) -> str:
-    """The twin's prompt with the question's threshold written as the symbol q."""
+def _asked(family: Family, twin: Item, prices: Prices) -> tuple[PromptBuilder, str]:
+    """The twin's prompt builder and its question as printed (without "Question: "), which must
+    appear exactly once in its prompt."""
     prompts = PromptBuilder(family, twin.style, prices)
     level = twin.threshold_level
     assert level is not None
-    stated = "Question: " + prompts.question(level)
-    if twin.prompt.count(stated) != 1:
+    stated = prompts.question(level)
+    if twin.prompt.count("Question: " + stated) != 1:
         raise ValueError(f"{twin.item_id}: its question does not appear exactly once in its prompt")
-    return twin.prompt.replace(stated, "Question: " + prompts.question(level, threshold_text=UNSTATED_SYMBOL))
+    return prompts, stated
+
+
+def _with_question(twin: Item, stated: str, question: str) -> str:
+    return twin.prompt.replace("Question: " + stated, "Question: " + question)
+
+
+def unstated_prompt(family: Family, twin: Item, prices: Prices = Prices()) -> str:
+    """The twin's prompt with the question's threshold written as the symbol q."""
+    prompts, stated = _asked(family, twin, prices)
+    assert twin.threshold_level is not None
+    return _with_question(twin, stated, prompts.question(twin.threshold_level, threshold_text=UNSTATED_SYMBOL))
+
+
+def false_premise_prompt(family: Family, twin: Item, prices: Prices = Prices()) -> str:
+    """The twin's prompt with the question's subject ("The block ...") written as FALSE_ENTITY."""
+    _, stated = _asked(family, twin, prices)
+    subject = f"The {get_system(family.system).object_name} "
+    if not stated.startswith(subject) or FALSE_ENTITY in twin.prompt:
+        raise ValueError(f"{twin.item_id}: its question does not open with {subject!r}, or its prompt names a "
+                         f"{FALSE_ENTITY}")
+    return _with_question(twin, stated, f"The {FALSE_ENTITY} " + stated[len(subject):])
+
+
+def unobservable_prompt(family: Family, twin: Item, prices: Prices = Prices()) -> str:
+    """The twin's prompt with the question's last sentence asking UNOBSERVED_QUESTION of its system."""
+    _, stated = _asked(family, twin, prices)
+    setup, sep, _ = stated.rpartition(". ")
+    if not sep:
+        raise ValueError(f"{twin.item_id}: its question has no setup sentence before what it asks")
+    return _with_question(twin, stated, setup + sep + UNOBSERVED_QUESTION.format(part=UNOBSERVED_PART[family.system]))
 
 
 def void_items(family: Family, block: list[Item], voids: tuple[str, ...], prices: Prices = Prices(),
@@ -159,24 +221,33 @@ def void_items(family: Family, block: list[Item], voids: tuple[str, ...], prices
                 out.append(replace(twin, **common, images=[occluded_path(family.family_id, sheet, clip)],
                                    reference_action=action, reference_answer=answer,
                                    reference_option=next(k for k, v in options.items() if v == value)))
-            else:
-                out.append(replace(twin, **common, prompt=unstated_prompt(family, twin, prices), threshold=None,
+            else:  # a textual void: the question settles nothing, whatever the evidence
+                prompt = {"unstated": unstated_prompt, "false_premise": false_premise_prompt,
+                          "unobservable": unobservable_prompt}[void](family, twin, prices)
+                out.append(replace(twin, **common, prompt=prompt,
+                                   threshold=None if "threshold" in VOID_UNSET[void] else twin.threshold,
                                    reference_action=None, reference_answer="undetermined",
                                    reference_option=next(k for k, v in options.items() if v == "undetermined")))
     return out
 
 
 __all__ = [
+    "FALSE_ENTITY",
     "NOT_BUILT",
     "OCCLUDER",
+    "UNOBSERVED_PART",
+    "UNOBSERVED_QUESTION",
     "UNSTATED_SYMBOL",
     "VOID_REQUESTS",
     "VOID_TYPES",
+    "VOID_UNSET",
     "check_voids",
+    "false_premise_prompt",
     "occlude",
     "occlude_clip",
     "occluded_path",
     "parse_voids",
+    "unobservable_prompt",
     "unstated_prompt",
     "void_items",
     "void_suffix",

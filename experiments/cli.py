@@ -102,7 +102,7 @@ def add_generate_parser(sub: argparse._SubParsersAction) -> None:
                         "items; te, also -1: seed 003's target-exclusive baseline, no reference object named)")
     p.add_argument("--voids", default="", metavar="TYPES",
                    help="add void items matched with their sufficient twins (seed 002): occluded (visual), "
-                        "unstated (textual), e.g. occluded,unstated")
+                        "unstated, false_premise, unobservable (textual), e.g. occluded,unstated")
     p.add_argument("--evidence", choices=("sheet", "clip"), default="sheet",
                    help="show each measurement as a still sheet of four panels (default) or as a clip of its motion "
                         "(seed 002; an animated PNG per measurement)")

@@ -74,7 +74,7 @@ def test_voids_are_appended_and_leave_the_main_items_byte_for_byte(items: list[I
 def test_a_void_type_that_these_worlds_cannot_make_is_refused_with_why() -> None:
     with pytest.raises(InputError, match="sensitivity: not built for these worlds: these worlds are discrete"):
         build(GenerateConfig(families_per_system=1, subset_per_cell=0, voids=("sensitivity",)))
-    with pytest.raises(InputError, match="--voids takes void types among occluded, unstated, got 'blur'"):
+    with pytest.raises(InputError, match="--voids takes void types among occluded, unstated, false_premise, unobservable, got .blur."):
         build(GenerateConfig(families_per_system=1, subset_per_cell=0, voids=("blur",)))
     with pytest.raises(ValueError, match="twice"):
         check_voids(("occluded", "occluded"))
@@ -206,13 +206,13 @@ def test_the_exact_reader_abstains_on_every_void_and_answers_every_twin(void_ben
     assert main(["run", "--model", "policy:exact-reader", "--bench", str(void_bench), "--out", str(run)]) == 0
     assert main(["score", str(run)]) == 0
     voids = json.loads((run / "scores.json").read_text())["voids"]
-    for void in VOID_TYPES:
+    for void in CONFIG.voids:
         assert voids[void]["abs_rec"]["value"] == 1.0 and voids[void]["twin_acc"]["value"] == 1.0
         assert voids[void]["twin_false_abs"]["value"] == 0.0
     assert voids["occluded"]["select_min_cost"]["value"] == 1.0 and voids["occluded"]["select_stop"]["value"] == 0.0
     assert len(voids["by_sub_scenario"]) == 6 and all(  # appendix K: every sub-scenario's AR and AR_ill
         cell[v]["abs_rec"]["value"] == 1.0 and cell[v]["abs_rec"]["n"] == 2  # 1 family: its 2 voids
-        for cell in voids["by_sub_scenario"].values() for v in VOID_TYPES)
+        for cell in voids["by_sub_scenario"].values() for v in CONFIG.voids)
     assert "## Voids (seed 002, sections 3.2 and 5.2)" in (run / "scores.md").read_text()
 
 
@@ -258,7 +258,7 @@ def test_planted_void_behaviour_is_scored_with_its_known_answers(items: list[Ite
     assert gap["value"] == 1.0 and gap["ci"][0] > 0.9 and gap["ci"][1] == 1.0 and "ratio_of_points" not in v["gap"]
     # PECS per (system, void type): the occluded datasets sit at the zero boundary, the unstated at 1
     datasets = v["pecs"]["datasets"]
-    assert set(datasets) == {f"{s} {t}" for s in ("sliding", "bouncing", "spring") for t in VOID_TYPES}
+    assert set(datasets) == {f"{s} {t}" for s in ("sliding", "bouncing", "spring") for t in CONFIG.voids}
     assert all(datasets[f"{s} occluded"]["pecs"]["value"] == 0.0 for s in ("sliding", "bouncing", "spring"))
     assert all(datasets[f"{s} unstated"]["pecs"]["value"] == 1.0 for s in ("sliding", "bouncing", "spring"))
     assert v["pecs"]["zero_boundary"]["count"] == 3 and v["pecs"]["equal_weight_mean"]["pecs"]["value"] == 0.5
