@@ -14,7 +14,9 @@ the decisions and answers of its families, on the score's resamples:
   resample reproduces: no interval, and why).
 
 The seed's table also has the guided regime's uplift; here each run is one regime, and two runs of
-the same items are compared with `evprobe compare --paired`.
+the same items are compared with `evprobe compare --paired`. Its AR and AR_ill on the void block
+(each void type's AbsRec per sub-scenario) are in the void section, `voids.by_sub_scenario`
+(bench.void_scoring, using `cell_of`).
 """
 
 from __future__ import annotations
