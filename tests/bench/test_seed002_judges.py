@@ -197,6 +197,17 @@ def test_judges_that_read_the_replies_give_the_rules_scores(free_run: Path) -> N
             assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"] == sj.SCHEMAS[fmt["json_schema"]["name"]]
     # and a folder judged by one panel refuses the other
     assert main(["judge", str(free_run), "--judge", f"x@{judges[0].url}", "--judge", f"y@{judges[1].url}"]) == 2
+    # its audit.csv is scored as the four-way panel's: a human agreeing with the panel everywhere
+    import csv
+
+    with open(out / "audit.csv") as fh:
+        audit = list(csv.reader(fh))
+    assert audit[0][4:-2] == ["reader-0", "reader-1", "reader-2"] and audit[1][4:-2][2] == "abstained/incorrect"
+    filled = out / "filled.csv"
+    with open(filled, "w", newline="") as fh:
+        csv.writer(fh).writerows([audit[0], *[[*row[:-1], row[-2]] for row in audit[1:]]])
+    assert main(["judge", "--score-audit", str(filled), "--n-boot", "200"]) == 0
+    assert json.loads((out / "filled_score.json").read_text())["accuracy"]["value"] == 1.0
 
 
 def test_judges_that_read_wrong_answers_and_no_abstentions_move_every_score(free_run: Path, tmp_path: Path) -> None:
