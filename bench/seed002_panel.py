@@ -4,7 +4,12 @@ Each judge is asked, per answer reply, the abstention question (D.2: ABSTAINED o
 ANSWER) and, on controls (resolved items), the correctness question (D.3: the ground truth given,
 the answer extracted), with the seed's call settings (Table 8: temperature 0.8, at most 512 output
 tokens, a JSON schema as response_format; `bench.judge_server.Calls`). Prompts, strict reading of
-the JSON replies and the combination into one answer per reply: `bench.seed002_judges`.
+the JSON replies and the combination into one answer per reply: `bench.seed002_judges`. Two of
+Table 8's judge settings are not taken: its 12 requests in flight is `--concurrency` (a speed
+setting, default 4), and its 0 retries: evprobe keeps the backend's retries of a connection error,
+timeout, 429 or 5xx, which only get an answer where the seed would have none (a readable answer is
+never asked again, and each request's sampling seed is fixed by its key, so a retry draws no
+second opinion).
 
 Writes RUN/judged/ as the four-way panel does (`bench.judges`: judgments.jsonl, records.jsonl,
 scores.json, judge.json, judge.md, audit.csv), judge.json pinning `"panel": "seed002"`. Agreement is
