@@ -22,6 +22,8 @@ def voids_section(s: JsonObject) -> str:
     ratio = f" (ratio of the point values {gap['ratio_of_points']:.2f}x)" if "ratio_of_points" in gap else ""
     text += ("\n\nTextual minus visual AbsRec, in percentage points: "
              f"{points(gap.get('textual_minus_visual'))}{ratio}")
+    for key in (k for k in gap if k.endswith("_minus_visual") and k != "textual_minus_visual"):
+        text += f"; {key.removesuffix('_minus_visual')} minus visual: {points(gap[key])}"
     by_system = s.get("by_system", {})
     if by_system:
         text += "\n\n" + table_text(

@@ -12,6 +12,10 @@ Per void type (`voids.<type>` in scores.json), over the items that have records:
   its sufficient twin, what a calibrated model does), and `stop_gap` = twin_select_stop -
   select_stop, paired.
 
+With the question-side voids scored (`false_premise`, `unobservable`), `gap` also holds
+`<type>_minus_visual`, that type's AbsRec minus the occluded's, paired the same way (seed 002's
+ill-posed vs visual contrast); the keys appear only where the type has pairs.
+
 `gap.textual_minus_visual` is AbsRec(unstated) - AbsRec(occluded), paired: both void types are built
 on the same twins, so each family resample draws both; the interval is the percentile interval of
 the per-resample differences, widened where a rate saturates (`bench.level_differences`,
@@ -56,6 +60,7 @@ NO_VOID_ANSWERS = "no void answer records"
 NO_VOID_SELECTS = "no occluded select records"
 PER_TYPE = ("abs_rec", "twin_acc", "twin_false_abs")
 SELECT = ("select_min_cost", "select_stop", "twin_select_stop")
+QUESTION_SIDE = ("false_premise", "unobservable")  # seed 002's ill-posed questions (bench.voids)
 
 
 # The groups a void type's measures are also split by: (section key, the group of a void item).
@@ -159,13 +164,22 @@ def _by_group(resampled: Mapping[Key, Resampled], est: Mapping[Key, Estimate], k
 
 
 def _gap(resampled: Mapping[Key, Resampled], group: tuple[str, str] | None) -> dict[str, Estimate | float]:
-    """AbsRec(unstated) - AbsRec(occluded), paired; the ratio of the point values where both are above 0."""
+    """AbsRec(unstated) - AbsRec(occluded), paired; the ratio of the point values where both are above 0.
+    With question-side voids (false_premise, unobservable) scored, also each one's AbsRec minus the
+    occluded's, paired the same way (`<type>_minus_visual`: keys only where that type has pairs)."""
     textual, visual = (resampled.get(_pecs_key(group, v, "abs_rec")) for v in ("unstated", "occluded"))
+    out: dict[str, Estimate | float] = {}
     if textual is None or visual is None:
-        return {"textual_minus_visual": Estimate.empty("needs answer records of both void types")}
-    out: dict[str, Estimate | float] = {"textual_minus_visual": paired_difference(textual, visual)}
-    if textual.value > 0 and visual.value > 0:
-        out["ratio_of_points"] = float(textual.value / visual.value)
+        out["textual_minus_visual"] = Estimate.empty("needs answer records of both void types")
+    else:
+        out["textual_minus_visual"] = paired_difference(textual, visual)
+        if textual.value > 0 and visual.value > 0:
+            out["ratio_of_points"] = float(textual.value / visual.value)
+    for void in QUESTION_SIDE:
+        asked = resampled.get(_pecs_key(group, void, "abs_rec"))
+        if asked is not None:
+            out[f"{void}_minus_visual"] = (paired_difference(asked, visual) if visual is not None else
+                                           Estimate.empty("needs occluded answer records"))
     return out
 
 

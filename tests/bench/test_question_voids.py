@@ -124,5 +124,11 @@ def test_scripted_policies_give_their_known_answers(bench: Path, tmp_path: Path,
     assert voids["false_premise"]["abs_rec"]["ci"][0] < voids["false_premise"]["abs_rec"]["ci"][1]  # never a point
     for void in QUESTION_VOIDS:
         assert voids[void]["twin_acc"]["value"] == 1.0 and voids[void]["twin_false_abs"]["value"] == 0.0
+    # the ill-posed vs visual contrast, paired: the exact reader abstains on every occluded answer too
+    gap = voids["gap"]
+    assert gap["false_premise_minus_visual"]["value"] == false_premise - 1.0
+    assert gap["unobservable_minus_visual"]["value"] == 0.0 and gap["unobservable_minus_visual"]["ci"][0] < 0.0
+    assert "reason" in gap["textual_minus_visual"]  # no unstated voids in this bench
+    assert f"false_premise minus visual: {100 * (false_premise - 1.0):+.1f} [" in (run / "scores.md").read_text()
     subs = voids["by_sub_scenario"]  # appendix K per sub-scenario, every question-side type
     assert len(subs) == 6 and all(c["false_premise"]["abs_rec"]["value"] == false_premise for c in subs.values())
