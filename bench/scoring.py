@@ -226,9 +226,9 @@ def _score_set(
         system_measures(tally, bench, replies, present, system)
     cells = sub_scenarios.tally_cells(tally, bench, replies, present)
     doubt.tally_doubt(tally, bench, replies)  # only where replies carry reasoning traces
+    budget_scoring.tally_budget(tally, bench, replies)  # only where a budget cut a reply off
     numeric_items, numeric_records = numeric
     numeric_counts = numeric_measures(
-    budget_scoring.tally_budget(tally, bench, replies)  # only where a budget cut a reply off
         tally.rate, tally.mean, tally.skip, [*items, *numeric_items],
         {**replies.records, **numeric_records}, bench.family_of,
     )
