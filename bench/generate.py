@@ -119,7 +119,8 @@ class GenerateConfig:
         bad = [x for x in self.injection_levels if x not in INJECTION_LEVELS[1:]]
         if bad or len(set(self.injection_levels)) != len(self.injection_levels):
             raise InputError(
-                f"--injection takes distinct levels among 1, 2, 3 (level 0 is the main items), got "
+                f"--injection takes distinct levels among 1, 2, 3 and te (-1, the target-exclusive baseline; level 0 "
+                f"is the main items), got "
                 f"{','.join(map(str, self.injection_levels))}"
             )
         try:

@@ -46,8 +46,9 @@ Handle = Any
 Replier = Callable[[list[Item], Any], list[Reply]]  # (items, prepared inputs or None) -> replies
 POLICY_PREFIX = "policy:"
 VideoInput = Literal["frames", "native"]  # how clips reach the model (bench.clips, core.video)
-HELP_INJECTION = ("comma-separated information-injection levels 0-3 to select (level L >= 1 needs a benchmark "
-                  "generated with --injection L)")
+HELP_INJECTION = ("comma-separated information-injection levels to select: 0-3, and -1 for the target-exclusive "
+                  "baseline (write --injection=-1,0: a value opening with '-' reads as a flag); level L != 0 needs a "
+                  "benchmark generated with --injection L (te for -1)")
 
 
 @dataclass(frozen=True)

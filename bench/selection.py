@@ -59,7 +59,7 @@ def selection_name(item: Item) -> str:
 
 
 def check_injection(levels: Sequence[int]) -> tuple[int, ...]:
-    """`--injection`'s levels, validated: distinct, each among 0-3, at least one."""
+    """`--injection`'s levels, validated: distinct, each a level of bench.injection, at least one."""
     from evprobe.bench.injection import INJECTION_LEVELS  # here: bench.injection imports the renderer (PIL)
 
     out = tuple(levels)

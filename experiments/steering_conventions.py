@@ -1,5 +1,10 @@
-"""What every steering experiment (dose-response, gating) spells and signs the same way: a dose's
-key in condition names, and which way a stored direction points.
+"""What every steering experiment (dose-response, gating, void-transfer) spells and signs the same way:
+a dose's key in condition names, what alpha = 1 adds, and which way a stored direction points.
+
+Units (`alpha_units`): `norm` (the default) makes alpha = 1 one mean residual norm of the steered
+layer, so doses compare across layers and models; `raw` makes alpha = 1 the unit direction itself, a
+vector of norm 1, as seed 002 states its doses (h <- h + alpha * v with ||v|| = 1, alpha in {0, 2,
+5, 10}; section 5.5 and appendix I), so its grid can be run as published.
 
 A stored direction points toward its label's positive class (probes.directions). Doses are stated
 toward *measuring* ("the evidence is not enough"), so a direction whose positive class means "the
@@ -10,8 +15,20 @@ and `resolved=False` is used as stored; any other label is refused.
 from __future__ import annotations
 
 
+from typing import Literal
+
 from evprobe.core.errors import ConfigError
 from evprobe.core.json_types import JsonObject
+
+AlphaUnits = Literal["norm", "raw"]
+ALPHA_UNITS_HELP = ("what alpha = 1 adds: norm, one mean residual norm of the steered layer, or raw, the unit direction "
+                    "itself (a vector of norm 1: seed 002's alpha in {0, 2, 5, 10})")
+
+
+def check_alpha_units(value: str) -> None:
+    """A config's `alpha_units`, one line when it is neither."""
+    if value not in ("norm", "raw"):
+        raise ValueError(f"key 'alpha_units' is {value!r}; choose from norm, raw")
 
 # Labels whose positive class True means "the evidence is enough / the model stops".
 TOWARD_STOP_LABELS = ("resolved", "stopped", "committed")

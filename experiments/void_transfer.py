@@ -30,6 +30,8 @@ textual: the threshold unstated). Steps:
    for inducing abstention on the twins.
 
 Doses are multiples of the layer's mean residual norm over the steered prompts' positions, unsteered
+(`alpha_units: norm`), or, with `alpha_units: raw`, multiples of the unit direction itself (seed 002's
+alpha in {0, 2, 5, 10}; experiments.steering_conventions)
 (+ = toward abstaining). Every interval is a family bootstrap over the held-out families.
 """
 
@@ -62,6 +64,7 @@ from evprobe.experiments.config import (
     load_model_config,
     resolve_config,
 )
+from evprobe.experiments.steering_conventions import ALPHA_UNITS_HELP, AlphaUnits, check_alpha_units
 
 POSITION = "last"
 JSON_FILE = "void_transfer.json"
@@ -80,6 +83,7 @@ class VoidTransferConfig:
     layers: tuple[int, ...] = setting((1, 2), "decoder layers steered (each its own direction per void type)")
     alphas: tuple[float, ...] = setting((-1.0, -0.5, 0.0, 0.5, 1.0), "doses in multiples of the layer's mean residual "
                                         "norm (+ = toward abstaining); write --alphas=-1,0,1 when the first is negative")
+    alpha_units: AlphaUnits = setting("norm", ALPHA_UNITS_HELP + "; norm is measured at the steered positions")
     n_random: int = setting(50, "random directions of the null, per path")
     n_relabel: int = setting(50, "label-free null directions per path (analysis.label_null: fitted like the source's "
                              "direction on its fit rows once the label carries nothing); 0 = none, and no verdict")
@@ -95,6 +99,7 @@ class VoidTransferConfig:
         if not any(a != 0 for a in self.alphas) or not all(np.isfinite(self.alphas)):
             raise ValueError(f"key 'alphas' must hold finite doses with a nonzero one, e.g. [-1, 0, 1], got "
                              f"{list(self.alphas)}")
+        check_alpha_units(self.alpha_units)
         for key in ("n_random", "n_relabel", "folds", "batch_size", "n_boot"):
             low = {"n_random": 0, "n_relabel": 0, "folds": 2}.get(key, 1)
             if getattr(self, key) < low:
@@ -270,7 +275,8 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
             handle, [build_prompt(it, "direct") for it in chosen], [load_item_images(bench, it.images) for it in chosen],
             direction=vectors, candidates=sorted(chosen[0].options),
             target=[next(k for k, a in it.options.items() if a == "undetermined") for it in chosen],
-            families=[it.family_id for it in chosen], alphas=config.alphas, goal=goal, n_random=config.n_random,
+            families=[it.family_id for it in chosen], alphas=config.alphas, goal=goal, units=config.alpha_units,
+            n_random=config.n_random,
             n_relabel=config.n_relabel, fit_rows={layer: fit_rows[(source, layer)] for layer in vectors} or None,
             n_boot=config.n_boot, seed=config.seed, split_seed=config.split_seed, batch_size=config.batch_size)
 
@@ -336,6 +342,9 @@ def markdown(rows: Sequence[VoidPath], meta: VoidTransferMeta) -> str:
     lines = ["# Probes and steering across void types (seed 002, Tables 3 and 22-24)", "",
              f"- directions: mass-mean `resolved` at position {meta.position}, one per void type and layer, fitted "
              f"on {len(meta.fit_families)} families; steered on the other {len(meta.heldout_families)}",
+             "- doses: " + ("raw (alpha = 1 adds the unit direction, a vector of norm 1)"
+                            if meta.config.get("alpha_units") == "raw" else
+                            "multiples of the layer's mean residual norm over the steered positions, unsteered"),
              "- probe AUROC: trained on the source type's pairs, tested on the target type's (the layer chosen on the "
              "source only; family folds)",
              "- suppress: the source direction toward answering on the target's voids (goal: lower the "

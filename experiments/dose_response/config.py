@@ -16,7 +16,7 @@ from evprobe.core.flags import setting
 from evprobe.core.shard import Shard
 from evprobe.experiments.config import ModelConfig, load_config, resolve_config
 from evprobe.experiments.dose_response.relabel import DEFAULT_N_RELABEL
-from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.steering_conventions import ALPHA_UNITS_HELP, AlphaUnits, alpha_key, check_alpha_units
 
 RESULTS_FILE = "results.jsonl"
 RUN_META_FILE = "meta.json"
@@ -45,6 +45,7 @@ class DoseResponseConfig:
     alphas: tuple[float, ...] = setting(
         DEFAULT_ALPHAS, "doses in multiples of the layer's mean residual norm; + = toward measuring; write "
         "--alphas=-1,0,1 when the first is negative")
+    alpha_units: AlphaUnits = setting("norm", ALPHA_UNITS_HELP + "; norm is measured at the steered positions")
     n_random: int = setting(DEFAULT_N_RANDOM, "random null directions of the probe's raw norm (0 = none; the "
                             "probe's percentile and z-score among them are reported)")
     n_relabel: int = setting(DEFAULT_N_RELABEL, "label-free null directions: fitted like the named one on its fit rows "
@@ -106,6 +107,7 @@ class DoseResponseConfig:
                              "n_relabel: 0 and controls: []")
         if self.positions not in ("all", "last"):
             raise ValueError(f"key 'positions' is {self.positions!r}; choose from all, last")
+        check_alpha_units(self.alpha_units)
         for key in ("n_random", "n_relabel"):
             if getattr(self, key) < 0:
                 raise ValueError(f"key {key!r} must be 0 or more, got {getattr(self, key)}")

@@ -129,7 +129,9 @@ def report_meta(plan: Plan, families: list[str], systems: list[str], scopes: lis
         sign_convention=("positive alpha = toward measuring (unresolved); the stored direction points toward "
                          f"{plan.provenance.get('label')}={plan.provenance.get('positive')} and was "
                          f"{'negated' if plan.flipped else 'used as stored'}"),
-        units=(f"alpha in multiples of the layer's mean residual norm over the steered positions "
+        units=("alpha in raw units: alpha = 1 adds the unit direction itself, a vector of norm 1 "
+               "(experiments.dose_response.units)" if config.alpha_units == "raw" else
+               f"alpha in multiples of the layer's mean residual norm over the steered positions "
                f"({config.positions}), unsteered, on {len(plan.norm_items)} {plan.norm_source} "
                "(experiments.dose_response.units)"),
         alpha_units=units,

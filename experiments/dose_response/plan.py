@@ -307,6 +307,9 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         "generate_sets": None if config.generate_sets else False,  # True as None: older folders resume
         "regime": config.regime,
         "positions": config.positions,
+        # alpha in raw units (config alpha_units: raw); None for norm units, so older folders resume. Not
+        # "alpha_units": meta.json's key of the measured units (experiments.dose_response.units)
+        "raw_alpha": True if config.alpha_units == "raw" else None,
         "schedule": "every-step",
         "random_seed": config.random_seed,
         "n_random": config.n_random,

@@ -155,7 +155,7 @@ def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], image
 
     config = plan.config
     dose = dose_of(cond, units)
-    if dose.unit.positions != config.positions:
+    if dose.unit.positions not in (None, config.positions):  # None: a raw unit, measured nowhere
         raise RuntimeError(f"unit norm of L{cond.layer} was measured at {dose.unit.positions}, the edit is at "
                            f"{config.positions}")
     deltas = dose.raw * set_vectors(plan, cond)  # (K, d_model)
@@ -212,7 +212,7 @@ def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images
             logp = answer_logprobs(handle, enc, candidate_token_ids(handle, list(LETTERS)))  # (n, 5)
         else:
             dose = dose_of(cond, units)
-            assert dose.unit.positions == config.positions, (dose.unit.positions, config.positions)
+            assert dose.unit.positions in (None, config.positions), (dose.unit.positions, config.positions)
             logp = option_logprobs_rows(handle, prompts, images, LETTERS, cond.layer,  # type: ignore[arg-type]
                                         dose.raw * plan.directions[cond.layer].vector[None, :],  # type: ignore[index]
                                         positions=config.positions, enc=enc)[0]  # (n, 5)

@@ -32,6 +32,7 @@ MEASURE_TITLES = {
     "invalid_rate": ("invalid replies", "invalid replies (share of items)"),
 }
 ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward measuring)"
+RAW_ALPHA_AXIS = "alpha (raw: norm of the vector added; + = toward measuring)"
 
 
 def fmt_band(b: NullBandRow | None, measure: str) -> str:
@@ -261,7 +262,8 @@ def plot_curves(result: DoseResult, out: Path) -> list[str]:
                             ax.set_ylim(-3, 103)
                         ax.axvline(0.0, color="0.8", lw=0.8)
                         ax.set_title(f"L{layer}, {group} (n={n} items)", fontsize=9)
-                        ax.set_xlabel(ALPHA_AXIS, fontsize=8)
+                        ax.set_xlabel(RAW_ALPHA_AXIS if any(u.raw for u in meta.alpha_units.values()) else ALPHA_AXIS,
+                                      fontsize=8)
                         ax.xaxis.set_major_locator(MaxNLocator(5))  # the dose grid's ticks ran together
                         if gi == 0:  # one label per row: long labels on every panel ran into their neighbours
                             ax.set_ylabel(axis_label, fontsize=8)
@@ -293,6 +295,7 @@ def write_reports(plan: Plan, result: DoseResult) -> list[str]:
 
 __all__ = [
     "ALPHA_AXIS",
+    "RAW_ALPHA_AXIS",
     "JSON_FILE",
     "MD_FILE",
     "MEASURE_TITLES",

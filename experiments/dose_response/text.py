@@ -160,7 +160,13 @@ def paragraphs(meta: ReportMeta, headline: Sequence[Headline], controls: Sequenc
     """The report's generated paragraphs, in order: units, headline per goal, controls, ablation."""
     out = []
     units = meta.alpha_units
-    if units:
+    if units and next(iter(units.values())).raw:
+        parts = [f"L{k}: {v.directions_mean_norm:.4g} at the {v.directions_position} position"
+                 for k, v in sorted(units.items())]
+        out.append(f"**Units.** alpha is raw: alpha = 1 adds the unit direction itself, a vector of norm 1, at every "
+                   f"layer. For scale, directions.json's mean residual norms are {'; '.join(parts)}. Raw doses do not "
+                   "compare across layers or models whose residual norms differ.")
+    elif units:
         parts = [f"L{k}: {v.unit_norm:.4g} (directions.json's {v.directions_position}-position mean norm "
                  f"{v.directions_mean_norm:.4g})" for k, v in sorted(units.items())]
         out.append(f"**Units.** alpha = 1 adds one mean residual norm of what is edited: the mean per-token norm over "

@@ -16,6 +16,10 @@ the norm was read at (`positions: last`), is available and measured the same way
 unit is the last-token norm of the select prompts); hooks.steering.Steering.from_dose
 refuses a norm measured at other positions than the edit.
 
+Raw units (`alpha_units: raw`, seed 002's convention, alpha in {0, 2, 5, 10}): alpha = 1 adds the unit
+direction itself, a vector of norm 1, at every layer; nothing is measured, and the entry says so
+(`items: "raw"`, unit_norm 1) beside directions.json's mean norm, for scale.
+
 Measured once per run folder, with the model loaded (DoseResponseJob.open), rounded to 6
 significant digits and written to meta.json (`alpha_units`); a resumed run reads it back instead
 of measuring again, so every row of a folder uses the same raw doses even across machines.
@@ -71,14 +75,29 @@ class MeasuredUnit:
                    record.get("n_tokens"), record.get("items"), record.get("directions_mean_norm"),  # type: ignore[arg-type]
                    record.get("directions_position"))  # type: ignore[arg-type]
 
+    @property
+    def raw(self) -> bool:
+        """alpha in raw units: the unit direction itself, measured nowhere."""
+        return self.items == RAW_ITEMS
+
     def dose_unit(self) -> DoseUnit:
         """As the intervention core's unit of alpha (hooks.dose), which knows its positions."""
+        if self.raw:
+            return DoseUnit.raw(self.layer)
         return DoseUnit(self.layer, self.unit_norm, self.positions,
                         f"mean residual norm over {self.n_tokens} edited positions of {self.n_items} select prompts, "
                         "unsteered")
 
 
 AlphaUnits = dict[int, MeasuredUnit]  # per steered layer, in the order they were measured
+RAW_ITEMS = "raw"  # MeasuredUnit.items of a raw unit: measured on no prompt
+
+
+def raw_units(plan: Plan, layers: list[int]) -> AlphaUnits:
+    """Raw units of `layers`: 1, beside directions.json's mean norm (module docstring)."""
+    return {layer: MeasuredUnit(layer, 1.0, plan.config.positions, None, None, RAW_ITEMS,
+                                plan.directions[layer].mean_norm, plan.provenance.get("position"))
+            for layer in layers}
 
 
 def measure_units(handle: Any, plan: Plan, layers: list[int]) -> AlphaUnits:
@@ -115,12 +134,14 @@ def unit_of(units: Mapping[int, MeasuredUnit], layer: int) -> DoseUnit:
 
 
 def units_for(handle: Any, plan: Plan, recorded: AlphaUnits) -> AlphaUnits:
-    """The folder's recorded units where they match this run's positions, measured for the rest."""
-    known = {layer: u for layer, u in recorded.items() if u.positions == plan.config.positions}
+    """The folder's recorded units where they match this run's positions and kind (raw or measured),
+    measured (or raw) for the rest."""
+    raw = plan.config.alpha_units == "raw"
+    known = {layer: u for layer, u in recorded.items() if u.positions == plan.config.positions and u.raw == raw}
     missing = [layer for layer in plan.layers if layer not in known]
     if missing:
-        known.update(measure_units(handle, plan, missing))
+        known.update(raw_units(plan, missing) if raw else measure_units(handle, plan, missing))
     return known
 
 
-__all__ = ["AlphaUnits", "MeasuredUnit", "measure_units", "read_units", "unit_of", "units_for", "units_json"]
+__all__ = ["RAW_ITEMS", "AlphaUnits", "MeasuredUnit", "measure_units", "raw_units", "read_units", "unit_of", "units_for", "units_json"]

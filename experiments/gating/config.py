@@ -11,7 +11,7 @@ from evprobe.core.flags import setting
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
 from evprobe.core.shard import Shard
 from evprobe.experiments.config import ModelConfig, load_config, resolve_config
-from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.steering_conventions import ALPHA_UNITS_HELP, AlphaUnits, alpha_key, check_alpha_units
 
 REGIMES = ("standard", "guided")
 REQUEST_KINDS = {"answer_initial": "answer", "answer_after_test": "answer", "select": "select"}
@@ -30,6 +30,7 @@ GROUPS = {"controls": True, "voids": False}  # group -> resolved
 MEASURE = {"answer": ("abstention", "undetermined option chosen"),
            "select": ("measure rate", "a test chosen (100 - stop rate)")}
 ALPHA_AXIS = "alpha (multiples of mean residual norm; + = toward abstaining/measuring)"
+RAW_ALPHA_AXIS = "alpha (raw: norm of the vector added; + = toward abstaining/measuring)"
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class GatingConfig:
     alphas: tuple[float, ...] = setting(
         (-1.0, 0.0, 1.0), "doses in multiples of the layer's mean residual norm (+ = toward abstaining/measuring); "
         "write --alphas=-1,0,1 when the first is negative")
+    alpha_units: AlphaUnits = setting("norm", ALPHA_UNITS_HELP + "; norm is each direction's mean norm (directions.json)")
     split_seed: int = setting(0, "seed of the family split (half fitting, half held out, per system)")
     folds: int = setting(5, "folds of the layer-choosing sweep (capped at the fitting families)")
     limit: int | None = setting(None, "only the first N held-out items (manifest order)")
@@ -73,6 +75,7 @@ class GatingConfig:
             raise ValueError(f"key 'alphas' repeats a dose ({', '.join(keys)})")
         if not any(a != 0 for a in self.alphas):
             raise ValueError("key 'alphas' has no nonzero dose; give e.g. [-1, 0, 1]")
+        check_alpha_units(self.alpha_units)
         if self.folds < 2:
             raise ValueError(f"key 'folds' must be 2 or more, got {self.folds}")
         if self.n_boot < 1:

@@ -104,6 +104,7 @@ class GatingJob(Job):
                "directions": {r: {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
                               for r, d in self.directions.items()},
                "guided_text": GUIDED, "positions": "all", "protocol": "direct",
+               "raw_alpha": True if plan.config.alpha_units == "raw" else None,  # None: older folders resume
                "attn_implementation": plan.model.attn_implementation, **self.input_pins}
         if self.handle is not None:  # after open(): what only the loaded model tells
             from evprobe.experiments.pins import loaded_pins
@@ -148,8 +149,9 @@ class GatingJob(Job):
             logp = hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
         else:
             d = self.directions[direction]
-            spec = Steering.from_norm_units(d.vector, self.layer, alpha, d.mean_norm, positions="all",
-                                            schedule="every-step")
+            # raw units: alpha x the unit direction (a "mean norm" of 1), else alpha x its mean norm
+            unit = 1.0 if self.plan.config.alpha_units == "raw" else d.mean_norm
+            spec = Steering.from_norm_units(d.vector, self.layer, alpha, unit, positions="all", schedule="every-step")
             with steer(self.handle, spec):
                 logp = hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
         return [{"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "request": it.request,

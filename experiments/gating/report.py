@@ -12,9 +12,12 @@ from evprobe.core.decimals import fixed
 from evprobe.core.estimate_text import count_text, estimate_text, missing_text
 from evprobe.core.bootstrap import INTERVAL_METHOD, Estimate, FamilyBootstrap, Resampled, families_of
 from evprobe.experiments.steering_conventions import alpha_key
-from evprobe.experiments.gating.config import ALPHA_AXIS, GROUPS, MEASURE, POSITION, REGIMES, REQUEST_KINDS
+from evprobe.experiments.gating.config import (ALPHA_AXIS, GROUPS, MEASURE, POSITION, RAW_ALPHA_AXIS, REGIMES,
+                                              REQUEST_KINDS)
 from evprobe.experiments.gating.plan import GateDirection, Plan
 from evprobe.core.json_types import JsonObject
+
+RAW_UNITS = "alpha in raw units"  # GatingMeta.units' opening when alpha_units is raw
 
 # ---------------------------------------------------------------- the result
 
@@ -176,7 +179,9 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], JsonObject], layer: int, b
         n_controls=int(resolved.sum()), n_voids=int((~resolved).sum()),
         split=f"per system, first floor(n/2) of default_rng([{config.split_seed}, k]).permutation fit",
         sign="+ alpha = toward abstaining / measuring (resolved=True directions negated)",
-        units="alpha in multiples of the layer's mean residual norm (each direction's own regime)",
+        units=(f"{RAW_UNITS}: alpha = 1 adds the unit direction itself, a vector of norm 1"
+               if config.alpha_units == "raw" else
+               "alpha in multiples of the layer's mean residual norm (each direction's own regime)"),
         interval_method=INTERVAL_METHOD, n_boot=config.n_boot, seed=config.seed,
         n_unit="n = items in the denominator",
     )
@@ -265,7 +270,7 @@ def plot(result: GatingResult, path: Path) -> Path:
             ax.fill_between(x, lo, hi, color=color, alpha=0.1)
         ax.axvline(0.0, color="0.8", lw=0.8)
         ax.set_ylim(-3, 103)
-        ax.set_xlabel(ALPHA_AXIS, fontsize=8)
+        ax.set_xlabel(RAW_ALPHA_AXIS if (result.meta.units or "").startswith(RAW_UNITS) else ALPHA_AXIS, fontsize=8)
         ax.set_ylabel(f"{MEASURE[kind][0]} (% of items)", fontsize=8)
         ax.set_title(f"{kind} requests, {group}\nitems {count_text(n, families)}", fontsize=9)
     axes[0][0].legend(fontsize=7, loc="best")

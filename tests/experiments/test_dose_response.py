@@ -493,3 +493,33 @@ def test_the_power_benchmark_runs_and_prints_every_rule(capsys) -> None:
     assert [(r[3], r[4]) for r in rows] == [("reads", s) for s in ("0.25", "1", "2", "4", "8")] + \
         [("unread", s) for s in ("0.25", "1", "2", "4", "8")] + [("meaningless", "0")]
     assert all(len(r) == 9 for r in rows)  # a measuring/stopping share for each of the four rules
+
+
+def test_raw_alpha_units_add_the_unit_direction_itself(setup) -> None:
+    """alpha_units raw (seed 002's alpha in {0, 2, 5, 10}): alpha = 1 adds the unit direction, a vector of norm 1;
+    nothing is measured, meta.json says so, the report says so, and a norm-unit rerun in the folder is refused."""
+    from evprobe.hooks.steering import Steering, option_logprobs
+
+    cfg = config(setup, "raw", layers=(1,), alphas=(0.0, 2.0), alpha_units="raw", n_random=2, n_relabel=0,
+                 controls=(), ablation=False, limit=4)
+    dose_response(cfg, progress=False)
+    meta = json.loads((Path(cfg.out) / "meta.json").read_text())
+    assert meta["alpha_units"]["1"]["unit_norm"] == 1.0 and meta["alpha_units"]["1"]["items"] == "raw"
+    assert meta["alpha_units"]["1"]["directions_mean_norm"] != 1.0  # for scale: not the unit used
+    rows = load_results(Path(cfg.out) / RESULTS_FILE)
+    plan = make_plan(cfg)
+    handle = hooks.load(MODEL)
+    prompts = [build_prompt(it, "direct", "standard") for it in plan.items]
+    images = [_images(setup["bench"], it) for it in plan.items]
+    vector = plan.directions[1].vector / np.linalg.norm(plan.directions[1].vector)
+    want = option_logprobs(handle, prompts, images, LETTERS, Steering(vector, 1, 2.0), batch_size=8)  # raw size 2
+    for i, it in enumerate(plan.items):
+        got = rows[(it.item_id, "L1.probe.+2")]["logprobs"]
+        assert np.allclose([got[x] for x in LETTERS], want[i], atol=1e-5)
+    text = (Path(cfg.out) / "dose_response.md").read_text()
+    assert "alpha is raw: alpha = 1 adds the unit direction itself" in text
+    assert meta["raw_alpha"] is True and meta["config"]["alpha_units"] == "raw"
+    with pytest.raises(InputError, match="raw_alpha=True, this run has raw_alpha=None"):
+        dose_response(replace(cfg, alpha_units="norm"), progress=False)
+    with pytest.raises(ValueError, match="key 'alpha_units' is 'metres'; choose from norm, raw"):
+        replace(cfg, alpha_units="metres")

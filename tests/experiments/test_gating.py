@@ -6,6 +6,7 @@ before any model is loaded."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from evprobe.bench.manifest import load_item_images
 from evprobe.bench.protocols import build_prompt
 from evprobe.experiments.config import ConfigError
 from evprobe.bench.family import LETTERS
+from evprobe.experiments.steering_conventions import alpha_key
 from evprobe.experiments.gating import (
     REGIMES,
     GatingConfig,
@@ -247,3 +249,22 @@ def test_the_figure_panels_say_their_families(tmp_path: Path, monkeypatch: pytes
     plot(GatingResult(meta, rows, ()), tmp_path / "g.png")
     assert titles == [f"answer requests, controls\nitems {count_text(24, 12)}",
                       f"select requests, controls\nitems {count_text(10, 5)}"]
+
+
+def test_raw_alpha_units_add_alpha_times_the_unit_direction(first: tuple[GatingConfig, dict], bench: Path,
+                                                            tmp_path: Path) -> None:
+    """alpha_units raw: alpha = 1 adds the unit direction (norm 1). So a raw dose equal to a direction's mean norm is
+    exactly the norm-unit dose 1 of that direction, row for row; the report and the folder's pins say raw."""
+    cfg, _ = first
+    meta = json.loads((Path(cfg.out) / "meta.json").read_text())
+    name, d = next(iter(meta["directions"].items()))
+    raw_cfg = replace(cfg, out=str(tmp_path / "raw"), alpha_units="raw", alphas=(0.0, d["mean_norm"]))
+    done = gating(raw_cfg, progress=False)
+    norm_rows, raw_rows = rows_of(Path(cfg.out)), rows_of(tmp_path / "raw")
+    pairs = [(r, norm_rows[(r["item_id"], r["condition"].replace(alpha_key(d["mean_norm"]), "+1"))])
+             for r in raw_rows.values() if r["direction"] == name and r["alpha"] != 0]
+    assert pairs and all(r["logprobs"] == n["logprobs"] for r, n in pairs)
+    assert json.loads((tmp_path / "raw" / "meta.json").read_text())["raw_alpha"] is True
+    assert done.computed > 0 and "units: alpha in raw units" in (tmp_path / "raw" / "gating.md").read_text()
+    with pytest.raises(ValueError, match="key 'alpha_units' is 'big'; choose from norm, raw"):
+        replace(cfg, alpha_units="big")

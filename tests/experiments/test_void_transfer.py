@@ -112,3 +112,19 @@ def test_a_crossfit_row_keeps_its_family_count() -> None:
     assert with_ci == {"value": 0.25, "ci": [0.1, 0.4], "n": 24, "n_families": 12}
     assert identical["identical_units"] and identical["n_families"] == 5
     assert "n_families" not in unknown
+
+
+def test_raw_alpha_units_reach_the_steering_and_the_report(void_bench: Path, tmp_path: Path, capsys) -> None:
+    """--alpha-units raw (seed 002's doses, alpha x the unit direction): the own-data function steers in raw units
+    (analysis.dose_response units='raw'), the report says so, and a unit that is neither is one line."""
+    out = tmp_path / "raw"
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out", str(out),
+                 "--quiet", *FLAGS, "--alpha-units", "raw", "--alphas=0,2"]) == 0
+    result = json.loads((out / "void_transfer.json").read_text())
+    assert result["config"]["alpha_units"] == "raw"
+    assert "- doses: raw (alpha = 1 adds the unit direction" in (out / "void_transfer.md").read_text()
+    capsys.readouterr()
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out",
+                 str(tmp_path / "bad"), "--alpha-units", "metres"]) == 2
+    err = capsys.readouterr().err
+    assert "alpha-units" in err or "alpha_units" in err
