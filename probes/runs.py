@@ -57,7 +57,8 @@ def labelled(
     label: None reads `resolved` on the benchmark's captures and your capture's one label
     (probes.user_words; with several, one line lists them).
     records: run folders (records.jsonl) for behavioural labels and `restrict`, one for all
-    captures or one per capture. restrict: confabulated | overcautious | not_reference.
+    captures or one per capture. restrict: confabulated | overcautious | not_reference, or
+    confabulated_twin (each confabulated void with its own twin, 1:1; probes.label_sets).
     nonfinite: refuse | drop, what a capture row holding NaN or inf does (probes.captures)."""
     cs = captures if isinstance(captures, CaptureSet) else load_captures(captures, nonfinite=nonfinite)
     if isinstance(label, LabelSet):

@@ -33,8 +33,10 @@ JSON_FILE = "best_layers.json"
 MD_FILE = "best_layers.md"
 PNG_FILE = "layer_sweep.png"
 DEFAULT_LABELS = ("resolved", "history", "threshold_level", "missing_property")
-# Transfer kinds of probes.transfer that work on one capture (regime needs several captures).
-TRANSFER_KINDS = ("system", "initial", "pairs", "request")
+# Transfer kinds of probes.transfer that work on one capture (regime needs several captures); the void
+# kinds need the voids captured too (requests naming voids or void-<type>: checked with the config).
+TRANSFER_KINDS = ("system", "initial", "pairs", "half", "request", "void", "void_system")
+VOID_TRANSFERS = ("void", "void_system")
 # Labels computed from the index rows alone (behavioural labels need a run's records: out of scope here).
 DERIVED = ("missing_property", "initial")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
@@ -110,6 +112,10 @@ class LayerSweepConfig:
             if kind not in TRANSFER_KINDS and kind not in _index_fields():
                 raise ValueError(f"key 'transfer' has unknown kind {kind!r}; choose from {', '.join(TRANSFER_KINDS)} "
                                  "or an index field (regime needs two captures: use evprobe sweep)")
+            if kind in VOID_TRANSFERS and not any(r == "voids" or r.startswith("void-") for r in self.requests):
+                raise ValueError(f"key 'transfer' has {kind!r}, which pairs voids with their twins, and key 'requests' "
+                                 f"captures no voids ({', '.join(self.requests)}); add voids (a benchmark generated "
+                                 "with --voids occluded,unstated)")
         check_regime(self.regime)
         if self.folds < 2:
             raise ValueError(f"key 'folds' must be 2 or more, got {self.folds}")

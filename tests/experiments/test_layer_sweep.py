@@ -98,6 +98,7 @@ def test_changed_settings_resweep_only_that(first: tuple[Path, dict], bench: Pat
     ({"labels": ("resolved", "sufficiency")}, "unknown label 'sufficiency'"),
     ({"positions": ("last", "middle")}, "key 'positions'"),
     ({"transfer": ("system", "regime")}, "unknown kind 'regime'"),
+    ({"transfer": ("void_system",)}, "captures no voids (select, answer_initial); add voids"),
     ({"layers": (0, 9)}, "layer 9 is out of range"),
     ({"requests": ("select", "bogus")}, "unknown request type 'bogus'"),
 ])
