@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evprobe.bench.model_config import ModelConfig, did_you_mean
+from evprobe.bench.protocols import is_json_regime
 from evprobe.core.errors import InputError
 
 CUT_OFF_ROUTE = "invalid:cut_off"  # the route of an unreadable reply its budget cut off (bench.runner)
@@ -91,7 +92,16 @@ def reply_budget(model: ModelConfig, protocol: str, regime: str, *, max_new_toke
                              f"Choose from {', '.join(PRESETS)}")
         return PRESETS[preset].reply(protocol)
     limit = model.max_new_tokens(protocol)
-    return max(limit, model.max_new_tokens_json) if regime == "json" else limit
+    return max(limit, model.max_new_tokens_json) if is_json_regime(regime) else limit
+
+
+def default_reply_budget(protocol: str, regime: str) -> int:
+    """A protocol's reply budget under a regime with a model config's defaults (a run's own:
+    `reply_budget` with its model config and flags)."""
+    from evprobe.bench.protocols import get_protocol
+
+    get_protocol(protocol)
+    return reply_budget(ModelConfig("defaults", "defaults"), protocol, regime)
 
 
 def thinking_budget(model: ModelConfig, given: int | None) -> int | None:

@@ -138,6 +138,7 @@ from evprobe.bench.calibration import (
     SPRING_RULER,
 )
 from evprobe.bench.items import Item
+from evprobe.bench.protocols import is_json_regime
 from evprobe.bench._parse_spans import (
     ANSWERS,
     NUMBER_REQUESTS,
@@ -292,7 +293,7 @@ def parse_reply(item: Item, reply: str, regime: str = "standard", *, letters: bo
         return invalid("unfinished_reasoning")  # cut off inside its reasoning: no reply was given
     if not text:
         return invalid("empty")
-    if regime == "json":
+    if is_json_regime(regime):
         # `\{.*\}` (re.S): from the first "{" to the last "}" (a rescan from each "{" is quadratic)
         first, last = text.find("{"), text.rfind("}")
         if first != -1 and last > first:

@@ -16,6 +16,14 @@ Regimes (seed 002, appendix C, adapted to this benchmark): `standard` adds nothi
 tells the model not to guess when the evidence is insufficient; `json` asks for a JSON object with
 `reason` and `final_answer`. The seed used system prompts; we append the regime text to the user
 turn instead, because several supported chat templates have no system role.
+
+The seed's own prompts, verbatim (appendix C; opt-in, for reproducing its tables): `seed002-standard`,
+`seed002-guided` and `seed002-json` open the user turn with C.1's system prompt (and C.2's or C.3's
+appended text), then the item's prompt and the protocol's text; nothing else is added (no guided line
+of ours, no JSON suffix of ours). Two departures, both written here: the text opens the user turn
+rather than a system turn (the same reason as above), and the extraction's typeset quotes are ASCII.
+Its words are the seed's, including "a sequence of video frames" on a benchmark of sheets. A
+`seed002-json` reply is read as a json reply (`is_json_regime`).
 """
 
 from __future__ import annotations
@@ -32,7 +40,25 @@ class Protocol:
 
 
 PROTOCOLS: dict[str, Protocol] = {name: Protocol(name) for name in ("direct", "brief", "free")}
-REGIMES: tuple[str, ...] = ("standard", "guided", "json")
+SEED002_STANDARD = (
+    "You are a physical reasoning module deployed in a robotic system. You are analyzing a physics scenario from a "
+    "sequence of video frames in chronological order. Your output directly informs real-time robot control "
+    "decisions -- accuracy and efficiency are both critical.\n"
+    "INSTRUCTIONS:\n"
+    "- Focus on the physical events relevant to the question. Do NOT narrate every frame.\n"
+    "- Do not repeat observations or think in circles.\n"
+    "- State your analysis briefly, then provide your final answer."
+)
+SEED002_PROMPTS: dict[str, str] = {  # seed 002 appendix C.1-C.3, "reproduced verbatim as used during evaluation"
+    "seed002-standard": SEED002_STANDARD,
+    "seed002-guided": SEED002_STANDARD + "\n\nIf a question is unanswerable because there is insufficient evidence to "
+                      "definitively provide an answer, don't provide a guess and respond \"I don't know\".",
+    "seed002-json": SEED002_STANDARD + "\n\nYou MUST respond with a JSON object in this exact format:\n"
+                    '{"reason": "<your step-by-step analysis>", "final_answer": "<your answer>"}\n'
+                    "Do NOT include any text before or after the JSON.",
+}
+REGIMES: tuple[str, ...] = ("standard", "guided", "json", *SEED002_PROMPTS)
+JSON_REGIMES = ("json", "seed002-json")  # replies read for a JSON final_answer (bench.parse)
 
 BRIEF_SUFFIX = (
     "Give at most two short sentences of working. You must then end your reply with this exact "
@@ -66,20 +92,15 @@ def get_protocol(name: str) -> Protocol:
     return PROTOCOLS[name]
 
 
+def is_json_regime(regime: str) -> bool:
+    """Whether a regime asks for a JSON object with a final_answer (its replies are read so)."""
+    return regime in JSON_REGIMES
+
+
 def check_regime(name: str) -> str:
     if name not in REGIMES:
         raise ValueError(f"unknown regime {name!r}; choose from {', '.join(REGIMES)}")
     return name
-
-
-def max_new_tokens(protocol: str, regime: str) -> int:
-    """A protocol's default reply budget under a regime: a model config's defaults (a run's own,
-    from its model config and flags: `bench.budgets.reply_budget`)."""
-    from evprobe.bench.budgets import reply_budget
-    from evprobe.bench.model_config import ModelConfig
-
-    get_protocol(protocol)
-    return reply_budget(ModelConfig("defaults", "defaults"), protocol, regime)
 
 
 def free_prompt(item: Item) -> str:
@@ -103,6 +124,9 @@ def build_prompt(item: Item, protocol: str, regime: str = "standard") -> str:
     parts = [item.prompt]
     if protocol == "free":
         parts, slot = [free_prompt(item)], "<your answer in words>"
+    if regime in SEED002_PROMPTS:  # the seed's system prompt opens the turn; nothing of ours is added
+        return "\n\n".join([SEED002_PROMPTS[regime], *parts,
+                             *([BRIEF_SUFFIX.format(slot=slot)] if protocol == "brief" and regime != "seed002-json" else [])])
     if regime == "guided":
         if item.request == "select":
             parts.append(GUIDED["select"])

@@ -29,7 +29,7 @@ from evprobe.bench.backends.registry import (DEFAULT_BACKEND, BackendSpec, backe
 from evprobe.bench.budgets import CUT_OFF_ROUTE, Budget, reply_budget, thinking_budget
 from evprobe.bench.parse import RUBRICS, Parsed, Rubric, parse_reply, reading_of
 from evprobe.bench.policies import POLICIES, make_policy
-from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, prompt_template_sha256
+from evprobe.bench.protocols import build_prompt, check_regime, get_protocol, is_json_regime, prompt_template_sha256
 from evprobe.bench.records import RECORDS_FILE, RUN_META_FILE, Record, load_records, record_problem
 from evprobe.bench.reference import Prices
 # what a run selects (bench.selection), importable from here as before
@@ -432,7 +432,7 @@ def check_backend_settings(config: RunConfig, handle: Handle | None) -> None:
             raise InputError(f"a thinking budget ({budget.thinking}) is honoured by the {able} backend, not {c.backend}, "
                              "which cannot close a reasoning block mid-reply; drop it (the reply budget then covers "
                              "the reasoning)")
-    if c.option_logprobs and (c.protocol != "direct" or c.regime == "json"):
+    if c.option_logprobs and (c.protocol != "direct" or is_json_regime(c.regime)):
         raise InputError(f"--option-logprobs reads the first reply token, which holds the letter only in protocol "
                          f"direct without the json regime (this run: {c.protocol}, {c.regime}); drop the flag")
     c.backend_options.check(c)  # type: ignore[union-attr]

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from evprobe.bench.items import Item
+from evprobe.bench.protocols import is_json_regime
 from evprobe.bench.records import Record
 from evprobe.bench.reference import Prices
 from evprobe.bench.scoring import score
@@ -100,8 +101,8 @@ def check_run(name: str, protocol: str, regime: str, run_json: str) -> None:
     if protocol not in ("direct", "brief"):
         raise InputError(f"{run_json}: protocol {protocol!r}: --as {name} reads seed 000's letter protocols "
                          "(direct, brief) only; B.2 has no rule for replies without option letters: score a direct or brief run")
-    if regime == "json":
-        raise InputError(f"{run_json}: regime 'json': --as {name} has no reading of a json final_answer "
+    if is_json_regime(regime):
+        raise InputError(f"{run_json}: regime {regime!r}: --as {name} has no reading of a json final_answer "
                          "(seed 000 had no json regime); score a standard or guided run")
 
 

@@ -49,7 +49,8 @@ HELP = {
                 "for reasoning on/off pairs; default: the template's own. Refused for a template without it",
     "shard": "only shard K/N (0-based; whole families, sorted ids round robin); combine the N folders with "
              "`evprobe merge`. Under torchrun the rank picks the shard",
-    "regime": "prompt regime: standard, guided or json",
+    "regime": ("prompt regime: standard, guided or json; seed002-standard, seed002-guided or seed002-json for seed "
+               "002's own prompts (appendix C, verbatim)"),
     "protocol": "direct (short reply), brief (a few sentences, then the answer line) or free (answer requests "
                 "only: no option letters, a reply in words)",
 }

@@ -49,7 +49,7 @@ def _middle_steering(handle: Any, rows: Rows, b: int, alpha_norm: float) -> tupl
 
 
 def run_steering(handle: Any, rows: Rows, b: int, repeats: int) -> Overhead:
-    from evprobe.bench.protocols import max_new_tokens
+    from evprobe.bench.budgets import default_reply_budget as max_new_tokens
     from evprobe.hooks.steering import steered_generate
 
     prompts, images = rows.prompts("direct", b), rows.image_lists(b)

@@ -21,7 +21,7 @@ INVARIANCE_ADVICE = (
 def run_invariance(handle: Any, rows: Rows, b: int) -> BatchInvariance:
     import numpy as np
 
-    from evprobe.bench.protocols import max_new_tokens
+    from evprobe.bench.budgets import default_reply_budget as max_new_tokens
     from evprobe.hooks.capture import capture_batch
     from evprobe.hooks.generation import generate
 

@@ -42,7 +42,7 @@ def _one_call(handle: Any, prompts: list[str], images: list[list[Any]], n_tokens
 
 
 def _protocol_point(handle: Any, rows: Rows, protocol: str, b: int, repeats: int) -> ProtocolPoint:
-    from evprobe.bench.protocols import max_new_tokens
+    from evprobe.bench.budgets import default_reply_budget as max_new_tokens
 
     device, n_tokens = handle.device, max_new_tokens(protocol, "standard")
     prompts, images = rows.prompts(protocol, b), rows.image_lists(b)
@@ -75,7 +75,7 @@ def run_throughput(handle: Any, rows: Rows, batch_sizes: Sequence[int], repeats:
                    spent: Callable[[], str | None] = lambda: None) -> Throughput:
     """Every (protocol, batch size) point; one that runs out of memory, or comes after the time
     budget is spent (`spent` says why), is listed in `failures` and the others still run."""
-    from evprobe.bench.protocols import max_new_tokens
+    from evprobe.bench.budgets import default_reply_budget as max_new_tokens
 
     device, failures, sizes = handle.device, [], []
     for b in batch_sizes:  # warm-up at every shape (kernel selection, allocator, lazy inits)

@@ -19,7 +19,7 @@ def _differing(a: Sequence[Any], b: Sequence[Any]) -> int:
 
 
 def run_decode_cache(handle: Any, rows: Rows, b: int, repeats: int) -> tuple[SettingCheck, ...]:
-    from evprobe.bench.protocols import max_new_tokens
+    from evprobe.bench.budgets import default_reply_budget as max_new_tokens
 
     from evprobe.hooks.generation import DECODE_CACHES as caches
     from evprobe.hooks.generation import generate
@@ -47,7 +47,7 @@ def _vision_tower(model: Any) -> Any:
 def run_vision_attention(handle: Any, rows: Rows, b: int, repeats: int) -> SettingCheck:
     import torch
 
-    from evprobe.bench.protocols import max_new_tokens
+    from evprobe.bench.budgets import default_reply_budget as max_new_tokens
     from evprobe.hooks.generation import generate
     from evprobe.hooks.inputs import build_inputs
 
