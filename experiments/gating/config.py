@@ -26,6 +26,13 @@ POSITION = "last"
 ROW_TYPES = {"item_id": "id", "family_id": "id", "system": "str", "request": "str", "resolved": "bool",
              "condition": "str", "inference": "str", "direction": "str?", "alpha": "number", "logprobs": "scores",
              "choice": "str", "option": "str", "abstain": "bool"}
+# a free readout's row: the steered reply as generated and the rule reader's reading of it (bench.parse)
+FREE_ROW_TYPES = {**{k: v for k, v in ROW_TYPES.items() if k not in ("logprobs", "choice", "option", "abstain")},
+                  "reply": "str", "valid": "bool", "route": "str", "answer": "str?", "abstain": "bool"}
+READOUTS = ("letters", "free")
+HELP_READOUT = ("how a reply is read: letters (the top option letter of the next-token log-probs, direct protocol) or "
+                "free (a generated free-form reply, free protocol, read by the rule reader with seed 002's rubric: "
+                "abstains when it says the evidence cannot settle it; answer requests only; seed 002 section 5.5)")
 GROUPS = {"controls": True, "voids": False}  # group -> resolved
 MEASURE = {"answer": ("abstention", "undetermined option chosen"),
            "select": ("measure rate", "a test chosen (100 - stop rate)")}
@@ -48,6 +55,7 @@ class GatingConfig:
         (-1.0, 0.0, 1.0), "doses in multiples of the layer's mean residual norm (+ = toward abstaining/measuring); "
         "write --alphas=-1,0,1 when the first is negative")
     alpha_units: AlphaUnits = setting("norm", ALPHA_UNITS_HELP + "; norm is each direction's mean norm (directions.json)")
+    readout: Literal["letters", "free"] = setting("letters", HELP_READOUT)
     split_seed: int = setting(0, "seed of the family split (half fitting, half held out, per system)")
     folds: int = setting(5, "folds of the layer-choosing sweep (capped at the fitting families)")
     limit: int | None = setting(None, "only the first N held-out items (manifest order)")
@@ -76,6 +84,12 @@ class GatingConfig:
         if not any(a != 0 for a in self.alphas):
             raise ValueError("key 'alphas' has no nonzero dose; give e.g. [-1, 0, 1]")
         check_alpha_units(self.alpha_units)
+        if self.readout not in READOUTS:
+            raise ValueError(f"key 'readout' is {self.readout!r}; choose from {', '.join(READOUTS)}")
+        if self.readout == "free" and any(REQUEST_KINDS[r] != "answer" for r in self.requests):
+            raise ValueError(f"key 'readout' is free, which asks the answer requests only (the free protocol), and key "
+                             f"'requests' has {', '.join(r for r in self.requests if REQUEST_KINDS[r] != 'answer')}; "
+                             "use requests: [answer_initial]")
         if self.folds < 2:
             raise ValueError(f"key 'folds' must be 2 or more, got {self.folds}")
         if self.n_boot < 1:

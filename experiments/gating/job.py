@@ -20,6 +20,7 @@ from evprobe.bench.manifest import load_item_images, read_meta
 from evprobe.core.jobs import Job, JsonlRows, Unit, run_job
 from evprobe.core.job_summary import JobSummary
 from evprobe.core.lock import folder_lock
+from evprobe.bench.parse import FREE_RUBRIC
 from evprobe.bench.protocols import GUIDED, build_prompt
 from evprobe.experiments.config import add_experiment_parser, as_dict, experiment_config, load_config
 from evprobe.experiments.steering_conventions import alpha_key
@@ -32,6 +33,7 @@ from evprobe.experiments.gating.config import (
     REGIMES,
     REQUEST_KINDS,
     RESULTS_FILE,
+    FREE_ROW_TYPES,
     ROW_TYPES,
     RUN_META_FILE,
 )
@@ -64,6 +66,32 @@ def readout(item: Item, logp: np.ndarray) -> GateReadout:
     option = item.options[choice]
     abstain = option == "undetermined" if REQUEST_KINDS[item.request] == "answer" else option != "stop"
     return GateReadout(choice, option, abstain)
+
+
+@dataclass(frozen=True)
+class FreeReadout:
+    """A generated free-form reply read by the rule reader (bench.parse, seed 002's rubric): abstains when its
+    answer is undetermined; an invalid reply never abstains and stays in every denominator."""
+
+    reply: str
+    valid: bool
+    route: str
+    answer: str | None
+
+    @property
+    def abstain(self) -> bool:
+        return self.answer == "undetermined"
+
+    def to_json(self) -> JsonObject:
+        return {"reply": self.reply, "valid": self.valid, "route": self.route, "answer": self.answer,
+                "abstain": self.abstain}
+
+
+def free_readout(item: Item, reply: str, regime: str) -> FreeReadout:
+    from evprobe.bench.parse import parse_reply
+
+    parsed = parse_reply(item, reply, regime, letters=False)  # the free protocol's reading (FREE_RUBRIC)
+    return FreeReadout(reply, parsed.valid, parsed.route, parsed.answer)
 
 
 class GatingJob(Job):
@@ -103,7 +131,11 @@ class GatingJob(Job):
                "split_seed": plan.config.split_seed,
                "directions": {r: {"name": d.name, "sha256": d.sha256, "mean_norm": d.mean_norm}
                               for r, d in self.directions.items()},
-               "guided_text": GUIDED, "positions": "all", "protocol": "direct",
+               "guided_text": GUIDED, "positions": "all", "protocol": self.protocol,
+               # a free readout's reading and budget; None for letters, so older folders resume
+               "readout": None if plan.config.readout == "letters" else plan.config.readout,
+               "rubric": FREE_RUBRIC if plan.config.readout == "free" else None,
+               "max_new_tokens": self.max_new_tokens if plan.config.readout == "free" else None,
                "raw_alpha": True if plan.config.alpha_units == "raw" else None,  # None: older folders resume
                "attn_implementation": plan.model.attn_implementation, **self.input_pins}
         if self.handle is not None:  # after open(): what only the loaded model tells
@@ -119,7 +151,7 @@ class GatingJob(Job):
         the model's files (experiments.pins)."""
         from evprobe.experiments.pins import input_pins
 
-        return input_pins(self.plan.model.model, templates={r: ("direct", r) for r in REGIMES},
+        return input_pins(self.plan.model.model, templates={r: (self.protocol, r) for r in REGIMES},
                           images=(self.plan.bench, self.plan.captured))
 
     def meta(self) -> JsonObject:
@@ -129,8 +161,9 @@ class GatingJob(Job):
                 "config": as_dict(self.plan.config), "model_config": as_dict(self.plan.model)}
 
     def store_at(self, folder: Path) -> JsonlRows:
+        types = FREE_ROW_TYPES if self.plan.config.readout == "free" else ROW_TYPES
         return JsonlRows(folder / RESULTS_FILE, lambda row: (row["item_id"], row["condition"]), what="gating row",
-                         check=lambda row: row_problem(row, ROW_TYPES, ROW_TYPES, "gating row"))
+                         check=lambda row: row_problem(row, types, types, "gating row"))
 
     def open(self) -> None:
         from evprobe.experiments.config import load_model
@@ -143,21 +176,41 @@ class GatingJob(Job):
 
         key, inference, direction, alpha = self.by_key[condition]
         items: list[Item] = [u.value for u in batch]
-        prompts = [build_prompt(it, "direct", inference) for it in items]
+        free = self.plan.config.readout == "free"
+        prompts = [build_prompt(it, self.protocol, inference) for it in items]
         images = [load_item_images(self.plan.bench, it.images) for it in items]
+
+        def read() -> Any:  # (items, letters) log-probs, or the generated replies (free)
+            if free:
+                return hooks.generate(self.handle, prompts, images, max_new_tokens=self.max_new_tokens,
+                                      batch_size=len(items))
+            return hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
+
         if direction is None:  # alpha = 0: no hooks at all
-            logp = hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
+            got = read()
         else:
             d = self.directions[direction]
             # raw units: alpha x the unit direction (a "mean norm" of 1), else alpha x its mean norm
             unit = 1.0 if self.plan.config.alpha_units == "raw" else d.mean_norm
             spec = Steering.from_norm_units(d.vector, self.layer, alpha, unit, positions="all", schedule="every-step")
-            with steer(self.handle, spec):
-                logp = hooks.next_token_logprobs(self.handle, prompts, images, list(LETTERS), batch_size=len(items))
-        return [{"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "request": it.request,
-                 "resolved": bool(it.resolved), "condition": key, "inference": inference, "direction": direction,
-                 "alpha": alpha, "logprobs": {x: float(logp[r, i]) for i, x in enumerate(LETTERS)},
-                 **readout(it, logp[r]).to_json()} for r, it in enumerate(items)]
+            with steer(self.handle, spec):  # every prompt position and every generated token
+                got = read()
+        common = [{"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "request": it.request,
+                   "resolved": bool(it.resolved), "condition": key, "inference": inference, "direction": direction,
+                   "alpha": alpha} for it in items]
+        if free:
+            return [{**row, **free_readout(it, g.text, inference).to_json()} for row, it, g in zip(common, items, got)]
+        return [{**row, "logprobs": {x: float(got[r, i]) for i, x in enumerate(LETTERS)},
+                 **readout(it, got[r]).to_json()} for r, (row, it) in enumerate(zip(common, items))]
+
+    @property
+    def protocol(self) -> str:
+        return "free" if self.plan.config.readout == "free" else "direct"
+
+    @property
+    def max_new_tokens(self) -> int:
+        """A free reply's budget: the model config's (bench.budgets)."""
+        return self.plan.model.max_new_tokens_free
 
     def finish(self, rows: dict[tuple[str, str], JsonObject], summary: JobSummary[Any]) -> GatingReport:
         plan = replace(self.plan, targets=[u.value for u in self.my_units()])  # a shard reports its own items

@@ -18,6 +18,11 @@ from evprobe.experiments.gating.plan import GateDirection, Plan
 from evprobe.core.json_types import JsonObject
 
 RAW_UNITS = "alpha in raw units"  # GatingMeta.units' opening when alpha_units is raw
+LETTERS_READOUT = ("the top option letter of the next-token log-probs (direct protocol). Answer requests: abstention = "
+                   "the undetermined option; select requests: measure rate = a test (100 - stop rate)")
+FREE_READOUT = ("a generated free-form reply (free protocol, greedy, steered at every prompt position and generated "
+                "token) read by the rule reader with seed 002's rubric (bench.parse): abstention = it says the evidence "
+                "cannot settle the answer; an invalid reply is no abstention and stays in every denominator")
 
 # ---------------------------------------------------------------- the result
 
@@ -94,6 +99,7 @@ class GatingMeta:
     n_boot: int
     seed: int
     n_unit: str
+    readout: str = LETTERS_READOUT  # how a reply was read (GatingConfig.readout's sentence)
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {f.name: getattr(self, f.name) for f in fields(self)}  # the fields' order is the keys'
@@ -184,6 +190,7 @@ def aggregate(plan: Plan, done: dict[tuple[str, str], JsonObject], layer: int, b
                "alpha in multiples of the layer's mean residual norm (each direction's own regime)"),
         interval_method=INTERVAL_METHOD, n_boot=config.n_boot, seed=config.seed,
         n_unit="n = items in the denominator",
+        readout=FREE_READOUT if config.readout == "free" else LETTERS_READOUT,
     )
     return GatingResult(meta, tuple(rows), tuple(tables))
 
@@ -219,8 +226,7 @@ def markdown(result: GatingResult) -> str:
         f"{meta.n_families} held-out families (n={meta.n_items} items: {meta.n_controls} controls, "
         f"{meta.n_voids} voids)."),
         f"- Sign: {meta.sign}; units: {meta.units}; steering at {meta.steered_positions}.",
-        ("- Readout: the top option letter of the next-token log-probs (direct protocol). Answer requests: "
-        "abstention = the undetermined option; select requests: measure rate = a test (100 - stop rate)."),
+        f"- Readout: {meta.readout}.",
         (f"- Cells: `base% -> steered% [95% interval of steered] (n)`; base = alpha 0 under the same inference "
         f"regime. Intervals: {meta.interval_method}; B={meta.n_boot}, seed {meta.seed}. {meta.n_unit}."),
     ]

@@ -268,3 +268,41 @@ def test_raw_alpha_units_add_alpha_times_the_unit_direction(first: tuple[GatingC
     assert done.computed > 0 and "units: alpha in raw units" in (tmp_path / "raw" / "gating.md").read_text()
     with pytest.raises(ValueError, match="key 'alpha_units' is 'big'; choose from norm, raw"):
         replace(cfg, alpha_units="big")
+
+
+def test_the_free_readout_reads_generated_replies_by_the_rule_reader(bench: Path, tmp_path: Path) -> None:
+    """readout free (seed 002's steering read on free-form replies): each row holds the steered greedy reply of the
+    free protocol and the rule reader's reading; alpha = 0 is the plain greedy reply; pinned; select refused."""
+    from evprobe.bench.model_config import ModelConfig
+    from evprobe.bench.parse import parse_reply
+    from evprobe.experiments.gating.job import free_readout
+
+    model = ModelConfig.of(MODEL, max_new_tokens_free=4)
+    cfg = config(bench, tmp_path / "free", model=model, readout="free", requests=("answer_initial",), limit=3,
+                 alphas=(0.0, 1.0))
+    done = gating(cfg, progress=False)
+    rows = rows_of(tmp_path / "free")
+    assert done.computed == len(rows) > 0
+    assert all(set(r) >= {"reply", "valid", "route", "answer", "abstain"} and "logprobs" not in r for r in rows.values())
+    plan = make_plan(cfg)
+    handle = hooks.load(MODEL)
+    for regime in REGIMES:
+        items = plan.targets
+        prompts = [build_prompt(it, "free", regime) for it in items]
+        images = [load_item_images(plan.bench, it.images) for it in items]
+        plain = hooks.generate(handle, prompts, images, max_new_tokens=4, batch_size=1)
+        for it, g in zip(items, plain):
+            row = rows[(it.item_id, f"{regime}.base")]
+            assert row["reply"] == g.text  # alpha = 0: the unsteered model's reply
+            parsed = parse_reply(it, g.text, regime, letters=False)
+            assert (row["valid"], row["route"], row["answer"]) == (parsed.valid, parsed.route, parsed.answer)
+            assert row["abstain"] == (parsed.answer == "undetermined")
+    meta = json.loads((tmp_path / "free" / "meta.json").read_text())
+    assert (meta["protocol"], meta["readout"], meta["rubric"], meta["max_new_tokens"]) == ("free", "free", "seed002", 4)
+    assert "Readout: a generated free-form reply" in (tmp_path / "free" / "gating.md").read_text()
+    # the reader: abstains only on an undetermined reading; an invalid reply is no abstention
+    item = plan.targets[0]
+    assert free_readout(item, "The evidence does not settle it.", "standard").abstain
+    assert not free_readout(item, "Yes or no.", "standard").abstain
+    with pytest.raises(ValueError, match="key 'readout' is free, which asks the answer requests only"):
+        config(bench, tmp_path / "x", readout="free", requests=("answer_initial", "select"))
