@@ -23,6 +23,16 @@ point; its change widened where a rate saturates), and a cell whose units all mo
 marked identical. On the same items, direction, doses and seeds the two give the same effects,
 null places and intervals, number for number (tests/experiments/test_own_dose_response.py).
 
+Generated readout (`readout=GeneratedReadout(measures, read, max_new_tokens, rates)`, no candidates
+or target): greedy free-form replies instead of letter log-probs, at alpha = 0 with no hook and under
+every direction x dose (the vector added at every position and every generated token, seed 002's
+section 5.5), each reply turned into one number per measure by your `read(item, reply)`
+(analysis.generated_readout; e.g. abstained and invalid, both rates, an invalid reply kept in every
+denominator). The same estimates, nulls, cross-fit and intervals then run on those measures; the
+cross-fit's default rule moves the first measure toward `goal` and the verdict is read on the rule's
+measure; `items` holds each reply beside its numbers and `replies` every reply generated (the null
+directions' too), for a panel of judges to read later.
+
 Doses: alpha in multiples of the mean residual norm at the layer over the positions the vector is
 added at (`units="norm"`, the pipeline's unit), measured unsteered on these prompts
 (hooks.steer_rows.residual_norms_at) unless `mean_norm` is given; or raw units (`units="raw"`).
@@ -46,25 +56,22 @@ beyond both (`verdict`; benchmarks/steering_null_power.py measures its size and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evprobe.analysis.dose_grid import TARGET_CHOICE, TARGET_READOUT, ChoiceRule, GridEstimator, cross_fit
+from evprobe.analysis.dose_crossfit import crossfit_rows
+from evprobe.analysis.dose_grid import TARGET_CHOICE, TARGET_READOUT, ChoiceRule, GridEstimator
 from evprobe.analysis.effects import estimate_columns
+from evprobe.analysis.generated_readout import GeneratedReadout, ablated, reply_frame, unsteered
+from evprobe.analysis.generated_readout import steered as steered_replies
 from evprobe.analysis.inputs import MAX_BOOT, MAX_NULL, dose_arguments, integer, prompt_lengths, unit_norms
-from evprobe.analysis.label_null import NEAR_COSINE, FitRows, LabelFreeNull, direction_rows, fit_rows_null
-from evprobe.analysis.specificity import (
-    HALVES,
-    Verdict,
-    joint_verdict,
-    null_stats,
-    specificity_stats,
-    split_halves,
-)
+from evprobe.analysis.dose_nulls import label_free_nulls, near_free, near_random
+from evprobe.analysis.label_null import LabelFreeNull
+from evprobe.analysis.specificity import Verdict, null_stats
 from evprobe.core.bootstrap import Estimate, FamilyBootstrap
 from evprobe.hooks.dose import DoseUnit
 from evprobe.core.errors import InputError, shown
@@ -97,7 +104,9 @@ class DoseResponseResult:
         .missing (the nulls that ran and did not: "random", "relabel" = label-free), .text.
     notes: what was not run and why (e.g. no label-free null for a bare vector without fit_rows).
     items: per item, direction ("unsteered", "probe", controls, "ablation"), layer and alpha: log_odds
-        and chose (a table `evprobe.paired_effects` reads).
+        and chose, or a generated readout's measures and the reply (a table `evprobe.paired_effects` reads).
+    measures: the readout's measures (log_odds, chose for the letters).
+    replies: a generated readout's every reply (analysis.generated_readout.reply_frame); None for letters.
     units: per layer, the raw size of alpha = 1 and how it was measured (hooks.dose.DoseUnit).
     """
 
@@ -111,20 +120,26 @@ class DoseResponseResult:
     verdict: Verdict | None = None
     label_free: dict[int, LabelFreeNull] = field(default_factory=dict, repr=False)
     notes: tuple[str, ...] = ()
+    measures: tuple[str, ...] = MEASURES
+    replies: pd.DataFrame | None = None
 
     def to_dataframe(self, table: str = "effects") -> pd.DataFrame:
-        """One of the result's tables (a copy): effects (default), null, crossfit or items."""
+        """One of the result's tables (a copy): effects (default), null, crossfit, items or (generated
+        readouts) replies."""
         frames = {"effects": self.effects, "null": self.null, "crossfit": self.crossfit, "items": self.items}
+        if self.replies is not None:
+            frames["replies"] = self.replies
         if table not in frames:
             raise InputError(f"table {table!r} is not one of the dose-response's: {', '.join(frames)}")
         return frames[table].copy()
 
-    def plot(self, path: str | Path, measure: str = "log_odds_change") -> Path:
-        """One panel per group: the probe's (and controls') change against alpha, one line per layer
-        with its 95% interval, over the null band; written as a PNG. Returns the path."""
+    def plot(self, path: str | Path, measure: str | None = None) -> Path:
+        """One panel per group: the probe's (and controls') change against alpha (of `measure`, by
+        default the first measure's change: log_odds_change), one line per layer with its 95% interval,
+        over the null band; written as a PNG. Returns the path."""
         from evprobe.analysis.dose_plots import dose_curves
 
-        return dose_curves(self, Path(path), measure)
+        return dose_curves(self, Path(path), measure or f"{self.measures[0]}_change")
 
 
 def setting_text(layer: int, alpha: float) -> str:
@@ -141,6 +156,25 @@ def _readouts(logp: np.ndarray, target: np.ndarray) -> np.ndarray:
     log_odds = picked - others.max(axis=-1)
     chose = (logp.argmax(axis=-1) == target).astype(float)
     return np.stack([log_odds, chose], axis=-1)
+
+
+def _letter_logprobs(handle: Any, prompts: Sequence[str], images: Sequence[Any], candidates: Sequence[str],
+                     layer_: int, deltas: np.ndarray, positions: Any, max_rows: int, batch_size: int,
+                     largest: float) -> np.ndarray:
+    """(rows of deltas, n, candidates) letter log-probs through hooks.steer_rows.option_logprobs_rows;
+    non-finite ones (the activations overflowed: no readout to estimate with) are one line."""
+    from evprobe.hooks.inputs import build_inputs
+    from evprobe.hooks.steer_rows import option_logprobs_rows
+
+    lp = np.concatenate([
+        option_logprobs_rows(handle, list(prompts[s:s + batch_size]), list(images[s:s + batch_size]),
+                             list(candidates), layer_, deltas, positions=positions, max_rows=max_rows,
+                             enc=build_inputs(handle, list(prompts[s:s + batch_size]), list(images[s:s + batch_size])))
+        for s in range(0, len(prompts), batch_size)], axis=1)
+    if not np.isfinite(lp).all():
+        raise InputError(f"layer {layer_}: the steered model's log-probabilities are not finite at raw doses up to "
+                         f"{largest:.3g} ({handle.dtype}); lower |alpha| (or mean_norm)")
+    return lp
 
 
 def _directions(direction: Any, layer: int | Sequence[int] | None) -> dict[int, Any]:
@@ -177,8 +211,8 @@ def steering_dose_response(
     images: Sequence[Sequence[Any]] | None = None,
     *,
     direction: Any,
-    candidates: Sequence[str],
-    target: str | Sequence[str],
+    candidates: Sequence[str] | None = None,
+    target: str | Sequence[str] | None = None,
     families: Sequence[str],
     groups: Sequence[str] | None = None,
     layer: int | Sequence[int] | None = None,
@@ -197,7 +231,8 @@ def steering_dose_response(
     seed: int = 20260905,
     random_seed: int | None = None,
     split_seed: int = 0,
-    choice: ChoiceRule = TARGET_CHOICE,
+    choice: ChoiceRule | None = None,
+    readout: GeneratedReadout | None = None,
     batch_size: int = 8,
     max_rows: int = 256,
     allow_other_model: bool = False,
@@ -207,8 +242,11 @@ def steering_dose_response(
 
     direction: a fitted Direction (its layer; refused on another model than it was fitted on
         unless allow_other_model), a {layer: direction} mapping, or a vector with `layer=`.
-    target: the candidate whose log-odds are read, one for every prompt or one per prompt (a menu
-        whose options are shuffled per item).
+    candidates, target: the letter readout's (needed unless `readout` is given, refused with it): the
+        candidates read at the answer position, and the one whose log-odds are read, one for every
+        prompt or one per prompt (a menu whose options are shuffled per item).
+    readout: None (the letters' log-probs) or a GeneratedReadout: greedy replies read by its `read`
+        (module docstring), generated in forwards of up to `max_rows` rows.
     families: one id per prompt, the unit every resample and the cross-fit halves keep whole.
     groups: one label per prompt (e.g. "enough" / "not enough"), each read on its own beside "all".
     n_relabel, fit_rows: the label-free null (analysis.label_null): n_relabel directions fitted the
@@ -224,9 +262,10 @@ def steering_dose_response(
         every position and step), which has no dose: direction "ablation", alpha NaN, its readouts
         and paired changes against the unsteered model (is the direction used at that layer?).
     choice: how each cross-fit half picks the layer x dose (analysis.dose_grid.ChoiceRule): by default
-        the goal group's log-odds moved furthest toward `goal`; ChoiceRule("chose") moves the rate of
+        the goal group's log-odds (a generated readout's first measure) moved furthest toward `goal`; ChoiceRule("chose") moves the rate of
         choosing the target instead, and a `guard` rate caps a setting (the benchmark's rule: the stop
-        rate, while at most 10% choose a useless test). The verdict is read on the log-odds either way.
+        rate, while at most 10% choose a useless test). The letters' verdict is read on the log-odds
+        either way; a generated readout's on the rule's measure.
     seed: the family bootstrap's, and the random directions' unless `random_seed` is given (the
         pipeline seeds them apart: its `seed` and `random_seed`).
     """
@@ -234,14 +273,24 @@ def steering_dose_response(
 
     from evprobe.hooks.ablation import ablate
     from evprobe.hooks.generation import candidate_notes, next_token_logprobs
-    from evprobe.hooks.inputs import build_inputs, image_rows
+    from evprobe.hooks.inputs import image_rows
     from evprobe.hooks.direction_vectors import check_direction_model, random_directions
-    from evprobe.hooks.steer_rows import option_logprobs_rows, residual_norms_at
+    from evprobe.hooks.steer_rows import residual_norms_at
 
     counts = {"n_random": (n_random, 0, MAX_NULL), "n_relabel": (n_relabel, 0, MAX_NULL), "n_boot": (n_boot, 1, MAX_BOOT),
               "seed": (seed, 0, None), "random_seed": (random_seed, 0, None), "split_seed": (split_seed, 0, None),
               "batch_size": (batch_size, 1, None), "max_rows": (max_rows, 1, None)}
-    fam, steps = dose_arguments(prompts, families, groups, alphas, candidates, target, goal, units, counts)
+    if readout is not None and not isinstance(readout, GeneratedReadout):
+        raise InputError(f"readout must be None (letter log-probs) or an evprobe GeneratedReadout, got {shown(readout, 40)}")
+    if readout is not None and (candidates is not None or target is not None):
+        raise InputError("candidates and target are the letter readout's; a generated readout reads each reply with its "
+                         "`read`: drop candidates= and target=")
+    if readout is None and (candidates is None or target is None):
+        raise InputError("give candidates= and target= (the letters whose log-probs are read), or "
+                         "readout=GeneratedReadout(...) to read generated replies")
+    rd = TARGET_READOUT if readout is None else readout.readout
+    measures, n_m = rd.measures, len(rd.measures)
+    fam, steps = dose_arguments(prompts, families, groups, alphas, candidates, target, goal, units, counts, n_m)
     images = image_rows(prompts, images)
     if isinstance(images, str) or not isinstance(images, Sequence) or len(images) != len(prompts) or not all(
             isinstance(row, list | tuple) for row in images):
@@ -266,13 +315,18 @@ def steering_dose_response(
     masks = {g: np.ones(len(prompts), bool) if g == "all" else group_of == g for g in group_names}
     if not isinstance(goal_group, str) or goal_group not in masks:
         raise InputError(f"goal_group {goal_group!r} is not a group; choose from {', '.join(group_names)}")
+    if choice is None:  # the first measure of a generated readout; the target's log-odds of the letters'
+        choice = TARGET_CHOICE if readout is None else readout.choice
     if not isinstance(choice, ChoiceRule):
         raise InputError(f"choice must be an evprobe ChoiceRule (analysis.dose_grid), got {shown(choice, 40)}")
-    choice.columns(TARGET_READOUT)  # a measure this readout lacks: one line before any forward
+    choice.columns(rd)  # a measure this readout lacks: one line before any forward
+    if readout is not None:  # a reader that cannot read an empty reply (a model's possible one) fails here, not later
+        readout.values([0], [""])
     n_directions = len(steps) * (1 + len(extra) + n_random + n_relabel)  # a forward's rows: directions x prompts
     prompt_lengths(handle, list(prompts), list(images), batch_size, min(max(max_rows, batch_size),
                                                                        n_directions * min(batch_size, len(prompts))))
-    t = np.array([list(candidates).index(x) for x in ([target] * len(prompts) if isinstance(target, str) else target)])
+    t = None if readout is not None else np.array(
+        [list(candidates).index(x) for x in ([target] * len(prompts) if isinstance(target, str) else target)])
 
     # -- the unit of alpha, per layer
     unit: dict[int, DoseUnit] = {}
@@ -293,14 +347,20 @@ def steering_dose_response(
 
     # -- readouts, each through hooks.generation.answer_logprobs (the one readout; evprobe dose-response reads
     # with it too): alpha = 0 once (no edit), then every direction x dose in large forwards
-    base = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size), t)  # (n, 2)
+    texts: dict[tuple[str, int | None, float | None], np.ndarray] = {}  # generated: (kind, layer, alpha) -> replies
+    if readout is None:
+        base = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size), t)  # (n, 2)
+    else:
+        first = unsteered(handle, prompts, images, readout, batch_size)
+        base, texts[("unsteered", None, 0.0)] = first.values, first.texts[None]  # (n, M)
     rand_seed = seed if random_seed is None else random_seed
     rand = random_directions(handle.d_model, n_random, rand_seed) if n_random else np.zeros((0, handle.d_model))
-    label_free, notes = _label_free(by_layer, vectors, fit_rows, n_relabel, rand_seed, handle.d_model)
-    notes = [*candidate_notes(handle, candidates), *notes]  # a candidate of several tokens is read by its first
+    label_free, notes = label_free_nulls(by_layer, vectors, fit_rows, n_relabel, rand_seed, handle.d_model)
+    if readout is None:
+        notes = [*candidate_notes(handle, candidates), *notes]  # a candidate of several tokens is read by its first
     names = ["probe", *extra]
-    values: dict[int, np.ndarray] = {}   # layer -> (A, D, n, 2): the named directions
-    nulls: dict[str, dict[int, np.ndarray]] = {"random": {}, "label-free": {}}  # kind -> layer -> (A, K, n, 2)
+    values: dict[int, np.ndarray] = {}   # layer -> (A, D, n, M): the named directions
+    nulls: dict[str, dict[int, np.ndarray]] = {"random": {}, "label-free": {}}  # kind -> layer -> (A, K, n, M)
     for layer_, v in vectors.items():
         raw = np.array([unit[layer_].dose(alpha).raw for alpha in steps])  # (A,) raw sizes of the doses
         named = np.stack([v, *extra.values()])  # (D, d)
@@ -308,26 +368,30 @@ def steering_dose_response(
         deltas = np.concatenate([(raw[:, None, None] * named[None]).reshape(-1, handle.d_model),
                                  (raw[:, None, None] * rand[None]).reshape(-1, handle.d_model),
                                  (raw[:, None, None] * free[None]).reshape(-1, handle.d_model)])  # (A*(D+K+K2), d)
-        lp = np.concatenate([
-            option_logprobs_rows(handle, list(prompts[s:s + batch_size]), list(images[s:s + batch_size]),
-                                 list(candidates), layer_, deltas, positions=positions, max_rows=max_rows,
-                                 enc=build_inputs(handle, list(prompts[s:s + batch_size]),
-                                                  list(images[s:s + batch_size])))
-            for s in range(0, len(prompts), batch_size)], axis=1)  # (rows of deltas, n, C)
-        if not np.isfinite(lp).all():  # the activations overflowed: no readout to estimate with
-            raise InputError(f"layer {layer_}: the steered model's log-probabilities are not finite at raw doses up to "
-                             f"{float(np.abs(raw).max()):.3g} ({handle.dtype}); lower |alpha| (or mean_norm)")
-        out = _readouts(lp, t)  # (rows, n, 2)
+        if readout is not None:  # greedy replies under every direction x dose, read (analysis.generated_readout)
+            got = steered_replies(handle, prompts, images, readout, layer_, deltas, positions=positions,
+                                  max_rows=max_rows, batch_size=batch_size)
+            out = got.values  # (rows, n, M)
+            texts.update(got.split(layer_, steps, {"named": len(named), "random": len(rand), "label-free": len(free)}))
+        else:
+            out = _readouts(_letter_logprobs(handle, prompts, images, candidates, layer_, deltas, positions, max_rows,
+                                             batch_size, float(np.abs(raw).max())), t)  # (rows, n, 2)
         a, d_, k, k2 = len(steps), len(named), len(rand), len(free)
-        values[layer_] = out[: a * d_].reshape(a, d_, len(prompts), 2)
-        nulls["random"][layer_] = out[a * d_: a * (d_ + k)].reshape(a, k, len(prompts), 2)
-        nulls["label-free"][layer_] = out[a * (d_ + k):].reshape(a, k2, len(prompts), 2)
+        values[layer_] = out[: a * d_].reshape(a, d_, len(prompts), n_m)
+        nulls["random"][layer_] = out[a * d_: a * (d_ + k)].reshape(a, k, len(prompts), n_m)
+        nulls["label-free"][layer_] = out[a * (d_ + k):].reshape(a, k2, len(prompts), n_m)
 
     boot = FamilyBootstrap(sorted(set(fam)), n_boot, seed)
     # every estimate, change and null effect over the groups on one bootstrap (analysis.dose_grid: the command's too)
-    grid = GridEstimator.of(TARGET_READOUT, base, masks, boot, boot.family_index(list(fam)))
+    grid = GridEstimator.of(rd, base, masks, boot, boot.family_index(list(fam)))
     effects, null_rows, item_rows = [], [], []
-    cell_of = [(g, measure) for g in masks for measure in MEASURES]  # the cells' order (analysis.effects)
+    cell_of = [(g, measure) for g in masks for measure in measures]  # the cells' order (analysis.effects)
+
+    def item_row(i: int, name: str, layer_: int | None, alpha: float | None, vals: np.ndarray,
+                 said: np.ndarray | None) -> None:
+        item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": name, "layer": layer_,
+                          "alpha": alpha, **{m: vals[i, c] for c, m in enumerate(measures)},
+                          **({} if said is None else {"reply": said[i]})})
 
     def add(name: str, layer_: int | None, alpha: float | None, group: str, measure: str, e: Estimate) -> None:
         effects.append({"direction": name, "layer": layer_, "alpha": alpha, "group": group, "measure": measure,
@@ -339,10 +403,10 @@ def steering_dose_response(
         for ai, alpha in enumerate(steps):
             probe_changes: list[Estimate] = []  # the probe's (names[0]) paired changes, placed among each null's
             for di, name in enumerate(names):
-                vals = values[layer_][ai, di]  # (n, 2)
+                vals = values[layer_][ai, di]  # (n, M)
+                said = texts[("named", layer_, alpha)][di] if readout is not None else None
                 for i in range(len(prompts)):
-                    item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": name,
-                                      "layer": layer_, "alpha": alpha, "log_odds": vals[i, 0], "chose": vals[i, 1]})
+                    item_row(i, name, layer_, alpha, vals, said)
                 steered, changes = grid.estimates(vals)
                 if di == 0:
                     probe_changes = changes
@@ -356,122 +420,30 @@ def steering_dose_response(
                                       "measure": f"{measure}_change",
                                       **null_stats(probe_changes[c].value, k_effects[:, c])})
     for layer_, v in sorted(vectors.items()) if ablation else ():
-        with ablate(handle, v, layers=[layer_]):
-            kept = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size),
-                             t)  # (n, 2)
+        said = None
+        if readout is not None:
+            got = ablated(handle, prompts, images, readout, v, layer_, batch_size)
+            kept, said = got.values, got.texts
+            texts[("ablation", layer_, None)] = said[None]
+        else:
+            with ablate(handle, v, layers=[layer_]):
+                kept = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size),
+                                 t)  # (n, 2)
         for i in range(len(prompts)):
-            item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "ablation",
-                              "layer": layer_, "alpha": None, "log_odds": kept[i, 0], "chose": kept[i, 1]})
+            item_row(i, "ablation", layer_, None, kept, said)
         values_at, changes = grid.estimates(kept)
         for c, (g, measure) in enumerate(cell_of):
             add("ablation", layer_, None, g, measure, values_at[c])
             add("ablation", layer_, None, g, f"{measure}_change", changes[c])
     for i in range(len(prompts)):
-        item_rows.append({"item": i, "family": fam[i], "group": group_of[i], "direction": "unsteered", "layer": None,
-                          "alpha": 0.0, "log_odds": base[i, 0], "chose": base[i, 1]})
-    near = {"random": _near(rand, vectors), "label-free": _near_free(label_free)}
-    crossfit, verdict = _crossfit(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed, choice,
-                                  lambda scored: grid.estimates(scored)[1], near)
+        item_row(i, "unsteered", None, 0.0, base, texts[("unsteered", None, 0.0)][0] if readout is not None else None)
+    near = {"random": near_random(rand, vectors), "label-free": near_free(label_free)}
+    # the verdict's measure: the letters' log-odds whatever the rule (as ever); a generated readout's rule's measure
+    crossfit, verdict = crossfit_rows(values, nulls, base, steps, fam, masks, goal, goal_group, split_seed, choice,
+                                      lambda scored: grid.estimates(scored)[1], near, rd,
+                                      "log_odds" if readout is None else choice.measure)
     return DoseResponseResult(effects=pd.DataFrame(effects), null=pd.DataFrame(null_rows),
                               crossfit=pd.DataFrame(crossfit), items=pd.DataFrame(item_rows), units=unit, goal=goal,
-                              goal_group=goal_group, verdict=verdict, label_free=label_free, notes=tuple(notes))
-
-
-def _label_free(by_layer: dict[int, Any], vectors: dict[int, np.ndarray], fit_rows: Any, n: int, seed: int,
-                d_model: int) -> tuple[dict[int, LabelFreeNull], list[str]]:
-    """Per steered layer the label-free null (analysis.label_null) from `fit_rows` or the capture a
-    fitted Direction names; notes say where there is none and why."""
-    if not n:
-        return {}, ["no label-free null (n_relabel=0), so no verdict on specificity"]
-    out, notes = {}, []
-    for layer_ in sorted(vectors):
-        rows = _rows_at(fit_rows, layer_, len(vectors))
-        if rows is None:
-            d = by_layer[layer_]
-            if getattr(d, "fit_rows", None) is None and not (getattr(d, "provenance", None) or {}).get("captures"):
-                notes.append(f"no label-free null at L{layer_}: the direction carries no fit rows; pass fit_rows="
-                             "(acts, labels, families), the rows it was fitted on, or fit it with evprobe.fit_direction, for a "
-                             "verdict on specificity")
-                continue
-            rows = direction_rows(d)
-        if np.asarray(rows.acts).ndim != 2 or np.asarray(rows.acts).shape[-1] != d_model:
-            raise InputError(f"fit_rows at L{layer_}: acts must be (rows, d_model = {d_model}), got shape "
-                             f"{np.asarray(rows.acts).shape}")
-        try:
-            out[layer_] = fit_rows_null(rows, vectors[layer_], n=n, seed=seed)
-        except InputError as e:
-            raise InputError(f"fit_rows at L{layer_}: {e}") from None
-    return out, notes
-
-
-def _rows_at(fit_rows: Any, layer_: int, n_layers: int) -> FitRows | None:
-    """The FitRows given for one layer: a FitRows or (acts, labels, families) when one layer is
-    steered, or a {layer: ...} mapping."""
-    if fit_rows is None:
-        return None
-    if isinstance(fit_rows, Mapping):
-        if layer_ not in fit_rows:
-            raise InputError(f"fit_rows has no rows for layer {layer_}; give {{layer: (acts, labels, families)}} for "
-                             f"every steered layer ({sorted(fit_rows)} given)")
-        one = fit_rows[layer_]
-    elif n_layers > 1:
-        raise InputError(f"{n_layers} layers are steered: give fit_rows as {{layer: (acts, labels, families)}}")
-    else:
-        one = fit_rows
-    if isinstance(one, FitRows):
-        return one
-    if not isinstance(one, tuple | list) or len(one) != 3:
-        raise InputError("fit_rows must be (acts, labels, families) or an evprobe FitRows, got "
-                         f"{type(one).__name__}")
-    return FitRows(np.asarray(one[0]), np.asarray(one[1]), np.asarray(one[2], dtype=object))
-
-
-def _near(rand: np.ndarray, vectors: dict[int, np.ndarray]) -> dict[int, float]:
-    """Per layer, the share of the random directions within |cos| 0.9 of the probe."""
-    return {layer_: float(np.mean(np.abs(rand @ v) >= NEAR_COSINE)) if len(rand) else float("nan")
-            for layer_, v in vectors.items()}
-
-
-def _near_free(label_free: dict[int, LabelFreeNull]) -> dict[int, float]:
-    return {layer_: s.near_share() for layer_, s in label_free.items()}
-
-
-def _crossfit(values: dict[int, np.ndarray], nulls: dict[str, dict[int, np.ndarray]], base: np.ndarray,
-              steps: list[float], fam: np.ndarray, masks: dict[str, np.ndarray], goal: int, goal_group: str,
-              split_seed: int, choice: ChoiceRule, changes_of: Callable[[np.ndarray], list[Estimate]],
-              near: dict[str, dict[int, float]]) -> tuple[list[dict[str, Any]], Verdict]:
-    """The cross-fitted effect of the probe and of each null direction (module docstring;
-    analysis.dose_grid.cross_fit, the command's too), rows per group x measure x null, and the joint
-    verdict on the goal group's log-odds.
-    changes_of: per-item readouts (n, 2) -> the Estimates of their paired changes, cells group x measure."""
-    half_of = split_halves({"all": sorted(set(fam))}, split_seed)
-    half = np.array([half_of[f] for f in fam])
-    cands = [(layer_, alpha) for layer_ in sorted(values) for alpha in steps]
-    probe = np.stack([values[layer_][steps.index(a), 0] for layer_, a in cands])  # (C, n, M)
-    # (C, n, K, M) per null that ran: its directions at every candidate setting
-    sets = {k: np.stack([by[layer_][steps.index(a)].transpose(1, 0, 2) for layer_, a in cands])
-            for k, by in nulls.items() if by and next(iter(by.values())).shape[1]}
-    # each direction's best setting on one half (the rule's measure moved furthest toward the goal), scored on the other
-    cf = cross_fit(cands, probe, sets, base, half, masks[goal_group], TARGET_READOUT, choice, goal)
-    chosen = {h: cf.chosen(h) for h in HALVES}
-    rows, goal_stats = [], {}
-    changes = iter(changes_of(cf.probe()))  # cells in group x measure order
-    for g, mask in masks.items():
-        effects = {kind: cf.null_effects(kind, base, mask) for kind in cf.kinds}  # (K, M) each
-        for m, measure in enumerate(MEASURES):
-            e = next(changes)
-            for kind in cf.kinds or (None,):
-                null_effects = effects[kind][:, m] if kind else np.zeros(0)
-                share = max(near[kind][c[0]] for c in chosen.values()) if kind else None
-                probe_effect = float(e.value) if e.value is not None else None
-                stats = specificity_stats(probe_effect, null_effects, -goal, goals=1, near_share=share) \
-                    if g == goal_group and measure == "log_odds" else null_stats(e.value, null_effects)
-                if g == goal_group and measure == "log_odds" and kind:
-                    goal_stats[kind] = dict(stats)
-                stats.pop("effects", None)
-                stats.pop("probe_effect", None)
-                band = {f"null_{k}": stats.pop(k) for k in ("n_directions", "mean", "sd", "lo", "hi")}
-                rows.append({"group": g, "measure": f"{measure}_change", "null": kind, **estimate_columns(e), **band,
-                             "chosen_on_A_layer": chosen["A"][0], "chosen_on_A_alpha": float(chosen["A"][1]),
-                             "chosen_on_B_layer": chosen["B"][0], "chosen_on_B_alpha": float(chosen["B"][1]), **stats})
-    return rows, joint_verdict({"random": goal_stats.get("random"), "relabel": goal_stats.get("label-free")})
+                              goal_group=goal_group, verdict=verdict, label_free=label_free, notes=tuple(notes),
+                              measures=measures, replies=None if readout is None else reply_frame(
+                                  texts, names, fam, group_of))

@@ -212,8 +212,8 @@ def prompt_lengths(handle: Any, prompts: list[str], images: Sequence[Any], batch
 
 
 def dose_arguments(prompts: Sequence[str], families: Sequence[str], groups: Sequence[str] | None, alphas: Sequence[float],
-                   candidates: Sequence[str], target: str | Sequence[str], goal: int, units: str,
-                   counts: dict[str, Any]) -> tuple[np.ndarray, list[float]]:
+                   candidates: Sequence[str] | None, target: str | Sequence[str] | None, goal: int, units: str,
+                   counts: dict[str, Any], n_measures: int = 2) -> tuple[np.ndarray, list[float]]:
     """steering_dose_response's arguments that need no model, checked before any work: one InputError
     line each. counts: the integer arguments by name, as (value, lowest, highest or None). Returns the
     families as an array and the sorted non-zero doses."""
@@ -231,15 +231,16 @@ def dose_arguments(prompts: Sequence[str], families: Sequence[str], groups: Sequ
         identifiers("groups", list(groups), "prompt", "give every prompt a group label (a string)")
     if len(set(families)) < 2:
         raise InputError("a family bootstrap and a cross-fitted choice need at least 2 families")
-    candidates = texts("candidates", candidates, "A", empty=False)
-    if len(candidates) < 2 or len(set(candidates)) != len(candidates):
-        raise InputError(f"give at least two distinct candidates, got {list(candidates)}")
-    targets = [target] * n if isinstance(target, str) else texts("target", target, "A")
-    if len(targets) != n:
-        raise InputError(f"{n} prompts but {len(targets)} targets; give one target, or one per prompt")
-    bad = next((t for t in targets if t not in candidates), None)
-    if bad is not None:
-        raise InputError(f"target {bad!r} is not a candidate; choose from {', '.join(candidates)}")
+    if candidates is not None:  # None: a generated readout (analysis.generated_readout), no letters to read
+        candidates = texts("candidates", candidates, "A", empty=False)
+        if len(candidates) < 2 or len(set(candidates)) != len(candidates):
+            raise InputError(f"give at least two distinct candidates, got {list(candidates)}")
+        targets = [target] * n if isinstance(target, str) else texts("target", target, "A")
+        if len(targets) != n:
+            raise InputError(f"{n} prompts but {len(targets)} targets; give one target, or one per prompt")
+        bad = next((t for t in targets if t not in candidates), None)
+        if bad is not None:
+            raise InputError(f"target {bad!r} is not a candidate; choose from {', '.join(candidates)}")
     if isinstance(goal, bool) or goal not in (1, -1):
         raise InputError(f"goal must be +1 (raise the target's log-odds) or -1 (lower them), got {goal!r}")
     if units not in ("norm", "raw"):
@@ -248,7 +249,7 @@ def dose_arguments(prompts: Sequence[str], families: Sequence[str], groups: Sequ
     for name, (value, low, high) in counts.items():
         if not (name == "random_seed" and value is None):
             integer(name, value, low, high)
-    boot_memory(counts["n_boot"][0], len(set(families)), 2 * (1 + len(set(map(str, groups or ())))))
+    boot_memory(counts["n_boot"][0], len(set(families)), n_measures * (1 + len(set(map(str, groups or ())))))
     return np.asarray(families, dtype=object), steps
 
 

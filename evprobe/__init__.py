@@ -74,6 +74,7 @@ _API: dict[str, tuple[str, str]] = {
     "build_inputs": ("evprobe.hooks.inputs", "build_inputs"),
     "steering_dose_response": ("evprobe.analysis.dose_response", "steering_dose_response"),
     "ChoiceRule": ("evprobe.analysis.dose_grid", "ChoiceRule"),
+    "GeneratedReadout": ("evprobe.analysis.generated_readout", "GeneratedReadout"),
     "pair_patching": ("evprobe.analysis.patching", "pair_patching"),
     "paired_effects": ("evprobe.analysis.effects", "paired_effects"),
     "label_free_directions": ("evprobe.analysis.label_null", "label_free_directions"),
