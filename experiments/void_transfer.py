@@ -29,6 +29,16 @@ textual: the threshold unstated). Steps:
    its interval and n; the setting each half chose; the null's p and verdict), and one row per source
    for inducing abstention on the twins.
 
+Readout (`readout`): `letters` (the default, above: the menu's log-probs, direct protocol), or `free`:
+seed 002's (section 5.5, appendix I): the same items in the free protocol (no menu), a greedy reply of up
+to the model config's `max_new_tokens_free` tokens generated under the steering (every position and
+generated token), read by the rule reader (bench.parse, letters off, seed002 rubric): `abstained` =
+answer "undetermined", `invalid` = no readable answer (kept in every denominator). The paths, both nulls,
+the cross-fit (moving the abstention rate, where the rank test and verdict are read) and intervals are
+the same. Every steered reply (the nulls' too) goes to `replies.jsonl` for a panel (`evprobe judge`).
+A folder keeps one readout (void_transfer.json's config names `readout: free`; letters leave it out,
+so a letters run's files are as before): a rerun with the other is refused.
+
 Doses are multiples of the layer's mean residual norm over the steered prompts' positions, unsteered
 (`alpha_units: norm`), or, with `alpha_units: raw`, multiples of the unit direction itself (seed 002's
 alpha in {0, 2, 5, 10}; experiments.steering_conventions)
@@ -47,10 +57,11 @@ from typing import Any
 import numpy as np
 
 from evprobe.analysis.dose_response import setting_text
+from evprobe.analysis.generated_readout import GeneratedReadout
 from evprobe.core.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, Estimate
 from evprobe.core.errors import ConfigError, InputError
 from evprobe.core.estimate_text import estimate_text
-from evprobe.core.files import atomic_write_bytes, atomic_write_json
+from evprobe.core.files import atomic_write_bytes, atomic_write_json, atomic_write_jsonl
 from evprobe.core.flags import setting
 from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import folder_lock
@@ -69,6 +80,10 @@ from evprobe.experiments.steering_conventions import ALPHA_UNITS_HELP, AlphaUnit
 POSITION = "last"
 JSON_FILE = "void_transfer.json"
 MD_FILE = "void_transfer.md"
+REPLIES_FILE = "replies.jsonl"
+READOUTS = ("letters", "free")
+FREE_MEASURES = ("abstained", "invalid")
+FREE_REGIME = "standard"  # the letters readout's regime too (build_prompt's default)
 FORMAT = "evprobe-void-transfer/1"
 GROUPS = ("twin", "void")
 
@@ -84,6 +99,8 @@ class VoidTransferConfig:
     alphas: tuple[float, ...] = setting((-1.0, -0.5, 0.0, 0.5, 1.0), "doses in multiples of the layer's mean residual "
                                         "norm (+ = toward abstaining); write --alphas=-1,0,1 when the first is negative")
     alpha_units: AlphaUnits = setting("norm", ALPHA_UNITS_HELP + "; norm is measured at the steered positions")
+    readout: str = setting("letters", "letters: the menu's log-probs (direct protocol); free: greedy free-form replies "
+                           "(free protocol, max_new_tokens_free tokens) read by the rule reader, seed 002's readout")
     n_random: int = setting(50, "random directions of the null, per path")
     n_relabel: int = setting(50, "label-free null directions per path (analysis.label_null: fitted like the source's "
                              "direction on its fit rows once the label carries nothing); 0 = none, and no verdict")
@@ -100,6 +117,8 @@ class VoidTransferConfig:
             raise ValueError(f"key 'alphas' must hold finite doses with a nonzero one, e.g. [-1, 0, 1], got "
                              f"{list(self.alphas)}")
         check_alpha_units(self.alpha_units)
+        if self.readout not in READOUTS:
+            raise ValueError(f"key 'readout' must be one of {', '.join(READOUTS)}, got {self.readout!r}")
         for key in ("n_random", "n_relabel", "folds", "batch_size", "n_boot"):
             low = {"n_random": 0, "n_relabel": 0, "folds": 2}.get(key, 1)
             if getattr(self, key) < low:
@@ -125,22 +144,25 @@ class NullTest:
 
 @dataclass(frozen=True)
 class SteeringEffect:
-    """The cross-fitted effect of one steering run: abstention rate and log-odds changes, the setting
-    each half chose, the rank test against each null run (keyed random / label-free) with the joint
-    verdict, and the directions of each null (0: not run)."""
+    """The cross-fitted effect of one steering run: abstention rate and log-odds changes (the free
+    readout: abstention and invalid-reply rate changes, no log-odds), the setting each half chose, the
+    rank test against each null run (keyed random / label-free) with the joint verdict, and the
+    directions of each null (0: not run)."""
 
     abstention_change: Estimate
-    log_odds_change: Estimate
+    log_odds_change: Estimate | None
     chosen: tuple[str, ...]
     nulls: dict[str, NullTest]
     specific: bool
     verdict: str
     n_random: int
     n_relabel: int
+    invalid_change: Estimate | None = None
 
     def to_json(self) -> JsonObject:
-        return {"abstention_change": self.abstention_change.to_json(),
-                "log_odds_change": self.log_odds_change.to_json(), "chosen": list(self.chosen),
+        second: JsonObject = ({"log_odds_change": self.log_odds_change.to_json()} if self.log_odds_change is not None
+                              else {"invalid_change": self.invalid_change.to_json() if self.invalid_change else None})
+        return {"abstention_change": self.abstention_change.to_json(), **second, "chosen": list(self.chosen),
                 "nulls": {k: t.to_json() for k, t in self.nulls.items()}, "specific": self.specific,
                 "verdict": self.verdict, "n_random": self.n_random, "n_relabel": self.n_relabel}
 
@@ -224,8 +246,23 @@ def void_transfer(config: VoidTransferConfig, *, progress: bool = True) -> VoidT
     """Run the experiment (module docstring) and write its files; returns the path table."""
     model, bench, pairs, fit, held = _check(config)
     out = Path(config.out)
+    _check_readout(out, config.readout)
     with folder_lock(out, "evprobe void-transfer"):
+        _check_readout(out, config.readout)  # again under the lock: a run that finished meanwhile
         return _run(config, model, bench, pairs, fit, held, out, progress)
+
+
+def _check_readout(out: Path, readout: str) -> None:
+    """A folder keeps one readout (module docstring): a finished run's void_transfer.json names it
+    (`readout` in its config; absent = letters, every run before the key existed)."""
+    try:
+        done = json.loads((out / JSON_FILE).read_text())
+    except (OSError, ValueError):
+        return  # nothing finished here (or unreadable: the run rewrites it)
+    before = (done.get("config") or {}).get("readout", "letters") if isinstance(done, dict) else "letters"
+    if before != readout:
+        raise ConfigError(f"{out} holds a void-transfer run read with readout {before!r}, not {readout!r}; give "
+                          f"another --out (a folder keeps one readout) or --readout {before}")
 
 
 def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dict[str, list[tuple[Any, Any]]],
@@ -265,39 +302,89 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
                 for d in directions} if config.n_relabel else {}
     handle = load_model(model)
 
-    def steer(pairs_of: list[tuple[Any, Any]], group: str, source: str, goal: int) -> Any:
+    replies: list[JsonObject] = []  # the free readout's every reply, for replies.jsonl
+
+    def steer(pairs_of: list[tuple[Any, Any]], group: str, source: str, goal: int, run: str) -> Any:
         """The source direction over the doses on the held-out pairs' `group` members (own-data dose-response)."""
         chosen = [v if group == "void" else t for v, t in pairs_of if v.family_id in held]
         vectors = {layer: toward_abstain[(source, layer)] for layer in config.layers if (source, layer) in toward_abstain}
         if not vectors:
             raise InputError(f"no {source} direction at layers {list(config.layers)} (identical class means)")
-        return steering_dose_response(
-            handle, [build_prompt(it, "direct") for it in chosen], [load_item_images(bench, it.images) for it in chosen],
-            direction=vectors, candidates=sorted(chosen[0].options),
-            target=[next(k for k, a in it.options.items() if a == "undetermined") for it in chosen],
+        free = _free_readout(chosen, model.max_new_tokens_free) if config.readout == "free" else None
+        result = steering_dose_response(
+            handle, [build_prompt(it, "direct" if free is None else "free") for it in chosen],
+            [load_item_images(bench, it.images) for it in chosen], direction=vectors, readout=free,
+            candidates=sorted(chosen[0].options) if free is None else None,
+            target=[next(k for k, a in it.options.items() if a == "undetermined") for it in chosen]
+            if free is None else None,
             families=[it.family_id for it in chosen], alphas=config.alphas, goal=goal, units=config.alpha_units,
             n_random=config.n_random,
             n_relabel=config.n_relabel, fit_rows={layer: fit_rows[(source, layer)] for layer in vectors} or None,
             n_boot=config.n_boot, seed=config.seed, split_seed=config.split_seed, batch_size=config.batch_size)
+        if free is not None:
+            replies.extend(_reply_rows(result.replies, chosen, run, source, group))
+        return result
 
     # the twins are shared by the void types: inducing abstention on them depends on the source alone
     any_pairs = next(iter(pairs.values()))
-    induce = {source: _effect(steer(any_pairs, "twin", source, +1)) for source in sorted(pairs)}
+    induce = {source: _effect(steer(any_pairs, "twin", source, +1, "induce")) for source in sorted(pairs)}
     rows = []
     for target, target_pairs in sorted(pairs.items()):
         for source in sorted(pairs):
             cell = transfer.cell(source, target)
             probe = (cell.best.auroc if cell.best is not None else Estimate.empty(cell.reason or "no probe fit"))
-            rows.append(VoidPath(source, target, probe, _effect(steer(target_pairs, "void", source, -1)),
+            rows.append(VoidPath(source, target, probe, _effect(steer(target_pairs, "void", source, -1, "suppress")),
                                  induce[source]))
     meta = VoidTransferMeta(_jsonable(config), tuple(fit), tuple(held), config.n_random, config.n_relabel)
+    written = (JSON_FILE, MD_FILE)
+    if config.readout == "free":
+        atomic_write_jsonl(out / REPLIES_FILE, replies)
+        written += (REPLIES_FILE,)
     atomic_write_json(out / JSON_FILE, {**meta.to_json(), "paths": [r.to_json() for r in rows]})
     atomic_write_bytes(out / MD_FILE, markdown(rows, meta).encode("utf-8"))
-    return VoidTransferReport(paths=tuple(rows), files=(JSON_FILE, MD_FILE, "sweep/", "directions/", "acts/"))
+    return VoidTransferReport(paths=tuple(rows), files=(*written, "sweep/", "directions/", "acts/"))
+
+
+def _free_readout(items: Sequence[Any], max_new_tokens: int) -> GeneratedReadout:
+    """Seed 002's readout (module docstring): item i's free-form reply read by the rule reader (bench.parse,
+    letters off: the free protocol's seed002 rubric): abstained = answer undetermined, invalid = no readable
+    answer (it abstains on nothing and stays in every denominator)."""
+    from evprobe.bench.parse import parse_reply
+
+    def read(i: int, reply: str) -> tuple[float, float]:
+        got = parse_reply(items[i], reply, FREE_REGIME, letters=False)
+        return float(got.answer == "undetermined"), float(not got.valid)
+
+    return GeneratedReadout(FREE_MEASURES, read=read, max_new_tokens=max_new_tokens, rates=FREE_MEASURES)
+
+
+def _reply_rows(frame: Any, items: Sequence[Any], run: str, source: str, group: str) -> list[JsonObject]:
+    """replies.jsonl's rows of one steering run (the dose-response's `replies` frame): the run (suppress on a
+    target's voids, induce on the twins), source, item, direction (index within a null), layer, alpha, and the
+    reply and the rule reader's reading of it (valid, route, answer, abstain)."""
+    from evprobe.bench.parse import parse_reply
+
+    def number(x: Any, kind: type) -> Any:
+        return None if x is None or x != x else kind(x)  # a frame's missing cell (None / NaN) as null
+
+    rows = []
+    for r in frame.itertuples(index=False):
+        it, got = items[r.item], parse_reply(items[r.item], r.reply, FREE_REGIME, letters=False)
+        rows.append({"run": run, "source": source, "group": group, "item_id": it.item_id, "family_id": it.family_id,
+                     "void": it.void, "protocol": "free", "regime": FREE_REGIME, "direction": r.direction,
+                     "index": int(r.index), "layer": number(r.layer, int), "alpha": number(r.alpha, float),
+                     "reply": r.reply, "valid": got.valid, "route": got.route, "answer": got.answer,
+                     "abstain": got.answer == "undetermined"})
+    return rows
 
 
 def _jsonable(config: VoidTransferConfig) -> JsonObject:
-    return json.loads(json.dumps(as_dict(config), default=str))
+    """The config as JSON; the letters readout, the default, is left out (a letters run's files are as
+    before the key existed; _check_readout reads its absence as letters)."""
+    out = json.loads(json.dumps(as_dict(config), default=str))
+    if out.get("readout") == "letters":
+        del out["readout"]
+    return out
 
 
 def _est(row: Any) -> Estimate:
@@ -316,12 +403,15 @@ def _effect(result: Any) -> SteeringEffect:
     changes, the setting each half chose, and the rank test against each null on the log-odds (p,
     margin over the nearest null direction) with the joint verdict (analysis.specificity)."""
     cf = result.crossfit[result.crossfit["group"] == "all"]
-    goal = cf[cf["measure"] == "log_odds_change"]
+    free = "abstained" in result.measures  # the free readout: the rule reader's rates (module docstring)
+    goal = cf[cf["measure"] == ("abstained_change" if free else "log_odds_change")]
     first = goal.iloc[0]
     nulls = {str(r["null"]): NullTest(float(r["p_goal"]), float(r["margin"]), int(r["null_n_directions"]))
              for _, r in goal.iterrows() if r["null"] is not None and r["p_goal"] == r["p_goal"]}
     return SteeringEffect(
-        abstention_change=_est(cf[cf["measure"] == "chose_change"].iloc[0]), log_odds_change=_est(first),
+        abstention_change=_est(cf[cf["measure"] == ("abstained_change" if free else "chose_change")].iloc[0]),
+        log_odds_change=None if free else _est(first),
+        invalid_change=_est(cf[cf["measure"] == "invalid_change"].iloc[0]) if free else None,
         chosen=tuple(setting_text(first[f"chosen_on_{h}_layer"], first[f"chosen_on_{h}_alpha"]) for h in "AB"),
         nulls=nulls, specific=result.verdict.specific, verdict=result.verdict.text,
         n_random=nulls["random"].n if "random" in nulls else 0,
@@ -333,13 +423,22 @@ def _cell(effect: SteeringEffect) -> list[str]:
         n = effect.nulls.get(kind)
         return "not run" if n is None else f"{n.p:.3f} (margin {n.margin:+.2f})"
 
-    return [estimate_text(effect.abstention_change, 1, scale=100.0, sign=True),
-            estimate_text(effect.log_odds_change, 2, sign=True), "; ".join(effect.chosen),
+    second = (estimate_text(effect.log_odds_change, 2, sign=True) if effect.log_odds_change is not None
+              else estimate_text(effect.invalid_change or Estimate.empty("not read"), 1, scale=100.0, sign=True))
+    return [estimate_text(effect.abstention_change, 1, scale=100.0, sign=True), second, "; ".join(effect.chosen),
             place("random"), place("label-free"), effect.verdict]
 
 
 def markdown(rows: Sequence[VoidPath], meta: VoidTransferMeta) -> str:
+    free = meta.config.get("readout") == "free"
+    # the letters readout's lines as they always were; the free readout's say what it read
+    second, goal, unit = (("invalid (points)", "abstention rate", "abstention rate") if free else
+                          ("log-odds (nats)", "\"undetermined\" log-odds", "nats"))
     lines = ["# Probes and steering across void types (seed 002, Tables 3 and 22-24)", "",
+             *(["- readout: free-form greedy replies (free protocol, up to max_new_tokens_free tokens, steered at every "
+                "position and generated token) read by the rule reader (seed002 rubric): abstained = answer "
+                "\"undetermined\", invalid replies counted in every denominator; every reply in replies.jsonl, for a "
+                "panel to judge"] if free else []),
              f"- directions: mass-mean `resolved` at position {meta.position}, one per void type and layer, fitted "
              f"on {len(meta.fit_families)} families; steered on the other {len(meta.heldout_families)}",
              "- doses: " + ("raw (alpha = 1 adds the unit direction, a vector of norm 1)"
@@ -348,19 +447,19 @@ def markdown(rows: Sequence[VoidPath], meta: VoidTransferMeta) -> str:
              "- probe AUROC: trained on the source type's pairs, tested on the target type's (the layer chosen on the "
              "source only; family folds)",
              "- suppress: the source direction toward answering on the target's voids (goal: lower the "
-             "\"undetermined\" log-odds); induce: toward abstaining on the twins (shared by both void types, so it "
+             f"{goal}); induce: toward abstaining on the twins (shared by both void types, so it "
              "depends on the source alone). Each effect is taken at the layer and dose one half of the families "
              "chose, scored on the other (both halves shown), against alpha = 0, beside "
              f"{meta.n_random} random directions of the same norm and {meta.n_relabel} label-free directions "
              "(fitted like the source's direction on its fit rows once the label carries nothing), each given the same "
-             "choice (one-sided rank test, p and the margin in nats over the nearest null direction; specific to the "
+             f"choice (one-sided rank test, p and the margin in {unit} over the nearest null direction; specific to the "
              "direction when p <= 0.05 against both)",
-             "", "| source -> target | probe AUROC | suppress on voids: abstention (points) | log-odds (nats) | chosen | "
+             "", f"| source -> target | probe AUROC | suppress on voids: abstention (points) | {second} | chosen | "
              "p vs random | p vs label-free | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r.source} -> {r.target} | {estimate_text(r.probe_auroc, 3)} | "
                      + " | ".join(_cell(r.suppress_on_voids)) + " |")
-    lines += ["", "| source -> twins | induce: abstention (points) | log-odds (nats) | chosen | p vs random | "
+    lines += ["", f"| source -> twins | induce: abstention (points) | {second} | chosen | p vs random | "
               "p vs label-free | verdict |", "|---|---|---|---|---|---|---|"]
     induce: dict[tuple[str, str], SteeringEffect] = {}  # a row per source and distinct effect, in the paths' order
     for r in rows:

@@ -128,3 +128,58 @@ def test_raw_alpha_units_reach_the_steering_and_the_report(void_bench: Path, tmp
                  str(tmp_path / "bad"), "--alpha-units", "metres"]) == 2
     err = capsys.readouterr().err
     assert "alpha-units" in err or "alpha_units" in err
+
+
+def test_the_free_readout_reads_judged_replies_and_keeps_them(void_bench: Path, tmp_path: Path, capsys) -> None:
+    """--readout free (seed 002's steering readout): the free protocol's greedy replies under the steering, read by
+    the rule reader (abstained = answer "undetermined", invalid kept in the denominators); the same paths, nulls and
+    intervals; every reply in replies.jsonl for a panel; the folder keeps its readout."""
+    from evprobe.bench.manifest import read_items
+    from evprobe.bench.parse import parse_reply
+    from evprobe.bench.protocols import build_prompt
+    from evprobe.experiments.config import load_model, load_model_config
+    from evprobe.hooks.generation import generate
+
+    out = tmp_path / "free"
+    flags = [*FLAGS, "--n-random", "3", "--readout", "free"]
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out", str(out),
+                 "--quiet", *flags]) == 0
+    result = json.loads((out / "void_transfer.json").read_text())
+    assert result["config"]["readout"] == "free"
+    assert len(result["paths"]) == 4
+    for r in result["paths"]:
+        for effect in (r["suppress_on_voids"], r["induce_on_twins"]):
+            assert "log_odds_change" not in effect and effect["invalid_change"]["n"] == 6
+            assert effect["abstention_change"]["n"] == 6 and effect["n_random"] == 3
+            assert set(effect["nulls"]) == {"random", "label-free"}
+    assert zero_width(result["paths"]) == []
+    md = (out / "void_transfer.md").read_text()
+    assert "- readout: free-form greedy replies" in md and "| invalid (points) |" in md
+    rows = [json.loads(line) for line in (out / "replies.jsonl").read_text().splitlines()]
+    # per run (2 induce + 4 suppress), 6 items x (unsteered + probe at 2 doses + 3 random x 2 doses + label-free)
+    assert {r["run"] for r in rows} == {"induce", "suppress"}
+    assert {r["direction"] for r in rows} == {"unsteered", "probe", "random", "label-free"}
+    # known answer: the unsteered replies are the plain greedy replies to the free prompts, read by the rule reader
+    items = {it.item_id: it for it in read_items(void_bench)}
+    base = [r for r in rows if r["direction"] == "unsteered" and r["run"] == "induce" and r["source"] == "occluded"]
+    assert len(base) == 6
+    model = load_model_config("organism")
+    handle = load_model(model)
+    from evprobe.bench.manifest import load_item_images
+
+    plain = generate(handle, [build_prompt(items[r["item_id"]], "free") for r in base],
+                     [load_item_images(void_bench, items[r["item_id"]].images) for r in base],
+                     max_new_tokens=model.max_new_tokens_free, batch_size=8)
+    assert [r["reply"] for r in base] == [g.text for g in plain]
+    for r in rows:
+        parsed = parse_reply(items[r["item_id"]], r["reply"], "standard", letters=False)
+        assert r["abstain"] == (parsed.valid and parsed.answer == "undetermined") and r["valid"] == parsed.valid
+    # a folder keeps one readout: a letters rerun into it is refused in one line, before any model work
+    capsys.readouterr()
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out", str(out),
+                 "--quiet", *FLAGS]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "readout 'free', not 'letters'" in err
+    assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out",
+                 str(tmp_path / "bad"), "--readout", "judged"]) == 2
+    assert "readout" in capsys.readouterr().err
