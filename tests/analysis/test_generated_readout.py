@@ -139,3 +139,24 @@ def test_a_bad_readout_spec_is_one_line(change, match: str) -> None:
     args = dict(measures=("abstained",), read=_reader, max_new_tokens=2)
     with pytest.raises(InputError, match=match):
         evprobe.GeneratedReadout(**{**args, **change})
+
+
+def test_controls_ablation_and_the_plot_read_replies_too(handle, vector, tmp_path) -> None:
+    """A control is read like the probe; the ablation's replies are one-prompt greedy generation with the direction
+    projected out (hooks.ablation.ablate); the curve plots the first measure's change."""
+    from evprobe.hooks.ablation import ablate
+    from evprobe.hooks.generation import generate
+
+    other = np.random.default_rng(9).standard_normal(handle.d_model)
+    got = evprobe.steering_dose_response(handle, PROMPTS, None, direction=vector, layer=LAYER, families=FAMILIES,
+                                         alphas=(ALPHA,), units="raw", n_random=2, n_relabel=0, n_boot=30,
+                                         readout=READOUT, controls={"other": other}, ablation=True)
+    replies = got.replies
+    assert set(replies.direction) == {"unsteered", "probe", "other", "random", "ablation"}
+    control = got.items[got.items.direction == "other"].sort_values("item")
+    assert control["reply"].tolist() == _single(handle, other / np.linalg.norm(other), ALPHA)
+    with ablate(handle, vector, layers=[LAYER]):
+        single = [generate(handle, [p], None, max_new_tokens=TOKENS)[0].text for p in PROMPTS]
+    assert replies[replies.direction == "ablation"].sort_values("item")["reply"].tolist() == single
+    assert single != _single(handle, None, 0.0)  # the ablation moves this model's replies: the check can fail
+    assert got.plot(tmp_path / "curve.png").stat().st_size > 5_000
