@@ -29,7 +29,8 @@ RECORDED_KEYS = {
     "sort_by_length", "prefetch", "decode_cache", "vision_attention", "backend", "temperature", "top_p", "runs",
     "option_logprobs", "base_url", "served_model", "api_key_env", "concurrency", "request_timeout_s",
     "max_response_mb", "max_retries", "http_cache", "top_logprobs", "usd_per_mtok", "tensor_parallel",
-    "pipeline_parallel", "gpu_memory_utilization", "max_model_len", "video_input"}
+    "pipeline_parallel", "gpu_memory_utilization", "max_model_len", "video_input",
+    "max_new_tokens", "budget", "thinking_budget", "rubric"}  # bench.budgets (issue 55 item 1), --rubric
 
 
 def _blocks(language: str) -> list[str]:
