@@ -107,8 +107,9 @@ class HFBackend:
             raise InputError(
                 f"item {prompt.key}: its prompt is {n} tokens ({len(images)} images or clip "
                 f"frames included) and its reply up to {self.limit}, beyond the {limit}-token context of "
-                f"--model {self.config.source}; generate clips with fewer --frames, select items with fewer "
-                "images (--requests), or run a model with a longer context")
+                f"--model {self.config.source}; lower the budget (--max-new-tokens, --thinking-budget), generate "
+                "clips with fewer --frames, select items with fewer images (--requests), or run a model with a "
+                "longer context")
 
     def prepare_images(self, prompt: ModelPrompt) -> list[Any]:
         """The images the model reads for a prompt (a clip: its frames)."""

@@ -148,3 +148,17 @@ def test_a_server_that_stops_at_max_tokens_is_a_cut_off_reply() -> None:
                              "usage": {"prompt_tokens": 10, "completion_tokens": 8}}
     assert read_answer(answer("length"), None, bounds).cut_off is True
     assert read_answer(answer("stop"), None, bounds).cut_off is False
+
+
+def test_a_budget_beyond_the_models_context_is_refused_before_any_reply(small_bench: Path, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """A hostile budget (10^8 tokens, or a thinking budget that makes it so) cannot allocate or run: the hf backend
+    refuses a prompt plus its whole budget beyond the model's context, in one line, before any record."""
+    base = ["run", "--model", "tiny:llava", "--bench", str(small_bench), "--requests", "both_given", "--limit", "2",
+            "--quiet"]
+    for flags in (["--max-new-tokens", "100000000"], ["--thinking-budget", "100000000"]):
+        out = tmp_path / flags[0].strip("-")
+        assert main([*base, "--out", str(out), *flags]) == 2
+        err = capsys.readouterr().err
+        assert "beyond the 4096-token context" in err and "lower the budget" in err and err.count("\n") == 1
+        assert not (out / "records.jsonl").exists() or not (out / "records.jsonl").read_text()

@@ -280,7 +280,8 @@ def test_a_tiny_model_runs_on_clips_and_a_prompt_past_its_context_is_refused_fir
     assert main(["run", "--model", "tiny:qwen2_5_vl", "--bench", str(long), "--out", str(tmp_path / "r2"),
                  "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "beyond the 4096-token context of --model tiny:qwen2_5_vl; generate clips with fewer --frames" in err
+    assert "beyond the 4096-token context of --model tiny:qwen2_5_vl; lower the budget" in err
+    assert "generate clips with fewer --frames" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r2").exists()
 
 
