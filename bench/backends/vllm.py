@@ -113,6 +113,8 @@ class VLLMEngine:
         self.takes_images = getattr(hf_config, "vision_config", None) is not None
         self.token_logprobs = "logprob_token_ids" in getattr(SamplingParams, "__struct_fields__", ())
         self.dtype = str(llm.llm_engine.model_config.dtype).removeprefix("torch.")
+        # the engine's context (the model's, or --max-model-len): the check of prompt + budget (check_context)
+        self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
         self.eos_ids = _eos_ids(folder, self.tokenizer, settings.trust_remote_code)
         self._letter_ids: dict[tuple[str, ...], list[int]] = {}
         self.closed = False
@@ -227,6 +229,21 @@ class VLLMBackend:
         self.prompt_format = resolve_prompt_format(processor, tokenizer, config.model.prompt_format, config.source)
         self.thinking = resolve_thinking(processor, tokenizer, config.model.thinking, self.prompt_format, config.source)
         self.resources = Resources(extra={"engine_start_s": round(engine.start_s, 3)})
+
+    def check_context(self, prompt: ModelPrompt) -> None:
+        """Refuse, before any request, a prompt whose tokens and reply budget do not fit the engine's
+        context (bench.budgets: a budget of 10^8 tokens is one line here, not an engine error). With
+        images the prompt is counted before the engine expands its image placeholders: a lower bound."""
+        row = self.prepare([prompt])[0]
+        ids = row.get("prompt_token_ids")
+        n = len(ids) if ids is not None else len(self.engine.tokenizer(row["prompt"])["input_ids"])
+        limit = self.engine.max_model_len
+        if n + self.limit > limit:
+            raise InputError(
+                f"item {prompt.key}: its prompt is {n} tokens and its reply up to {self.limit}, beyond the "
+                f"{limit}-token context of the vLLM engine (--model {self.config.source}); lower the budget "
+                "(--max-new-tokens), select items with fewer images (--requests), or raise --max-model-len where "
+                "the model allows it")
 
     def prepare(self, prompts: list[ModelPrompt]) -> list[dict[str, Any]]:
         """vLLM's inputs of the prompts: token ids for a text-only model, else the rendered text

@@ -173,6 +173,14 @@ def test_a_killed_run_resumes_without_duplicates(driven: tuple[Path, dict]) -> N
         assert {k: r.get(k) for k in SAME} == {k: greedy[r["item_id"]].get(k) for k in SAME}
 
 
+def test_a_budget_beyond_the_engines_context_is_one_line_before_any_request(driven: tuple[Path, dict]) -> None:
+    _, result = driven
+    refusal = result["budget_refusal"]
+    assert "its reply up to 100000000, beyond the" in refusal and "context of the vLLM engine" in refusal
+    assert "lower the budget (--max-new-tokens)" in refusal and "\n" not in refusal
+    assert result["budget_records"] == 0
+
+
 def test_close_leaves_no_engine_process(driven: tuple[Path, dict]) -> None:
     _, result = driven
     before = result["children_before_close"]  # pid -> command line

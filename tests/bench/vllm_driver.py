@@ -146,6 +146,17 @@ def _drive(argv: list[str], shared: dict) -> None:
         run(RunConfig(**sampled, seed=seed, batch_size=batch, out=str(out / name)), progress=False)
         result[f"{name}_seconds"] = time.perf_counter() - t
 
+    # A budget beyond the engine's context: one line before any request (VLLMBackend.check_context).
+    from evprobe.core.errors import InputError
+
+    try:
+        run(RunConfig(**common, max_new_tokens=100_000_000, out=str(out / "budget")), progress=False)
+        result["budget_refusal"] = "ran"
+    except InputError as err:
+        result["budget_refusal"] = str(err)
+    budget_records = out / "budget" / "records.jsonl"
+    result["budget_records"] = len(_records(out / "budget")) if budget_records.exists() else 0
+
     # A run killed after its first batch (of 3), a torn half line after it, then resumed.
     resume = RunConfig(**common, batch_size=3, out=str(out / "resume"))
     shared["calls"], shared["fail_on_call"] = 0, 2
