@@ -15,10 +15,14 @@ and `resolved=False` is used as stored; any other label is refused.
 from __future__ import annotations
 
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from evprobe.core.errors import ConfigError
 from evprobe.core.json_types import JsonObject
+
+if TYPE_CHECKING:
+    from evprobe.bench.items import Item
 
 AlphaUnits = Literal["norm", "raw"]
 ALPHA_UNITS_HELP = ("what alpha = 1 adds: norm, one mean residual norm of the steered layer, or raw, the unit direction "
@@ -51,4 +55,32 @@ def measure_sign(provenance: JsonObject, name: str) -> int:
     return -1 if truth else 1
 
 
-__all__ = ["TOWARD_STOP_LABELS", "alpha_key", "measure_sign"]
+
+@dataclass(frozen=True)
+class FreeReadout:
+    """A generated free-form reply read by the rule reader (bench.parse, seed 002's rubric): abstains when its
+    answer is undetermined; an invalid reply never abstains and stays in every denominator."""
+
+    reply: str
+    valid: bool
+    route: str
+    answer: str | None
+
+    @property
+    def abstain(self) -> bool:
+        return self.answer == "undetermined"
+
+    def to_json(self) -> JsonObject:
+        return {"reply": self.reply, "valid": self.valid, "route": self.route, "answer": self.answer,
+                "abstain": self.abstain}
+
+
+def free_readout(item: Item, reply: str, regime: str) -> FreeReadout:
+    from evprobe.bench.parse import parse_reply
+
+    parsed = parse_reply(item, reply, regime, letters=False)  # the free protocol's reading (FREE_RUBRIC)
+    return FreeReadout(reply, parsed.valid, parsed.route, parsed.answer)
+
+
+__all__ = ["ALPHA_UNITS_HELP", "TOWARD_STOP_LABELS", "AlphaUnits", "FreeReadout", "alpha_key", "check_alpha_units",
+           "free_readout", "measure_sign"]

@@ -75,7 +75,7 @@ from evprobe.experiments.config import (
     load_model_config,
     resolve_config,
 )
-from evprobe.experiments.steering_conventions import ALPHA_UNITS_HELP, AlphaUnits, check_alpha_units
+from evprobe.experiments.steering_conventions import ALPHA_UNITS_HELP, AlphaUnits, check_alpha_units, free_readout
 
 POSITION = "last"
 JSON_FILE = "void_transfer.json"
@@ -349,11 +349,9 @@ def _free_readout(items: Sequence[Any], max_new_tokens: int) -> GeneratedReadout
     """Seed 002's readout (module docstring): item i's free-form reply read by the rule reader (bench.parse,
     letters off: the free protocol's seed002 rubric): abstained = answer undetermined, invalid = no readable
     answer (it abstains on nothing and stays in every denominator)."""
-    from evprobe.bench.parse import parse_reply
-
     def read(i: int, reply: str) -> tuple[float, float]:
-        got = parse_reply(items[i], reply, FREE_REGIME, letters=False)
-        return float(got.answer == "undetermined"), float(not got.valid)
+        got = free_readout(items[i], reply, FREE_REGIME)
+        return float(got.abstain), float(not got.valid)
 
     return GeneratedReadout(FREE_MEASURES, read=read, max_new_tokens=max_new_tokens, rates=FREE_MEASURES)
 
@@ -362,19 +360,16 @@ def _reply_rows(frame: Any, items: Sequence[Any], run: str, source: str, group: 
     """replies.jsonl's rows of one steering run (the dose-response's `replies` frame): the run (suppress on a
     target's voids, induce on the twins), source, item, direction (index within a null), layer, alpha, and the
     reply and the rule reader's reading of it (valid, route, answer, abstain)."""
-    from evprobe.bench.parse import parse_reply
-
     def number(x: Any, kind: type) -> Any:
         return None if x is None or x != x else kind(x)  # a frame's missing cell (None / NaN) as null
 
     rows = []
     for r in frame.itertuples(index=False):
-        it, got = items[r.item], parse_reply(items[r.item], r.reply, FREE_REGIME, letters=False)
+        it = items[r.item]
         rows.append({"run": run, "source": source, "group": group, "item_id": it.item_id, "family_id": it.family_id,
                      "void": it.void, "protocol": "free", "regime": FREE_REGIME, "direction": r.direction,
                      "index": int(r.index), "layer": number(r.layer, int), "alpha": number(r.alpha, float),
-                     "reply": r.reply, "valid": got.valid, "route": got.route, "answer": got.answer,
-                     "abstain": got.answer == "undetermined"})
+                     **free_readout(it, r.reply, FREE_REGIME).to_json()})  # reply, valid, route, answer, abstain
     return rows
 
 

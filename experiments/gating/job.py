@@ -23,7 +23,7 @@ from evprobe.core.lock import folder_lock
 from evprobe.bench.parse import FREE_RUBRIC
 from evprobe.bench.protocols import GUIDED, build_prompt
 from evprobe.experiments.config import add_experiment_parser, as_dict, experiment_config, load_config
-from evprobe.experiments.steering_conventions import alpha_key
+from evprobe.experiments.steering_conventions import alpha_key, free_readout
 from evprobe.experiments.gating.config import (
     FORMAT,
     GatingConfig,
@@ -66,32 +66,6 @@ def readout(item: Item, logp: np.ndarray) -> GateReadout:
     option = item.options[choice]
     abstain = option == "undetermined" if REQUEST_KINDS[item.request] == "answer" else option != "stop"
     return GateReadout(choice, option, abstain)
-
-
-@dataclass(frozen=True)
-class FreeReadout:
-    """A generated free-form reply read by the rule reader (bench.parse, seed 002's rubric): abstains when its
-    answer is undetermined; an invalid reply never abstains and stays in every denominator."""
-
-    reply: str
-    valid: bool
-    route: str
-    answer: str | None
-
-    @property
-    def abstain(self) -> bool:
-        return self.answer == "undetermined"
-
-    def to_json(self) -> JsonObject:
-        return {"reply": self.reply, "valid": self.valid, "route": self.route, "answer": self.answer,
-                "abstain": self.abstain}
-
-
-def free_readout(item: Item, reply: str, regime: str) -> FreeReadout:
-    from evprobe.bench.parse import parse_reply
-
-    parsed = parse_reply(item, reply, regime, letters=False)  # the free protocol's reading (FREE_RUBRIC)
-    return FreeReadout(reply, parsed.valid, parsed.route, parsed.answer)
 
 
 class GatingJob(Job):

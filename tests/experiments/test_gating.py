@@ -275,7 +275,7 @@ def test_the_free_readout_reads_generated_replies_by_the_rule_reader(bench: Path
     free protocol and the rule reader's reading; alpha = 0 is the plain greedy reply; pinned; select refused."""
     from evprobe.bench.model_config import ModelConfig
     from evprobe.bench.parse import parse_reply
-    from evprobe.experiments.gating.job import free_readout
+    from evprobe.experiments.steering_conventions import free_readout
 
     model = ModelConfig.of(MODEL, max_new_tokens_free=4)
     cfg = config(bench, tmp_path / "free", model=model, readout="free", requests=("answer_initial",), limit=3,
