@@ -99,11 +99,11 @@ def test_a_layer_the_tiny_model_lacks_is_refused_in_one_line(void_bench: Path, t
 
 
 def test_a_crossfit_row_keeps_its_family_count() -> None:
-    """The void-transfer JSON (evprobe.experiments.void_transfer._est): the frame's n_families goes into the JSON, with or without an
+    """The void-transfer JSON (evprobe.experiments.void_transfer.crossfit_estimate): the frame's n_families goes into the JSON, with or without an
     interval; a frame that holds no count (None read back as NaN) says none rather than inventing one."""
     import pandas as pd
 
-    from evprobe.experiments.void_transfer import _est
+    from evprobe.experiments.void_transfer import crossfit_estimate as _est
 
     frame = pd.DataFrame([{"value": 0.25, "lo": 0.1, "hi": 0.4, "n": 24, "n_families": 12, "identical": False},
                           {"value": 0.0, "lo": None, "hi": None, "n": 24, "n_families": 5, "identical": True},
