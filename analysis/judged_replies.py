@@ -122,7 +122,7 @@ class JudgedReplies:
             if d is None:
                 if reply == "":
                     return 0.0, 1.0  # an empty reply answers nothing (module docstring)
-                raise InputError(f"item {ids[i]!r}'s steered reply {shown(reply, 60)} was never judged: the replies "
+                raise InputError(f"the steered reply {shown(reply, 60)} of item {ids[i]!r} was never judged: the replies "
                                  "generated now differ from the judged ones (another model, prompt, dose or budget); "
                                  "judge these replies (write_replies, evprobe judge) or steer as judged")
             return float(d.abstain), float(not d.valid)

@@ -53,7 +53,6 @@ jackknife t interval of `bench.judge_agreement`): 94.2-97.2% at 8, 30 and 144 fa
 
 from __future__ import annotations
 
-from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -61,7 +60,8 @@ import numpy as np
 from evprobe.bench.items import Item
 from evprobe.bench.judge_agreement import fleiss_kappa, kappa_estimate
 from evprobe.bench.judge_inputs import Judge, checked_inputs, key_envs
-from evprobe.bench.judge_reader import check_options, read_label
+from evprobe.bench.judge_fourway import (CATEGORIES, DECISIONS, JUDGE_OPTIONS, JUDGE_PROMPT, judge_decision,
+                                         panel_decision)
 from evprobe.bench.judge_server import ask, open_backends, secrets_of
 from evprobe.bench.judged_files import (
     JudgeSummary,
@@ -79,45 +79,19 @@ from evprobe.core.errors import InputError, shown
 from evprobe.core.json_types import JsonObject
 from evprobe.core.lock import folder_lock
 
-JUDGE_OPTIONS = {"A": "It answers yes.", "B": "It answers no.",
-                 "C": "It says the answer cannot be determined from the evidence (it abstains).",
-                 "D": "None of these clearly (it hedges, gives both answers, or answers something else)."}
-DECISIONS = {"A": "yes", "B": "no", "C": "undetermined", "D": "unclear"}
-CATEGORIES = tuple(DECISIONS.values())
-JUDGE_PROMPT = (
-    "You are grading how a reply answers a question. Do not solve the question yourself; only say what the "
-    "reply says.\n\nThe question, as it was asked:\n<<<\n{question}\n>>>\n\nThe reply:\n<<<\n{reply}\n>>>\n\n"
-    "Which describes the reply?\n" + "".join(f"{k}. {v}\n" for k, v in JUDGE_OPTIONS.items())
-    + "\nReply with the letter only."
-)
-check_options(JUDGE_OPTIONS)  # no option's words name another letter: two letters never read as one
 JUDGED = "judged"
 FOURWAY, SEED002 = "fourway", "seed002"  # the panels (judge.json's `panel`)
 PANELS = (FOURWAY, SEED002)
 LOCK_FIX = "wait for it to finish, then judge the run"
 
 
-def judge_decision(reply: str) -> str | None:
-    """A judge's reply as a decision (DECISIONS' values), or None when it gives no one letter
-    (`bench.judge_reader.read_label`)."""
-    label = read_label(reply, JUDGE_OPTIONS)
-    return None if label is None else DECISIONS[label]
-
-
-def panel_decision(decisions: list[str | None]) -> str | None:
-    """The answer a strict majority of the panel gives (yes, no, undetermined), else None."""
-    counts = Counter(d for d in decisions if d is not None)
-    if not counts:
-        return None
-    best, n = counts.most_common(1)[0]
-    return best if n * 2 > len(decisions) and best != "unclear" else None
-
-
 def judge_run(run_dir: str | Path, judges: list[Judge], *, bench: str | Path | None = None,
               api_key_env: list[str] | None = None, per_stratum: int = 5, concurrency: int = 4,
               n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED, panel: str = FOURWAY) -> JudgeSummary:
     """Judge a free-protocol run's answer replies with the panel (module docstring); writes RUN/judged/.
-    panel: FOURWAY (one four-way question) or SEED002 (the seed's two judges, `bench.seed002_panel`)."""
+    panel: FOURWAY (one four-way question) or SEED002 (the seed's two judges, `bench.seed002_panel`).
+    A steering output (gating or void-transfer --readout free, the library's write_replies) is judged
+    row by row instead (`bench.judge_steered`); `bench` is then the one its config names."""
     run = Path(run_dir)
     if panel not in PANELS:
         raise InputError(f"--panel {panel!r}: choose one of {', '.join(PANELS)}")
@@ -125,7 +99,15 @@ def judge_run(run_dir: str | Path, judges: list[Judge], *, bench: str | Path | N
         raise InputError("give two or more distinct judges (--judge MODEL@URL, repeated); agreement needs two raters")
     envs = key_envs(api_key_env, len(judges))
     from evprobe.bench.json_schema import read_run_meta
+    from evprobe.core.judged_replies import steering_kind
 
+    kind = steering_kind(run)
+    if kind is not None:  # a steering output's replies (bench.judge_steered)
+        from evprobe.bench.judge_steered import judge_steering
+
+        with folder_lock(run, "evprobe judge", fix=LOCK_FIX), folder_lock(run / JUDGED, "evprobe judge", fix=LOCK_FIX):
+            check_panel(run / JUDGED, panel)
+            return judge_steering(run, kind, judges, envs, panel, per_stratum, concurrency, n_boot, seed)
     read_run_meta(run)  # a folder that is no run is refused before the lock would make RUN/judged in it
     with folder_lock(run, "evprobe judge", fix=LOCK_FIX), folder_lock(run / JUDGED, "evprobe judge", fix=LOCK_FIX):
         check_panel(run / JUDGED, panel)

@@ -55,7 +55,8 @@ TASK = ("seed 002's judge tasks (Table 7): void-abstain and ctrl-abstain (the ab
 CALLS = Calls(temperature=sj.TEMPERATURE, max_tokens=sj.MAX_TOKENS, schemas=sj.SCHEMAS)
 
 
-def _read(key: str, text: str) -> object:
+def read_reply(key: str, text: str) -> object:
+    """A judge's reply to a prompt keyed `TASK:...`, read by that task's strict reader."""
     return sj.read_abstention(text) if key.startswith(sj.ABSTENTION + ":") else sj.read_correctness(text)
 
 
@@ -73,7 +74,7 @@ def judge_seed002(out: Path, meta: RunMeta, every: list[Item], records: dict[str
     secrets = secrets_of(envs)
     with ExitStack() as stack:
         backends = open_backends(judges, envs, out, concurrency, stack, CALLS)
-        said = {j.name: ask(b, prompts, secrets, _read) for j, b in zip(judges, backends)}
+        said = {j.name: ask(b, prompts, secrets, read_reply) for j, b in zip(judges, backends)}
     names = [j.name for j in judges]
     rows, judged_records = [], [r for r in records.values() if r.error is not None]
     for it, r in answered:
@@ -198,4 +199,4 @@ def markdown(result: JsonObject) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CALLS", "TASKS", "judge_seed002", "markdown"]
+__all__ = ["CALLS", "TASKS", "judge_seed002", "markdown", "read_reply"]

@@ -229,15 +229,20 @@ def gating(config: GatingConfig, *, progress: bool = True) -> JobSummary[GatingR
 
 
 def add_gating_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    return add_experiment_parser(
-        sub, "gating", GatingConfig, run_gating, example="gating_tiny",
+    p = add_experiment_parser(
+        sub, "gating", GatingConfig, run_gating, example="gating_tiny", config_required=False,
         help="TRAPS prompt gating: standard/guided directions x standard/guided inference, +alpha on controls, "
              "-alpha on voids",
         description="Capture the answer (and/or select) prompts under the standard and guided regimes, fit a "
         "mass-mean resolved direction from each on half the families, steer the other half under each regime and "
         "report abstention (answer) or measure rate (select) in Table-4-style 2x2 tables with family-bootstrap "
-        "intervals: gating.json, gating.md, gating.png. Flags override the config. Resumable.",
+        "intervals: gating.json, gating.md, gating.png. Flags override the config. Resumable. With --judged "
+        "OUT/judged alone: a finished --readout free run re-scored from the LLM panel's decisions (evprobe judge OUT).",
     )
+    p.add_argument("--judged", type=Path, default=None, metavar="OUT/judged",
+                   help="re-score the finished --readout free run OUT from the panel's decisions that `evprobe judge "
+                        "OUT` wrote in OUT/judged (no model; the same tables and intervals), into OUT/judged")
+    return p
 
 
 def config_from_args(args: argparse.Namespace) -> GatingConfig:
@@ -247,6 +252,8 @@ def config_from_args(args: argparse.Namespace) -> GatingConfig:
 def run_gating(args: argparse.Namespace) -> int:
     from evprobe.experiments.distributed import data_parallel
 
+    if args.judged is not None:
+        return _run_judged(args)
     config = config_from_args(args)
     # torchrun / accelerate launch: this rank's shard, then rank 0 merges
     if data_parallel(config, lambda c: gating(c, progress=not args.quiet), unit="rows", job=GatingJob):
@@ -255,9 +262,29 @@ def run_gating(args: argparse.Namespace) -> int:
     report = s.report
     assert report is not None  # one run computes every row it selects
     print(f"layer {report.layer}: {s.counts_text(report.n_items, 'held-out items')}")
-    for t in report.tables:
+    _print_tables(report.tables)
+    print(f"wrote {', '.join(report.files)} in {s.out}")
+    return 0
+
+
+def _run_judged(args: argparse.Namespace) -> int:
+    """`--judged OUT/judged` (experiments.gating.judged): alone, the run's own config is in OUT."""
+    from evprobe.core.errors import InputError
+    from evprobe.core.flags import config_overrides
+    from evprobe.experiments.gating.judged import rescore
+
+    given = [f"--{k.replace('_', '-')}" for k in config_overrides(args, GatingConfig)]
+    if args.config is not None or given:
+        raise InputError(f"--judged re-scores the run as it was run (its config is in OUT/meta.json): give it alone, "
+                         f"without {', '.join(['--config'] if args.config is not None else given)}")
+    result, files = rescore(args.judged, GatingJob.from_meta)
+    _print_tables(result.tables)
+    print(f"read by the panel; wrote {', '.join(files)} in {args.judged}")
+    return 0
+
+
+def _print_tables(tables: tuple[GateTable, ...]) -> None:
+    for t in tables:
         cells = "; ".join(f"dir {k.split('|')[0]}/inf {k.split('|')[1]}: {pct_value(c.base)} -> "
                           f"{pct(c.steered)}" for k, c in t.cells.items())
         print(f"  {t.kind} {t.group} alpha {alpha_key(t.alpha)}: {cells}")
-    print(f"wrote {', '.join(report.files)} in {s.out}")
-    return 0

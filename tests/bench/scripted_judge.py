@@ -4,7 +4,7 @@
 (listing `model`) and `POST /v1/chat/completions` with `reply(prompt_text)`'s text, so every
 decision is known; it keeps every request body it got (`bodies`), so a test reads what was sent
 (temperature, max_tokens, response_format). Use as a context manager; `url` is its base URL.
-`free_run` writes the free-form run such judges read.
+`free_run` writes the free-form run such judges read; `judge_with` runs `evprobe judge` with them.
 """
 
 from __future__ import annotations
@@ -65,6 +65,22 @@ class ScriptedJudge:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
+
+
+def judge_with(folder: Path, scripts: list[Callable[[str], str]], name: str, *extra: str) -> tuple[int, list[ScriptedJudge]]:
+    """`evprobe judge FOLDER --n-boot 200 ...extra` with one scripted judge per script (named `name-k`: the request
+    cache keys on the served model); the exit code and the judges (their `bodies`)."""
+    from evprobe.experiments.cli import main
+
+    judges = [ScriptedJudge(f"{name}-{k}", s) for k, s in enumerate(scripts)]
+    for j in judges:
+        j.__enter__()
+    try:
+        flags = [x for j in judges for x in ("--judge", f"{j.model}@{j.url}")]
+        return main(["judge", str(folder), "--n-boot", "200", *flags, *extra]), judges
+    finally:
+        for j in judges:
+            j.__exit__()
 
 
 def free_run(root: Path, policy: str, families_per_system: int = 1) -> Path:

@@ -17,7 +17,7 @@ from evprobe.bench.protocols import build_prompt
 from evprobe.bench.records import load_records
 from evprobe.experiments.cli import main
 
-from tests.bench.scripted_judge import ScriptedJudge
+from tests.bench.scripted_judge import ScriptedJudge, judge_with
 from tests.bench.scripted_judge import free_run as scripted_free_run
 
 SEED = Path("/work/shared/seeds/002_9a822cb4fffae59b.txt")
@@ -157,15 +157,7 @@ def _script(run: Path, abstains, extracts):
 
 
 def _judge(run: Path, scripts, name: str, *extra: str) -> tuple[int, list[ScriptedJudge]]:
-    judges = [ScriptedJudge(f"{name}-{k}", s) for k, s in enumerate(scripts)]
-    for j in judges:
-        j.__enter__()
-    try:
-        flags = [x for j in judges for x in ("--judge", f"{j.model}@{j.url}")]
-        return main(["judge", str(run), "--panel", "seed002", "--n-boot", "200", *flags, *extra]), judges
-    finally:
-        for j in judges:
-            j.__exit__()
+    return judge_with(run, scripts, name, "--panel", "seed002", *extra)
 
 
 def test_judges_that_read_the_replies_give_the_rules_scores(free_run: Path) -> None:
