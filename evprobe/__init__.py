@@ -57,7 +57,7 @@ _API: dict[str, tuple[str, str]] = {
     "wrap": ("evprobe.hooks.loading", "wrap"),
     "Handle": ("evprobe.hooks.handle", "Handle"),
     "tiny": ("evprobe.hooks.tiny_models", "tiny"),
-    "capture": ("evprobe.hooks.capture", "capture_layers"),
+    "capture": ("evprobe.hooks.capture_backend", "capture"),
     "capture_components": ("evprobe.hooks.capture", "capture_components"),
     "capture_tokens": ("evprobe.hooks.token_capture", "capture_tokens"),
     "capture_sites": ("evprobe.hooks.site_capture", "capture_sites"),

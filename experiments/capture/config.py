@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from evprobe.bench.model_config import ModelConfig, as_model_config
 from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, VideoInput
@@ -42,6 +42,10 @@ INDEX_FIELDS = (
 )
 # Item fields copied only when they differ from their default (core.capture_schema.INDEX_OPTIONAL_ITEM_TYPES).
 INDEX_OPTIONAL_FIELDS = tuple(INDEX_OPTIONAL_DEFAULTS)
+BACKENDS = ("hf", "vllm")
+# The vllm backend's engine settings at their defaults: absent from an hf capture's recorded config
+# (its meta.json stays what it was before the backend existed).
+ENGINE_DEFAULTS = {"gpu_memory_utilization": None, "max_model_len": None}
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,11 @@ class CaptureConfig:
     video_input: VideoInput = setting("frames", "how a clip benchmark's clips reach the model: frames (one image a "
                                                 "frame, any model) or native (one video through the model's video "
                                                 "processor, a model with a video path)")
+    backend: str = setting("hf", "what reads the rows: hf (transformers, in this process) or vllm (a vLLM engine: "
+                                 "resid_post of text-only models and prompts)")
+    gpu_memory_utilization: float | None = setting(
+        None, "vllm backend: share of accelerator memory (of RAM on CPU) the engine reserves; default 0.1 on CPU")
+    max_model_len: int | None = setting(None, "vllm backend: context length of the engine (default 2048)")
 
     def __post_init__(self) -> None:
         # The settings that need no benchmark, checked when the config is made (before a model file
@@ -84,6 +93,23 @@ class CaptureConfig:
             raise InputError(f"--limit must be a positive integer, got {self.limit}")
         if self.video_input not in ("frames", "native"):
             raise InputError(f"--video-input must be frames or native, got {self.video_input!r}")
+        if self.backend not in BACKENDS:
+            raise InputError(f"--backend must be {' or '.join(BACKENDS)}, got {self.backend!r}")
+        if self.backend != "vllm":
+            changed = next((k for k, v in ENGINE_DEFAULTS.items() if getattr(self, k) != v), None)
+            if changed is not None:
+                raise InputError(f"--{changed.replace('_', '-')} is a setting of --backend vllm; drop it or add "
+                                 "--backend vllm")
+
+
+def recorded_config(config: CaptureConfig) -> dict:
+    """meta.json's config: every setting, less the vllm backend's at their defaults on an hf capture
+    (its meta.json is what it was before the backend existed)."""
+    out = asdict(config)
+    if config.backend == "hf":
+        for key in ("backend", *ENGINE_DEFAULTS):
+            del out[key]
+    return out
 
 
 def question_marker(prompt: str) -> str | None:

@@ -7,7 +7,6 @@ import argparse
 import json
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +35,7 @@ from evprobe.experiments.capture.config import (
     check_positions,
     parse_layers,
     question_marker,
+    recorded_config,
     stored_text,
 )
 from evprobe.experiments.capture.store import ACTS_FILE, ACTS_KEY, CaptureRows
@@ -44,6 +44,7 @@ from evprobe.experiments.pins import images_sha256, input_pins, sha256_text
 from evprobe.core.json_types import JsonObject
 
 if TYPE_CHECKING:
+    from evprobe.experiments.capture.engine import EngineCapture
     from evprobe.hooks.handle import Handle
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504
@@ -138,11 +139,16 @@ class CaptureJob(Job):
             if no_image is not None:
                 raise InputError(f"item {no_image.item_id} ({no_image.request}) has no image, so it has no "
                                  f"{imaged}; drop {imaged} from --positions or that request from --requests")
+        if config.backend == "vllm":  # what the engine cannot read: one line, before any engine or model
+            from evprobe.experiments.capture.engine import check_engine_capture
+
+            check_engine_capture(config, self.items)
         self.images_sha256, self.n_images = images_sha256(self.bench, self.items)
         self.row_of = {it.item_id: r for r, it in enumerate(self.items)}
         self.check_markers()
         self.old = read_meta(self.meta_path())  # None, or an object: a bad one is one line
         self.handle: Handle | None = None
+        self.engine: EngineCapture | None = None  # --backend vllm, from open() to close()
         self.warned = False
 
     def units(self) -> list[Unit]:
@@ -178,6 +184,7 @@ class CaptureJob(Job):
             # resid_post pinned as None: a folder written before components existed resumes as it was
             "component": None if c.component == "resid_post" else c.component,
             "video_input": None if c.video_input == "frames" else c.video_input,  # likewise
+            "backend": None if c.backend == "hf" else c.backend,  # likewise
         }
         layers = self._layers()  # a layer out of range fails here, before the model loads
         if layers is not None:
@@ -189,6 +196,8 @@ class CaptureJob(Job):
                        chat_template_sha256=_chat_template_sha256(h))
             if h.prompt_format != "chat":  # absent for chat: a folder written before the setting resumes
                 out["prompt_format"] = h.prompt_format
+            if self.engine is not None:  # what read the rows: the engine's dtype, version, parallel sizes
+                out.update(self.engine.pins())
         return out
 
     @cached_property
@@ -215,7 +224,7 @@ class CaptureJob(Job):
             "position_rules": {p: POSITION_RULES.get(p) or position_rule(p) for p in self.positions},
             "stored_component": self.config.component,
             "text_marker_rule": TEXT_MARKER_RULE, "versions": _versions(), "bench": str(self.bench.resolve()),
-            "config": asdict(self.config),
+            "config": recorded_config(self.config),
         }
 
     def store_at(self, folder: Path) -> CaptureRows:
@@ -228,6 +237,13 @@ class CaptureJob(Job):
 
     def open(self) -> None:
         check_item_images(self.bench, self.items, self.bench_meta)  # before the model loads
+        if self.config.backend == "vllm":
+            from evprobe.experiments.capture.engine import EngineCapture
+
+            self.engine = EngineCapture(self.config)
+            self.handle = self.engine.handle  # renders, tokenizes and places positions; no weights
+            self.check_readable()
+            return
         self.handle = load_model(self.config.model)
         if self.as_video:
             check_video_path(self.handle.processor, self.config.model.source)
@@ -256,7 +272,7 @@ class CaptureJob(Job):
         do positions that hold in every row whatever its length (last, image_mean, text_mean: the
         spans of hooks.spans); token:I and marker:TEXT are checked on every item."""
         from evprobe.hooks.capture import sites
-        from evprobe.hooks.inputs import build_inputs
+        from evprobe.hooks.inputs import encode_inputs
         from evprobe.hooks.positions import Marker, Token, parse_position, row_indices
         from evprobe.hooks.spans import batch_spans
 
@@ -280,7 +296,7 @@ class CaptureJob(Job):
             images = [load_item_images(self.bench, it.images, clips_as_video=self.as_video) for it in batch]
             markers = [question_marker(it.prompt) if handle.keeps_prompt_text else None for it in batch]
             try:
-                enc = build_inputs(handle, prompts, images)
+                enc = encode_inputs(handle, prompts, images)  # the tokens, on the CPU (an engine's handle has no weights)
                 n_images = [len(i) for i in images]
                 spans = batch_spans(handle, enc, prompts, n_images, markers)
                 row_indices(handle, enc, prompts, n_images, spans, positions,
@@ -296,7 +312,8 @@ class CaptureJob(Job):
     def compute(self, batch: list[Unit], condition: str) -> list[JsonObject]:
         assert self.handle is not None
         items = [u.value for u in batch]
-        cap = _capture_items(self.handle, self.bench, items, self.config, self._layers() or [], self.positions)
+        reader = _capture_items if self.engine is None else self.engine.capture_items
+        cap = reader(self.handle, self.bench, items, self.config, self._layers() or [], self.positions)
         acts16, clipped = _to_float16(cap.acts, items)  # (batch, layers, positions, d_model)
         if any(clipped) and not self.warned:
             warnings.warn(f"activations beyond float16's range were clipped to +-{FLOAT16_MAX:g} "
@@ -310,6 +327,11 @@ class CaptureJob(Job):
              ACTS_KEY: acts16[r]}
             for r, it in enumerate(items)
         ]
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
 
     @classmethod
     def from_meta(cls, meta: JsonObject, out: Path) -> CaptureJob:

@@ -13,6 +13,7 @@ attribute the worker already has, so every name here and in the mixins starts wi
 
 from __future__ import annotations
 
+from evprobe.hooks.vllm_engine.capture_worker import CaptureWorker
 from evprobe.hooks.vllm_engine.steer_worker import SteerWorker
 
 EXTENSION = "evprobe.hooks.vllm_engine.extension.EvprobeExtension"
@@ -21,7 +22,7 @@ EXTENSION = "evprobe.hooks.vllm_engine.extension.EvprobeExtension"
 # `class EvprobeExtension(SteerWorker, CaptureWorker)`.
 
 
-class EvprobeExtension(SteerWorker):
+class EvprobeExtension(SteerWorker, CaptureWorker):
     """All of evprobe's worker-side methods (steering; capture once its mixin is added)."""
 
 
