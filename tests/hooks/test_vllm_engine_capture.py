@@ -245,3 +245,12 @@ def test_the_library_refuses_without_an_engine_and_with_images(tiny_text_folder:
         prompt_groups([[1, 2, 3]], [5])
     with pytest.raises(ValueError, match="backend must be 'hf' or 'vllm'"):
         evprobe.capture(h, ["hi"], layers=[0], positions=["last"], backend="sglang")
+
+
+def test_the_documented_command_is_the_one_the_driver_runs() -> None:
+    """docs/api/capture.md's `evprobe capture --backend vllm` is CLI above, run by the driver."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "api" / "capture.md").read_text(encoding="utf-8")
+    section = page.split("## Capture through vLLM", 1)[1]
+    args = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ").split()
+    assert args[:9] == ["evprobe", "capture", "--backend", "vllm", "--model", "DIR", "--bench", "BENCH", "--out"]
+    assert args[10:] == CLI
