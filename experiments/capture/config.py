@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from evprobe.bench.model_config import ModelConfig, as_model_config
 from evprobe.bench.runner import HELP_INJECTION, INJECTION_DEFAULT, VideoInput
@@ -12,6 +13,9 @@ from evprobe.core.capture_schema import INDEX_OPTIONAL_DEFAULTS
 from evprobe.core.errors import InputError
 from evprobe.core.flags import HELP, setting
 from evprobe.core.shard import Shard
+
+if TYPE_CHECKING:
+    from evprobe.bench.items import Item
 
 CAPTURE_META_FILE = "meta.json"
 FORMAT = "evprobe-capture/1"
@@ -100,6 +104,19 @@ class CaptureConfig:
             if changed is not None:
                 raise InputError(f"--{changed.replace('_', '-')} is a setting of --backend vllm; drop it or add "
                                  "--backend vllm")
+
+
+def index_row(row: int, item: Item, text_span: str, n_tokens: int, n_image: int, n_text: int,
+              n_clipped: int) -> dict:
+    """One index.jsonl line: the row, the item's INDEX_FIELDS (and INDEX_OPTIONAL_FIELDS off their
+    defaults), the text span's kind and the token counts."""
+    out: dict = {"row": row, "item_id": item.item_id}
+    out.update({name: getattr(item, name) for name in INDEX_FIELDS})
+    out.update({name: getattr(item, name) for name in INDEX_OPTIONAL_FIELDS
+                if getattr(item, name) != INDEX_OPTIONAL_DEFAULTS[name]})
+    out.update(text_span=text_span, n_tokens=n_tokens, n_image_tokens=n_image, n_text_tokens=n_text,
+               n_clipped=n_clipped)
+    return out
 
 
 def recorded_config(config: CaptureConfig) -> dict:

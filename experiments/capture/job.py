@@ -20,7 +20,6 @@ from evprobe.bench.manifest import read_meta as read_bench_meta
 from evprobe.bench.model_config import load_model, model_from_record
 from evprobe.bench.protocols import build_prompt, check_regime, get_protocol
 from evprobe.bench.runner import select_items
-from evprobe.core.capture_schema import INDEX_OPTIONAL_DEFAULTS
 from evprobe.core.errors import InputError
 from evprobe.core.flags import add_config_arguments
 from evprobe.core.job_summary import JobSummary
@@ -28,11 +27,10 @@ from evprobe.core.jobs import SHARD_FREE, Job, Unit, batches, read_meta, run_job
 from evprobe.core.shard import Shard, select_shard
 from evprobe.experiments.capture.config import (
     FORMAT,
-    INDEX_FIELDS,
-    INDEX_OPTIONAL_FIELDS,
     TEXT_MARKER_RULE,
     CaptureConfig,
     check_positions,
+    index_row,
     parse_layers,
     question_marker,
     recorded_config,
@@ -80,17 +78,6 @@ def _to_float16(acts: np.ndarray, items: Sequence[Item]) -> tuple[np.ndarray, li
     if any(clipped):
         acts = np.clip(acts, -FLOAT16_MAX, FLOAT16_MAX)
     return acts.astype("<f2"), [int(c) for c in clipped]
-
-
-def _index_row(row: int, item: Item, text_span: str, n_tokens: int, n_image: int, n_text: int,
-               n_clipped: int) -> JsonObject:
-    out: JsonObject = {"row": row, "item_id": item.item_id}
-    out.update({name: getattr(item, name) for name in INDEX_FIELDS})
-    out.update({name: getattr(item, name) for name in INDEX_OPTIONAL_FIELDS
-                if getattr(item, name) != INDEX_OPTIONAL_DEFAULTS[name]})
-    out.update(text_span=text_span, n_tokens=n_tokens, n_image_tokens=n_image, n_text_tokens=n_text,
-               n_clipped=n_clipped)
-    return out
 
 
 class CaptureJob(Job):
@@ -147,6 +134,9 @@ class CaptureJob(Job):
         self.row_of = {it.item_id: r for r, it in enumerate(self.items)}
         self.check_markers()
         self.old = read_meta(self.meta_path())  # None, or an object: a bad one is one line
+        if self.old is not None and self.old.get("backend", "hf") != config.backend:  # pinned only when vllm
+            raise InputError(f"{self.out} was written with --backend {self.old.get('backend', 'hf')}, this run has "
+                             f"--backend {config.backend}; use another --out, or the same backend to resume")
         self.handle: Handle | None = None
         self.engine: EngineCapture | None = None  # --backend vllm, from open() to close()
         self.warned = False
@@ -184,8 +174,9 @@ class CaptureJob(Job):
             # resid_post pinned as None: a folder written before components existed resumes as it was
             "component": None if c.component == "resid_post" else c.component,
             "video_input": None if c.video_input == "frames" else c.video_input,  # likewise
-            "backend": None if c.backend == "hf" else c.backend,  # likewise
         }
+        if c.backend != "hf":  # absent for hf: an hf folder's meta.json is what it was before backends
+            out["backend"] = c.backend
         layers = self._layers()  # a layer out of range fails here, before the model loads
         if layers is not None:
             out["layers"] = layers
@@ -321,7 +312,7 @@ class CaptureJob(Job):
             self.warned = True
         keeps_text = self.handle.keeps_prompt_text
         return [
-            {**_index_row(self.row_of[it.item_id], it,
+            {**index_row(self.row_of[it.item_id], it,
                           "question" if keeps_text and question_marker(it.prompt) else "prompt",
                           cap.n_tokens[r], len(cap.spans[r].image), len(cap.spans[r].text), clipped[r]),
              ACTS_KEY: acts16[r]}
