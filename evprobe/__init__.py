@@ -14,6 +14,7 @@ every name is imported on first use.
         token; capture reads its mean, as "image_mean"), "text" / "text_mean", token indices (int, evprobe.Token; negative
         from the end), evprobe.Marker(text, "mean" | "first" | "last"); component= "resid_post"
         (default), "attn_out", "mlp_out"; evprobe.capture_components(..., components=[...]) one pass
+        backend="vllm", engine=llm: read inside a vLLM engine (resid_post, text-only; docs/api/capture.md)
         evprobe.Frame(k) the k-th image's (or a video's k-th frame's) tokens
     evprobe.mark_video(frames, key, fps)  frames a model with a video path reads as ONE video (any row's images)
     evprobe.capture_tokens(handle, prompts, images, layers=) -> TokenActs (one array per row)
