@@ -129,7 +129,8 @@ class EngineCapture:
 
     def close(self) -> None:
         """Shut the engine down: its engine-core process and workers exit (waited for)."""
+        from evprobe.hooks.vllm_engine.steering import close_engine
+
         llm, self.llm = self.llm, None
-        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-        if core is not None:
-            core.shutdown(timeout=30.0)
+        if llm is not None:
+            close_engine(llm)

@@ -8,8 +8,8 @@ text markers, layers and position specs, the same prompts' token ids (hf's encod
   library_again.npy the same call once more (nothing left behind between calls);
 - facade.npy: evprobe.capture(handle, ..., backend="vllm", engine=llm, batch_size=2);
 - ids.npy: the low-level capture(llm, ids, positions=["last", "all", -2]);
-- cli/: `evprobe capture --backend vllm ...` (experiments.cli.main, in this process; its engine start
-  answered by the shared engine, its close leaving it up);
+- cli/: `evprobe capture --backend vllm ...` (experiments.cli.main, in this process), first: it starts
+  the engine (experiments.capture.engine.EngineCapture), and its close keeps it for the calls below;
 - refusals: the line each input gets (a marker with no handle, a vLLM version not checked).
 
 Then a second engine with prefix caching on: `capture` refuses it in one line; and what the refusal
@@ -48,9 +48,16 @@ def main(argv: list[str]) -> None:
     model, layers = spec["model"], spec["layers"]
     positions = [parse_position(p) for p in spec["positions"]]
     result: dict = {}
+    # The command line first, with its own engine start (experiments.capture.engine.EngineCapture);
+    # its close keeps the engine for the library calls below instead of shutting it down.
+    kept: dict = {}
+    job_engine.EngineCapture.close = lambda self: kept.setdefault("llm", self.llm)
+    from evprobe.experiments.cli import main as cli
+
     t = time.perf_counter()
-    llm = steering.start_engine(model)
-    result["engine_start_s"] = time.perf_counter() - t
+    result["cli_rc"] = cli([*spec["cli"], "--out", str(out / "cli"), "--quiet"])
+    result["cli_s"] = time.perf_counter() - t  # the engine's start included
+    llm = kept["llm"]
     try:
         handle = weightless_handle(model)
         for name in ("library", "library_again"):
@@ -64,16 +71,6 @@ def main(argv: list[str]) -> None:
                                                     text_markers=spec["markers"], batch_size=2, backend="vllm",
                                                     engine=llm))
         np.save(out / "ids.npy", capture(llm, spec["prompt_ids"], layers=layers, positions=["last", "all", -2]))
-        # the command line on the shared engine
-        job_engine_start = steering.start_engine
-        steering.start_engine = lambda *a, **k: llm
-        job_engine.EngineCapture.close = lambda self: None
-        from evprobe.experiments.cli import main as cli
-
-        t = time.perf_counter()
-        result["cli_rc"] = cli([*spec["cli"], "--out", str(out / "cli"), "--quiet"])
-        result["cli_s"] = time.perf_counter() - t
-        steering.start_engine = job_engine_start
         refusals = {"marker_without_handle": _error(lambda: capture(llm, spec["prompt_ids"], layers=layers,
                                                                     positions=[Marker("Pick")]))}
         real = vllm.__version__
@@ -83,7 +80,7 @@ def main(argv: list[str]) -> None:
         vllm.__version__ = real
         result["refusals"] = refusals
     finally:
-        llm.llm_engine.engine_core.shutdown(timeout=30.0)
+        steering.close_engine(llm)
     _prefix_cached(spec, out, result)
     (out / "driver.json").write_text(json.dumps(result), encoding="utf-8")
 
@@ -109,7 +106,7 @@ def _prefix_cached(spec: dict, out: Path, result: dict) -> None:
         finally:
             steering.check_engine = check
     finally:
-        llm.llm_engine.engine_core.shutdown(timeout=30.0)
+        steering.close_engine(llm)
 
 
 if __name__ == "__main__":
