@@ -11,14 +11,12 @@ every generated position. Layer 3 is the last layer (the edit then meets the fin
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.vllm_drivers import run_driver
 
 DRIVER = Path(__file__).with_name("vllm_steer_driver.py")
 # As tests/bench/test_backend_vllm.py: unsteered hf vs vLLM differ by up to ~1.2e-5 (float32 sums in
@@ -55,17 +53,7 @@ def compared(vllm_python: Path, tiny_text_folder: Path, tmp_path_factory: pytest
             "max_new_tokens": MAX_NEW,
             "steerings": [{"direction": dirs[d].tolist(), "layer": layer, "alpha": alpha}
                           for d, layer, alpha in STEERINGS]}
-    with open(folder / "in.json", "w", encoding="utf-8") as f:
-        json.dump(spec, f)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_LOGGING_LEVEL="WARNING")
-    t = time.perf_counter()
-    proc = subprocess.run([str(vllm_python), str(DRIVER), str(folder / "in.json"), str(folder / "out.json")],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
-    with open(folder / "out.json", encoding="utf-8") as f:
-        vllm = json.load(f)
-    vllm["wall_s"] = time.perf_counter() - t
+    vllm = run_driver(vllm_python, DRIVER, spec, folder, timeout=300)
 
     import torch
 

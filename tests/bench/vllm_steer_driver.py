@@ -3,14 +3,15 @@
 `python vllm_steer_driver.py IN.json OUT.json`. IN holds the model folder, the readout prompts'
 token ids (hf's `build_inputs` ids for option log-probs), the generation prompts' ids, the letters'
 token ids and a list of steerings (direction, layer, alpha). The driver starts one steering engine
-(bench.backends.vllm_steer: eager, no prefix caching, the steering worker extension) and writes:
+(bench.backends.vllm_steer: hooks.vllm_engine's, eager, no prefix caching) and writes:
 
 - option: steered_option_logprobs for every steering (steerings x rows x letters);
 - gen: per steering, the greedy tokens (max_new_tokens) of the generation prompts and the letters'
-  log-probs at every generated position (the edit at decode steps too);
+  log-probs at every generated position (the edit at decode steps too), all steerings x prompts as
+  one batched call (hooks.vllm_engine.steering.run_requests, each request its own edit);
 - option_again: the first steering's readout once more after all others (no edit left behind,
   nothing cached from another edit);
-- unsteered_after: the readout with no steering after the hook was removed.
+- unsteered_after: the readout with no steering after all steered calls.
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ import time
 def main(argv: list[str]) -> None:
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
     from evprobe.bench.backends.vllm_steer import start_steering_engine, steered_option_logprobs
     from evprobe.hooks.direction_vectors import unit_direction
+    from evprobe.hooks.vllm_engine.steering import EngineEdit, close_engine, run_requests
 
     t = time.perf_counter()
     llm = start_steering_engine(spec["model"])
@@ -38,28 +37,23 @@ def main(argv: list[str]) -> None:
         t = time.perf_counter()
         result["option"] = steered_option_logprobs(llm, spec["option_ids"], letters, steerings).tolist()
         result["option_s"] = time.perf_counter() - t
-        params = SamplingParams(max_tokens=spec["max_new_tokens"], temperature=0.0, ignore_eos=True,
-                                detokenize=False, logprob_token_ids=letters)
-        inputs = [TokensPrompt(prompt_token_ids=ids) for ids in spec["gen_ids"]]
-        gen = []
+        # every steering x prompt in one batched call, each request with its own edit
+        edits = [EngineEdit(layer, alpha * unit_direction(direction)) if alpha else None
+                 for direction, layer, alpha in steerings for _ in spec["gen_ids"]]
         t = time.perf_counter()
-        for direction, layer, alpha in steerings:
-            if alpha:
-                llm.collective_rpc("evprobe_steer", args=(layer, (alpha * unit_direction(direction)).tolist()))
-            outs = llm.generate(inputs, params, use_tqdm=False)
-            llm.collective_rpc("evprobe_unsteer")
-            gen.append({"token_ids": [list(o.outputs[0].token_ids) for o in outs],
-                        "logprobs": [[[step[i].logprob for i in letters] for step in o.outputs[0].logprobs]
-                                     for o in outs]})
+        outs = run_requests(llm, spec["gen_ids"] * len(steerings), edits, max_tokens=spec["max_new_tokens"],
+                            temperature=0.0, ignore_eos=True, detokenize=False, logprob_token_ids=letters)
+        n = len(spec["gen_ids"])
+        gen = [{"token_ids": [list(o.outputs[0].token_ids) for o in outs[k * n:(k + 1) * n]],
+                "logprobs": [[[step[i].logprob for i in letters] for step in o.outputs[0].logprobs]
+                             for o in outs[k * n:(k + 1) * n]]} for k in range(len(steerings))]
         result["gen"] = gen
         result["gen_s"] = time.perf_counter() - t
         result["option_again"] = steered_option_logprobs(llm, spec["option_ids"], letters, steerings[:1]).tolist()
         result["unsteered_after"] = steered_option_logprobs(llm, spec["option_ids"], letters,
                                                             [(None, 0, 0.0)]).tolist()
     finally:
-        core = getattr(llm.llm_engine, "engine_core", None)
-        if core is not None:
-            core.shutdown(timeout=30.0)
+        close_engine(llm)
     with open(argv[1], "w", encoding="utf-8") as f:
         json.dump(result, f)
 
