@@ -4,7 +4,7 @@
 its methods run in every worker and are called by name through `LLM.collective_rpc`:
 
     evprobe_capture_begin(layers)        forward hooks on those decoder layers this worker holds
-    evprobe_capture_end(folder=None)     remove them and hand back what they read
+    evprobe_capture_end(folder)          remove them and hand back what they read
 
 What a hook reads: the residual stream after decoder layer L (evprobe's `resid_post`). vLLM's
 Llama-style decoder layers return `(hidden_states, residual)` with the residual add deferred to
@@ -22,10 +22,9 @@ prompt across forwards; the sums gather it. Decode steps (positions past the pro
 read, since groups hold prompt positions only. The driver divides and checks the counts (a token
 that never ran, e.g. one served from a prefix cache, leaves its group short: refused there).
 
-Hand-back: collective_rpc answers travel by msgpack, so nothing is pickled: with `folder` each
-request's sums are written as `<key>.L<first layer>.npy` (np.save, allow_pickle=False; the
-driver's folder on this machine) and the answer names them; without, the sums come back as plain
-lists (small captures only).
+Hand-back: collective_rpc answers travel by msgpack, so nothing is pickled: each request's sums
+are written as `<key>.L<first layer>.npy` (np.save, allow_pickle=False) into the driver's folder
+(workers on the driver's machine) and the answer names them, with the counts as plain lists.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ class CaptureWorker:
         pipeline rank's). Returns {"n_layers": decoder layers, "held": the layers hooked here}."""
         from evprobe.hooks.vllm_engine.batch_map import batch_requests, token_map
 
-        self.evprobe_capture_end()  # never two captures' hooks at once
+        self._evprobe_capture_stop()  # never two captures' hooks at once (a failed call's are dropped)
         decoder, start, end = _decoder(self)
         bad = [layer for layer in layers if not 0 <= layer < len(decoder)]
         if bad:
@@ -109,21 +108,14 @@ class CaptureWorker:
             self._evprobe_capture["handles"].append(decoder[layer].register_forward_hook(make_hook(slot)))
         return {"n_layers": len(decoder), "held": held}
 
-    def evprobe_capture_end(self, folder: str | None = None) -> dict[str, Any] | None:
-        """Remove the hooks and hand back their sums: {"held": layers, "counts": {key: (layers,
-        groups) nested list}, and "files": {key: .npy file name in folder} or "sums": {key: nested
-        list}}; None when no capture was running."""
-        state = getattr(self, "_evprobe_capture", None)
+    def evprobe_capture_end(self, folder: str) -> dict[str, Any] | None:
+        """Remove the hooks and hand back their sums: {"held": layers, "counts": {key: (layers, groups)
+        nested list}, "files": {key: the .npy file in `folder` holding its (layers, groups, d_model)
+        float32 sums}}; None when no capture was running."""
+        state = self._evprobe_capture_stop()
         if state is None:
             return None
-        for handle in state["handles"]:
-            handle.remove()
-        self._evprobe_capture = None
         held, sums = state["held"], state["sums"]
-        out: dict[str, Any] = {"held": held, "counts": {k: v[1].tolist() for k, v in sums.items()}}
-        if folder is None:
-            out["sums"] = {k: v[0].tolist() for k, v in sums.items()}
-            return out
         files = {}
         for key, (acc, _) in sums.items():
             name = f"{key}.L{held[0]}.npy"
@@ -131,8 +123,16 @@ class CaptureWorker:
             np.save(tmp, acc, allow_pickle=False)
             os.replace(tmp, os.path.join(folder, name))  # whole or absent
             files[key] = name
-        out["files"] = files
-        return out
+        return {"held": held, "counts": {k: v[1].tolist() for k, v in sums.items()}, "files": files}
+
+    def _evprobe_capture_stop(self) -> dict[str, Any] | None:
+        """Remove the running capture's hooks; its state (held layers, sums), or None."""
+        state = getattr(self, "_evprobe_capture", None)
+        if state is not None:
+            for handle in state["handles"]:
+                handle.remove()
+            self._evprobe_capture = None
+        return state
 
 
 __all__ = ["CAPTURE_KEY", "CaptureWorker"]

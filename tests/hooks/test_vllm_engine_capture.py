@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from evprobe.core.errors import InputError
 
 DRIVER = Path(__file__).with_name("vllm_capture_driver.py")
@@ -47,11 +46,12 @@ def _close(v: np.ndarray, h: np.ndarray) -> tuple[bool, float]:
 
 @pytest.fixture(scope="module")
 def hf_side(tiny_text_folder: Path, small_bench: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    from evprobe import hooks
     from evprobe.experiments.capture import CaptureConfig, capture
     from evprobe.hooks.capture import capture_layers
     from evprobe.hooks.inputs import build_inputs
     from evprobe.hooks.positions import parse_position
+
+    from evprobe import hooks
 
     handle = hooks.load(str(tiny_text_folder), dtype="float32")
     positions = [parse_position(p) for p in POSITIONS]
@@ -67,10 +67,16 @@ def hf_side(tiny_text_folder: Path, small_bench: Path, tmp_path_factory: pytest.
     # the low-level call's positions from the ids alone: last, all (mean), the second from the end
     by_ids = capture_layers(handle, list(PROMPTS), layers=LAYERS, positions=["last", "all", -2])
     long_ids = (ids[3] * 40)[:700]
+    import torch
+
+    with torch.no_grad():  # the long prompt's layer 0 and 2 outputs (hidden_states[1], [3]): all, last, token 5
+        states = handle.model(input_ids=torch.tensor([long_ids]), output_hidden_states=True).hidden_states
+    chunked = np.stack([np.stack([s[0].mean(0).numpy(), s[0][-1].numpy(), s[0][5].numpy()])
+                        for s in (states[1], states[3])])[None]  # (1, layers, positions, d_model)
     out = tmp_path_factory.mktemp("hf_capture") / "acts"
     capture(CaptureConfig(model=str(tiny_text_folder), bench=str(small_bench), out=str(out),
                           **_flags(CLI)), progress=False)
-    return {"acts": acts, "seconds": seconds, "hf_self": float(np.abs(acts - alone).max()), "ids": ids, "by_ids": by_ids, "long_ids": long_ids, "folder": out}
+    return {"acts": acts, "seconds": seconds, "hf_self": float(np.abs(acts - alone).max()), "ids": ids, "by_ids": by_ids, "long_ids": long_ids, "chunked": chunked, "folder": out}
 
 
 def _flags(args: list[str]) -> dict:
@@ -132,9 +138,10 @@ def test_the_command_line_writes_the_hf_folder(driven: tuple[Path, dict], hf_sid
     """`evprobe capture --backend vllm` and the hf one: the same rows, labels, layers and positions
     (load_capture), acts within the tolerance plus float16's rounding of the stored values; an hf
     capture into the vLLM folder is refused (the backend is pinned)."""
-    import evprobe
     from evprobe.experiments.capture import CaptureConfig
     from evprobe.experiments.capture.job import CaptureJob
+
+    import evprobe
 
     folder, result = driven
     assert result["cli_rc"] == 0
@@ -167,16 +174,19 @@ def test_refusals_on_a_live_engine(driven: tuple[Path, dict]) -> None:
         "version_job"]
 
 
-def test_a_prefix_cached_engine_is_refused_and_why(driven: tuple[Path, dict]) -> None:
-    """Refused in one line; bypassed, the second capture of a cached prompt sees only its uncached
-    tail, and the token counts say so instead of returning a smaller mean."""
+def test_a_prefix_cached_engine_is_refused_and_why(driven: tuple[Path, dict], hf_side: dict) -> None:
+    """Refused in one line; bypassed, the first capture of a 700-token prompt in 128-token chunks is
+    hf's, and the second, whose prefix the cache serves, sees only its uncached tail: the token
+    counts say so instead of returning a smaller mean."""
     r = driven[1]
     assert r["prefix_refusal"].startswith("ValueError: per-request steering through vLLM needs "
                                           "enable_prefix_caching=False"), r["prefix_refusal"]
     first, second = r["prefix_bypassed"]
     assert first == "no error", first
+    ok, worst = _close(np.load(driven[0] / "chunked.npy"), hf_side["chunked"])  # gathered over 6 chunks
+    assert ok, worst
     assert second.startswith("RuntimeError: row 0: layer 0 read ") and "prefix cache" in second, second
-    print("prefix cache, bypassed:", second)
+    print(f"chunked prefill (700 tokens, 128 a step) vs hf: max |diff| {worst:.3g}; prefix cache, bypassed:", second)
 
 
 # ---------------------------------------------------------------- refusals before any engine
@@ -210,8 +220,9 @@ def test_refusals_before_any_engine(small_bench: Path, tiny_text_folder: Path, t
 
 
 def test_a_vision_language_model_is_refused(small_bench: Path, tmp_path: Path) -> None:
-    from evprobe import hooks
     from evprobe.experiments.capture.job import CaptureJob
+
+    from evprobe import hooks
 
     folder = tmp_path / "llava"
     h = hooks.load("tiny:llava")
@@ -236,8 +247,9 @@ def test_without_vllm_the_capture_says_how_to_get_it(small_bench: Path, tiny_tex
 
 
 def test_the_library_refuses_without_an_engine_and_with_images(tiny_text_folder: Path) -> None:
-    import evprobe
     from evprobe.hooks.vllm_engine.capture import NO_IMAGES, prompt_groups
+
+    import evprobe
 
     h = evprobe.load(str(tiny_text_folder))
     with pytest.raises(ValueError, match="backend 'vllm' needs engine="):

@@ -12,9 +12,11 @@ text markers, layers and position specs, the same prompts' token ids (hf's encod
   the engine (experiments.capture.engine.EngineCapture), and its close keeps it for the calls below;
 - refusals: the line each input gets (a marker with no handle, a vLLM version not checked).
 
-Then a second engine with prefix caching on: `capture` refuses it in one line; and what the refusal
-prevents, shown with the check bypassed: the same long prompt captured twice, the second time served
-from the cache, leaves positions no hook saw (the error the counts raise).
+Then a second engine with prefix caching on and chunked prefill (128 tokens a step): `capture` refuses
+it in one line; and what the refusal prevents, shown with the check bypassed: a 700-token prompt
+captured twice. The first time it runs in chunks (chunked.npy: its rows gathered over 6 forwards),
+the second time its prefix is served from the cache and leaves positions no hook saw (the error the
+counts raise).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 
-def _error(call) -> str:  # noqa: ANN001
+def _error(call) -> str:
     try:
         call()
     except Exception as err:  # noqa: BLE001 - the line is what the test reads
@@ -36,14 +38,18 @@ def _error(call) -> str:  # noqa: ANN001
 def main(argv: list[str]) -> None:
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     out = Path(argv[1])
+    import evprobe.experiments.capture.engine as job_engine
     import numpy as np
     import vllm
-
-    import evprobe
-    import evprobe.experiments.capture.engine as job_engine
     from evprobe.hooks.positions import Marker, parse_position
     from evprobe.hooks.vllm_engine import steering
-    from evprobe.hooks.vllm_engine.capture import capture, capture_prompts, weightless_handle
+    from evprobe.hooks.vllm_engine.capture import (
+        capture,
+        capture_prompts,
+        weightless_handle,
+    )
+
+    import evprobe
 
     model, layers = spec["model"], spec["layers"]
     positions = [parse_position(p) for p in spec["positions"]]
@@ -87,22 +93,25 @@ def main(argv: list[str]) -> None:
 
 def _prefix_cached(spec: dict, out: Path, result: dict) -> None:
     """A prefix-caching engine: refused; and with the check bypassed, a cached prompt's tokens never run."""
+    import numpy as np
     import vllm
-
     from evprobe.hooks.vllm_engine import capture as vc
     from evprobe.hooks.vllm_engine import steering
     from evprobe.hooks.vllm_engine.extension import EXTENSION
 
+    # chunked prefill too: at most 128 tokens a step, so the 700-token prompt runs in 6 forwards
     llm = vllm.LLM(model=spec["model"], tokenizer=spec["model"], dtype="float32", max_model_len=2048,
                    gpu_memory_utilization=0.1, enforce_eager=True, enable_prefix_caching=True,
-                   worker_extension_cls=EXTENSION)
+                   enable_chunked_prefill=True, max_num_batched_tokens=128, worker_extension_cls=EXTENSION)
     try:
-        ids = [spec["long_ids"]]
-        result["prefix_refusal"] = _error(lambda: vc.capture(llm, ids, layers=[0], positions=["all"]))
+        ids, layers, positions = [spec["long_ids"]], [0, 2], ["all", "last", 5]
+        result["prefix_refusal"] = _error(lambda: vc.capture(llm, ids, layers=layers, positions=positions))
         check, steering.check_engine = steering.check_engine, lambda llm: None  # what the refusal prevents
         try:
-            first = _error(lambda: vc.capture(llm, ids, layers=[0], positions=["all"]))
-            result["prefix_bypassed"] = [first, _error(lambda: vc.capture(llm, ids, layers=[0], positions=["all"]))]
+            first = _error(lambda: np.save(out / "chunked.npy", vc.capture(llm, ids, layers=layers,
+                                                                           positions=positions)))
+            again = _error(lambda: vc.capture(llm, ids, layers=layers, positions=positions))
+            result["prefix_bypassed"] = [first, again]
         finally:
             steering.check_engine = check
     finally:
