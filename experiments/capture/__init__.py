@@ -4,6 +4,7 @@
                     [--injection 0,1,2,3] [--layers all|0,4,8] [--positions last,image_mean,text_mean]
                     [--component resid_post|resid_pre|attn_out|mlp_out]
                     [--regime standard|guided|json] [--protocol direct|brief] [--limit N]
+                    [--backend hf|vllm]   (vllm: inside a vLLM engine; engine.py)
 
 Positions: the named spans, `token:I` (the I-th real token; -3 is the third from the end),
 `frame:K` (the mean over the K-th image's feature tokens: on a clip benchmark, a frame) and
@@ -39,7 +40,8 @@ settings is refused. Rows are written with `os.pwrite` (not through a writable m
 written pages would stay resident and make memory grow with the number of items).
 
 The subpackage: `config` (CaptureConfig, the layer and position specs, the index's fields),
-`store` (acts.npy and index.jsonl: the rows, written and read), `job` (the job and the command).
+`store` (acts.npy and index.jsonl: the rows, written and read), `job` (the job and the command),
+`engine` (`--backend vllm`: the rows read inside a vLLM engine, its refusals and pins).
 """
 
 from __future__ import annotations
