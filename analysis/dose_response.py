@@ -158,25 +158,6 @@ def _readouts(logp: np.ndarray, target: np.ndarray) -> np.ndarray:
     return np.stack([log_odds, chose], axis=-1)
 
 
-def _letter_logprobs(handle: Any, prompts: Sequence[str], images: Sequence[Any], candidates: Sequence[str],
-                     layer_: int, deltas: np.ndarray, positions: Any, max_rows: int, batch_size: int,
-                     largest: float) -> np.ndarray:
-    """(rows of deltas, n, candidates) letter log-probs through hooks.steer_rows.option_logprobs_rows;
-    non-finite ones (the activations overflowed: no readout to estimate with) are one line."""
-    from evprobe.hooks.inputs import build_inputs
-    from evprobe.hooks.steer_rows import option_logprobs_rows
-
-    lp = np.concatenate([
-        option_logprobs_rows(handle, list(prompts[s:s + batch_size]), list(images[s:s + batch_size]),
-                             list(candidates), layer_, deltas, positions=positions, max_rows=max_rows,
-                             enc=build_inputs(handle, list(prompts[s:s + batch_size]), list(images[s:s + batch_size])))
-        for s in range(0, len(prompts), batch_size)], axis=1)
-    if not np.isfinite(lp).all():
-        raise InputError(f"layer {layer_}: the steered model's log-probabilities are not finite at raw doses up to "
-                         f"{largest:.3g} ({handle.dtype}); lower |alpha| (or mean_norm)")
-    return lp
-
-
 def _directions(direction: Any, layer: int | Sequence[int] | None) -> dict[int, Any]:
     """{layer: direction} from a Direction (its layer), a {layer: direction} mapping, or a vector with `layer`."""
     if isinstance(direction, Mapping):
@@ -233,6 +214,7 @@ def steering_dose_response(
     split_seed: int = 0,
     choice: ChoiceRule | None = None,
     readout: GeneratedReadout | None = None,
+    backend: str = "hf",
     batch_size: int = 8,
     max_rows: int = 256,
     allow_other_model: bool = False,
@@ -247,6 +229,10 @@ def steering_dose_response(
         prompt or one per prompt (a menu whose options are shuffled per item).
     readout: None (the letters' log-probs) or a GeneratedReadout: greedy replies read by its `read`
         (module docstring), generated in forwards of up to `max_rows` rows.
+    backend: "hf" (the handle's model with hooks) or "vllm": the handle is a started engine
+        (analysis.engine_model.open_engine) and every direction x dose of a layer is one engine
+        call of per-request edits (analysis.dose_forward); text prompts and the letter readout, no
+        ablation. Log-probs equal hf's within float32 rounding (tests/experiments/test_dose_response_vllm.py).
     families: one id per prompt, the unit every resample and the cross-fit halves keep whole.
     groups: one label per prompt (e.g. "enough" / "not enough"), each read on its own beside "all".
     n_relabel, fit_rows: the label-free null (analysis.label_null): n_relabel directions fitted the
@@ -271,11 +257,11 @@ def steering_dose_response(
     """
     import pandas as pd
 
+    from evprobe.analysis.dose_forward import check_backend, steered_logprobs, unit_norm, unsteered_logprobs
     from evprobe.hooks.ablation import ablate
     from evprobe.hooks.generation import candidate_notes, next_token_logprobs
     from evprobe.hooks.inputs import image_rows
     from evprobe.hooks.direction_vectors import check_direction_model, random_directions
-    from evprobe.hooks.steer_rows import residual_norms_at
 
     counts = {"n_random": (n_random, 0, MAX_NULL), "n_relabel": (n_relabel, 0, MAX_NULL), "n_boot": (n_boot, 1, MAX_BOOT),
               "seed": (seed, 0, None), "random_seed": (random_seed, 0, None), "split_seed": (split_seed, 0, None),
@@ -296,6 +282,7 @@ def steering_dose_response(
             isinstance(row, list | tuple) for row in images):
         raise InputError(f"images must hold one list of images per prompt ({len(prompts)} lists; [] for none), or be "
                          f"None, got {shown(images, 40)}")
+    check_backend(handle, backend, ablation=ablation, generated=readout is not None, images=images)
     by_layer = _directions(direction, layer)
     unit_norms(mean_norm, list(by_layer))
     for layer_, d in by_layer.items():
@@ -323,8 +310,9 @@ def steering_dose_response(
     if readout is not None:  # a reader that cannot read an empty reply (a model's possible one) fails here, not later
         readout.values([0], [""])
     n_directions = len(steps) * (1 + len(extra) + n_random + n_relabel)  # a forward's rows: directions x prompts
-    prompt_lengths(handle, list(prompts), list(images), batch_size, min(max(max_rows, batch_size),
-                                                                       n_directions * min(batch_size, len(prompts))))
+    if backend == "hf":  # an engine schedules its own memory
+        prompt_lengths(handle, list(prompts), list(images), batch_size,
+                       min(max(max_rows, batch_size), n_directions * min(batch_size, len(prompts))))
     t = None if readout is not None else np.array(
         [list(candidates).index(x) for x in ([target] * len(prompts) if isinstance(target, str) else target)])
 
@@ -336,7 +324,7 @@ def steering_dose_response(
             continue
         given = mean_norm.get(layer_) if isinstance(mean_norm, Mapping) else mean_norm
         if given is None:
-            norm, count = residual_norms_at(handle, prompts, images, [layer_], positions, batch_size=batch_size)[layer_]
+            norm, count = unit_norm(handle, backend, prompts, images, layer_, positions, batch_size)
             if not (np.isfinite(norm) and norm > 0):  # a dose of alpha x 0 or x NaN reads nothing
                 raise InputError(f"the mean residual norm at layer {layer_} over these prompts is {norm!r}; give "
                                  "mean_norm= (the unit of alpha) or units='raw'")
@@ -349,7 +337,7 @@ def steering_dose_response(
     # with it too): alpha = 0 once (no edit), then every direction x dose in large forwards
     texts: dict[tuple[str, int | None, float | None], np.ndarray] = {}  # generated: (kind, layer, alpha) -> replies
     if readout is None:
-        base = _readouts(next_token_logprobs(handle, prompts, images, list(candidates), batch_size=batch_size), t)  # (n, 2)
+        base = _readouts(unsteered_logprobs(handle, backend, prompts, images, candidates, batch_size), t)  # (n, 2)
     else:
         first = unsteered(handle, prompts, images, readout, batch_size)
         base, texts[("unsteered", None, 0.0)] = first.values, first.texts[None]  # (n, M)
@@ -374,8 +362,8 @@ def steering_dose_response(
             out = got.values  # (rows, n, M)
             texts.update(got.split(layer_, steps, {"named": len(named), "random": len(rand), "label-free": len(free)}))
         else:
-            out = _readouts(_letter_logprobs(handle, prompts, images, candidates, layer_, deltas, positions, max_rows,
-                                             batch_size, float(np.abs(raw).max())), t)  # (rows, n, 2)
+            out = _readouts(steered_logprobs(handle, backend, prompts, images, candidates, layer_, deltas, positions,
+                                             max_rows, batch_size, float(np.abs(raw).max())), t)  # (rows, n, 2)
         a, d_, k, k2 = len(steps), len(named), len(rand), len(free)
         values[layer_] = out[: a * d_].reshape(a, d_, len(prompts), n_m)
         nulls["random"][layer_] = out[a * d_: a * (d_ + k)].reshape(a, k, len(prompts), n_m)

@@ -24,6 +24,7 @@ FORMAT = "evprobe-dose-response/1"
 DEFAULT_ALPHAS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
 LETTERS = tuple(OPTION_LETTERS)  # the benchmark's option letters (bench.family.LETTERS), one home
 READOUTS = ("logprobs", "generate")
+BACKENDS = ("hf", "vllm")  # the forward behind the log-probs (experiments.dose_response.forward)
 CONTROLS = ("history", "threshold_level", "shuffled")  # specificity controls (experiments.dose_response.controls)
 DEFAULT_N_RANDOM = 50
 SELECT_TYPES = ("select", *VARIANTS, "variants")
@@ -78,6 +79,9 @@ class DoseResponseConfig:
         "no null band or controls")
     positions: Literal["all", "last"] = setting("all", "prompt positions steered (generated tokens always)")
     regime: str = setting("standard", "prompt regime: standard, guided or json")
+    backend: Literal["hf", "vllm"] = setting(
+        "hf", "hf (the model with hooks) or vllm (a vLLM engine with per-request edits: every condition of a batch "
+        "in one engine call; text-only items, log-prob readout, no ablation)")
     batch_size: int | None = setting(None, "rows per forward (null: the model config's)")
     n_boot: int = setting(DEFAULT_N_BOOT, "family bootstrap resamples")
     seed: int = setting(DEFAULT_SEED, "bootstrap seed")
@@ -108,6 +112,14 @@ class DoseResponseConfig:
         if self.positions not in ("all", "last"):
             raise ValueError(f"key 'positions' is {self.positions!r}; choose from all, last")
         check_alpha_units(self.alpha_units)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"key 'backend' is {self.backend!r}; choose from {', '.join(BACKENDS)}")
+        if self.backend == "vllm" and self.readout != "logprobs":
+            raise ValueError(f"key 'readout' is {self.readout} but backend vllm reads option log-probs only; use "
+                             "readout: logprobs (or backend: hf)")
+        if self.backend == "vllm" and self.ablation:
+            raise ValueError("key 'ablation' is true but backend vllm makes added edits only (projecting the "
+                             "direction out is not one); set ablation: false (--no-ablation) or backend: hf")
         for key in ("n_random", "n_relabel"):
             if getattr(self, key) < 0:
                 raise ValueError(f"key {key!r} must be 0 or more, got {getattr(self, key)}")
@@ -146,6 +158,7 @@ def load_dose_response_config(ref: str | Path, overrides: dict[str, Any] | None 
 
 
 __all__ = [
+    "BACKENDS",
     "CONTROLS",
     "DEFAULT_ALPHAS",
     "DEFAULT_N_RANDOM",

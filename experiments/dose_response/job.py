@@ -28,6 +28,7 @@ from evprobe.experiments.dose_response.config import (
     DoseResponseConfig,
     alpha_key,
 )
+from evprobe.experiments.dose_response.forward import EngineForward, HFForward, check_engine_items
 from evprobe.experiments.dose_response.plan import Plan, check_layers, make_plan, run_meta
 from evprobe.experiments.dose_response.readouts import rows_for
 from evprobe.experiments.dose_response.report import fmt_estimate, write_reports
@@ -70,9 +71,17 @@ def load_results(path: Path) -> dict[RowKey, JsonObject]:
 
 
 def _load_handle(plan: Plan) -> Any:
-    from evprobe.experiments.config import load_model
+    """The hf model (HFForward), or a started vLLM engine (EngineForward's), checked against the plan."""
+    if plan.config.backend == "vllm":
+        from evprobe.analysis.engine_model import open_engine
 
-    handle = load_model(plan.model)
+        m = plan.model
+        handle = open_engine(m.model, dtype=m.dtype, answer_prefix=m.answer_prefix, prompt_format=m.prompt_format,
+                             thinking=m.thinking, trust_remote_code=m.trust_remote_code)
+    else:
+        from evprobe.experiments.config import load_model
+
+        handle = load_model(plan.model)
     bad = [layer for layer in plan.layers if layer >= handle.n_layers]
     if bad:
         raise ConfigError(f"layer {bad[0]} is out of range: {plan.model.model} has {handle.n_layers} decoder "
@@ -93,10 +102,13 @@ class DoseResponseJob(Job):
         super().__init__(config.out, config.shard)
         self.config = config
         self.plan = make_plan(replace(config, shard=None))  # the whole selection; the runner takes the shard
+        if config.backend == "vllm":  # what the engine cannot honour: one line before any model call
+            check_engine_items(self.plan.items)
         self.by_key = {c.key: c for c in self.plan.conditions}
         self.old = read_meta(self.meta_path())
         self.recorded = (self.old or {}).get("layer_directions") or {}  # the layers this folder steered so far
         self.handle: Any = None
+        self.forward: Any = None  # experiments.dose_response.forward: HFForward or EngineForward, once open
         self.alpha_units: AlphaUnits = read_units((self.old or {}).get("alpha_units"))  # experiments.dose_response.units
         self.images: dict[str, list[Any]] = {}  # the current batch's images by item id
 
@@ -120,10 +132,10 @@ class DoseResponseJob(Job):
         check_pinned(self, self.old, self.plan.pinned)
         check_layers(self.plan, self.recorded)
         out = dict(self.plan.pinned)
-        if self.handle is not None:  # after open(): what only the loaded model tells
+        if self.handle is not None:  # after open(): what only the loaded model (or the engine) tells
             from evprobe.experiments.pins import loaded_pins
 
-            out.update(loaded_pins(self.handle))
+            out.update(self.handle.pins() if self.config.backend == "vllm" else loaded_pins(self.handle))
         return out
 
     def meta(self) -> JsonObject:
@@ -134,7 +146,12 @@ class DoseResponseJob(Job):
 
     def open(self) -> None:
         self.handle = _load_handle(self.plan)
-        self.alpha_units = units_for(self.handle, self.plan, self.alpha_units)  # measured where the vector is added
+        if self.config.backend == "vllm":
+            done = self.store().done(warn=False)
+            self.forward = EngineForward(self.handle, lambda item, cond: (item, cond) not in done)
+        else:
+            self.forward = HFForward(self.handle)
+        self.alpha_units = units_for(self.forward, self.plan, self.alpha_units)  # measured where the vector is added
         if self.old is not None:  # a later session: record its config and the layers it adds (the runner writes once)
             check_pinned(self, self.old, self.pinned())  # what only the loaded model tells, before the rewrite
             atomic_write_json(self.meta_path(), {FORMAT_KEY: self.kind, **self.meta(), "shard": self.old.get("shard")})
@@ -147,7 +164,11 @@ class DoseResponseJob(Job):
 
     def compute(self, batch: list[Unit], condition: str) -> list[JsonObject]:
         items = [u.value for u in batch]
-        return rows_for(self.handle, self.plan, self.by_key[condition], items, self._images(items), self.alpha_units)
+        return rows_for(self.forward, self.plan, self.by_key[condition], items, self._images(items), self.alpha_units)
+
+    def close(self) -> None:
+        if self.forward is not None:  # an engine's processes end here
+            self.forward.close()
 
     def finish(self, rows: dict[RowKey, JsonObject], summary: JobSummary[Any]) -> DoseResponseReport:
         plan = replace(self.plan, items=[u.value for u in self.my_units()], out=self.out)

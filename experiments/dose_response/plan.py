@@ -324,6 +324,9 @@ def make_plan(config: DoseResponseConfig) -> Plan:
         # level 0 is pinned as None, so a folder written before levels existed resumes at level 0 and
         # any other level is refused there (core.jobs.check_pinned: an absent key matches only None)
         "injection": config.injection or None,
+        # the forward (experiments.dose_response.forward); hf as None, so older folders resume; the engine's
+        # own pins (engine, vllm_version, the dtype it computes in) come once it starts
+        "backend": None if config.backend == "hf" else config.backend,
     }
     return Plan(config=config, model=model, bench=bench, out=out, items=items,
                 bench_families=sorted(set(family_by_item.values())), layers=layers,

@@ -6,7 +6,9 @@ A single-direction condition (baseline, probe, ablation) writes the full readout
 compact readout of every direction (`lp_set`, `gen_set`): K directions x n items are read in
 forwards of up to `null_batch_rows` rows (hooks.steer_rows.option_logprobs_rows), so 50 random
 directions cost a handful of large forwards per batch instead of 50 small ones, and
-results.jsonl grows by one row per item and dose instead of 50."""
+results.jsonl grows by one row per item and dose instead of 50. The log-probs come from a forward
+(experiments.dose_response.forward: the hf model with hooks, or a vLLM engine's per-request edits);
+generated replies from the hf model."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from evprobe.bench.items import Item
 from evprobe.bench.protocols import build_prompt
 from evprobe.experiments.dose_response.config import LETTERS
 from evprobe.experiments.dose_response.plan import Condition, Plan
+from evprobe.experiments.dose_response.forward import condition_deltas
 from evprobe.experiments.dose_response.units import AlphaUnits, unit_of
 from evprobe.hooks.dose import Dose
 
@@ -86,17 +89,6 @@ def generate_readout(item: Item, text: str, regime: str, n_new: int) -> JsonObje
     }
 
 
-def set_vectors(plan: Plan, cond: Condition) -> np.ndarray:
-    """The unit directions of a set condition: (K, d_model) float64 (random rows, the layer's relabelled
-    set or its controls)."""
-    if cond.kind == "random":
-        return plan.random
-    assert cond.layer is not None
-    if cond.kind == "relabel":
-        return plan.relabel[cond.layer].vectors
-    return np.stack([c.vector for c in plan.controls[cond.layer]])
-
-
 def dose_of(cond: Condition, units: AlphaUnits) -> Dose:
     """The condition's Dose: alpha x the layer's unit (experiments.dose_response.units), which knows the
     positions its norm was read at."""
@@ -124,53 +116,34 @@ def _intervention(handle: Any, plan: Plan, cond: Condition, units: AlphaUnits) -
         yield
 
 
-_ENC: dict[tuple, Any] = {}  # the last batch's encoded prompts, shared by its conditions
-
-
-def _encoded(handle: Any, prompts: list[str], images: list[list[Any]], batch: list[Item]) -> Any:
-    """build_inputs of one batch, computed once for all its conditions (the runner asks for every
-    condition of a batch in turn; on the organism encoding costs more than the forward)."""
-    from evprobe.hooks.inputs import build_inputs
-
-    key = (id(handle), tuple(it.item_id for it in batch), tuple(prompts))
-    if key not in _ENC:
-        _ENC.clear()
-        _ENC[key] = build_inputs(handle, prompts, images)
-    return _ENC[key]
-
-
 def _base_row(it: Item, cond: Condition) -> JsonObject:
     return {"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "resolved": it.resolved,
             "variant": it.variant, "condition": cond.key, "kind": cond.kind, "layer": cond.layer,
             "alpha": cond.alpha, "direction_index": cond.index}
 
 
-def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
+def _set_rows(forward: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
               prompts: list[str], units: AlphaUnits) -> list[dict]:
     """One row per item holding every direction of the set: `lp_set` {choice: K letters, log_odds: K
     floats} and/or `gen_set` {action: K actions or null, valid: K 0/1}, direction order as the plan's.
     Everything else (stop, missing, useless, min cost) follows from the choice and the item."""
     from evprobe import hooks
-    from evprobe.hooks.steer_rows import option_logprobs_rows, steer_rows
+    from evprobe.hooks.steer_rows import steer_rows
 
     config = plan.config
-    dose = dose_of(cond, units)
-    if dose.unit.positions not in (None, config.positions):  # None: a raw unit, measured nowhere
-        raise RuntimeError(f"unit norm of L{cond.layer} was measured at {dose.unit.positions}, the edit is at "
-                           f"{config.positions}")
-    deltas = dose.raw * set_vectors(plan, cond)  # (K, d_model)
+    deltas = condition_deltas(plan, cond, units)  # (K, d_model)
+    assert deltas is not None
     K, n = deltas.shape[0], len(batch)
     max_rows = max(config.null_batch_rows or plan.batch_size, n)
     rows = [_base_row(it, cond) for it in batch]
     if "logprobs" in config.readouts:
-        logp = option_logprobs_rows(handle, prompts, images, LETTERS, cond.layer, deltas,  # (K, n, 5)
-                                    positions=config.positions, max_rows=max_rows,
-                                    enc=_encoded(handle, prompts, images, batch))
+        logp = forward.logprobs(plan, cond, batch, images, prompts, units)  # (K, n, 5)
         for i, it in enumerate(batch):
             reads = [logprob_readout(it, logp[k, i]) for k in range(K)]
             rows[i]["lp_set"] = {"choice": "".join(r["choice"] for r in reads),
                                  "log_odds": [r["log_odds"] for r in reads]}
-    if config.reads_sets("generate"):
+    if config.reads_sets("generate"):  # the hf model's (the engine refuses a generated readout)
+        handle = forward.handle
         per = max(1, max_rows // n)
         actions: list[list[Any]] = [[] for _ in batch]
         valid: list[list[int]] = [[] for _ in batch]
@@ -189,38 +162,24 @@ def _set_rows(handle: Any, plan: Plan, cond: Condition, batch: list[Item], image
     return rows
 
 
-def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
+def rows_for(forward: Any, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]],
              units: AlphaUnits) -> list[dict]:
-    """The rows of one condition for one batch of items. units: experiments.dose_response.units.units_for."""
+    """The rows of one condition for one batch of items. forward: experiments.dose_response.forward's
+    HFForward or EngineForward (the option log-probs); units: experiments.dose_response.units.units_for."""
     from evprobe import hooks
 
     config = plan.config
     prompts = [build_prompt(it, "direct", config.regime) for it in batch]
     if cond.is_set:
-        return _set_rows(handle, plan, cond, batch, images, prompts, units)
+        return _set_rows(forward, plan, cond, batch, images, prompts, units)
     logp = gens = None
-    if cond.kind in ("baseline", "probe") and "logprobs" in config.readouts:
-        # one readout for every condition (hooks.generation.answer_logprobs, what next_token_logprobs and
-        # the rows path read with): the batch's encoding is shared by its conditions; the baseline is
-        # that readout with no edit (alpha 0: no hook at all), a dose the same readout under the core's Add
-        from evprobe.hooks.steer_rows import option_logprobs_rows
-
-        enc = _encoded(handle, prompts, images, batch)
-        if cond.kind == "baseline":
-            from evprobe.hooks.generation import answer_logprobs, candidate_token_ids
-
-            logp = answer_logprobs(handle, enc, candidate_token_ids(handle, list(LETTERS)))  # (n, 5)
-        else:
-            dose = dose_of(cond, units)
-            assert dose.unit.positions in (None, config.positions), (dose.unit.positions, config.positions)
-            logp = option_logprobs_rows(handle, prompts, images, LETTERS, cond.layer,  # type: ignore[arg-type]
-                                        dose.raw * plan.directions[cond.layer].vector[None, :],  # type: ignore[index]
-                                        positions=config.positions, enc=enc)[0]  # (n, 5)
-    with _intervention(handle, plan, cond, units):
-        if "logprobs" in config.readouts and logp is None:
-            logp = hooks.next_token_logprobs(handle, prompts, images, list(LETTERS), batch_size=len(batch))  # (rows, 5)
-        if "generate" in config.readouts:
-            gens = hooks.generate(handle, prompts, images, max_new_tokens=plan.model.max_new_tokens_direct,
+    if "logprobs" in config.readouts:
+        # one readout for every condition (hooks.generation.answer_logprobs, or the engine's): the baseline
+        # is that readout with no edit (alpha 0: no hook at all), a dose the same readout under the core's Add
+        logp = forward.logprobs(plan, cond, batch, images, prompts, units)[0]  # (n, 5)
+    if "generate" in config.readouts:  # the hf model's (the engine refuses a generated readout)
+        with _intervention(forward.handle, plan, cond, units):
+            gens = hooks.generate(forward.handle, prompts, images, max_new_tokens=plan.model.max_new_tokens_direct,
                                   batch_size=len(batch))
     rows = []
     for r, it in enumerate(batch):
@@ -237,7 +196,6 @@ def rows_for(handle: Any, plan: Plan, cond: Condition, batch: list[Item], images
 __all__ = [
     "generate_readout",
     "dose_of",
-    "set_vectors",
     "logprob_readout",
     "missing_test",
     "rows_for",

@@ -100,14 +100,13 @@ def raw_units(plan: Plan, layers: list[int]) -> AlphaUnits:
             for layer in layers}
 
 
-def measure_units(handle: Any, plan: Plan, layers: list[int]) -> AlphaUnits:
-    """The units of `layers`, measured unsteered on the plan's norm items at its positions."""
-    from evprobe.hooks.steer_rows import residual_norms_at
-
+def measure_units(forward: Any, plan: Plan, layers: list[int]) -> AlphaUnits:
+    """The units of `layers`, measured unsteered on the plan's norm items at its positions, by the run's
+    forward (experiments.dose_response.forward: hooks.steer_rows.residual_norms_at, or the engine's)."""
     items = plan.norm_items
     prompts = [build_prompt(it, "direct", plan.config.regime) for it in items]
     images = [load_item_images(plan.bench, it.images) for it in items]
-    norms = residual_norms_at(handle, prompts, images, layers, plan.config.positions, batch_size=plan.batch_size)
+    norms = forward.norms(prompts, images, layers, plan.config.positions, batch_size=plan.batch_size)
     return {layer: MeasuredUnit(layer, _round6(mean), plan.config.positions, len(items), count, plan.norm_source,
                                 plan.directions[layer].mean_norm, plan.provenance.get("position"))
             for layer, (mean, count) in norms.items()}
@@ -133,14 +132,14 @@ def unit_of(units: Mapping[int, MeasuredUnit], layer: int) -> DoseUnit:
     return units[layer].dose_unit()
 
 
-def units_for(handle: Any, plan: Plan, recorded: AlphaUnits) -> AlphaUnits:
+def units_for(forward: Any, plan: Plan, recorded: AlphaUnits) -> AlphaUnits:
     """The folder's recorded units where they match this run's positions and kind (raw or measured),
     measured (or raw) for the rest."""
     raw = plan.config.alpha_units == "raw"
     known = {layer: u for layer, u in recorded.items() if u.positions == plan.config.positions and u.raw == raw}
     missing = [layer for layer in plan.layers if layer not in known]
     if missing:
-        known.update(raw_units(plan, missing) if raw else measure_units(handle, plan, missing))
+        known.update(raw_units(plan, missing) if raw else measure_units(forward, plan, missing))
     return known
 
 
