@@ -246,7 +246,9 @@ def add_judge_parser(sub: argparse._SubParsersAction) -> None:
         "or --judge) it scores a filled audit.csv instead: the panel against the human column.",
     )
     p.add_argument("run_dir", metavar="RUN", type=Path, nargs="?",
-                   help="run folder written by `evprobe run --protocol free`")
+                   help="run folder written by `evprobe run --protocol free`, or a steering output (gating or "
+                        "void-transfer --readout free, the library's write_replies): its replies judged row by row "
+                        "into OUT/judged, for `--judged`")
     p.add_argument("--judge", action="append", metavar="MODEL@URL",
                    help="a judge: the model a server serves and its base URL (repeat; two or more, three as the seed)")
     p.add_argument("--api-key-env", action="append", metavar="NAME",
