@@ -27,7 +27,7 @@ def start_steering_engine(folder: str, **kwargs: Any) -> Any:
 
 
 def check_engine(llm: Any) -> None:
-    """hooks.vllm_engine.steering.check_engine: refuse an engine the edits would not be exact on."""
+    """evprobe.hooks.vllm_engine.steering.check_engine: refuse an engine the edits would not be exact on."""
     from evprobe.hooks.vllm_engine.steering import check_engine as check
 
     check(llm)
