@@ -87,6 +87,14 @@ def tiny_text_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_text_model(tmp_path_factory.mktemp("tiny_text") / "model")
 
 
+@pytest.fixture(scope="session")
+def tiny_llava_engine_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny LLaVA that vLLM loads (hooks.tiny_vllm: head_dim 64, hub key layout) saved once per session."""
+    from evprobe.hooks.tiny_vllm import save_tiny_llava_for_engines
+
+    return save_tiny_llava_for_engines(tmp_path_factory.mktemp("tiny_llava_engine") / "model")
+
+
 def _env_python(variable: str, venv: str) -> Path | None:
     """The Python that `variable` names, else the repository's `venv`'s, or None when neither exists."""
     named = os.environ.get(variable)

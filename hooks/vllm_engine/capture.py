@@ -23,10 +23,15 @@ carries its groups in `SamplingParams(extra_args={"evprobe_capture": ...})`; the
 (a token that never ran through the layer, e.g. served from a prefix cache) is an error, not a
 smaller mean.
 
+Images (a VLM, e.g. LLaVA): the handle's processor expands each image placeholder as hf does and
+positions are resolved on those ids; the engine gets them with one placeholder an image plus the
+images (hooks.vllm_engine.vision.engine_prompts) and the ids it ran are checked equal to hf's, so
+"image", "image_mean", Frame(k) and every other position are hf's indices. The vision tower's blocks and the projector: hooks.vllm_engine.vision.
+
 Refused in one line before any model call: what hooks.vllm_engine.steering.check_engine refuses
 (prefix caching on, a compiled engine, a vLLM version the token map was not checked on, more than
-one worker, an engine without evprobe's extension), a component other than resid_post, images,
-and a position the token ids alone cannot place when no handle resolves it.
+one worker, an engine without evprobe's extension), a component other than resid_post, and a
+position the token ids alone cannot place when no handle resolves it.
 """
 
 from __future__ import annotations
@@ -48,8 +53,9 @@ if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
 
 COMPONENTS: tuple[str, ...] = ("resid_post",)  # what the engine's hooks read (hooks.capture.COMPONENTS' first)
-NO_IMAGES = ("capture through vLLM takes text-only prompts: evprobe's engine capture is not built for vLLM's "
-             "multimodal models; capture rows with images with backend 'hf'")
+NO_IMAGES = ("capture through vLLM takes text-only prompts on a text-only model and in the evprobe capture command; "
+             "a VLM's rows with images are read by evprobe.capture(..., backend='vllm') on a VLM's engine, or with "
+             "backend 'hf'")
 
 
 @dataclass(frozen=True)
@@ -103,12 +109,15 @@ def prompt_groups(prompt_ids: Sequence[Sequence[int]],
 
 
 def capture(llm: Any, prompt_ids: Sequence[Sequence[int]], *, layers: Sequence[int],
-            positions: Sequence[str | int | Token | PromptPositions]) -> np.ndarray:
+            positions: Sequence[str | int | Token | PromptPositions],
+            images: Sequence[Sequence[Any]] | None = None) -> np.ndarray:
     """float32 (len(prompt_ids), len(layers), len(positions), d_model): the mean resid_post of each
-    position's tokens, from ONE batched generate (max_tokens=1) over every prompt."""
+    position's tokens, from ONE batched generate (max_tokens=1) over every prompt. images: per
+    prompt its PIL images, the prompt ids holding their placeholders already expanded
+    (hooks.vllm_engine.vision.engine_prompts)."""
     from evprobe.hooks.vllm_engine.steering import check_engine
+    from evprobe.hooks.vllm_engine.vision import check_prompt_ids, engine_prompts
     from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
 
     if isinstance(prompt_ids, str) or not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
         raise ValueError("prompt_ids must be a non-empty list of non-empty token id lists")
@@ -122,13 +131,13 @@ def capture(llm: Any, prompt_ids: Sequence[Sequence[int]], *, layers: Sequence[i
     params = [SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True, detokenize=False,
                              extra_args={CAPTURE_KEY: {"key": key, "groups": [list(g) for g in row]}})
               for key, row in zip(keys, groups, strict=True)]
-    inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in ids]) for ids in prompt_ids]
+    inputs = engine_prompts(llm, prompt_ids, images)
     folder = Path(tempfile.mkdtemp(prefix="evprobe-vllm-capture-"))
     answers: list[Any] = []
     try:
         begun = llm.collective_rpc("evprobe_capture_begin", args=(layers,))
         try:
-            llm.generate(inputs, params, use_tqdm=False)
+            check_prompt_ids(prompt_ids, llm.generate(inputs, params, use_tqdm=False))
         finally:
             answers = llm.collective_rpc("evprobe_capture_end", args=(str(folder),))
         return _assemble(folder, answers, keys, groups, layers, int(begun[0]["n_layers"]))
@@ -173,38 +182,39 @@ def _assemble(folder: Path, answers: Sequence[dict[str, Any]], keys: list[str], 
 
 def weightless_handle(folder: str, *, answer_prefix: str | None = None, prompt_format: str | None = None,
                       thinking: str | None = None, trust_remote_code: bool = False) -> Handle:
-    """A Handle of a text-only model that renders, tokenizes and places positions, its structure on
-    the meta device (no weights read): what the engine path needs of hf's side. The processor is
-    AutoProcessor's (a text-only folder's tokenizer, as hooks.load gives it)."""
+    """A Handle that renders, tokenizes (a VLM's processor expanding its image placeholders) and
+    places positions, its structure on the meta device (no weights read): what the engine path
+    needs of hf's side. The processor is AutoProcessor's, as hooks.load gives it."""
     import torch
     from evprobe.hooks.handle import Handle
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoProcessor
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    if getattr(config, "vision_config", None) is not None:
-        raise ValueError(f"{folder} is a vision-language model: {NO_IMAGES}")
+    auto = AutoModelForCausalLM if getattr(config, "vision_config", None) is None else AutoModelForImageTextToText
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        model = auto.from_config(config, trust_remote_code=trust_remote_code)
     processor = AutoProcessor.from_pretrained(folder, trust_remote_code=trust_remote_code)
     return Handle.from_parts(model, processor, model_id=folder, answer_prefix=answer_prefix,
                              prompt_format=prompt_format, thinking=thinking)
 
 
 def resolve_prompts(handle: Handle, prompts: Sequence[str], positions: Sequence[Position | int], *,
-                    text_markers: Sequence[str | None] | None = None):
-    """hooks.positions' resolution of `positions` on the handle's encoding of `prompts` (as
-    hooks.capture encodes them: chat template, answer prefix): (prompt token ids per row, one
-    PromptPositions per position, the rows' Spans, their token counts)."""
+                    text_markers: Sequence[str | None] | None = None, images: Sequence[Sequence[Any]] | None = None):
+    """hooks.positions' resolution of `positions` on the handle's encoding of `prompts` and their
+    images (as hooks.capture encodes them: chat template, answer prefix, the processor's image
+    placeholders expanded): (prompt token ids per row, one PromptPositions per position, the
+    rows' Spans, their token counts)."""
     from evprobe.hooks.inputs import encode_inputs
     from evprobe.hooks.positions import check_positions, row_indices
     from evprobe.hooks.spans import batch_spans
 
     positions = check_positions(positions)
-    images = [[] for _ in prompts]
+    images = [list(row) for row in images] if images is not None else [[] for _ in prompts]
     enc = encode_inputs(handle, list(prompts), images)  # left-padded, on the CPU
-    n_images = [0] * len(prompts)
+    n_images = [len(row) for row in images]
+    sizes = [[getattr(im, "size", None) for im in row] for row in images]
     spans = batch_spans(handle, enc, list(prompts), n_images, text_markers)
-    padded = row_indices(handle, enc, list(prompts), n_images, spans, positions)  # per position, per row
+    padded = row_indices(handle, enc, list(prompts), n_images, spans, positions, image_sizes=sizes)
     mask = enc["attention_mask"]
     pad = [int(mask.shape[1] - mask[r].sum()) for r in range(len(prompts))]  # left padding of each row
     ids = [enc["input_ids"][r, pad[r]:].tolist() for r in range(len(prompts))]
@@ -215,7 +225,7 @@ def resolve_prompts(handle: Handle, prompts: Sequence[str], positions: Sequence[
 
 def capture_prompts(llm: Any, handle: Handle, prompts: Sequence[str], *, layers: Sequence[int],
                     positions: Sequence[Position | int], text_markers: Sequence[str | None] | None = None,
-                    component: str = "resid_post") -> Capture:
+                    component: str = "resid_post", images: Sequence[Sequence[Any]] | None = None) -> Capture:
     """hooks.capture.capture_batch through the engine: the same positions (resolved by
     hooks.positions on the handle's tokens), the same Capture (acts float32 (rows, layers,
     positions, d_model))."""
@@ -223,8 +233,9 @@ def capture_prompts(llm: Any, handle: Handle, prompts: Sequence[str], *, layers:
 
     check_component(component)
     layers = check_layers(layers, handle.n_layers)
-    ids, resolved, spans, n_tokens = resolve_prompts(handle, prompts, positions, text_markers=text_markers)
-    acts = capture(llm, ids, layers=layers, positions=resolved)
+    ids, resolved, spans, n_tokens = resolve_prompts(handle, prompts, positions, text_markers=text_markers,
+                                                     images=images)
+    acts = capture(llm, ids, layers=layers, positions=resolved, images=images)
     return Capture(acts=acts, spans=spans, n_tokens=n_tokens, by_component={component: acts})
 
 
@@ -235,6 +246,7 @@ def capture_layers(llm: Any, handle: Handle, prompts: Sequence[str], images: Seq
     """hooks.capture.capture_layers through the engine (`evprobe.capture(..., backend="vllm",
     engine=llm)`): batch_size prompts per generate call (None: all in one)."""
     from evprobe.hooks.capture import check_rows
+    from evprobe.hooks.inputs import takes_images
 
     if llm is None:
         raise ValueError("backend 'vllm' needs engine=, a vLLM engine from "
@@ -242,14 +254,14 @@ def capture_layers(llm: Any, handle: Handle, prompts: Sequence[str], images: Seq
     check_component(component)
     images = [[] for _ in prompts] if images is None else images
     step = check_rows(prompts, images, text_markers, batch_size)
-    if any(len(row) for row in images):
+    if any(len(row) for row in images) and not takes_images(handle.processor):
         raise ValueError(NO_IMAGES)
     parts = []
     for start in range(0, len(prompts), step):
         rows = slice(start, start + step)
         markers = None if text_markers is None else list(text_markers[rows])
         parts.append(capture_prompts(llm, handle, list(prompts[rows]), layers=layers, positions=positions,
-                                     text_markers=markers, component=component).acts)
+                                     text_markers=markers, component=component, images=list(images[rows])).acts)
     return np.concatenate(parts, axis=0)
 
 

@@ -40,12 +40,12 @@ CAPTURE_KEY = "evprobe_capture"  # SamplingParams.extra_args key of a request to
 def _decoder(worker: Any) -> tuple[Any, int, int]:
     """(decoder layers, first and one past last layer this worker holds): pipeline parallelism
     leaves other ranks' layers as placeholders (vLLM's start_layer / end_layer)."""
-    from evprobe.hooks.vllm_engine.steer_worker import check_layer_class, decoder_layers
+    from evprobe.hooks.vllm_engine.steer_worker import check_layer_class, decoder_stack
 
-    model = worker.model_runner.get_model()
-    layers = decoder_layers(model)
+    stack = decoder_stack(worker.model_runner.get_model())  # a VLM's: its language model's
+    layers = stack.layers
     check_layer_class(type(layers[0]))  # a layer without the deferred residual: one line, before any forward
-    return layers, int(getattr(model.model, "start_layer", 0)), int(getattr(model.model, "end_layer", len(layers)))
+    return layers, int(getattr(stack, "start_layer", 0)), int(getattr(stack, "end_layer", len(layers)))
 
 
 class CaptureWorker:

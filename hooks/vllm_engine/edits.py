@@ -62,8 +62,15 @@ class EngineEdit:
     def from_steering(cls, steering: Any) -> EngineEdit:
         """The same edit as a hooks.steering.Steering at the residual stream (alpha * direction)."""
         site = steering.site_of()
+        if site.stream == "vision":
+            raise ValueError(f"{site} is not steered through vLLM: its encoder cache keys a tower's output by the image "
+                             "(hash or multi_modal_uuids), not by an edit, so a steered output could serve another "
+                             "request or call with the same image; steer vision sites with backend 'hf'")
         if site.kind != "resid_post":
             raise ValueError(f"vLLM steering edits the residual stream after a decoder layer; {site} is another site")
+        if steering.positions == "image" or not isinstance(steering.positions, (str, tuple)):
+            raise ValueError(f"positions {steering.positions!r} differ by request: resolve them on its prompt ids first "
+                             "(hooks.vllm_engine.vision.image_edit for 'image')")
         return cls(steering.layer, steering.alpha * steering.direction, steering.positions, steering.schedule)
 
     def to_json(self) -> dict[str, Any]:

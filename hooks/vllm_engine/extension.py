@@ -7,23 +7,22 @@ attribute the worker already has, so every name here and in the mixins starts wi
 `_evprobe_`. One engine carries one extension class, so the mixins are combined here:
 
 - SteerWorker (hooks.vllm_engine.steer_worker): per-request residual edits (hooks.vllm_engine.steering).
-- CaptureWorker (hooks.vllm_engine.capture_worker, helper "engine-capture"): capture. Its slot is
-  marked below; add it to the bases there.
+- CaptureWorker (hooks.vllm_engine.capture_worker): capture of the decoder's residual stream.
+- VisionWorker (hooks.vllm_engine.vision_worker): capture at a VLM's vision blocks and projector.
 """
 
 from __future__ import annotations
 
 from evprobe.hooks.vllm_engine.capture_worker import CaptureWorker
 from evprobe.hooks.vllm_engine.steer_worker import SteerWorker
+from evprobe.hooks.vllm_engine.vision_worker import VisionWorker
 
 EXTENSION = "evprobe.hooks.vllm_engine.extension.EvprobeExtension"
 
-# CAPTURE MIXIN SLOT: `from evprobe.hooks.vllm_engine.capture_worker import CaptureWorker`, then
-# `class EvprobeExtension(SteerWorker, CaptureWorker)`.
 
 
-class EvprobeExtension(SteerWorker, CaptureWorker):
-    """All of evprobe's worker-side methods (steering; capture once its mixin is added)."""
+class EvprobeExtension(SteerWorker, CaptureWorker, VisionWorker):
+    """All of evprobe's worker-side methods: steering, capture, vision-site capture."""
 
 
 __all__ = ["EXTENSION", "EvprobeExtension"]

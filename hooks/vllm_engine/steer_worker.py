@@ -27,13 +27,21 @@ from evprobe.hooks.vllm_engine.batch_map import CHECKED_VLLM, BatchRequests, tok
 from evprobe.hooks.vllm_engine.edits import EXTRA_KEY, EngineEdit
 
 
-def decoder_layers(model: Any) -> Any:
-    """The decoder ModuleList of a vLLM causal LM (`model.model.layers`), one line otherwise."""
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if layers is None:
+def decoder_stack(model: Any) -> Any:
+    """The decoder stack of a vLLM model: `model.model` of a causal LM; of a multimodal model (LLaVA:
+    `language_model.model`) its language model's (`get_language_model()`, vLLM's SupportsMultiModal)."""
+    stack = getattr(model, "model", None)
+    if getattr(stack, "layers", None) is None and hasattr(model, "get_language_model"):
+        stack = getattr(model.get_language_model(), "model", None)
+    if getattr(stack, "layers", None) is None:
         raise ValueError(f"{type(model).__name__} has no model.layers; evprobe's vLLM interventions support "
                          "Llama-style decoder models only")
-    return layers
+    return stack
+
+
+def decoder_layers(model: Any) -> Any:
+    """The decoder ModuleList of a vLLM model (decoder_stack(model).layers), one line otherwise."""
+    return decoder_stack(model).layers
 
 
 def check_layer_class(cls: type) -> None:
@@ -149,4 +157,4 @@ class SteerWorker:
         return hook
 
 
-__all__ = ["SteerWorker", "check_layer_class", "decoder_layers"]
+__all__ = ["SteerWorker", "check_layer_class", "decoder_layers", "decoder_stack"]

@@ -153,27 +153,30 @@ def check_edits(info: dict[str, Any], prompt_ids: Sequence[Sequence[int]],
 
 
 def run_requests(llm: Any, prompt_ids: Sequence[Sequence[int]],
-                 edits: Sequence[EngineEdit | Sequence[EngineEdit] | None], **params: Any) -> list[Any]:
-    """ONE `llm.generate` call: request r is prompt_ids[r] with SamplingParams(**params) carrying
-    edits[r]. Returns vLLM's RequestOutputs in request order (everything checked first)."""
+                 edits: Sequence[EngineEdit | Sequence[EngineEdit] | None], *,
+                 images: Sequence[Sequence[Any]] | None = None, **params: Any) -> list[Any]:
+    """ONE `llm.generate` call: request r is prompt_ids[r] (with images[r], its placeholders expanded in
+    the ids: hooks.vllm_engine.vision) with SamplingParams(**params) carrying edits[r]. Returns vLLM's
+    RequestOutputs in request order (everything checked first)."""
+    from evprobe.hooks.vllm_engine.vision import check_prompt_ids, engine_prompts
     from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
 
     lists = check_edits(engine_info(llm), prompt_ids, edits)
-    inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in ids]) for ids in prompt_ids]
+    inputs = engine_prompts(llm, prompt_ids, images)
     sampling = [SamplingParams(**params, extra_args={EXTRA_KEY: [e.to_json() for e in got]} if got else None)
                 for got in lists]
-    return llm.generate(inputs, sampling, use_tqdm=False)
+    return check_prompt_ids(prompt_ids, llm.generate(inputs, sampling, use_tqdm=False))
 
 
 def option_logprobs(llm: Any, prompt_ids: Sequence[Sequence[int]], letter_ids: Sequence[int],
-                    edits: Sequence[EngineEdit | Sequence[EngineEdit] | None]) -> np.ndarray:
+                    edits: Sequence[EngineEdit | Sequence[EngineEdit] | None], *,
+                    images: Sequence[Sequence[Any]] | None = None) -> np.ndarray:
     """(rows, letters) float64: log p(letter's first token) at each prompt's next position (the
     prompts as hooks.inputs.build_inputs encodes them for the readout), request r steered by
     edits[r]; hooks.steering.option_logprobs one row at a time. One batched generate call."""
     letters = [int(i) for i in letter_ids]
-    outs = run_requests(llm, prompt_ids, edits, max_tokens=1, temperature=0.0, ignore_eos=True, detokenize=False,
-                        logprob_token_ids=letters)
+    outs = run_requests(llm, prompt_ids, edits, images=images, max_tokens=1, temperature=0.0, ignore_eos=True,
+                        detokenize=False, logprob_token_ids=letters)
     out = np.empty((len(prompt_ids), len(letters)))
     for r, o in enumerate(outs):
         first = o.outputs[0].logprobs[0]  # {token id: Logprob} at the first generated position
@@ -182,12 +185,13 @@ def option_logprobs(llm: Any, prompt_ids: Sequence[Sequence[int]], letter_ids: S
 
 
 def generate(llm: Any, prompt_ids: Sequence[Sequence[int]], edits: Sequence[EngineEdit | Sequence[EngineEdit] | None],
-             *, max_new_tokens: int) -> list[list[int]]:
+             *, max_new_tokens: int, images: Sequence[Sequence[Any]] | None = None) -> list[list[int]]:
     """Greedy new token ids per request (up to max_new_tokens, ending at the model's end-of-sequence
     token, included, as hf's steered_generate rows before their padding), each with its own edit."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    outs = run_requests(llm, prompt_ids, edits, max_tokens=int(max_new_tokens), temperature=0.0, detokenize=False)
+    outs = run_requests(llm, prompt_ids, edits, images=images, max_tokens=int(max_new_tokens), temperature=0.0,
+                        detokenize=False)
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
