@@ -1,7 +1,7 @@
 """A tiny random LLaVA saved as a folder that vLLM loads: the vision-language model of the engine tests.
 
 `hooks.tiny_models`' tiny LLaVA has head_dim 16, which vLLM's CPU attention refuses, so this one
-keeps its vision tower, processor, tokenizer and chat template (`tiny_models._llava_parts`) and
+keeps its vision tower, processor, tokenizer and chat template (`tiny("llava")`'s) and
 gives the language model hooks.tiny_text's shape: hidden 128, two heads of 64, MLP 256, 4 layers,
 weights at std 0.2 (replies then depend on the prompt). transformers 5 saves the CLIP tower's keys
 as `vision_tower.<rest>`; vLLM 0.32's loader reads the hub's layout, `vision_tower.vision_model.<rest>`
@@ -30,22 +30,19 @@ def save_tiny_llava_for_engines(folder: str | Path, *, seed: int = 0) -> Path:
     save it with its processor in `folder` (created; float32 safetensors, hub key layout). Returns
     the folder."""
     import torch
+    from evprobe.hooks.tiny_models import tiny
     from safetensors.torch import load_file, save_file
-    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
-    from transformers.models.llava.image_processing_pil_llava import LlavaImageProcessorPil
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
 
-    from evprobe.hooks import tiny_models
-
-    tok, config_kwargs, processor_kwargs = tiny_models._llava_parts()
-    config_kwargs["text_config"].update(hidden_size=D_MODEL, intermediate_size=D_MLP, num_attention_heads=N_HEADS,
-                                        num_key_value_heads=N_HEADS, head_dim=HEAD_DIM, initializer_range=INIT_STD)
-    config = LlavaConfig(**config_kwargs)
-    size = tiny_models._LLAVA_IMAGE
-    image_processor = LlavaImageProcessorPil(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
-    processor = LlavaProcessor(image_processor, tok, **processor_kwargs)
+    parts = tiny("llava")  # its processor (tokenizer, PIL image processor, chat template) and config
+    processor, tok = parts.processor, parts.tokenizer
+    config = LlavaConfig.from_dict(parts.model.config.to_dict())
+    text = {"hidden_size": D_MODEL, "intermediate_size": D_MLP, "num_attention_heads": N_HEADS,
+            "num_key_value_heads": N_HEADS, "head_dim": HEAD_DIM, "initializer_range": INIT_STD}
+    for name, value in text.items():
+        setattr(config.text_config, name, value)
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config).eval()
-    tiny_models._fill_zero_matrices(model, std=0.02)
     with torch.no_grad():
         # as hooks.tiny_text: tokens that are no whole UTF-8 alone get a zero output row (logit exactly 0),
         # so greedy replies never write them and decode the same in every backend

@@ -115,8 +115,8 @@ def capture(llm: Any, prompt_ids: Sequence[Sequence[int]], *, layers: Sequence[i
     position's tokens, from ONE batched generate (max_tokens=1) over every prompt. images: per
     prompt its PIL images, the prompt ids holding their placeholders already expanded
     (hooks.vllm_engine.vision.engine_prompts)."""
+    from evprobe.hooks.vllm_engine.prompts import check_prompt_ids, engine_prompts
     from evprobe.hooks.vllm_engine.steering import check_engine
-    from evprobe.hooks.vllm_engine.vision import check_prompt_ids, engine_prompts
     from vllm import SamplingParams
 
     if isinstance(prompt_ids, str) or not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
@@ -187,7 +187,12 @@ def weightless_handle(folder: str, *, answer_prefix: str | None = None, prompt_f
     needs of hf's side. The processor is AutoProcessor's, as hooks.load gives it."""
     import torch
     from evprobe.hooks.handle import Handle
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoProcessor,
+    )
 
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     auto = AutoModelForCausalLM if getattr(config, "vision_config", None) is None else AutoModelForImageTextToText

@@ -22,7 +22,6 @@ import inspect
 from typing import Any
 
 import numpy as np
-
 from evprobe.hooks.vllm_engine.batch_map import CHECKED_VLLM, BatchRequests, token_map
 from evprobe.hooks.vllm_engine.edits import EXTRA_KEY, EngineEdit
 

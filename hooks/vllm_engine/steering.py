@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from evprobe.hooks.vllm_engine.batch_map import CHECKED_VLLM
 from evprobe.hooks.vllm_engine.edits import EXTRA_KEY, EngineEdit, as_edit_lists
 from evprobe.hooks.vllm_engine.extension import EXTENSION
@@ -158,7 +157,7 @@ def run_requests(llm: Any, prompt_ids: Sequence[Sequence[int]],
     """ONE `llm.generate` call: request r is prompt_ids[r] (with images[r], its placeholders expanded in
     the ids: hooks.vllm_engine.vision) with SamplingParams(**params) carrying edits[r]. Returns vLLM's
     RequestOutputs in request order (everything checked first)."""
-    from evprobe.hooks.vllm_engine.vision import check_prompt_ids, engine_prompts
+    from evprobe.hooks.vllm_engine.prompts import check_prompt_ids, engine_prompts
     from vllm import SamplingParams
 
     lists = check_edits(engine_info(llm), prompt_ids, edits)

@@ -58,8 +58,6 @@ def _images(rng: np.random.Generator):
 @pytest.fixture(scope="module")
 def compared(vllm_python: Path, tiny_llava_engine_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     import torch
-
-    from evprobe import hooks
     from evprobe.hooks.capture import capture_layers
     from evprobe.hooks.direction_vectors import random_directions
     from evprobe.hooks.generation import candidate_token_ids
@@ -70,6 +68,8 @@ def compared(vllm_python: Path, tiny_llava_engine_folder: Path, tmp_path_factory
     from evprobe.hooks.vllm_engine.capture import resolve_prompts, weightless_handle
     from evprobe.hooks.vllm_engine.edits import EngineEdit
     from evprobe.hooks.vllm_engine.vision import image_edit
+
+    from evprobe import hooks
 
     folder = tmp_path_factory.mktemp("vllm_vlm")
     handle = hooks.load(str(tiny_llava_engine_folder), dtype="float32")

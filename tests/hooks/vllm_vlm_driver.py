@@ -21,8 +21,6 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 
 def refused(fn: Any, *args: Any, **kwargs: Any) -> str:
     try:
@@ -35,12 +33,18 @@ def refused(fn: Any, *args: Any, **kwargs: Any) -> str:
 def main(argv: list[str]) -> None:
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)
+    from evprobe.hooks.vllm_engine.capture import PromptPositions, capture
+    from evprobe.hooks.vllm_engine.steering import (
+        EngineEdit,
+        close_engine,
+        generate,
+        option_logprobs,
+        run_requests,
+        start_engine,
+    )
+    from evprobe.hooks.vllm_engine.vision import capture_vision, check_prompt_ids
     from PIL import Image
     from vllm import SamplingParams
-
-    from evprobe.hooks.vllm_engine.capture import PromptPositions, capture
-    from evprobe.hooks.vllm_engine.steering import EngineEdit, close_engine, generate, option_logprobs, run_requests, start_engine
-    from evprobe.hooks.vllm_engine.vision import capture_vision, check_prompt_ids
     from vllm.inputs import TokensPrompt
 
     images = [[Image.open(p).convert("RGB") for p in row] for row in spec["images"]]
@@ -82,8 +86,8 @@ def main(argv: list[str]) -> None:
         option_ids = [spec["option_ids"][r["row"]] for r in reqs]
         gen_ids = [spec["gen_ids"][r["row"]] for r in reqs]
         result["option"] = option_logprobs(llm, option_ids, letters, edits, images=req_images).tolist()
-        params = dict(max_tokens=spec["max_new_tokens"], temperature=0.0, ignore_eos=True, detokenize=False,
-                      logprob_token_ids=letters)
+        params = {"max_tokens": spec["max_new_tokens"], "temperature": 0.0, "ignore_eos": True, "detokenize": False,
+                  "logprob_token_ids": letters}
         result["gen"] = [{"token_ids": list(o.outputs[0].token_ids),
                           "logprobs": [[step[i].logprob for i in letters] for step in o.outputs[0].logprobs]}
                          for o in run_requests(llm, gen_ids, edits, images=req_images, **params)]
