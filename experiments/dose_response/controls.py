@@ -21,12 +21,24 @@ checked to be the ones it was fitted on: probes.provenance; numpy only, no model
 captures cannot be read the plan fails with one line naming the fix (`controls: []` turns the
 controls off). The cosine of each control with the probe direction is reported, since a control
 that shares much of the probe's direction is not a control.
+
+Items on which a control's label is nominal are left out of that control's fit and counted: a
+`no_initial_test` item carries a `history` field (0/1, the sheet its siblings show) but its
+prompt shows no initial test, so its two histories are the same prompt and say nothing about
+history. They are excluded from the `history` control (NOMINAL_ON), the rest of the fit items are
+used, and the source in meta.json and report.md says "on n capture rows ...; k no_initial_test
+rows excluded". Where no rows remain, or the label's two classes have identical mean states on
+the rows that do (e.g. `threshold_level` at a position before the threshold is stated), the
+control is refused in one line before any model is loaded, naming the control, layer, position,
+direction and the fix (drop that control, or fit the direction on items that carry the label).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+
+import warnings
 
 import numpy as np
 
@@ -37,6 +49,9 @@ if TYPE_CHECKING:
     from evprobe.probes.directions import Direction
 
 MATCH_KEYS = ("model", "position", "probe", "d_model")  # what a stored control must share with the named one
+# Labels present in the index but nominal on some variants: no_initial_test items keep the sheet
+# index of their siblings as `history`, yet their prompt shows no initial test (bench.items.variant_items).
+NOMINAL_ON: dict[str, frozenset[str]] = {"history": frozenset({"no_initial_test"})}
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +94,17 @@ def _fit(name: str, d: Direction, seed: int) -> tuple[np.ndarray, str]:
                           "directions folder, or set controls: [] (--controls=) to run without controls") from None
     fit_items = set(prov.get("items") or ())
     mask = np.array([cs.index[r]["item_id"] in fit_items for r in ls.rows], dtype=bool)
+    base = label.split("=", 1)[0]  # `history=1` names the positive class
+    nominal = NOMINAL_ON.get(base, frozenset()) if name != "shuffled" else frozenset()
+    excluded = np.array([cs.index[r].get("variant") in nominal for r in ls.rows], dtype=bool) & mask
+    mask &= ~excluded
+    dropped = (f"; {int(excluded.sum())} {'/'.join(sorted(nominal))} rows excluded (no initial test shown: "
+               f"{base} is nominal there)") if excluded.any() else ""
+    if excluded.any() and not mask.any():
+        raise ConfigError(f"control {name!r} at layer {d.layer}: all {int(excluded.sum())} capture rows {d.name} was "
+                          f"fitted on with a {base} are {'/'.join(sorted(nominal))} items, whose prompt shows no "
+                          f"initial test ({base} is nominal there); drop {name!r} from controls (e.g. controls: "
+                          "[threshold_level, shuffled]) or fit the direction on items with an initial test")
     if name == "shuffled":
         y = ls.y.copy()
         idx = np.flatnonzero(mask)
@@ -86,15 +112,22 @@ def _fit(name: str, d: Direction, seed: int) -> tuple[np.ndarray, str]:
         ls = replace(ls, y=y)
     if mask.sum() < 2 or ls.y[mask].min() == ls.y[mask].max():
         raise ConfigError(f"control {name!r} at layer {d.layer}: its label has one class on the {int(mask.sum())} rows "
-                          f"{d.name} was fitted on; choose another control or set controls: []")
+                          f"{d.name} was fitted on{dropped}; choose another control or set controls: []")
     from evprobe.probes.registry import ProbeSpec
 
     # the probe and parameters the direction was fitted with (its provenance), so only the label differs
     spec = ProbeSpec.of(prov.get("probe", "massmean"), prov.get("probe_params") or {})
-    (fitted,) = fit_directions(cs, ls, [d.layer], prov["position"], spec, [(name, mask)])
+    with warnings.catch_warnings():  # identical class means: refused below in one line, not warned and skipped
+        warnings.simplefilter("ignore", UserWarning)
+        found = fit_directions(cs, ls, [d.layer], prov["position"], spec, [(name, mask)])
+    if not found:
+        raise ConfigError(f"control {name!r} at layer {d.layer}/{prov['position']}: its two classes have identical "
+                          f"mean states on the {int(mask.sum())} capture rows {d.name} was fitted on{dropped} (the "
+                          f"prompts do not differ in {base} up to that position); drop {name!r} from controls or "
+                          "set controls: []")
     what = (f"fitted: {prov['label']} permuted (seed {seed})" if name == "shuffled"
             else f"fitted: {ls.name}={ls.positive}")
-    return fitted.vector.astype(np.float64), f"{what} on {int(mask.sum())} capture rows of {d.name}'s items"
+    return found[0].vector.astype(np.float64), f"{what} on {int(mask.sum())} capture rows of {d.name}'s items{dropped}"
 
 
 def control_directions(names: tuple[str, ...], named: Direction, every: dict[str, Direction],
@@ -126,4 +159,4 @@ def controls_record(controls: dict[int, list[ControlDirection]]) -> JsonObject:
                          for c in cs] for layer, cs in controls.items()}
 
 
-__all__ = ["ControlDirection", "control_directions", "controls_record"]
+__all__ = ["NOMINAL_ON", "ControlDirection", "control_directions", "controls_record"]
