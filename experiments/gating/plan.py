@@ -182,7 +182,12 @@ def fit_direction(plan: Plan, regime: str, acts: Path, layer: int) -> GateDirect
     from evprobe.probes.directions import fit_directions, write_directions
 
     cs, ls = _fit_labels(acts, plan.fit_families)
-    (d,) = fit_directions(cs, ls, [layer], POSITION, "massmean")
+    fitted = fit_directions(cs, ls, [layer], POSITION, "massmean")
+    if not fitted:  # fit_directions skips (with a warning) a layer whose two classes have identical mean states
+        raise ConfigError(f"gating's {regime} direction at layer {layer}/{POSITION}: the resolved and unresolved rows "
+                          f"of the fitting families have identical mean states, so there is no direction to steer; "
+                          f"choose another layer (--layer) or a benchmark whose {regime} prompts differ by evidence")
+    (d,) = fitted
     write_directions(plan.out / "directions" / regime, [d])
     v = measure_sign(d.provenance, d.name) * d.vector.astype(np.float64)
     v /= np.linalg.norm(v)  # stored as float32; renormalise in float64

@@ -34,6 +34,18 @@ from evprobe.experiments.void_transfer.judged import estimate_of_json, same_repl
 from evprobe.experiments.void_transfer.report import (VoidPath, VoidTransferMeta, VoidTransferReport, markdown,
                                                      steering_effect)
 
+
+def check_fitted(directions: list[Any], voids: list[str], layers: tuple[int, ...] | list[int]) -> None:
+    """Refuse in one line a (void type, layer) that got no direction: fit_directions skips (with a warning)
+    one whose resolved and unresolved rows have identical mean states, and steering would miss it later."""
+    fitted = {(d.provenance["condition"].removeprefix("void="), d.provenance["layer"]) for d in directions}
+    missing = [(void, layer) for void in voids for layer in layers if (void, layer) not in fitted]
+    if missing:
+        void, layer = missing[0]
+        raise ConfigError(f"void-transfer's {void} direction at layer {layer}/{POSITION}: its resolved and unresolved "
+                          f"rows in the fitting families have identical mean states ({len(missing)} such void type x "
+                          f"layer), so there is no direction to steer; drop layer {layer} from --layers")
+
 def _pairs(items: list[Any]) -> dict[str, list[tuple[Any, Any]]]:
     """Void type -> (void, twin) answer-request pairs of the benchmark."""
     by_id = {it.item_id: it for it in items}
@@ -143,6 +155,7 @@ def _run(config: VoidTransferConfig, model: ModelConfig, bench: Path, pairs: dic
     fitting = ls.subset(np.isin(ls.families.astype(str), fit), reason="held-out family (void-transfer split)")
     directions = fit_directions(cs, fitting, list(config.layers), POSITION, "massmean",
                                 conditions=[(f"void={c.name}", c.mask) for c in conditions(cs, fitting, "void")])
+    check_fitted(directions, [c.name for c in conditions(cs, fitting, "void")], config.layers)
     if judged is None:
         write_directions(out / "directions", directions)
     toward_abstain = {(d.provenance["condition"].removeprefix("void="), d.provenance["layer"]):

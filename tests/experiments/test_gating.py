@@ -306,3 +306,22 @@ def test_the_free_readout_reads_generated_replies_by_the_rule_reader(bench: Path
     assert not free_readout(item, "Yes or no.", "standard").abstain
     with pytest.raises(ValueError, match="key 'readout' is free, which asks the answer requests only"):
         config(bench, tmp_path / "x", readout="free", requests=("answer_initial", "select"))
+
+
+def test_identical_class_states_are_refused_in_one_line(tmp_path: Path) -> None:
+    """A layer where the resolved and unresolved rows' mean states are identical has no direction:
+    fit_directions skips it with a warning, and gating's fit said so only as a raw unpack ValueError."""
+    from types import SimpleNamespace
+
+    from evprobe.experiments.gating.plan import fit_direction
+    from evprobe.probes.synthetic import reference_rows, write_capture
+
+    rows = reference_rows(n_families=4)
+    acts = np.ones((len(rows), 1, 1, 8), dtype=np.float32)  # every row the same state: identical class means
+    folder = write_capture(tmp_path / "acts", acts, rows, layers=[0], positions=["last"])
+    plan = SimpleNamespace(fit_families=sorted({r["family_id"] for r in rows}), out=tmp_path / "out")
+    with pytest.warns(UserWarning, match="identical"), pytest.raises(ConfigError) as err:
+        fit_direction(plan, "standard", folder, 0)
+    message = str(err.value)
+    assert "\n" not in message and "layer 0" in message and "identical mean states" in message
+    assert not (tmp_path / "out" / "directions").exists()

@@ -183,3 +183,32 @@ def test_the_free_readout_reads_judged_replies_and_keeps_them(void_bench: Path, 
     assert main(["void-transfer", "--config", "void_transfer_tiny", "--bench", str(void_bench), "--out",
                  str(tmp_path / "bad"), "--readout", "judged"]) == 2
     assert "readout" in capsys.readouterr().err
+
+
+def test_a_layer_without_a_direction_is_refused_in_one_line(tmp_path: Path) -> None:
+    """fit_directions skips (with a warning) a layer whose classes have identical mean states; void-transfer
+    found out only at the steering, as a KeyError. Real fit on a capture whose layer 1 holds one state."""
+    import warnings
+
+    import numpy as np
+
+    from evprobe.experiments.config import ConfigError
+    from evprobe.experiments.void_transfer.run import check_fitted
+    from evprobe.probes.captures import load_captures
+    from evprobe.probes.directions import fit_directions
+    from evprobe.probes.label_sets import labels
+    from evprobe.probes.synthetic import reference_rows, write_capture
+
+    rows = reference_rows(n_families=4)
+    rng = np.random.default_rng(0)
+    acts = np.ones((len(rows), 2, 1, 8), dtype=np.float32)
+    acts[:, 0, 0, :] = rng.normal(size=(len(rows), 8))  # layer 0 separates the classes; layer 1 is one state
+    cs = load_captures([write_capture(tmp_path / "acts", acts, rows, layers=[0, 1], positions=["last"])])
+    ls = labels(cs, "resolved")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        directions = fit_directions(cs, ls, [0, 1], "last", "massmean", conditions=[("void=occluded", np.ones(len(rows), dtype=bool))])
+    check_fitted([d for d in directions if d.provenance["layer"] == 0], ["occluded"], [0])  # fitted: passes
+    with pytest.raises(ConfigError) as err:
+        check_fitted(directions, ["occluded"], [0, 1])
+    assert "\n" not in str(err.value) and "layer 1" in str(err.value) and "--layers" in str(err.value)
