@@ -79,7 +79,7 @@ class CaptureConfig:
                                                 "frame, any model) or native (one video through the model's video "
                                                 "processor, a model with a video path)")
     backend: str = setting("hf", "what reads the rows: hf (transformers, in this process) or vllm (a vLLM engine: "
-                                 "resid_post of text-only models and prompts)")
+                                 "resid_post of text-only models and of LLaVA with images)")
     gpu_memory_utilization: float | None = setting(
         None, "vllm backend: share of accelerator memory (of RAM on CPU) the engine reserves; default 0.1 on CPU")
     max_model_len: int | None = setting(None, "vllm backend: context length of the engine (default 2048)")
@@ -99,6 +99,9 @@ class CaptureConfig:
             raise InputError(f"--video-input must be frames or native, got {self.video_input!r}")
         if self.backend not in BACKENDS:
             raise InputError(f"--backend must be {' or '.join(BACKENDS)}, got {self.backend!r}")
+        if self.backend == "vllm" and self.video_input == "native":
+            raise InputError("--video-input native is not read through vLLM (the engine capture takes a clip's "
+                             "frames as images); use --video-input frames or --backend hf")
         if self.backend != "vllm":
             changed = next((k for k, v in ENGINE_DEFAULTS.items() if getattr(self, k) != v), None)
             if changed is not None:

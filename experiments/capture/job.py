@@ -231,7 +231,7 @@ class CaptureJob(Job):
         if self.config.backend == "vllm":
             from evprobe.experiments.capture.engine import EngineCapture
 
-            self.engine = EngineCapture(self.config)
+            self.engine = EngineCapture(self.config, max(len(it.images) for it in self.items))
             self.handle = self.engine.handle  # renders, tokenizes and places positions; no weights
             self.check_readable()
             return

@@ -53,9 +53,8 @@ if TYPE_CHECKING:
     from evprobe.hooks.handle import Handle
 
 COMPONENTS: tuple[str, ...] = ("resid_post",)  # what the engine's hooks read (hooks.capture.COMPONENTS' first)
-NO_IMAGES = ("capture through vLLM takes text-only prompts on a text-only model and in the evprobe capture command; "
-             "a VLM's rows with images are read by evprobe.capture(..., backend='vllm') on a VLM's engine, or with "
-             "backend 'hf'")
+NO_IMAGES = ("images need a vision-language model (LLaVA) and this model's processor is a tokenizer: give "
+             "text-only prompts, or load a vision-language model")
 
 
 @dataclass(frozen=True)

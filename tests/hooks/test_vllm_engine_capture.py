@@ -205,7 +205,7 @@ def test_refusals_before_any_engine(small_bench: Path, tiny_text_folder: Path, t
     text = str(tiny_text_folder)
     cases = [
         (dict(component="attn_out"), text, "--component attn_out is not read through vLLM"),
-        (dict(requests=("select",)), text, "has images: capture through vLLM takes text-only prompts"),
+        (dict(requests=("select",)), text, "has images and --model"),
         ({}, "tiny:llava", "--model tiny:llava is built in memory"),
     ]
     for changes, model, line in cases:
@@ -217,19 +217,6 @@ def test_refusals_before_any_engine(small_bench: Path, tiny_text_folder: Path, t
         _config(small_bench, tmp_path / "y", text, max_model_len=512)
     with pytest.raises(InputError, match="--backend must be hf or vllm"):
         _config(small_bench, tmp_path / "y", text, backend="sglang")
-
-
-def test_a_vision_language_model_is_refused(small_bench: Path, tmp_path: Path) -> None:
-    from evprobe.experiments.capture.job import CaptureJob
-
-    from evprobe import hooks
-
-    folder = tmp_path / "llava"
-    h = hooks.load("tiny:llava")
-    h.model.save_pretrained(folder)
-    h.processor.save_pretrained(folder)
-    with pytest.raises(InputError, match="is a vision-language model: capture through vLLM takes text-only"):
-        CaptureJob(_config(small_bench, tmp_path / "x", str(folder), backend="vllm"))
 
 
 def test_without_vllm_the_capture_says_how_to_get_it(small_bench: Path, tiny_text_folder: Path,
