@@ -1,8 +1,9 @@
-"""The forward of `steering_dose_response`'s letter readout: the hf model with hooks (backend "hf") or a
+"""The forward of `steering_dose_response`'s readouts: the hf model with hooks (backend "hf") or a
 vLLM engine with per-request edits (backend "vllm", an analysis.engine_model.EngineModel as the
-handle). The estimates, nulls and cross-fit are the same code on either; only these three reads differ:
-the unit of alpha (mean residual norm where the vector is added), the unsteered letter log-probs, and
-the log-probs under K raw vectors at one layer (through the engine: ONE call of K x n requests)."""
+handle). The estimates, nulls and cross-fit are the same code on either; only these reads differ:
+the unit of alpha (mean residual norm where the vector is added), the unsteered letter log-probs or
+greedy replies, and the log-probs or replies under K raw vectors at one layer (through the engine: ONE
+call of K x n requests; the replies are hf's rows: analysis.engine_model.engine_generate)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from evprobe.core.errors import InputError, shown
 BACKENDS = ("hf", "vllm")
 
 
-def check_backend(handle: Any, backend: str, *, ablation: bool, generated: bool, images: Sequence[Any]) -> None:
+def check_backend(handle: Any, backend: str, *, ablation: bool, images: Sequence[Any]) -> None:
     """What a backend cannot run, one line before any model call: the wrong kind of handle, and on the
-    engine ablation, a generated readout and images."""
+    engine ablation and images."""
     from evprobe.analysis.engine_model import EngineModel, refuse_images
 
     if backend not in BACKENDS:
@@ -33,8 +34,6 @@ def check_backend(handle: Any, backend: str, *, ablation: bool, generated: bool,
     if ablation:
         raise InputError("ablation=True projects the direction out, which is not an edit the vLLM backend makes; "
                          "drop ablation or use backend='hf'")
-    if generated:
-        raise InputError("backend='vllm' reads letter log-probs; a generated readout runs with backend='hf'")
     refuse_images(images)
 
 
@@ -90,4 +89,42 @@ def steered_logprobs(handle: Any, backend: str, prompts: Sequence[str], images: 
     return lp
 
 
-__all__ = ["BACKENDS", "check_backend", "steered_logprobs", "unit_norm", "unsteered_logprobs"]
+def unsteered_replies(handle: Any, backend: str, prompts: Sequence[str], images: Sequence[Any], spec: Any,
+                      batch_size: int) -> Any:
+    """Each prompt's greedy reply with no edit, read (analysis.generated_readout.Replies: (n,) texts)."""
+    from evprobe.analysis.generated_readout import Replies, unsteered
+
+    if backend != "vllm":
+        return unsteered(handle, prompts, images, spec, batch_size)
+    texts = _engine_texts(handle, prompts, [None] * len(prompts), spec.max_new_tokens)
+    return Replies(texts, spec.values(range(len(prompts)), list(texts)))
+
+
+def steered_replies(handle: Any, backend: str, prompts: Sequence[str], images: Sequence[Any], spec: Any, layer: int,
+                    deltas: np.ndarray, *, positions: Any, max_rows: int, batch_size: int) -> Any:
+    """The greedy replies under each raw vector of `deltas` (K, d_model) at `layer`, read ((K, n) texts):
+    through hooks.steer_rows (hf), or one engine call of K x n requests, direction-major."""
+    from evprobe.analysis.engine_model import edit_rows
+    from evprobe.analysis.generated_readout import Replies, steered
+
+    if backend != "vllm":
+        return steered(handle, prompts, images, spec, layer, deltas, positions=positions, max_rows=max_rows,
+                       batch_size=batch_size)
+    K, n = len(deltas), len(prompts)
+    texts = _engine_texts(handle, list(prompts) * K, edit_rows(layer, deltas, n, positions),
+                          spec.max_new_tokens).reshape(K, n)
+    items = np.broadcast_to(np.arange(n), (K, n)).reshape(-1)
+    return Replies(texts, spec.values(items, list(texts.reshape(-1))).reshape(K, n, len(spec.measures)))
+
+
+def _engine_texts(engine: Any, prompts: Sequence[str], edits: Sequence[Any], max_new_tokens: int) -> np.ndarray:
+    """(rows,) reply texts of one engine generate call, hf's rows (analysis.engine_model.engine_generate)."""
+    from evprobe.analysis.engine_model import engine_generate
+
+    gens = engine_generate(engine, engine.prompt_ids(prompts, for_generation=True), edits,
+                           max_new_tokens=max_new_tokens)
+    return np.array([g.text for g in gens], dtype=object)
+
+
+__all__ = ["BACKENDS", "check_backend", "steered_logprobs", "steered_replies", "unit_norm", "unsteered_logprobs",
+           "unsteered_replies"]

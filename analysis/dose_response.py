@@ -66,8 +66,7 @@ import numpy as np
 from evprobe.analysis.dose_crossfit import crossfit_rows
 from evprobe.analysis.dose_grid import TARGET_CHOICE, TARGET_READOUT, ChoiceRule, GridEstimator
 from evprobe.analysis.effects import estimate_columns
-from evprobe.analysis.generated_readout import GeneratedReadout, ablated, reply_frame, unsteered
-from evprobe.analysis.generated_readout import steered as steered_replies
+from evprobe.analysis.generated_readout import GeneratedReadout, ablated, reply_frame
 from evprobe.analysis.inputs import MAX_BOOT, MAX_NULL, dose_arguments, integer, prompt_lengths, unit_norms
 from evprobe.analysis.dose_nulls import label_free_nulls, near_free, near_random
 from evprobe.analysis.label_null import LabelFreeNull
@@ -231,8 +230,8 @@ def steering_dose_response(
         (module docstring), generated in forwards of up to `max_rows` rows.
     backend: "hf" (the handle's model with hooks) or "vllm": the handle is a started engine
         (analysis.engine_model.open_engine) and every direction x dose of a layer is one engine
-        call of per-request edits (analysis.dose_forward); text prompts and the letter readout, no
-        ablation. Log-probs equal hf's within float32 rounding (tests/experiments/test_dose_response_vllm.py).
+        call of per-request edits (analysis.dose_forward); text prompts, no ablation. Log-probs equal
+        hf's within float32 rounding, greedy replies hf's (tests/experiments/test_dose_response_vllm.py).
     families: one id per prompt, the unit every resample and the cross-fit halves keep whole.
     groups: one label per prompt (e.g. "enough" / "not enough"), each read on its own beside "all".
     n_relabel, fit_rows: the label-free null (analysis.label_null): n_relabel directions fitted the
@@ -257,7 +256,8 @@ def steering_dose_response(
     """
     import pandas as pd
 
-    from evprobe.analysis.dose_forward import check_backend, steered_logprobs, unit_norm, unsteered_logprobs
+    from evprobe.analysis.dose_forward import (check_backend, steered_logprobs, steered_replies, unit_norm,
+                                               unsteered_logprobs, unsteered_replies)
     from evprobe.hooks.ablation import ablate
     from evprobe.hooks.generation import candidate_notes, next_token_logprobs
     from evprobe.hooks.inputs import image_rows
@@ -282,7 +282,7 @@ def steering_dose_response(
             isinstance(row, list | tuple) for row in images):
         raise InputError(f"images must hold one list of images per prompt ({len(prompts)} lists; [] for none), or be "
                          f"None, got {shown(images, 40)}")
-    check_backend(handle, backend, ablation=ablation, generated=readout is not None, images=images)
+    check_backend(handle, backend, ablation=ablation, images=images)
     by_layer = _directions(direction, layer)
     unit_norms(mean_norm, list(by_layer))
     for layer_, d in by_layer.items():
@@ -339,7 +339,7 @@ def steering_dose_response(
     if readout is None:
         base = _readouts(unsteered_logprobs(handle, backend, prompts, images, candidates, batch_size), t)  # (n, 2)
     else:
-        first = unsteered(handle, prompts, images, readout, batch_size)
+        first = unsteered_replies(handle, backend, prompts, images, readout, batch_size)
         base, texts[("unsteered", None, 0.0)] = first.values, first.texts[None]  # (n, M)
     rand_seed = seed if random_seed is None else random_seed
     rand = random_directions(handle.d_model, n_random, rand_seed) if n_random else np.zeros((0, handle.d_model))
@@ -357,7 +357,7 @@ def steering_dose_response(
                                  (raw[:, None, None] * rand[None]).reshape(-1, handle.d_model),
                                  (raw[:, None, None] * free[None]).reshape(-1, handle.d_model)])  # (A*(D+K+K2), d)
         if readout is not None:  # greedy replies under every direction x dose, read (analysis.generated_readout)
-            got = steered_replies(handle, prompts, images, readout, layer_, deltas, positions=positions,
+            got = steered_replies(handle, backend, prompts, images, readout, layer_, deltas, positions=positions,
                                   max_rows=max_rows, batch_size=batch_size)
             out = got.values  # (rows, n, M)
             texts.update(got.split(layer_, steps, {"named": len(named), "random": len(rand), "label-free": len(free)}))

@@ -18,6 +18,10 @@ What is shared with the hf path, and what is not:
 - The forward: vLLM's (hooks.vllm_engine.steering.option_logprobs), each request carrying its own
   EngineEdit (the raw vector added to the residual stream after one decoder layer). In float32 the
   log-probs equal hf's within float32 rounding of differently ordered sums (the tests measure it).
+- Greedy replies (`engine_generate`, hooks.vllm_engine.steering.generate): the prompts as
+  hooks.generation.generate encodes them (`prompt_ids(..., for_generation=True)`), the same
+  max_new_tokens, cut after hf's first EOS token (`eos_ids`, `hf_reply`) and decoded by the same
+  tokenizer, special tokens skipped: hooks.generation.Generation rows as hf's.
 What the engine cannot honour is refused in one line before any model call (`refuse_images`,
 `open_engine`): images (vLLM's multimodal models are not wired to these edits), a model built in
 memory (`tiny:`), a vision-language model.
@@ -78,13 +82,15 @@ class EngineModel:
     def answer_prefix(self) -> str:
         return str(self.handle.answer_prefix)
 
-    def prompt_ids(self, prompts: Sequence[str]) -> list[list[int]]:
-        """Each prompt's token ids as the hf readout's row (hooks.inputs.encode_inputs; left padding dropped)."""
+    def prompt_ids(self, prompts: Sequence[str], *, for_generation: bool = False) -> list[list[int]]:
+        """Each prompt's token ids as the hf readout's row (hooks.inputs.encode_inputs; left padding
+        dropped); for_generation: as hooks.generation.generate encodes them (ending at the generation
+        prompt, no answer prefix)."""
         from evprobe.hooks.inputs import encode_inputs
 
         if not prompts:
             return []
-        enc = encode_inputs(self.handle, list(prompts), [[] for _ in prompts])
+        enc = encode_inputs(self.handle, list(prompts), [[] for _ in prompts], for_generation=for_generation)
         return [[t for t, m in zip(row, mask) if m] for row, mask in
                 zip(enc["input_ids"].tolist(), enc["attention_mask"].tolist(), strict=True)]
 
@@ -93,6 +99,19 @@ class EngineModel:
         from evprobe.hooks.generation import candidate_token_ids
 
         return candidate_token_ids(self.handle, list(letters))
+
+    def eos_ids(self) -> set[int]:
+        """The tokens hf's generate stops at (hooks.generation's rule: the generation config's
+        eos_token_id, else the tokenizer's), the generation config read as from_pretrained reads it."""
+        from transformers import GenerationConfig
+
+        try:
+            eos = GenerationConfig.from_pretrained(self.model_id).eos_token_id
+        except OSError:  # no generation_config.json: hf's model builds it from the model config
+            eos = self.handle.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        return set() if eos is None else {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
 
     def pins(self) -> JsonObject:
         """What a rerun must agree on: hooks.fingerprint.loaded_fingerprint of the prompt side (revision,
@@ -214,6 +233,38 @@ def engine_norms(engine: EngineModel, prompt_ids: Sequence[Sequence[int]], layer
     return {layer: (total / count, count) for layer, (total, count) in totals.items()}
 
 
+def hf_reply(ids: Sequence[int], eos: set[int], max_new_tokens: int) -> list[int]:
+    """An engine's greedy ids as hf's generate row: up to and including the first of hf's EOS tokens.
+    An engine reply that stopped short of max_new_tokens without one stopped where hf would not (vLLM
+    also stops at the tokenizer's EOS): one line, as its row would differ from hf's."""
+    ids = [int(t) for t in ids]
+    end = next((i + 1 for i, t in enumerate(ids) if t in eos), None)
+    if end is None and len(ids) < max_new_tokens:
+        raise RuntimeError(f"the engine stopped after {len(ids)} of {max_new_tokens} tokens at token {ids[-1:]}, "
+                           f"which is not one of hf's end-of-sequence tokens {sorted(eos)}: make the model's "
+                           "generation_config.json eos_token_id list it (or use backend 'hf')")
+    return ids if end is None else ids[:end]
+
+
+def engine_generate(engine: EngineModel, prompt_ids: Sequence[Sequence[int]], edits: Sequence[Any], *,
+                    max_new_tokens: int) -> list[Any]:
+    """Greedy replies of ONE engine call (hooks.vllm_engine.steering.generate), request r under edits[r]
+    (None: unsteered), as hooks.generation.Generation rows: hf's ids (`hf_reply`), decoded by the same
+    tokenizer with special tokens skipped. prompt_ids: `engine.prompt_ids(prompts, for_generation=True)`."""
+    from evprobe.hooks.generation import Generation
+    from evprobe.hooks.vllm_engine.steering import generate
+
+    eos = engine.eos_ids()
+    out = []
+    for ids, new in zip(prompt_ids, generate(engine.llm, list(prompt_ids), list(edits), max_new_tokens=max_new_tokens),
+                        strict=True):
+        row = hf_reply(new, eos, max_new_tokens)
+        out.append(Generation(text=engine.tokenizer.decode(row, skip_special_tokens=True), token_ids=tuple(row),
+                              n_prompt_tokens=len(ids), n_new_tokens=len(row),
+                              cut_off=not (row and row[-1] in eos) and len(row) == max_new_tokens))
+    return out
+
+
 def edit_rows(layer: int, deltas: np.ndarray, n: int, positions: str) -> list[Any]:
     """One EngineEdit per request of K directions x n prompts (direction-major): deltas (K, d_model)."""
     from evprobe.hooks.vllm_engine.edits import EngineEdit
@@ -222,4 +273,5 @@ def edit_rows(layer: int, deltas: np.ndarray, n: int, positions: str) -> list[An
                        schedule="every-step") for d in np.asarray(deltas, dtype=np.float64) for _ in range(n)]
 
 
-__all__ = ["ENGINE", "ENGINE_PINS", "EngineModel", "engine_norms", "edit_rows", "engine_logprobs", "open_engine", "refuse_images"]
+__all__ = ["ENGINE", "ENGINE_PINS", "EngineModel", "edit_rows", "engine_generate", "engine_logprobs", "engine_norms",
+           "hf_reply", "open_engine", "refuse_images"]

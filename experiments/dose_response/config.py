@@ -81,7 +81,7 @@ class DoseResponseConfig:
     regime: str = setting("standard", "prompt regime: standard, guided or json")
     backend: Literal["hf", "vllm"] = setting(
         "hf", "hf (the model with hooks) or vllm (a vLLM engine with per-request edits: every condition of a batch "
-        "in one engine call; text-only items, log-prob readout, no ablation)")
+        "in one engine call per readout; text-only items, no ablation)")
     batch_size: int | None = setting(None, "rows per forward (null: the model config's)")
     n_boot: int = setting(DEFAULT_N_BOOT, "family bootstrap resamples")
     seed: int = setting(DEFAULT_SEED, "bootstrap seed")
@@ -114,9 +114,6 @@ class DoseResponseConfig:
         check_alpha_units(self.alpha_units)
         if self.backend not in BACKENDS:
             raise ValueError(f"key 'backend' is {self.backend!r}; choose from {', '.join(BACKENDS)}")
-        if self.backend == "vllm" and self.readout != "logprobs":
-            raise ValueError(f"key 'readout' is {self.readout} but backend vllm reads option log-probs only; use "
-                             "readout: logprobs (or backend: hf)")
         if self.backend == "vllm" and self.ablation:
             raise ValueError("key 'ablation' is true but backend vllm makes added edits only (projecting the "
                              "direction out is not one); set ablation: false (--no-ablation) or backend: hf")

@@ -1,18 +1,22 @@
 """The forward behind dose-response's readouts: the hf model with hooks (`HFForward`) or a vLLM engine with
 per-request edits (`EngineForward`). Everything else (prompts, conditions, doses, rows, aggregates) is
 shared: readouts.rows_for asks a Forward for one condition's option-letter log-probs, (K, n, letters),
-and writes the same rows from either.
+and its greedy replies, (K, n) hooks.generation.Generation, and writes the same rows from either.
 
 The engine reads every pending condition of a batch (baseline, the probe at each layer x dose, the
 random, relabelled and control sets) as ONE engine call of per-request edits, the first time the
 runner asks for one of them, and serves the batch's other conditions from that call: a whole null band
-and the curve it is drawn around are one batched call. Which rows are pending is what results.jsonl
-lacks (`pending`), so a resumed run recomputes nothing it keeps.
+and the curve it is drawn around are one batched call (one for the log-probs, one for the replies).
+Which rows are pending is what results.jsonl lacks (`pending`), so a resumed run recomputes nothing it
+keeps. The replies are hf's rows: the prompts as hooks.generation.generate encodes them, greedy, the
+model's max_new_tokens_direct, cut after hf's first EOS token and decoded by the same tokenizer
+(analysis.engine_model.engine_generate).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -49,6 +53,27 @@ def condition_deltas(plan: Plan, cond: Condition, units: AlphaUnits) -> np.ndarr
                            f"{plan.config.positions}")
     vectors = set_vectors(plan, cond) if cond.is_set else plan.directions[cond.layer].vector[None, :]
     return dose.raw * vectors
+
+
+@contextmanager
+def _intervention(handle: Any, plan: Plan, cond: Condition, units: AlphaUnits) -> Iterator[None]:
+    """The hooks of one single-direction condition around the readout calls (nothing for the baseline)."""
+    from evprobe.hooks.ablation import ablate
+    from evprobe.hooks.steering import Steering, steer
+
+    if cond.kind == "baseline":
+        yield
+        return
+    assert cond.layer is not None and cond.alpha is not None or cond.kind == "ablation"
+    d = plan.directions[cond.layer]  # type: ignore[index]
+    if cond.kind == "ablation":
+        with ablate(handle, d.vector, layers=[cond.layer]):
+            yield
+        return
+    dose = unit_of(units, cond.layer).dose(cond.alpha)  # type: ignore[arg-type]
+    spec = Steering.from_dose(d.vector, dose, positions=plan.config.positions, schedule="every-step")
+    with steer(handle, spec):
+        yield
 
 
 class HFForward:
@@ -93,6 +118,31 @@ class HFForward:
         return option_logprobs_rows(self.handle, prompts, images, LETTERS, cond.layer,  # type: ignore[arg-type]
                                     deltas, positions=plan.config.positions, max_rows=max_rows, enc=enc)
 
+    def generations(self, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]], prompts: list[str],
+                    units: AlphaUnits) -> list[list[Any]]:
+        """(K, n) greedy replies (hooks.generation.Generation) of one condition: a single direction under
+        hooks.steering.steer (or ablate), a set's K directions through hooks.steer_rows in forwards of up to
+        null_batch_rows rows."""
+        from evprobe import hooks
+        from evprobe.hooks.steer_rows import steer_rows
+
+        n, max_new = len(batch), plan.model.max_new_tokens_direct
+        if not cond.is_set:
+            with _intervention(self.handle, plan, cond, units):
+                return [hooks.generate(self.handle, prompts, images, max_new_tokens=max_new, batch_size=n)]
+        deltas = condition_deltas(plan, cond, units)  # (K, d_model)
+        assert deltas is not None
+        K = deltas.shape[0]
+        per = max(1, max(plan.config.null_batch_rows or plan.batch_size, n) // n)
+        out: list[list[Any]] = []
+        for start in range(0, K, per):
+            k = min(start + per, K) - start
+            with steer_rows(self.handle, cond.layer, np.repeat(deltas[start:start + k], n, axis=0),  # type: ignore[arg-type]
+                            positions=plan.config.positions):
+                gens = hooks.generate(self.handle, prompts * k, images * k, max_new_tokens=max_new, batch_size=k * n)
+            out.extend(gens[j * n:(j + 1) * n] for j in range(k))  # direction-major rows
+        return out
+
     def norms(self, prompts: list[str], images: list[list[Any]], layers: list[int], positions: str,
               batch_size: int) -> dict[int, tuple[float, int]]:
         """Per layer, the mean residual norm at `positions` and the tokens averaged
@@ -114,25 +164,39 @@ class EngineForward:
         self.engine = engine
         self.pending = pending  # (item_id, condition key) -> whether results.jsonl still lacks that row
         self.letter_ids = engine.letter_ids(LETTERS)
-        self._read: dict[tuple[str, str], np.ndarray] = {}  # (item_id, condition) -> (K, letters)
+        # (readout, item_id, condition) -> (K, letters) log-probs or K Generations
+        self._read: dict[tuple[str, str, str], Any] = {}
         self.calls = 0  # engine calls made (the benchmark and tests read it)
 
     def logprobs(self, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]], prompts: list[str],
                  units: AlphaUnits) -> np.ndarray:
         """(K, n, letters) option log-probs of one condition, from the batch's one engine call."""
-        if any((it.item_id, cond.key) not in self._read for it in batch):
-            self._read_batch(plan, batch, prompts, units)
-        return np.stack([self._read.pop((it.item_id, cond.key)) for it in batch], axis=1)
+        return np.stack(self._served("logprobs", plan, cond, batch, prompts, units), axis=1)
 
-    def _read_batch(self, plan: Plan, batch: list[Item], prompts: list[str], units: AlphaUnits) -> None:
-        """Every condition some item of `batch` still lacks, for the whole batch, in one engine call."""
+    def generations(self, plan: Plan, cond: Condition, batch: list[Item], images: list[list[Any]], prompts: list[str],
+                    units: AlphaUnits) -> list[list[Any]]:
+        """(K, n) greedy replies (hooks.generation.Generation) of one condition, from the batch's one
+        generate call."""
+        got = self._served("generate", plan, cond, batch, prompts, units)  # n lists of K
+        return [list(row) for row in zip(*got, strict=True)]
+
+    def _served(self, readout: str, plan: Plan, cond: Condition, batch: list[Item], prompts: list[str],
+                units: AlphaUnits) -> list[Any]:
+        """Each item's reads of `cond` (K each), reading the batch in one engine call the first time."""
+        if any((readout, it.item_id, cond.key) not in self._read for it in batch):
+            self._read_batch(plan, batch, prompts, units, readout)
+        return [self._read.pop((readout, it.item_id, cond.key)) for it in batch]
+
+    def _read_batch(self, plan: Plan, batch: list[Item], prompts: list[str], units: AlphaUnits,
+                    readout: str = "logprobs") -> None:
+        """Every condition some item of `batch` still lacks and `readout` reads (config.reads_sets), for
+        the whole batch, in one engine call."""
+        from evprobe.analysis.engine_model import edit_rows, engine_generate
         from evprobe.hooks.vllm_engine.steering import option_logprobs
 
-        from evprobe.analysis.engine_model import edit_rows
-
-        self._read.clear()
-        conds = [c for c in plan.conditions if any(self.pending(it.item_id, c.key) for it in batch)]
-        ids = self.engine.prompt_ids(prompts)
+        self._read = {k: v for k, v in self._read.items() if k[0] != readout}
+        conds = [c for c in plan.conditions if any(self.pending(it.item_id, c.key) for it in batch)
+                 and (not c.is_set or plan.config.reads_sets(readout))]
         n = len(batch)
         rows: list[Any] = []
         sizes = []
@@ -141,15 +205,20 @@ class EngineForward:
             rows.extend([None] * n if deltas is None else edit_rows(c.layer, deltas, n,  # type: ignore[arg-type]
                                                                     plan.config.positions))
             sizes.append(1 if deltas is None else len(deltas))
-        out = np.asarray(option_logprobs(self.engine.llm, ids * (len(rows) // n), self.letter_ids, rows),
-                         dtype=np.float64)  # (sum K x n, letters), condition- then direction-major
+        if readout == "generate":  # replies, hf's ids and text (analysis.engine_model.engine_generate)
+            ids = self.engine.prompt_ids(prompts, for_generation=True)
+            out: Any = engine_generate(self.engine, ids * (len(rows) // n), rows,
+                                       max_new_tokens=plan.model.max_new_tokens_direct)
+        else:
+            ids = self.engine.prompt_ids(prompts)
+            out = np.asarray(option_logprobs(self.engine.llm, ids * (len(rows) // n), self.letter_ids, rows),
+                             dtype=np.float64)  # (sum K x n, letters), condition- then direction-major
         self.calls += 1
         start = 0
         for c, k in zip(conds, sizes, strict=True):
-            block = out[start:start + k * n].reshape(k, n, -1)
+            for i, it in enumerate(batch):  # direction j of item i: row start + j * n + i
+                self._read[(readout, it.item_id, c.key)] = [out[start + j * n + i] for j in range(k)]
             start += k * n
-            for i, it in enumerate(batch):
-                self._read[(it.item_id, c.key)] = block[:, i]
 
     def norms(self, prompts: list[str], images: list[list[Any]], layers: list[int], positions: str,
               batch_size: int) -> dict[int, tuple[float, int]]:

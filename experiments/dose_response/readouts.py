@@ -6,14 +6,12 @@ A single-direction condition (baseline, probe, ablation) writes the full readout
 compact readout of every direction (`lp_set`, `gen_set`): K directions x n items are read in
 forwards of up to `null_batch_rows` rows (hooks.steer_rows.option_logprobs_rows), so 50 random
 directions cost a handful of large forwards per batch instead of 50 small ones, and
-results.jsonl grows by one row per item and dose instead of 50. The log-probs come from a forward
-(experiments.dose_response.forward: the hf model with hooks, or a vLLM engine's per-request edits);
-generated replies from the hf model."""
+results.jsonl grows by one row per item and dose instead of 50. The log-probs and the greedy replies
+come from a forward (experiments.dose_response.forward: the hf model with hooks, or a vLLM engine's
+per-request edits)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -96,26 +94,6 @@ def dose_of(cond: Condition, units: AlphaUnits) -> Dose:
     return unit_of(units, cond.layer).dose(cond.alpha)
 
 
-@contextmanager
-def _intervention(handle: Any, plan: Plan, cond: Condition, units: AlphaUnits) -> Iterator[None]:
-    """The hooks of one single-direction condition around the readout calls (nothing for the baseline)."""
-    from evprobe.hooks.ablation import ablate
-    from evprobe.hooks.steering import Steering, steer
-
-    if cond.kind == "baseline":
-        yield
-        return
-    assert cond.layer is not None and cond.alpha is not None or cond.kind == "ablation"
-    d = plan.directions[cond.layer]  # type: ignore[index]
-    if cond.kind == "ablation":
-        with ablate(handle, d.vector, layers=[cond.layer]):
-            yield
-        return
-    spec = Steering.from_dose(d.vector, dose_of(cond, units), positions=plan.config.positions, schedule="every-step")
-    with steer(handle, spec):
-        yield
-
-
 def _base_row(it: Item, cond: Condition) -> JsonObject:
     return {"item_id": it.item_id, "family_id": it.family_id, "system": it.system, "resolved": it.resolved,
             "variant": it.variant, "condition": cond.key, "kind": cond.kind, "layer": cond.layer,
@@ -127,14 +105,10 @@ def _set_rows(forward: Any, plan: Plan, cond: Condition, batch: list[Item], imag
     """One row per item holding every direction of the set: `lp_set` {choice: K letters, log_odds: K
     floats} and/or `gen_set` {action: K actions or null, valid: K 0/1}, direction order as the plan's.
     Everything else (stop, missing, useless, min cost) follows from the choice and the item."""
-    from evprobe import hooks
-    from evprobe.hooks.steer_rows import steer_rows
-
     config = plan.config
     deltas = condition_deltas(plan, cond, units)  # (K, d_model)
     assert deltas is not None
-    K, n = deltas.shape[0], len(batch)
-    max_rows = max(config.null_batch_rows or plan.batch_size, n)
+    K = deltas.shape[0]
     rows = [_base_row(it, cond) for it in batch]
     if "logprobs" in config.readouts:
         logp = forward.logprobs(plan, cond, batch, images, prompts, units)  # (K, n, 5)
@@ -142,22 +116,16 @@ def _set_rows(forward: Any, plan: Plan, cond: Condition, batch: list[Item], imag
             reads = [logprob_readout(it, logp[k, i]) for k in range(K)]
             rows[i]["lp_set"] = {"choice": "".join(r["choice"] for r in reads),
                                  "log_odds": [r["log_odds"] for r in reads]}
-    if config.reads_sets("generate"):  # the hf model's (the engine refuses a generated readout)
-        handle = forward.handle
-        per = max(1, max_rows // n)
+    if config.reads_sets("generate"):
+        gens = forward.generations(plan, cond, batch, images, prompts, units)  # (K, n) Generations
         actions: list[list[Any]] = [[] for _ in batch]
         valid: list[list[int]] = [[] for _ in batch]
-        for start in range(0, K, per):
-            k = min(start + per, K) - start
-            with steer_rows(handle, cond.layer, np.repeat(deltas[start:start + k], n, axis=0),  # type: ignore[arg-type]
-                            positions=config.positions):
-                gens = hooks.generate(handle, prompts * k, images * k, max_new_tokens=plan.model.max_new_tokens_direct,
-                                      batch_size=k * n)
-            for j, g in enumerate(gens):
-                r = generate_readout(batch[j % n], g.text, config.regime, g.n_new_tokens)
-                actions[j % n].append(r["action"] if r["valid"] else None)
-                valid[j % n].append(int(bool(r["valid"])))
-        for i in range(n):
+        for k in range(K):
+            for i, g in enumerate(gens[k]):
+                r = generate_readout(batch[i], g.text, config.regime, g.n_new_tokens)
+                actions[i].append(r["action"] if r["valid"] else None)
+                valid[i].append(int(bool(r["valid"])))
+        for i in range(len(batch)):
             rows[i]["gen_set"] = {"action": actions[i], "valid": valid[i]}
     return rows
 
@@ -166,8 +134,6 @@ def rows_for(forward: Any, plan: Plan, cond: Condition, batch: list[Item], image
              units: AlphaUnits) -> list[dict]:
     """The rows of one condition for one batch of items. forward: experiments.dose_response.forward's
     HFForward or EngineForward (the option log-probs); units: experiments.dose_response.units.units_for."""
-    from evprobe import hooks
-
     config = plan.config
     prompts = [build_prompt(it, "direct", config.regime) for it in batch]
     if cond.is_set:
@@ -177,10 +143,8 @@ def rows_for(forward: Any, plan: Plan, cond: Condition, batch: list[Item], image
         # one readout for every condition (hooks.generation.answer_logprobs, or the engine's): the baseline
         # is that readout with no edit (alpha 0: no hook at all), a dose the same readout under the core's Add
         logp = forward.logprobs(plan, cond, batch, images, prompts, units)[0]  # (n, 5)
-    if "generate" in config.readouts:  # the hf model's (the engine refuses a generated readout)
-        with _intervention(forward.handle, plan, cond, units):
-            gens = hooks.generate(forward.handle, prompts, images, max_new_tokens=plan.model.max_new_tokens_direct,
-                                  batch_size=len(batch))
+    if "generate" in config.readouts:
+        gens = forward.generations(plan, cond, batch, images, prompts, units)[0]  # (n,) Generations
     rows = []
     for r, it in enumerate(batch):
         row = _base_row(it, cond)

@@ -10,7 +10,10 @@ shuts it down at the end). It writes OUT/driver.json:
 - resume/: full's results.jsonl cut mid-line after 60% of it, then the same command: rows reused / computed;
 - shard0/, shard1/ then merged/: `--shard 0/2`, `--shard 1/2`, `evprobe merge`;
 - refusals: the CLI's exit status and stderr's last line for inputs the engine cannot honour;
-- own: steering_dose_response(engine, ..., backend="vllm") on the spec's prompts, its frames as records.
+- own: steering_dose_response(engine, ..., backend="vllm") on the spec's prompts, its frames as records;
+- gen_<readout>/ for each of the spec's generated readouts (generate, both): the same command with
+  `--readout <readout>`, its engine calls counted (one per batch and readout);
+- own_gen: the own-data function with a GeneratedReadout read by `reply_reader`, its frames (replies too).
 """
 
 from __future__ import annotations
@@ -22,6 +25,16 @@ import shutil
 import sys
 import time
 from pathlib import Path
+
+
+GEN_MEASURES = ("has_e", "long")
+GEN_TOKENS = 8  # the own-data GeneratedReadout's max_new_tokens
+
+
+def reply_reader(i: int, reply: str) -> tuple[float, float]:
+    """The test's own reading of a reply (the test imports it for the hf side): whether it holds the
+    letter e, and whether it is longer than 12 characters; both 0/1 rates."""
+    return float("e" in reply.lower()), float(len(reply) > 12)
 
 
 def _cli(argv: list[str]) -> tuple[int, str]:
@@ -105,10 +118,26 @@ def _drive(spec: dict, out: Path, shared: dict) -> dict:
         refusals[name] = _cli([*argv, *extra, "--out", str(out / f"refused_{name}")])
     result["refusals"] = refusals
     result["own"] = _own(spec["own"], shared["engine"])
+    for readout in spec["generated"]:
+        calls = shared["calls"]
+        t = time.perf_counter()
+        result[f"gen_{readout}_status"] = _cli([*argv, "--readout", readout, "--out", str(out / f"gen_{readout}")])
+        result[f"gen_{readout}_s"] = time.perf_counter() - t
+        result[f"gen_{readout}_calls"] = shared["calls"] - calls
+    result["own_gen"] = _own(spec["own"], shared["engine"], generated=True)
     return result
 
 
-def _own(own: dict, engine) -> dict:
+def own_readout(own: dict, generated: bool) -> dict:
+    """The own-data function's readout arguments: the letters, or a GeneratedReadout of `reply_reader`."""
+    from evprobe.analysis.generated_readout import GeneratedReadout
+
+    if not generated:
+        return {"candidates": own["candidates"], "target": own["target"]}
+    return {"readout": GeneratedReadout(GEN_MEASURES, read=reply_reader, max_new_tokens=GEN_TOKENS, rates=GEN_MEASURES)}
+
+
+def _own(own: dict, engine, generated: bool = False) -> dict:
     """steering_dose_response through the engine on the spec's prompts (the test runs the same on hf)."""
     import numpy as np
 
@@ -116,12 +145,12 @@ def _own(own: dict, engine) -> dict:
 
     t = time.perf_counter()
     res = steering_dose_response(engine, own["prompts"], None, direction=np.asarray(own["direction"]),
-                                 layer=own["layer"], candidates=own["candidates"], target=own["target"],
+                                 layer=own["layer"], **own_readout(own, generated),
                                  families=own["families"], groups=own["groups"], alphas=own["alphas"],
                                  units=own["units"], n_random=own["n_random"], n_relabel=0, n_boot=own["n_boot"],
                                  backend="vllm")
     frames = {name: json.loads(res.to_dataframe(name).to_json(orient="records")) for name in
-              ("effects", "null", "crossfit", "items")}
+              ("effects", "null", "crossfit", "items", *(("replies",) if generated else ()))}
     return {"frames": frames, "seconds": time.perf_counter() - t,
             "units": {str(k): u.norm for k, u in res.units.items()},
             "verdict": None if res.verdict is None else res.verdict.specific}

@@ -13,6 +13,10 @@ their t quantile); choices, rates and verdicts identical except
 where two letters tie within the tolerance (none do on this model: checked below, so they must be
 identical).
 
+Generated readouts (`--readout generate` and `both`; a GeneratedReadout on own data): the engine's
+greedy replies are hf's rows, so rows' replies, validity, actions and token counts, the generated
+estimates and the replies frame must be identical (exact), beside the log-probs' tolerance.
+
 The model: the tiny text Llama (`tiny_text_folder`); the items: the `no_initial_test` select variant
 (the only select items without an image); directions fitted per system on a capture of both_given and
 no_initial_test items at layers 1 and 2.
@@ -46,9 +50,9 @@ ARGV = ["--config", "dose_response_tiny", "--requests", "no_initial_test", "--co
         "--quiet"]
 OWN = dict(layer=2, candidates=["A", "B", "C"], target="A", alphas=[-1.0, 0.0, 1.0], units="norm", n_random=6,
            n_boot=50)
+GENERATED = ("generate", "both")  # the --readout values run through both backends
 REFUSALS = {  # what each catches: (extra flags, a phrase of the one line)
     "ablation": (["--ablation"], "backend vllm makes added edits only"),
-    "generate": (["--readout", "both"], "backend vllm reads option log-probs only"),
     "images": (["--requests", "select"], "the vLLM backend steers text-only prompts"),
 }
 
@@ -95,7 +99,7 @@ def driven(vllm_python: Path, setup: dict) -> dict:
     out = setup["root"] / "vllm"
     out.mkdir()
     spec = {"out": str(out), "argv": setup["argv"], "own": _own_inputs(setup),
-            "refusals": {k: v[0] for k, v in REFUSALS.items()}}
+            "refusals": {k: v[0] for k, v in REFUSALS.items()}, "generated": list(GENERATED)}
     (setup["root"] / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -118,12 +122,25 @@ def hf_run(setup: dict) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def hf_generated(setup: dict) -> dict[str, Path]:
+    """The same command with each generated readout on the hf model."""
+    from evprobe.experiments.cli import main
+
+    out = {}
+    for readout in GENERATED:
+        out[readout] = setup["root"] / f"hf_{readout}"
+        assert main(["dose-response", *setup["argv"], "--readout", readout, "--out", str(out[readout])]) == 0
+    return out
+
+
 def _logprob_rows(folder: Path) -> dict:
     return load_results(folder / RESULTS_FILE)
 
 
 def _same_rows(a: dict, b: dict) -> float:
-    """Rows equal except log-probs and log-odds (within tolerance, returned: the largest difference)."""
+    """Rows equal except log-probs and log-odds (within tolerance, returned: the largest difference); the
+    generated readouts (gen, gen_set: replies, actions, token counts) exactly."""
     assert a.keys() == b.keys()
     worst = 0.0
     for key, x in a.items():
@@ -131,7 +148,7 @@ def _same_rows(a: dict, b: dict) -> float:
         if "lp_set" in x:
             assert x["lp_set"]["choice"] == y["lp_set"]["choice"], key
             worst = max(worst, float(np.abs(np.subtract(x["lp_set"]["log_odds"], y["lp_set"]["log_odds"])).max()))
-        else:
+        elif "lp" in x or "lp" in y:
             assert {k: v for k, v in x["lp"].items() if k != "log_odds"} == \
                    {k: v for k, v in y["lp"].items() if k != "log_odds"}, key
             worst = max(worst, *(abs(x["logprobs"][c] - y["logprobs"][c]) for c in LETTERS),
@@ -153,7 +170,7 @@ def _numbers(obj, path=""):
         yield path, obj
 
 
-def _compare_json(a: dict, b: dict) -> float:
+def _compare_json(a: dict, b: dict, tolerance: float = ESTIMATE_TOLERANCE) -> float:
     """Equal trees except floats (within ESTIMATE_TOLERANCE; returns the largest difference)."""
     na, nb = dict(_numbers(a)), dict(_numbers(b))
     assert na.keys() == nb.keys()
@@ -165,7 +182,7 @@ def _compare_json(a: dict, b: dict) -> float:
                 assert x is y or (x is not None and y is not None and np.isnan(x) and np.isnan(y)), (k, x, y)
                 continue
             worst = max(worst, abs(x - y))
-            assert abs(x - y) <= ESTIMATE_TOLERANCE, (k, x, y)
+            assert abs(x - y) <= tolerance, (k, x, y)
         elif k.split("/")[-1] not in ("out", "seconds"):
             assert x == y, (k, x, y)
     return worst
@@ -248,3 +265,60 @@ def test_own_data_function_equals_hf(driven: dict, setup: dict) -> None:
     with pytest.raises(InputError, match="backend='vllm' steers through an engine"):
         steering_dose_response(handle, own["prompts"], None, direction=np.asarray(own["direction"]), layer=2,
                                candidates=["A", "B"], target="A", families=own["families"], backend="vllm")
+
+
+def test_generated_readouts_equal_hf(driven: dict, hf_generated: dict[str, Path]) -> None:
+    """--readout generate and both through the engine: hf's rows (replies exactly), rates and verdicts."""
+    n_items = 12
+    for readout in GENERATED:
+        assert driven[f"gen_{readout}_status"][0] == 0, driven[f"gen_{readout}_status"]
+        v, h = driven["out"] / f"gen_{readout}", hf_generated[readout]
+        rows_v, rows_h = _logprob_rows(v), _logprob_rows(h)
+        worst = _same_rows(rows_v, rows_h)  # gen / gen_set compared exactly
+        assert worst <= LOGPROB_TOLERANCE
+        replies = [r["gen"] for r in rows_h.values() if "gen" in r]
+        sets = sum(len(r["gen_set"]["action"]) for r in rows_h.values() if "gen_set" in r)
+        base = {r["item_id"]: r["gen"]["reply"] for r in rows_h.values() if r["kind"] == "baseline"}
+        moved = sum(r["gen"]["reply"] != base[r["item_id"]] for r in rows_h.values() if "gen" in r)
+        assert moved > 0  # the edits change replies: equal rows are not unsteered ones
+        # generated estimates read replies only: identical; both's log-prob estimates within the tolerance
+        est = _compare_json(json.loads((v / "dose_response.json").read_text()),
+                            json.loads((h / "dose_response.json").read_text()),
+                            0.0 if readout == "generate" else ESTIMATE_TOLERANCE)
+        # one engine call per batch of items and readout
+        assert driven[f"gen_{readout}_calls"] == -(-n_items // 8) * (1 if readout == "generate" else 2)
+        print(f"\n--readout {readout}: {len(rows_h)} rows equal, {len(replies)} replies identical ({moved} moved "
+              f"by their edit), {sets} set replies' actions identical; log-probs {worst:.2e}, estimates {est:.2e}; "
+              f"{driven[f'gen_{readout}_calls']} engine calls, {driven[f'gen_{readout}_s']:.0f} s")
+
+
+def test_own_data_generated_readout_equals_hf(driven: dict, setup: dict) -> None:
+    from evprobe import hooks
+    from evprobe.analysis.dose_response import steering_dose_response
+    from tests.experiments.dose_vllm_driver import own_readout
+
+    own = _own_inputs(setup)
+    handle = hooks.load(str(setup["model"]), dtype="float32")
+    res = steering_dose_response(handle, own["prompts"], None, direction=np.asarray(own["direction"]),
+                                 layer=own["layer"], **own_readout(own, True), families=own["families"],
+                                 groups=own["groups"], alphas=own["alphas"], units=own["units"],
+                                 n_random=own["n_random"], n_relabel=0, n_boot=own["n_boot"])
+    got = driven["own_gen"]
+    replies = json.loads(res.to_dataframe("replies").to_json(orient="records"))
+    assert replies == got["frames"]["replies"]
+    for name in ("effects", "null", "crossfit", "items"):  # read from identical replies: identical
+        _compare_json({"rows": json.loads(res.to_dataframe(name).to_json(orient="records"))},
+                      {"rows": got["frames"][name]}, 0.0)
+    assert got["verdict"] == (None if res.verdict is None else res.verdict.specific)
+    print(f"\nown-data generated: {len(replies)} replies identical; engine {got['seconds']:.1f} s")
+
+
+def test_an_engine_reply_hf_would_not_end_is_one_line() -> None:
+    """analysis.engine_model.hf_reply: hf's row (cut after its first EOS), and a reply the engine ended
+    early at a token hf does not stop at (vLLM also stops at the tokenizer's EOS) refused."""
+    from evprobe.analysis.engine_model import hf_reply
+
+    assert hf_reply([5, 7, 2, 9], {2}, 8) == [5, 7, 2]
+    assert hf_reply([5, 7, 9], {2}, 3) == [5, 7, 9]  # cut off by max_new_tokens
+    with pytest.raises(RuntimeError, match="stopped after 2 of 8 tokens at token \\[7\\]"):
+        hf_reply([5, 7], {2}, 8)
