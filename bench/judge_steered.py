@@ -216,9 +216,10 @@ def _summary(out: Path, kind: SteeringKind, panel: str, judges: list[Judge], env
 
 def markdown(result: JsonObject) -> str:
     from evprobe.bench.score_cells import plain
+    from evprobe.core.estimate_text import missing_text
 
     s = result["steering"]
-    pct = lambda x: "NA" if x["value"] is None else f"{100 * x['value']:.1f}% (n={x['n']})"  # noqa: E731
+    pct = lambda x: missing_text("no rows") if x["value"] is None else f"{100 * x['value']:.1f}% (n={x['n']})"  # noqa: E731
     lines = [f"# Steered free-form replies judged by the panel ({result['panel']})", "",
              f"- steering output: {s['kind']} ({s['replies_file']}, {s['rows']} rows, sha256 {s['replies_sha256'][:12]}; "
              f"{s['run_file']} sha256 {s['run_sha256'][:12]})",
