@@ -140,14 +140,9 @@ def open_engine(model: str, *, dtype: str = "auto", answer_prefix: str | None = 
     gpu_memory_utilization)."""
     import os
 
-    from evprobe.hooks.loading import resolve_model
+    from evprobe.hooks.vllm_engine.steering import saved_folder
 
-    if model.startswith("tiny:"):
-        raise InputError(f"model {model} is built in memory and vLLM loads only saved models: save it "
-                         "(handle.model.save_pretrained(DIR), handle.processor.save_pretrained(DIR)) and use DIR")
-    folder = resolve_model(model)
-    if (os.path.isabs(folder) or folder.startswith(".")) and not os.path.isdir(folder):
-        raise InputError(f"model folder {folder!r} does not exist (and it is not a hub id)")
+    folder = saved_folder(model)
     if importlib.util.find_spec("vllm") is None:
         raise InputError(NEEDS_VLLM)
     from transformers import AutoConfig

@@ -146,16 +146,10 @@ def start_engine(config: RunConfig, handle: Any = None) -> VLLMEngine:
     if handle is not None:
         raise InputError("a model in memory runs on the hf backend, not vllm")
     options: VLLMOptions = config.backend_options  # type: ignore[assignment]
-    model = config.source
-    if model.startswith("tiny:"):
-        raise InputError(f"--model {model} is built in memory and vLLM loads only saved models: save it "
-                         "(handle.model.save_pretrained(DIR) and handle.processor.save_pretrained(DIR)) and pass "
-                         "--model DIR")
-    from evprobe.hooks.loading import resolve_model
+    from evprobe.hooks.vllm_engine.steering import saved_folder
 
-    folder = resolve_model(model)
-    if (os.path.isabs(folder) or folder.startswith(".")) and not os.path.isdir(folder):
-        raise InputError(f"model folder {folder!r} does not exist (and it is not a hub id)")
+    model = config.source
+    folder = saved_folder(model, flag="--model")
     if importlib.util.find_spec("vllm") is None:
         raise InputError(NEEDS_VLLM)
     from transformers import AutoConfig

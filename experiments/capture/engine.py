@@ -59,16 +59,10 @@ def check_engine_capture(config: CaptureConfig, items: Sequence[Item]) -> None:
         raise InputError(f"--component {config.component} is not read through vLLM (its engine capture reads the "
                          "residual stream after each decoder layer, resid_post); use --component resid_post or "
                          "--backend hf")
-    model = config.model.source
-    if model.startswith("tiny:"):
-        raise InputError(f"--model {model} is built in memory and vLLM loads only saved models: save it "
-                         "(handle.model.save_pretrained(DIR) and handle.processor.save_pretrained(DIR)) and pass "
-                         "--model DIR")
-    from evprobe.hooks.loading import resolve_model
+    from evprobe.hooks.vllm_engine.steering import saved_folder
 
-    folder = resolve_model(model)
-    if (os.path.isabs(folder) or folder.startswith(".")) and not os.path.isdir(folder):
-        raise InputError(f"model folder {folder!r} does not exist (and it is not a hub id)")
+    model = config.model.source
+    folder = saved_folder(model, flag="--model")
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(folder, trust_remote_code=config.model.trust_remote_code)

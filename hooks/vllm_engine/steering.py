@@ -73,6 +73,28 @@ def check_config(config: Any) -> None:
                          "(hooks.vllm_engine.steering.start_engine)")
 
 
+def saved_folder(model: str, *, flag: str | None = None) -> str:
+    """The saved folder (or hub id) an engine loads for `model`, refused in one line when vLLM cannot
+    load it: a `tiny:` model is built in memory, and a local path must exist. `flag`: the command's flag
+    that named it (None: a library argument)."""
+    import os
+
+    from evprobe.core.errors import InputError
+    from evprobe.hooks.loading import resolve_model
+
+    if model.startswith("tiny:"):
+        if flag is None:
+            raise InputError(f"model {model} is built in memory and vLLM loads only saved models: save it "
+                             "(handle.model.save_pretrained(DIR), handle.processor.save_pretrained(DIR)) and use DIR")
+        raise InputError(f"{flag} {model} is built in memory and vLLM loads only saved models: save it "
+                         "(handle.model.save_pretrained(DIR) and handle.processor.save_pretrained(DIR)) and pass "
+                         f"{flag} DIR")
+    folder = resolve_model(model)
+    if (os.path.isabs(folder) or folder.startswith(".")) and not os.path.isdir(folder):
+        raise InputError(f"model folder {folder!r} does not exist (and it is not a hub id)")
+    return folder
+
+
 def start_engine(folder: str, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
                  gpu_memory_utilization: float = 0.1, **kw: Any) -> Any:
     """A `vllm.LLM` for per-request interventions: eager, no prefix caching, evprobe's worker
@@ -195,4 +217,5 @@ def generate(llm: Any, prompt_ids: Sequence[Sequence[int]], edits: Sequence[Engi
 
 
 __all__ = ["CHECKED_VLLM", "EXTENSION", "EngineEdit", "check_config", "check_edits", "check_engine", "check_version",
-           "close_engine", "engine_info", "engine_pin", "generate", "option_logprobs", "run_requests", "start_engine"]
+           "close_engine", "engine_info", "engine_pin", "generate", "option_logprobs", "run_requests", "saved_folder",
+           "start_engine"]
