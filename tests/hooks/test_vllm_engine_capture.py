@@ -226,8 +226,8 @@ def test_without_vllm_the_capture_says_how_to_get_it(small_bench: Path, tiny_tex
     from evprobe.bench.backends.vllm import NEEDS_VLLM
     from evprobe.experiments.capture.job import CaptureJob
 
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vLLM is installed here")
+    # the main environment never holds vLLM (it pins its own transformers: .venv-vllm), so this always runs
+    assert importlib.util.find_spec("vllm") is None, "vLLM is in the main environment; it belongs in .venv-vllm"
     with pytest.raises(InputError) as err:
         CaptureJob(_config(small_bench, tmp_path / "x", str(tiny_text_folder), backend="vllm"))
     assert str(err.value) == NEEDS_VLLM
